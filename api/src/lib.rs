@@ -1,0 +1,1 @@
+//! kubeovn.io/v1 API types.
