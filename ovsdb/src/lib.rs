@@ -1,1 +1,42 @@
-//! OVSDB client.
+//! An OVSDB (RFC 7047) client for OVN and Open vSwitch, built for a Kubernetes controller and a
+//! node agent.
+//!
+//! - [`data`], [`schema`], [`rpc`], [`ops`], [`cache`], [`table`]: the pure codec: values, schemas,
+//!   framing, typed operations and results, monitor updates and the replica they feed, typed rows.
+//!   No I/O; each is tested input → output and fuzzed.
+//! - [`client`]: the I/O: unix and TCP transports, inactivity probe, reconnect with backoff over
+//!   several remotes (RAFT leader only), `monitor_cond_since` resume, change subscriptions.
+//! - [`tables`]: typed rows of OVN_Northbound and Open_vSwitch.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), kube_ovn_ovsdb::Error> {
+//! use kube_ovn_ovsdb::{Client, ClientConfig, Operation, Remote, Table, tables::nb::LogicalSwitch};
+//!
+//! let remotes = Remote::parse_list("unix:/run/ovn/ovnnb_db.sock")?;
+//! let nb = Client::connect(ClientConfig::new(remotes, "OVN_Northbound")).await?;
+//! let ls = LogicalSwitch { name: "ovn-default".into(), ..Default::default() };
+//! nb.transact(vec![Operation::insert(LogicalSwitch::NAME, ls.to_row())]).await?;
+//! assert!(nb.rows::<LogicalSwitch>()?.iter().any(|s| s.name == "ovn-default"));
+//! # Ok(()) }
+//! ```
+
+pub mod cache;
+pub mod client;
+pub mod data;
+pub mod error;
+pub mod ops;
+pub mod remote;
+pub mod rpc;
+pub mod schema;
+pub mod table;
+pub mod tables;
+
+pub use cache::{Change, ChangeKind, DbCache};
+pub use client::{ChangeSet, Client, ClientConfig, ClientStats, ConnectionState, MonitorTables};
+pub use data::{Atom, Row, Value};
+pub use error::{DecodeError, Error, ProtocolError, Result};
+pub use ops::{Condition, Function, Mutation, Mutator, Operation, OperationResult, TransactError, WaitUntil};
+pub use remote::Remote;
+pub use schema::DatabaseSchema;
+pub use table::Table;
+pub use uuid::Uuid;

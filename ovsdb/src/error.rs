@@ -1,0 +1,85 @@
+//! Error types. Every error names what it is about: the remote, the method, the table, the row.
+
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use crate::ops::TransactError;
+use crate::rpc::RpcError;
+
+/// A broken byte stream or message. The connection that produced it is dropped.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProtocolError {
+    #[error("framing: {0}")]
+    Framing(String),
+    #[error("malformed JSON: {0}")]
+    Json(String),
+    #[error("invalid message: {0}")]
+    Invalid(String),
+}
+
+/// A typed row could not be built from what the server holds.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{table} row {uuid}: column {column}: expected {expected}, found {found}")]
+pub struct DecodeError {
+    pub table: &'static str,
+    pub uuid: Uuid,
+    pub column: &'static str,
+    pub expected: &'static str,
+    pub found: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid OVSDB remote {remote:?}: {reason}")]
+    InvalidRemote { remote: String, reason: String },
+
+    #[error("OVSDB {remote}: {source}")]
+    Io {
+        remote: String,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("OVSDB {remote}: protocol error: {source}")]
+    Protocol {
+        remote: String,
+        #[source]
+        source: ProtocolError,
+    },
+
+    #[error("OVSDB {method} failed: {error}")]
+    Rpc { method: String, error: RpcError },
+
+    #[error(transparent)]
+    Transact(#[from] TransactError),
+
+    #[error("table {table} is not in the server's {database} schema")]
+    UnknownTable { database: String, table: String },
+
+    #[error(
+        "column {table}.{column} is not in the server's {database} schema (version {version}), \
+         and the value to write is not the column's default"
+    )]
+    UnknownColumn { database: String, version: String, table: String, column: String },
+
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+
+    #[error("not connected to any of [{remotes}] within {waited:?}")]
+    NotConnected { remotes: String, waited: Duration },
+
+    #[error(
+        "connection to {remote} was lost before the reply to {method}; a transaction may or may not \
+         have committed"
+    )]
+    ConnectionLost { remote: String, method: String },
+
+    #[error("OVSDB {method}: no reply within {waited:?}")]
+    Timeout { method: String, waited: Duration },
+
+    #[error("the OVSDB client has been shut down")]
+    Closed,
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

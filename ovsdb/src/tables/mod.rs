@@ -1,0 +1,4 @@
+//! Typed rows of the databases this project reads and writes.
+
+pub mod nb;
+pub mod vswitch;

@@ -1,0 +1,92 @@
+//! A daemon run as our child process: we hold its PID, stop it with SIGTERM (then SIGKILL) and
+//! reap it, so no zombie or stray process outlives a test.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+pub struct Daemon {
+    name: String,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Daemon {
+    /// Starts `program` with `args`; its stdout and stderr go to `log`.
+    pub fn spawn(name: &str, program: &str, args: &[String], log: &Path, envs: &[(&str, &Path)]) -> anyhow::Result<Self> {
+        let out = std::fs::OpenOptions::new().create(true).append(true).open(log)?;
+        let err = out.try_clone()?;
+        let mut cmd = Command::new(program);
+        cmd.args(args).stdin(Stdio::null()).stdout(out).stderr(err);
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        let child = cmd
+            .spawn()
+            .map_err(|e| anyhow::anyhow!("{name}: cannot start {program}: {e} (run scripts/install-deps.sh)"))?;
+        Ok(Self { name: name.to_owned(), child: Some(child), log: log.to_owned() })
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// The daemon's output so far, for failure messages.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The last `n` lines of the log.
+    pub fn log_tail(&self, n: usize) -> String {
+        let log = self.log();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    /// Fails with the log tail if the daemon has exited.
+    pub fn check_alive(&mut self) -> anyhow::Result<()> {
+        if self.is_running() {
+            Ok(())
+        } else {
+            anyhow::bail!("{} exited; log:\n{}", self.name, self.log_tail(20))
+        }
+    }
+
+    /// SIGTERM, wait up to 5 s, then SIGKILL; reaps the process either way.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let pid = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
+            let _ = kill(pid, Signal::SIGTERM);
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGKILL: the daemon gets no chance to clean up, as in a crash.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
