@@ -159,12 +159,16 @@ impl OvsdbServer {
             &self.dir.path().join("ovsdb-server.log"),
             &envs,
         )?;
-        let probe = if main_socket { Some(self.socket()) } else { None };
+        let mut sockets: Vec<PathBuf> =
+            self.extra_remotes.iter().filter_map(|r| r.strip_prefix("punix:")).map(PathBuf::from).collect();
+        if main_socket {
+            sockets.push(self.socket());
+        }
         let tcp = if main_socket { self.tcp_port } else { None };
         let ctl = self.unixctl();
         wait_until(&format!("ovsdb-server {} to listen", self.database), START_TIMEOUT, || {
             daemon.check_alive()?;
-            let unix_ok = probe.as_ref().is_none_or(|p| UnixStream::connect(p).is_ok());
+            let unix_ok = sockets.iter().all(|p| UnixStream::connect(p).is_ok());
             let tcp_ok = tcp.is_none_or(|p| std::net::TcpStream::connect(("127.0.0.1", p)).is_ok());
             Ok(unix_ok && tcp_ok && ctl.exists())
         })?;
@@ -297,15 +301,24 @@ impl RaftMember {
         let _ = std::fs::remove_file(self.socket());
     }
 
-    /// `Role: leader|follower|candidate` from `cluster/status`.
-    pub fn role(&self, database: &str) -> anyhow::Result<String> {
+    fn cluster_status(&self, database: &str, field: &str) -> anyhow::Result<String> {
         let ctl = self.unixctl().to_string_lossy().into_owned();
         let status = run("ovs-appctl", &["-t", &ctl, "cluster/status", database])?;
         status
             .lines()
-            .find_map(|l| l.strip_prefix("Role: "))
+            .find_map(|l| l.strip_prefix(field))
             .map(|r| r.trim().to_owned())
-            .ok_or_else(|| anyhow::anyhow!("no Role in cluster/status of {}: {status}", self.name))
+            .ok_or_else(|| anyhow::anyhow!("no {field} in cluster/status of {}: {status}", self.name))
+    }
+
+    /// `Role: leader|follower|candidate` from `cluster/status`.
+    pub fn role(&self, database: &str) -> anyhow::Result<String> {
+        self.cluster_status(database, "Role: ")
+    }
+
+    /// Whether the member has finished joining (`Status: cluster member`).
+    pub fn is_member(&self, database: &str) -> anyhow::Result<bool> {
+        Ok(self.cluster_status(database, "Status: ")? == "cluster member")
     }
 }
 
@@ -336,6 +349,16 @@ impl RaftCluster {
             m.start()?;
         }
         let cluster = Self { dir, database, members };
+        // A member that has not finished joining does not count toward a majority: wait for all
+        // three, or killing the leader could leave no quorum.
+        wait_until(&format!("all {} cluster members to join", cluster.database), START_TIMEOUT, || {
+            for m in &cluster.members {
+                if !m.is_member(&cluster.database)? {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        })?;
         cluster.wait_for_leader(START_TIMEOUT)?;
         Ok(cluster)
     }

@@ -219,6 +219,7 @@ impl Actor {
         if let Ok(reply) = session.call("monitor_cond_since", &params, deferred).await? {
             let (found, txn_id, updates): (bool, String, TableUpdates2) =
                 decode(&remote, reply.get(), "monitor_cond_since reply")?;
+            debug!(%since, %txn_id, found, "monitor_cond_since");
             self.last_txn_id = Some(txn_id);
             if found && self.have_replica {
                 let mut cache = self.cache_write();

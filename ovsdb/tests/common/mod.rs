@@ -9,7 +9,16 @@ use kube_ovn_ovsdb::{Client, ClientConfig, ConnectionState, Operation, Remote, R
 
 pub const WAIT: Duration = Duration::from_secs(30);
 
+/// Logs to the test's captured output; `RUST_LOG=kube_ovn_ovsdb=debug` shows the client's view.
+pub fn init_logging() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
+
 pub fn config(remotes: &str, database: &str) -> ClientConfig {
+    init_logging();
     let mut c = ClientConfig::new(Remote::parse_list(remotes).unwrap(), database);
     c.request_timeout = Duration::from_secs(30);
     c.backoff_max = Duration::from_millis(500);
