@@ -7,8 +7,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use serde::de::{Deserializer, IgnoredAny};
 use serde::Deserialize;
+use serde::de::{Deserializer, IgnoredAny};
 use uuid::Uuid;
 
 use crate::data::Row;
@@ -75,6 +75,55 @@ impl<'de> Deserialize<'de> for RowUpdate2 {
     }
 }
 
+/// A monitor notification, decoded by its method.
+#[derive(Debug)]
+pub enum MonitorUpdate {
+    /// RFC 7047 `update`: `[monitor id, table-updates]`.
+    Update { monitor: String, updates: TableUpdates },
+    /// `update2`: `[monitor id, table-updates2]`.
+    Update2 { monitor: String, updates: TableUpdates2 },
+    /// `update3`: `[monitor id, last transaction id, table-updates2]`.
+    Update3 {
+        monitor: String,
+        txn_id: String,
+        updates: TableUpdates2,
+    },
+}
+
+impl MonitorUpdate {
+    /// Decodes a notification's params; `Ok(None)` for methods that are not monitor updates.
+    pub fn decode(method: &str, params: &str) -> Result<Option<Self>, ProtocolError> {
+        let json = |e: serde_json::Error| ProtocolError::Json(format!("{method}: {e}"));
+        Ok(Some(match method {
+            "update" => {
+                let (monitor, updates) = serde_json::from_str(params).map_err(json)?;
+                Self::Update { monitor, updates }
+            }
+            "update2" => {
+                let (monitor, updates) = serde_json::from_str(params).map_err(json)?;
+                Self::Update2 { monitor, updates }
+            }
+            "update3" => {
+                let (monitor, txn_id, updates) = serde_json::from_str(params).map_err(json)?;
+                Self::Update3 {
+                    monitor,
+                    txn_id,
+                    updates,
+                }
+            }
+            _ => return Ok(None),
+        }))
+    }
+
+    pub fn monitor(&self) -> &str {
+        match self {
+            Self::Update { monitor, .. } | Self::Update2 { monitor, .. } | Self::Update3 { monitor, .. } => {
+                monitor
+            }
+        }
+    }
+}
+
 /// One row that changed. `old` is absent for an insert, `new` for a delete.
 #[derive(Clone, Debug)]
 pub struct Change {
@@ -111,7 +160,10 @@ pub struct DbCache {
 
 impl DbCache {
     pub fn new(schema: Option<Arc<DatabaseSchema>>) -> Self {
-        Self { schema, tables: BTreeMap::new() }
+        Self {
+            schema,
+            tables: BTreeMap::new(),
+        }
     }
 
     pub fn schema(&self) -> Option<&Arc<DatabaseSchema>> {
@@ -166,14 +218,12 @@ impl DbCache {
     }
 
     fn table_key(&mut self, table: &str) -> Arc<str> {
-        match self.tables.get_key_value(table) {
-            Some((k, _)) => k.clone(),
-            None => {
-                let k: Arc<str> = Arc::from(table);
-                self.tables.insert(k.clone(), HashMap::new());
-                k
-            }
+        if let Some((k, _)) = self.tables.get_key_value(table) {
+            return k.clone();
         }
+        let k: Arc<str> = Arc::from(table);
+        self.tables.insert(k.clone(), HashMap::new());
+        k
     }
 
     /// Canonical form: values in their column's shape, and columns at their default left out.
@@ -194,6 +244,16 @@ impl DbCache {
             .collect()
     }
 
+    /// Applies a monitor notification of any format.
+    pub fn apply(&mut self, update: MonitorUpdate) -> Result<Vec<Change>, ProtocolError> {
+        match update {
+            MonitorUpdate::Update { updates, .. } => Ok(self.apply_update(updates)),
+            MonitorUpdate::Update2 { updates, .. } | MonitorUpdate::Update3 { updates, .. } => {
+                self.apply_update2(updates)
+            }
+        }
+    }
+
     /// Applies an RFC 7047 `update`: `new` is the whole row (all monitored columns).
     pub fn apply_update(&mut self, updates: TableUpdates) -> Vec<Change> {
         let mut changes = Vec::new();
@@ -207,7 +267,12 @@ impl DbCache {
                     None => rows.remove(&uuid),
                 };
                 if old.is_some() || new.is_some() {
-                    changes.push(Change { table: key.clone(), uuid, old, new });
+                    changes.push(Change {
+                        table: key.clone(),
+                        uuid,
+                        old,
+                        new,
+                    });
                 }
             }
         }
@@ -225,7 +290,12 @@ impl DbCache {
                     RowUpdate2::Initial(row) | RowUpdate2::Insert(row) => {
                         let new = Arc::new(self.normalize(&table, row));
                         let old = self.rows_mut(&key).insert(uuid, new.clone());
-                        Change { table: key.clone(), uuid, old, new: Some(new) }
+                        Change {
+                            table: key.clone(),
+                            uuid,
+                            old,
+                            new: Some(new),
+                        }
                     }
                     RowUpdate2::Modify(diff) => {
                         let schema = self.schema.clone();
@@ -237,7 +307,10 @@ impl DbCache {
                         };
                         let mut row = (*old).clone();
                         for (col, d) in diff {
-                            let ty = schema.as_ref().and_then(|s| s.column(&table, &col)).map(|c| &c.ty);
+                            let ty = schema
+                                .as_ref()
+                                .and_then(|s| s.column(&table, &col))
+                                .map(|c| &c.ty);
                             match ty {
                                 Some(ty) => {
                                     let default = ty.default_value();
@@ -255,10 +328,20 @@ impl DbCache {
                         }
                         let new = Arc::new(row);
                         rows.insert(uuid, new.clone());
-                        Change { table: key.clone(), uuid, old: Some(old), new: Some(new) }
+                        Change {
+                            table: key.clone(),
+                            uuid,
+                            old: Some(old),
+                            new: Some(new),
+                        }
                     }
                     RowUpdate2::Delete => match self.rows_mut(&key).remove(&uuid) {
-                        Some(old) => Change { table: key.clone(), uuid, old: Some(old), new: None },
+                        Some(old) => Change {
+                            table: key.clone(),
+                            uuid,
+                            old: Some(old),
+                            new: None,
+                        },
                         None => continue,
                     },
                 };
@@ -289,7 +372,12 @@ impl DbCache {
                         new: Some(new.clone()),
                     }),
                     None => {
-                        changes.push(Change { table: table.clone(), uuid: *uuid, old: Some(old.clone()), new: None });
+                        changes.push(Change {
+                            table: table.clone(),
+                            uuid: *uuid,
+                            old: Some(old.clone()),
+                            new: None,
+                        });
                     }
                 }
             }
@@ -298,7 +386,12 @@ impl DbCache {
             let old_rows = old_tables.get(table);
             for (uuid, new) in new_rows {
                 if old_rows.is_none_or(|o| !o.contains_key(uuid)) {
-                    changes.push(Change { table: table.clone(), uuid: *uuid, old: None, new: Some(new.clone()) });
+                    changes.push(Change {
+                        table: table.clone(),
+                        uuid: *uuid,
+                        old: None,
+                        new: Some(new.clone()),
+                    });
                 }
             }
         }
@@ -352,7 +445,9 @@ mod tests {
         assert_eq!(row["tags"], Value::set(["y"]));
         assert_eq!(row["ext"], Value::map([("j", "2"), ("n", "3")]));
         assert_eq!(row["opt"], Value::set(["o"]));
-        let ch = c.apply_update2(u2(json!({"t": {id.to_string(): {"delete": null}}}))).unwrap();
+        let ch = c
+            .apply_update2(u2(json!({"t": {id.to_string(): {"delete": null}}})))
+            .unwrap();
         assert_eq!(ch[0].kind(), ChangeKind::Delete);
         assert!(c.row("t", &id).is_none());
     }
@@ -360,7 +455,9 @@ mod tests {
     #[test]
     fn modify_of_unknown_row_asks_for_resync() {
         let mut c = DbCache::new(Some(schema()));
-        let err = c.apply_update2(u2(json!({"t": {Uuid::new_v4().to_string(): {"modify": {"name": "b"}}}})));
+        let err = c.apply_update2(u2(
+            json!({"t": {Uuid::new_v4().to_string(): {"modify": {"name": "b"}}}}),
+        ));
         assert!(err.is_err());
     }
 
@@ -386,9 +483,17 @@ mod tests {
                 b.to_string(): {"initial": {"name": "b2"}},
                 c.to_string(): {"initial": {"name": "c"}}}})))
             .unwrap();
-        let mut kinds: Vec<_> = cache.replace_with(fresh).iter().map(|ch| (ch.uuid, ch.kind())).collect();
+        let mut kinds: Vec<_> = cache
+            .replace_with(fresh)
+            .iter()
+            .map(|ch| (ch.uuid, ch.kind()))
+            .collect();
         kinds.sort();
-        let mut want = vec![(a, ChangeKind::Delete), (b, ChangeKind::Update), (c, ChangeKind::Insert)];
+        let mut want = vec![
+            (a, ChangeKind::Delete),
+            (b, ChangeKind::Update),
+            (c, ChangeKind::Insert),
+        ];
         want.sort();
         assert_eq!(kinds, want);
         assert_eq!(cache.len("t"), 2);

@@ -247,6 +247,7 @@ impl Value {
     /// Brings a decoded value into the canonical shape for its column type: sets are always
     /// `Set` (a bare atom becomes a one-element set), scalars always `Atom`, and integral
     /// numbers in `real` columns become reals.
+    #[must_use]
     pub fn normalize(self, ty: &ColumnType) -> Self {
         let key_ty = ty.key.atomic;
         if let Some(value_ty) = ty.value.as_ref().map(|v| v.atomic) {
@@ -269,7 +270,7 @@ impl Value {
             match self {
                 Self::Atom(a) => Self::Set(BTreeSet::from([a.coerce(key_ty)])),
                 Self::Set(s) => Self::Set(s.into_iter().map(|a| a.coerce(key_ty)).collect()),
-                other => other,
+                map @ Self::Map(_) => map,
             }
         }
     }
@@ -279,6 +280,7 @@ impl Value {
     /// absent from the old value is added, a key present with the same value is removed, and a
     /// key present with another value takes the new value. Columns holding at most one element
     /// are not diffed by the server: the diff is the new value.
+    #[must_use]
     pub fn apply_diff(&self, diff: Value, ty: &ColumnType) -> Value {
         let diff = diff.normalize(ty);
         if !ty.is_composite() {
@@ -418,7 +420,9 @@ impl Serialize for Value {
 
 impl<'de> Deserialize<'de> for Atom {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        match d.deserialize_any(ValueVisitor { allow_composite: false })? {
+        match d.deserialize_any(ValueVisitor {
+            allow_composite: false,
+        })? {
             Value::Atom(a) => Ok(a),
             _ => Err(de::Error::custom("expected an atom, found a set or map")),
         }
@@ -427,7 +431,9 @@ impl<'de> Deserialize<'de> for Atom {
 
 impl<'de> Deserialize<'de> for Value {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(ValueVisitor { allow_composite: true })
+        d.deserialize_any(ValueVisitor {
+            allow_composite: true,
+        })
     }
 }
 
@@ -596,7 +602,10 @@ mod tests {
             json!(null),
             json!(["uuid", "0f1e2d3c-0000-0000-0000-000000000000", 3]),
         ] {
-            assert!(serde_json::from_value::<Value>(bad.clone()).is_err(), "{bad} decoded");
+            assert!(
+                serde_json::from_value::<Value>(bad.clone()).is_err(),
+                "{bad} decoded"
+            );
         }
     }
 

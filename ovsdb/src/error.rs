@@ -61,7 +61,12 @@ pub enum Error {
         "column {table}.{column} is not in the server's {database} schema (version {version}), \
          and the value to write is not the column's default"
     )]
-    UnknownColumn { database: String, version: String, table: String, column: String },
+    UnknownColumn {
+        database: String,
+        version: String,
+        table: String,
+        column: String,
+    },
 
     #[error(transparent)]
     Decode(#[from] DecodeError),

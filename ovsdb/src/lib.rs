@@ -24,6 +24,8 @@ pub mod cache;
 pub mod client;
 pub mod data;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod ops;
 pub mod remote;
 pub mod rpc;

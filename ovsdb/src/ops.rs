@@ -51,7 +51,11 @@ pub struct Condition {
 
 impl Condition {
     pub fn new(column: impl Into<String>, function: Function, value: impl Into<Value>) -> Self {
-        Self { column: column.into(), function, value: value.into() }
+        Self {
+            column: column.into(),
+            function,
+            value: value.into(),
+        }
     }
 
     pub fn eq(column: impl Into<String>, value: impl Into<Value>) -> Self {
@@ -125,7 +129,11 @@ pub struct Mutation {
 
 impl Mutation {
     pub fn new(column: impl Into<String>, mutator: Mutator, value: impl Into<Value>) -> Self {
-        Self { column: column.into(), mutator, value: value.into() }
+        Self {
+            column: column.into(),
+            mutator,
+            value: value.into(),
+        }
     }
 
     /// Adds elements to a set or pairs to a map.
@@ -159,11 +167,30 @@ pub enum WaitUntil {
 /// One database operation of a `transact`.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Operation {
-    Insert { table: String, row: Row, uuid_name: Option<String> },
-    Select { table: String, conditions: Vec<Condition>, columns: Option<Vec<String>> },
-    Update { table: String, conditions: Vec<Condition>, row: Row },
-    Mutate { table: String, conditions: Vec<Condition>, mutations: Vec<Mutation> },
-    Delete { table: String, conditions: Vec<Condition> },
+    Insert {
+        table: String,
+        row: Row,
+        uuid_name: Option<String>,
+    },
+    Select {
+        table: String,
+        conditions: Vec<Condition>,
+        columns: Option<Vec<String>>,
+    },
+    Update {
+        table: String,
+        conditions: Vec<Condition>,
+        row: Row,
+    },
+    Mutate {
+        table: String,
+        conditions: Vec<Condition>,
+        mutations: Vec<Mutation>,
+    },
+    Delete {
+        table: String,
+        conditions: Vec<Condition>,
+    },
     Wait {
         table: String,
         conditions: Vec<Condition>,
@@ -172,37 +199,64 @@ pub enum Operation {
         rows: Vec<Row>,
         timeout_ms: Option<u64>,
     },
-    Commit { durable: bool },
+    Commit {
+        durable: bool,
+    },
     Abort,
     Comment(String),
-    Assert { lock: String },
+    Assert {
+        lock: String,
+    },
 }
 
 impl Operation {
     pub fn insert(table: impl Into<String>, row: Row) -> Self {
-        Self::Insert { table: table.into(), row, uuid_name: None }
+        Self::Insert {
+            table: table.into(),
+            row,
+            uuid_name: None,
+        }
     }
 
     /// An insert whose new row other operations of the same transaction refer to as
     /// `["named-uuid", name]` ([`Value::named_uuid`]).
     pub fn insert_named(table: impl Into<String>, row: Row, name: impl Into<String>) -> Self {
-        Self::Insert { table: table.into(), row, uuid_name: Some(name.into()) }
+        Self::Insert {
+            table: table.into(),
+            row,
+            uuid_name: Some(name.into()),
+        }
     }
 
     pub fn select(table: impl Into<String>, conditions: Vec<Condition>) -> Self {
-        Self::Select { table: table.into(), conditions, columns: None }
+        Self::Select {
+            table: table.into(),
+            conditions,
+            columns: None,
+        }
     }
 
     pub fn update(table: impl Into<String>, conditions: Vec<Condition>, row: Row) -> Self {
-        Self::Update { table: table.into(), conditions, row }
+        Self::Update {
+            table: table.into(),
+            conditions,
+            row,
+        }
     }
 
     pub fn mutate(table: impl Into<String>, conditions: Vec<Condition>, mutations: Vec<Mutation>) -> Self {
-        Self::Mutate { table: table.into(), conditions, mutations }
+        Self::Mutate {
+            table: table.into(),
+            conditions,
+            mutations,
+        }
     }
 
     pub fn delete(table: impl Into<String>, conditions: Vec<Condition>) -> Self {
-        Self::Delete { table: table.into(), conditions }
+        Self::Delete {
+            table: table.into(),
+            conditions,
+        }
     }
 
     pub fn comment(text: impl Into<String>) -> Self {
@@ -248,7 +302,9 @@ impl Operation {
             }
         };
         match self {
-            Self::Insert { uuid_name: Some(n), .. } => format!("new row @{n}"),
+            Self::Insert {
+                uuid_name: Some(n), ..
+            } => format!("new row @{n}"),
             Self::Insert { .. } => "new row".to_owned(),
             Self::Select { conditions, .. }
             | Self::Update { conditions, .. }
@@ -274,7 +330,9 @@ impl Serialize for Operation {
                     m.serialize_entry("uuid-name", name)?;
                 }
             }
-            Self::Select { conditions, columns, .. } => {
+            Self::Select {
+                conditions, columns, ..
+            } => {
                 m.serialize_entry("where", conditions)?;
                 if let Some(columns) = columns {
                     m.serialize_entry("columns", columns)?;
@@ -284,12 +342,23 @@ impl Serialize for Operation {
                 m.serialize_entry("where", conditions)?;
                 m.serialize_entry("row", row)?;
             }
-            Self::Mutate { conditions, mutations, .. } => {
+            Self::Mutate {
+                conditions,
+                mutations,
+                ..
+            } => {
                 m.serialize_entry("where", conditions)?;
                 m.serialize_entry("mutations", mutations)?;
             }
             Self::Delete { conditions, .. } => m.serialize_entry("where", conditions)?,
-            Self::Wait { conditions, columns, until, rows, timeout_ms, .. } => {
+            Self::Wait {
+                conditions,
+                columns,
+                until,
+                rows,
+                timeout_ms,
+                ..
+            } => {
                 m.serialize_entry("where", conditions)?;
                 m.serialize_entry("columns", columns)?;
                 m.serialize_entry("until", if *until == WaitUntil::Equal { "==" } else { "!=" })?;
@@ -366,14 +435,22 @@ pub enum TransactError {
         table.as_deref().map(|t| format!(" in table {t}")).unwrap_or_default(),
         row.map(|r| format!(" row {r}")).unwrap_or_default()
     )]
-    Commit { error: String, details: String, table: Option<String>, row: Option<Uuid> },
+    Commit {
+        error: String,
+        details: String,
+        table: Option<String>,
+        row: Option<Uuid>,
+    },
     /// The reply does not have the shape RFC 7047 §4.1.3 gives it.
     #[error("malformed transact reply: {0}")]
     MalformedReply(String),
 }
 
 /// Turns a `transact` reply into results, one per operation.
-pub fn parse_transact_reply(ops: &[Operation], reply: &[Json]) -> Result<Vec<OperationResult>, TransactError> {
+pub fn parse_transact_reply(
+    ops: &[Operation],
+    reply: &[Json],
+) -> Result<Vec<OperationResult>, TransactError> {
     let mut results = Vec::with_capacity(ops.len());
     for (index, op) in ops.iter().enumerate() {
         let Some(item) = reply.get(index) else {
@@ -393,15 +470,27 @@ pub fn parse_transact_reply(ops: &[Operation], reply: &[Json]) -> Result<Vec<Ope
                 details: item.get("details").and_then(Json::as_str).map(str::to_owned),
             });
         }
-        results.push(parse_one(op, item).map_err(|e| TransactError::MalformedReply(format!("operation {index}: {e}")))?);
+        results.push(
+            parse_one(op, item)
+                .map_err(|e| TransactError::MalformedReply(format!("operation {index}: {e}")))?,
+        );
     }
     // RFC 7047 §4.1.3: one more element than operations means the commit itself failed.
-    if let Some(extra) = reply.get(ops.len()) {
-        if let Some(error) = extra.get("error").and_then(Json::as_str) {
-            let details = extra.get("details").and_then(Json::as_str).unwrap_or_default().to_owned();
-            let (table, row) = commit_error_subject(&details);
-            return Err(TransactError::Commit { error: error.to_owned(), details, table, row });
-        }
+    if let Some(extra) = reply.get(ops.len())
+        && let Some(error) = extra.get("error").and_then(Json::as_str)
+    {
+        let details = extra
+            .get("details")
+            .and_then(Json::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let (table, row) = commit_error_subject(&details);
+        return Err(TransactError::Commit {
+            error: error.to_owned(),
+            details,
+            table,
+            row,
+        });
     }
     Ok(results)
 }
@@ -409,8 +498,9 @@ pub fn parse_transact_reply(ops: &[Operation], reply: &[Json]) -> Result<Vec<Ope
 fn parse_one(op: &Operation, item: &Json) -> Result<OperationResult, String> {
     Ok(match op {
         Operation::Insert { .. } => {
-            let uuid: Atom = serde_json::from_value(item.get("uuid").cloned().ok_or("insert result without uuid")?)
-                .map_err(|e| e.to_string())?;
+            let uuid: Atom =
+                serde_json::from_value(item.get("uuid").cloned().ok_or("insert result without uuid")?)
+                    .map_err(|e| e.to_string())?;
             OperationResult::Inserted(uuid.as_uuid().ok_or("insert result uuid is not a uuid")?)
         }
         Operation::Select { .. } => {
@@ -418,7 +508,11 @@ fn parse_one(op: &Operation, item: &Json) -> Result<OperationResult, String> {
             OperationResult::Rows(serde_json::from_value(rows).map_err(|e| e.to_string())?)
         }
         Operation::Update { .. } | Operation::Mutate { .. } | Operation::Delete { .. } => {
-            OperationResult::Count(item.get("count").and_then(Json::as_u64).ok_or("result without count")?)
+            OperationResult::Count(
+                item.get("count")
+                    .and_then(Json::as_u64)
+                    .ok_or("result without count")?,
+            )
         }
         _ => OperationResult::Empty,
     })
@@ -438,7 +532,9 @@ fn commit_error_subject(details: &str) -> (Option<String>, Option<Uuid>) {
                 .to_owned()
         })
     };
-    let table = word_after("Table ").or_else(|| word_after("rows in \"")).filter(|t| !t.is_empty());
+    let table = word_after("Table ")
+        .or_else(|| word_after("rows in \""))
+        .filter(|t| !t.is_empty());
     let row = ["row ", "UUID "]
         .iter()
         .filter_map(|m| word_after(m))
@@ -453,7 +549,11 @@ mod tests {
 
     #[test]
     fn operations_serialize_to_rfc7047() {
-        let op = Operation::insert_named("Logical_Switch", Row::from([("name".into(), Value::from("ls1"))]), "ls");
+        let op = Operation::insert_named(
+            "Logical_Switch",
+            Row::from([("name".into(), Value::from("ls1"))]),
+            "ls",
+        );
         assert_eq!(
             serde_json::to_value(&op).unwrap(),
             json!({"op":"insert","table":"Logical_Switch","row":{"name":"ls1"},"uuid-name":"ls"})
@@ -476,7 +576,11 @@ mod tests {
             Operation::comment("x"),
             Operation::delete("Logical_Switch", vec![Condition::eq("name", "ls1")]),
         ];
-        let reply = vec![json!({}), json!({"error": "constraint violation", "details": "d"}), Json::Null];
+        let reply = vec![
+            json!({}),
+            json!({"error": "constraint violation", "details": "d"}),
+            Json::Null,
+        ];
         let err = parse_transact_reply(&ops, &reply).unwrap_err();
         assert_eq!(
             err.to_string(),
@@ -494,15 +598,22 @@ mod tests {
                    "details": format!("Table Logical_Switch column ports row {u} references nonexistent row 00000000-0000-0000-0000-000000000000 in table Logical_Switch_Port.")}),
         ];
         match parse_transact_reply(&ops, &reply).unwrap_err() {
-            TransactError::Commit { table, row, error, .. } => {
+            TransactError::Commit {
+                table, row, error, ..
+            } => {
                 assert_eq!(table.as_deref(), Some("Logical_Switch"));
                 assert_eq!(row, Some(u));
                 assert_eq!(error, "referential integrity violation");
             }
             other => panic!("{other:?}"),
         }
-        let details = format!("Transaction causes multiple rows in \"Logical_Switch_Port\" table to have identical values (\"p\") for index on column \"name\".  First row, with UUID {u}, was inserted by this transaction.");
-        assert_eq!(commit_error_subject(&details), (Some("Logical_Switch_Port".into()), Some(u)));
+        let details = format!(
+            "Transaction causes multiple rows in \"Logical_Switch_Port\" table to have identical values (\"p\") for index on column \"name\".  First row, with UUID {u}, was inserted by this transaction."
+        );
+        assert_eq!(
+            commit_error_subject(&details),
+            (Some("Logical_Switch_Port".into()), Some(u))
+        );
     }
 
     #[test]

@@ -105,7 +105,9 @@ impl FrameSplitter {
             self.head = 0;
             self.scanned = 0;
         } else if self.pending() > MAX_FRAME_BYTES {
-            return Err(ProtocolError::Framing(format!("frame exceeds {MAX_FRAME_BYTES} bytes without ending")));
+            return Err(ProtocolError::Framing(format!(
+                "frame exceeds {MAX_FRAME_BYTES} bytes without ending"
+            )));
         }
         Ok(None)
     }
@@ -117,9 +119,19 @@ pub type Id = Json;
 /// One decoded JSON-RPC message.
 #[derive(Debug)]
 pub enum Message {
-    Request { id: Id, method: String, params: Json },
-    Notification { method: String, params: Box<RawValue> },
-    Response { id: Id, result: Result<Box<RawValue>, RpcError> },
+    Request {
+        id: Id,
+        method: String,
+        params: Json,
+    },
+    Notification {
+        method: String,
+        params: Box<RawValue>,
+    },
+    Response {
+        id: Id,
+        result: Result<Box<RawValue>, RpcError>,
+    },
 }
 
 /// The `error` member of a failed response (RFC 7047 §4.1.1 and JSON-RPC 1.0).
@@ -160,13 +172,16 @@ impl Message {
             serde_json::from_slice(frame).map_err(|e| ProtocolError::Json(e.to_string()))?;
         let id = wire.id.filter(|id| !id.is_null());
         if let Some(method) = wire.method {
-            let params = wire.params.map_or_else(|| RawValue::from_string("[]".into()), |p| Ok(p.to_owned()));
+            let params = wire
+                .params
+                .map_or_else(|| RawValue::from_string("[]".into()), |p| Ok(p.to_owned()));
             let params = params.map_err(|e| ProtocolError::Json(e.to_string()))?;
             return Ok(match id {
                 Some(id) => Message::Request {
                     id,
                     method,
-                    params: serde_json::from_str(params.get()).map_err(|e| ProtocolError::Json(e.to_string()))?,
+                    params: serde_json::from_str(params.get())
+                        .map_err(|e| ProtocolError::Json(e.to_string()))?,
                 },
                 None => Message::Notification { method, params },
             });
@@ -185,9 +200,14 @@ impl Message {
 
 fn rpc_error_from_json(error: Json) -> RpcError {
     match error {
-        Json::String(s) => RpcError { error: s, details: None },
-        other => serde_json::from_value::<RpcError>(other.clone())
-            .unwrap_or_else(|_| RpcError { error: other.to_string(), details: None }),
+        Json::String(s) => RpcError {
+            error: s,
+            details: None,
+        },
+        other => serde_json::from_value::<RpcError>(other.clone()).unwrap_or_else(|_| RpcError {
+            error: other.to_string(),
+            details: None,
+        }),
     }
 }
 
@@ -205,7 +225,8 @@ pub fn encode_request(id: u64, method: &str, params: &impl Serialize) -> Vec<u8>
 
 /// Encodes the reply to a server request (its `echo`).
 pub fn encode_reply(id: &Id, result: &Json) -> Vec<u8> {
-    serde_json::to_vec(&serde_json::json!({"id": id, "result": result, "error": null})).expect("reply serializes")
+    serde_json::to_vec(&serde_json::json!({"id": id, "result": result, "error": null}))
+        .expect("reply serializes")
 }
 
 #[cfg(test)]
@@ -232,7 +253,8 @@ mod tests {
 
     #[test]
     fn byte_at_a_time_gives_the_same_frames() {
-        let text = br#"{"id":1,"result":["a\\",{"k":"]"}],"error":null}{"id":null,"method":"update2","params":[]}"#;
+        let text =
+            br#"{"id":1,"result":["a\\",{"k":"]"}],"error":null}{"id":null,"method":"update2","params":[]}"#;
         let chunks: Vec<&[u8]> = text.chunks(1).collect();
         assert_eq!(frames(&chunks).len(), 2);
     }
@@ -272,7 +294,13 @@ mod tests {
 
     #[test]
     fn malformed_messages_are_errors() {
-        for bad in [&b"{\"result\":1}"[..], b"{\"id\":1}", b"[1,2]", b"{\"id\":1,\"method\":5}", b"{"] {
+        for bad in [
+            &b"{\"result\":1}"[..],
+            b"{\"id\":1}",
+            b"[1,2]",
+            b"{\"id\":1,\"method\":5}",
+            b"{",
+        ] {
             assert!(Message::decode(bad).is_err(), "{}", String::from_utf8_lossy(bad));
         }
     }

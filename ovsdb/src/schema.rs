@@ -146,8 +146,18 @@ impl<'de> Deserialize<'de> for BaseType {
             },
         }
         Ok(match Wire::deserialize(d)? {
-            Wire::Bare(atomic) => BaseType { atomic, ref_table: None, weak: false, enumeration: None },
-            Wire::Full { atomic, ref_table, ref_type, enumeration } => BaseType {
+            Wire::Bare(atomic) => BaseType {
+                atomic,
+                ref_table: None,
+                weak: false,
+                enumeration: None,
+            },
+            Wire::Full {
+                atomic,
+                ref_table,
+                ref_type,
+                enumeration,
+            } => BaseType {
                 atomic,
                 weak: ref_type.as_deref() == Some("weak"),
                 ref_table,
@@ -181,7 +191,12 @@ impl<'de> Deserialize<'de> for ColumnType {
         }
         Ok(match Wire::deserialize(d)? {
             Wire::Bare(atomic) => ColumnType {
-                key: BaseType { atomic, ref_table: None, weak: false, enumeration: None },
+                key: BaseType {
+                    atomic,
+                    ref_table: None,
+                    weak: false,
+                    enumeration: None,
+                },
                 value: None,
                 min: 1,
                 max: Some(1),
@@ -192,10 +207,17 @@ impl<'de> Deserialize<'de> for ColumnType {
                     Some(Max::Count(n)) => Some(n),
                     Some(Max::Word(w)) if w == "unlimited" => None,
                     Some(Max::Word(w)) => {
-                        return Err(de::Error::custom(format!("column max {w:?} is neither a number nor \"unlimited\"")));
+                        return Err(de::Error::custom(format!(
+                            "column max {w:?} is neither a number nor \"unlimited\""
+                        )));
                     }
                 };
-                ColumnType { key, value, min: min.unwrap_or(1), max }
+                ColumnType {
+                    key,
+                    value,
+                    min: min.unwrap_or(1),
+                    max,
+                }
             }
         })
     }

@@ -64,13 +64,25 @@ impl Shape {
 /// Returns one line per mismatch.
 pub fn check_table<T: Table>(schema: &DatabaseSchema) -> Vec<String> {
     let Some(ts) = schema.table(T::NAME) else {
-        return vec![format!("table {} is not in schema {} {}", T::NAME, schema.name, schema.version)];
+        return vec![format!(
+            "table {} is not in schema {} {}",
+            T::NAME,
+            schema.name,
+            schema.version
+        )];
     };
     T::shapes()
         .into_iter()
         .filter_map(|(col, shape)| match ts.columns.get(col) {
-            None => Some(format!("{}.{col} is not in schema {} {}", T::NAME, schema.name, schema.version)),
-            Some(cs) if !shape.fits(&cs.ty) => Some(format!("{}.{col}: {shape:?} does not fit {:?}", T::NAME, cs.ty)),
+            None => Some(format!(
+                "{}.{col} is not in schema {} {}",
+                T::NAME,
+                schema.name,
+                schema.version
+            )),
+            Some(cs) if !shape.fits(&cs.ty) => {
+                Some(format!("{}.{col}: {shape:?} does not fit {:?}", T::NAME, cs.ty))
+            }
             Some(_) => None,
         })
         .collect()
@@ -206,7 +218,10 @@ impl<K: AtomValue + Ord, V: AtomValue> ColumnValue for BTreeMap<K, V> {
     const SHAPE: Shape = Shape::Map(K::TYPE, V::TYPE);
     fn from_value(value: &Value) -> Option<Self> {
         match value {
-            Value::Map(m) => m.iter().map(|(k, v)| Some((K::from_atom(k)?, V::from_atom(v)?))).collect(),
+            Value::Map(m) => m
+                .iter()
+                .map(|(k, v)| Some((K::from_atom(k)?, V::from_atom(v)?)))
+                .collect(),
             // An empty map may be decoded as an empty set before the schema is known.
             Value::Set(s) if s.is_empty() => Some(BTreeMap::new()),
             _ => None,
@@ -336,7 +351,10 @@ mod tests {
         assert_eq!(Thing::from_row(t.uuid, &row).unwrap().count, 0);
         // A bare atom in a set column is a one-element set.
         row.insert("tags".into(), Value::from("only"));
-        assert_eq!(Thing::from_row(t.uuid, &row).unwrap().tags, vec!["only".to_owned()]);
+        assert_eq!(
+            Thing::from_row(t.uuid, &row).unwrap().tags,
+            vec!["only".to_owned()]
+        );
     }
 
     #[test]
@@ -352,7 +370,10 @@ mod tests {
 
     #[test]
     fn partial_rows_keep_only_named_columns() {
-        let t = Thing { name: "a".into(), ..Thing::default() };
+        let t = Thing {
+            name: "a".into(),
+            ..Thing::default()
+        };
         assert_eq!(t.partial_row(&["name"]).keys().collect::<Vec<_>>(), vec!["name"]);
     }
 }

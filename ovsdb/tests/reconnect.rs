@@ -14,7 +14,13 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 /// Switch names, without the filler rows.
 fn names(client: &Client) -> BTreeSet<String> {
-    client.rows::<LogicalSwitch>().unwrap().into_iter().map(|s| s.name).filter(|n| !n.starts_with("filler-")).collect()
+    client
+        .rows::<LogicalSwitch>()
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .filter(|n| !n.starts_with("filler-"))
+        .collect()
 }
 
 fn set(names: &[&str]) -> BTreeSet<String> {
@@ -22,16 +28,25 @@ fn set(names: &[&str]) -> BTreeSet<String> {
 }
 
 async fn add_switch(client: &Client, name: &str) {
-    let ls = LogicalSwitch { name: name.into(), ..Default::default() };
-    client.transact(vec![Operation::insert(LogicalSwitch::NAME, ls.to_row())]).await.unwrap();
+    let ls = LogicalSwitch {
+        name: name.into(),
+        ..Default::default()
+    };
+    client
+        .transact(vec![Operation::insert(LogicalSwitch::NAME, ls.to_row())])
+        .await
+        .unwrap();
 }
 
 async fn wait_not_ready(client: &Client) {
     let mut state = client.state();
-    tokio::time::timeout(WAIT, state.wait_for(|s| !matches!(s, ConnectionState::Ready { .. })))
-        .await
-        .expect("client notices the server is gone")
-        .unwrap();
+    tokio::time::timeout(
+        WAIT,
+        state.wait_for(|s| !matches!(s, ConnectionState::Ready { .. })),
+    )
+    .await
+    .expect("client notices the server is gone")
+    .unwrap();
 }
 
 /// Collects what subscribers were told, per switch name: the last change kind.
@@ -42,7 +57,10 @@ fn drain(rx: &mut UnboundedReceiver<Arc<ChangeSet>>) -> (BTreeMap<String, Change
         resync |= set.resync;
         for ch in set.changes.iter().filter(|c| &*c.table == LogicalSwitch::NAME) {
             let row = ch.new.as_ref().or(ch.old.as_ref()).unwrap();
-            let name = row.get("name").and_then(|v| v.set_elements()).and_then(|e| e[0].as_str().map(str::to_owned));
+            let name = row
+                .get("name")
+                .and_then(|v| v.set_elements())
+                .and_then(|e| e[0].as_str().map(str::to_owned));
             seen.insert(name.unwrap(), ch.kind());
         }
     }
@@ -63,7 +81,10 @@ async fn crash_change_restart(mut server: OvsdbServer) -> Client {
     // the database itself; filler rows make the few missed transactions worth resuming from.
     let filler = (0..300)
         .map(|i| {
-            let ls = LogicalSwitch { name: format!("filler-{i}"), ..Default::default() };
+            let ls = LogicalSwitch {
+                name: format!("filler-{i}"),
+                ..Default::default()
+            };
             Operation::insert(LogicalSwitch::NAME, ls.to_row())
         })
         .collect();
@@ -84,19 +105,34 @@ async fn crash_change_restart(mut server: OvsdbServer) -> Client {
     server.start_hidden().unwrap();
     server.nbctl_at(&hidden_remote, &["ls-del", "a"]).unwrap();
     server.nbctl_at(&hidden_remote, &["ls-add", "d"]).unwrap();
-    server.nbctl_at(&hidden_remote, &["set", "Logical_Switch", "b", "other_config:missed=yes"]).unwrap();
+    server
+        .nbctl_at(
+            &hidden_remote,
+            &["set", "Logical_Switch", "b", "other_config:missed=yes"],
+        )
+        .unwrap();
     server.kill();
     server.clear_extra_remotes();
     server.start().unwrap();
 
-    tokio::time::timeout(WAIT, queued).await.expect("queued write completes after reconnect").unwrap();
-    wait_until_async("the replica to catch up", WAIT, || async { Ok(names(&client) == set(&["b", "c", "d", "queued"])) })
+    tokio::time::timeout(WAIT, queued)
         .await
+        .expect("queued write completes after reconnect")
         .unwrap();
+    wait_until_async("the replica to catch up", WAIT, || async {
+        Ok(names(&client) == set(&["b", "c", "d", "queued"]))
+    })
+    .await
+    .unwrap();
     assert_replica_matches(&client, LogicalSwitch::NAME).await;
-    let b = client.read(|c| c.find::<LogicalSwitch>(|s| s.name == "b")).unwrap().unwrap();
+    let b = client
+        .read(|c| c.find::<LogicalSwitch>(|s| s.name == "b"))
+        .unwrap()
+        .unwrap();
     assert_eq!(b.other_config.get("missed").map(String::as_str), Some("yes"));
-    let listed: BTreeSet<String> = server.nbctl(&["--bare", "--columns=name", "list", "Logical_Switch"]).unwrap()
+    let listed: BTreeSet<String> = server
+        .nbctl(&["--bare", "--columns=name", "list", "Logical_Switch"])
+        .unwrap()
         .lines()
         .filter(|l| !l.is_empty() && !l.starts_with("filler-"))
         .map(str::to_owned)
@@ -124,7 +160,10 @@ async fn standalone_server_crash_resyncs_fully() {
 async fn clustered_server_crash_resumes_from_last_transaction() {
     let client = crash_change_restart(OvsdbServer::nb_clustered().unwrap()).await;
     let stats = client.stats();
-    assert!(stats.resumes >= 1, "expected a monitor_cond_since resume: {stats:?}");
+    assert!(
+        stats.resumes >= 1,
+        "expected a monitor_cond_since resume: {stats:?}"
+    );
     assert_eq!(stats.full_syncs, 1, "only the first sync is full: {stats:?}");
 }
 
@@ -133,7 +172,10 @@ async fn raft_leader_killed_writes_resume_on_the_new_leader() {
     let mut cluster = RaftCluster::start(NB_SCHEMA).unwrap();
     let client = connect(&cluster.remotes(), "OVN_Northbound").await;
     let leader = cluster.leader().unwrap();
-    assert_eq!(ready_remote(&client).map(|r| r.to_string()), Some(cluster.members[leader].remote()));
+    assert_eq!(
+        ready_remote(&client).map(|r| r.to_string()),
+        Some(cluster.members[leader].remote())
+    );
     add_switch(&client, "before").await;
 
     cluster.members[leader].kill();
@@ -144,8 +186,14 @@ async fn raft_leader_killed_writes_resume_on_the_new_leader() {
         attempts += 1;
         let client = client.clone();
         async move {
-            let ls = LogicalSwitch { name: "after".into(), ..Default::default() };
-            match client.transact(vec![Operation::insert(LogicalSwitch::NAME, ls.to_row())]).await {
+            let ls = LogicalSwitch {
+                name: "after".into(),
+                ..Default::default()
+            };
+            match client
+                .transact(vec![Operation::insert(LogicalSwitch::NAME, ls.to_row())])
+                .await
+            {
                 Ok(_) => Ok(true),
                 Err(e @ (Error::ConnectionLost { .. } | Error::NotConnected { .. })) => Err(e.into()),
                 Err(e) => panic!("unexpected error: {e}"),
@@ -157,13 +205,21 @@ async fn raft_leader_killed_writes_resume_on_the_new_leader() {
 
     let new_leader = cluster.wait_for_leader(WAIT).unwrap();
     assert_ne!(new_leader, leader);
-    assert_eq!(ready_remote(&client).map(|r| r.to_string()), Some(cluster.members[new_leader].remote()));
-    let listed: BTreeSet<String> = cluster.nbctl(&["--bare", "--columns=name", "list", "Logical_Switch"]).unwrap()
+    assert_eq!(
+        ready_remote(&client).map(|r| r.to_string()),
+        Some(cluster.members[new_leader].remote())
+    );
+    let listed: BTreeSet<String> = cluster
+        .nbctl(&["--bare", "--columns=name", "list", "Logical_Switch"])
+        .unwrap()
         .lines()
         .filter(|l| !l.is_empty())
         .map(str::to_owned)
         .collect();
-    assert!(listed.contains("before") && listed.contains("after"), "{listed:?}");
+    assert!(
+        listed.contains("before") && listed.contains("after"),
+        "{listed:?}"
+    );
     let replica = names(&client);
     assert_eq!(replica, listed, "replica after failover (attempts: {attempts})");
 }

@@ -16,7 +16,13 @@ pub struct Daemon {
 
 impl Daemon {
     /// Starts `program` with `args`; its stdout and stderr go to `log`.
-    pub fn spawn(name: &str, program: &str, args: &[String], log: &Path, envs: &[(&str, &Path)]) -> anyhow::Result<Self> {
+    pub fn spawn(
+        name: &str,
+        program: &str,
+        args: &[String],
+        log: &Path,
+        envs: &[(&str, &Path)],
+    ) -> anyhow::Result<Self> {
         let out = std::fs::OpenOptions::new().create(true).append(true).open(log)?;
         let err = out.try_clone()?;
         let mut cmd = Command::new(program);
@@ -24,10 +30,14 @@ impl Daemon {
         for (k, v) in envs {
             cmd.env(k, v);
         }
-        let child = cmd
-            .spawn()
-            .map_err(|e| anyhow::anyhow!("{name}: cannot start {program}: {e} (run scripts/install-deps.sh)"))?;
-        Ok(Self { name: name.to_owned(), child: Some(child), log: log.to_owned() })
+        let child = cmd.spawn().map_err(|e| {
+            anyhow::anyhow!("{name}: cannot start {program}: {e} (run scripts/install-deps.sh)")
+        })?;
+        Ok(Self {
+            name: name.to_owned(),
+            child: Some(child),
+            log: log.to_owned(),
+        })
     }
 
     pub fn pid(&self) -> Option<u32> {
@@ -35,7 +45,9 @@ impl Daemon {
     }
 
     pub fn is_running(&mut self) -> bool {
-        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
     /// The daemon's output so far, for failure messages.

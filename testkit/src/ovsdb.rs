@@ -19,11 +19,16 @@ pub const VSWITCH_SCHEMA: &str = "/usr/share/openvswitch/vswitch.ovsschema";
 const START_TIMEOUT: Duration = Duration::from_secs(20);
 
 fn schema_name(schema: &Path) -> anyhow::Result<String> {
-    Ok(run("ovsdb-tool", &["schema-name", &schema.to_string_lossy()])?.trim().to_owned())
+    Ok(run("ovsdb-tool", &["schema-name", &schema.to_string_lossy()])?
+        .trim()
+        .to_owned())
 }
 
 fn require(path: &str) -> anyhow::Result<()> {
-    anyhow::ensure!(Path::new(path).exists(), "{path} is missing: run scripts/install-deps.sh");
+    anyhow::ensure!(
+        Path::new(path).exists(),
+        "{path} is missing: run scripts/install-deps.sh"
+    );
     Ok(())
 }
 
@@ -59,7 +64,14 @@ impl OvsdbServer {
         let schema = schema.as_ref();
         require(&schema.to_string_lossy())?;
         let mut server = Self::prepare(schema)?;
-        run("ovsdb-tool", &["create", &server.db_file.to_string_lossy(), &schema.to_string_lossy()])?;
+        run(
+            "ovsdb-tool",
+            &[
+                "create",
+                &server.db_file.to_string_lossy(),
+                &schema.to_string_lossy(),
+            ],
+        )?;
         server.start()?;
         Ok(server)
     }
@@ -69,7 +81,15 @@ impl OvsdbServer {
         require(&schema.to_string_lossy())?;
         let mut server = Self::prepare(schema)?;
         let raft = format!("unix:{}", server.dir.path().join("raft.sock").display());
-        run("ovsdb-tool", &["create-cluster", &server.db_file.to_string_lossy(), &schema.to_string_lossy(), &raft])?;
+        run(
+            "ovsdb-tool",
+            &[
+                "create-cluster",
+                &server.db_file.to_string_lossy(),
+                &schema.to_string_lossy(),
+                &raft,
+            ],
+        )?;
         server.start()?;
         Ok(server)
     }
@@ -137,7 +157,11 @@ impl OvsdbServer {
     }
 
     fn start_with(&mut self, main_socket: bool) -> anyhow::Result<()> {
-        anyhow::ensure!(self.daemon.is_none(), "ovsdb-server for {} is already running", self.database);
+        anyhow::ensure!(
+            self.daemon.is_none(),
+            "ovsdb-server for {} is already running",
+            self.database
+        );
         let mut args = Vec::new();
         if main_socket {
             args.push(format!("--remote=punix:{}", self.socket().display()));
@@ -151,7 +175,11 @@ impl OvsdbServer {
         args.push("-vconsole:info".into());
         args.push(self.db_file.to_string_lossy().into_owned());
         let dir = self.dir.path().to_owned();
-        let envs = [("OVS_RUNDIR", dir.as_path()), ("OVS_DBDIR", dir.as_path()), ("OVS_LOGDIR", dir.as_path())];
+        let envs = [
+            ("OVS_RUNDIR", dir.as_path()),
+            ("OVS_DBDIR", dir.as_path()),
+            ("OVS_LOGDIR", dir.as_path()),
+        ];
         let mut daemon = Daemon::spawn(
             &format!("ovsdb-server {}", self.database),
             "ovsdb-server",
@@ -159,19 +187,27 @@ impl OvsdbServer {
             &self.dir.path().join("ovsdb-server.log"),
             &envs,
         )?;
-        let mut sockets: Vec<PathBuf> =
-            self.extra_remotes.iter().filter_map(|r| r.strip_prefix("punix:")).map(PathBuf::from).collect();
+        let mut sockets: Vec<PathBuf> = self
+            .extra_remotes
+            .iter()
+            .filter_map(|r| r.strip_prefix("punix:"))
+            .map(PathBuf::from)
+            .collect();
         if main_socket {
             sockets.push(self.socket());
         }
         let tcp = if main_socket { self.tcp_port } else { None };
         let ctl = self.unixctl();
-        wait_until(&format!("ovsdb-server {} to listen", self.database), START_TIMEOUT, || {
-            daemon.check_alive()?;
-            let unix_ok = sockets.iter().all(|p| UnixStream::connect(p).is_ok());
-            let tcp_ok = tcp.is_none_or(|p| std::net::TcpStream::connect(("127.0.0.1", p)).is_ok());
-            Ok(unix_ok && tcp_ok && ctl.exists())
-        })?;
+        wait_until(
+            &format!("ovsdb-server {} to listen", self.database),
+            START_TIMEOUT,
+            || {
+                daemon.check_alive()?;
+                let unix_ok = sockets.iter().all(|p| UnixStream::connect(p).is_ok());
+                let tcp_ok = tcp.is_none_or(|p| std::net::TcpStream::connect(("127.0.0.1", p)).is_ok());
+                Ok(unix_ok && tcp_ok && ctl.exists())
+            },
+        )?;
         self.daemon = Some(daemon);
         Ok(())
     }
@@ -278,14 +314,27 @@ impl RaftMember {
         let args = vec![
             format!("--remote=punix:{}", self.socket().display()),
             format!("--unixctl={}", self.unixctl().display()),
-            format!("--pidfile={}", self.dir.join(format!("{}.pid", self.name)).display()),
+            format!(
+                "--pidfile={}",
+                self.dir.join(format!("{}.pid", self.name)).display()
+            ),
             "-vconsole:info".into(),
             self.db_file.to_string_lossy().into_owned(),
         ];
         let dir = self.dir.clone();
-        let envs = [("OVS_RUNDIR", dir.as_path()), ("OVS_DBDIR", dir.as_path()), ("OVS_LOGDIR", dir.as_path())];
+        let envs = [
+            ("OVS_RUNDIR", dir.as_path()),
+            ("OVS_DBDIR", dir.as_path()),
+            ("OVS_LOGDIR", dir.as_path()),
+        ];
         let log = self.dir.join(format!("{}.log", self.name));
-        self.daemon = Some(Daemon::spawn(&format!("ovsdb-server {}", self.name), "ovsdb-server", &args, &log, &envs)?);
+        self.daemon = Some(Daemon::spawn(
+            &format!("ovsdb-server {}", self.name),
+            "ovsdb-server",
+            &args,
+            &log,
+            &envs,
+        )?);
         Ok(())
     }
 
@@ -338,27 +387,49 @@ impl RaftCluster {
             })
             .collect();
         let first = members[0].raft_address();
-        run("ovsdb-tool", &["create-cluster", &members[0].db_file.to_string_lossy(), schema, &first])?;
+        run(
+            "ovsdb-tool",
+            &[
+                "create-cluster",
+                &members[0].db_file.to_string_lossy(),
+                schema,
+                &first,
+            ],
+        )?;
         for m in &members[1..] {
             run(
                 "ovsdb-tool",
-                &["join-cluster", &m.db_file.to_string_lossy(), &database, &m.raft_address(), &first],
+                &[
+                    "join-cluster",
+                    &m.db_file.to_string_lossy(),
+                    &database,
+                    &m.raft_address(),
+                    &first,
+                ],
             )?;
         }
         for m in &mut members {
             m.start()?;
         }
-        let cluster = Self { dir, database, members };
+        let cluster = Self {
+            dir,
+            database,
+            members,
+        };
         // A member that has not finished joining does not count toward a majority: wait for all
         // three, or killing the leader could leave no quorum.
-        wait_until(&format!("all {} cluster members to join", cluster.database), START_TIMEOUT, || {
-            for m in &cluster.members {
-                if !m.is_member(&cluster.database)? {
-                    return Ok(false);
+        wait_until(
+            &format!("all {} cluster members to join", cluster.database),
+            START_TIMEOUT,
+            || {
+                for m in &cluster.members {
+                    if !m.is_member(&cluster.database)? {
+                        return Ok(false);
+                    }
                 }
-            }
-            Ok(true)
-        })?;
+                Ok(true)
+            },
+        )?;
         cluster.wait_for_leader(START_TIMEOUT)?;
         Ok(cluster)
     }
@@ -369,7 +440,11 @@ impl RaftCluster {
 
     /// Every member's remote, comma-separated, as `--ovn-nb-addr` takes them.
     pub fn remotes(&self) -> String {
-        self.members.iter().map(RaftMember::remote).collect::<Vec<_>>().join(",")
+        self.members
+            .iter()
+            .map(RaftMember::remote)
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
     /// The index of the running member that says it is the leader.
@@ -384,19 +459,28 @@ impl RaftCluster {
 
     pub fn wait_for_leader(&self, timeout: Duration) -> anyhow::Result<usize> {
         let mut found = 0;
-        wait_until(&format!("a {} cluster leader", self.database), timeout, || match self.leader() {
-            Ok(i) => {
-                found = i;
-                Ok(true)
-            }
-            Err(e) => Err(e),
-        })?;
+        wait_until(
+            &format!("a {} cluster leader", self.database),
+            timeout,
+            || match self.leader() {
+                Ok(i) => {
+                    found = i;
+                    Ok(true)
+                }
+                Err(e) => Err(e),
+            },
+        )?;
         Ok(found)
     }
 
     /// `ovn-nbctl` against the members still running (leader-only, as its default).
     pub fn nbctl(&self, args: &[&str]) -> anyhow::Result<String> {
-        let remotes: Vec<String> = self.members.iter().filter(|m| m.is_running()).map(RaftMember::remote).collect();
+        let remotes: Vec<String> = self
+            .members
+            .iter()
+            .filter(|m| m.is_running())
+            .map(RaftMember::remote)
+            .collect();
         let db = format!("--db={}", remotes.join(","));
         let mut full = vec![db.as_str(), "--timeout=20"];
         full.extend_from_slice(args);

@@ -18,7 +18,9 @@ pub fn wait_until(
             Err(e) => last_error = Some(e),
         }
         if start.elapsed() >= timeout {
-            let detail = last_error.map(|e| format!(" (last error: {e:#})")).unwrap_or_default();
+            let detail = last_error
+                .map(|e| format!(" (last error: {e:#})"))
+                .unwrap_or_default();
             anyhow::bail!("timed out after {timeout:?} waiting for {what}{detail}");
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -40,7 +42,9 @@ where
             Err(e) => last_error = Some(e),
         }
         if start.elapsed() >= timeout {
-            let detail = last_error.map(|e| format!(" (last error: {e:#})")).unwrap_or_default();
+            let detail = last_error
+                .map(|e| format!(" (last error: {e:#})"))
+                .unwrap_or_default();
             anyhow::bail!("timed out after {timeout:?} waiting for {what}{detail}");
         }
         tokio::time::sleep(Duration::from_millis(10)).await;

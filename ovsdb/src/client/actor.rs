@@ -5,8 +5,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 
-use serde_json::{Value as Json, json};
 use serde_json::value::RawValue;
+use serde_json::{Value as Json, json};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{Instrument, debug, info, info_span, warn};
@@ -15,7 +15,7 @@ use super::fit::fit_to_schema;
 use super::monitor::{ServerStatus, monitor_requests, server_monitor_request, server_statuses};
 use super::session::Session;
 use super::{ChangeSet, Command, ConnectionState, MonitorTables, Shared};
-use crate::cache::{DbCache, TableUpdates, TableUpdates2};
+use crate::cache::{DbCache, MonitorUpdate, TableUpdates, TableUpdates2};
 use crate::data::Row;
 use crate::error::{Error, ProtocolError, Result};
 use crate::ops::{Operation, OperationResult, parse_transact_reply};
@@ -66,8 +66,14 @@ enum End {
 }
 
 enum Pending {
-    Transact { ops: Vec<Operation>, reply: tokio::sync::oneshot::Sender<Result<Vec<OperationResult>>> },
-    Call { method: String, reply: tokio::sync::oneshot::Sender<Result<Json>> },
+    Transact {
+        ops: Vec<Operation>,
+        reply: tokio::sync::oneshot::Sender<Result<Vec<OperationResult>>>,
+    },
+    Call {
+        method: String,
+        reply: tokio::sync::oneshot::Sender<Result<Json>>,
+    },
     Echo,
 }
 
@@ -80,13 +86,19 @@ impl Actor {
             for k in 0..config.remotes.len() {
                 let idx = (self.next_remote + k) % config.remotes.len();
                 let remote = &config.remotes[idx];
-                let setup = self.setup(remote).instrument(info_span!("session", %remote)).await;
+                let setup = self
+                    .setup(remote)
+                    .instrument(info_span!("session", %remote))
+                    .await;
                 match setup {
                     Ok((session, server)) => {
                         self.next_remote = idx;
                         backoff = config.backoff_min;
                         served = true;
-                        let end = self.serve(session, server).instrument(info_span!("session", %remote)).await;
+                        let end = self
+                            .serve(session, server)
+                            .instrument(info_span!("session", %remote))
+                            .await;
                         self.shared.state.send_replace(ConnectionState::Connecting);
                         match end {
                             End::Shutdown => return self.stop(),
@@ -139,10 +151,17 @@ impl Actor {
         let mut session = Session::connect(remote, config.connect_timeout).await?;
         let mut deferred = Vec::new();
 
-        let schema_json = rpc_result(session.call("get_schema", &json!([db]), &mut deferred).await?, "get_schema")?;
-        let schema: Arc<DatabaseSchema> = Arc::new(serde_json::from_str(schema_json.get()).map_err(|e| {
-            Error::Protocol { remote: remote.to_string(), source: ProtocolError::Json(format!("schema of {db}: {e}")) }
-        })?);
+        let schema_json = rpc_result(
+            session.call("get_schema", &json!([db]), &mut deferred).await?,
+            "get_schema",
+        )?;
+        let schema: Arc<DatabaseSchema> =
+            Arc::new(
+                serde_json::from_str(schema_json.get()).map_err(|e| Error::Protocol {
+                    remote: remote.to_string(),
+                    source: ProtocolError::Json(format!("schema of {db}: {e}")),
+                })?,
+            );
 
         // Leadership and freshness, from the server's own `_Server` database. Servers without it
         // (very old ones) are standalone for our purposes.
@@ -158,20 +177,30 @@ impl Actor {
                 .unwrap_or_default();
             let status = server_statuses(&rows).remove(db).ok_or_else(|| Error::Rpc {
                 method: "transact".into(),
-                error: RpcError { error: "unknown database".into(), details: Some(format!("{db} is not served here")) },
+                error: RpcError {
+                    error: "unknown database".into(),
+                    details: Some(format!("{db} is not served here")),
+                },
             })?;
-            status.usable(config.leader_only, self.highest_index).map_err(|reason| Error::Io {
-                remote: remote.to_string(),
-                source: std::io::Error::other(reason),
-            })?;
+            status
+                .usable(config.leader_only, self.highest_index)
+                .map_err(|reason| Error::Io {
+                    remote: remote.to_string(),
+                    source: std::io::Error::other(reason),
+                })?;
             self.highest_index = self.highest_index.max(status.index);
             let params = json!(["_Server", SERVER_MONITOR_ID, server_monitor_request(db)]);
             match session.call("monitor_cond", &params, &mut deferred).await? {
                 Ok(initial) => {
                     let updates: TableUpdates2 = decode(remote, initial.get(), "_Server monitor reply")?;
-                    server.apply_update2(updates).map_err(|source| Error::Protocol { remote: remote.to_string(), source })?;
+                    server.apply_update2(updates).map_err(|source| Error::Protocol {
+                        remote: remote.to_string(),
+                        source,
+                    })?;
                 }
-                Err(e) => debug!(error = %e, "no _Server monitor; leadership changes are noticed on reconnect"),
+                Err(e) => {
+                    debug!(error = %e, "no _Server monitor; leadership changes are noticed on reconnect")
+                }
             }
         }
 
@@ -194,7 +223,9 @@ impl Actor {
             self.handle_message(&mut session, &mut server, &mut HashMap::new(), message)?;
         }
         info!(%remote, schema_version = %schema.version, resumed = !resync, "OVSDB session ready");
-        self.shared.state.send_replace(ConnectionState::Ready { remote: remote.clone() });
+        self.shared.state.send_replace(ConnectionState::Ready {
+            remote: remote.clone(),
+        });
         Ok((session, server))
     }
 
@@ -212,13 +243,21 @@ impl Actor {
         if !missing.is_empty() {
             warn!(tables = ?missing, "tables to monitor are not in the server's schema; skipped");
         }
-        let since = self.last_txn_id.clone().filter(|_| self.have_replica).unwrap_or_else(|| ZERO_TXN_ID.into());
-        let protocol = |source| Error::Protocol { remote: remote.to_string(), source };
+        let since = self
+            .last_txn_id
+            .clone()
+            .filter(|_| self.have_replica)
+            .unwrap_or_else(|| ZERO_TXN_ID.into());
+        let protocol = |source| Error::Protocol {
+            remote: remote.to_string(),
+            source,
+        };
 
         let params = json!([db, MONITOR_ID, body, since]);
         if let Ok(reply) = session.call("monitor_cond_since", &params, deferred).await? {
             let (found, txn_id, updates): (bool, String, TableUpdates2) =
                 decode(&remote, reply.get(), "monitor_cond_since reply")?;
+            debug!(%since, %txn_id, found, "monitor_cond_since");
             debug!(%since, %txn_id, found, "monitor_cond_since");
             self.last_txn_id = Some(txn_id);
             if found && self.have_replica {
@@ -249,11 +288,15 @@ impl Actor {
         let mut pending: HashMap<u64, Pending> = HashMap::new();
         while let Some(cmd) = self.queued.pop_front() {
             if let Err(e) = self.send_command(&mut session, &mut pending, cmd) {
-                return self.lose(pending, e);
+                return Self::lose(pending, e);
             }
         }
         let probe = self.shared.config.inactivity_probe;
-        let mut tick = tokio::time::interval(if probe.is_zero() { std::time::Duration::from_secs(3600) } else { probe / 2 });
+        let mut tick = tokio::time::interval(if probe.is_zero() {
+            std::time::Duration::from_hours(1)
+        } else {
+            probe / 2
+        });
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut echo_out = false;
         loop {
@@ -261,21 +304,21 @@ impl Actor {
                 message = session.next_message() => {
                     let message = match message {
                         Ok(m) => m,
-                        Err(e) => return self.lose(pending, e),
+                        Err(e) => return Self::lose(pending, e),
                     };
-                    if let Message::Response { id, .. } = &message {
-                        if id.as_u64().is_some_and(|id| matches!(pending.get(&id), Some(Pending::Echo))) {
-                            echo_out = false;
-                        }
+                    if let Message::Response { id, .. } = &message
+                        && id.as_u64().is_some_and(|id| matches!(pending.get(&id), Some(Pending::Echo)))
+                    {
+                        echo_out = false;
                     }
                     if let Err(e) = self.handle_message(&mut session, &mut server, &mut pending, message) {
-                        return self.lose(pending, e);
+                        return Self::lose(pending, e);
                     }
                 }
                 cmd = self.commands.recv() => {
                     let Some(cmd) = cmd else { return End::Shutdown };
                     if let Err(e) = self.send_command(&mut session, &mut pending, cmd) {
-                        return self.lose(pending, e);
+                        return Self::lose(pending, e);
                     }
                 }
                 _ = tick.tick(), if !probe.is_zero() => {
@@ -286,12 +329,12 @@ impl Actor {
                             source: std::io::Error::new(std::io::ErrorKind::TimedOut,
                                 format!("inactivity probe: nothing received for {idle:?}")),
                         };
-                        return self.lose(pending, e);
+                        return Self::lose(pending, e);
                     }
                     if idle >= probe && !echo_out {
                         match session.send("echo", &json!([])) {
                             Ok(id) => { pending.insert(id, Pending::Echo); echo_out = true; }
-                            Err(e) => return self.lose(pending, e),
+                            Err(e) => return Self::lose(pending, e),
                         }
                     }
                 }
@@ -300,7 +343,7 @@ impl Actor {
     }
 
     /// Fails every in-flight request: whether a transaction committed is unknown to us.
-    fn lose(&mut self, pending: HashMap<u64, Pending>, error: Error) -> End {
+    fn lose(pending: HashMap<u64, Pending>, error: Error) -> End {
         let remote = match &error {
             Error::Io { remote, .. } | Error::Protocol { remote, .. } => remote.clone(),
             _ => String::new(),
@@ -308,10 +351,16 @@ impl Actor {
         for (_, p) in pending {
             match p {
                 Pending::Transact { reply, .. } => {
-                    let _ = reply.send(Err(Error::ConnectionLost { remote: remote.clone(), method: "transact".into() }));
+                    let _ = reply.send(Err(Error::ConnectionLost {
+                        remote: remote.clone(),
+                        method: "transact".into(),
+                    }));
                 }
                 Pending::Call { method, reply } => {
-                    let _ = reply.send(Err(Error::ConnectionLost { remote: remote.clone(), method }));
+                    let _ = reply.send(Err(Error::ConnectionLost {
+                        remote: remote.clone(),
+                        method,
+                    }));
                 }
                 Pending::Echo => {}
             }
@@ -319,13 +368,24 @@ impl Actor {
         End::Lost(error)
     }
 
-    fn send_command(&mut self, session: &mut Session, pending: &mut HashMap<u64, Pending>, cmd: Command) -> Result<()> {
+    fn send_command(
+        &mut self,
+        session: &mut Session,
+        pending: &mut HashMap<u64, Pending>,
+        cmd: Command,
+    ) -> Result<()> {
         match cmd {
             Command::Transact { ops, reply } => {
                 if reply.is_closed() {
                     return Ok(());
                 }
-                let schema = self.shared.cache.read().unwrap_or_else(PoisonError::into_inner).schema().cloned();
+                let schema = self
+                    .shared
+                    .cache
+                    .read()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .schema()
+                    .cloned();
                 let fitted = match schema {
                     Some(schema) => fit_to_schema(&schema, ops),
                     None => Ok(ops),
@@ -333,7 +393,10 @@ impl Actor {
                 match fitted {
                     Ok(ops) => {
                         let mut params = vec![Json::from(self.shared.config.database.clone())];
-                        params.extend(ops.iter().map(|op| serde_json::to_value(op).expect("operation serializes")));
+                        params.extend(
+                            ops.iter()
+                                .map(|op| serde_json::to_value(op).expect("operation serializes")),
+                        );
                         let id = session.send("transact", &params)?;
                         pending.insert(id, Pending::Transact { ops, reply });
                     }
@@ -342,7 +405,11 @@ impl Actor {
                     }
                 }
             }
-            Command::Call { method, params, reply } => {
+            Command::Call {
+                method,
+                params,
+                reply,
+            } => {
                 if reply.is_closed() {
                     return Ok(());
                 }
@@ -366,7 +433,10 @@ impl Actor {
             Message::Response { id, result } => match id.as_u64().and_then(|id| pending.remove(&id)) {
                 Some(Pending::Transact { ops, reply }) => {
                     let outcome = result
-                        .map_err(|error| Error::Rpc { method: "transact".into(), error })
+                        .map_err(|error| Error::Rpc {
+                            method: "transact".into(),
+                            error,
+                        })
                         .and_then(|raw| decode::<Vec<Json>>(&remote, raw.get(), "transact reply"))
                         .and_then(|items| parse_transact_reply(&ops, &items).map_err(Error::from));
                     let _ = reply.send(outcome);
@@ -398,41 +468,50 @@ impl Actor {
         Ok(())
     }
 
-    fn apply_notification(&mut self, remote: &Remote, server: &mut DbCache, method: &str, params: &RawValue) -> Result<()> {
-        let protocol = |source| Error::Protocol { remote: remote.to_string(), source };
-        match method {
-            "update3" => {
-                let (id, txn_id, updates): (String, String, TableUpdates2) = decode(remote, params.get(), "update3")?;
-                if id == MONITOR_ID {
-                    let changes = self.cache_write().apply_update2(updates).map_err(protocol)?;
-                    self.last_txn_id = Some(txn_id);
-                    self.shared.publish(ChangeSet { changes, resync: false });
+    fn apply_notification(
+        &mut self,
+        remote: &Remote,
+        server: &mut DbCache,
+        method: &str,
+        params: &RawValue,
+    ) -> Result<()> {
+        let protocol = |source| Error::Protocol {
+            remote: remote.to_string(),
+            source,
+        };
+        if method == "monitor_canceled" {
+            // The server dropped our monitor (its database was replaced or converted).
+            self.have_replica = false;
+            self.last_txn_id = None;
+            return Err(Error::Io {
+                remote: remote.to_string(),
+                source: std::io::Error::other("the server canceled the monitor"),
+            });
+        }
+        let Some(update) = MonitorUpdate::decode(method, params.get()).map_err(protocol)? else {
+            debug!(method, "ignoring notification");
+            return Ok(());
+        };
+        match update.monitor() {
+            MONITOR_ID => {
+                let txn_id = match &update {
+                    MonitorUpdate::Update3 { txn_id, .. } => Some(txn_id.clone()),
+                    _ => None,
+                };
+                let changes = self.cache_write().apply(update).map_err(protocol)?;
+                if txn_id.is_some() {
+                    self.last_txn_id = txn_id;
                 }
+                self.shared.publish(ChangeSet {
+                    changes,
+                    resync: false,
+                });
             }
-            "update2" => {
-                let (id, updates): (String, TableUpdates2) = decode(remote, params.get(), "update2")?;
-                if id == MONITOR_ID {
-                    let changes = self.cache_write().apply_update2(updates).map_err(protocol)?;
-                    self.shared.publish(ChangeSet { changes, resync: false });
-                } else if id == SERVER_MONITOR_ID {
-                    server.apply_update2(updates).map_err(protocol)?;
-                    self.check_server(remote, server)?;
-                }
+            SERVER_MONITOR_ID => {
+                server.apply(update).map_err(protocol)?;
+                self.check_server(remote, server)?;
             }
-            "update" => {
-                let (id, updates): (String, TableUpdates) = decode(remote, params.get(), "update")?;
-                if id == MONITOR_ID {
-                    let changes = self.cache_write().apply_update(updates);
-                    self.shared.publish(ChangeSet { changes, resync: false });
-                }
-            }
-            "monitor_canceled" => {
-                // The server dropped our monitor (its database was replaced or converted).
-                self.have_replica = false;
-                self.last_txn_id = None;
-                return Err(Error::Io { remote: remote.to_string(), source: std::io::Error::other("the server canceled the monitor") });
-            }
-            other => debug!(method = other, "ignoring notification"),
+            other => debug!(monitor = other, "update for a monitor we did not start"),
         }
         Ok(())
     }
@@ -440,19 +519,28 @@ impl Actor {
     /// After a `_Server` update: a leader that stepped down, or a member that lost its cluster,
     /// is left for another.
     fn check_server(&mut self, remote: &Remote, server: &DbCache) -> Result<()> {
-        let Some(status) = server.table("Database").map(|(_, r)| ServerStatus::from_row(r)).next() else {
+        let Some(status) = server
+            .table("Database")
+            .map(|(_, r)| ServerStatus::from_row(r))
+            .next()
+        else {
             return Ok(());
         };
         self.highest_index = self.highest_index.max(status.index);
-        status.usable(self.shared.config.leader_only, 0).map_err(|reason| Error::Io {
-            remote: remote.to_string(),
-            source: std::io::Error::other(format!("{}: {reason}", self.shared.config.database)),
-        })
+        status
+            .usable(self.shared.config.leader_only, 0)
+            .map_err(|reason| Error::Io {
+                remote: remote.to_string(),
+                source: std::io::Error::other(format!("{}: {reason}", self.shared.config.database)),
+            })
     }
 }
 
 fn rpc_result<T>(result: std::result::Result<T, RpcError>, method: &str) -> Result<T> {
-    result.map_err(|error| Error::Rpc { method: method.to_owned(), error })
+    result.map_err(|error| Error::Rpc {
+        method: method.to_owned(),
+        error,
+    })
 }
 
 fn decode<T: serde::de::DeserializeOwned>(remote: &Remote, text: &str, what: &str) -> Result<T> {

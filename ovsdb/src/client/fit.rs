@@ -23,7 +23,10 @@ fn fit_one(schema: &DatabaseSchema, mut op: Operation) -> Result<Operation, Erro
         return Ok(op);
     };
     let Some(ts) = schema.table(&table) else {
-        return Err(Error::UnknownTable { database: schema.name.clone(), table });
+        return Err(Error::UnknownTable {
+            database: schema.name.clone(),
+            table,
+        });
     };
     let unknown = |column: &str| Error::UnknownColumn {
         database: schema.name.clone(),
@@ -60,18 +63,29 @@ fn fit_one(schema: &DatabaseSchema, mut op: Operation) -> Result<Operation, Erro
             check_conditions(conditions)?;
             fit_row(row)?;
         }
-        Operation::Mutate { conditions, mutations, .. } => {
+        Operation::Mutate {
+            conditions,
+            mutations,
+            ..
+        } => {
             check_conditions(conditions)?;
             check_mutations(mutations)?;
         }
-        Operation::Select { conditions, columns, .. } => {
+        Operation::Select {
+            conditions, columns, ..
+        } => {
             check_conditions(conditions)?;
             if let Some(c) = columns.iter().flatten().find(|c| !known(c)) {
                 return Err(unknown(c));
             }
         }
         Operation::Delete { conditions, .. } => check_conditions(conditions)?,
-        Operation::Wait { conditions, columns, rows, .. } => {
+        Operation::Wait {
+            conditions,
+            columns,
+            rows,
+            ..
+        } => {
             check_conditions(conditions)?;
             if let Some(c) = columns.iter().find(|c| !known(c)) {
                 return Err(unknown(c));
@@ -99,9 +113,14 @@ mod tests {
 
     #[test]
     fn default_values_of_missing_columns_are_dropped() {
-        let row = Row::from([("name".into(), Value::from("a")), ("newer".into(), Value::empty_map())]);
+        let row = Row::from([
+            ("name".into(), Value::from("a")),
+            ("newer".into(), Value::empty_map()),
+        ]);
         let ops = fit_to_schema(&schema(), vec![Operation::insert("LS", row)]).unwrap();
-        let Operation::Insert { row, .. } = &ops[0] else { unreachable!() };
+        let Operation::Insert { row, .. } = &ops[0] else {
+            unreachable!()
+        };
         assert_eq!(row.keys().collect::<Vec<_>>(), vec!["name"]);
     }
 
@@ -113,7 +132,10 @@ mod tests {
             err.to_string(),
             "column LS.newer is not in the server's NB schema (version 7.0.0), and the value to write is not the column's default"
         );
-        let err = fit_to_schema(&schema(), vec![Operation::delete("LS", vec![Condition::eq("zz", "x")])]);
+        let err = fit_to_schema(
+            &schema(),
+            vec![Operation::delete("LS", vec![Condition::eq("zz", "x")])],
+        );
         assert!(matches!(err, Err(Error::UnknownColumn { column, .. }) if column == "zz"));
         let err = fit_to_schema(&schema(), vec![Operation::delete("Nope", vec![])]);
         assert!(matches!(err, Err(Error::UnknownTable { table, .. }) if table == "Nope"));

@@ -67,7 +67,7 @@ impl ClientConfig {
             monitor: MonitorTables::All,
             leader_only: true,
             connect_timeout: Duration::from_secs(3),
-            request_timeout: Duration::from_secs(60),
+            request_timeout: Duration::from_mins(1),
             inactivity_probe: Duration::from_secs(10),
             backoff_min: Duration::from_millis(100),
             backoff_max: Duration::from_secs(4),
@@ -138,8 +138,15 @@ impl Shared {
 }
 
 enum Command {
-    Transact { ops: Vec<Operation>, reply: oneshot::Sender<Result<Vec<OperationResult>>> },
-    Call { method: String, params: Json, reply: oneshot::Sender<Result<Json>> },
+    Transact {
+        ops: Vec<Operation>,
+        reply: oneshot::Sender<Result<Vec<OperationResult>>>,
+    },
+    Call {
+        method: String,
+        params: Json,
+        reply: oneshot::Sender<Result<Json>>,
+    },
 }
 
 /// A handle on one database. Cheap to clone; the connection closes when the last one drops.
@@ -185,8 +192,17 @@ impl Client {
     }
 
     fn not_connected(&self, waited: Duration) -> Error {
-        let remotes = self.shared.config.remotes.iter().map(ToString::to_string).collect::<Vec<_>>();
-        Error::NotConnected { remotes: remotes.join(", "), waited }
+        let remotes = self
+            .shared
+            .config
+            .remotes
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>();
+        Error::NotConnected {
+            remotes: remotes.join(", "),
+            waited,
+        }
     }
 
     /// Runs a transaction. The operations are checked against the server's schema first; a
@@ -194,24 +210,42 @@ impl Client {
     /// When it returns `Ok`, the replica already reflects the transaction.
     pub async fn transact(&self, ops: Vec<Operation>) -> Result<Vec<OperationResult>> {
         let (reply, rx) = oneshot::channel();
-        self.request("transact", Command::Transact { ops, reply }, rx).await
+        self.request("transact", Command::Transact { ops, reply }, rx)
+            .await
     }
 
     /// Sends any JSON-RPC method (`list_dbs`, `get_schema`, …) and returns its result.
     pub async fn call(&self, method: &str, params: Json) -> Result<Json> {
         let (reply, rx) = oneshot::channel();
         let method_name = method.to_owned();
-        self.request(&method_name, Command::Call { method: method.to_owned(), params, reply }, rx).await
+        self.request(
+            &method_name,
+            Command::Call {
+                method: method.to_owned(),
+                params,
+                reply,
+            },
+            rx,
+        )
+        .await
     }
 
-    async fn request<T>(&self, method: &str, command: Command, rx: oneshot::Receiver<Result<T>>) -> Result<T> {
+    async fn request<T>(
+        &self,
+        method: &str,
+        command: Command,
+        rx: oneshot::Receiver<Result<T>>,
+    ) -> Result<T> {
         self.commands.send(command).map_err(|_| Error::Closed)?;
         let timeout = self.shared.config.request_timeout;
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(Error::Closed),
             Err(_) if matches!(*self.shared.state.borrow(), ConnectionState::Ready { .. }) => {
-                Err(Error::Timeout { method: method.to_owned(), waited: timeout })
+                Err(Error::Timeout {
+                    method: method.to_owned(),
+                    waited: timeout,
+                })
             }
             Err(_) => Err(self.not_connected(timeout)),
         }
@@ -236,7 +270,11 @@ impl Client {
     /// stops reading should drop its receiver.
     pub fn subscribe(&self) -> mpsc::UnboundedReceiver<Arc<ChangeSet>> {
         let (tx, rx) = mpsc::unbounded_channel();
-        self.shared.subscribers.lock().unwrap_or_else(PoisonError::into_inner).push(tx);
+        self.shared
+            .subscribers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(tx);
         rx
     }
 

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value as Json, json};
 
-use crate::data::Row;
+use crate::data::{Row, Value};
 use crate::schema::DatabaseSchema;
 
 /// Which tables the client keeps a replica of.
@@ -55,13 +55,15 @@ pub struct ServerStatus {
 
 impl ServerStatus {
     pub fn from_row(row: &Row) -> Self {
-        let text = |c: &str| row.get(c).and_then(|v| v.set_elements()).and_then(|e| e.first().and_then(|a| a.as_str()).map(str::to_owned));
-        let flag = |c: &str| row.get(c).and_then(|v| v.set_elements()).and_then(|e| e.first().and_then(|a| a.as_bool()));
-        let index = row
-            .get("index")
-            .and_then(|v| v.set_elements())
-            .and_then(|e| e.first().and_then(|a| a.as_i64()))
-            .unwrap_or(0);
+        // Optional columns arrive as sets of zero or one atom, or as bare atoms.
+        let first = |c: &str| {
+            row.get(c)
+                .and_then(Value::set_elements)
+                .and_then(|e| e.first().copied().cloned())
+        };
+        let text = |c: &str| first(c).and_then(|a| a.as_str().map(str::to_owned));
+        let flag = |c: &str| first(c).and_then(|a| a.as_bool());
+        let index = first("index").and_then(|a| a.as_i64()).unwrap_or(0);
         Self {
             model: text("model").unwrap_or_default(),
             connected: flag("connected").unwrap_or(true),
@@ -83,7 +85,10 @@ impl ServerStatus {
             return Err("the server is not the cluster leader".into());
         }
         if self.index < highest_index {
-            return Err(format!("the server's log index {} is behind {highest_index}, already seen", self.index));
+            return Err(format!(
+                "the server's log index {} is behind {highest_index}, already seen",
+                self.index
+            ));
         }
         Ok(())
     }

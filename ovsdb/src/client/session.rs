@@ -31,8 +31,16 @@ pub(crate) struct Session {
 
 impl Session {
     pub async fn connect(remote: &Remote, timeout: Duration) -> Result<Self, Error> {
-        let io_err = |source| Error::Io { remote: remote.to_string(), source };
-        let timed_out = || io_err(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"));
+        let io_err = |source| Error::Io {
+            remote: remote.to_string(),
+            source,
+        };
+        let timed_out = || {
+            io_err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "connect timed out",
+            ))
+        };
         let (reader, writer): (Box<dyn AsyncRead + Send + Unpin>, _) = match remote {
             Remote::Unix(path) => {
                 let s = tokio::time::timeout(timeout, UnixStream::connect(path))
@@ -92,7 +100,10 @@ impl Session {
     pub async fn next_message(&mut self) -> Result<Message, Error> {
         loop {
             let remote = &self.remote;
-            let protocol = |source| Error::Protocol { remote: remote.to_string(), source };
+            let protocol = |source| Error::Protocol {
+                remote: remote.to_string(),
+                source,
+            };
             if let Some(frame) = self.splitter.next_frame().map_err(protocol)? {
                 return Message::decode(frame).map_err(protocol);
             }
@@ -100,7 +111,10 @@ impl Session {
                 .reader
                 .read(&mut self.chunk)
                 .await
-                .map_err(|source| Error::Io { remote: self.remote.to_string(), source })?;
+                .map_err(|source| Error::Io {
+                    remote: self.remote.to_string(),
+                    source,
+                })?;
             if n == 0 {
                 return Err(if self.splitter.pending() > 0 {
                     Error::Protocol {
@@ -128,9 +142,13 @@ impl Session {
         let id = self.send(method, params)?;
         loop {
             match self.next_message().await? {
-                Message::Response { id: rid, result } if rid == Json::from(id) => return Ok(result),
+                Message::Response { id: rid, result } if rid.as_u64() == Some(id) => return Ok(result),
                 Message::Response { .. } => {}
-                Message::Request { id: rid, method, params } => {
+                Message::Request {
+                    id: rid,
+                    method,
+                    params,
+                } => {
                     if method == "echo" {
                         self.reply(&rid, &params)?;
                     }

@@ -26,19 +26,27 @@ pub fn config(remotes: &str, database: &str) -> ClientConfig {
 }
 
 pub async fn connect(remotes: &str, database: &str) -> Client {
-    Client::connect(config(remotes, database)).await.expect("client connects")
+    Client::connect(config(remotes, database))
+        .await
+        .expect("client connects")
 }
 
 /// Every row of `table` as the server has it now, through a `select` (not the replica).
 pub async fn server_rows(client: &Client, table: &str) -> BTreeMap<Uuid, Row> {
-    let results = client.transact(vec![Operation::select(table, vec![])]).await.expect("select");
+    let results = client
+        .transact(vec![Operation::select(table, vec![])])
+        .await
+        .expect("select");
     results[0]
         .rows()
         .unwrap()
         .iter()
         .map(|r| {
             let mut r = r.clone();
-            let uuid = r.remove("_uuid").and_then(|v| v.set_elements().and_then(|e| e[0].as_uuid())).unwrap();
+            let uuid = r
+                .remove("_uuid")
+                .and_then(|v| v.set_elements().and_then(|e| e[0].as_uuid()))
+                .unwrap();
             r.remove("_version");
             (uuid, r)
         })
@@ -74,20 +82,34 @@ pub async fn assert_replica_matches(client: &Client, table: &str) {
     };
     let server = normalize(server_rows(client, table).await);
     let replica = normalize(replica_rows(client, table));
-    assert_eq!(replica.len(), server.len(), "{table}: replica has {} rows, server {}", replica.len(), server.len());
+    assert_eq!(
+        replica.len(),
+        server.len(),
+        "{table}: replica has {} rows, server {}",
+        replica.len(),
+        server.len()
+    );
     for (uuid, srow) in &server {
-        let rrow = replica.get(uuid).unwrap_or_else(|| panic!("{table} row {uuid} missing from the replica"));
+        let rrow = replica
+            .get(uuid)
+            .unwrap_or_else(|| panic!("{table} row {uuid} missing from the replica"));
         assert_eq!(rrow, srow, "{table} row {uuid} differs");
     }
 }
 
 /// UUIDs `ovn-nbctl` lists for a table: the independent oracle.
 pub fn nbctl_uuids(output: &str) -> BTreeSet<Uuid> {
-    output.lines().filter_map(|l| Uuid::parse_str(l.trim()).ok()).collect()
+    output
+        .lines()
+        .filter_map(|l| Uuid::parse_str(l.trim()).ok())
+        .collect()
 }
 
 pub async fn wait_ready_on(client: &Client, what: &str) {
-    client.wait_ready(WAIT).await.unwrap_or_else(|e| panic!("{what}: {e}"));
+    client
+        .wait_ready(WAIT)
+        .await
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
 }
 
 pub fn ready_remote(client: &Client) -> Option<Remote> {
