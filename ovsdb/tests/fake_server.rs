@@ -124,7 +124,7 @@ async fn serve(mut stream: UnixStream, conn: usize, script: Script, events: mpsc
                         &mut stream,
                         &json!({"id": "echo", "method": "echo", "params": ["ping"]}),
                     )
-                    .await
+                    .await;
                 }
                 Script::Garbage if conn == 1 => {
                     let _ = stream.write_all(b"]]] not json").await;

@@ -59,7 +59,7 @@ fn drain(rx: &mut UnboundedReceiver<Arc<ChangeSet>>) -> (BTreeMap<String, Change
             let row = ch.new.as_ref().or(ch.old.as_ref()).unwrap();
             let name = row
                 .get("name")
-                .and_then(|v| v.set_elements())
+                .and_then(kube_ovn_ovsdb::Value::set_elements)
                 .and_then(|e| e[0].as_str().map(str::to_owned));
             seen.insert(name.unwrap(), ch.kind());
         }

@@ -199,7 +199,7 @@ impl Actor {
                     })?;
                 }
                 Err(e) => {
-                    debug!(error = %e, "no _Server monitor; leadership changes are noticed on reconnect")
+                    debug!(error = %e, "no _Server monitor; leadership changes are noticed on reconnect");
                 }
             }
         }
