@@ -1,6 +1,7 @@
 //! A daemon run as our child process: we hold its PID, stop it with SIGTERM (then SIGKILL) and
 //! reap it, so no zombie or stray process outlives a test.
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -27,6 +28,17 @@ impl Daemon {
         let err = out.try_clone()?;
         let mut cmd = Command::new(program);
         cmd.args(args).stdin(Stdio::null()).stdout(out).stderr(err);
+        // If the test process dies without dropping the fixture (killed, aborted), the kernel kills
+        // the daemon too, so nothing outlives a test run. The signal follows the spawning thread:
+        // fixtures are created and dropped on a test's own thread.
+        #[allow(
+            unsafe_code,
+            reason = "pre_exec runs between fork and exec; prctl is async-signal-safe"
+        )]
+        // SAFETY: the closure only calls prctl(2), which allocates nothing and takes no locks.
+        unsafe {
+            cmd.pre_exec(|| nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from));
+        }
         for (k, v) in envs {
             cmd.env(k, v);
         }
