@@ -1,0 +1,105 @@
+//! A Kubernetes API server emulator, for tests and the lab; production uses a real cluster.
+//!
+//! ```text
+//!   kube::Client (in process, tower) ──┐
+//!   kube::Client / kubectl (TCP) ──────┴─▶ http::handle ─▶ Store (Mutex) ─▶ history ring ─▶ watchers
+//!                                            │                 │                    (watch_stream)
+//!                                            │                 └─▶ state file (persist)
+//!                                            ├─ discovery, table (kubectl get)
+//!                                            └─ patch, managed (apply), schema (CRD admission)
+//! ```
+//!
+//! What it covers and what it does not is in `docs/testing.md`.
+
+pub mod discovery;
+pub mod errors;
+pub mod http;
+pub mod managed;
+pub mod meta;
+pub mod patch;
+pub mod registry;
+pub mod schema;
+pub mod selectors;
+pub mod store;
+pub mod table;
+mod watch_stream;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use tower::ServiceExt;
+
+pub use errors::ApiError;
+pub use store::{Store, StoreConfig};
+
+#[derive(Debug, Clone)]
+pub struct ApiServerConfig {
+    pub store: StoreConfig,
+    /// How often a watch that allows bookmarks gets one.
+    pub bookmark_interval: Duration,
+}
+
+impl Default for ApiServerConfig {
+    fn default() -> Self {
+        Self {
+            store: StoreConfig::default(),
+            bookmark_interval: Duration::from_secs(10),
+        }
+    }
+}
+
+pub struct ServerState {
+    pub store: Store,
+    pub config: ApiServerConfig,
+}
+
+/// The emulator: a store and the HTTP API over it.
+#[derive(Clone)]
+pub struct ApiServer {
+    state: Arc<ServerState>,
+}
+
+impl ApiServer {
+    pub fn new(mut config: ApiServerConfig) -> Result<Self, ApiError> {
+        config.bookmark_interval = config.bookmark_interval.max(Duration::from_millis(10));
+        let store = Store::new(&config.store)?;
+        Ok(Self {
+            state: Arc::new(ServerState { store, config }),
+        })
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.state.store
+    }
+
+    /// The HTTP API as an axum router.
+    pub fn router(&self) -> Router {
+        Router::new()
+            .fallback(http::handle)
+            .with_state(self.state.clone())
+    }
+
+    /// A `kube::Client` talking to this server in process, without sockets.
+    pub fn client(&self) -> kube::Client {
+        let service = self
+            .router()
+            .map_request(|r: axum::http::Request<kube::client::Body>| r.map(axum::body::Body::new));
+        kube::Client::new(service, "default")
+    }
+
+    /// Serves HTTP on `listener` until the future is dropped.
+    pub async fn serve(&self, listener: tokio::net::TcpListener) -> std::io::Result<()> {
+        axum::serve(listener, self.router()).await
+    }
+}
+
+/// A kubeconfig for clients of a server at `addr` (plain HTTP, no credentials: lab only).
+pub fn kubeconfig(addr: SocketAddr) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-ovn-lab\n  cluster:\n    server: http://{addr}\n\
+         users:\n- name: kube-ovn-lab\n  user: {{}}\ncontexts:\n- name: kube-ovn-lab\n  context:\n    cluster: kube-ovn-lab\n\
+         \x20   user: kube-ovn-lab\n    namespace: default\ncurrent-context: kube-ovn-lab\n"
+    )
+}
