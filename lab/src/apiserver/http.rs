@@ -117,16 +117,25 @@ fn route(
     if rest.is_empty() {
         return discovery::resources(store, group, version).map(|v| Reply::Json(StatusCode::OK, v));
     }
-    let (namespace, resource_name, name, sub) = match rest {
-        ["namespaces", ns, res, tail @ ..] if !matches!(*res, "status" | "finalize") || !tail.is_empty() => (
-            Some((*ns).to_owned()),
-            *res,
-            tail.first().copied(),
-            tail.get(1).copied(),
-        ),
-        [res, tail @ ..] => (None, *res, tail.first().copied(), tail.get(1).copied()),
+    let (namespace, resource_name, tail) = match rest {
+        ["namespaces", ns, res, tail @ ..] if !matches!(*res, "status" | "finalize") || !tail.is_empty() => {
+            (Some((*ns).to_owned()), *res, tail)
+        }
+        [res, tail @ ..] => (None, *res, tail),
         [] => unreachable!("checked above"),
     };
+    // {name} and one subresource at most: anything deeper names nothing that is served.
+    if tail.len() > 2 {
+        return Err(ApiError::new(
+            404,
+            "NotFound",
+            format!(
+                "the server could not find the requested resource ({})",
+                uri.path()
+            ),
+        ));
+    }
+    let (name, sub) = (tail.first().copied(), tail.get(1).copied());
     let resource = store.resource(group, version, resource_name).ok_or_else(|| {
         let gv = if group.is_empty() {
             version.to_owned()
@@ -210,7 +219,7 @@ fn get(store: &Store, target: &Target, q: &Query, headers: &HeaderMap) -> Result
     if let Some(name) = &target.name {
         let obj = store.get(res, target.namespace.as_deref(), name)?;
         let body = if wants_table(headers) {
-            table::table(res, &[obj], store.current_rv(), q)
+            table::table(res, &[obj], store.current_rv(), q, jiff::Timestamp::now())
         } else {
             (*obj).clone()
         };
@@ -259,7 +268,7 @@ fn get(store: &Store, target: &Target, q: &Query, headers: &HeaderMap) -> Result
     if wants_table(headers) {
         return Ok(Reply::Json(
             StatusCode::OK,
-            table::table(res, &page.items, page.resource_version, q),
+            table::table(res, &page.items, page.resource_version, q, jiff::Timestamp::now()),
         ));
     }
     let mut metadata = json!({"resourceVersion": page.resource_version.to_string()});
@@ -387,6 +396,11 @@ fn patch_object(
         let force = flag(q, "force");
         let sub = target.status.then_some("status");
         let existed = store.get(&res, target.namespace.as_deref(), name).is_ok();
+        // Apply creates a missing object, but not through /status: that subresource of a missing
+        // object is NotFound, as on the real server.
+        if target.status && !existed {
+            return Err(ApiError::not_found(&res, name));
+        }
         let out = store.modify(
             &res,
             target.namespace.as_deref(),

@@ -121,12 +121,15 @@ pub fn comparable(obj: &Value) -> Value {
     c
 }
 
-/// Everything but `metadata` and `status`: a change here bumps `generation`.
-pub fn spec_part(obj: &Value) -> Value {
+/// Everything but `metadata` (and `status`, when it is a subresource): a change here bumps
+/// `generation`.
+pub fn spec_part(obj: &Value, status_is_subresource: bool) -> Value {
     let mut c = obj.clone();
     if let Some(m) = c.as_object_mut() {
         m.remove("metadata");
-        m.remove("status");
+        if status_is_subresource {
+            m.remove("status");
+        }
     }
     c
 }

@@ -21,6 +21,7 @@ pub mod registry;
 pub mod schema;
 pub mod selectors;
 pub mod store;
+pub mod strategy;
 pub mod table;
 mod watch_stream;
 

@@ -24,8 +24,13 @@ pub struct Resource {
     pub status_subresource: bool,
     /// `openAPIV3Schema` of a custom resource; `None` for built-ins (stored as given).
     pub schema: Option<Value>,
-    /// `additionalPrinterColumns` of a custom resource, for `kubectl get`'s table.
+    /// `additionalPrinterColumns` of a custom resource, or the columns we print for a built-in
+    /// kind, for `kubectl get`'s table.
     pub printer_columns: Vec<Value>,
+    /// Whether `metadata.generation` is kept: custom resources and the built-ins whose strategy
+    /// sets it (EndpointSlice, NetworkPolicy, CRD); ConfigMaps, Pods (before 1.34), Namespaces and
+    /// the like have none.
+    pub tracks_generation: bool,
     /// Field selector keys beyond `metadata.name` / `metadata.namespace`.
     pub extra_field_selectors: &'static [&'static str],
     /// Set for resources a CRD defines.
@@ -79,7 +84,13 @@ struct Builtin {
     short: &'static [&'static str],
     status: bool,
     fields: &'static [&'static str],
+    generation: bool,
+    /// (name, type, JSONPath, priority): the main columns of the real server's printer for the
+    /// kind, those a JSONPath can express; `Age` is added last unless listed.
+    columns: &'static [(&'static str, &'static str, &'static str, u8)],
 }
+
+const AGE: (&str, &str, &str, u8) = ("Age", "date", ".metadata.creationTimestamp", 0);
 
 const POD_FIELDS: &[&str] = &[
     "spec.nodeName",
@@ -118,6 +129,8 @@ const BUILTINS: &[Builtin] = &[
         short: &["ns"],
         status: true,
         fields: &["status.phase"],
+        generation: false,
+        columns: &[("Status", "string", ".status.phase", 0), AGE],
     },
     Builtin {
         group: "",
@@ -128,6 +141,13 @@ const BUILTINS: &[Builtin] = &[
         short: &["po"],
         status: true,
         fields: POD_FIELDS,
+        generation: false,
+        columns: &[
+            ("Status", "string", ".status.phase", 0),
+            AGE,
+            ("IP", "string", ".status.podIP", 1),
+            ("Node", "string", ".spec.nodeName", 1),
+        ],
     },
     Builtin {
         group: "",
@@ -138,6 +158,8 @@ const BUILTINS: &[Builtin] = &[
         short: &["no"],
         status: true,
         fields: &["spec.unschedulable"],
+        generation: false,
+        columns: &[AGE, ("Version", "string", ".status.nodeInfo.kubeletVersion", 0)],
     },
     Builtin {
         group: "",
@@ -148,6 +170,12 @@ const BUILTINS: &[Builtin] = &[
         short: &["svc"],
         status: true,
         fields: &[],
+        generation: false,
+        columns: &[
+            ("Type", "string", ".spec.type", 0),
+            ("Cluster-IP", "string", ".spec.clusterIP", 0),
+            AGE,
+        ],
     },
     Builtin {
         group: "",
@@ -158,6 +186,8 @@ const BUILTINS: &[Builtin] = &[
         short: &["cm"],
         status: false,
         fields: &[],
+        generation: false,
+        columns: &[],
     },
     Builtin {
         group: "",
@@ -168,6 +198,8 @@ const BUILTINS: &[Builtin] = &[
         short: &[],
         status: false,
         fields: &["type"],
+        generation: false,
+        columns: &[("Type", "string", ".type", 0), AGE],
     },
     Builtin {
         group: "",
@@ -178,6 +210,8 @@ const BUILTINS: &[Builtin] = &[
         short: &["sa"],
         status: false,
         fields: &[],
+        generation: false,
+        columns: &[],
     },
     Builtin {
         group: "",
@@ -188,6 +222,8 @@ const BUILTINS: &[Builtin] = &[
         short: &["ev"],
         status: false,
         fields: EVENT_FIELDS,
+        generation: false,
+        columns: &[("Type", "string", ".type", 0), ("Reason", "string", ".reason", 0)],
     },
     Builtin {
         group: "events.k8s.io",
@@ -198,6 +234,8 @@ const BUILTINS: &[Builtin] = &[
         short: &["ev"],
         status: false,
         fields: &[],
+        generation: false,
+        columns: &[("Type", "string", ".type", 0), ("Reason", "string", ".reason", 0)],
     },
     Builtin {
         group: "discovery.k8s.io",
@@ -208,6 +246,8 @@ const BUILTINS: &[Builtin] = &[
         short: &[],
         status: false,
         fields: &[],
+        generation: true,
+        columns: &[("AddressType", "string", ".addressType", 0), AGE],
     },
     Builtin {
         group: "networking.k8s.io",
@@ -218,6 +258,8 @@ const BUILTINS: &[Builtin] = &[
         short: &["netpol"],
         status: false,
         fields: &[],
+        generation: true,
+        columns: &[],
     },
     Builtin {
         group: "coordination.k8s.io",
@@ -228,6 +270,8 @@ const BUILTINS: &[Builtin] = &[
         short: &[],
         status: false,
         fields: &[],
+        generation: false,
+        columns: &[("Holder", "string", ".spec.holderIdentity", 0), AGE],
     },
     Builtin {
         group: "apiextensions.k8s.io",
@@ -238,6 +282,8 @@ const BUILTINS: &[Builtin] = &[
         short: &["crd", "crds"],
         status: true,
         fields: &[],
+        generation: true,
+        columns: &[],
     },
 ];
 
@@ -259,7 +305,14 @@ impl Registry {
                 short_names: b.short.iter().map(|s| (*s).to_owned()).collect(),
                 status_subresource: b.status,
                 schema: None,
-                printer_columns: Vec::new(),
+                printer_columns: b
+                    .columns
+                    .iter()
+                    .map(|(name, type_, path, priority)| {
+                        json!({"name": name, "type": type_, "jsonPath": path, "priority": priority})
+                    })
+                    .collect(),
+                tracks_generation: b.generation,
                 extra_field_selectors: b.fields,
                 from_crd: false,
             });
@@ -365,6 +418,7 @@ impl Registry {
                     .and_then(Value::as_array)
                     .cloned()
                     .unwrap_or_default(),
+                tracks_generation: true,
                 extra_field_selectors: &[],
                 from_crd: true,
             });

@@ -70,15 +70,29 @@ async fn main() -> anyhow::Result<()> {
                 .with_context(|| format!("binding {listen}"))?;
             let addr = listener.local_addr()?;
             if let Some(path) = kubeconfig_out {
-                std::fs::write(&path, kubeconfig(addr))
-                    .with_context(|| format!("writing {}", path.display()))?;
+                write_atomically(&path, &kubeconfig(addr))?;
             }
             tracing::info!(%addr, "API emulator serving");
+            // SIGTERM is how the lab and tests stop it; every change is already in the state
+            // file (appended and flushed as it commits), so stopping needs no more than exiting.
+            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                .context("installing the SIGTERM handler")?;
             tokio::select! {
                 r = server.serve(listener) => r.context("serving")?,
                 _ = tokio::signal::ctrl_c() => tracing::info!("interrupted; stopping"),
+                _ = term.recv() => tracing::info!("terminated; stopping"),
             }
             Ok(())
         }
     }
+}
+
+/// Writes through a temporary file and a rename, so whoever waits for the file (a test, the lab
+/// script) never reads it half-written.
+fn write_atomically(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))
 }

@@ -80,6 +80,11 @@ impl Inner {
         if m.get("deletionTimestamp").is_none_or(Value::is_null) {
             m.insert("deletionTimestamp".into(), json!(meta::now()));
             m.insert("deletionGracePeriodSeconds".into(), json!(0));
+            // markAsDeleting: being marked for deletion bumps a kept generation, which is how
+            // generation-filtered controllers (kube's `predicates::generation`) see a delete.
+            if let Some(generation) = m.get("generation").and_then(Value::as_i64).filter(|g| *g > 0) {
+                m.insert("generation".into(), json!(generation + 1));
+            }
         }
         let result = if meta::comparable(&marked) == meta::comparable(&old) {
             old
@@ -140,21 +145,26 @@ impl Inner {
 
     fn orphan_dependents(&mut self, uid: &str) {
         for key in self.dependents(uid) {
-            let Some(old) = self.objects.get(&key).cloned() else {
-                continue;
-            };
-            let mut new = (*old).clone();
-            if let Some(refs) = new
-                .pointer_mut("/metadata/ownerReferences")
-                .and_then(Value::as_array_mut)
-            {
-                refs.retain(|r| r.get("uid").and_then(Value::as_str) != Some(uid));
-                if refs.is_empty() {
-                    meta::metadata_mut(&mut new).remove("ownerReferences");
-                }
-            }
-            self.commit(key, Some(new), Some(old));
+            self.remove_owner_ref(&key, uid);
         }
+    }
+
+    /// Drops the dependent's reference to the owner `uid` (a change, with its own event).
+    fn remove_owner_ref(&mut self, key: &ObjectKey, uid: &str) {
+        let Some(old) = self.objects.get(key).cloned() else {
+            return;
+        };
+        let mut new = (*old).clone();
+        if let Some(refs) = new
+            .pointer_mut("/metadata/ownerReferences")
+            .and_then(Value::as_array_mut)
+        {
+            refs.retain(|r| r.get("uid").and_then(Value::as_str) != Some(uid));
+            if refs.is_empty() {
+                meta::metadata_mut(&mut new).remove("ownerReferences");
+            }
+        }
+        self.commit(key.clone(), Some(new), Some(old));
     }
 
     /// After an object is gone: collect dependents left without any owner, complete foreground
@@ -169,6 +179,10 @@ impl Inner {
                     .is_some_and(|o| meta::owner_uids(o).iter().all(|u| !self.uid_exists(u)));
                 if orphaned {
                     self.delete_key(&dep, Propagation::Background);
+                } else {
+                    // Another owner lives: the garbage collector keeps the dependent and patches
+                    // the dangling reference away (attemptToDeleteItem, "solid" owners case).
+                    self.remove_owner_ref(&dep, uid);
                 }
             }
         }

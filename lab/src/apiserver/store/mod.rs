@@ -106,7 +106,10 @@ pub(super) struct Inner {
     pub compacted_rv: u64,
     pub history_limit: usize,
     pub watchers: Vec<mpsc::UnboundedSender<Arc<Change>>>,
+    /// Paged lists in progress: token → (list resourceVersion, the rest of the snapshot), and
+    /// the tokens oldest first, so the oldest go when too many are held.
     pub continues: HashMap<String, (u64, Vec<Arc<Value>>)>,
+    pub continue_order: VecDeque<String>,
     pub log: Option<persist::Log>,
 }
 
@@ -136,6 +139,7 @@ impl Store {
             history_limit: config.history_limit.max(1),
             watchers: Vec::new(),
             continues: HashMap::new(),
+            continue_order: VecDeque::new(),
             log: None,
         };
         if let Some(path) = &config.state_file {
@@ -216,8 +220,23 @@ impl Store {
         status: bool,
         opts: &WriteOptions,
     ) -> Result<Arc<Value>, ApiError> {
-        self.lock()
-            .update_with(res, namespace, name, status, opts, |_| Ok(obj))
+        // Custom resources and CRDs do not allow unconditional updates
+        // (AllowUnconditionalUpdate() == false): a PUT must say which version it replaces.
+        let mut inner = self.lock();
+        if (res.from_crd || res.plural == "customresourcedefinitions")
+            && meta::resource_version(&obj).is_none()
+        {
+            if !inner.objects.contains_key(&ObjectKey::new(res, namespace, name)) {
+                return Err(ApiError::not_found(res, name));
+            }
+            return Err(ApiError::invalid_field(
+                res,
+                name,
+                "metadata.resourceVersion",
+                "Invalid value: 0x0: must be specified for an update",
+            ));
+        }
+        inner.update_with(res, namespace, name, status, opts, |_| Ok(obj))
     }
 
     /// Any write computed from the current object (a patch); `compute` gets `None` when the
@@ -278,8 +297,17 @@ impl Store {
     ) -> Result<ListPage, ApiError> {
         let mut inner = self.lock();
         let (rv, matching) = if let Some(token) = continue_token {
-            inner.continues.remove(token).ok_or_else(|| {
-                ApiError::expired("the provided continue parameter is too old or invalid; list again")
+            // Tokens stay valid for a retried page, like the real server's (which are stateless).
+            if uuid::Uuid::parse_str(token).is_err() {
+                return Err(ApiError::bad_request(format!(
+                    "continue key is not valid: {token:?}"
+                )));
+            }
+            inner.continues.get(token).cloned().ok_or_else(|| {
+                ApiError::expired(
+                    "The provided continue parameter is too old to display a consistent list result. \
+                     You can start a new list without the continue parameter.",
+                )
             })?
         } else {
             let items: Vec<Arc<Value>> = inner
@@ -305,10 +333,13 @@ impl Store {
         let rest = items.split_off(limit);
         let token = meta::new_uid();
         let remaining = rest.len() as u64;
-        if inner.continues.len() > 1000 {
-            inner.continues.clear();
+        while inner.continue_order.len() >= 1000 {
+            if let Some(oldest) = inner.continue_order.pop_front() {
+                inner.continues.remove(&oldest);
+            }
         }
         inner.continues.insert(token.clone(), (rv, rest));
+        inner.continue_order.push_back(token.clone());
         Ok(ListPage {
             resource_version: rv,
             items,
@@ -404,5 +435,11 @@ impl Store {
     /// Drops the watch history (tests use it to force 410 Expired).
     pub fn compact(&self) {
         self.lock().compact();
+    }
+
+    /// Watches still open (their stream not yet ended or dropped): lets a test know that a
+    /// client's watch has timed out on the server side before it changes things behind its back.
+    pub fn open_watches(&self) -> usize {
+        self.lock().watchers.iter().filter(|w| !w.is_closed()).count()
     }
 }

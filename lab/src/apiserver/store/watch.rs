@@ -9,6 +9,7 @@ use tokio::sync::mpsc;
 
 use super::{Change, EventType, Inner};
 use crate::apiserver::errors::ApiError;
+use crate::apiserver::meta;
 use crate::apiserver::registry::Resource;
 use crate::apiserver::selectors::{FieldSelector, LabelSelector};
 
@@ -74,7 +75,18 @@ impl WatchRequest {
             EventType::Modified => match (change.old.as_deref().is_some_and(|o| self.selects(o)), now) {
                 (true, true) => EventType::Modified,
                 (false, true) => EventType::Added,
-                (true, false) => EventType::Deleted,
+                (true, false) => {
+                    // Leaving the selector: the real server (etcd3 watcher and watch cache alike)
+                    // sends DELETED with the previous content, at the change's resourceVersion.
+                    let mut last = change.old.as_deref().cloned().unwrap_or(Value::Null);
+                    meta::metadata_mut(&mut last)
+                        .insert("resourceVersion".into(), change.rv.to_string().into());
+                    return Some(WatchEvent {
+                        kind: EventType::Deleted,
+                        object: Arc::new(last),
+                        rv: change.rv,
+                    });
+                }
                 (false, false) => return None,
             },
             _ => return None,
@@ -93,6 +105,12 @@ impl Watcher {
         loop {
             let change = self.live.recv().await?;
             self.progress_rv = change.rv;
+            // A watch from a resourceVersion not reached yet starts after it, not at the present.
+            if let WatchStart::After(rv) = self.filter.start
+                && change.rv <= rv
+            {
+                continue;
+            }
             if let Some(event) = self.filter.translate(&change) {
                 return Some(event);
             }

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use super::{Inner, ObjectKey};
 use crate::apiserver::errors::ApiError;
 use crate::apiserver::registry::Resource;
-use crate::apiserver::{managed, meta, schema};
+use crate::apiserver::{managed, meta, schema, strategy};
 
 /// Options of a create, update or patch.
 #[derive(Debug, Clone, Default)]
@@ -168,12 +168,15 @@ impl Inner {
             };
             m.insert("uid".into(), json!(meta::new_uid()));
             m.insert("creationTimestamp".into(), json!(meta::now()));
-            m.insert("generation".into(), json!(1));
+            if res.tracks_generation {
+                m.insert("generation".into(), json!(1));
+            }
         }
         // With a status subresource, status is not the creator's to set (CRD behaviour).
         if res.from_crd && res.status_subresource {
             obj.as_object_mut().expect("checked").remove("status");
         }
+        strategy::prepare_for_create(res, &mut obj);
         self.admit(res, &name, &mut obj, opts.dry_run)?;
         if !opts.managed_by_apply {
             managed::record_update(None, &mut obj, &manager(opts), None, &meta::now());
@@ -276,7 +279,13 @@ impl Inner {
             }
         }
         self.admit(res, name, &mut result, opts.dry_run)?;
-        if meta::spec_part(&result) != meta::spec_part(&old) {
+        // Custom resources (and the built-ins that keep a generation) count every change outside
+        // metadata, and outside status when status is a subresource (apiextensions'
+        // customResourceStrategy.PrepareForUpdate).
+        if res.tracks_generation
+            && meta::spec_part(&result, res.status_subresource)
+                != meta::spec_part(&old, res.status_subresource)
+        {
             let generation = old
                 .pointer("/metadata/generation")
                 .and_then(Value::as_i64)
