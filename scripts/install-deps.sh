@@ -8,12 +8,19 @@
 #   iproute2 iputils-ping ethtool  network namespaces, veths, ping, TX offload off in pods
 #   nftables iptables           gateway NAT
 #   procps psmisc               ps/pkill are not used by tests, but ps helps when debugging a hung daemon
+#   kubernetes-client           kubectl, only when none is on PATH (see below)
 set -euo pipefail
 
 packages=(
   openvswitch-switch openvswitch-common ovn-central ovn-host ovn-common
   iproute2 iputils-ping ethtool nftables iptables procps
 )
+
+# kubectl, for the API emulator's kubectl tests: the machine's own when there is one (it may be a
+# newer release or a cloud SDK's version dispatcher; never replace it), else Debian's.
+if ! command -v kubectl >/dev/null 2>&1; then
+  packages+=(kubernetes-client)
+fi
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "install-deps: must run as root (apt-get, network namespaces)" >&2
