@@ -19,7 +19,7 @@ const VERBS: &[&str] = &[
 ];
 
 pub fn root_paths() -> Value {
-    json!({"paths": ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/readyz", "/version"]})
+    json!({"paths": ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/openapi/v3", "/readyz", "/version"]})
 }
 
 /// `/version`: Kubernetes 1.33, the version the project targets (k8s-openapi `v1_33`).

@@ -11,10 +11,11 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::errors::ApiError;
+use super::field_validation::FieldValidation;
 use super::registry::Resource;
 use super::selectors::{FieldSelector, LabelSelector};
 use super::store::{DeleteOptions, Propagation, Store, WatchRequest, WatchStart, WriteOptions};
-use super::{ServerState, discovery, managed, patch, table, watch_stream};
+use super::{ServerState, discovery, managed, openapi, patch, table, watch_stream};
 
 /// A resource request, from its URL.
 #[derive(Debug)]
@@ -59,9 +60,21 @@ pub async fn handle(
     body: Bytes,
 ) -> Response {
     let span = tracing::debug_span!("request", %method, path = uri.path());
-    let routed = span.in_scope(|| route(&state, &method, &uri, &headers, &body));
+    let mut warnings = Vec::new();
+    let routed = span.in_scope(|| route(&state, &method, &uri, &headers, &body, &mut warnings));
     match routed {
-        Ok(Reply::Json(code, v)) => json_response(code, &v),
+        Ok(Reply::Json(code, v)) => {
+            let mut response = json_response(code, &v);
+            for w in warnings {
+                // RFC 7234 warn-code 299 ("miscellaneous persistent warning"), as the API server
+                // sends them; kubectl prints each as "Warning: ...".
+                let text = format!("299 - \"{}\"", w.replace('\\', "\\\\").replace('"', "\\\""));
+                if let Ok(value) = header::HeaderValue::from_str(&text) {
+                    response.headers_mut().append(header::WARNING, value);
+                }
+            }
+            response
+        }
         Ok(Reply::Watch(request, bookmarks, initial_end)) => {
             watch_stream::respond(&state, &request, bookmarks, initial_end, timeout_of(&query(&uri)))
         }
@@ -91,11 +104,24 @@ fn route(
     uri: &Uri,
     headers: &HeaderMap,
     body: &Bytes,
+    warnings: &mut Vec<String>,
 ) -> Result<Reply, ApiError> {
     let segs: Vec<&str> = uri.path().split('/').filter(|s| !s.is_empty()).collect();
     let store = &state.store;
     let (group, version, rest) = match segs.as_slice() {
         [] => return Ok(Reply::Json(StatusCode::OK, discovery::root_paths())),
+        ["openapi", "v3"] => return Ok(Reply::Json(StatusCode::OK, openapi::index(&store.resources()))),
+        ["openapi", "v3", gv @ ..] => {
+            return openapi::for_path(&store.resources(), &gv.join("/"))
+                .map(|doc| Reply::Json(StatusCode::OK, doc))
+                .ok_or_else(|| {
+                    ApiError::new(
+                        404,
+                        "NotFound",
+                        format!("no OpenAPI document for {}", gv.join("/")),
+                    )
+                });
+        }
         ["version"] => return Ok(Reply::Json(StatusCode::OK, discovery::version())),
         ["healthz" | "readyz" | "livez"] => return Ok(Reply::Json(StatusCode::OK, json!("ok"))),
         ["api"] => return Ok(Reply::Json(StatusCode::OK, discovery::core_versions())),
@@ -186,9 +212,9 @@ fn route(
     let q = query(uri);
     match *method {
         Method::GET => get(store, &target, &q, headers),
-        Method::POST => create(store, &target, &q, headers, body),
-        Method::PUT => update(store, &target, &q, headers, body),
-        Method::PATCH => patch_object(store, &target, &q, headers, body),
+        Method::POST => create(store, &target, &q, headers, body, warnings),
+        Method::PUT => update(store, &target, &q, headers, body, warnings),
+        Method::PATCH => patch_object(store, &target, &q, headers, body, warnings),
         Method::DELETE => delete(store, &target, &q, body),
         _ => Err(ApiError::method_not_allowed(format!(
             "method {method} is not supported"
@@ -326,6 +352,7 @@ fn create(
     q: &Query,
     headers: &HeaderMap,
     body: &[u8],
+    warnings: &mut Vec<String>,
 ) -> Result<Reply, ApiError> {
     if target.name.is_some() {
         return Err(ApiError::method_not_allowed(
@@ -333,6 +360,7 @@ fn create(
         ));
     }
     let (obj, _) = parse_body(headers, body, OBJECT_TYPES)?;
+    field_validation(q)?.check(&target.resource, &obj, warnings)?;
     let created = store.create(
         &target.resource,
         target.namespace.as_deref(),
@@ -348,12 +376,14 @@ fn update(
     q: &Query,
     headers: &HeaderMap,
     body: &[u8],
+    warnings: &mut Vec<String>,
 ) -> Result<Reply, ApiError> {
     let name = target
         .name
         .as_deref()
         .ok_or_else(|| ApiError::method_not_allowed("PUT needs an object name"))?;
     let (obj, _) = parse_body(headers, body, OBJECT_TYPES)?;
+    field_validation(q)?.check(&target.resource, &obj, warnings)?;
     let updated = store.update(
         &target.resource,
         target.namespace.as_deref(),
@@ -378,12 +408,14 @@ fn patch_object(
     q: &Query,
     headers: &HeaderMap,
     body: &[u8],
+    warnings: &mut Vec<String>,
 ) -> Result<Reply, ApiError> {
     let name = target
         .name
         .as_deref()
         .ok_or_else(|| ApiError::method_not_allowed("PATCH needs an object name"))?;
     let (patch_body, mime) = parse_body(headers, body, PATCH_TYPES)?;
+    let validation = field_validation(q)?;
     let res = target.resource.clone();
     let mut opts = write_options(q);
     let apply = mime == "application/apply-patch+yaml";
@@ -408,8 +440,10 @@ fn patch_object(
             target.status,
             &opts,
             |live| {
-                managed::apply(&res, live, &patch_body, &manager, force, sub, &meta_now())
-                    .map_err(|e| e.into_api_error(&res, name))
+                let applied = managed::apply(&res, live, &patch_body, &manager, force, sub, &meta_now())
+                    .map_err(|e| e.into_api_error(&res, name))?;
+                validation.check(&res, &applied, warnings)?;
+                Ok(applied)
             },
         )?;
         let code = if existed {
@@ -419,22 +453,29 @@ fn patch_object(
         };
         return Ok(Reply::Json(code, (*out).clone()));
     }
-    let out =
-        store.patch(
-            &res,
-            target.namespace.as_deref(),
-            name,
-            target.status,
-            &opts,
-            |old| match mime.as_str() {
+    let out = store.patch(
+        &res,
+        target.namespace.as_deref(),
+        name,
+        target.status,
+        &opts,
+        |old| {
+            let new = match mime.as_str() {
                 "application/json-patch+json" => patch::json_patch(old, &patch_body)
-                    .map_err(|e| ApiError::new(422, "Invalid", e.to_string())),
-                "application/merge-patch+json" => Ok(patch::merge_patch(old, &patch_body)),
+                    .map_err(|e| ApiError::new(422, "Invalid", e.to_string()))?,
+                "application/merge-patch+json" => patch::merge_patch(old, &patch_body),
                 _ => managed::strategic_merge(&res, old, &patch_body)
-                    .map_err(|e| ApiError::new(422, "Invalid", e)),
-            },
-        )?;
+                    .map_err(|e| ApiError::new(422, "Invalid", e))?,
+            };
+            validation.check(&res, &new, warnings)?;
+            Ok(new)
+        },
+    )?;
     Ok(Reply::Json(StatusCode::OK, (*out).clone()))
+}
+
+fn field_validation(q: &Query) -> Result<FieldValidation, ApiError> {
+    FieldValidation::parse(q.get("fieldValidation").map(String::as_str))
 }
 
 fn meta_now() -> String {

@@ -13,9 +13,11 @@
 
 pub mod discovery;
 pub mod errors;
+pub mod field_validation;
 pub mod http;
 pub mod managed;
 pub mod meta;
+pub mod openapi;
 pub mod patch;
 pub mod registry;
 pub mod schema;

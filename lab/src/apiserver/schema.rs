@@ -22,6 +22,16 @@ pub struct FieldError {
 /// Prunes, defaults and validates `object` (a whole custom resource) against its version's
 /// `openAPIV3Schema`. `apiVersion`, `kind` and `metadata` are the API server's, never pruned.
 pub fn admit(schema: &Value, object: &mut Value) -> Result<(), Vec<FieldError>> {
+    admit_noting_pruned(schema, object, &mut Vec::new())
+}
+
+/// [`admit`], noting in `pruned` the path of every unknown field it drops (`spec.foo`,
+/// `spec.routes[0].bar`): what `fieldValidation=Strict` refuses and `Warn` warns about.
+pub fn admit_noting_pruned(
+    schema: &Value,
+    object: &mut Value,
+    pruned: &mut Vec<String>,
+) -> Result<(), Vec<FieldError>> {
     let Some(obj) = object.as_object_mut() else {
         return Err(vec![FieldError {
             reason: "FieldValueTypeInvalid",
@@ -42,11 +52,12 @@ pub fn admit(schema: &Value, object: &mut Value) -> Result<(), Vec<FieldError>> 
                 if value.is_null() && !flag(sub, "nullable") {
                     obj.remove(&key);
                 } else {
-                    prune_and_default(sub, value);
+                    prune_and_default(sub, value, &key, pruned);
                 }
             }
             None if preserve => {}
             None => {
+                pruned.push(key.clone());
                 obj.remove(&key);
             }
         }
@@ -92,8 +103,8 @@ fn required_error(field: &str) -> FieldError {
     }
 }
 
-/// Prunes unknown fields and fills defaults below `value`.
-fn prune_and_default(schema: &Value, value: &mut Value) {
+/// Prunes unknown fields and fills defaults below `value` (at `path`), noting pruned paths.
+fn prune_and_default(schema: &Value, value: &mut Value, path: &str, pruned: &mut Vec<String>) {
     if flag(schema, "x-kubernetes-embedded-resource") || flag(schema, "x-kubernetes-int-or-string") {
         return;
     }
@@ -113,11 +124,12 @@ fn prune_and_default(schema: &Value, value: &mut Value) {
                         if v.is_null() && !flag(sub, "nullable") {
                             obj.remove(&key);
                         } else {
-                            prune_and_default(sub, v);
+                            prune_and_default(sub, v, &format!("{path}.{key}"), pruned);
                         }
                     }
                     None if preserve || additional == Some(&Value::Bool(true)) => {}
                     None => {
+                        pruned.push(format!("{path}.{key}"));
                         obj.remove(&key);
                     }
                 }
@@ -128,8 +140,8 @@ fn prune_and_default(schema: &Value, value: &mut Value) {
         }
         Value::Array(items) => {
             if let Some(item_schema) = schema.get("items") {
-                for item in items {
-                    prune_and_default(item_schema, item);
+                for (i, item) in items.iter_mut().enumerate() {
+                    prune_and_default(item_schema, item, &format!("{path}[{i}]"), pruned);
                 }
             }
         }
@@ -144,7 +156,8 @@ fn apply_defaults(props: &Map<String, Value>, obj: &mut Map<String, Value>) {
         }
         if let Some(default) = sub.get("default") {
             let mut v = default.clone();
-            prune_and_default(sub, &mut v);
+            // A default is the schema's own, not the client's: what it prunes is not reported.
+            prune_and_default(sub, &mut v, key, &mut Vec::new());
             obj.insert(key.clone(), v);
         }
     }
@@ -456,6 +469,16 @@ mod tests {
                 "{obj}: {errs:?}"
             );
         }
+    }
+
+    #[test]
+    fn pruned_fields_are_noted_with_their_paths() {
+        let mut obj = json!({"spec": {"subnet": "s", "typo": 1, "routes": [{"cidr": "c", "via": "x"}],
+                                      "free": {"kept": 1}, "labels": {"any": "thing"}}, "extra": 1});
+        let mut pruned = Vec::new();
+        admit_noting_pruned(&schema(), &mut obj, &mut pruned).unwrap();
+        pruned.sort();
+        assert_eq!(pruned, ["extra", "spec.routes[0].via", "spec.typo"]);
     }
 
     #[test]
