@@ -185,6 +185,67 @@ async fn check_examples_stored(client: &kube::Client) {
     assert!(count >= 20, "only {count} example objects");
 }
 
+/// kubectl's minor version (the dispatcher of a cloud SDK resolves it against the server).
+fn client_minor(kubectl: &Kubectl) -> u32 {
+    let v: Value = serde_json::from_str(&kubectl.run(&["version", "--client", "-o", "json"])).unwrap();
+    v["clientVersion"]["minor"]
+        .as_str()
+        .and_then(|m| m.trim_end_matches('+').parse().ok())
+        .unwrap_or_else(|| panic!("no client minor version in {v}"))
+}
+
+/// `kubectl apply` without `--validate=false`. kubectl ≥ 1.27 finds `fieldValidation` in the
+/// OpenAPI v3 document and leaves validation to the server: unknown fields are refused (Strict,
+/// its default) or warned about (`--validate=warn`), and `kubectl explain` reads the CRD schema.
+/// Older kubectl validates on the client from OpenAPI v2 in protobuf, which the emulator does not
+/// serve: it needs `--validate=false`.
+fn check_validation(kubectl: &Kubectl, dir: &Path) {
+    let typo = dir.join("typo.yaml");
+    std::fs::write(
+        &typo,
+        "apiVersion: kubeovn.io/v1\nkind: Vlan\nmetadata:\n  name: typo\nspec:\n  id: 10\n  provider: physnet\n  vid: 3\n",
+    )
+    .unwrap();
+    let typo = typo.to_str().unwrap();
+    if client_minor(kubectl) < 27 {
+        let err = kubectl.fail(&["apply", "-f", typo]);
+        assert!(
+            err.contains("could not find the requested resource") || err.contains("openapi"),
+            "{err}"
+        );
+        return;
+    }
+    let err = kubectl.fail(&["apply", "-f", typo]);
+    assert!(
+        err.contains(r#"Vlan in version "v1" cannot be handled as a Vlan: strict decoding error: unknown field "spec.vid""#),
+        "{err}"
+    );
+    let out = kubectl
+        .command(&["apply", "--validate=warn", "-f", typo])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains(r#"Warning: unknown field "spec.vid""#));
+    let stored: Value = serde_json::from_str(&kubectl.run(&["get", "vlan", "typo", "-o", "json"])).unwrap();
+    assert_eq!(
+        stored["spec"],
+        serde_json::json!({"id": 10, "provider": "physnet"}),
+        "pruned"
+    );
+    kubectl.run(&["delete", "vlan", "typo"]);
+    // Valid objects apply with the default validation.
+    assert!(
+        kubectl
+            .run(&["apply", "-f", "examples/vpc-custom.yaml"])
+            .contains("unchanged")
+    );
+    let explained = kubectl.run(&["explain", "subnet.spec.cidrBlock"]);
+    assert!(
+        explained.contains("cidrBlock") && explained.contains("<string>"),
+        "{explained}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_applies_reads_patches_and_deletes() {
     let dir = tempfile::tempdir().unwrap();
@@ -226,6 +287,8 @@ async fn kubectl_applies_reads_patches_and_deletes() {
     // Applying again changes nothing.
     let out = kubectl.run(&["apply", "--validate=false", "-f", "examples/ippool.yaml"]);
     assert_eq!(out.trim(), "ippool.kubeovn.io/web-pool unchanged");
+
+    check_validation(&kubectl, dir.path());
 
     // Printer columns, as the CRDs declare them.
     let subnets = table(&kubectl.run(&["get", "subnets"]));

@@ -1,7 +1,6 @@
 //! Bad requests through the emulator's HTTP face (in process, the same router that serves TCP):
 //! each gets a `metav1.Status` with the real server's code and reason and a message naming the
-//! problem; random garbage never panics and never gets anything but a Status. Also the HTTP side
-//! of server-side apply (content type, `fieldManager` required) with kube's `Patch::Apply`.
+//! problem; random garbage never panics and never gets anything but a Status.
 
 #[allow(
     dead_code,
@@ -13,9 +12,7 @@ use std::path::Path;
 
 use axum::body::Body;
 use axum::http::Request;
-use common::{Rng, install_crds};
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, Patch, PatchParams};
+use common::{Rng, assert_status, install_crds, raw};
 use kube_ovn_lab::apiserver::{ApiServer, ApiServerConfig};
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -24,52 +21,7 @@ fn server() -> ApiServer {
     ApiServer::new(ApiServerConfig::default()).unwrap()
 }
 
-/// One raw request; the answer's status code and JSON body (a non-JSON body fails the test).
-async fn raw(
-    server: &ApiServer,
-    method: &str,
-    uri: &str,
-    content_type: Option<&str>,
-    body: &[u8],
-) -> (u16, Value) {
-    let mut req = Request::builder().method(method).uri(uri);
-    if let Some(ct) = content_type {
-        req = req.header("content-type", ct);
-    }
-    let resp = server
-        .router()
-        .oneshot(req.body(Body::from(body.to_vec())).unwrap())
-        .await
-        .unwrap();
-    let code = resp.status().as_u16();
-    let bytes = axum::body::to_bytes(resp.into_body(), 16 << 20).await.unwrap();
-    let value = serde_json::from_slice(&bytes).unwrap_or_else(|e| {
-        panic!(
-            "{method} {uri} → {code} with a body that is not JSON ({e}): {:?}",
-            String::from_utf8_lossy(&bytes)
-        )
-    });
-    (code, value)
-}
-
-/// Asserts a failure Status with `code` and `reason` whose message mentions `mentions`.
-#[track_caller]
-fn assert_status(answer: &(u16, Value), code: u16, reason: &str, mentions: &str) {
-    let (got, body) = answer;
-    assert_eq!(*got, code, "HTTP code; body {body}");
-    assert_eq!(body["kind"], "Status", "{body}");
-    assert_eq!(body["apiVersion"], "v1", "{body}");
-    assert_eq!(body["status"], "Failure", "{body}");
-    assert_eq!(body["code"], code, "{body}");
-    assert_eq!(body["reason"], reason, "{body}");
-    let message = body["message"].as_str().unwrap_or_default();
-    assert!(
-        message.contains(mentions),
-        "message {message:?} does not mention {mentions:?}"
-    );
-}
-
-const JSON: Option<&str> = Some("application/json");
+use common::JSON;
 
 #[tokio::test]
 async fn unknown_groups_versions_and_kinds_are_404() {
@@ -89,6 +41,8 @@ async fn unknown_groups_versions_and_kinds_are_404() {
         ("/api/v1/namespaces/default/configmaps/x/scale", "scale"),
         ("/api/v1/namespaces/default/configmaps/x/status/deeper", "/deeper"),
         ("/no/such/path", "/no/such/path"),
+        ("/openapi/v3/apis/nope.example.io/v1", "nope.example.io/v1"),
+        ("/openapi/v2", "/openapi/v2"),
     ] {
         assert_status(&raw(&s, "GET", uri, None, b"").await, 404, "NotFound", mentions);
     }
@@ -346,60 +300,6 @@ async fn schema_violations_are_422_naming_the_field() {
             name,
         );
     }
-}
-
-#[tokio::test]
-async fn apply_over_http_needs_a_field_manager_then_creates_and_updates() {
-    let s = server();
-    let uri = "/api/v1/namespaces/default/configmaps/applied";
-    let yaml = b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied\ndata:\n  a: \"1\"\n";
-    let apply = Some("application/apply-patch+yaml");
-    assert_status(
-        &raw(&s, "PATCH", uri, apply, yaml).await,
-        400,
-        "BadRequest",
-        "fieldManager",
-    );
-    assert_status(&raw(&s, "GET", uri, None, b"").await, 404, "NotFound", "applied");
-    // A YAML body, as kubectl apply --server-side sends it: the first apply creates (201).
-    let (code, created) = raw(&s, "PATCH", &format!("{uri}?fieldManager=lab"), apply, yaml).await;
-    assert_eq!(code, 201, "{created}");
-    assert_eq!(created["data"], json!({"a": "1"}));
-    // Apply to /status of a missing object is NotFound, not a create.
-    assert_status(
-        &raw(
-            &s,
-            "PATCH",
-            "/api/v1/namespaces/default/pods/ghost/status?fieldManager=lab",
-            apply,
-            b"{}",
-        )
-        .await,
-        404,
-        "NotFound",
-        "ghost",
-    );
-    // kube's Patch::Apply (JSON body with the apply content type) updates it (200).
-    let api: Api<ConfigMap> = Api::namespaced(s.client(), "default");
-    let patch =
-        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "applied"}, "data": {"a": "2"}});
-    let updated = api
-        .patch("applied", &PatchParams::apply("lab"), &Patch::Apply(&patch))
-        .await
-        .unwrap();
-    assert_eq!(updated.data.unwrap()["a"], "2");
-    assert_ne!(
-        updated.metadata.resource_version.as_deref(),
-        created["metadata"]["resourceVersion"].as_str()
-    );
-    let missing_manager = api
-        .patch("applied", &PatchParams::default(), &Patch::Apply(&patch))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(&missing_manager, kube::Error::Api(s) if s.code == 400 && s.message.contains("fieldManager")),
-        "{missing_manager:?}"
-    );
 }
 
 /// Random methods, paths, content types and bodies: every answer is JSON, and every failure is a

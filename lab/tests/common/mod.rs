@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
+use axum::body::Body;
+use axum::http::Request;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
 use kube_ovn_lab::apiserver::ApiServer;
@@ -15,6 +17,7 @@ use kube_ovn_testkit::{Daemon, wait_until, wait_until_async};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::Value;
+use tower::ServiceExt;
 
 /// How long any single condition may take before a test fails. Generous: the machine has two
 /// cores and may be running a benchmark at the same time.
@@ -220,4 +223,51 @@ fn server_address(kubeconfig: &str) -> Option<SocketAddr> {
         .lines()
         .find_map(|l| l.trim().strip_prefix("server: http://"))
         .and_then(|a| a.trim().parse().ok())
+}
+
+pub const JSON: Option<&str> = Some("application/json");
+
+/// One raw request; the answer's status code and JSON body (a non-JSON body fails the test).
+pub async fn raw(
+    server: &ApiServer,
+    method: &str,
+    uri: &str,
+    content_type: Option<&str>,
+    body: &[u8],
+) -> (u16, Value) {
+    let mut req = Request::builder().method(method).uri(uri);
+    if let Some(ct) = content_type {
+        req = req.header("content-type", ct);
+    }
+    let resp = server
+        .router()
+        .oneshot(req.body(Body::from(body.to_vec())).unwrap())
+        .await
+        .unwrap();
+    let code = resp.status().as_u16();
+    let bytes = axum::body::to_bytes(resp.into_body(), 16 << 20).await.unwrap();
+    let value = serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+        panic!(
+            "{method} {uri} → {code} with a body that is not JSON ({e}): {:?}",
+            String::from_utf8_lossy(&bytes)
+        )
+    });
+    (code, value)
+}
+
+/// Asserts a failure Status with `code` and `reason` whose message mentions `mentions`.
+#[track_caller]
+pub fn assert_status(answer: &(u16, Value), code: u16, reason: &str, mentions: &str) {
+    let (got, body) = answer;
+    assert_eq!(*got, code, "HTTP code; body {body}");
+    assert_eq!(body["kind"], "Status", "{body}");
+    assert_eq!(body["apiVersion"], "v1", "{body}");
+    assert_eq!(body["status"], "Failure", "{body}");
+    assert_eq!(body["code"], code, "{body}");
+    assert_eq!(body["reason"], reason, "{body}");
+    let message = body["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(mentions),
+        "message {message:?} does not mention {mentions:?}"
+    );
 }
