@@ -15,6 +15,7 @@ use super::field_validation::FieldValidation;
 use super::registry::Resource;
 use super::selectors::{FieldSelector, LabelSelector};
 use super::store::{DeleteOptions, Propagation, Store, WatchRequest, WatchStart, WriteOptions};
+use super::watch_stream::WatchOptions;
 use super::{ServerState, discovery, managed, openapi, patch, table, watch_stream};
 
 /// A resource request, from its URL.
@@ -75,9 +76,7 @@ pub async fn handle(
             }
             response
         }
-        Ok(Reply::Watch(request, bookmarks, initial_end)) => {
-            watch_stream::respond(&state, &request, bookmarks, initial_end, timeout_of(&query(&uri)))
-        }
+        Ok(Reply::Watch(request, options)) => watch_stream::respond(&state, &request, options),
         Err(e) => {
             tracing::debug!(code = e.code, message = %e.message, "request failed");
             error_response(&e)
@@ -87,8 +86,7 @@ pub async fn handle(
 
 enum Reply {
     Json(StatusCode, Value),
-    /// A watch: the request, whether to send bookmarks, whether to mark the end of initial events.
-    Watch(WatchRequest, bool, bool),
+    Watch(WatchRequest, WatchOptions),
 }
 
 fn timeout_of(q: &Query) -> Option<std::time::Duration> {
@@ -270,11 +268,14 @@ fn get(store: &Store, target: &Target, q: &Query, headers: &HeaderMap) -> Result
             labels,
             fields,
         };
-        return Ok(Reply::Watch(
-            request,
-            flag(q, "allowWatchBookmarks"),
-            send_initial,
-        ));
+        let options = WatchOptions {
+            bookmarks: flag(q, "allowWatchBookmarks"),
+            initial_end: send_initial,
+            timeout: timeout_of(q),
+            // `kubectl get -w` watches as tables too: each event then carries a one-row table.
+            table: wants_table(headers).then(|| q.clone()),
+        };
+        return Ok(Reply::Watch(request, options));
     }
     let limit = q
         .get("limit")

@@ -12,10 +12,10 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::ServerState;
-use super::http::error_response;
+use super::http::{Query, error_response};
 use super::registry::Resource;
 use super::store::{WatchEvent, WatchRequest};
+use super::{ServerState, table};
 
 fn line(kind: &str, object: &Value) -> Bytes {
     let mut bytes = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
@@ -23,8 +23,36 @@ fn line(kind: &str, object: &Value) -> Bytes {
     Bytes::from(bytes)
 }
 
-fn event_line(e: &WatchEvent) -> Bytes {
-    line(e.kind.as_str(), &e.object)
+/// How a watch is sent.
+#[derive(Debug, Default)]
+pub struct WatchOptions {
+    /// `allowWatchBookmarks`: periodic BOOKMARK events.
+    pub bookmarks: bool,
+    /// `sendInitialEvents`: a bookmark marks the end of the initial events.
+    pub initial_end: bool,
+    /// `timeoutSeconds`.
+    pub timeout: Option<Duration>,
+    /// `Accept: ...;as=Table` (with the query, for `includeObject`): each event's object is a
+    /// one-row table; only the first carries the column definitions, as the real server's
+    /// watch encoder does (`NoHeaders` after the first).
+    pub table: Option<Query>,
+}
+
+fn event_line(e: &WatchEvent, res: &Resource, table: Option<&Query>, headers_sent: &mut bool) -> Bytes {
+    let Some(q) = table else {
+        return line(e.kind.as_str(), &e.object);
+    };
+    let mut t = table::table(
+        res,
+        std::slice::from_ref(&e.object),
+        e.rv,
+        q,
+        jiff::Timestamp::now(),
+    );
+    if std::mem::replace(headers_sent, true) {
+        t["columnDefinitions"] = Value::Null;
+    }
+    line(e.kind.as_str(), &t)
 }
 
 fn bookmark(res: &Resource, rv: u64, initial_end: bool) -> Bytes {
@@ -50,13 +78,13 @@ fn stream_response(rx: mpsc::Receiver<Bytes>) -> Response {
         .into_response()
 }
 
-pub fn respond(
-    state: &Arc<ServerState>,
-    request: &WatchRequest,
-    bookmarks: bool,
-    initial_end: bool,
-    timeout: Option<Duration>,
-) -> Response {
+pub fn respond(state: &Arc<ServerState>, request: &WatchRequest, options: WatchOptions) -> Response {
+    let WatchOptions {
+        bookmarks,
+        initial_end,
+        timeout,
+        table,
+    } = options;
     let (tx, rx) = mpsc::channel::<Bytes>(256);
     let mut watcher = match state.store.watch(request) {
         Ok(w) => w,
@@ -69,8 +97,13 @@ pub fn respond(
     let res = request.resource.clone();
     let interval = state.config.bookmark_interval;
     tokio::spawn(async move {
+        let mut headers_sent = false;
         for event in std::mem::take(&mut watcher.initial) {
-            if tx.send(event_line(&event)).await.is_err() {
+            if tx
+                .send(event_line(&event, &res, table.as_ref(), &mut headers_sent))
+                .await
+                .is_err()
+            {
                 return;
             }
         }
@@ -82,7 +115,7 @@ pub fn respond(
         loop {
             tokio::select! {
                 event = watcher.next() => match event {
-                    Some(e) => if tx.send(event_line(&e)).await.is_err() { return },
+                    Some(e) => if tx.send(event_line(&e, &res, table.as_ref(), &mut headers_sent)).await.is_err() { return },
                     None => return,
                 },
                 _ = tick.tick(), if bookmarks => {
