@@ -67,6 +67,54 @@ impl Kubectl {
     }
 }
 
+/// A long-running `kubectl get -w`, its stdout read line by line; killed by PID when dropped.
+struct KubectlWatch {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl KubectlWatch {
+    fn start(kubectl: &Kubectl, args: &[&str]) -> Self {
+        let mut child = kubectl
+            .command(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)).map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Self { child, lines }
+    }
+
+    /// The first line (from now) matching `wanted`, within [`common::WAIT`].
+    fn line_where(&mut self, wanted: impl Fn(&str) -> bool) -> String {
+        let deadline = std::time::Instant::now() + common::WAIT;
+        let mut seen = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if wanted(&line) => return line,
+                Ok(line) => seen.push(line),
+                Err(e) => panic!("kubectl watch: no matching line ({e}); saw {seen:?}"),
+            }
+        }
+    }
+}
+
+impl Drop for KubectlWatch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// A `kubectl get` table: (headers, rows of cells), cells cut at the headers' columns.
 fn table(text: &str) -> (Vec<String>, Vec<Vec<String>>) {
     let mut lines = text.lines();
@@ -401,8 +449,15 @@ async fn kubectl_applies_reads_patches_and_deletes() {
         "1300 b"
     );
 
-    // Delete: one object, a file's objects, a namespace with its pod.
+    // Delete: one object, a file's objects, a namespace with its pod. A `kubectl get -w` watching
+    // (as tables) sees the subnet go, printed with its columns.
+    let mut watch = KubectlWatch::start(&kubectl, &["get", "subnets", "-w", "--output-watch-events"]);
+    let added = watch.line_where(|l| l.starts_with("ADDED") && l.contains("web-dual"));
+    assert!(added.contains("10.66.0.0/16,fd00:10:66::/64"), "{added}");
     kubectl.run(&["delete", "subnet", "web-dual"]);
+    let deleted = watch.line_where(|l| l.starts_with("DELETED") && l.contains("web-dual"));
+    assert!(deleted.contains("10.66.0.0/16,fd00:10:66::/64"), "{deleted}");
+    drop(watch);
     assert!(subnets_api.get_opt("web-dual").await.unwrap().is_none());
     assert!(kubectl.fail(&["get", "subnet", "web-dual"]).contains("NotFound"));
     let out = kubectl.run(&["delete", "-f", "examples/ovn-nat.yaml"]);

@@ -1,10 +1,13 @@
 //! Deletion through kube's client: finalizers hold an object (marked with `deletionTimestamp`)
 //! until the last is removed; owner references with background, foreground and orphan
-//! propagation; namespace deletion removes its objects and waits for their finalizers.
+//! propagation; namespace deletion removes its objects and waits for their finalizers; deleting a
+//! CRD deletes its objects and stops serving its kind.
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, PropagationPolicy};
 use kube::{Resource, ResourceExt};
+use kube_ovn_api::crd::Vlan;
 use kube_ovn_lab::apiserver::{ApiServer, ApiServerConfig};
 use serde_json::{Value, json};
 
@@ -288,4 +291,40 @@ async fn namespace_deletion_removes_its_objects() {
         "an empty terminating namespace goes"
     );
     assert!(exists(&survivors, "plain").await);
+}
+
+#[tokio::test]
+async fn deleting_a_crd_deletes_its_objects_and_stops_serving_the_kind() {
+    let s = server();
+    let crds: Api<CustomResourceDefinition> = Api::all(s.client());
+    let vlan_crd = kube_ovn_api::crds()
+        .into_iter()
+        .find(|c| c.spec.names.kind == "Vlan")
+        .unwrap();
+    crds.create(&PostParams::default(), &vlan_crd).await.unwrap();
+    let vlans: Api<Vlan> = Api::all(s.client());
+    let vlan: Vlan = object(
+        json!({"apiVersion": "kubeovn.io/v1", "kind": "Vlan", "metadata": {"name": "v10"},
+                                   "spec": {"id": 10, "provider": "physnet"}}),
+    );
+    vlans.create(&PostParams::default(), &vlan).await.unwrap();
+    crds.delete("vlans.kubeovn.io", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert!(!exists(&crds, "vlans.kubeovn.io").await);
+    let gone = vlans.get("v10").await.unwrap_err();
+    assert!(
+        matches!(&gone, kube::Error::Api(s) if s.code == 404 && s.message.contains("could not find the requested resource")),
+        "the kind is no longer served: {gone:?}"
+    );
+    // Created again, the kind is empty: its objects went with it.
+    crds.create(&PostParams::default(), &vlan_crd).await.unwrap();
+    assert!(
+        vlans
+            .list(&kube::api::ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
 }
