@@ -5,8 +5,10 @@
 //!   kube::Client / kubectl (TCP) ──────┴─▶ http::handle ─▶ Store (Mutex) ─▶ history ring ─▶ watchers
 //!                                            │                 │                    (watch_stream)
 //!                                            │                 └─▶ state file (persist)
-//!                                            ├─ discovery, table (kubectl get)
-//!                                            └─ patch, managed (apply), schema (CRD admission)
+//!                                            ├─ discovery, openapi, table (kubectl)
+//!                                            ├─ patch, managed (apply, strategic merge)
+//!                                            └─ schema, field_validation (CRD admission),
+//!                                               strategy (built-in create rules)
 //! ```
 //!
 //! What it covers and what it does not is in `docs/testing.md`.
