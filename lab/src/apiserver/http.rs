@@ -454,6 +454,10 @@ fn patch_object(
         };
         return Ok(Reply::Json(code, (*out).clone()));
     }
+    // The real server refuses the media type before it looks for the object.
+    if mime == "application/strategic-merge-patch+json" && !managed::strategic_merge_supported(&res) {
+        return Err(managed::StrategicMergeError::Unsupported.into_api_error());
+    }
     let out = store.patch(
         &res,
         target.namespace.as_deref(),
@@ -466,7 +470,7 @@ fn patch_object(
                     .map_err(|e| ApiError::new(422, "Invalid", e.to_string()))?,
                 "application/merge-patch+json" => patch::merge_patch(old, &patch_body),
                 _ => managed::strategic_merge(&res, old, &patch_body)
-                    .map_err(|e| ApiError::new(422, "Invalid", e))?,
+                    .map_err(managed::StrategicMergeError::into_api_error)?,
             };
             validation.check(&res, &new, warnings)?;
             Ok(new)

@@ -179,7 +179,7 @@ impl Inner {
         strategy::prepare_for_create(res, &mut obj);
         self.admit(res, &name, &mut obj, opts.dry_run)?;
         if !opts.managed_by_apply {
-            managed::record_update(None, &mut obj, &manager(opts), None, &meta::now());
+            managed::record_update(res, None, &mut obj, &manager(opts), None, &meta::now());
         }
         if opts.dry_run {
             return Ok(Arc::new(obj));
@@ -258,12 +258,6 @@ impl Inner {
                     None => m.remove(*f),
                 };
             }
-            if !opts.managed_by_apply {
-                match old_meta.get("managedFields") {
-                    Some(v) => m.insert("managedFields".into(), v.clone()),
-                    None => m.remove("managedFields"),
-                };
-            }
         }
         if meta::is_deleting(&old) {
             let before = meta::finalizers(&old);
@@ -294,7 +288,7 @@ impl Inner {
         }
         if !opts.managed_by_apply {
             let sub = status.then_some("status");
-            managed::record_update(Some(&old), &mut result, &manager(opts), sub, &meta::now());
+            managed::record_update(res, Some(&old), &mut result, &manager(opts), sub, &meta::now());
         }
         // A write that changes nothing stores nothing and tells no watcher.
         if meta::comparable(&result) == meta::comparable(&old)
