@@ -366,6 +366,20 @@ async fn status_apply_leaves_the_spec_alone() {
         matches!(err, kube::Error::Api(ref s) if s.code == 415 && s.reason == "UnsupportedMediaType"),
         "{err:?}"
     );
+    // A field the schema does not declare fails the apply (a bare 500, as Kubernetes 1.33 answers),
+    // where a create or update would have it pruned: a misspelt serde name shows up here.
+    let err = api
+        .patch(
+            "w",
+            &PatchParams::apply("owner"),
+            &widget(json!({"spec": {"sise": 1}})),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 500 && s.message.ends_with(".spec.sise: field not declared in schema")),
+        "{err:?}"
+    );
     // Status apply to a missing object is a 404; apply of the wrong kind a 400.
     let err = api
         .patch_status(

@@ -57,6 +57,11 @@ pub enum ApplyError {
     /// A malformed configuration (400).
     #[error("{0}")]
     BadRequest(String),
+    /// A configuration that does not fit the kind's schema: an undeclared field, a list element
+    /// without its key, a repeated key. Kubernetes 1.33 answers these with a bare 500 (no
+    /// reason), from the failed conversion of the configuration to a typed object.
+    #[error("{0}")]
+    Typed(String),
     /// Apply to the status of an object that does not exist (apply creates only main resources).
     #[error("the object does not exist")]
     NotFound,
@@ -76,6 +81,7 @@ impl ApplyError {
     pub fn into_api_error(self, res: &Resource, name: &str) -> ApiError {
         match self {
             Self::BadRequest(message) => ApiError::bad_request(message),
+            Self::Typed(message) => ApiError::new(500, "", message),
             Self::NotFound => ApiError::not_found(res, name),
             Self::Conflicts(conflicts) => {
                 // As the real server's: details carry only the causes, one per field.
@@ -153,25 +159,30 @@ fn server_owned() -> FieldSet {
 }
 
 /// What an object looks like before it exists, for the ownership of a create: the real server
-/// compares with a zero Go struct, whose non-pointer fields (a Pod's `spec` and `status`) are
-/// present and empty, so creating them owns what is inside but not the structs themselves.
+/// compares with a zero Go struct, whose non-pointer struct fields (a Pod's `spec`) are present
+/// and empty and whose non-omitempty slices are `null`, so a create owns what is inside them but
+/// not the containers themselves (no `.` in `f:spec`, `f:containers`). Only containers matter
+/// here: a scalar is owned whether it was `null` or absent before. Custom resources start empty.
 fn empty_object(res: &Resource) -> Value {
     let mut obj = json!({"apiVersion": res.api_version(), "kind": res.kind, "metadata": {}});
-    if !res.from_crd {
-        match (res.group.as_str(), res.kind.as_str()) {
-            ("", "Pod") => {
-                obj["spec"] = json!({"containers": null});
-                obj["status"] = json!({});
-            }
-            ("", "Node" | "Service" | "Namespace") | ("apiextensions.k8s.io", "CustomResourceDefinition") => {
-                obj["spec"] = json!({});
-                obj["status"] = json!({});
-            }
-            ("coordination.k8s.io", "Lease") | ("networking.k8s.io", "NetworkPolicy") => {
-                obj["spec"] = json!({});
-            }
-            _ => {}
+    if res.from_crd {
+        return obj;
+    }
+    let zero = match (res.group.as_str(), res.kind.as_str()) {
+        ("", "Pod") => json!({"spec": {"containers": null}, "status": {}}),
+        ("", "Node" | "Namespace") => json!({"spec": {}, "status": {}}),
+        ("", "Service") => json!({"spec": {}, "status": {"loadBalancer": {}}}),
+        ("", "Event") => json!({"involvedObject": {}, "source": {}}),
+        ("events.k8s.io", "Event") => json!({"regarding": {}, "deprecatedSource": {}}),
+        ("discovery.k8s.io", "EndpointSlice") => json!({"endpoints": null, "ports": null}),
+        ("coordination.k8s.io", "Lease") | ("networking.k8s.io", "NetworkPolicy") => json!({"spec": {}}),
+        ("apiextensions.k8s.io", "CustomResourceDefinition") => {
+            json!({"spec": {"names": {}, "versions": null}, "status": {"acceptedNames": {}, "storedVersions": null}})
         }
+        _ => json!({}),
+    };
+    if let (Some(o), Value::Object(z)) = (obj.as_object_mut(), zero) {
+        o.extend(z);
     }
     obj
 }
@@ -300,14 +311,22 @@ pub fn apply(
     let mut errors = Vec::new();
     applied_set(&rules, &config, &mut Vec::new(), &mut fields, &mut errors);
     if !errors.is_empty() {
-        let name = applied
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        return Err(ApplyError::BadRequest(format!(
-            "failed to create typed patch object ({name}; {}): {}",
+        let meta = |k: &str| {
+            applied
+                .pointer(&format!("/metadata/{k}"))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+        };
+        let listed = if let [one] = errors.as_slice() {
+            one.clone()
+        } else {
+            format!("errors:\n  {}", errors.join("\n  "))
+        };
+        return Err(ApplyError::Typed(format!(
+            "failed to create typed patch object ({}/{}; {}): {listed}",
+            meta("namespace"),
+            meta("name"),
             gvk(res),
-            errors.join("; ")
         )));
     }
     fields.subtract(&server_owned());

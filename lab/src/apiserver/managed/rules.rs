@@ -322,6 +322,40 @@ impl<'a> ListRules<'a> {
         }
     }
 
+    /// Whether the schema here forbids field `name`: a custom resource's object whose schema
+    /// lists its properties and takes no others (no `additionalProperties`, no
+    /// `x-kubernetes-preserve-unknown-fields`). Apply refuses such fields, where other writes
+    /// have them pruned.
+    pub fn undeclared(&self, name: &str) -> bool {
+        match &self.at {
+            At::Schema { node: Some(n), root } => {
+                if *root && matches!(name, "apiVersion" | "kind" | "metadata") {
+                    return false;
+                }
+                let is_object =
+                    n.get("type").and_then(Value::as_str) == Some("object") || n.get("properties").is_some();
+                let open = n
+                    .get("additionalProperties")
+                    .is_some_and(|a| a.is_object() || a == true)
+                    || n.get("x-kubernetes-preserve-unknown-fields")
+                        .and_then(Value::as_bool)
+                        == Some(true);
+                is_object && !open && n.get("properties").and_then(|p| p.get(name)).is_none()
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether the field here keeps an explicit `null` (a custom resource's `nullable: true`).
+    /// Elsewhere `null` means absent: a built-in's Go struct has no null, and a custom
+    /// resource's schema drops nulls of non-nullable fields.
+    pub fn nullable(&self) -> bool {
+        match &self.at {
+            At::Schema { node: Some(n), .. } => n.get("nullable").and_then(Value::as_bool) == Some(true),
+            _ => false,
+        }
+    }
+
     /// Whether `name` is a declared field of the object here, rather than a key of a map. Apply
     /// owns a map's keys themselves (`f:labels` → `f:app`), but a struct's fields only through
     /// what is inside them.

@@ -82,6 +82,11 @@ pub fn applied_set(
             }
             for (k, v) in m {
                 path.push(PathElement::Field(k.clone()));
+                if rules.undeclared(k) {
+                    errors.push(format!("{}: field not declared in schema", display_path(path)));
+                    path.pop();
+                    continue;
+                }
                 applied_set(&rules.field(k), v, path, out, errors);
                 if !rules.declared(k) {
                     out.insert(path);
@@ -256,10 +261,18 @@ pub fn compare(
 /// both have; elements only in the live object keep their place.
 pub fn merge(rules: &ListRules, live: Option<&Value>, config: &Value) -> Value {
     match (live, config) {
-        (Some(Value::Object(l)), Value::Object(c)) if !rules.atomic_map() => {
-            let mut out = l.clone();
+        (None | Some(Value::Object(_)), Value::Object(c)) if !rules.atomic_map() => {
+            let l = live.and_then(Value::as_object);
+            let mut out = l.cloned().unwrap_or_default();
             for (k, v) in c {
-                let merged = merge(&rules.field(k), l.get(k), v);
+                let field_rules = rules.field(k);
+                // An applied null unsets the field (the applier still owns it), so that applying
+                // it again finds nothing to change.
+                if v.is_null() && !field_rules.nullable() {
+                    out.remove(k);
+                    continue;
+                }
+                let merged = merge(&field_rules, l.and_then(|l| l.get(k)), v);
                 out.insert(k.clone(), merged);
             }
             Value::Object(out)

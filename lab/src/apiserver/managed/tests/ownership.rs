@@ -232,6 +232,34 @@ fn fields_an_applier_drops_are_removed_unless_someone_else_owns_them() {
 }
 
 #[test]
+fn an_applied_null_unsets_the_field_and_reapplying_it_changes_nothing() {
+    let live = apply_cm(None, &cm(json!({"k": "1", "j": "1"})), "a", false).unwrap();
+    let config = cm(json!({"k": null, "j": "1"}));
+    let unset = apply_cm(Some(&live), &config, "a", false).unwrap();
+    assert_eq!(unset["data"], json!({"j": "1"}));
+    let again = apply(
+        &builtin("", "configmaps"),
+        Some(&unset),
+        &config,
+        "a",
+        false,
+        None,
+        T3,
+    )
+    .unwrap();
+    assert_eq!(again, unset);
+    let fresh = apply_cm(
+        None,
+        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"},
+                                       "data": {"k": null}}),
+        "a",
+        false,
+    )
+    .unwrap();
+    assert_eq!(fresh["data"], json!({}));
+}
+
+#[test]
 fn a_no_op_apply_returns_the_live_object_unchanged() {
     let config = cm(json!({"k": "1"}));
     let first = apply_cm(None, &config, "a", false).unwrap();
@@ -323,15 +351,21 @@ fn custom_resource_list_types_come_from_the_schema() {
 }
 
 #[test]
-fn malformed_configurations_are_bad_requests() {
+fn malformed_configurations_are_refused_as_the_real_server_refuses_them() {
     let res = widget();
-    let cases = [
+    let widget_with = |spec: Value| {
+        let mut w = json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w", "namespace": "ns"}});
+        w["spec"] = spec;
+        w
+    };
+    // Checked before anything is merged: 400 BadRequest.
+    let bad_requests = [
         (
-            json!({"apiVersion": "example.com/v2", "kind": "Widget", "metadata": {"name": "w"}}),
+            json!({"apiVersion": "example.com/v2", "kind": "Widget"}),
             "invalid object type: example.com/v2, Kind=Widget",
         ),
         (
-            json!({"apiVersion": "example.com/v1", "kind": "Gadget", "metadata": {"name": "w"}}),
+            json!({"apiVersion": "example.com/v1", "kind": "Gadget"}),
             "invalid object type: example.com/v1, Kind=Gadget",
         ),
         (
@@ -339,33 +373,67 @@ fn malformed_configurations_are_bad_requests() {
             "invalid object type: /, Kind=",
         ),
         (
-            json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w", "managedFields": []}}),
+            json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"managedFields": []}}),
             "metadata.managedFields must be nil",
         ),
         (
-            json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"tags": ["a", "a"]}}),
-            "duplicate entries for key [=\"a\"]",
+            json!(["not", "an", "object"]),
+            "error decoding YAML: the apply configuration must be an object",
         ),
-        (
-            json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"ports": [{"name": "x"}]}}),
-            "omits key field \"port\"",
-        ),
-        (
-            json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"tags": [{"a": 1}]}}),
-            "can only hold scalars",
-        ),
-        (json!(["not", "an", "object"]), "must be an object"),
     ];
-    for (config, why) in cases {
+    for (config, why) in bad_requests {
         match apply(&res, None, &config, "m", false, None, T1) {
-            Err(ApplyError::BadRequest(m)) => assert!(m.contains(why), "{m:?} should say {why:?}"),
+            Err(e @ ApplyError::BadRequest(_)) => {
+                assert_eq!(e.to_string(), why);
+                assert_eq!(e.into_api_error(&res, "w").code, 400);
+            }
             other => panic!("{config}: {other:?}"),
         }
     }
+    // What does not fit the schema: a bare 500, as the typed conversion fails upstream.
+    let prefix = "failed to create typed patch object (ns/w; example.com/v1, Kind=Widget): ";
+    let typed = [
+        (json!({"bogus": 1}), ".spec.bogus: field not declared in schema"),
+        (
+            json!({"tags": ["a", "a"]}),
+            ".spec.tags: duplicate entries for key [=\"a\"]",
+        ),
+        (
+            json!({"ports": [{"name": "x"}]}),
+            ".spec.ports: element 0: associative list with keys has an element that omits key field \"port\" (and doesn't have default value)",
+        ),
+        (
+            json!({"tags": [{"a": 1}], "bogus": 1}),
+            "errors:\n  .spec.bogus: field not declared in schema\n  .spec.tags: element 0: a set list can only hold scalars, got {\"a\":1}",
+        ),
+    ];
+    for (spec, why) in typed {
+        match apply(&res, None, &widget_with(spec.clone()), "m", false, None, T1) {
+            Err(e @ ApplyError::Typed(_)) => {
+                assert_eq!(e.to_string(), format!("{prefix}{why}"));
+                let api = e.into_api_error(&res, "w");
+                assert_eq!((api.code, api.reason), (500, ""));
+            }
+            other => panic!("{spec}: {other:?}"),
+        }
+    }
+    // Maps and preserved fields take any key.
+    assert!(
+        apply(
+            &res,
+            None,
+            &widget_with(json!({"params": {"any": {"v": "1"}}})),
+            "m",
+            false,
+            None,
+            T1
+        )
+        .is_ok()
+    );
     let e = apply(
         &res,
         None,
-        &json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}),
+        &widget_with(json!({})),
         "m",
         false,
         Some("status"),
@@ -373,10 +441,6 @@ fn malformed_configurations_are_bad_requests() {
     );
     assert_eq!(e, Err(ApplyError::NotFound));
     assert_eq!(ApplyError::NotFound.into_api_error(&res, "w").code, 404);
-    assert_eq!(
-        ApplyError::BadRequest("x".into()).into_api_error(&res, "w").code,
-        400
-    );
 }
 
 #[test]
