@@ -405,3 +405,29 @@ async fn status_apply_leaves_the_spec_alone() {
         "{err:?}"
     );
 }
+
+#[tokio::test]
+async fn a_resource_version_in_the_configuration_is_a_precondition() {
+    let (_server, client) = server();
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    let pp = PatchParams::apply("manager-a");
+    let first = cms
+        .patch("shared", &pp, &Patch::Apply(cm(json!({"x": "1"}))))
+        .await
+        .unwrap();
+    let rv = first.metadata.resource_version.unwrap();
+    let mut current = cm(json!({"x": "2"}));
+    current["metadata"]["resourceVersion"] = json!(rv);
+    let updated = cms.patch("shared", &pp, &Patch::Apply(&current)).await.unwrap();
+    assert_ne!(updated.metadata.resource_version.as_deref(), Some(rv.as_str()));
+    // The same configuration again is now stale.
+    current["data"]["x"] = json!("3");
+    let err = cms
+        .patch("shared", &pp, &Patch::Apply(&current))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 409 && s.message.contains("the object has been modified")),
+        "{err:?}"
+    );
+}

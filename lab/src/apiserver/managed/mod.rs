@@ -23,11 +23,17 @@
 //!   owned. A status write owns only status; a write of the main resource never owns the status
 //!   of a resource with a status subresource.
 //!
-//! Known differences: an applied configuration is not checked against the kind's schema (a real
-//! server rejects undeclared fields with 400); appliers' fields are not converted between API
-//! versions; the number of Update entries is not capped (the real server folds the oldest into
-//! `ancient-changes` past 10); and an apply that changes only its own entry (its first apply of
-//! values already there) stamps the entry's time, where the real server leaves it unset.
+//! Known differences from a real server:
+//!
+//! - Built-in kinds have no schema here: an applied configuration with a field the kind does not
+//!   have is accepted (a custom resource's is refused, as upstream). Lists are known only as far
+//!   as the table in `rules` goes; others are atomic.
+//! - Fields a built-in kind's create strategy sets (a Namespace's `kubernetes` finalizer) are
+//!   owned by the creator; upstream they are set after ownership is recorded.
+//! - Appliers' fields are not converted between API versions; Update entries are not capped
+//!   (upstream folds the oldest into `ancient-changes` past 10).
+//! - An apply that changes only its own entry (a first apply of values already there) stamps the
+//!   entry's time, where upstream leaves it unset.
 
 mod entries;
 pub mod fieldset;

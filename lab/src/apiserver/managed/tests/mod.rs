@@ -66,3 +66,103 @@ fn owners(obj: &Value) -> Vec<(String, String, String)> {
 const T1: &str = "2026-01-01T00:00:00Z";
 const T2: &str = "2026-01-01T00:01:00Z";
 const T3: &str = "2026-01-01T00:02:00Z";
+
+mod garbage {
+    //! Random documents full of the keys and shapes the code branches on: every input gets an
+    //! answer (a value or an error), never a panic.
+
+    use serde_json::{Map, Value, json};
+
+    use super::{T1, T2, builtin, widget};
+    use crate::apiserver::managed::{apply, record_update, strategic_merge};
+
+    /// xorshift64*: deterministic, no dependency.
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: usize) -> usize {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            usize::try_from(self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33).unwrap_or(0) % n
+        }
+    }
+
+    const KEYS: &[&str] = &[
+        "spec",
+        "status",
+        "metadata",
+        "containers",
+        "ports",
+        "env",
+        "name",
+        "containerPort",
+        "protocol",
+        "finalizers",
+        "labels",
+        "tags",
+        "args",
+        "selector",
+        "params",
+        "x",
+        "$patch",
+        "$retainKeys",
+        "$setElementOrder/containers",
+        "$deleteFromPrimitiveList/finalizers",
+        "managedFields",
+        "apiVersion",
+        "kind",
+        "ownerReferences",
+        "uid",
+        "conditions",
+        "type",
+        "port",
+    ];
+
+    fn value(rng: &mut Rng, depth: u32) -> Value {
+        match rng.below(if depth == 0 { 5 } else { 8 }) {
+            0 => Value::Null,
+            1 => json!(rng.below(3)),
+            2 => json!(["a", "b", "replace", "delete", "merge", "TCP"][rng.below(6)]),
+            3 => json!(rng.below(2) == 0),
+            4 => json!(KEYS[rng.below(KEYS.len())]),
+            5 | 6 => {
+                let mut m = Map::new();
+                for _ in 0..rng.below(4) {
+                    m.insert(KEYS[rng.below(KEYS.len())].to_owned(), value(rng, depth - 1));
+                }
+                Value::Object(m)
+            }
+            _ => Value::Array((0..rng.below(4)).map(|_| value(rng, depth - 1)).collect()),
+        }
+    }
+
+    #[test]
+    fn random_documents_never_panic() {
+        let resources = [builtin("", "pods"), builtin("", "configmaps"), widget()];
+        let mut rng = Rng(0x5eed_1234_abcd_ef01);
+        for i in 0..3000 {
+            let res = &resources[i % resources.len()];
+            let mut live = value(&mut rng, 4);
+            let mut patch = value(&mut rng, 4);
+            if i % 2 == 0 {
+                // Often well-typed enough to get past the first checks.
+                for doc in [&mut live, &mut patch] {
+                    if let Value::Object(m) = doc {
+                        m.insert("apiVersion".into(), json!(res.api_version()));
+                        m.insert("kind".into(), json!(res.kind));
+                        m.remove("managedFields");
+                    }
+                }
+            }
+            let _ = strategic_merge(res, &live, &patch);
+            let _ = apply(res, Some(&live), &patch, "m", i % 3 == 0, None, T1);
+            let _ = apply(res, None, &patch, "m", false, None, T1);
+            let _ = apply(res, Some(&live), &patch, "m", true, Some("status"), T1);
+            let mut new = patch.clone();
+            record_update(res, Some(&live), &mut new, "u", None, T2);
+            let mut created = patch;
+            record_update(res, None, &mut created, "u", (i % 2 == 0).then_some("status"), T2);
+        }
+    }
+}
