@@ -3,8 +3,8 @@
 //! kube-lease-manager takes a free lease with a server-side apply of `holderIdentity` under a
 //! field manager per holder (so two candidates applying at once conflict, 409), renews and counts
 //! transitions with strategic merge patches, and releases a lease (its own, or an expired one)
-//! with a strategic merge patch that nulls the holder fields. Durations are whole seconds, at
-//! least 2 with a 1 s grace: these tests take a few seconds each, and every wait is bounded.
+//! with a strategic merge patch that nulls the holder fields. Durations are whole seconds (here
+//! 3, renewed 2 before expiry): these tests take a few seconds each, and every wait is bounded.
 
 use std::time::Duration;
 
@@ -22,8 +22,9 @@ async fn candidate(client: &kube::Client, identity: &str) -> LeaseManager {
         .with_identity(identity)
         // The builder keeps the field manager of its default random identity otherwise.
         .with_field_manager(format!("lease-{identity}"))
-        .with_duration(2)
-        .with_grace(1)
+        // The holder renews `grace` seconds before expiry: 2 s of slack for a loaded machine.
+        .with_duration(3)
+        .with_grace(2)
         .build()
         .await
         .unwrap()
@@ -53,7 +54,7 @@ async fn the_lease_moves_only_when_its_holder_stops_renewing() {
     );
     assert_eq!(holder(&client).await.as_deref(), Some("first"));
 
-    // While the first renews, the second waits: longer than two lease durations.
+    // While the first renews, the second waits: longer than the lease duration.
     let (mut second_rx, second) = candidate(&client, "second").await.watch().await;
     assert!(
         !leads(&mut second_rx, Duration::from_secs(5)).await,
