@@ -431,3 +431,28 @@ async fn a_resource_version_in_the_configuration_is_a_precondition() {
         "{err:?}"
     );
 }
+
+#[tokio::test]
+async fn a_status_apply_that_owns_nothing_leaves_no_managed_fields() {
+    let (_server, client) = server();
+    let api = widgets(&client).await;
+    // Applied with no fields, the object has no managedFields at all.
+    let created = api
+        .patch("w", &PatchParams::apply("owner"), &widget(json!({})))
+        .await
+        .unwrap();
+    assert_eq!(created.metadata.managed_fields, None);
+    // An empty status is set (a custom resource keeps it) but owned by nobody.
+    let pp = PatchParams::apply("ctl").force();
+    let first = api
+        .patch_status("w", &pp, &widget(json!({"status": {}})))
+        .await
+        .unwrap();
+    assert_eq!(first.data["status"], json!({}));
+    assert_eq!(first.metadata.managed_fields, None, "not an empty list");
+    let again = api
+        .patch_status("w", &pp, &widget(json!({"status": {}})))
+        .await
+        .unwrap();
+    assert_eq!(again.metadata.resource_version, first.metadata.resource_version);
+}

@@ -232,10 +232,13 @@ impl Inner {
                 }
             }
             if opts.managed_by_apply {
-                r["metadata"]["managedFields"] = new
-                    .pointer("/metadata/managedFields")
-                    .cloned()
-                    .unwrap_or(json!([]));
+                // Apply omits managedFields when no entry is left; so must the stored object, or
+                // a status apply that changes nothing would store `[]` and count as a change.
+                let m = meta::metadata_mut(&mut r);
+                match new.pointer("/metadata/managedFields") {
+                    Some(v) => m.insert("managedFields".into(), v.clone()),
+                    None => m.remove("managedFields"),
+                };
             }
             r
         } else {
