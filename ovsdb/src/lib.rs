@@ -1,8 +1,9 @@
 //! An OVSDB (RFC 7047) client for OVN and Open vSwitch, built for a Kubernetes controller and a
 //! node agent.
 //!
-//! - [`data`], [`schema`], [`rpc`], [`ops`], [`cache`], [`table`]: the pure codec: values, schemas,
-//!   framing, typed operations and results, monitor updates and the replica they feed, typed rows.
+//! - [`data`], [`wire`], [`schema`], [`rpc`], [`ops`], [`reply`], [`cache`], [`table`]: the pure
+//!   codec: values and their JSON, schemas, framing, typed operations and their results, monitor
+//!   updates and the replica they feed, typed rows.
 //!   No I/O; each is tested input → output and fuzzed.
 //! - [`client`]: the I/O: unix and TCP transports, inactivity probe, reconnect with backoff over
 //!   several remotes (RAFT leader only), `monitor_cond_since` resume, change subscriptions.
@@ -28,10 +29,12 @@ pub mod error;
 pub mod fuzzing;
 pub mod ops;
 pub mod remote;
+pub mod reply;
 pub mod rpc;
 pub mod schema;
 pub mod table;
 pub mod tables;
+pub mod wire;
 
 pub use cache::{Change, ChangeKind, DbCache};
 pub use client::{ChangeSet, Client, ClientConfig, ClientStats, ConnectionState, MonitorTables};
