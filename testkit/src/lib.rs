@@ -6,10 +6,12 @@
 //! here skips.
 
 mod daemon;
+mod ovn;
 mod ovsdb;
 mod wait;
 
 pub use daemon::Daemon;
+pub use ovn::{OvnCentral, Trace};
 pub use ovsdb::{NB_SCHEMA, OvsdbServer, RaftCluster, SB_SCHEMA, VSWITCH_SCHEMA};
 pub use wait::{wait_until, wait_until_async};
 
