@@ -13,6 +13,7 @@ use uuid::Uuid;
 
 use crate::data::Row;
 use crate::error::{DecodeError, ProtocolError};
+use crate::index::NameIndex;
 use crate::schema::DatabaseSchema;
 use crate::table::Table;
 
@@ -156,6 +157,7 @@ impl Change {
 pub struct DbCache {
     schema: Option<Arc<DatabaseSchema>>,
     tables: BTreeMap<Arc<str>, HashMap<Uuid, Arc<Row>>>,
+    names: NameIndex,
 }
 
 impl DbCache {
@@ -163,6 +165,7 @@ impl DbCache {
         Self {
             schema,
             tables: BTreeMap::new(),
+            names: NameIndex::default(),
         }
     }
 
@@ -204,6 +207,19 @@ impl DbCache {
     /// One row of `T`'s table, decoded.
     pub fn get<T: Table>(&self, uuid: &Uuid) -> Result<Option<T>, DecodeError> {
         self.row(T::NAME, uuid).map(|r| T::from_row(*uuid, r)).transpose()
+    }
+
+    /// Rows of `table` whose `name` column is `name`, by index.
+    pub fn uuids_by_name(&self, table: &str, name: &str) -> &[Uuid] {
+        self.names.get(table, name)
+    }
+
+    /// The row of `T`'s table named `name` (the first, if OVN allowed duplicates), by index.
+    pub fn by_name<T: Table>(&self, name: &str) -> Result<Option<T>, DecodeError> {
+        match self.names.get(T::NAME, name).first() {
+            Some(uuid) => self.get::<T>(uuid),
+            None => Ok(None),
+        }
     }
 
     /// The first row of `T`'s table that `pred` accepts.
@@ -276,6 +292,7 @@ impl DbCache {
                 }
             }
         }
+        self.names.update(&changes);
         changes
     }
 
@@ -348,6 +365,7 @@ impl DbCache {
                 changes.push(change);
             }
         }
+        self.names.update(&changes);
         Ok(changes)
     }
 
@@ -396,6 +414,7 @@ impl DbCache {
             }
         }
         self.tables = fresh.tables;
+        self.names = fresh.names;
         if fresh.schema.is_some() {
             self.schema = fresh.schema;
         }
@@ -450,6 +469,29 @@ mod tests {
             .unwrap();
         assert_eq!(ch[0].kind(), ChangeKind::Delete);
         assert!(c.row("t", &id).is_none());
+    }
+
+    #[test]
+    fn name_index_follows_inserts_renames_deletes_and_resyncs() {
+        let mut c = DbCache::new(Some(schema()));
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        c.apply_update2(u2(json!({"t": {a.to_string(): {"insert": {"name": "x"}}, b.to_string(): {"insert": {"name": "y"}}}})))
+            .unwrap();
+        assert_eq!(c.uuids_by_name("t", "x"), &[a]);
+        c.apply_update2(u2(json!({"t": {a.to_string(): {"modify": {"name": "z"}}}})))
+            .unwrap();
+        assert!(c.uuids_by_name("t", "x").is_empty());
+        assert_eq!(c.uuids_by_name("t", "z"), &[a]);
+        c.apply_update2(u2(json!({"t": {b.to_string(): {"delete": null}}})))
+            .unwrap();
+        assert!(c.uuids_by_name("t", "y").is_empty());
+        let mut fresh = DbCache::new(Some(schema()));
+        fresh
+            .apply_update2(u2(json!({"t": {b.to_string(): {"initial": {"name": "w"}}}})))
+            .unwrap();
+        c.replace_with(fresh);
+        assert!(c.uuids_by_name("t", "z").is_empty());
+        assert_eq!(c.uuids_by_name("t", "w"), &[b]);
     }
 
     #[test]

@@ -27,6 +27,7 @@ pub mod data;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod index;
 pub mod ops;
 pub mod remote;
 pub mod reply;
