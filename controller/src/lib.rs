@@ -1,4 +1,267 @@
 //! kube-ovn-controller: translates Kubernetes objects into OVN's northbound database and hands
-//! each pod its address.
+//! each pod its address, compatible with Kube-OVN.
+//!
+//! - [`config`]: flags (Kube-OVN's names) and their validation;
+//! - [`ipam`]: pure address management;
+//! - [`ovn`]: plans over the northbound replica (pure) and their application;
+//! - [`reconcile`]: one reconciler per kind, start-up and garbage collection;
+//! - [`run`]: the whole controller, for the binary and for in-process tests.
 
+pub mod config;
+pub mod context;
+pub mod error;
 pub mod ipam;
+pub mod metrics;
+pub mod ovn;
+pub mod reconcile;
+pub mod server;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::ResourceExt;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube_ovn_api::crd::{IPPool, Ip, Subnet, Vpc};
+use kube_ovn_ovsdb::{Client, ClientConfig, MonitorTables};
+
+use crate::config::Config;
+use crate::context::{Context, Stores};
+use crate::error::{Error, Result};
+use crate::metrics::Metrics;
+use crate::ovn::Nb;
+use crate::reconcile::{all_refs, controller, drive, error_policy, instrumented};
+
+/// The northbound tables the controller reads and writes.
+const NB_TABLES: &[&str] = &[
+    "NB_Global",
+    "Logical_Switch",
+    "Logical_Switch_Port",
+    "Logical_Router",
+    "Logical_Router_Port",
+    "Logical_Router_Static_Route",
+    "Logical_Router_Policy",
+    "ACL",
+    "Address_Set",
+    "Port_Group",
+    "Gateway_Chassis",
+];
+
+/// Connects to the northbound database with the configured remotes and timeouts.
+pub async fn connect_nb(config: &Config) -> Result<Client> {
+    let mut c = ClientConfig::new(config.nb_remotes.clone(), "OVN_Northbound").monitor(MonitorTables::Only(
+        NB_TABLES.iter().map(|t| (*t).to_owned()).collect(),
+    ));
+    c.connect_timeout = config.ovsdb_connect_timeout;
+    c.inactivity_probe = config.ovsdb_inactivity_probe;
+    c.request_timeout = config.ovn_timeout;
+    Ok(Client::connect(c).await?)
+}
+
+/// Runs the controller until `shutdown` resolves (or leadership is lost, which ends it with an
+/// error, as kube-controller-manager does: a fresh process re-campaigns).
+pub async fn run(config: Config, kube: kube::Client, shutdown: impl Future<Output = ()>) -> Result<()> {
+    let metrics = Metrics::new();
+    let ready = Arc::new(AtomicBool::new(false));
+    let health = server::Health {
+        metrics: metrics.clone(),
+        ready: ready.clone(),
+        enable_metrics: config.enable_metrics,
+    };
+    let addr = config.metrics_addr;
+    let server = tokio::spawn(async move {
+        if let Err(e) = server::serve(addr, health).await {
+            tracing::error!(error = %e, %addr, "metrics endpoint failed");
+        }
+    });
+    let result = tokio::select! {
+        r = Box::pin(run_inner(config, kube, metrics, ready)) => r,
+        () = shutdown => Ok(()),
+    };
+    server.abort();
+    result
+}
+
+async fn run_inner(
+    config: Config,
+    kube: kube::Client,
+    metrics: Metrics,
+    ready: Arc<AtomicBool>,
+) -> Result<()> {
+    let nb = Nb::new(connect_nb(&config).await?, metrics.clone());
+    let lost = if config.leader_elect {
+        Some(reconcile::leader::campaign(&config, &kube).await?)
+    } else {
+        None
+    };
+    reconcile::startup::init(&config, &kube, &nb).await?;
+    let (ipam, _) = reconcile::startup::rebuild_ipam(&config, &kube, &nb).await?;
+
+    let workers = config.worker_num;
+    let vpcs = controller::<Vpc>(&kube, workers);
+    let subnets = controller::<Subnet>(&kube, workers);
+    let ippools = controller::<IPPool>(&kube, workers);
+    let namespaces = controller::<Namespace>(&kube, workers);
+    let nodes = controller::<Node>(&kube, workers);
+    let pods = controller::<Pod>(&kube, workers);
+    let ips_ctl = controller::<Ip>(&kube, 1);
+    let stores = Stores {
+        pods: pods.store(),
+        nodes: nodes.store(),
+        namespaces: namespaces.store(),
+        subnets: subnets.store(),
+        vpcs: vpcs.store(),
+        ippools: ippools.store(),
+        ips: ips_ctl.store(),
+    };
+    let ctx = Arc::new(Context::new(
+        config,
+        kube.clone(),
+        nb,
+        ipam,
+        metrics,
+        stores.clone(),
+    ));
+
+    // Relations: who must look again when something else changes.
+    let (s1, s2, s3, s4) = (
+        stores.subnets.clone(),
+        stores.subnets.clone(),
+        stores.namespaces.clone(),
+        stores.namespaces.clone(),
+    );
+    let subnets = subnets
+        .watches(
+            kube::Api::<Node>::all(kube.clone()),
+            watcher::Config::default(),
+            move |_| all_refs(&s1),
+        )
+        .watches(
+            kube::Api::<Vpc>::all(kube.clone()),
+            watcher::Config::default(),
+            move |_| all_refs(&s2),
+        );
+    let namespaces = namespaces
+        .watches(
+            kube::Api::<Subnet>::all(kube.clone()),
+            watcher::Config::default(),
+            move |_| all_refs(&s3),
+        )
+        .watches(
+            kube::Api::<IPPool>::all(kube.clone()),
+            watcher::Config::default(),
+            move |_| all_refs(&s4),
+        );
+    let pods_by_subnet = stores.pods.clone();
+    let pods = pods.watches(
+        kube::Api::<Subnet>::all(kube.clone()),
+        watcher::Config::default(),
+        move |subnet| {
+            // Pods waiting for this subnet (their logical_switch names it, or none is set yet).
+            let name = subnet.name_any();
+            pods_by_subnet
+                .state()
+                .iter()
+                .filter(|p| {
+                    let ls = p
+                        .annotations()
+                        .get(kube_ovn_api::annotations::keys::LOGICAL_SWITCH);
+                    ls.is_none_or(|l| *l == name)
+                        && p.annotations()
+                            .get(kube_ovn_api::annotations::keys::ROUTED)
+                            .is_none()
+                })
+                .map(|p| ObjectRef::from_obj(&**p))
+                .collect::<Vec<_>>()
+        },
+    );
+
+    let c = ctx.clone();
+    let gc_loop = async move {
+        let Some(every) = c.config.gc_interval else {
+            return std::future::pending::<()>().await;
+        };
+        let mut tick = tokio::time::interval(every);
+        loop {
+            tick.tick().await;
+            if let Err(e) = reconcile::gc::collect(&c).await {
+                tracing::warn!(error = %e, "garbage collection failed");
+            }
+        }
+    };
+    ready.store(true, Ordering::Relaxed);
+    tracing::info!("kube-ovn-controller running");
+    let controllers = async {
+        futures::join!(
+            drive(
+                "Vpc",
+                vpcs.run(
+                    |o, c| instrumented(reconcile::vpc::KIND, o, c, reconcile::vpc::reconcile),
+                    error_policy,
+                    ctx.clone()
+                )
+            ),
+            drive(
+                "Subnet",
+                subnets.run(
+                    |o, c| instrumented(reconcile::subnet::KIND, o, c, reconcile::subnet::reconcile),
+                    error_policy,
+                    ctx.clone()
+                )
+            ),
+            drive(
+                "IPPool",
+                ippools.run(
+                    |o, c| instrumented(reconcile::ippool::KIND, o, c, reconcile::ippool::reconcile),
+                    error_policy,
+                    ctx.clone()
+                )
+            ),
+            drive(
+                "Namespace",
+                namespaces.run(
+                    |o, c| instrumented(reconcile::namespace::KIND, o, c, reconcile::namespace::reconcile),
+                    error_policy,
+                    ctx.clone()
+                )
+            ),
+            drive(
+                "Node",
+                nodes.run(
+                    |o, c| instrumented(reconcile::node::KIND, o, c, reconcile::node::reconcile),
+                    error_policy,
+                    ctx.clone()
+                )
+            ),
+            drive(
+                "Pod",
+                pods.run(
+                    |o, c| instrumented(reconcile::pod::KIND, o, c, reconcile::pod::reconcile),
+                    error_policy,
+                    ctx.clone()
+                )
+            ),
+            drive(
+                "IP",
+                ips_ctl.run(
+                    |_, _| async { Ok(kube::runtime::controller::Action::await_change()) },
+                    error_policy,
+                    ctx.clone()
+                )
+            ),
+            reconcile::gc::watch_deletions(ctx.clone()),
+            gc_loop,
+        );
+    };
+    let controllers = Box::pin(controllers);
+    let Some(mut lost) = lost else {
+        controllers.await;
+        return Ok(());
+    };
+    tokio::select! {
+        () = controllers => Ok(()),
+        _ = lost.wait_for(|leading| !*leading) => Err(Error::Lease("leadership lost".into())),
+    }
+}

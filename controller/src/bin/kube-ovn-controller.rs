@@ -1,0 +1,35 @@
+//! `kube-ovn-controller`: flags with Kube-OVN's names, JSON logs, then the controller.
+
+use anyhow::Context as _;
+use clap::Parser;
+use kube_ovn_controller::config::Flags;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .json()
+        .flatten_event(true)
+        .with_current_span(true)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let config = Flags::parse().validate()?;
+    let kube = match &config.kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let options = kube::config::KubeConfigOptions::default();
+            kube::Client::try_from(kube::Config::from_custom_kubeconfig(kc, &options).await?)?
+        }
+        None => kube::Client::try_default()
+            .await
+            .context("in-cluster Kubernetes configuration")?,
+    };
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("interrupted; stopping");
+    };
+    kube_ovn_controller::run(config, kube, shutdown).await?;
+    Ok(())
+}

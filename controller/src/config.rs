@@ -1,0 +1,382 @@
+//! Command-line flags, with Kube-OVN's names and defaults (reference §3.1), each also an
+//! environment variable; and their validation into a [`Config`] the rest of the controller
+//! trusts. An invalid value stops the controller at start with a message naming the flag.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use ipnet::IpNet;
+use kube_ovn_api::annotations::IpRange;
+
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "kube-ovn-controller",
+    version,
+    about = "kube-ovn-rs controller: IPAM, VPCs, subnets, pods and nodes on OVN"
+)]
+pub struct Flags {
+    /// Kubeconfig file; in-cluster configuration when absent.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// OVN northbound remotes: comma-separated `tcp:HOST:PORT` / `unix:PATH` (every RAFT member).
+    #[arg(long, env = "OVN_NB_ADDR")]
+    pub ovn_nb_addr: String,
+    /// OVN southbound remotes (accepted for compatibility; chassis tagging is not done yet).
+    #[arg(long, env = "OVN_SB_ADDR", default_value = "")]
+    pub ovn_sb_addr: String,
+    /// CIDR of the default subnet (`v4`, `v6` or `v4,v6`).
+    #[arg(long, env = "DEFAULT_CIDR", default_value = "10.16.0.0/16")]
+    pub default_cidr: String,
+    /// Gateway of the default subnet; the first usable address when empty.
+    #[arg(long, env = "DEFAULT_GATEWAY", default_value = "")]
+    pub default_gateway: String,
+    /// Addresses of the default subnet never handed out (`a`, `a..b`, comma-separated).
+    #[arg(long, env = "DEFAULT_EXCLUDE_IPS", default_value = "")]
+    pub default_exclude_ips: String,
+    /// Whether daemons check the default subnet's gateway before reporting a pod ready.
+    #[arg(long, env = "DEFAULT_GATEWAY_CHECK", default_value_t = true, action = clap::ArgAction::Set)]
+    pub default_gateway_check: bool,
+    /// Name of the default subnet.
+    #[arg(long, env = "DEFAULT_LS", default_value = "ovn-default")]
+    pub default_ls: String,
+    /// Name of the default VPC's logical router.
+    #[arg(long, env = "CLUSTER_ROUTER", default_value = "ovn-cluster")]
+    pub cluster_router: String,
+    /// Name of the node (join) subnet.
+    #[arg(long, env = "NODE_SWITCH", default_value = "join")]
+    pub node_switch: String,
+    /// CIDR of the node (join) subnet.
+    #[arg(long, env = "NODE_SWITCH_CIDR", default_value = "100.64.0.0/16")]
+    pub node_switch_cidr: String,
+    /// Gateway of the join subnet; the first usable address when empty.
+    #[arg(long, env = "NODE_SWITCH_GATEWAY", default_value = "")]
+    pub node_switch_gateway: String,
+    /// Concurrent reconciles per kind.
+    #[arg(long, env = "WORKER_NUM", default_value_t = 3)]
+    pub worker_num: u16,
+    /// Seconds between garbage collections of ports and IP CRs whose pod is gone; 0 disables.
+    #[arg(long, env = "GC_INTERVAL", default_value_t = 360)]
+    pub gc_interval: u64,
+    /// OVSDB connect timeout, seconds.
+    #[arg(long, env = "OVSDB_CON_TIMEOUT", default_value_t = 3)]
+    pub ovsdb_con_timeout: u64,
+    /// OVSDB inactivity probe, seconds.
+    #[arg(long, env = "OVSDB_INACTIVITY_TIMEOUT", default_value_t = 10)]
+    pub ovsdb_inactivity_timeout: u64,
+    /// Timeout of one OVN request, seconds.
+    #[arg(long, env = "OVN_TIMEOUT", default_value_t = 60)]
+    pub ovn_timeout: u64,
+    /// Port of the metrics and health endpoints (Kube-OVN serves them on its pprof port).
+    #[arg(long, env = "PPROF_PORT", default_value_t = 10660)]
+    pub pprof_port: u16,
+    /// Serve `/metrics` (health endpoints are always served).
+    #[arg(long, env = "ENABLE_METRICS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub enable_metrics: bool,
+    /// Address the metrics and health endpoints bind to.
+    #[arg(long, env = "BIND_ADDRESS", default_value = "0.0.0.0")]
+    pub bind_address: IpAddr,
+    /// Elect a leader with a Lease, so two replicas never both write.
+    #[arg(long, env = "LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+    /// Namespace of the leader-election Lease (the controller's own namespace).
+    #[arg(long, env = "KUBE_NAMESPACE", default_value = "kube-system")]
+    pub lease_namespace: String,
+    /// This replica's identity in the Lease.
+    #[arg(long, env = "POD_NAME", default_value = "")]
+    pub pod_name: String,
+    /// Kube-OVN flags accepted so existing manifests work, but not acted on yet (Services,
+    /// NetworkPolicies and underlay come in later versions): listed here so that they parse.
+    #[arg(long, env = "ENABLE_LB", default_value_t = true, action = clap::ArgAction::Set)]
+    pub enable_lb: bool,
+    #[arg(long, env = "ENABLE_NP", default_value_t = true, action = clap::ArgAction::Set)]
+    pub enable_np: bool,
+    #[arg(long, env = "NETWORK_TYPE", default_value = "geneve")]
+    pub network_type: String,
+    #[arg(long, env = "SERVICE_CLUSTER_IP_RANGE", default_value = "10.96.0.0/12")]
+    pub service_cluster_ip_range: String,
+}
+
+/// Validated settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub kubeconfig: Option<PathBuf>,
+    pub nb_remotes: Vec<kube_ovn_ovsdb::Remote>,
+    pub sb_remotes: Vec<kube_ovn_ovsdb::Remote>,
+    pub default_subnet: DefaultSubnet,
+    pub node_subnet: DefaultSubnet,
+    pub default_gateway_check: bool,
+    pub cluster_router: String,
+    pub worker_num: u16,
+    pub gc_interval: Option<Duration>,
+    pub ovsdb_connect_timeout: Duration,
+    pub ovsdb_inactivity_probe: Duration,
+    pub ovn_timeout: Duration,
+    pub metrics_addr: std::net::SocketAddr,
+    pub enable_metrics: bool,
+    pub leader_elect: bool,
+    pub lease_namespace: String,
+    pub identity: String,
+}
+
+/// A subnet the controller creates at start (`ovn-default`, `join`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DefaultSubnet {
+    pub name: String,
+    /// One CIDR per family, normalised to the network address; written as `cidrBlock`.
+    pub cidrs: Vec<IpNet>,
+    pub gateways: Vec<IpAddr>,
+    pub exclude_ips: Vec<String>,
+}
+
+impl DefaultSubnet {
+    pub fn cidr_block(&self) -> String {
+        self.cidrs
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    pub fn gateway(&self) -> String {
+        self.gateways
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("invalid --{flag} {value:?}: {reason}")]
+pub struct FlagError {
+    pub flag: &'static str,
+    pub value: String,
+    pub reason: String,
+}
+
+fn bad(flag: &'static str, value: &str, reason: impl Into<String>) -> FlagError {
+    FlagError {
+        flag,
+        value: value.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+/// Parses a `cidrBlock`-style list: one CIDR per family, `v4,v6`.
+fn cidrs(flag: &'static str, value: &str) -> Result<Vec<IpNet>, FlagError> {
+    let mut out: Vec<IpNet> = Vec::new();
+    for part in value.split(',') {
+        let net: IpNet = part
+            .trim()
+            .parse()
+            .map_err(|e| bad(flag, value, format!("{part:?} is not a CIDR: {e}")))?;
+        if out
+            .iter()
+            .any(|n| n.network().is_ipv4() == net.network().is_ipv4())
+        {
+            return Err(bad(flag, value, "at most one CIDR per address family"));
+        }
+        out.push(net.trunc());
+    }
+    Ok(out)
+}
+
+fn gateways(flag: &'static str, value: &str, cidrs: &[IpNet]) -> Result<Vec<IpAddr>, FlagError> {
+    if value.is_empty() {
+        return Ok(Vec::new());
+    }
+    value
+        .split(',')
+        .map(|g| {
+            let ip: IpAddr = g
+                .trim()
+                .parse()
+                .map_err(|_| bad(flag, value, format!("{g:?} is not an IP address")))?;
+            if !cidrs.iter().any(|c| c.contains(&ip)) {
+                return Err(bad(flag, value, format!("{ip} is in none of the subnet's CIDRs")));
+            }
+            Ok(ip)
+        })
+        .collect()
+}
+
+fn exclude_ips(flag: &'static str, value: &str) -> Result<Vec<String>, FlagError> {
+    let parts: Vec<String> = value
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(str::to_owned)
+        .collect();
+    for p in &parts {
+        kube_ovn_api::annotations::parse::<IpRange>(flag, p).map_err(|e| bad(flag, value, e.to_string()))?;
+    }
+    Ok(parts)
+}
+
+fn remotes(flag: &'static str, value: &str) -> Result<Vec<kube_ovn_ovsdb::Remote>, FlagError> {
+    kube_ovn_ovsdb::Remote::parse_list(value).map_err(|e| bad(flag, value, e.to_string()))
+}
+
+fn name(flag: &'static str, value: &str) -> Result<String, FlagError> {
+    let ok = !value.is_empty()
+        && value.len() <= 63
+        && value
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if ok {
+        Ok(value.to_owned())
+    } else {
+        Err(bad(flag, value, "must be a lowercase DNS label"))
+    }
+}
+
+impl Flags {
+    pub fn validate(&self) -> Result<Config, FlagError> {
+        if self.ovn_nb_addr.is_empty() {
+            return Err(bad("ovn-nb-addr", "", "is required"));
+        }
+        let default_cidrs = cidrs("default-cidr", &self.default_cidr)?;
+        let node_cidrs = cidrs("node-switch-cidr", &self.node_switch_cidr)?;
+        for d in &default_cidrs {
+            if node_cidrs
+                .iter()
+                .any(|n| n.contains(&d.network()) || d.contains(&n.network()))
+            {
+                return Err(bad(
+                    "node-switch-cidr",
+                    &self.node_switch_cidr,
+                    format!("overlaps --default-cidr {d}"),
+                ));
+            }
+        }
+        if self.worker_num == 0 {
+            return Err(bad("worker-num", "0", "must be at least 1"));
+        }
+        for (flag, secs) in [
+            ("ovsdb-con-timeout", self.ovsdb_con_timeout),
+            ("ovsdb-inactivity-timeout", self.ovsdb_inactivity_timeout),
+            ("ovn-timeout", self.ovn_timeout),
+        ] {
+            if secs == 0 {
+                return Err(bad(flag, "0", "must be at least 1 second"));
+            }
+        }
+        let default_ls = name("default-ls", &self.default_ls)?;
+        let node_switch = name("node-switch", &self.node_switch)?;
+        if default_ls == node_switch {
+            return Err(bad(
+                "node-switch",
+                &self.node_switch,
+                "must differ from --default-ls",
+            ));
+        }
+        let identity = if self.pod_name.is_empty() {
+            format!("kube-ovn-controller-{}", uuid::Uuid::new_v4().simple())
+        } else {
+            self.pod_name.clone()
+        };
+        Ok(Config {
+            kubeconfig: self.kubeconfig.clone(),
+            nb_remotes: remotes("ovn-nb-addr", &self.ovn_nb_addr)?,
+            sb_remotes: if self.ovn_sb_addr.is_empty() {
+                Vec::new()
+            } else {
+                remotes("ovn-sb-addr", &self.ovn_sb_addr)?
+            },
+            default_subnet: DefaultSubnet {
+                name: default_ls,
+                gateways: gateways("default-gateway", &self.default_gateway, &default_cidrs)?,
+                cidrs: default_cidrs,
+                exclude_ips: exclude_ips("default-exclude-ips", &self.default_exclude_ips)?,
+            },
+            node_subnet: DefaultSubnet {
+                name: node_switch,
+                gateways: gateways("node-switch-gateway", &self.node_switch_gateway, &node_cidrs)?,
+                cidrs: node_cidrs,
+                exclude_ips: Vec::new(),
+            },
+            default_gateway_check: self.default_gateway_check,
+            cluster_router: name("cluster-router", &self.cluster_router)?,
+            worker_num: self.worker_num,
+            gc_interval: (self.gc_interval > 0).then(|| Duration::from_secs(self.gc_interval)),
+            ovsdb_connect_timeout: Duration::from_secs(self.ovsdb_con_timeout),
+            ovsdb_inactivity_probe: Duration::from_secs(self.ovsdb_inactivity_timeout),
+            ovn_timeout: Duration::from_secs(self.ovn_timeout),
+            metrics_addr: std::net::SocketAddr::new(self.bind_address, self.pprof_port),
+            enable_metrics: self.enable_metrics,
+            leader_elect: self.leader_elect,
+            lease_namespace: self.lease_namespace.clone(),
+            identity,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flags(args: &[&str]) -> Flags {
+        let mut all = vec!["kube-ovn-controller"];
+        if !args.contains(&"--ovn-nb-addr") {
+            all.extend(["--ovn-nb-addr", "tcp:127.0.0.1:6641"]);
+        }
+        all.extend_from_slice(args);
+        Flags::try_parse_from(all).unwrap()
+    }
+
+    #[test]
+    fn kube_ovn_defaults() {
+        let c = flags(&[]).validate().unwrap();
+        assert_eq!(c.default_subnet.name, "ovn-default");
+        assert_eq!(c.default_subnet.cidr_block(), "10.16.0.0/16");
+        assert_eq!(c.node_subnet.name, "join");
+        assert_eq!(c.node_subnet.cidr_block(), "100.64.0.0/16");
+        assert_eq!(c.cluster_router, "ovn-cluster");
+        assert_eq!((c.worker_num, c.gc_interval), (3, Some(Duration::from_mins(6))));
+        assert_eq!(c.metrics_addr.port(), 10660);
+    }
+
+    #[test]
+    fn invalid_values_name_the_flag() {
+        for (args, flag) in [
+            (vec!["--default-cidr", "10.16.0.0/33"], "--default-cidr"),
+            (
+                vec!["--default-cidr", "10.16.0.0/16,10.17.0.0/16"],
+                "--default-cidr",
+            ),
+            (vec!["--default-gateway", "10.99.0.1"], "--default-gateway"),
+            (
+                vec!["--default-exclude-ips", "10.16.0.5..x"],
+                "--default-exclude-ips",
+            ),
+            (vec!["--node-switch-cidr", "10.16.0.0/24"], "--node-switch-cidr"),
+            (vec!["--worker-num", "0"], "--worker-num"),
+            (vec!["--ovn-nb-addr", "http://x"], "--ovn-nb-addr"),
+            (vec!["--default-ls", "Bad_Name"], "--default-ls"),
+            (vec!["--ovn-timeout", "0"], "--ovn-timeout"),
+        ] {
+            let err = flags(&args).validate().unwrap_err().to_string();
+            assert!(err.starts_with(&format!("invalid {flag} ")), "{args:?}: {err}");
+        }
+        assert!(
+            Flags::try_parse_from(["kube-ovn-controller"]).is_err(),
+            "--ovn-nb-addr is required"
+        );
+    }
+
+    #[test]
+    fn dual_stack_default_subnet() {
+        let c = flags(&[
+            "--default-cidr",
+            "10.16.0.0/16,fd00:10:16::/64",
+            "--default-gateway",
+            "10.16.0.1,fd00:10:16::1",
+        ])
+        .validate()
+        .unwrap();
+        assert_eq!(c.default_subnet.cidrs.len(), 2);
+        assert_eq!(c.default_subnet.gateway(), "10.16.0.1,fd00:10:16::1");
+    }
+}

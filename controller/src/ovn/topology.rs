@@ -1,0 +1,207 @@
+//! Switches, routers, the ports between them, switch ports and port groups, as Kube-OVN names
+//! them (`<router>-<subnet>` / `<subnet>-<router>`, `<pod>.<ns>`, `node-<node>`, `<subnet>.<node>`).
+//!
+//! Pure: no I/O.
+
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+
+use kube_ovn_api::annotations::MacAddr;
+use kube_ovn_api::names;
+use kube_ovn_ovsdb::tables::nb::{
+    LogicalRouter, LogicalRouterPort, LogicalSwitch, LogicalSwitchPort, PortGroup,
+};
+use kube_ovn_ovsdb::{Atom, DbCache, Table, Value};
+
+use super::plan::{Plan, RowRef, owned_ids};
+
+/// A switch named `name` with these `other_config` and owner ids.
+pub fn ensure_switch(
+    plan: &mut Plan,
+    cache: &DbCache,
+    name: &str,
+    other_config: BTreeMap<String, String>,
+    owner: &[(&str, &str)],
+) -> RowRef {
+    let ls = LogicalSwitch {
+        name: name.into(),
+        other_config,
+        external_ids: owned_ids(owner),
+        ..Default::default()
+    };
+    plan.ensure(cache, name, &ls, &["other_config", "external_ids"])
+}
+
+/// A router with Kube-OVN's options (`mac_binding_age_threshold=300`, `dynamic_neigh_routers=true`).
+pub fn ensure_router(plan: &mut Plan, cache: &DbCache, name: &str, owner: &[(&str, &str)]) -> RowRef {
+    let options = [
+        ("mac_binding_age_threshold", "300"),
+        ("dynamic_neigh_routers", "true"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    let lr = LogicalRouter {
+        name: name.into(),
+        options,
+        external_ids: owned_ids(owner),
+        ..Default::default()
+    };
+    plan.ensure(cache, name, &lr, &["options", "external_ids"])
+}
+
+/// A stable, locally administered MAC for a router port, derived from its name, so restarts and
+/// replicas agree without storing it anywhere.
+pub fn router_port_mac(port: &str) -> MacAddr {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    port.hash(&mut h);
+    let b = h.finish().to_le_bytes();
+    MacAddr([0x0a, b[0], b[1], b[2], b[3], b[4]])
+}
+
+/// A router and a switch to join.
+pub struct Attachment<'a> {
+    pub router: &'a str,
+    pub router_ref: &'a RowRef,
+    pub switch: &'a str,
+    pub switch_ref: &'a RowRef,
+    /// The router port's addresses: the subnet's gateway(s) with prefix, e.g. `10.16.0.1/16`.
+    pub networks: Vec<String>,
+}
+
+/// The patch between a router and a switch: router port `<router>-<switch>` and switch port
+/// `<switch>-<router>` of type `router`. Returns the router port's MAC.
+pub fn ensure_router_attachment(
+    plan: &mut Plan,
+    cache: &DbCache,
+    a: Attachment<'_>,
+    owner: &[(&str, &str)],
+) -> MacAddr {
+    let Attachment {
+        router,
+        router_ref,
+        switch,
+        switch_ref,
+        networks,
+    } = a;
+    let lrp_name = names::router_port_name(router, switch);
+    let lsp_name = names::switch_router_port_name(switch, router);
+    let mac = cache
+        .by_name::<LogicalRouterPort>(&lrp_name)
+        .ok()
+        .flatten()
+        .and_then(|p| kube_ovn_api::annotations::parse::<MacAddr>("mac", &p.mac).ok())
+        .unwrap_or_else(|| router_port_mac(&lrp_name));
+    let lrp = LogicalRouterPort {
+        name: lrp_name.clone(),
+        mac: mac.to_string(),
+        networks,
+        external_ids: owned_ids(owner),
+        ..Default::default()
+    };
+    let lrp_ref = plan.ensure(cache, &lrp_name, &lrp, &["mac", "networks", "external_ids"]);
+    let router_ports = cache
+        .by_name::<LogicalRouter>(router)
+        .ok()
+        .flatten()
+        .map(|r| r.ports)
+        .unwrap_or_default();
+    plan.add_members(
+        LogicalRouter::NAME,
+        router_ref,
+        "ports",
+        &router_ports,
+        &[lrp_ref],
+    );
+    let lsp = LogicalSwitchPort {
+        name: lsp_name.clone(),
+        r#type: "router".into(),
+        addresses: vec!["router".into()],
+        options: BTreeMap::from([("router-port".to_owned(), lrp_name)]),
+        external_ids: owned_ids(owner),
+        ..Default::default()
+    };
+    ensure_switch_port(
+        plan,
+        cache,
+        switch_ref,
+        switch,
+        &lsp,
+        &["type", "addresses", "options", "external_ids"],
+    );
+    mac
+}
+
+/// A switch port on `switch`: created or brought to `desired` in `columns`, and a member of the
+/// switch.
+pub fn ensure_switch_port(
+    plan: &mut Plan,
+    cache: &DbCache,
+    switch_ref: &RowRef,
+    switch: &str,
+    desired: &LogicalSwitchPort,
+    columns: &[&str],
+) -> RowRef {
+    let port_ref = plan.ensure(cache, &desired.name, desired, columns);
+    let members = cache
+        .by_name::<LogicalSwitch>(switch)
+        .ok()
+        .flatten()
+        .map(|s| s.ports)
+        .unwrap_or_default();
+    plan.add_members(
+        LogicalSwitch::NAME,
+        switch_ref,
+        "ports",
+        &members,
+        std::slice::from_ref(&port_ref),
+    );
+    port_ref
+}
+
+/// Removes a switch port from whatever switch holds it (the server then drops the row).
+pub fn remove_switch_port(plan: &mut Plan, cache: &DbCache, port: &str) {
+    let Some(uuid) = cache
+        .uuids_by_name(LogicalSwitchPort::NAME, port)
+        .first()
+        .copied()
+    else {
+        return;
+    };
+    // Sets are ordered: membership is a lookup, not a scan of a switch's thousands of ports.
+    let holds = |row: &kube_ovn_ovsdb::Row| matches!(row.get("ports"), Some(Value::Set(s)) if s.contains(&Atom::Uuid(uuid)));
+    for table in [LogicalSwitch::NAME, PortGroup::NAME] {
+        for (parent, row) in cache.table(table) {
+            if holds(row) {
+                plan.remove_members(table, &RowRef::Existing(*parent), "ports", &[uuid]);
+            }
+        }
+    }
+}
+
+/// A port group (`<subnet>.<node>`, `node.<node>`), kept with these owner ids.
+pub fn ensure_port_group(plan: &mut Plan, cache: &DbCache, name: &str, owner: &[(&str, &str)]) -> RowRef {
+    let pg = PortGroup {
+        name: name.into(),
+        external_ids: owned_ids(owner),
+        ..Default::default()
+    };
+    plan.ensure(cache, name, &pg, &["external_ids"])
+}
+
+/// Adds a port to a port group.
+pub fn add_to_port_group(plan: &mut Plan, cache: &DbCache, group: &RowRef, group_name: &str, port: &RowRef) {
+    let members = cache
+        .by_name::<PortGroup>(group_name)
+        .ok()
+        .flatten()
+        .map(|p| p.ports)
+        .unwrap_or_default();
+    plan.add_members(
+        PortGroup::NAME,
+        group,
+        "ports",
+        &members,
+        std::slice::from_ref(port),
+    );
+}

@@ -1,0 +1,118 @@
+//! IP CRs: the cluster-visible record of every allocation (`kubectl get ips`), named like the
+//! switch port (`<pod>.<ns>`, `node-<node>`), and one of the sources IPAM is rebuilt from.
+
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::reflector::ObjectRef;
+use kube_ovn_api::annotations::keys;
+use kube_ovn_api::crd::Ip;
+use serde_json::json;
+
+use crate::context::Context;
+use crate::error::Result;
+use crate::ipam::Allocation;
+
+pub const FIELD_MANAGER: &str = "kube-ovn-controller";
+
+/// One allocation as an IP CR.
+pub struct IpRecord<'a> {
+    pub name: &'a str,
+    pub pod: &'a str,
+    pub namespace: &'a str,
+    pub subnet: &'a str,
+    pub node: &'a str,
+    pub alloc: &'a Allocation,
+    /// `StatefulSet`, `VirtualMachine` or empty.
+    pub pod_type: &'a str,
+}
+
+impl IpRecord<'_> {
+    fn spec(&self) -> serde_json::Value {
+        let v4 = self.alloc.v4.map(|a| a.to_string()).unwrap_or_default();
+        let v6 = self.alloc.v6.map(|a| a.to_string()).unwrap_or_default();
+        let ip_address = [v4.as_str(), v6.as_str()]
+            .iter()
+            .filter(|s| !s.is_empty())
+            .copied()
+            .collect::<Vec<_>>()
+            .join(",");
+        json!({
+            "podName": self.pod,
+            "namespace": self.namespace,
+            "subnet": self.subnet,
+            "nodeName": self.node,
+            "ipAddress": ip_address,
+            "v4IpAddress": v4,
+            "v6IpAddress": v6,
+            "macAddress": self.alloc.mac.to_string(),
+            "podType": self.pod_type,
+            "attachIps": [],
+            "attachMacs": [],
+            "attachSubnets": [],
+        })
+    }
+
+    fn labels(&self) -> serde_json::Value {
+        json!({
+            keys::SUBNET_LABEL: self.subnet,
+            keys::NODE_NAME_LABEL: self.node,
+            self.subnet: "",
+            keys::IP_RESERVED_LABEL: "false",
+        })
+    }
+}
+
+/// Creates or updates the IP CR, skipping the write when the cached one already says the same.
+pub async fn upsert_ip(ctx: &Context, record: &IpRecord<'_>) -> Result<()> {
+    let spec = record.spec();
+    let labels = record.labels();
+    if let Some(existing) = ctx.stores.ips.get(&ObjectRef::new(record.name)) {
+        let have = serde_json::to_value(&existing.spec).unwrap_or_default();
+        let same_spec = without_empty(&spec) == without_empty(&have);
+        let have_labels = existing.metadata.labels.clone().unwrap_or_default();
+        let same_labels = labels.as_object().is_some_and(|want| {
+            want.iter()
+                .all(|(k, v)| have_labels.get(k).map(String::as_str) == v.as_str())
+        });
+        if same_spec && same_labels {
+            return Ok(());
+        }
+    }
+    let api: Api<Ip> = Api::all(ctx.kube.clone());
+    let body = json!({
+        "apiVersion": "kubeovn.io/v1",
+        "kind": "IP",
+        "metadata": {"name": record.name, "labels": labels},
+        "spec": spec,
+    });
+    api.patch(
+        record.name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(body),
+    )
+    .await?;
+    Ok(())
+}
+
+/// An object's members without empty strings and lists: an absent field reads the same.
+fn without_empty(v: &serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
+    v.as_object()
+        .map(|m| {
+            m.iter()
+                .filter(|(_, v)| {
+                    !(v.as_str() == Some("") || v.as_array().is_some_and(Vec::is_empty) || v.is_null())
+                })
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Deletes an IP CR; gone already is fine.
+pub async fn delete_ip(ctx: &Context, name: &str) -> Result<()> {
+    let api: Api<Ip> = Api::all(ctx.kube.clone());
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}

@@ -1,0 +1,126 @@
+//! The controller's event loop: one `kube::runtime::Controller` per kind, sharing a [`Context`].
+//!
+//! ```text
+//!   start ─▶ NB client ─▶ leader lease ─▶ startup::init (router, default VPC, join + default
+//!           subnets as CRs) ─▶ startup::rebuild_ipam (IP CRs, NB ports, pods, nodes)
+//!        ─▶ Controllers (each: watch ─▶ queue ─▶ worker_num reconcilers):
+//!             Vpc ─ Subnet (+Nodes, +VPCs) ─ IPPool ─ Namespace (+Subnets, +IPPools)
+//!             Node (+Subnets) ─ Pod (+Subnets, +Nodes)
+//!        ─▶ gc loop every --gc-interval ─▶ runs until shutdown or leadership is lost
+//! ```
+//!
+//! Reconcilers are level-triggered: each computes the desired northbound rows and Kubernetes
+//! state from what exists now and applies the difference, so a crash at any point is repaired by
+//! the next run.
+
+pub mod gc;
+pub mod ip_cr;
+pub mod ippool;
+pub mod leader;
+pub mod namespace;
+pub mod node;
+pub mod pod;
+pub mod startup;
+pub mod subnet;
+pub mod vpc;
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::runtime::Controller;
+use kube::runtime::controller::{self, Action};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Api, Resource};
+
+use crate::context::Context;
+use crate::error::Error;
+
+/// How long to wait before retrying after an error: short for "not ready yet", longer for input
+/// that needs a human.
+pub fn retry_after(error: &Error) -> Duration {
+    match error {
+        Error::NotReady(_) => Duration::from_millis(500),
+        Error::Invalid(_) | Error::Annotation(_) => Duration::from_mins(1),
+        _ => Duration::from_secs(2),
+    }
+}
+
+/// Wraps a reconciler with a span, metrics and logging.
+pub async fn instrumented<K, F, Fut>(
+    kind: &'static str,
+    obj: Arc<K>,
+    ctx: Arc<Context>,
+    f: F,
+) -> Result<Action, Error>
+where
+    K: Resource + Debug,
+    F: FnOnce(Arc<K>, Arc<Context>) -> Fut,
+    Fut: Future<Output = Result<Action, Error>>,
+{
+    let name = obj.meta().name.clone().unwrap_or_default();
+    let namespace = obj.meta().namespace.clone().unwrap_or_default();
+    let span = tracing::info_span!("reconcile", kind, %name, %namespace);
+    let start = Instant::now();
+    let metrics = ctx.metrics.clone();
+    let result = tracing::Instrument::instrument(f(obj, ctx), span.clone()).await;
+    metrics.reconciled(
+        kind,
+        result.is_ok() || matches!(result, Err(Error::NotReady(_))),
+        start.elapsed(),
+    );
+    let _enter = span.enter();
+    match &result {
+        Ok(_) => tracing::debug!(elapsed_ms = start.elapsed().as_millis(), "reconciled"),
+        Err(e @ Error::NotReady(_)) => tracing::debug!(reason = %e, "not ready; retrying"),
+        Err(e) => tracing::warn!(error = %e, "reconcile failed"),
+    }
+    result
+}
+
+pub fn error_policy<K>(_obj: Arc<K>, error: &Error, _ctx: Arc<Context>) -> Action {
+    Action::requeue(retry_after(error))
+}
+
+/// Every object of the kind in `store`, as references (for "everything of kind K" mappers).
+pub fn all_refs<K>(store: &kube::runtime::reflector::Store<K>) -> Vec<ObjectRef<K>>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    store.state().iter().map(|o| ObjectRef::from_obj(&**o)).collect()
+}
+
+/// Drives a controller's stream to completion, logging what it cannot reconcile.
+pub async fn drive<K, S>(kind: &'static str, stream: S)
+where
+    K: Resource + Debug,
+    S: futures::Stream<Item = Result<(ObjectRef<K>, Action), controller::Error<Error, watcher::Error>>>,
+{
+    stream
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                match e {
+                    controller::Error::ReconcilerFailed(..) => {}
+                    other => tracing::debug!(kind, error = %other, "controller event"),
+                }
+            }
+        })
+        .await;
+}
+
+/// Builds a controller for `K` on all namespaces with the configured concurrency.
+pub fn controller<K>(kube: &kube::Client, workers: u16) -> Controller<K>
+where
+    K: Resource + Clone + Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Debug + Unpin,
+{
+    Controller::new(
+        Api::<K>::all(kube.clone()),
+        watcher::Config::default().any_semantic(),
+    )
+    .with_config(controller::Config::default().concurrency(workers))
+}

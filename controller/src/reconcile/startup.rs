@@ -1,0 +1,266 @@
+//! Start-up, as Kube-OVN's controller does it: the default VPC and its router, the join and default
+//! subnets as CRs (from the flags), and IPAM rebuilt from what is authoritative — IP CRs, then the
+//! northbound ports (the one record a crash between port and annotations leaves), then the pods'
+//! and nodes' annotations.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, PostParams};
+use kube_ovn_api::annotations::{IpPair, IpRange, MacAddr, get, is_true, keys, parse};
+use kube_ovn_api::crd::{IPPool, Ip, Subnet, Vpc};
+use kube_ovn_api::names;
+use kube_ovn_ovsdb::tables::nb::{LogicalSwitchPort, NbGlobal};
+use kube_ovn_ovsdb::{Condition, Mutation, Operation, Table, Value};
+use serde_json::json;
+
+use super::subnet::effective;
+use crate::config::{Config, DefaultSubnet};
+use crate::error::Result;
+use crate::ipam::{Ipam, Request};
+use crate::ovn::Nb;
+use crate::ovn::plan::{Plan, is_owned_by};
+use crate::ovn::topology::ensure_router;
+
+/// NB_Global options Kube-OVN sets (those OVN 23.03 knows; unknown keys are ignored by northd).
+const NB_GLOBAL_OPTIONS: &[(&str, &str)] = &[("use_ct_inv_match", "false"), ("ls_dnat_mod_dl_dst", "true")];
+
+async fn create_if_absent<K>(api: &Api<K>, obj: serde_json::Value) -> Result<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let obj: K = serde_json::from_value(obj).map_err(|e| crate::error::Error::Invalid(e.to_string()))?;
+    match api.create(&PostParams::default(), &obj).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn subnet_object(s: &DefaultSubnet, extra: &serde_json::Value, router: &str) -> serde_json::Value {
+    let mut spec = json!({
+        "cidrBlock": s.cidr_block(),
+        "protocol": if s.cidrs.len() == 2 { "Dual" } else if s.cidrs[0].network().is_ipv4() { "IPv4" } else { "IPv6" },
+        "vpc": router,
+        "provider": "ovn",
+        "gatewayType": "distributed",
+    });
+    if !s.gateways.is_empty() {
+        spec["gateway"] = json!(s.gateway());
+    }
+    if !s.exclude_ips.is_empty() {
+        spec["excludeIps"] = json!(s.exclude_ips);
+    }
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+        spec.extend(extra.clone());
+    }
+    json!({"apiVersion": "kubeovn.io/v1", "kind": "Subnet", "metadata": {"name": s.name}, "spec": spec})
+}
+
+/// The cluster router, NB_Global options, the default VPC and the two default subnets.
+pub async fn init(config: &Config, kube: &kube::Client, nb: &Nb) -> Result<()> {
+    let router = &config.cluster_router;
+    let plan = nb.read(|cache| {
+        let mut plan = Plan::new();
+        ensure_router(&mut plan, cache, router, &[("vpc", router.as_str())]);
+        if let Ok(Some(global)) = cache.rows::<NbGlobal>().map(|g| g.into_iter().next()) {
+            let missing: Vec<(&str, &str)> = NB_GLOBAL_OPTIONS
+                .iter()
+                .copied()
+                .filter(|(k, v)| global.options.get(*k).map(String::as_str) != Some(*v))
+                .collect();
+            if !missing.is_empty() {
+                let cond = vec![Condition::uuid(global.uuid)];
+                plan.push(Operation::mutate(
+                    NbGlobal::NAME,
+                    cond.clone(),
+                    vec![Mutation::delete(
+                        "options",
+                        Value::set(missing.iter().map(|(k, _)| *k)),
+                    )],
+                ));
+                plan.push(Operation::mutate(
+                    NbGlobal::NAME,
+                    cond,
+                    vec![Mutation::insert("options", Value::map(missing))],
+                ));
+            }
+        }
+        plan
+    });
+    nb.apply(plan, "init").await?;
+    create_if_absent(
+        &Api::<Vpc>::all(kube.clone()),
+        json!({"apiVersion": "kubeovn.io/v1", "kind": "Vpc", "metadata": {"name": router}, "spec": {}}),
+    )
+    .await?;
+    let subnets: Api<Subnet> = Api::all(kube.clone());
+    create_if_absent(
+        &subnets,
+        subnet_object(
+            &config.node_subnet,
+            &json!({"disableInterConnection": true}),
+            router,
+        ),
+    )
+    .await?;
+    create_if_absent(
+        &subnets,
+        subnet_object(
+            &config.default_subnet,
+            &json!({"default": true, "natOutgoing": true, "disableGatewayCheck": !config.default_gateway_check}),
+            router,
+        ),
+    )
+    .await?;
+    Ok(())
+}
+
+/// What a rebuild reserved, and what it could not (a conflict between two sources is logged, and
+/// the later claimant gets a fresh address when it is reconciled).
+#[derive(Debug, Default)]
+pub struct Rebuilt {
+    pub reserved: usize,
+    pub conflicts: Vec<String>,
+}
+
+fn request(ips: &[IpAddr], mac: Option<MacAddr>) -> Request {
+    let mut r = Request {
+        mac,
+        ..Request::default()
+    };
+    for ip in ips {
+        match ip {
+            IpAddr::V4(v) => r.v4 = Some(*v),
+            IpAddr::V6(v) => r.v6 = Some(*v),
+        }
+    }
+    r
+}
+
+/// Rebuilds IPAM before any reconciler runs.
+pub async fn rebuild_ipam(config: &Config, kube: &kube::Client, nb: &Nb) -> Result<(Ipam, Rebuilt)> {
+    let mut ipam = Ipam::new();
+    let mut out = Rebuilt::default();
+    let lp = ListParams::default();
+    let subnets = Api::<Subnet>::all(kube.clone()).list(&lp).await?.items;
+    for s in &subnets {
+        if let Ok(eff) = effective(s, &config.cluster_router)
+            && let Ok(cfg) = eff.ipam_config()
+            && let Err(e) = ipam.add_or_update_subnet(&s.name_any(), &cfg)
+        {
+            out.conflicts.push(format!("subnet {}: {e}", s.name_any()));
+        }
+    }
+    for p in Api::<IPPool>::all(kube.clone()).list(&lp).await?.items {
+        let ranges: Vec<IpRange> = p
+            .spec
+            .ips
+            .iter()
+            .flatten()
+            .filter_map(|r| parse::<IpRange>("spec.ips", r).ok())
+            .collect();
+        if let Err(e) = ipam.add_or_update_pool(
+            p.spec.subnet.as_deref().unwrap_or_default(),
+            &p.name_any(),
+            &ranges,
+        ) {
+            out.conflicts.push(format!("ippool {}: {e}", p.name_any()));
+        }
+    }
+    let mut claims: Vec<(String, String, Request, &'static str)> = Vec::new();
+    for ip in Api::<Ip>::all(kube.clone()).list(&lp).await?.items {
+        let s = &ip.spec;
+        let addrs: Vec<IpAddr> = [s.v4_ip_address.as_deref(), s.v6_ip_address.as_deref()]
+            .into_iter()
+            .flatten()
+            .filter_map(|a| a.parse().ok())
+            .collect();
+        let mac = s
+            .mac_address
+            .as_deref()
+            .and_then(|m| parse::<MacAddr>("spec.macAddress", m).ok());
+        if let Some(subnet) = s.subnet.clone().filter(|s| !s.is_empty())
+            && !addrs.is_empty()
+        {
+            claims.push((subnet, ip.name_any(), request(&addrs, mac), "IP CR"));
+        }
+    }
+    let ports: Vec<(String, String, Request)> = nb.read(|cache| {
+        cache
+            .table(LogicalSwitchPort::NAME)
+            .filter_map(|(u, r)| LogicalSwitchPort::from_row(*u, r).ok())
+            .filter(|p| is_owned_by(&p.external_ids, &[]))
+            .filter_map(|p| {
+                let subnet = p.external_ids.get("ls")?.clone();
+                let mut words = p.addresses.first()?.split_whitespace();
+                let mac = words.next().and_then(|m| parse::<MacAddr>("addresses", m).ok());
+                let ips: Vec<IpAddr> = words.filter_map(|w| w.parse().ok()).collect();
+                Some((subnet, p.name, request(&ips, mac)))
+            })
+            .collect()
+    });
+    claims.extend(ports.into_iter().map(|(s, k, r)| (s, k, r, "northbound port")));
+    for pod in Api::<Pod>::all(kube.clone()).list(&lp).await?.items {
+        let ann = pod.metadata.annotations.as_ref();
+        if !is_true(ann, keys::ALLOCATED) {
+            continue;
+        }
+        let (Some(subnet), Ok(Some(ips))) = (
+            ann.and_then(|a| a.get(keys::LOGICAL_SWITCH)).cloned(),
+            get::<IpPair>(ann, keys::IP_ADDRESS),
+        ) else {
+            continue;
+        };
+        let mac = get::<MacAddr>(ann, keys::MAC_ADDRESS).ok().flatten();
+        let key = names::pod_port_name(&pod.name_any(), &pod.namespace().unwrap_or_default(), "ovn");
+        claims.push((
+            subnet,
+            key,
+            request(&ips.addrs().collect::<Vec<_>>(), mac),
+            "pod annotation",
+        ));
+    }
+    for node in Api::<Node>::all(kube.clone()).list(&lp).await?.items {
+        let ann = node.metadata.annotations.as_ref();
+        if let (true, Ok(Some(ips))) = (
+            is_true(ann, keys::ALLOCATED),
+            get::<IpPair>(ann, keys::IP_ADDRESS),
+        ) {
+            let mac = get::<MacAddr>(ann, keys::MAC_ADDRESS).ok().flatten();
+            claims.push((
+                config.node_subnet.name.clone(),
+                names::node_port_name(&node.name_any()),
+                request(&ips.addrs().collect::<Vec<_>>(), mac),
+                "node annotation",
+            ));
+        }
+    }
+    let mut seen: BTreeMap<String, String> = BTreeMap::new();
+    for (subnet, key, req, source) in claims {
+        // The same NIC seen again from a later source: the first (more authoritative) one holds.
+        if let Some(first) = seen.get(&key)
+            && first == &subnet
+        {
+            continue;
+        }
+        match ipam.allocate(&subnet, &key, &req) {
+            Ok(_) => {
+                out.reserved += 1;
+                seen.insert(key, subnet);
+            }
+            Err(e) => out.conflicts.push(format!("{source} {key}: {e}")),
+        }
+    }
+    for c in &out.conflicts {
+        tracing::warn!(conflict = %c, "IPAM rebuild");
+    }
+    tracing::info!(
+        reserved = out.reserved,
+        conflicts = out.conflicts.len(),
+        "IPAM rebuilt"
+    );
+    Ok((ipam, out))
+}

@@ -1,0 +1,192 @@
+//! A whole control plane in one test process: the API emulator (in process), real OVN central
+//! (NB, SB, ovn-northd), and the controller running against both.
+
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use clap::Parser;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::ResourceExt;
+use kube::api::{Api, PostParams};
+use kube_ovn_controller::config::Flags;
+use kube_ovn_lab::apiserver::{ApiServer, ApiServerConfig};
+use kube_ovn_testkit::{OvnCentral, wait_until_async};
+use serde_json::json;
+use tokio::task::JoinHandle;
+
+pub const WAIT: Duration = Duration::from_mins(1);
+
+pub fn init_logging() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
+
+pub struct Env {
+    pub api: ApiServer,
+    pub kube: kube::Client,
+    pub ovn: OvnCentral,
+    pub controller: Option<JoinHandle<()>>,
+    pub extra_flags: Vec<String>,
+}
+
+impl Env {
+    pub async fn start() -> Self {
+        Self::start_with(&[]).await
+    }
+
+    pub async fn start_with(flags: &[&str]) -> Self {
+        init_logging();
+        let api = ApiServer::new(ApiServerConfig::default()).expect("API emulator");
+        let kube = api.client();
+        let crds: Api<CustomResourceDefinition> = Api::all(kube.clone());
+        for crd in kube_ovn_api::crds() {
+            crds.create(&PostParams::default(), &crd).await.expect("CRD");
+        }
+        let ovn = tokio::task::spawn_blocking(OvnCentral::start)
+            .await
+            .unwrap()
+            .expect("OVN central");
+        let mut env = Self {
+            api,
+            kube,
+            ovn,
+            controller: None,
+            extra_flags: flags.iter().map(|s| (*s).to_owned()).collect(),
+        };
+        env.start_controller();
+        env
+    }
+
+    pub fn flags(&self) -> Flags {
+        let mut args = vec![
+            "kube-ovn-controller".to_owned(),
+            format!("--ovn-nb-addr={}", self.ovn.nb_remote()),
+            "--bind-address=127.0.0.1".into(),
+            "--pprof-port=0".into(),
+            "--leader-elect=false".into(),
+        ];
+        args.extend(self.extra_flags.iter().cloned());
+        Flags::try_parse_from(args).unwrap()
+    }
+
+    /// Starts (or restarts) the controller in this process.
+    pub fn start_controller(&mut self) {
+        let config = self.flags().validate().unwrap();
+        let kube = self.kube.clone();
+        self.controller = Some(tokio::spawn(async move {
+            if let Err(e) = kube_ovn_controller::run(config, kube, std::future::pending()).await {
+                tracing::error!(error = %e, "controller stopped");
+            }
+        }));
+    }
+
+    /// Kills the controller as a crash would: no cleanup runs.
+    pub async fn kill_controller(&mut self) {
+        if let Some(h) = self.controller.take() {
+            h.abort();
+            let _ = h.await;
+        }
+    }
+
+    pub async fn namespace(&self, name: &str) {
+        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+        match Api::<Namespace>::all(self.kube.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => panic!("namespace {name}: {e}"),
+        }
+    }
+
+    /// Creates a node and waits until the controller has given it its join address.
+    pub async fn node(&self, name: &str, internal_ip: &str) -> Node {
+        let node: Node = serde_json::from_value(json!({"metadata": {"name": name},
+            "status": {"addresses": [{"type": "InternalIP", "address": internal_ip}]}}))
+        .unwrap();
+        let api = Api::<Node>::all(self.kube.clone());
+        api.create(&PostParams::default(), &node).await.unwrap();
+        wait_until_async(&format!("node {name} to be allocated"), WAIT, || {
+            let api = api.clone();
+            async move {
+                Ok(api
+                    .get(name)
+                    .await?
+                    .annotations()
+                    .get("ovn.kubernetes.io/allocated")
+                    .is_some_and(|v| v == "true"))
+            }
+        })
+        .await
+        .unwrap();
+        api.get(name).await.unwrap()
+    }
+
+    pub async fn pod(&self, ns: &str, name: &str, node: &str, annotations: &[(&str, &str)]) -> Pod {
+        self.namespace(ns).await;
+        let ann: BTreeMap<&str, &str> = annotations.iter().copied().collect();
+        let pod: Pod = serde_json::from_value(
+            json!({"metadata": {"name": name, "namespace": ns, "annotations": ann},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]}}),
+        )
+        .unwrap();
+        Api::<Pod>::namespaced(self.kube.clone(), ns)
+            .create(&PostParams::default(), &pod)
+            .await
+            .unwrap()
+    }
+
+    pub async fn apply_yaml(&self, value: serde_json::Value) {
+        let kind = value["kind"].as_str().unwrap().to_owned();
+        let name = value["metadata"]["name"].as_str().unwrap().to_owned();
+        let gvk = kube::api::GroupVersionKind::gvk("kubeovn.io", "v1", &kind);
+        let (ar, _) = kube::discovery::pinned_kind(&self.kube, &gvk).await.unwrap();
+        let api: Api<kube::api::DynamicObject> = Api::all_with(self.kube.clone(), &ar);
+        api.patch(
+            &name,
+            &kube::api::PatchParams::apply("test").force(),
+            &kube::api::Patch::Apply(value),
+        )
+        .await
+        .unwrap();
+    }
+
+    /// Waits until the pod's annotations say `routed=true`, and returns it.
+    pub async fn routed(&self, ns: &str, name: &str) -> Pod {
+        let api: Api<Pod> = Api::namespaced(self.kube.clone(), ns);
+        wait_until_async(&format!("pod {ns}/{name} to be routed"), WAIT, || {
+            let api = api.clone();
+            async move {
+                let p = api.get(name).await?;
+                Ok(p.annotations()
+                    .get("ovn.kubernetes.io/routed")
+                    .is_some_and(|v| v == "true"))
+            }
+        })
+        .await
+        .unwrap();
+        api.get(name).await.unwrap()
+    }
+}
+
+pub fn ann<'a>(pod: &'a Pod, key: &str) -> &'a str {
+    pod.annotations()
+        .get(&format!("ovn.kubernetes.io/{key}"))
+        .map_or("", String::as_str)
+}
+
+/// An ICMP echo from `src` to `dst` as ovn-trace takes it, entering through `src`'s port.
+pub fn icmp(src: &Pod, dst_mac: &str, dst_ip: &str) -> String {
+    let port = format!("{}.{}", src.name_any(), src.namespace().unwrap());
+    format!(
+        "inport==\"{port}\" && eth.src=={} && eth.dst=={dst_mac} && ip4.src=={} && ip4.dst=={dst_ip} && ip.ttl==64 && icmp4.type==8",
+        ann(src, "mac_address"),
+        ann(src, "ip_address")
+    )
+}
