@@ -71,17 +71,19 @@ pub async fn run(config: Config, kube: kube::Client, shutdown: impl Future<Outpu
         enable_metrics: config.enable_metrics,
     };
     let addr = config.metrics_addr;
-    let server = tokio::spawn(async move {
+    // The endpoint lives exactly as long as this future: a controller that is stopped or aborted
+    // takes it down with it, so a restart can bind the port again.
+    let server = async move {
         if let Err(e) = server::serve(addr, health).await {
             tracing::error!(error = %e, %addr, "metrics endpoint failed");
         }
-    });
-    let result = tokio::select! {
-        r = Box::pin(run_inner(config, kube, metrics, ready)) => r,
-        () = shutdown => Ok(()),
+        std::future::pending::<()>().await;
     };
-    server.abort();
-    result
+    tokio::select! {
+        r = Box::pin(run_inner(config, kube, metrics, ready)) => r,
+        () = server => Ok(()),
+        () = shutdown => Ok(()),
+    }
 }
 
 async fn run_inner(

@@ -48,6 +48,12 @@ impl Plan {
         Self::default()
     }
 
+    /// A plan of already-built operations (their named UUIDs are the plan's own).
+    pub fn from_ops(ops: Vec<Operation>) -> Self {
+        let next_name = ops.len();
+        Self { ops, next_name }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
     }
