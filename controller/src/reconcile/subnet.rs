@@ -198,7 +198,7 @@ async fn finish(
     gateway: Option<&GatewayPlan>,
 ) -> Result<Action> {
     // A periodic look, besides the watches: cheap when nothing changed.
-    let resync = Action::requeue(Duration::from_secs(60));
+    let resync = Action::requeue(Duration::from_mins(1));
     if let Some(GatewayPlan {
         no_gateway: Some(why),
         ..

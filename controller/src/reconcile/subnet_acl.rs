@@ -51,14 +51,18 @@ fn acl_name(subnet: &str) -> String {
     }
 }
 
+/// An ACL and the `external_ids` that mark it as this subnet's.
+pub type OwnedAcl = (AclSpec, BTreeMap<String, String>);
+
 /// The ACLs of a subnet's switch with their `external_ids`. `node_cidrs` is the join subnet's
 /// CIDRs. Errors name the field.
+
 pub fn subnet_acls(
     subnet: &str,
     eff: &Effective,
     spec: &SubnetSpec,
     node_cidrs: &[IpNet],
-) -> Result<Vec<(AclSpec, BTreeMap<String, String>)>, (String, String)> {
+) -> Result<Vec<OwnedAcl>, (String, String)> {
     let private_ids = owned_ids(&[("parent", subnet)]);
     let user_ids = owned_ids(&[("parent", subnet), ("subnet", subnet)]);
     let mut out = Vec::new();
@@ -177,9 +181,10 @@ mod tests {
     use crate::reconcile::subnet_spec::effective;
     use serde_json::json;
 
-    fn acls(spec: serde_json::Value) -> Result<Vec<(AclSpec, BTreeMap<String, String>)>, (String, String)> {
-        let s: kube_ovn_api::crd::Subnet =
-            serde_json::from_value(json!({"metadata": {"name": "priv"}, "spec": spec})).unwrap();
+    fn acls(spec: serde_json::Value) -> Result<Vec<OwnedAcl>, (String, String)> {
+        let mut object = json!({"metadata": {"name": "priv"}});
+        object["spec"] = spec;
+        let s: kube_ovn_api::crd::Subnet = serde_json::from_value(object).unwrap();
         let eff = effective(&s, "ovn-cluster").unwrap();
         subnet_acls("priv", &eff, &s.spec, &["100.64.0.0/16".parse().unwrap()])
     }

@@ -184,7 +184,7 @@ pub fn gateway_plan(
             .find(|n| n.name == previous)
             .copied()
             .unwrap_or(usable[0]);
-        plan.active = active.name.clone();
+        plan.active.clone_from(&active.name);
         vec![active]
     };
     for cidr in &eff.cidrs {
@@ -230,7 +230,9 @@ mod tests {
     }
 
     fn subnet(spec: serde_json::Value) -> kube_ovn_api::crd::Subnet {
-        serde_json::from_value(json!({"metadata": {"name": "net1"}, "spec": spec})).unwrap()
+        let mut object = json!({"metadata": {"name": "net1"}});
+        object["spec"] = spec;
+        serde_json::from_value(object).unwrap()
     }
 
     fn plan_of(spec: serde_json::Value, previous: &str, nodes: &[NodeView]) -> GatewayPlan {
