@@ -56,7 +56,6 @@ pub type OwnedAcl = (AclSpec, BTreeMap<String, String>);
 
 /// The ACLs of a subnet's switch with their `external_ids`. `node_cidrs` is the join subnet's
 /// CIDRs. Errors name the field.
-
 pub fn subnet_acls(
     subnet: &str,
     eff: &Effective,
