@@ -17,6 +17,10 @@ use crate::ovn::Nb;
 pub struct Stores {
     pub pods: Store<Pod>,
     pub nodes: Store<Node>,
+    /// Nodes as the subnet controller's node trigger saw them: updated before that trigger fires,
+    /// so a subnet reconcile never reads an older node than the change that started it (the node
+    /// controller's own cache may lag behind it).
+    pub subnet_nodes: Store<Node>,
     pub namespaces: Store<Namespace>,
     pub subnets: Store<Subnet>,
     pub vpcs: Store<Vpc>,

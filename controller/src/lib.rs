@@ -20,10 +20,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube_ovn_api::crd::{IPPool, Ip, Subnet, Vpc};
 use kube_ovn_ovsdb::{Client, ClientConfig, MonitorTables};
 
@@ -109,9 +110,11 @@ async fn run_inner(
     let nodes = controller::<Node>(&kube, workers);
     let pods = controller::<Pod>(&kube, workers);
     let ips_ctl = controller::<Ip>(&kube, 1);
+    let (subnet_nodes, subnet_nodes_writer) = kube::runtime::reflector::store::<Node>();
     let stores = Stores {
         pods: pods.store(),
         nodes: nodes.store(),
+        subnet_nodes,
         namespaces: namespaces.store(),
         subnets: subnets.store(),
         vpcs: vpcs.store(),
@@ -128,23 +131,36 @@ async fn run_inner(
     ));
 
     // Relations: who must look again when something else changes.
-    let (s1, s2, s3, s4) = (
+    let (s2, s3, s4, s5) = (
         stores.subnets.clone(),
-        stores.subnets.clone(),
+        stores.namespaces.clone(),
         stores.namespaces.clone(),
         stores.namespaces.clone(),
     );
-    let subnets = subnets
-        .watches(
+    // A VPC's status lists its subnets, and its deletion waits for them.
+    let cluster_router = ctx.config.cluster_router.clone();
+    let vpcs = vpcs.watches(
+        kube::Api::<Subnet>::all(kube.clone()),
+        watcher::Config::default(),
+        move |subnet| Some(reconcile::vpc::vpc_of_subnet(&cluster_router, &subnet)),
+    );
+    // Every subnet looks again when a node changes (gateways, node port groups), reading nodes
+    // from the cache this very watch fills first.
+    let node_changes = kube::runtime::reflector(
+        subnet_nodes_writer,
+        watcher(
             kube::Api::<Node>::all(kube.clone()),
-            watcher::Config::default(),
-            move |_| all_refs(&s1),
+            watcher::Config::default().any_semantic(),
         )
-        .watches(
-            kube::Api::<Vpc>::all(kube.clone()),
-            watcher::Config::default(),
-            move |_| all_refs(&s2),
-        );
+        .default_backoff(),
+    )
+    .touched_objects()
+    .filter_map(|r| std::future::ready(r.ok().map(|_: Node| ())));
+    let subnets = subnets.reconcile_all_on(node_changes).watches(
+        kube::Api::<Vpc>::all(kube.clone()),
+        watcher::Config::default(),
+        move |_| all_refs(&s2),
+    );
     let namespaces = namespaces
         .watches(
             kube::Api::<Subnet>::all(kube.clone()),
@@ -155,6 +171,11 @@ async fn run_inner(
             kube::Api::<IPPool>::all(kube.clone()),
             watcher::Config::default(),
             move |_| all_refs(&s4),
+        )
+        .watches(
+            kube::Api::<Vpc>::all(kube.clone()),
+            watcher::Config::default(),
+            move |_| all_refs(&s5),
         );
     let pods_by_subnet = stores.pods.clone();
     let pods = pods.watches(
@@ -190,6 +211,16 @@ async fn run_inner(
             tick.tick().await;
             if let Err(e) = reconcile::gc::collect(&c).await {
                 tracing::warn!(error = %e, "garbage collection failed");
+            }
+        }
+    };
+    let c = ctx.clone();
+    let counters_loop = async move {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            if let Err(e) = reconcile::subnet_status::refresh_counters(&c).await {
+                tracing::debug!(error = %e, "subnet counters not refreshed");
             }
         }
     };
@@ -255,6 +286,7 @@ async fn run_inner(
             ),
             reconcile::gc::watch_deletions(ctx.clone()),
             gc_loop,
+            counters_loop,
         );
     };
     let controllers = Box::pin(controllers);

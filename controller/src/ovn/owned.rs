@@ -32,15 +32,65 @@ pub struct RouteSpec {
     /// `dst-ip` (default) or `src-ip`.
     pub policy: Option<String>,
     pub route_table: String,
+    /// Route options, e.g. `ecmp_symmetric_reply=true`.
+    pub options: BTreeMap<String, String>,
 }
 
-/// An ACL.
+/// An ACL. `name`, `log` and `severity` are what Kube-OVN sets on a private subnet's logged
+/// default drop.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AclSpec {
     pub direction: String,
     pub priority: i64,
     pub r#match: String,
     pub action: String,
+    pub name: Option<String>,
+    pub log: bool,
+    pub severity: Option<String>,
+}
+
+impl AclSpec {
+    /// An unnamed, unlogged ACL.
+    pub fn new(direction: &str, priority: i64, r#match: impl Into<String>, action: &str) -> Self {
+        Self {
+            direction: direction.into(),
+            priority,
+            r#match: r#match.into(),
+            action: action.into(),
+            name: None,
+            log: false,
+            severity: None,
+        }
+    }
+}
+
+/// The `external_ids` key naming the subnet a row belongs to.
+const SUBNET_KEY: &str = "subnet";
+
+/// Which of a parent's rows a plan manages (and so may update or remove).
+#[derive(Debug, Clone, Copy)]
+pub enum Claim<'a> {
+    /// Rows we wrote for one owner: `vendor=kube-ovn` and all these keys in `external_ids`.
+    Owner(&'a [(&'a str, &'a str)]),
+    /// As `Owner`, but not rows that also carry one of these keys: another owner's mark on a row
+    /// that happens to match (Kube-OVN's per-node gateway policies say `node=<node>` as well as
+    /// `subnet=<subnet>`, and belong to the subnet).
+    OwnerExcept(&'a [(&'a str, &'a str)], &'a [&'a str]),
+    /// Every row whose `external_ids` carry none of these keys, ours or not: Kube-OVN owns a
+    /// custom VPC's whole router, except the rows other objects (subnets, nodes, gateways) add.
+    AllExcept(&'a [&'a str]),
+}
+
+impl Claim<'_> {
+    fn claims(&self, ids: &BTreeMap<String, String>) -> bool {
+        match self {
+            Claim::Owner(owner) => is_owned_by(ids, owner),
+            Claim::OwnerExcept(owner, foreign) => {
+                is_owned_by(ids, owner) && foreign.iter().all(|k| !ids.contains_key(*k))
+            }
+            Claim::AllExcept(keys) => keys.iter().all(|k| !ids.contains_key(*k)),
+        }
+    }
 }
 
 /// Where owned rows hang: a router's `policies` / `static_routes`, or a switch's / port group's
@@ -78,7 +128,7 @@ impl Parent<'_> {
 
 /// What a kind of owned row needs: its identity within the parent, and its full row.
 trait Owned: Table + Sized {
-    type Spec: Clone;
+    type Spec;
     const COLUMN: &'static str;
     fn key_of(&self) -> String;
     fn spec_key(spec: &Self::Spec) -> String;
@@ -116,7 +166,7 @@ impl Owned for LogicalRouterPolicy {
 impl Owned for LogicalRouterStaticRoute {
     type Spec = RouteSpec;
     const COLUMN: &'static str = "static_routes";
-    const SYNCED: &'static [&'static str] = &["external_ids"];
+    const SYNCED: &'static [&'static str] = &["options", "external_ids"];
     fn key_of(&self) -> String {
         format!(
             "{}|{}|{}|{}",
@@ -141,6 +191,7 @@ impl Owned for LogicalRouterStaticRoute {
             nexthop: s.nexthop.clone(),
             policy: s.policy.clone(),
             route_table: s.route_table.clone(),
+            options: s.options.clone(),
             external_ids: ids,
             ..Self::default()
         }
@@ -153,7 +204,7 @@ impl Owned for LogicalRouterStaticRoute {
 impl Owned for Acl {
     type Spec = AclSpec;
     const COLUMN: &'static str = "acls";
-    const SYNCED: &'static [&'static str] = &["action", "external_ids"];
+    const SYNCED: &'static [&'static str] = &["action", "name", "log", "severity", "external_ids"];
     fn key_of(&self) -> String {
         format!("{}|{}|{}", self.direction, self.priority, self.r#match)
     }
@@ -166,6 +217,9 @@ impl Owned for Acl {
             priority: s.priority,
             r#match: s.r#match.clone(),
             action: s.action.clone(),
+            name: s.name.clone(),
+            log: s.log,
+            severity: s.severity.clone(),
             external_ids: ids,
             ..Self::default()
         }
@@ -175,13 +229,14 @@ impl Owned for Acl {
     }
 }
 
+/// Makes the claimed rows under `parent` exactly `desired`, each with its `external_ids`.
 fn sync<T: Owned>(
     plan: &mut Plan,
     cache: &DbCache,
     parent: Parent<'_>,
     parent_ref: Option<RowRef>,
-    owner: &[(&str, &str)],
-    desired: &[T::Spec],
+    claim: Claim<'_>,
+    desired: &[(&T::Spec, BTreeMap<String, String>)],
 ) {
     let (parent_ref, refs, table) = match parent.lookup(cache, T::COLUMN) {
         Some((uuid, refs, table)) => (RowRef::Existing(uuid), refs, table),
@@ -193,14 +248,13 @@ fn sync<T: Owned>(
             (None, _) => return,
         },
     };
-    let ids = owned_ids(owner);
     let mut have: BTreeMap<String, T> = BTreeMap::new();
     let mut extra = Vec::new();
     for uuid in &refs {
         let Ok(Some(row)) = cache.get::<T>(uuid) else {
             continue;
         };
-        if !is_owned_by(row.ids(), owner) {
+        if !claim.claims(row.ids()) {
             continue;
         }
         match have.entry(row.key_of()) {
@@ -211,12 +265,12 @@ fn sync<T: Owned>(
             }
         }
     }
-    let mut wanted: BTreeMap<String, &T::Spec> = BTreeMap::new();
-    for spec in desired {
-        wanted.insert(T::spec_key(spec), spec);
+    let mut wanted: BTreeMap<String, &(&T::Spec, BTreeMap<String, String>)> = BTreeMap::new();
+    for d in desired {
+        wanted.insert(T::spec_key(d.0), d);
     }
     let mut added = Vec::new();
-    for (key, spec) in &wanted {
+    for (key, (spec, ids)) in &wanted {
         let want = T::build(spec, ids.clone());
         match have.get(key) {
             Some(row) => {
@@ -237,7 +291,12 @@ fn sync<T: Owned>(
     plan.add_members(table, &parent_ref, T::COLUMN, &refs, &added);
 }
 
-/// Makes `owner`'s policies on `router` exactly `desired`.
+fn with_ids<'s, S>(owner: &[(&str, &str)], desired: &'s [S]) -> Vec<(&'s S, BTreeMap<String, String>)> {
+    let ids = owned_ids(owner);
+    desired.iter().map(|d| (d, ids.clone())).collect()
+}
+
+/// Makes `owner`'s policies on `router` exactly `desired` (all with `owner`'s ids).
 pub fn sync_policies(
     plan: &mut Plan,
     cache: &DbCache,
@@ -245,29 +304,56 @@ pub fn sync_policies(
     owner: &[(&str, &str)],
     desired: &[PolicySpec],
 ) {
-    sync::<LogicalRouterPolicy>(plan, cache, Parent::Router(router), None, owner, desired);
+    let desired = with_ids(owner, desired);
+    // A subnet's rows are its own even when they also name the caller (a node).
+    let claim = if owner.iter().any(|(k, _)| *k == SUBNET_KEY) {
+        Claim::Owner(owner)
+    } else {
+        Claim::OwnerExcept(owner, &[SUBNET_KEY])
+    };
+    sync::<LogicalRouterPolicy>(plan, cache, Parent::Router(router), None, claim, &desired);
 }
 
-/// Makes `owner`'s static routes on `router` exactly `desired`.
+/// Makes the `claim`ed policies on `router` exactly `desired`, each with its own `external_ids`
+/// (build them with [`owned_ids`]).
+/// `created` is the router's reference when this plan creates it.
+pub fn sync_policies_claimed(
+    plan: &mut Plan,
+    cache: &DbCache,
+    router: &str,
+    created: Option<RowRef>,
+    claim: Claim<'_>,
+    desired: &[(PolicySpec, BTreeMap<String, String>)],
+) {
+    let desired: Vec<_> = desired.iter().map(|(s, ids)| (s, ids.clone())).collect();
+    sync::<LogicalRouterPolicy>(plan, cache, Parent::Router(router), created, claim, &desired);
+}
+
+/// Makes the `claim`ed static routes on `router` exactly `desired`, with `owner`'s ids;
+/// `created` is the router's reference when this plan creates it.
 pub fn sync_routes(
     plan: &mut Plan,
     cache: &DbCache,
     router: &str,
+    created: Option<RowRef>,
+    claim: Claim<'_>,
     owner: &[(&str, &str)],
     desired: &[RouteSpec],
 ) {
-    sync::<LogicalRouterStaticRoute>(plan, cache, Parent::Router(router), None, owner, desired);
+    let desired = with_ids(owner, desired);
+    sync::<LogicalRouterStaticRoute>(plan, cache, Parent::Router(router), created, claim, &desired);
 }
 
-/// Makes `owner`'s ACLs on a switch or port group exactly `desired`; `created` is the parent's
-/// reference when this plan creates it.
+/// Makes the `claim`ed ACLs on a switch or port group exactly `desired`, each with its own
+/// `external_ids`; `created` is the parent's reference when this plan creates it.
 pub fn sync_acls(
     plan: &mut Plan,
     cache: &DbCache,
     parent: Parent<'_>,
     created: Option<RowRef>,
-    owner: &[(&str, &str)],
-    desired: &[AclSpec],
+    claim: Claim<'_>,
+    desired: &[(AclSpec, BTreeMap<String, String>)],
 ) {
-    sync::<Acl>(plan, cache, parent, created, owner, desired);
+    let desired: Vec<_> = desired.iter().map(|(s, ids)| (s, ids.clone())).collect();
+    sync::<Acl>(plan, cache, parent, created, claim, &desired);
 }

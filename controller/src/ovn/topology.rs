@@ -32,15 +32,32 @@ pub fn ensure_switch(
     plan.ensure(cache, name, &ls, &["other_config", "external_ids"])
 }
 
-/// A router with Kube-OVN's options (`mac_binding_age_threshold=300`, `dynamic_neigh_routers=true`).
+/// A router with Kube-OVN's options (`mac_binding_age_threshold=300`, `dynamic_neigh_routers=true`,
+/// and `always_learn_from_arp_request=false`), as for a VPC without peerings.
 pub fn ensure_router(plan: &mut Plan, cache: &DbCache, name: &str, owner: &[(&str, &str)]) -> RowRef {
-    let options = [
+    ensure_vpc_router(plan, cache, name, owner, false)
+}
+
+/// A VPC's router. Kube-OVN stops the router learning MAC bindings from every ARP request it sees
+/// (`always_learn_from_arp_request=false`, which keeps the MAC_Binding table small) unless the VPC
+/// talks to other routers — peerings or an external network — whose addresses it must learn.
+pub fn ensure_vpc_router(
+    plan: &mut Plan,
+    cache: &DbCache,
+    name: &str,
+    owner: &[(&str, &str)],
+    learn_from_arp_request: bool,
+) -> RowRef {
+    let mut options: BTreeMap<String, String> = [
         ("mac_binding_age_threshold", "300"),
         ("dynamic_neigh_routers", "true"),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v.to_owned()))
     .collect();
+    if !learn_from_arp_request {
+        options.insert("always_learn_from_arp_request".into(), "false".into());
+    }
     let lr = LogicalRouter {
         name: name.into(),
         options,
@@ -48,6 +65,62 @@ pub fn ensure_router(plan: &mut Plan, cache: &DbCache, name: &str, owner: &[(&st
         ..Default::default()
     };
     plan.ensure(cache, name, &lr, &["options", "external_ids"])
+}
+
+/// One end of a VPC peering: router port `<router>-<remote>` with the local connect address(es),
+/// peered with the remote router's `<remote>-<router>` (which the remote VPC creates; until it
+/// does, northd leaves the port down). `external_ids` as Kube-OVN writes them: `lr`, `vendor`.
+pub fn ensure_peer_port(
+    plan: &mut Plan,
+    cache: &DbCache,
+    router: &str,
+    router_ref: &RowRef,
+    remote: &str,
+    networks: Vec<String>,
+) {
+    let name = names::router_port_name(router, remote);
+    let mac = cache
+        .by_name::<LogicalRouterPort>(&name)
+        .ok()
+        .flatten()
+        .map_or_else(|| router_port_mac(&name).to_string(), |p| p.mac);
+    let lrp = LogicalRouterPort {
+        name: name.clone(),
+        mac,
+        networks,
+        peer: Some(names::router_port_name(remote, router)),
+        external_ids: owned_ids(&[("lr", router)]),
+        ..Default::default()
+    };
+    let port = plan.ensure(cache, &name, &lrp, &["mac", "networks", "peer", "external_ids"]);
+    let ports = cache
+        .by_name::<LogicalRouter>(router)
+        .ok()
+        .flatten()
+        .map(|r| r.ports)
+        .unwrap_or_default();
+    plan.add_members(LogicalRouter::NAME, router_ref, "ports", &ports, &[port]);
+}
+
+/// The peering ports on `router` (router ports with a `peer`, written by us) whose remote VPC is
+/// not in `keep`: removed from the router, so the server drops them.
+pub fn remove_stale_peer_ports(plan: &mut Plan, cache: &DbCache, router: &str, keep: &[String]) {
+    let Ok(Some(lr)) = cache.by_name::<LogicalRouter>(router) else {
+        return;
+    };
+    let stale: Vec<_> = lr
+        .ports
+        .iter()
+        .filter_map(|u| cache.get::<LogicalRouterPort>(u).ok().flatten())
+        .filter(|p| p.peer.is_some() && super::plan::is_owned_by(&p.external_ids, &[]))
+        .filter(|p| {
+            !keep
+                .iter()
+                .any(|remote| p.name == names::router_port_name(router, remote))
+        })
+        .map(|p| p.uuid)
+        .collect();
+    plan.remove_members(LogicalRouter::NAME, &RowRef::Existing(lr.uuid), "ports", &stale);
 }
 
 /// A stable, locally administered MAC for a router port, derived from its name, so restarts and

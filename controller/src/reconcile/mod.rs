@@ -4,15 +4,17 @@
 //!   start ─▶ NB client ─▶ leader lease ─▶ startup::init (router, default VPC, join + default
 //!           subnets as CRs) ─▶ startup::rebuild_ipam (IP CRs, NB ports, pods, nodes)
 //!        ─▶ Controllers (each: watch ─▶ queue ─▶ worker_num reconcilers):
-//!             Vpc ─ Subnet (+Nodes, +VPCs) ─ IPPool ─ Namespace (+Subnets, +IPPools)
-//!             Node (+Subnets) ─ Pod (+Subnets, +Nodes)
-//!        ─▶ gc loop every --gc-interval ─▶ runs until shutdown or leadership is lost
+//!             Vpc (+Subnets) ─ Subnet (+Nodes, +VPCs) ─ IPPool
+//!             Namespace (+Subnets, +IPPools, +VPCs) ─ Node (+Subnets) ─ Pod (+Subnets, +Nodes)
+//!        ─▶ gc loop every --gc-interval, subnet address counters every second
+//!        ─▶ runs until shutdown or leadership is lost
 //! ```
 //!
 //! Reconcilers are level-triggered: each computes the desired northbound rows and Kubernetes
 //! state from what exists now and applies the difference, so a crash at any point is repaired by
 //! the next run.
 
+pub mod binding;
 pub mod gc;
 pub mod ip_cr;
 pub mod ippool;
@@ -22,7 +24,12 @@ pub mod node;
 pub mod pod;
 pub mod startup;
 pub mod subnet;
+pub mod subnet_acl;
+pub mod subnet_gateway;
+pub mod subnet_spec;
+pub mod subnet_status;
 pub mod vpc;
+pub mod vpc_spec;
 
 use std::fmt::Debug;
 use std::future::Future;

@@ -1,6 +1,7 @@
-//! Namespaces: the annotations Kube-OVN keeps on each — `logical_switch` (the subnets bound to it,
-//! or the default subnet), `cidr` and `exclude_ips` (`;`-joined, one entry per subnet), and
-//! `ip_pool` (IP pools bound to it; removed when there are none).
+//! Namespaces: the annotations Kube-OVN keeps on each — `logical_switch` (the subnets bound to it
+//! by name, label selector or VPC, see [`super::binding`]; or the default subnet), `cidr` and
+//! `exclude_ips` (`;`-joined, one entry per subnet), and `ip_pool` (IP pools bound to it; removed
+//! when there are none).
 
 use std::sync::Arc;
 
@@ -11,6 +12,7 @@ use kube::{Resource, ResourceExt};
 use kube_ovn_api::annotations::keys;
 use serde_json::{Value, json};
 
+use super::binding::{bound_subnets, fallback_subnet};
 use crate::context::Context;
 use crate::error::Result;
 
@@ -21,42 +23,36 @@ pub async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Context>) -> Result<Action> 
         return Ok(Action::await_change());
     }
     let name = ns.name_any();
-    let mut subnets: Vec<_> = ctx
-        .stores
-        .subnets
-        .state()
-        .into_iter()
-        .filter(|s| {
-            s.meta().deletion_timestamp.is_none()
-                && s.spec.namespaces.as_ref().is_some_and(|n| n.contains(&name))
-        })
-        .collect();
-    subnets.sort_by_key(|s| s.name_any());
-    let (switches, cidrs, excludes) = if subnets.is_empty() {
-        let d = &ctx.config.default_subnet;
-        let exclude = ctx
-            .stores
-            .subnets
-            .get(&kube::runtime::reflector::ObjectRef::new(&d.name))
-            .and_then(|s| s.spec.exclude_ips.clone())
-            .unwrap_or_default()
-            .join(",");
-        (d.name.clone(), d.cidr_block(), exclude)
-    } else {
-        (
-            subnets.iter().map(|s| s.name_any()).collect::<Vec<_>>().join(","),
-            subnets
-                .iter()
-                .map(|s| s.spec.cidr_block.clone().unwrap_or_default())
-                .collect::<Vec<_>>()
-                .join(";"),
-            subnets
-                .iter()
-                .map(|s| s.spec.exclude_ips.clone().unwrap_or_default().join(","))
-                .collect::<Vec<_>>()
-                .join(";"),
-        )
-    };
+    let all_subnets = ctx.stores.subnets.state();
+    let vpcs = ctx.stores.vpcs.state();
+    let labels = ns.metadata.labels.clone().unwrap_or_default();
+    let mut bound = bound_subnets(&name, &labels, &all_subnets, &vpcs, &ctx.config.cluster_router);
+    if bound.is_empty() {
+        bound.push(fallback_subnet(&name, &vpcs, &ctx.config.default_subnet.name));
+    }
+    let subnet = |n: &String| all_subnets.iter().find(|s| s.name_any() == *n).cloned();
+    let (switches, cidrs, excludes) = (
+        bound.join(","),
+        bound
+            .iter()
+            .map(|n| {
+                subnet(n)
+                    .and_then(|s| s.spec.cidr_block.clone())
+                    .unwrap_or_else(|| default_cidr(&ctx, n))
+            })
+            .collect::<Vec<_>>()
+            .join(";"),
+        bound
+            .iter()
+            .map(|n| {
+                subnet(n)
+                    .and_then(|s| s.spec.exclude_ips.clone())
+                    .unwrap_or_default()
+                    .join(",")
+            })
+            .collect::<Vec<_>>()
+            .join(";"),
+    );
     let mut pools: Vec<String> = ctx
         .stores
         .ippools
@@ -94,4 +90,14 @@ pub async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Context>) -> Result<Action> 
         .await?;
     }
     Ok(Action::await_change())
+}
+
+/// The default subnet's CIDR from the flags, while its CR is not in the cache yet.
+fn default_cidr(ctx: &Context, subnet: &str) -> String {
+    let d = &ctx.config.default_subnet;
+    if subnet == d.name {
+        d.cidr_block()
+    } else {
+        String::new()
+    }
 }

@@ -16,12 +16,12 @@ use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use kube_ovn_api::annotations::{IpFamily, IpPair, IpPoolAnnotation, MacAddr, get, is_true, keys};
-use kube_ovn_api::crd::Subnet;
 use kube_ovn_api::names;
 use kube_ovn_ovsdb::Table;
 use kube_ovn_ovsdb::tables::nb::{LogicalSwitch, LogicalSwitchPort, PortGroup};
 use serde_json::json;
 
+use super::binding;
 use super::ip_cr::{IpRecord, delete_ip, upsert_ip};
 use super::subnet::{Effective, effective};
 use crate::context::Context;
@@ -48,7 +48,8 @@ fn port_name(pod: &Pod) -> String {
 }
 
 /// The subnet a pod goes in, in Kube-OVN's order: the pod's `logical_switch`, the subnet of a named
-/// `ip_pool`, a subnet bound to the namespace (the first with free addresses), the default subnet.
+/// `ip_pool`, a subnet bound to the namespace (by name, label selector or VPC, see
+/// [`binding`]; the first with free addresses), the VPC's or the cluster's default subnet.
 fn choose_subnet(ctx: &Context, pod: &Pod) -> Result<String> {
     let ann = pod.metadata.annotations.as_ref();
     if let Some(ls) = ann
@@ -70,26 +71,30 @@ fn choose_subnet(ctx: &Context, pod: &Pod) -> Result<String> {
             .ok_or_else(|| Error::Invalid(format!("IP pool {pool} has no spec.subnet")));
     }
     let ns = pod.namespace().unwrap_or_default();
-    let mut bound: Vec<Arc<Subnet>> = ctx
-        .stores
-        .subnets
-        .state()
-        .into_iter()
-        .filter(|s| {
-            s.meta().deletion_timestamp.is_none()
-                && s.spec.namespaces.as_ref().is_some_and(|n| n.contains(&ns))
-        })
-        .collect();
-    bound.sort_by_key(|s| s.name_any());
+    let subnets = ctx.stores.subnets.state();
+    let labels = match ctx.stores.namespaces.get(&ObjectRef::new(&ns)) {
+        Some(n) => n.metadata.labels.clone().unwrap_or_default(),
+        // Label selectors need the namespace's labels: wait for the cache rather than guess.
+        None if binding::any_selectors(&subnets) => {
+            return Err(Error::NotReady(format!("namespace {ns} is not in the cache yet")));
+        }
+        None => BTreeMap::new(),
+    };
+    let vpcs = ctx.stores.vpcs.state();
+    let bound = binding::bound_subnets(&ns, &labels, &subnets, &vpcs, &ctx.config.cluster_router);
     let ipam = ctx.ipam();
-    let free = |s: &Subnet| {
-        ipam.subnet_usage(&s.name_any())
+    let free = |s: &str| {
+        ipam.subnet_usage(s)
             .is_ok_and(|u| u.v4_available + u.v6_available > 0)
     };
     if let Some(s) = bound.iter().find(|s| free(s)).or(bound.first()) {
-        return Ok(s.name_any());
+        return Ok(s.clone());
     }
-    Ok(ctx.config.default_subnet.name.clone())
+    Ok(binding::fallback_subnet(
+        &ns,
+        &vpcs,
+        &ctx.config.default_subnet.name,
+    ))
 }
 
 /// The IPAM request the pod's annotations make; an address it already holds (annotated by us

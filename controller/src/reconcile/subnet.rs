@@ -1,240 +1,54 @@
-//! Subnets: a logical switch per subnet, attached to its VPC's router, IPAM, the default VPC's
-//! router policies, and status.
+//! Subnets: a logical switch per subnet attached to its VPC's router, IPAM, the router policies
+//! (priority 31000 allow for traffic to the subnet, in every VPC; the default VPC's gateway
+//! policies, see [`super::subnet_gateway`]), the switch's ACLs (see [`super::subnet_acl`]) and
+//! status (see [`super::subnet_status`]). Defaulting is in [`super::subnet_spec`].
 //!
-//! Kube-OVN normalises a subnet's spec in the controller (its `formatSubnet`), not with CRD
-//! defaults: protocol from the CIDR, gateway = first usable address, the gateway added to
-//! `excludeIps`, `provider: ovn`, `vpc: ovn-cluster`, `gatewayType: distributed`. We do the same
-//! and write the result back, so `kubectl get subnet` shows what is in effect.
+//! `natOutgoing` needs nothing in the northbound database: the node daemon masquerades traffic of
+//! such subnets as it leaves through `ovn0`; the spec is all it reads.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ipnet::IpNet;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
-use kube_ovn_api::annotations::{IpRange, parse};
-use kube_ovn_api::crd::condition::{Condition, ConditionStatus, ERROR, READY, VALIDATED, set_condition};
-use kube_ovn_api::crd::{FINALIZER, IpCount, Subnet, SubnetStatus};
+use kube_ovn_api::annotations::{is_true, keys};
+use kube_ovn_api::crd::Subnet;
 use kube_ovn_api::names;
-use kube_ovn_ovsdb::Table;
-use kube_ovn_ovsdb::tables::nb::{LogicalRouter, LogicalSwitch, PortGroup};
-use serde_json::json;
+use kube_ovn_ovsdb::tables::nb::{
+    LogicalRouter, LogicalRouterPolicy, LogicalSwitch, LogicalSwitchPort, PortGroup,
+};
+use kube_ovn_ovsdb::{DbCache, Table};
 
+use super::binding::selector_matches;
+use super::subnet_acl::subnet_acls;
+pub use super::subnet_gateway::PRIORITY_GATEWAY;
+use super::subnet_gateway::{GatewayPlan, NodeView, gateway_plan, node_ready};
+use super::subnet_spec::spec_patch;
+pub use super::subnet_spec::{Effective, effective};
+use super::subnet_status::{Outcome, set_status};
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::ipam::{Family, SubnetConfig};
-use crate::ovn::owned::{PolicySpec, sync_policies};
-use crate::ovn::plan::{Plan, RowRef};
-use crate::ovn::topology::{Attachment, ensure_port_group, ensure_router_attachment, ensure_switch};
+use crate::ovn::owned::{Claim, Parent, PolicySpec, sync_acls, sync_policies, sync_policies_claimed};
+use crate::ovn::plan::{Plan, RowRef, owned_ids};
+use crate::ovn::topology::{
+    Attachment, add_to_port_group, ensure_port_group, ensure_router_attachment, ensure_switch,
+};
 
 pub const KIND: &str = "Subnet";
 /// Router policy priorities (Kube-OVN `pkg/util/const.go`).
 pub const PRIORITY_SUBNET_ALLOW: i64 = 31000;
 pub const PRIORITY_NODE: i64 = 30000;
-pub const PRIORITY_GATEWAY: i64 = 29000;
-
-/// A subnet's spec after Kube-OVN's defaulting.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Effective {
-    pub cidrs: Vec<IpNet>,
-    pub gateways: Vec<IpAddr>,
-    pub exclude_ips: Vec<String>,
-    pub protocol: &'static str,
-    pub provider: String,
-    pub vpc: String,
-    pub gateway_type: String,
-}
-
-impl Effective {
-    pub fn cidr_block(&self) -> String {
-        self.cidrs
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-
-    pub fn gateway(&self) -> String {
-        self.gateways
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-
-    pub fn ipam_config(&self) -> Result<SubnetConfig> {
-        let exclude_ips = self
-            .exclude_ips
-            .iter()
-            .map(|e| parse::<IpRange>("spec.excludeIps", e))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(SubnetConfig {
-            cidrs: self.cidrs.clone(),
-            gateways: self.gateways.clone(),
-            exclude_ips,
-        })
-    }
-
-    /// `gateway/prefix` per family: the router port's networks.
-    pub fn router_networks(&self) -> Vec<String> {
-        self.cidrs
-            .iter()
-            .zip(&self.gateways)
-            .map(|(c, g)| format!("{g}/{}", c.prefix_len()))
-            .collect()
-    }
-}
-
-fn family(ip: &IpAddr) -> Family {
-    Family::of(ip)
-}
-
-/// Applies Kube-OVN's defaulting to a subnet; errors name the field.
-pub fn effective(subnet: &Subnet, cluster_router: &str) -> Result<Effective> {
-    let spec = &subnet.spec;
-    let name = subnet.name_any();
-    let bad = |field: &str, why: String| Error::Invalid(format!("subnet {name}: spec.{field}: {why}"));
-    let block = spec
-        .cidr_block
-        .as_deref()
-        .filter(|c| !c.is_empty())
-        .ok_or_else(|| bad("cidrBlock", "is required".into()))?;
-    let mut cidrs: Vec<IpNet> = Vec::new();
-    for part in block.split(',') {
-        let net: IpNet = part
-            .trim()
-            .parse()
-            .map_err(|e| bad("cidrBlock", format!("{part:?} is not a CIDR: {e}")))?;
-        if cidrs
-            .iter()
-            .any(|c| c.network().is_ipv4() == net.network().is_ipv4())
-        {
-            return Err(bad("cidrBlock", format!("{block:?} has two CIDRs of one family")));
-        }
-        cidrs.push(net.trunc());
-    }
-    // IPv4 first, as Kube-OVN writes dual-stack values.
-    cidrs.sort_by_key(|c| !c.network().is_ipv4());
-    let mut gateways: Vec<IpAddr> = Vec::new();
-    for g in spec
-        .gateway
-        .as_deref()
-        .unwrap_or_default()
-        .split(',')
-        .map(str::trim)
-        .filter(|g| !g.is_empty())
-    {
-        let ip: IpAddr = g
-            .parse()
-            .map_err(|_| bad("gateway", format!("{g:?} is not an IP address")))?;
-        if !cidrs.iter().any(|c| c.contains(&ip)) {
-            return Err(bad("gateway", format!("{ip} is outside {block}")));
-        }
-        gateways.push(ip);
-    }
-    let mut ordered = Vec::new();
-    for c in &cidrs {
-        let g = match gateways.iter().find(|g| family(g) == family(&c.network())) {
-            Some(g) => *g,
-            None => first_usable(c).ok_or_else(|| bad("cidrBlock", format!("{c} has no usable address")))?,
-        };
-        ordered.push(g);
-    }
-    let mut exclude_ips = spec.exclude_ips.clone().unwrap_or_default();
-    for e in &exclude_ips {
-        parse::<IpRange>("spec.excludeIps", e).map_err(|err| bad("excludeIps", err.to_string()))?;
-    }
-    for g in &ordered {
-        let covered = exclude_ips
-            .iter()
-            .filter_map(|e| parse::<IpRange>("x", e).ok())
-            .any(|r| r.contains(g));
-        if !covered {
-            exclude_ips.push(g.to_string());
-        }
-    }
-    let protocol = match (
-        cidrs.iter().any(|c| c.network().is_ipv4()),
-        cidrs.iter().any(|c| !c.network().is_ipv4()),
-    ) {
-        (true, true) => "Dual",
-        (false, true) => "IPv6",
-        _ => "IPv4",
-    };
-    let gateway_type = spec
-        .gateway_type
-        .clone()
-        .filter(|g| !g.is_empty())
-        .unwrap_or_else(|| "distributed".into());
-    if !matches!(gateway_type.as_str(), "distributed" | "centralized") {
-        return Err(bad(
-            "gatewayType",
-            format!("{gateway_type:?} is neither distributed nor centralized"),
-        ));
-    }
-    Ok(Effective {
-        cidrs,
-        gateways: ordered,
-        exclude_ips,
-        protocol,
-        provider: spec
-            .provider
-            .clone()
-            .filter(|p| !p.is_empty())
-            .unwrap_or_else(|| "ovn".into()),
-        vpc: spec
-            .vpc
-            .clone()
-            .filter(|v| !v.is_empty())
-            .unwrap_or_else(|| cluster_router.to_owned()),
-        gateway_type,
-    })
-}
-
-fn first_usable(c: &IpNet) -> Option<IpAddr> {
-    c.hosts().next()
-}
-
-/// The spec fields defaulting changed, as a merge patch; `None` when the spec is already normal.
-fn spec_patch(subnet: &Subnet, eff: &Effective) -> Option<serde_json::Value> {
-    let s = &subnet.spec;
-    let mut patch = serde_json::Map::new();
-    let mut set = |k: &str, v: serde_json::Value| {
-        patch.insert(k.to_owned(), v);
-    };
-    if s.cidr_block.as_deref() != Some(eff.cidr_block().as_str()) {
-        set("cidrBlock", json!(eff.cidr_block()));
-    }
-    if s.gateway.as_deref() != Some(eff.gateway().as_str()) {
-        set("gateway", json!(eff.gateway()));
-    }
-    if s.exclude_ips.as_ref() != Some(&eff.exclude_ips) {
-        set("excludeIps", json!(eff.exclude_ips));
-    }
-    if s.protocol.as_deref() != Some(eff.protocol) {
-        set("protocol", json!(eff.protocol));
-    }
-    if s.provider.as_deref() != Some(eff.provider.as_str()) {
-        set("provider", json!(eff.provider));
-    }
-    if s.vpc.as_deref() != Some(eff.vpc.as_str()) {
-        set("vpc", json!(eff.vpc));
-    }
-    if s.gateway_type.as_deref() != Some(eff.gateway_type.as_str()) {
-        set("gatewayType", json!(eff.gateway_type));
-    }
-    (!patch.is_empty()).then(|| json!({"spec": patch}))
-}
 
 pub async fn reconcile(subnet: Arc<Subnet>, ctx: Arc<Context>) -> Result<Action> {
     let api: Api<Subnet> = Api::all(ctx.kube.clone());
     let c = ctx.clone();
-    finalizer(&api, FINALIZER, subnet, |event| async move {
+    finalizer(&api, kube_ovn_api::crd::FINALIZER, subnet, |event| async move {
         match event {
             Finalizer::Apply(s) => apply(&s, &c).await,
             Finalizer::Cleanup(s) => cleanup(&s, &c).await,
@@ -248,14 +62,17 @@ pub async fn reconcile(subnet: Arc<Subnet>, ctx: Arc<Context>) -> Result<Action>
     })
 }
 
+/// Reports bad input on the subnet's status and returns the error (nothing has been applied).
+async fn refuse(ctx: &Context, subnet: &Subnet, why: String) -> Result<Action> {
+    set_status(ctx, subnet, None, Outcome::invalid(&why)).await?;
+    Err(Error::Invalid(why))
+}
+
 async fn apply(subnet: &Subnet, ctx: &Context) -> Result<Action> {
     let name = subnet.name_any();
     let eff = match effective(subnet, &ctx.config.cluster_router) {
         Ok(e) => e,
-        Err(e) => {
-            set_status(ctx, subnet, None, false, "ValidationFailed", &e.to_string()).await?;
-            return Err(e);
-        }
+        Err(e) => return refuse(ctx, subnet, e.to_string()).await,
     };
     if let Some(patch) = spec_patch(subnet, &eff) {
         let api: Api<Subnet> = Api::all(ctx.kube.clone());
@@ -263,18 +80,43 @@ async fn apply(subnet: &Subnet, ctx: &Context) -> Result<Action> {
             .await?;
         return Ok(Action::await_change());
     }
-    if let Some(other) = overlapping(ctx, subnet, &eff) {
-        let why = format!("{} overlaps subnet {other} in VPC {}", eff.cidr_block(), eff.vpc);
-        set_status(ctx, subnet, Some(&eff), false, "CIDROverlap", &why).await?;
-        return Err(Error::Invalid(format!("subnet {name}: {why}")));
+    // Validation, gateways and node port groups read the nodes: never plan them from a cache not
+    // yet filled (that would look like a cluster without nodes).
+    let filled = tokio::time::timeout(Duration::from_secs(5), ctx.stores.subnet_nodes.wait_until_ready());
+    if !matches!(filled.await, Ok(Ok(()))) {
+        return Err(Error::NotReady("the node cache is not filled yet".into()));
+    }
+    if let Err(why) = validate(ctx, subnet, &eff) {
+        return refuse(ctx, subnet, format!("subnet {name}: {why}")).await;
     }
     let router = router_of(ctx, &eff.vpc)?;
-    ctx.ipam().add_or_update_subnet(&name, &eff.ipam_config()?)?;
-
     let is_join = name == ctx.config.node_subnet.name;
     let default_vpc = router == ctx.config.cluster_router;
-    let nodes = node_join_addresses(ctx);
-    let plan = ctx.nb.read(|cache| {
+    let field_error = |(field, why): (String, String)| format!("subnet {name}: {field}: {why}");
+    let acls = match subnet_acls(&name, &eff, &subnet.spec, &ctx.config.node_subnet.cidrs) {
+        Ok(a) => a,
+        Err(e) => return refuse(ctx, subnet, field_error(e)).await,
+    };
+    let gateway = if default_vpc && !is_join {
+        let previous = subnet
+            .status
+            .as_ref()
+            .and_then(|s| s.activate_gateway.clone())
+            .unwrap_or_default();
+        match gateway_plan(&name, &eff, &subnet.spec, &previous, &node_views(ctx)) {
+            Ok(g) => Some(g),
+            Err(e) => return refuse(ctx, subnet, field_error(e)).await,
+        }
+    } else {
+        None
+    };
+    ctx.ipam().add_or_update_subnet(&name, &eff.ipam_config()?)?;
+    let members = gateway
+        .as_ref()
+        .filter(|g| !g.port_group_nodes.is_empty())
+        .map(|_| pod_ports_by_node(ctx, &name))
+        .unwrap_or_default();
+    let (plan, mac) = ctx.nb.read(|cache| {
         let mut plan = Plan::new();
         let owner = [("logical_switch", name.as_str()), ("vpc", eff.vpc.as_str())];
         let other_config = BTreeMap::from([
@@ -298,84 +140,239 @@ async fn apply(subnet: &Subnet, ctx: &Context) -> Result<Action> {
             networks: eff.router_networks(),
         };
         let mac = ensure_router_attachment(&mut plan, cache, attach, &owner);
-        let policy_owner = [("subnet", name.as_str())];
-        let mut policies = Vec::new();
-        if default_vpc {
-            for c in &eff.cidrs {
-                let v = if c.network().is_ipv4() { "ip4" } else { "ip6" };
-                policies.push(PolicySpec {
+        let policy_ids = owned_ids(&[("subnet", name.as_str())]);
+        let mut policies: Vec<(PolicySpec, BTreeMap<String, String>)> = eff
+            .cidrs
+            .iter()
+            .map(|c| {
+                let v = if c.addr().is_ipv4() { "ip4" } else { "ip6" };
+                let allow = PolicySpec {
                     priority: PRIORITY_SUBNET_ALLOW,
                     r#match: format!("{v}.dst == {c}"),
                     action: "allow".into(),
                     nexthops: vec![],
-                });
+                };
+                (allow, policy_ids.clone())
+            })
+            .collect();
+        let mut group_nodes: Vec<String> = Vec::new();
+        if let Some(g) = &gateway {
+            if g.no_gateway.is_some() {
+                // No gateway to move to: keep the last one, as Kube-OVN does.
+                policies.extend(gateway_policies(cache, &router, &name));
+            } else {
+                policies.extend(g.policies.iter().cloned());
             }
-            if !is_join && eff.gateway_type == "distributed" {
-                for (node, joins) in &nodes {
-                    let pg = names::subnet_node_port_group(&name, node);
-                    ensure_port_group(
-                        &mut plan,
-                        cache,
-                        &pg,
-                        &[("logical_switch", name.as_str()), ("node", node.as_str())],
-                    );
-                    for join in joins {
-                        let v = if join.is_ipv4() { "ip4" } else { "ip6" };
-                        if eff.cidrs.iter().any(|c| c.network().is_ipv4() == join.is_ipv4()) {
-                            policies.push(PolicySpec {
-                                priority: PRIORITY_GATEWAY,
-                                // OVN gives every port group address sets `$<pg>_ip4` / `$<pg>_ip6`.
-                                r#match: format!("{v}.src == ${pg}_{v}"),
-                                action: "reroute".into(),
-                                nexthops: vec![join.to_string()],
-                            });
-                        }
-                    }
-                }
-                remove_stale_node_groups(&mut plan, cache, &name, &nodes);
-            }
+            group_nodes.clone_from(&g.port_group_nodes);
         }
-        sync_policies(&mut plan, cache, &router, &policy_owner, &policies);
+        sync_node_groups(&mut plan, cache, &name, &group_nodes, &members);
+        sync_policies_claimed(
+            &mut plan,
+            cache,
+            &router,
+            None,
+            Claim::Owner(&[("subnet", name.as_str())]),
+            &policies,
+        );
+        let created = matches!(ls, RowRef::New(_)).then(|| ls.clone());
+        sync_acls(
+            &mut plan,
+            cache,
+            Parent::Switch(&name),
+            created,
+            Claim::Owner(&[("parent", name.as_str())]),
+            &acls,
+        );
         Ok::<_, Error>((plan, mac))
-    });
-    let (plan, mac) = plan?;
+    })?;
     ctx.ipam().set_gateway_mac(&name, mac)?;
     ctx.nb.apply(plan, "subnet").await?;
-    set_status(ctx, subnet, Some(&eff), true, "ResourceCreated", "").await?;
-    // Address counters change as pods come and go; refresh them now and then.
-    Ok(Action::requeue(Duration::from_secs(10)))
+    finish(ctx, subnet, &eff, gateway.as_ref()).await
 }
 
-/// Port groups `<subnet>.<node>` of nodes that no longer exist.
-fn remove_stale_node_groups(
-    plan: &mut Plan,
-    cache: &kube_ovn_ovsdb::DbCache,
+/// The status after a successful apply, with Kube-OVN's reasons.
+async fn finish(
+    ctx: &Context,
+    subnet: &Subnet,
+    eff: &Effective,
+    gateway: Option<&GatewayPlan>,
+) -> Result<Action> {
+    // A periodic look, besides the watches: cheap when nothing changed.
+    let resync = Action::requeue(Duration::from_mins(1));
+    if let Some(GatewayPlan {
+        no_gateway: Some(why),
+        ..
+    }) = gateway
+    {
+        let outcome = Outcome {
+            validated: true,
+            ready: false,
+            reason: "NoActiveGatewayFound",
+            message: why,
+            active_gateway: Some(""),
+        };
+        set_status(ctx, subnet, Some(eff), outcome).await?;
+        return Ok(resync);
+    }
+    let reason = if subnet.spec.private == Some(true) {
+        "SetPrivateLogicalSwitchSuccess"
+    } else {
+        "ResetLogicalSwitchAclSuccess"
+    };
+    let outcome = Outcome {
+        active_gateway: gateway.map(|g| g.active.as_str()),
+        ..Outcome::ok(reason)
+    };
+    set_status(ctx, subnet, Some(eff), outcome).await?;
+    Ok(resync)
+}
+
+/// The subnet's current gateway policies (priority 29000), to keep while no gateway is fit.
+fn gateway_policies(
+    cache: &DbCache,
+    router: &str,
     subnet: &str,
-    nodes: &BTreeMap<String, Vec<IpAddr>>,
+) -> Vec<(PolicySpec, BTreeMap<String, String>)> {
+    let Ok(Some(lr)) = cache.by_name::<LogicalRouter>(router) else {
+        return Vec::new();
+    };
+    lr.policies
+        .iter()
+        .filter_map(|u| cache.get::<LogicalRouterPolicy>(u).ok().flatten())
+        .filter(|p| {
+            p.priority == PRIORITY_GATEWAY && p.external_ids.get("subnet").is_some_and(|s| s == subnet)
+        })
+        .map(|p| {
+            let spec = PolicySpec {
+                priority: p.priority,
+                r#match: p.r#match,
+                action: p.action,
+                nexthops: p.nexthops,
+            };
+            (spec, p.external_ids)
+        })
+        .collect()
+}
+
+/// The subnet's pods that have a port, by node (`<pod>.<ns>` port names), from the pod cache.
+fn pod_ports_by_node(ctx: &Context, subnet: &str) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for pod in ctx.stores.pods.state() {
+        let ann = pod.metadata.annotations.as_ref();
+        let node = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .unwrap_or_default();
+        if node.is_empty()
+            || pod.meta().deletion_timestamp.is_some()
+            || !is_true(ann, keys::ALLOCATED)
+            || ann
+                .and_then(|a| a.get(keys::LOGICAL_SWITCH))
+                .is_none_or(|ls| ls != subnet)
+        {
+            continue;
+        }
+        let port = names::pod_port_name(&pod.name_any(), &pod.namespace().unwrap_or_default(), "ovn");
+        out.entry(node).or_default().push(port);
+    }
+    out
+}
+
+/// Port groups `<subnet>.<node>` (Kube-OVN's `external_ids`: `subnet`, `node`, `np`): one per
+/// node in `nodes`, holding the subnet's pods on that node — pods the subnet had before it became
+/// distributed, or that sit in another node's group, are put right; the pod reconciler adds new
+/// ones. Groups of other nodes (or all, for a centralized subnet) are removed.
+fn sync_node_groups(
+    plan: &mut Plan,
+    cache: &DbCache,
+    subnet: &str,
+    nodes: &[String],
+    members: &BTreeMap<String, Vec<String>>,
 ) {
+    let mut groups: BTreeMap<String, (RowRef, Vec<uuid::Uuid>)> = BTreeMap::new();
+    for node in nodes {
+        let pg = names::subnet_node_port_group(subnet, node);
+        let np = format!("{subnet}/{node}");
+        let r = ensure_port_group(
+            plan,
+            cache,
+            &pg,
+            &[("subnet", subnet), ("node", node.as_str()), ("np", np.as_str())],
+        );
+        let ports = cache
+            .by_name::<PortGroup>(&pg)
+            .ok()
+            .flatten()
+            .map(|p| p.ports)
+            .unwrap_or_default();
+        groups.insert(node.clone(), (r, ports));
+    }
+    for (node, ports) in members {
+        let Some((group, _)) = groups.get(node) else {
+            continue;
+        };
+        for port in ports {
+            let Some(uuid) = cache
+                .uuids_by_name(LogicalSwitchPort::NAME, port)
+                .first()
+                .copied()
+            else {
+                continue;
+            };
+            let pg = names::subnet_node_port_group(subnet, node);
+            add_to_port_group(plan, cache, group, &pg, &RowRef::Existing(uuid));
+            // Out of the groups of other nodes (a pod that moved keeps its port name).
+            for (other, (other_ref, other_ports)) in &groups {
+                if other != node && other_ports.contains(&uuid) {
+                    plan.remove_members(PortGroup::NAME, other_ref, "ports", &[uuid]);
+                }
+            }
+        }
+    }
+    remove_stale_node_groups(plan, cache, subnet, nodes);
+}
+
+/// Port groups `<subnet>.<node>` of nodes not in `keep`.
+fn remove_stale_node_groups(plan: &mut Plan, cache: &DbCache, subnet: &str, keep: &[String]) {
     for (uuid, row) in cache.table(PortGroup::NAME) {
         let Ok(pg) = PortGroup::from_row(*uuid, row) else {
             continue;
         };
-        let ours = pg.external_ids.get("logical_switch").is_some_and(|s| s == subnet);
-        if ours
-            && pg
-                .external_ids
-                .get("node")
-                .is_some_and(|n| !nodes.contains_key(n))
-        {
+        let ours = pg.external_ids.get("subnet").is_some_and(|s| s == subnet);
+        if ours && pg.external_ids.get("node").is_some_and(|n| !keep.contains(n)) {
             plan.delete(PortGroup::NAME, *uuid);
         }
     }
+}
+
+/// Every node the gateway logic may use, with its readiness, labels and join addresses.
+fn node_views(ctx: &Context) -> Vec<NodeView> {
+    let joins = node_join_addresses(ctx);
+    let mut nodes: Vec<NodeView> = ctx
+        .stores
+        .subnet_nodes
+        .state()
+        .iter()
+        .filter(|n| n.meta().deletion_timestamp.is_none())
+        .map(|n: &Arc<Node>| NodeView {
+            name: n.name_any(),
+            labels: n.labels().clone(),
+            ready: node_ready(n),
+            joins: joins.get(&n.name_any()).cloned().unwrap_or_default(),
+        })
+        .collect();
+    nodes.sort_by(|a, b| a.name.cmp(&b.name));
+    nodes
 }
 
 /// Nodes and their join addresses, for nodes the node reconciler has finished (annotated
 /// `allocated=true` after their port and policy exist), so a pod is never routed through a node
 /// whose join port is not there yet — the ordering Kube-OVN gets by waiting for every node.
 pub fn node_join_addresses(ctx: &Context) -> BTreeMap<String, Vec<IpAddr>> {
-    use kube_ovn_api::annotations::{IpPair, get, is_true, keys};
+    use kube_ovn_api::annotations::{IpPair, get};
     ctx.stores
-        .nodes
+        .subnet_nodes
         .state()
         .iter()
         .filter(|n| {
@@ -398,13 +395,67 @@ fn router_of(ctx: &Context, vpc: &str) -> Result<String> {
     let v = ctx
         .stores
         .vpcs
-        .get(&kube::runtime::reflector::ObjectRef::new(vpc))
+        .get(&ObjectRef::new(vpc))
         .ok_or_else(|| Error::NotReady(format!("VPC {vpc} does not exist")))?;
     v.status
         .as_ref()
         .and_then(|s| s.router.clone())
         .filter(|r| !r.is_empty())
         .ok_or_else(|| Error::NotReady(format!("VPC {vpc} has no router yet")))
+}
+
+/// Checks that need other objects, as Kube-OVN's `validateVpcBySubnet` and `checkSubnetConflict`:
+/// a custom VPC's subnet binds only namespaces the VPC lists, a default-VPC subnet none a custom
+/// VPC lists; no CIDR overlaps another subnet of the VPC; a default-VPC CIDR holds no node's
+/// address. The message names the field.
+fn validate(ctx: &Context, subnet: &Subnet, eff: &Effective) -> Result<(), String> {
+    let namespaces = subnet.spec.namespaces.clone().unwrap_or_default();
+    if eff.vpc == ctx.config.cluster_router {
+        for vpc in ctx.stores.vpcs.state() {
+            let listed = vpc.spec.namespaces.clone().unwrap_or_default();
+            if vpc.name_any() != eff.vpc
+                && let Some(ns) = namespaces.iter().find(|n| listed.contains(n))
+            {
+                return Err(format!(
+                    "spec.namespaces: namespace {ns} belongs to custom VPC {}",
+                    vpc.name_any()
+                ));
+            }
+        }
+    } else if let Some(vpc) = ctx.stores.vpcs.get(&ObjectRef::new(&eff.vpc)) {
+        let listed = vpc.spec.namespaces.clone().unwrap_or_default();
+        if let Some(ns) = namespaces.iter().find(|n| !listed.contains(n)) {
+            return Err(format!(
+                "spec.namespaces: namespace {ns} is not one of custom VPC {}'s spec.namespaces",
+                eff.vpc
+            ));
+        }
+    }
+    for (i, sel) in subnet.spec.namespace_selectors.iter().flatten().enumerate() {
+        selector_matches(sel, &BTreeMap::new()).map_err(|e| format!("spec.namespaceSelectors[{i}]: {e}"))?;
+    }
+    if let Some(other) = overlapping(ctx, subnet, eff) {
+        return Err(format!(
+            "spec.cidrBlock: {} overlaps subnet {other} in VPC {}",
+            eff.cidr_block(),
+            eff.vpc
+        ));
+    }
+    if eff.vpc == ctx.config.cluster_router {
+        for node in ctx.stores.subnet_nodes.state() {
+            let inside = super::node::internal_ips(&node)
+                .into_iter()
+                .find(|ip| eff.cidrs.iter().any(|c| c.contains(ip)));
+            if let Some(ip) = inside {
+                return Err(format!(
+                    "spec.cidrBlock: {} holds the address {ip} of node {}",
+                    eff.cidr_block(),
+                    node.name_any()
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Another subnet of the same VPC whose CIDR overlaps this one.
@@ -427,104 +478,6 @@ fn overlapping(ctx: &Context, subnet: &Subnet, eff: &Effective) -> Option<String
             || (other.meta().creation_timestamp == subnet.meta().creation_timestamp && other_name < name);
         (overlap && older).then_some(other_name)
     })
-}
-
-async fn set_status(
-    ctx: &Context,
-    subnet: &Subnet,
-    eff: Option<&Effective>,
-    ok: bool,
-    reason: &str,
-    message: &str,
-) -> Result<()> {
-    let name = subnet.name_any();
-    let old = subnet.status.clone().unwrap_or_default();
-    let mut status = old.clone();
-    let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let mut conditions = status.conditions.take().unwrap_or_default();
-    let (yes, no) = (ConditionStatus::True, ConditionStatus::False);
-    let status_of = |ok: bool| if ok { yes } else { no };
-    let mut changed = set_condition(
-        &mut conditions,
-        Condition::new(VALIDATED, status_of(ok), reason, message),
-        &now,
-    );
-    changed |= set_condition(
-        &mut conditions,
-        Condition::new(READY, status_of(ok), reason, message),
-        &now,
-    );
-    changed |= set_condition(
-        &mut conditions,
-        Condition::new(ERROR, status_of(!ok), reason, message),
-        &now,
-    );
-    status.conditions = Some(conditions);
-    if let Some(eff) = eff
-        && let Ok(u) = ctx.ipam().subnet_usage(&name)
-    {
-        let v4 = eff.cidrs.iter().any(|c| c.network().is_ipv4());
-        let v6 = eff.cidrs.iter().any(|c| !c.network().is_ipv4());
-        let count = |has: bool, n: u128| has.then_some(IpCount(n));
-        let range = |has: bool, r: &str| has.then(|| r.to_owned());
-        status.v4_available_ips = count(v4, u.v4_available);
-        status.v4_using_ips = count(v4, u.v4_using);
-        status.v6_available_ips = count(v6, u.v6_available);
-        status.v6_using_ips = count(v6, u.v6_using);
-        status.v4_available_ip_range = range(v4, &u.v4_available_range);
-        status.v4_using_ip_range = range(v4, &u.v4_using_range);
-        status.v6_available_ip_range = range(v6, &u.v6_available_range);
-        status.v6_using_ip_range = range(v6, &u.v6_using_range);
-        for (has, proto, cidr, a, used) in [
-            (
-                v4,
-                "IPv4",
-                eff.cidrs.iter().find(|c| c.network().is_ipv4()),
-                u.v4_available,
-                u.v4_using,
-            ),
-            (
-                v6,
-                "IPv6",
-                eff.cidrs.iter().find(|c| !c.network().is_ipv4()),
-                u.v6_available,
-                u.v6_using,
-            ),
-        ] {
-            if has {
-                ctx.metrics.subnet_usage(
-                    &name,
-                    proto,
-                    &cidr.map(ToString::to_string).unwrap_or_default(),
-                    a,
-                    used,
-                );
-            }
-        }
-    }
-    let counters_changed = !same_counters(&old, &status);
-    if !changed && !counters_changed {
-        return Ok(());
-    }
-    let api: Api<Subnet> = Api::all(ctx.kube.clone());
-    api.patch_status(
-        &name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": status})),
-    )
-    .await?;
-    Ok(())
-}
-
-fn same_counters(a: &SubnetStatus, b: &SubnetStatus) -> bool {
-    a.v4_available_ips == b.v4_available_ips
-        && a.v4_using_ips == b.v4_using_ips
-        && a.v6_available_ips == b.v6_available_ips
-        && a.v6_using_ips == b.v6_using_ips
-        && a.v4_available_ip_range == b.v4_available_ip_range
-        && a.v4_using_ip_range == b.v4_using_ip_range
-        && a.v6_available_ip_range == b.v6_available_ip_range
-        && a.v6_using_ip_range == b.v6_using_ip_range
 }
 
 /// Deletion: the switch, its router port, its policies and port groups, and IPAM. Kube-OVN keeps
@@ -557,7 +510,7 @@ async fn cleanup(subnet: &Subnet, ctx: &Context) -> Result<Action> {
         ) {
             plan.remove_members(LogicalRouter::NAME, &RowRef::Existing(*r), "ports", &[*p]);
         }
-        remove_stale_node_groups(&mut plan, cache, &name, &BTreeMap::new());
+        remove_stale_node_groups(&mut plan, cache, &name, &[]);
         if let Some(ls) = cache.uuids_by_name(LogicalSwitch::NAME, &name).first() {
             plan.delete(LogicalSwitch::NAME, *ls);
         }

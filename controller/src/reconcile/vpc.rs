@@ -1,23 +1,46 @@
-//! VPCs: one logical router each (`ovn-cluster` for the default VPC), and the status subnets and
-//! users read (`router`, `default`, `standby`, `defaultLogicalSwitch`, `subnets`).
+//! VPCs: one logical router each (`ovn-cluster` for the default VPC) with the VPC's static routes,
+//! policy routes and peerings, and the status subnets and users read (`router`, `default`,
+//! `standby`, `defaultLogicalSwitch`, `subnets`, `vpcPeerings`, conditions).
+//!
+//! What the VPC owns on its router follows Kube-OVN:
+//! - static routes: every route with `vendor=kube-ovn` (on `ovn-cluster` that includes the
+//!   catch-all routes to the join gateway);
+//! - policies: on a custom VPC every policy except those a subnet, node or gateway added (Kube-OVN
+//!   owns a custom VPC's whole router); on `ovn-cluster`, which also carries the subnets' and
+//!   nodes' policies, only the rows written for `spec.policyRoutes` (marked `vpc=<name>`; Kube-OVN
+//!   remembers them in memory, which a restart forgets);
+//! - peering ports `<vpc>-<remote>`: those in the spec; ports of peerings removed from the spec
+//!   go (found in the northbound database, so a restart does not leak them).
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
-use kube::ResourceExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use kube_ovn_api::crd::condition::{Condition, ConditionStatus, ERROR, READY, VALIDATED, set_condition};
 use kube_ovn_api::crd::{FINALIZER, Vpc};
 use kube_ovn_ovsdb::Table;
-use kube_ovn_ovsdb::tables::nb::LogicalRouter;
+use kube_ovn_ovsdb::tables::nb::{LogicalRouter, LogicalSwitch};
 use serde_json::json;
 
+use super::subnet::effective;
+use super::vpc_spec::{VpcRows, join_default_routes, vpc_rows};
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::ovn::plan::Plan;
-use crate::ovn::topology::ensure_router;
+use crate::ovn::owned::{Claim, sync_policies_claimed, sync_routes};
+use crate::ovn::plan::{Plan, owned_ids};
+use crate::ovn::topology::{ensure_peer_port, ensure_vpc_router, remove_stale_peer_ports};
 
 pub const KIND: &str = "Vpc";
+
+/// `external_ids` keys of policies other objects add to a router: a custom VPC's reconciler
+/// leaves these alone (Kube-OVN: subnets, VPC egress gateways, underlay-to-overlay routes; and
+/// our nodes).
+const OTHER_POLICY_OWNERS: &[&str] = &["subnet", "node", "vpc-egress-gateway", "isU2ORoutePolicy"];
 
 pub async fn reconcile(vpc: Arc<Vpc>, ctx: Arc<Context>) -> Result<Action> {
     let api: Api<Vpc> = Api::all(ctx.kube.clone());
@@ -36,13 +59,15 @@ pub async fn reconcile(vpc: Arc<Vpc>, ctx: Arc<Context>) -> Result<Action> {
     })
 }
 
-/// The subnets of a VPC (by `spec.vpc`, defaulting to the default VPC).
-fn subnets_of(ctx: &Context, vpc: &str) -> Vec<String> {
+/// The subnets of a VPC (by `spec.vpc`, defaulting to the default VPC), sorted; subnets being
+/// deleted only when `deleting` (they still hold router ports until their cleanup ran).
+pub fn subnets_of(ctx: &Context, vpc: &str, deleting: bool) -> Vec<String> {
     let mut names: Vec<String> = ctx
         .stores
         .subnets
         .state()
         .iter()
+        .filter(|s| deleting || s.meta().deletion_timestamp.is_none())
         .filter(|s| {
             s.spec
                 .vpc
@@ -57,43 +82,170 @@ fn subnets_of(ctx: &Context, vpc: &str) -> Vec<String> {
     names
 }
 
+/// The join subnet's gateways, the default VPC's next hop for traffic leaving the cluster.
+fn join_gateways(ctx: &Context) -> Vec<IpAddr> {
+    let join = &ctx.config.node_subnet;
+    ctx.stores
+        .subnets
+        .get(&ObjectRef::new(&join.name))
+        .and_then(|s| effective(&s, &ctx.config.cluster_router).ok())
+        .map_or_else(|| join.gateways.clone(), |e| e.gateways)
+}
+
 async fn apply(vpc: &Vpc, ctx: &Context) -> Result<Action> {
     let name = vpc.name_any();
     let is_default = name == ctx.config.cluster_router;
+    let rows = match vpc_rows(&name, &vpc.spec) {
+        Ok(r) => r,
+        Err(e) => {
+            let why = format!("vpc {name}: {e}");
+            set_status(ctx, vpc, &Outcome::Invalid(&why)).await?;
+            return Err(Error::Invalid(why));
+        }
+    };
+    let VpcRows {
+        mut routes,
+        policies,
+        peerings,
+    } = rows;
+    if is_default {
+        // Kube-OVN waits for the join switch: a route to an address no router port reaches yet
+        // only makes northd complain.
+        let join = &ctx.config.node_subnet.name;
+        if ctx
+            .nb
+            .read(|c| c.uuids_by_name(LogicalSwitch::NAME, join).is_empty())
+        {
+            return Err(Error::NotReady(format!("join switch {join} does not exist yet")));
+        }
+        let extra = join_default_routes(&join_gateways(ctx), &routes);
+        routes.extend(extra);
+    }
+    let learn_from_arp = !peerings.is_empty() || vpc.spec.enable_external == Some(true);
     let plan = ctx.nb.read(|cache| {
         let mut plan = Plan::new();
-        ensure_router(&mut plan, cache, &name, &[("vpc", name.as_str())]);
+        let owner = [("vpc", name.as_str())];
+        let lr = ensure_vpc_router(&mut plan, cache, &name, &owner, learn_from_arp);
+        for (remote, networks) in &peerings {
+            ensure_peer_port(&mut plan, cache, &name, &lr, remote, networks.clone());
+        }
+        let remotes: Vec<String> = peerings.iter().map(|(r, _)| r.clone()).collect();
+        remove_stale_peer_ports(&mut plan, cache, &name, &remotes);
+        sync_routes(
+            &mut plan,
+            cache,
+            &name,
+            Some(lr.clone()),
+            Claim::Owner(&[]),
+            &[],
+            &routes,
+        );
+        let ids = owned_ids(&owner);
+        let tagged: Vec<_> = policies.iter().map(|p| (p.clone(), ids.clone())).collect();
+        let claim = if is_default {
+            Claim::Owner(&owner)
+        } else {
+            Claim::AllExcept(OTHER_POLICY_OWNERS)
+        };
+        sync_policies_claimed(&mut plan, cache, &name, Some(lr), claim, &tagged);
         plan
     });
     ctx.nb.apply(plan, "vpc").await?;
-    let default_ls = if is_default {
-        ctx.config.default_subnet.name.clone()
-    } else {
-        vpc.spec.default_subnet.clone().unwrap_or_default()
-    };
-    let status = json!({"status": {
-        "router": name,
-        "default": is_default,
-        "standby": true,
-        "defaultLogicalSwitch": default_ls,
-        "subnets": subnets_of(ctx, &name),
-    }});
-    let current = vpc.status.as_ref();
-    let same = current.is_some_and(|s| {
-        s.router.as_deref() == Some(name.as_str())
-            && s.default == Some(is_default)
-            && s.standby == Some(true)
-            && s.default_logical_switch.as_deref().unwrap_or_default() == default_ls
-            && s.subnets.clone().unwrap_or_default() == subnets_of(ctx, &name)
-    });
-    if !same {
-        let api: Api<Vpc> = Api::all(ctx.kube.clone());
-        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(status))
-            .await?;
-    }
+    let remotes: Vec<String> = peerings.into_iter().map(|(r, _)| r).collect();
+    set_status(ctx, vpc, &Outcome::Ready(remotes)).await?;
     Ok(Action::await_change())
 }
 
+/// What a reconcile concluded, for the status.
+enum Outcome<'a> {
+    Ready(Vec<String>),
+    Invalid(&'a str),
+    /// Deletion waits for the VPC's subnets to go.
+    Blocked(&'a str),
+}
+
+async fn set_status(ctx: &Context, vpc: &Vpc, outcome: &Outcome<'_>) -> Result<()> {
+    let name = vpc.name_any();
+    let is_default = name == ctx.config.cluster_router;
+    let old = vpc.status.clone().unwrap_or_default();
+    let subnets = subnets_of(ctx, &name, false);
+    let default_ls = if is_default {
+        ctx.config.default_subnet.name.clone()
+    } else {
+        // Kube-OVN shows `defaultSubnet` only once that subnet exists in the VPC.
+        vpc.spec
+            .default_subnet
+            .clone()
+            .filter(|d| subnets.contains(d))
+            .unwrap_or_default()
+    };
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let mut conditions = old.conditions.clone().unwrap_or_default();
+    let (yes, no) = (ConditionStatus::True, ConditionStatus::False);
+    let (validated, ready, reason, message) = match outcome {
+        Outcome::Ready(_) => (yes, yes, "ReconcileVpcSuccess", ""),
+        Outcome::Invalid(why) => (no, no, "ValidateVpcFailed", *why),
+        Outcome::Blocked(why) => (yes, no, "DeleteVpcBlocked", *why),
+    };
+    let mut changed = false;
+    for (type_, status) in [
+        (VALIDATED, validated),
+        (READY, ready),
+        (ERROR, if message.is_empty() { no } else { yes }),
+    ] {
+        changed |= set_condition(
+            &mut conditions,
+            Condition::new(type_, status, reason, message),
+            &now,
+        );
+    }
+    let mut status = serde_json::Map::new();
+    status.insert("conditions".into(), json!(conditions));
+    if let Outcome::Ready(peers) = outcome {
+        let fields = [
+            (
+                "router",
+                json!(name),
+                old.router.as_deref() == Some(name.as_str()),
+            ),
+            ("default", json!(is_default), old.default == Some(is_default)),
+            ("standby", json!(true), old.standby == Some(true)),
+            (
+                "defaultLogicalSwitch",
+                json!(default_ls),
+                old.default_logical_switch.as_deref().unwrap_or_default() == default_ls,
+            ),
+            (
+                "subnets",
+                json!(subnets),
+                old.subnets.clone().unwrap_or_default() == subnets,
+            ),
+            (
+                "vpcPeerings",
+                json!(peers),
+                old.vpc_peerings.clone().unwrap_or_default() == *peers,
+            ),
+        ];
+        for (key, value, same) in fields {
+            changed |= !same;
+            status.insert(key.into(), value);
+        }
+    }
+    if !changed {
+        return Ok(());
+    }
+    let api: Api<Vpc> = Api::all(ctx.kube.clone());
+    api.patch_status(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "status": status })),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Deletion: refused (the finalizer stays, the status says why) while the VPC has subnets, as
+/// Kube-OVN's webhook refuses it; then the router goes, and with it its ports, routes and policies.
 async fn cleanup(vpc: &Vpc, ctx: &Context) -> Result<Action> {
     let name = vpc.name_any();
     if name == ctx.config.cluster_router {
@@ -101,8 +253,15 @@ async fn cleanup(vpc: &Vpc, ctx: &Context) -> Result<Action> {
             "the default VPC {name} cannot be deleted"
         )));
     }
-    if let Some(s) = subnets_of(ctx, &name).first() {
-        return Err(Error::NotReady(format!("VPC {name} still has subnet {s}")));
+    let subnets = subnets_of(ctx, &name, true);
+    if !subnets.is_empty() {
+        let why = format!(
+            "vpc {name} still has subnets {}; delete them first",
+            subnets.join(", ")
+        );
+        set_status(ctx, vpc, &Outcome::Blocked(&why)).await?;
+        // Retried when a subnet goes (the VPC controller watches subnets), else now and then.
+        return Err(Error::Invalid(why));
     }
     let plan = ctx.nb.read(|cache| {
         let mut plan = Plan::new();
@@ -113,4 +272,16 @@ async fn cleanup(vpc: &Vpc, ctx: &Context) -> Result<Action> {
     });
     ctx.nb.apply(plan, "vpc-delete").await?;
     Ok(Action::await_change())
+}
+
+/// The VPCs to look at again when a subnet changes: its own (status `subnets`, default subnet).
+pub fn vpc_of_subnet(cluster_router: &str, subnet: &kube_ovn_api::crd::Subnet) -> ObjectRef<Vpc> {
+    ObjectRef::new(
+        subnet
+            .spec
+            .vpc
+            .as_deref()
+            .filter(|v| !v.is_empty())
+            .unwrap_or(cluster_router),
+    )
 }

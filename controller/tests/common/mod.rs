@@ -70,6 +70,11 @@ impl Env {
             "--pprof-port=0".into(),
             "--leader-elect=false".into(),
         ];
+        // A flag given by the test replaces the default above.
+        args.retain(|a| {
+            let flag = a.split('=').next().unwrap_or_default();
+            !self.extra_flags.iter().any(|e| e.split('=').next() == Some(flag))
+        });
         args.extend(self.extra_flags.iter().cloned());
         Flags::try_parse_from(args).unwrap()
     }
