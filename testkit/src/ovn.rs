@@ -29,14 +29,25 @@ impl OvnCentral {
             format!("--unixctl={}", dir.join("northd.ctl").display()),
             "-vconsole:info".into(),
         ];
-        let envs = [("OVS_RUNDIR", dir.as_path()), ("OVS_DBDIR", dir.as_path()), ("OVS_LOGDIR", dir.as_path())];
+        let envs = [
+            ("OVS_RUNDIR", dir.as_path()),
+            ("OVS_DBDIR", dir.as_path()),
+            ("OVS_LOGDIR", dir.as_path()),
+        ];
         let mut northd = Daemon::spawn("ovn-northd", "ovn-northd", &args, &dir.join("northd.log"), &envs)?;
         let central = Self { nb, sb, northd: None };
-        wait_until("ovn-northd to process the northbound database", Duration::from_secs(20), || {
-            northd.check_alive()?;
-            Ok(central.nb.nbctl(&["--wait=sb", "--timeout=5", "sync"]).is_ok())
-        })?;
-        Ok(Self { northd: Some(northd), ..central })
+        wait_until(
+            "ovn-northd to process the northbound database",
+            Duration::from_secs(20),
+            || {
+                northd.check_alive()?;
+                Ok(central.nb.nbctl(&["--wait=sb", "--timeout=5", "sync"]).is_ok())
+            },
+        )?;
+        Ok(Self {
+            northd: Some(northd),
+            ..central
+        })
     }
 
     pub fn nb_remote(&self) -> String {
@@ -98,9 +109,18 @@ impl Trace {
         anyhow::ensure!(text.starts_with("# "), "ovn-trace did not trace: {text}");
         let outputs = text
             .lines()
-            .filter_map(|l| l.trim().strip_prefix("output(\"")?.split('"').next().map(str::to_owned))
+            .filter_map(|l| {
+                l.trim()
+                    .strip_prefix("output(\"")?
+                    .split('"')
+                    .next()
+                    .map(str::to_owned)
+            })
             .collect();
-        Ok(Self { text: text.to_owned(), outputs })
+        Ok(Self {
+            text: text.to_owned(),
+            outputs,
+        })
     }
 
     pub fn delivers_to(&self, port: &str) -> bool {
@@ -114,7 +134,9 @@ mod tests {
 
     #[test]
     fn parses_minimal_traces() {
-        let t = Trace::parse("# icmp,reg14=0x2\nip.ttl--;\neth.src = 0a:00:00:00:02:01;\noutput(\"pod21\");\n").unwrap();
+        let t =
+            Trace::parse("# icmp,reg14=0x2\nip.ttl--;\neth.src = 0a:00:00:00:02:01;\noutput(\"pod21\");\n")
+                .unwrap();
         assert!(t.delivers_to("pod21") && !t.delivers_to("pod2"));
         let dropped = Trace::parse("# icmp,reg14=0x2\n").unwrap();
         assert!(dropped.outputs.is_empty());

@@ -18,7 +18,15 @@ fn traces_delivery_and_acl_drop() {
                 ip4.src==10.0.0.1 && ip4.dst==10.0.0.2 && ip.ttl==64 && icmp4.type==8";
     let t = ovn.trace("ls1", flow).unwrap();
     assert!(t.delivers_to("p2"), "{}", t.text);
-    ovn.nbctl(&["acl-add", "ls1", "to-lport", "1000", "outport==\"p2\" && ip4.src==10.0.0.1", "drop"]).unwrap();
+    ovn.nbctl(&[
+        "acl-add",
+        "ls1",
+        "to-lport",
+        "1000",
+        "outport==\"p2\" && ip4.src==10.0.0.1",
+        "drop",
+    ])
+    .unwrap();
     let t = ovn.trace("ls1", flow).unwrap();
     assert!(!t.delivers_to("p2"), "{}", t.text);
     // ovn-trace exits 0 for an unknown port; the oracle must still refuse it.
