@@ -18,17 +18,24 @@ use clap::Parser;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 use kube::runtime::watcher::{self, watcher};
-use kube::ResourceExt;
 use kube_ovn_controller::config::Flags;
 use kube_ovn_lab::apiserver::{ApiServer, ApiServerConfig};
-use kube_ovn_ovsdb::{Atom, Client, ClientConfig, Condition, MonitorTables, Mutation, Operation, Remote, Row, Value};
+use kube_ovn_ovsdb::{
+    Atom, Client, ClientConfig, Condition, MonitorTables, Mutation, Operation, Remote, Row, Value,
+};
 use kube_ovn_testkit::OvnCentral;
 use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 struct Run {
@@ -42,14 +49,17 @@ impl Run {
         let config = Flags::try_parse_from(&self.flags).unwrap().validate().unwrap();
         let kube = self.kube.clone();
         tokio::spawn(async move {
-            kube_ovn_controller::run(config, kube, std::future::pending()).await.unwrap();
+            kube_ovn_controller::run(config, kube, std::future::pending())
+                .await
+                .unwrap();
         })
     }
 
     /// The controller's Pod reconcile count, from its `/metrics`.
     async fn pod_reconciles(&self) -> u64 {
-        let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", self.metrics_port)).await else { return 0 };
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", self.metrics_port)).await else {
+            return 0;
+        };
         let _ = s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").await;
         let mut body = String::new();
         let _ = s.read_to_string(&mut body).await;
@@ -64,15 +74,24 @@ impl Run {
 /// Counts pods that reached `routed=true`, until `n` have.
 async fn wait_routed(kube: &kube::Client, n: usize) {
     let mut routed = BTreeSet::new();
-    let mut events = watcher(Api::<Pod>::namespaced(kube.clone(), "bench"), watcher::Config::default()).boxed();
+    let mut events = watcher(
+        Api::<Pod>::namespaced(kube.clone(), "bench"),
+        watcher::Config::default(),
+    )
+    .boxed();
     while routed.len() < n {
-        let Some(ev) = events.try_next().await.unwrap() else { panic!("pod watch ended") };
+        let Some(ev) = events.try_next().await.unwrap() else {
+            panic!("pod watch ended")
+        };
         let pods: Vec<Pod> = match ev {
             watcher::Event::Apply(p) | watcher::Event::InitApply(p) => vec![p],
             _ => vec![],
         };
         for p in pods {
-            if p.annotations().get("ovn.kubernetes.io/routed").is_some_and(|v| v == "true") {
+            if p.annotations()
+                .get("ovn.kubernetes.io/routed")
+                .is_some_and(|v| v == "true")
+            {
                 routed.insert(p.name_any());
             }
         }
@@ -89,7 +108,18 @@ fn nbctl_one_run(n: usize) -> Duration {
         }
         let name = format!("pod-{i}.bench");
         args.extend(["lsp-add".into(), "bench".into(), name.clone()]);
-        args.extend(["--".into(), "lsp-set-addresses".into(), name, format!("0a:00:00:00:{:02x}:{:02x} 10.16.{}.{}", i / 256, i % 256, i / 250, i % 250 + 2)]);
+        args.extend([
+            "--".into(),
+            "lsp-set-addresses".into(),
+            name,
+            format!(
+                "0a:00:00:00:{:02x}:{:02x} 10.16.{}.{}",
+                i / 256,
+                i % 256,
+                i / 250,
+                i % 250 + 2
+            ),
+        ]);
     }
     let start = Instant::now();
     let out = Command::new("ovn-nbctl").args(&args).output().unwrap();
@@ -108,12 +138,29 @@ async fn raw_one_transaction(n: usize) -> Duration {
     for i in 0..n {
         let row = Row::from([
             ("name".to_owned(), Value::from(format!("pod-{i}.bench"))),
-            ("addresses".to_owned(), Value::set([format!("0a:00:00:00:{:02x}:{:02x} 10.16.{}.{}", i / 256, i % 256, i / 250, i % 250 + 2)])),
+            (
+                "addresses".to_owned(),
+                Value::set([format!(
+                    "0a:00:00:00:{:02x}:{:02x} 10.16.{}.{}",
+                    i / 256,
+                    i % 256,
+                    i / 250,
+                    i % 250 + 2
+                )]),
+            ),
         ]);
-        ops.push(Operation::insert_named("Logical_Switch_Port", row, format!("p{i}")));
+        ops.push(Operation::insert_named(
+            "Logical_Switch_Port",
+            row,
+            format!("p{i}"),
+        ));
         refs.insert(Atom::named(format!("p{i}")));
     }
-    ops.push(Operation::mutate("Logical_Switch", vec![Condition::eq("name", "bench")], vec![Mutation::insert("ports", Value::Set(refs))]));
+    ops.push(Operation::mutate(
+        "Logical_Switch",
+        vec![Condition::eq("name", "bench")],
+        vec![Mutation::insert("ports", Value::Set(refs))],
+    ));
     let start = Instant::now();
     nb.transact(ops).await.unwrap();
     start.elapsed()
@@ -126,7 +173,10 @@ async fn controller_run(n: usize) -> (Duration, Duration) {
     for crd in kube_ovn_api::crds() {
         crds.create(&PostParams::default(), &crd).await.unwrap();
     }
-    let ovn = tokio::task::spawn_blocking(OvnCentral::start).await.unwrap().unwrap();
+    let ovn = tokio::task::spawn_blocking(OvnCentral::start)
+        .await
+        .unwrap()
+        .unwrap();
     let metrics_port = free_port();
     let run = Run {
         kube: kube.clone(),
@@ -142,10 +192,17 @@ async fn controller_run(n: usize) -> (Duration, Duration) {
     };
     let controller = run.start();
     let node: Node = serde_json::from_value(json!({"metadata": {"name": "node1"},
-        "status": {"addresses": [{"type": "InternalIP", "address": "172.18.0.2"}]}})).unwrap();
-    Api::<Node>::all(kube.clone()).create(&PostParams::default(), &node).await.unwrap();
+        "status": {"addresses": [{"type": "InternalIP", "address": "172.18.0.2"}]}}))
+    .unwrap();
+    Api::<Node>::all(kube.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .unwrap();
     let ns = serde_json::from_value(json!({"metadata": {"name": "bench"}})).unwrap();
-    Api::<k8s_openapi::api::core::v1::Namespace>::all(kube.clone()).create(&PostParams::default(), &ns).await.unwrap();
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(kube.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
     let pods: Api<Pod> = Api::namespaced(kube.clone(), "bench");
     let start = Instant::now();
     for i in 0..n {
@@ -156,8 +213,23 @@ async fn controller_run(n: usize) -> (Duration, Duration) {
     }
     wait_routed(&kube, n).await;
     let throughput = start.elapsed();
-    let ports = ovn.nbctl(&["--bare", "--columns=name", "find", "Logical_Switch_Port", "external_ids:vendor=kube-ovn"]).unwrap();
-    assert!(ports.lines().filter(|l| l.ends_with(".bench")).count() == n, "every pod has its port");
+    let ports = ovn
+        .nbctl(&[
+            "--bare",
+            "--columns=name",
+            "find",
+            "Logical_Switch_Port",
+            "external_ids:vendor=kube-ovn",
+        ])
+        .unwrap();
+    assert!(
+        ports
+            .lines()
+            .filter(|l| l.rsplit_once('.').is_some_and(|(_, ns)| ns == "bench"))
+            .count()
+            == n,
+        "every pod has its port"
+    );
 
     controller.abort();
     let _ = controller.await;
@@ -175,12 +247,20 @@ async fn controller_run(n: usize) -> (Duration, Duration) {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let sizes: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
-    let sizes = if sizes.is_empty() { vec![1000, 10_000] } else { sizes };
-    println!("| pods | controller: created → all routed | pods/s | ovn-nbctl, one run | raw transact, one txn | restart-to-ready |");
+    let sizes = if sizes.is_empty() {
+        vec![1000, 10_000]
+    } else {
+        sizes
+    };
+    println!(
+        "| pods | controller: created → all routed | pods/s | ovn-nbctl, one run | raw transact, one txn | restart-to-ready |"
+    );
     println!("|---|---|---|---|---|---|");
     for n in sizes {
         let (throughput, restart) = controller_run(n).await;
-        let nbctl = tokio::task::spawn_blocking(move || nbctl_one_run(n)).await.unwrap();
+        let nbctl = tokio::task::spawn_blocking(move || nbctl_one_run(n))
+            .await
+            .unwrap();
         let raw = raw_one_transaction(n).await;
         #[allow(clippy::cast_precision_loss, reason = "display only")]
         let rate = |d: Duration| n as f64 / d.as_secs_f64();

@@ -86,6 +86,16 @@ pub struct Flags {
     /// This replica's identity in the Lease.
     #[arg(long, env = "POD_NAME", default_value = "")]
     pub pod_name: String,
+    /// How long a follower waits after the leader's last renewal before taking over (a Go
+    /// duration in whole seconds; Kube-OVN's flag and default).
+    #[arg(long, env = "LEADER_ELECT_LEASE_DURATION", default_value = "30s")]
+    pub leader_elect_lease_duration: String,
+    /// How long the leader keeps leading without a successful renewal before it gives up.
+    #[arg(long, env = "LEADER_ELECT_RENEW_DEADLINE", default_value = "20s")]
+    pub leader_elect_renew_deadline: String,
+    /// How often the leader renews, and followers look (whole seconds).
+    #[arg(long, env = "LEADER_ELECT_RETRY_PERIOD", default_value = "6s")]
+    pub leader_elect_retry_period: String,
     /// Kube-OVN flags accepted so existing manifests work, but not acted on yet (Services,
     /// NetworkPolicies and underlay come in later versions): listed here so that they parse.
     #[arg(long, env = "ENABLE_LB", default_value_t = true, action = clap::ArgAction::Set)]
@@ -118,6 +128,15 @@ pub struct Config {
     pub leader_elect: bool,
     pub lease_namespace: String,
     pub identity: String,
+    pub leader_election: LeaderElection,
+}
+
+/// Leader-election timing (Kube-OVN's `--leader-elect-*` flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaderElection {
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
 }
 
 /// A subnet the controller creates at start (`ovn-default`, `join`).
@@ -215,6 +234,100 @@ fn exclude_ips(flag: &'static str, value: &str) -> Result<Vec<String>, FlagError
     Ok(parts)
 }
 
+/// A Go `time.Duration` string (`30s`, `1m30s`, `1.5h`, `500ms`), as Kube-OVN's duration flags
+/// take.
+fn go_duration(flag: &'static str, value: &str) -> Result<Duration, FlagError> {
+    const UNITS: &[(&str, f64)] = &[
+        ("ns", 1e-9),
+        ("us", 1e-6),
+        ("\u{b5}s", 1e-6),
+        ("ms", 1e-3),
+        ("s", 1.0),
+        ("m", 60.0),
+        ("h", 3600.0),
+    ];
+    if value == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let invalid = || bad(flag, value, "not a duration such as 30s, 1m30s or 500ms");
+    let mut rest = value;
+    let mut secs = 0.0;
+    if rest.is_empty() {
+        return Err(invalid());
+    }
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(invalid)?;
+        let number: f64 = rest[..digits].parse().map_err(|_| invalid())?;
+        rest = &rest[digits..];
+        let (unit, scale) = UNITS
+            .iter()
+            .filter(|(u, _)| rest.starts_with(u))
+            .max_by_key(|(u, _)| u.len())
+            .ok_or_else(invalid)?;
+        secs += number * scale;
+        rest = &rest[unit.len()..];
+    }
+    Duration::try_from_secs_f64(secs).map_err(|_| invalid())
+}
+
+fn whole_seconds(flag: &'static str, value: &str, d: Duration) -> Result<Duration, FlagError> {
+    if d.subsec_nanos() != 0 || d.is_zero() {
+        return Err(bad(
+            flag,
+            value,
+            "must be a positive whole number of seconds (a Lease counts seconds)",
+        ));
+    }
+    Ok(d)
+}
+
+/// Kube-OVN's rules: every period positive, lease > renew deadline > 1.2 × retry period (client-go's
+/// jitter factor), so a leader that cannot renew stops before anyone may take over.
+fn leader_election(f: &Flags) -> Result<LeaderElection, FlagError> {
+    let lease_flag = "leader-elect-lease-duration";
+    let renew_flag = "leader-elect-renew-deadline";
+    let retry_flag = "leader-elect-retry-period";
+    let lease = go_duration(lease_flag, &f.leader_elect_lease_duration)?;
+    let lease = whole_seconds(lease_flag, &f.leader_elect_lease_duration, lease)?;
+    let renew = go_duration(renew_flag, &f.leader_elect_renew_deadline)?;
+    let retry = go_duration(retry_flag, &f.leader_elect_retry_period)?;
+    let retry = whole_seconds(retry_flag, &f.leader_elect_retry_period, retry)?;
+    if renew.is_zero() {
+        return Err(bad(
+            renew_flag,
+            &f.leader_elect_renew_deadline,
+            "must be greater than zero",
+        ));
+    }
+    if lease <= renew {
+        return Err(bad(
+            lease_flag,
+            &f.leader_elect_lease_duration,
+            format!(
+                "must be greater than --{renew_flag} {}",
+                f.leader_elect_renew_deadline
+            ),
+        ));
+    }
+    if renew.as_secs_f64() <= 1.2 * retry.as_secs_f64() {
+        return Err(bad(
+            renew_flag,
+            &f.leader_elect_renew_deadline,
+            format!(
+                "must be greater than 1.2 × --{retry_flag} {}",
+                f.leader_elect_retry_period
+            ),
+        ));
+    }
+    Ok(LeaderElection {
+        lease_duration: lease,
+        renew_deadline: renew,
+        retry_period: retry,
+    })
+}
+
 fn remotes(flag: &'static str, value: &str) -> Result<Vec<kube_ovn_ovsdb::Remote>, FlagError> {
     kube_ovn_ovsdb::Remote::parse_list(value).map_err(|e| bad(flag, value, e.to_string()))
 }
@@ -309,6 +422,7 @@ impl Flags {
             leader_elect: self.leader_elect,
             lease_namespace: self.lease_namespace.clone(),
             identity,
+            leader_election: leader_election(self)?,
         })
     }
 }
@@ -356,6 +470,26 @@ mod tests {
             (vec!["--ovn-nb-addr", "http://x"], "--ovn-nb-addr"),
             (vec!["--default-ls", "Bad_Name"], "--default-ls"),
             (vec!["--ovn-timeout", "0"], "--ovn-timeout"),
+            (
+                vec!["--leader-elect-lease-duration", "15"],
+                "--leader-elect-lease-duration",
+            ),
+            (
+                vec!["--leader-elect-lease-duration", "1500ms"],
+                "--leader-elect-lease-duration",
+            ),
+            (
+                vec!["--leader-elect-lease-duration", "20s"],
+                "--leader-elect-lease-duration",
+            ),
+            (
+                vec!["--leader-elect-renew-deadline", "7s"],
+                "--leader-elect-renew-deadline",
+            ),
+            (
+                vec!["--leader-elect-retry-period", "0s"],
+                "--leader-elect-retry-period",
+            ),
         ] {
             let err = flags(&args).validate().unwrap_err().to_string();
             assert!(err.starts_with(&format!("invalid {flag} ")), "{args:?}: {err}");
@@ -364,6 +498,34 @@ mod tests {
             Flags::try_parse_from(["kube-ovn-controller"]).is_err(),
             "--ovn-nb-addr is required"
         );
+    }
+
+    #[test]
+    fn leader_election_timing() {
+        let c = flags(&[]).validate().unwrap();
+        let secs = |n| Duration::from_secs(n);
+        assert_eq!(
+            c.leader_election,
+            LeaderElection {
+                lease_duration: secs(30),
+                renew_deadline: secs(20),
+                retry_period: secs(6)
+            }
+        );
+        let c = flags(&[
+            "--leader-elect-lease-duration=1m30s",
+            "--leader-elect-renew-deadline=2.5s",
+            "--leader-elect-retry-period=2s",
+        ])
+        .validate()
+        .unwrap();
+        assert_eq!(c.leader_election.lease_duration, secs(90));
+        assert_eq!(c.leader_election.renew_deadline, Duration::from_millis(2500));
+        assert_eq!(go_duration("x", "1h").unwrap(), secs(3600));
+        assert_eq!(go_duration("x", "250ms").unwrap(), Duration::from_millis(250));
+        for bad in ["", "s", "1", "1x", "-1s", "1.2.3s"] {
+            assert!(go_duration("x", bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

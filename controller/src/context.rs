@@ -1,6 +1,7 @@
 //! What every reconciler shares: clients, the IPAM state, the object caches, metrics.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::runtime::events::{Recorder, Reporter};
@@ -8,6 +9,7 @@ use kube::runtime::reflector::Store;
 use kube_ovn_api::crd::{IPPool, Ip, Subnet, Vpc};
 
 use crate::config::Config;
+use crate::error::{Error, Result};
 use crate::ipam::Ipam;
 use crate::metrics::Metrics;
 use crate::ovn::Nb;
@@ -26,6 +28,74 @@ pub struct Stores {
     pub vpcs: Store<Vpc>,
     pub ippools: Store<IPPool>,
     pub ips: Store<Ip>,
+    /// One signal per cache, `true` once it has listed (see [`crate::reconcile::controller`]).
+    pub synced: Vec<tokio::sync::watch::Receiver<bool>>,
+}
+
+impl Stores {
+    /// Waits until every cache has its first full list. A reconciler that read a cache before
+    /// then would take "absent" for "gone": choose the default subnet for a pod whose namespace
+    /// is bound to another, or collect a live pod's port.
+    pub async fn ready(&self) -> Result<()> {
+        for synced in &self.synced {
+            let mut s = synced.clone();
+            s.wait_for(|ready| *ready)
+                .await
+                .map_err(|_| Error::NotReady("a cache stopped before it synced".into()))?;
+        }
+        Ok(())
+    }
+}
+
+/// Per-key mutual exclusion (Kube-OVN's `podKeyMutex`): the reconciler and the deletion path of
+/// one NIC key (`<pod>.<ns>`) never interleave, so a release cannot undo a successor's fresh
+/// allocation halfway through. Entries are removed when the last holder or waiter is done.
+#[derive(Debug, Default)]
+pub struct KeyLocks {
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+pub struct KeyGuard<'a> {
+    locks: &'a KeyLocks,
+    key: String,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl KeyLocks {
+    pub async fn lock(&self, key: &str) -> KeyGuard<'_> {
+        let m = self
+            .locks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(key.to_owned())
+            .or_default()
+            .clone();
+        KeyGuard {
+            locks: self,
+            key: key.to_owned(),
+            guard: Some(m.lock_owned().await),
+        }
+    }
+
+    /// Keys currently held or awaited (for tests of the clean-up).
+    pub fn len(&self) -> usize {
+        self.locks.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Drop for KeyGuard<'_> {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        let mut map = self.locks.locks.lock().unwrap_or_else(PoisonError::into_inner);
+        // Only the map holds it now: nobody waits, so the entry can go.
+        if map.get(&self.key).is_some_and(|m| Arc::strong_count(m) == 1) {
+            map.remove(&self.key);
+        }
+    }
 }
 
 pub struct Context {
@@ -36,6 +106,8 @@ pub struct Context {
     pub metrics: Metrics,
     pub stores: Stores,
     pub recorder: Recorder,
+    /// Pod NIC keys being reconciled or released.
+    pub pod_locks: KeyLocks,
 }
 
 impl Context {
@@ -60,6 +132,7 @@ impl Context {
             metrics,
             stores,
             recorder,
+            pod_locks: KeyLocks::default(),
         }
     }
 

@@ -26,6 +26,11 @@ pub enum Error {
     NotReady(String),
     #[error("leader election: {0}")]
     Lease(String),
+    #[error("metrics and health endpoint {addr}: {source}")]
+    Listen {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod ovn;
 pub mod reconcile;
 pub mod server;
+pub mod task;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -34,6 +35,7 @@ use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::ovn::Nb;
 use crate::reconcile::{all_refs, controller, drive, error_policy, instrumented};
+use crate::task::AbortOnDrop;
 
 /// The northbound tables the controller reads and writes.
 const NB_TABLES: &[&str] = &[
@@ -62,8 +64,24 @@ pub async fn connect_nb(config: &Config) -> Result<Client> {
 }
 
 /// Runs the controller until `shutdown` resolves (or leadership is lost, which ends it with an
-/// error, as kube-controller-manager does: a fresh process re-campaigns).
+/// error, as Kube-OVN's controller exits: a fresh process re-campaigns). Serves `/metrics` and
+/// the health endpoints on `--bind-address`:`--pprof-port`.
 pub async fn run(config: Config, kube: kube::Client, shutdown: impl Future<Output = ()>) -> Result<()> {
+    let addr = config.metrics_addr;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| Error::Listen { addr, source })?;
+    run_with_listener(config, kube, listener, shutdown).await
+}
+
+/// [`run`] with the metrics and health endpoints on a listener the caller bound (tests bind
+/// port 0 and read the address before starting the controller).
+pub async fn run_with_listener(
+    config: Config,
+    kube: kube::Client,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<()> {
     let metrics = Metrics::new();
     let ready = Arc::new(AtomicBool::new(false));
     let health = server::Health {
@@ -71,45 +89,60 @@ pub async fn run(config: Config, kube: kube::Client, shutdown: impl Future<Outpu
         ready: ready.clone(),
         enable_metrics: config.enable_metrics,
     };
-    let addr = config.metrics_addr;
-    // The endpoint lives exactly as long as this future: a controller that is stopped or aborted
-    // takes it down with it, so a restart can bind the port again.
-    let server = async move {
-        if let Err(e) = server::serve(addr, health).await {
-            tracing::error!(error = %e, %addr, "metrics endpoint failed");
+    // Dies with this future, also when it is aborted.
+    let _server = AbortOnDrop::spawn(async move {
+        if let Err(e) = server::serve(listener, health).await {
+            tracing::error!(error = %e, "metrics endpoint failed");
         }
-        std::future::pending::<()>().await;
+    });
+    let mut shutdown = std::pin::pin!(shutdown);
+    let nb = tokio::select! {
+        nb = connect_nb(&config) => Nb::new(nb?, metrics.clone()),
+        () = &mut shutdown => return Ok(()),
     };
-    tokio::select! {
-        r = Box::pin(run_inner(config, kube, metrics, ready)) => r,
-        () = server => Ok(()),
-        () = shutdown => Ok(()),
+    let mut leadership = if config.leader_elect {
+        tokio::select! {
+            l = reconcile::leader::campaign(&config, &kube) => Some(l?),
+            () = &mut shutdown => return Ok(()),
+        }
+    } else {
+        None
+    };
+    let lost = async {
+        match leadership.as_mut() {
+            Some(l) => l.lost().await,
+            None => std::future::pending().await,
+        }
+    };
+    let result = tokio::select! {
+        r = Box::pin(run_inner(config, kube, nb, metrics, ready)) => r,
+        () = lost => Err(Error::Lease("leadership lost".into())),
+        () = &mut shutdown => Ok(()),
+    };
+    if let (Ok(()), Some(l)) = (&result, leadership) {
+        l.release().await;
     }
+    result
 }
 
 async fn run_inner(
     config: Config,
     kube: kube::Client,
+    nb: Nb,
     metrics: Metrics,
     ready: Arc<AtomicBool>,
 ) -> Result<()> {
-    let nb = Nb::new(connect_nb(&config).await?, metrics.clone());
-    let lost = if config.leader_elect {
-        Some(reconcile::leader::campaign(&config, &kube).await?)
-    } else {
-        None
-    };
     reconcile::startup::init(&config, &kube, &nb).await?;
     let (ipam, _) = reconcile::startup::rebuild_ipam(&config, &kube, &nb).await?;
 
     let workers = config.worker_num;
-    let vpcs = controller::<Vpc>(&kube, workers);
-    let subnets = controller::<Subnet>(&kube, workers);
-    let ippools = controller::<IPPool>(&kube, workers);
-    let namespaces = controller::<Namespace>(&kube, workers);
-    let nodes = controller::<Node>(&kube, workers);
-    let pods = controller::<Pod>(&kube, workers);
-    let ips_ctl = controller::<Ip>(&kube, 1);
+    let (vpcs, vpcs_synced) = controller::<Vpc>(&kube, workers);
+    let (subnets, subnets_synced) = controller::<Subnet>(&kube, workers);
+    let (ippools, ippools_synced) = controller::<IPPool>(&kube, workers);
+    let (namespaces, namespaces_synced) = controller::<Namespace>(&kube, workers);
+    let (nodes, nodes_synced) = controller::<Node>(&kube, workers);
+    let (pods, pods_synced) = controller::<Pod>(&kube, workers);
+    let (ips_ctl, ips_synced) = controller::<Ip>(&kube, 1);
     let (subnet_nodes, subnet_nodes_writer) = kube::runtime::reflector::store::<Node>();
     let stores = Stores {
         pods: pods.store(),
@@ -120,6 +153,15 @@ async fn run_inner(
         vpcs: vpcs.store(),
         ippools: ippools.store(),
         ips: ips_ctl.store(),
+        synced: vec![
+            vpcs_synced,
+            subnets_synced,
+            ippools_synced,
+            namespaces_synced,
+            nodes_synced,
+            pods_synced,
+            ips_synced,
+        ],
     };
     let ctx = Arc::new(Context::new(
         config,
@@ -203,6 +245,12 @@ async fn run_inner(
 
     let c = ctx.clone();
     let gc_loop = async move {
+        // A collection over caches still filling would take every pod for gone.
+        if c.stores.ready().await.is_err() {
+            return;
+        }
+        ready.store(true, Ordering::Relaxed);
+        tracing::info!("kube-ovn-controller running");
         let Some(every) = c.config.gc_interval else {
             return std::future::pending::<()>().await;
         };
@@ -224,8 +272,6 @@ async fn run_inner(
             }
         }
     };
-    ready.store(true, Ordering::Relaxed);
-    tracing::info!("kube-ovn-controller running");
     let controllers = async {
         futures::join!(
             drive(
@@ -279,7 +325,7 @@ async fn run_inner(
             drive(
                 "IP",
                 ips_ctl.run(
-                    |_, _| async { Ok(kube::runtime::controller::Action::await_change()) },
+                    |o, c| instrumented(reconcile::ip_cr::KIND, o, c, reconcile::ip_cr::reconcile),
                     error_policy,
                     ctx.clone()
                 )
@@ -289,13 +335,7 @@ async fn run_inner(
             counters_loop,
         );
     };
-    let controllers = Box::pin(controllers);
-    let Some(mut lost) = lost else {
-        controllers.await;
-        return Ok(());
-    };
-    tokio::select! {
-        () = controllers => Ok(()),
-        _ = lost.wait_for(|leading| !*leading) => Err(Error::Lease("leadership lost".into())),
-    }
+    // Boxed: the joined controllers are a large future, kept off the caller's stack.
+    Box::pin(controllers).await;
+    Ok(())
 }

@@ -54,9 +54,9 @@ pub fn router(health: Health) -> Router {
         .with_state(health)
 }
 
-/// Serves until the task is dropped.
-pub async fn serve(addr: SocketAddr, health: Health) -> std::io::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    tracing::info!(addr = %listener.local_addr()?, "metrics and health endpoints");
+/// Serves on a bound listener until the task is dropped.
+pub async fn serve(listener: tokio::net::TcpListener, health: Health) -> std::io::Result<()> {
+    let addr: SocketAddr = listener.local_addr()?;
+    tracing::info!(%addr, "metrics and health endpoints");
     axum::serve(listener, router(health)).await
 }

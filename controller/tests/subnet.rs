@@ -501,8 +501,8 @@ async fn status_counts_addresses_as_pods_come_and_go() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconciling_again_writes_nothing() {
-    let port = netkit::free_port();
-    let env = Env::start_with(&[&format!("--pprof-port={port}")]).await;
+    let env = Env::start().await;
+    let port = env.metrics_addr.expect("the controller serves metrics").port();
     env.node("node1", "172.18.0.2").await;
     env.node("node2", "172.18.0.3").await;
     let vpc = |name: &str, spec: serde_json::Value| json!({"apiVersion": "kubeovn.io/v1", "kind": "Vpc", "metadata": {"name": name}, "spec": spec});

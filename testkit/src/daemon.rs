@@ -4,10 +4,39 @@
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock, mpsc};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+
+type SpawnRequest = (Command, mpsc::Sender<std::io::Result<Child>>);
+
+/// Forks `cmd` on the keeper thread (see [`Daemon::spawn`]).
+fn spawn_on_keeper(cmd: Command) -> std::io::Result<Child> {
+    static KEEPER: OnceLock<Mutex<mpsc::Sender<SpawnRequest>>> = OnceLock::new();
+    let keeper = KEEPER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<SpawnRequest>();
+        std::thread::Builder::new()
+            .name("daemon-keeper".into())
+            .spawn(move || {
+                for (mut cmd, reply) in rx {
+                    let _ = reply.send(cmd.spawn());
+                }
+            })
+            .expect("cannot start the daemon keeper thread");
+        Mutex::new(tx)
+    });
+    let (reply_tx, reply_rx) = mpsc::channel();
+    keeper
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .send((cmd, reply_tx))
+        .map_err(|_| std::io::Error::other("the daemon keeper thread is gone"))?;
+    reply_rx
+        .recv()
+        .map_err(|_| std::io::Error::other("the daemon keeper thread is gone"))?
+}
 
 pub struct Daemon {
     name: String,
@@ -29,8 +58,10 @@ impl Daemon {
         let mut cmd = Command::new(program);
         cmd.args(args).stdin(Stdio::null()).stdout(out).stderr(err);
         // If the test process dies without dropping the fixture (killed, aborted), the kernel kills
-        // the daemon too, so nothing outlives a test run. The signal follows the spawning thread:
-        // fixtures are created and dropped on a test's own thread.
+        // the daemon too, so nothing outlives a test run. The signal follows the spawning *thread*,
+        // so the fork happens on a keeper thread that lives as long as the process: a fixture made
+        // on a short-lived thread (tokio's blocking pool retires idle threads after 10 s) would
+        // otherwise lose its daemons mid-test.
         #[allow(
             unsafe_code,
             reason = "pre_exec runs between fork and exec; prctl is async-signal-safe"
@@ -42,7 +73,7 @@ impl Daemon {
         for (k, v) in envs {
             cmd.env(k, v);
         }
-        let child = cmd.spawn().map_err(|e| {
+        let child = spawn_on_keeper(cmd).map_err(|e| {
             anyhow::anyhow!("{name}: cannot start {program}: {e} (run scripts/install-deps.sh)")
         })?;
         Ok(Self {

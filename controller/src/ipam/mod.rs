@@ -265,6 +265,15 @@ impl Ipam {
             .collect()
     }
 
+    /// Releases `key` in every subnet but `keep` (a NIC that moved to another subnet).
+    pub fn release_elsewhere(&mut self, key: &str, keep: &str) -> Vec<(String, Allocation)> {
+        self.subnets
+            .iter_mut()
+            .filter(|(name, _)| name.as_str() != keep)
+            .filter_map(|(name, s)| s.release(key).map(|a| (name.clone(), a)))
+            .collect()
+    }
+
     pub fn allocation(&self, subnet: &str, key: &str) -> Option<&Allocation> {
         self.subnets.get(subnet)?.nics.get(key)
     }

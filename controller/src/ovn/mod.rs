@@ -64,12 +64,18 @@ impl Nb {
 
     /// Applies a plan (nothing to do for an empty one). `what` names the change for logs and the
     /// transaction-latency metric. When it returns `Ok`, the replica holds the changes.
-    pub async fn apply(&self, plan: Plan, what: &'static str) -> Result<Vec<OperationResult>, kube_ovn_ovsdb::Error> {
+    pub async fn apply(
+        &self,
+        plan: Plan,
+        what: &'static str,
+    ) -> Result<Vec<OperationResult>, kube_ovn_ovsdb::Error> {
         if plan.is_empty() {
             return Ok(Vec::new());
         }
         let (reply, rx) = oneshot::channel();
-        self.jobs.send(Job { plan, what, reply }).map_err(|_| kube_ovn_ovsdb::Error::Closed)?;
+        self.jobs
+            .send(Job { plan, what, reply })
+            .map_err(|_| kube_ovn_ovsdb::Error::Closed)?;
         rx.await.map_err(|_| kube_ovn_ovsdb::Error::Closed)?
     }
 }
@@ -96,7 +102,10 @@ async fn batcher(client: Client, metrics: Metrics, mut rx: mpsc::UnboundedReceiv
         let mut merged = Plan::new();
         let mut ranges: Vec<Range<usize>> = Vec::with_capacity(jobs.len());
         let plans: Vec<Plan> = jobs.iter_mut().map(|j| std::mem::take(&mut j.plan)).collect();
-        let kept = plans.iter().map(|p| Plan::from_ops(p.ops().to_vec())).collect::<Vec<_>>();
+        let kept = plans
+            .iter()
+            .map(|p| Plan::from_ops(p.ops().to_vec()))
+            .collect::<Vec<_>>();
         for plan in plans {
             let start = merged.len();
             merged.extend(plan);
@@ -119,13 +128,23 @@ async fn batcher(client: Client, metrics: Metrics, mut rx: mpsc::UnboundedReceiv
     }
 }
 
-async fn transact(client: &Client, metrics: &Metrics, plan: Plan, what: &'static str) -> Result<Vec<OperationResult>, kube_ovn_ovsdb::Error> {
+async fn transact(
+    client: &Client,
+    metrics: &Metrics,
+    plan: Plan,
+    what: &'static str,
+) -> Result<Vec<OperationResult>, kube_ovn_ovsdb::Error> {
     let ops = plan.len();
     let start = Instant::now();
     let result = client.transact(plan.into_ops()).await;
     metrics.ovsdb_transaction(what, result.is_ok(), start.elapsed());
     match &result {
-        Ok(_) => tracing::debug!(what, ops, elapsed_ms = start.elapsed().as_millis(), "northbound transaction"),
+        Ok(_) => tracing::debug!(
+            what,
+            ops,
+            elapsed_ms = start.elapsed().as_millis(),
+            "northbound transaction"
+        ),
         Err(e) => tracing::debug!(what, ops, error = %e, "northbound transaction failed"),
     }
     result

@@ -1,24 +1,35 @@
 //! Garbage collection: switch ports, IP CRs and addresses whose pod or node is gone — deleted
-//! while the controller was down, or missed — and reacting to pod and node deletions as they
-//! happen (a deleted object is never reconciled again, so its cleanup starts here).
+//! while the controller was down, or missed — and reacting to deletions as they happen (a deleted
+//! object is never reconciled again, so its cleanup starts here): pods, nodes, and StatefulSets
+//! (scaled down or deleted after their pods went, so the addresses kept for them go too).
 //!
 //! Snapshots are taken owners-last: what to collect is read first, the living owners after, so an
-//! object created in between is seen alive and its fresh port is never collected.
+//! object created in between is seen alive and its fresh port is never collected. Each pod key is
+//! then collected under its lock, after checking once more that no pod of that name lives — a
+//! successor of the same name may have taken the key meanwhile. Kube-OVN's collector keys ports
+//! and IP CRs off the pod too, but misses IP CRs whose subnet still exists (its issue #5688) and
+//! addresses held only in IPAM; here every record and IPAM entry is checked (reference §7.3).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
 use std::sync::Arc;
 
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
-use kube::api::Api;
+use kube::api::{Api, ListParams};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher::{self, Event};
+use kube_ovn_api::crd::Ip;
 use kube_ovn_api::names;
 use kube_ovn_ovsdb::Table;
 use kube_ovn_ovsdb::tables::nb::{LogicalSwitchPort, PortGroup};
 
-use super::ip_cr::delete_ip;
-use super::pod::{release, statefulset_of};
+use super::ip_cr::{delete_ip, is_reserved};
+use super::pod::{deleted, is_alive, release_key};
+use super::statefulset;
 use crate::context::Context;
 use crate::error::Result;
 use crate::ovn::owned::sync_policies;
@@ -29,38 +40,69 @@ use crate::ovn::topology::remove_switch_port;
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Collected {
     pub ports: Vec<String>,
-    pub ip_crs: Vec<String>,
     pub released: Vec<String>,
+    pub ip_crs: Vec<String>,
     pub nodes: Vec<String>,
+}
+
+/// The live, non-host-network pod a NIC key `<pod>.<ns>` belongs to (namespace names have no
+/// dots, so the last one splits).
+fn alive(ctx: &Context, key: &str) -> bool {
+    let Some((name, ns)) = key.rsplit_once('.') else {
+        return false;
+    };
+    ctx.stores
+        .pods
+        .get(&ObjectRef::new(name).within(ns))
+        .is_some_and(|p| is_alive(&p) && p.spec.as_ref().and_then(|s| s.host_network) != Some(true))
+}
+
+/// Whether a gone pod's address is kept: reserved by a user, or wanted by its StatefulSet.
+fn kept(ip: Option<&Ip>, statefulsets: &BTreeMap<(String, String), StatefulSet>) -> bool {
+    let Some(ip) = ip else {
+        return false;
+    };
+    if is_reserved(ip) {
+        return ip.metadata.deletion_timestamp.is_none();
+    }
+    if ip.spec.pod_type.as_deref() != Some("StatefulSet") {
+        return false;
+    }
+    let (pod, ns) = (
+        ip.spec.pod_name.clone().unwrap_or_default(),
+        ip.spec.namespace.clone().unwrap_or_default(),
+    );
+    statefulset::owner_from_pod_name(&pod).is_some_and(|owner| {
+        let sts = statefulsets.get(&(ns, owner.name.clone()));
+        statefulset::wants(sts, &owner, &pod)
+    })
 }
 
 /// Removes what belongs to pods and nodes that no longer exist.
 pub async fn collect(ctx: &Context) -> Result<Collected> {
+    ctx.stores.ready().await?;
     let mut out = Collected::default();
+    let join = ctx.config.node_subnet.name.clone();
     // 1. What might be garbage, read before the owners.
-    let ports: Vec<(String, String)> = ctx.nb.read(|cache| {
-        cache
+    let (pod_ports, node_ports): (Vec<String>, Vec<String>) = ctx.nb.read(|cache| {
+        let ports: Vec<LogicalSwitchPort> = cache
             .table(LogicalSwitchPort::NAME)
             .filter_map(|(u, r)| LogicalSwitchPort::from_row(*u, r).ok())
             .filter(|p| is_owned_by(&p.external_ids, &[]))
-            .filter_map(|p| Some((p.name.clone(), p.external_ids.get("pod")?.clone())))
-            .collect()
+            .collect();
+        (
+            ports
+                .iter()
+                .filter(|p| p.external_ids.contains_key("pod"))
+                .map(|p| p.name.clone())
+                .collect(),
+            ports
+                .iter()
+                .filter_map(|p| p.external_ids.get("node").cloned())
+                .collect(),
+        )
     });
-    let ip_crs: Vec<(String, String, String, String)> = ctx
-        .stores
-        .ips
-        .state()
-        .iter()
-        .map(|ip| {
-            let s = &ip.spec;
-            (
-                ip.name_any(),
-                s.namespace.clone().unwrap_or_default(),
-                s.pod_name.clone().unwrap_or_default(),
-                s.pod_type.clone().unwrap_or_default(),
-            )
-        })
-        .collect();
+    let ip_crs: Vec<Arc<Ip>> = ctx.stores.ips.state();
     let ipam_keys: Vec<(String, String)> = {
         let ipam = ctx.ipam();
         ctx.stores
@@ -75,79 +117,79 @@ pub async fn collect(ctx: &Context) -> Result<Collected> {
             .collect()
     };
     // 2. The owners.
-    let pods: BTreeSet<String> = ctx
-        .stores
-        .pods
-        .state()
-        .iter()
-        .map(|p| format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()))
-        .collect();
-    let sts_pods: BTreeSet<String> = ctx
-        .stores
-        .ips
-        .state()
-        .iter()
-        .filter(|ip| ip.spec.pod_type.as_deref() == Some("StatefulSet"))
-        .map(|ip| ip.name_any())
-        .collect();
     let nodes: BTreeSet<String> = ctx.stores.nodes.state().iter().map(|n| n.name_any()).collect();
-    let live_pod_keys: BTreeSet<String> = ctx
-        .stores
-        .pods
-        .state()
-        .iter()
-        .map(|p| names::pod_port_name(&p.name_any(), &p.namespace().unwrap_or_default(), "ovn"))
+    let statefulsets: BTreeMap<(String, String), StatefulSet> = Api::<StatefulSet>::all(ctx.kube.clone())
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .map(|s| ((s.namespace().unwrap_or_default(), s.name_any()), s))
         .collect();
 
-    let plan = ctx.nb.read(|cache| {
-        let mut plan = Plan::new();
-        for (port, pod) in &ports {
-            if !pods.contains(pod) {
-                remove_switch_port(&mut plan, cache, port);
-                out.ports.push(port.clone());
-            }
-        }
-        plan
-    });
-    ctx.nb.apply(plan, "gc-ports").await?;
-    for (name, ns, pod, pod_type) in &ip_crs {
-        if let Some(node) = name.strip_prefix("node-") {
-            if ns.is_empty() && !nodes.contains(node) {
-                delete_ip(ctx, name).await?;
-                out.ip_crs.push(name.clone());
-            }
+    // 3. Pod keys: a join-subnet entry is a node's, anything else a pod NIC's.
+    let is_node_ip = |ip: &Ip| {
+        ip.spec.subnet.as_deref() == Some(join.as_str())
+            && ip.spec.namespace.as_deref().unwrap_or_default().is_empty()
+    };
+    let mut candidates: BTreeSet<String> = pod_ports.into_iter().collect();
+    candidates.extend(ip_crs.iter().filter(|ip| !is_node_ip(ip)).map(|ip| ip.name_any()));
+    candidates.extend(
+        ipam_keys
+            .iter()
+            .filter(|(s, _)| *s != join)
+            .map(|(_, k)| k.clone()),
+    );
+    candidates.retain(|k| !alive(ctx, k));
+    for key in candidates {
+        let _lock = ctx.pod_locks.lock(&key).await;
+        if alive(ctx, &key) {
             continue;
         }
-        // A StatefulSet pod's address is kept for its successor of the same name.
-        if pod_type == "StatefulSet" || pod.is_empty() || pods.contains(&format!("{ns}/{pod}")) {
-            continue;
+        let ip = ctx.stores.ips.get(&ObjectRef::new(&key));
+        let keep = kept(ip.as_deref(), &statefulsets);
+        let done = release_key(ctx, &key, keep).await?;
+        if done.port {
+            out.ports.push(key.clone());
         }
-        delete_ip(ctx, name).await?;
-        out.ip_crs.push(name.clone());
-    }
-    {
-        let mut ipam = ctx.ipam();
-        for (subnet, key) in &ipam_keys {
-            let alive = match key.strip_prefix("node-") {
-                Some(node) => nodes.contains(node),
-                None => live_pod_keys.contains(key) || sts_pods.contains(key),
-            };
-            if !alive && ipam.release(subnet, key).is_some() {
-                out.released.push(key.clone());
-            }
+        if !keep && ip.is_some() {
+            out.ip_crs.push(key.clone());
+        }
+        if done.address {
+            out.released.push(key);
         }
     }
-    let gone_nodes: Vec<String> = ctx.nb.read(|cache| {
+
+    // 4. Nodes: their IP CRs, join addresses, ports, groups and policies.
+    let mut gone_nodes: BTreeSet<String> = node_ports.into_iter().filter(|n| !nodes.contains(n)).collect();
+    gone_nodes.extend(ctx.nb.read(|cache| {
         cache
             .table(PortGroup::NAME)
             .filter_map(|(u, r)| PortGroup::from_row(*u, r).ok())
             .filter_map(|pg| pg.external_ids.get("node").cloned())
             .filter(|n| !nodes.contains(n))
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect()
-    });
+            .collect::<Vec<_>>()
+    }));
+    for ip in ip_crs.iter().filter(|ip| is_node_ip(ip)) {
+        let node = ip.spec.pod_name.clone().unwrap_or_default();
+        if !nodes.contains(&node) && ip.name_any() == names::node_port_name(&node) {
+            gone_nodes.insert(node);
+        }
+    }
+    {
+        let ipam = ctx.ipam();
+        for key in ipam.keys(&join) {
+            if let Some(node) = key.strip_prefix("node-")
+                && !nodes.contains(node)
+            {
+                gone_nodes.insert(node.to_owned());
+            }
+        }
+    }
     for node in gone_nodes {
+        // Read the node again: it may have been created since the snapshot.
+        if ctx.stores.nodes.get(&ObjectRef::new(&node)).is_some() {
+            continue;
+        }
         node_gone(ctx, &node).await?;
         out.nodes.push(node);
     }
@@ -182,43 +224,103 @@ pub async fn node_gone(ctx: &Context, node: &str) -> Result<()> {
     });
     ctx.nb.apply(plan, "node-delete").await?;
     delete_ip(ctx, &port).await?;
-    ctx.ipam().release_everywhere(&port);
+    let join = ctx.config.node_subnet.name.clone();
+    ctx.ipam().release(&join, &port);
     Ok(())
 }
 
-/// Cleans up after pods and nodes as their deletions arrive.
-pub async fn watch_deletions(ctx: Arc<Context>) {
-    let pods = watcher::watcher(Api::<Pod>::all(ctx.kube.clone()), watcher::Config::default()).boxed();
-    let nodes = watcher::watcher(Api::<Node>::all(ctx.kube.clone()), watcher::Config::default()).boxed();
-    let c1 = ctx.clone();
-    let pods = pods.try_for_each(move |event| {
-        let ctx = c1.clone();
-        async move {
-            if let Event::Delete(pod) = event
-                && pod.spec.as_ref().and_then(|s| s.host_network) != Some(true)
-                && let Err(e) = release(&ctx, &pod.namespace().unwrap_or_default(), &pod.name_any(), statefulset_of(&pod).is_some()).await
-            {
-                tracing::warn!(pod = %pod.name_any(), error = %e, "cleanup after pod deletion failed; the collector will retry");
-            }
-            Ok(())
+/// A StatefulSet changed or went: the addresses kept for its pods that are gone and that it no
+/// longer wants (scaled below their ordinal, or deleted) are released.
+async fn statefulset_changed(ctx: &Context, sts: &StatefulSet) -> Result<()> {
+    let ns = sts.namespace().unwrap_or_default();
+    let name = sts.name_any();
+    let kept: Vec<Arc<Ip>> = ctx
+        .stores
+        .ips
+        .state()
+        .into_iter()
+        .filter(|ip| {
+            ip.spec.pod_type.as_deref() == Some("StatefulSet")
+                && !is_reserved(ip)
+                && ip.spec.namespace.as_deref() == Some(ns.as_str())
+                && ip
+                    .spec
+                    .pod_name
+                    .as_deref()
+                    .and_then(statefulset::owner_from_pod_name)
+                    .is_some_and(|o| o.name == name)
+        })
+        .collect();
+    for ip in kept {
+        let key = ip.name_any();
+        let _lock = ctx.pod_locks.lock(&key).await;
+        if alive(ctx, &key) {
+            continue;
         }
-    });
-    let c2 = ctx.clone();
-    let nodes = nodes.try_for_each(move |event| {
-        let ctx = c2.clone();
-        async move {
-            if let Event::Delete(node) = event
-                && let Err(e) = node_gone(&ctx, &node.name_any()).await
-            {
-                tracing::warn!(node = %node.name_any(), error = %e, "cleanup after node deletion failed; the collector will retry");
-            }
-            Ok(())
-        }
-    });
-    let (a, b) = futures::join!(pods, nodes);
-    for r in [a, b] {
-        if let Err(e) = r {
-            tracing::warn!(error = %e, "deletion watch ended");
+        let pod = ip.spec.pod_name.clone().unwrap_or_default();
+        let Some(owner) = statefulset::owner_from_pod_name(&pod) else {
+            continue;
+        };
+        if !statefulset::keeps_address(&ctx.kube, &ns, &pod, &owner).await? {
+            release_key(ctx, &key, false).await?;
         }
     }
+    Ok(())
+}
+
+/// Runs `f` for every event of a watch over all `K`, up to 16 at a time, until the controller
+/// stops; a failing watch is retried with backoff (and relists, so the collector covers what it
+/// missed meanwhile).
+async fn each_event<K, F, Fut>(ctx: &Arc<Context>, f: F)
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+    K::DynamicType: Default,
+    F: Fn(Arc<Context>, Event<K>) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let api: Api<K> = Api::all(ctx.kube.clone());
+    watcher::watcher(api, watcher::Config::default())
+        .default_backoff()
+        .for_each_concurrent(16, |event| {
+            let ctx = ctx.clone();
+            let done = match event {
+                Ok(event) => Some(f(ctx, event)),
+                Err(e) => {
+                    tracing::debug!(error = %e, "deletion watch error; retrying");
+                    None
+                }
+            };
+            async move {
+                if let Some(done) = done {
+                    done.await;
+                }
+            }
+        })
+        .await;
+}
+
+/// Cleans up after pods, nodes and StatefulSets as their deletions (and scale-downs) arrive.
+pub async fn watch_deletions(ctx: Arc<Context>) {
+    let pods = each_event::<Pod, _, _>(&ctx, |ctx, event| async move {
+        if let Event::Delete(pod) = event
+            && let Err(e) = deleted(&ctx, &pod).await
+        {
+            tracing::warn!(pod = %pod.name_any(), error = %e, "cleanup after pod deletion failed; the collector will retry");
+        }
+    });
+    let nodes = each_event::<Node, _, _>(&ctx, |ctx, event| async move {
+        if let Event::Delete(node) = event
+            && let Err(e) = node_gone(&ctx, &node.name_any()).await
+        {
+            tracing::warn!(node = %node.name_any(), error = %e, "cleanup after node deletion failed; the collector will retry");
+        }
+    });
+    let sts = each_event::<StatefulSet, _, _>(&ctx, |ctx, event| async move {
+        if let Event::Apply(s) | Event::Delete(s) = event
+            && let Err(e) = statefulset_changed(&ctx, &s).await
+        {
+            tracing::warn!(statefulset = %s.name_any(), error = %e, "releasing addresses kept for a StatefulSet failed; the collector will retry");
+        }
+    });
+    futures::join!(pods, nodes, sts);
 }

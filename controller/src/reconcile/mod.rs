@@ -5,9 +5,13 @@
 //!           subnets as CRs) ─▶ startup::rebuild_ipam (IP CRs, NB ports, pods, nodes)
 //!        ─▶ Controllers (each: watch ─▶ queue ─▶ worker_num reconcilers):
 //!             Vpc (+Subnets) ─ Subnet (+Nodes, +VPCs) ─ IPPool
-//!             Namespace (+Subnets, +IPPools, +VPCs) ─ Node (+Subnets) ─ Pod (+Subnets, +Nodes)
+//!             Namespace (+Subnets, +IPPools, +VPCs) ─ Node (+Subnets) ─ Pod (+Subnets)
+//!             IP (reserved addresses)
+//!        ─▶ deletion watches (pods, nodes, StatefulSets) release at once
 //!        ─▶ gc loop every --gc-interval, subnet address counters every second
 //!        ─▶ runs until shutdown or leadership is lost
+//!
+//!   Every reconciler first waits until all caches have listed once.
 //! ```
 //!
 //! Reconcilers are level-triggered: each computes the desired northbound rows and Kubernetes
@@ -22,7 +26,9 @@ pub mod leader;
 pub mod namespace;
 pub mod node;
 pub mod pod;
+pub mod pod_request;
 pub mod startup;
+pub mod statefulset;
 pub mod subnet;
 pub mod subnet_acl;
 pub mod subnet_gateway;
@@ -37,11 +43,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use kube::runtime::Controller;
 use kube::runtime::controller::{self, Action};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::watcher::{self, watcher};
+use kube::runtime::{Controller, WatchStreamExt, reflector};
 use kube::{Api, Resource};
+use tokio::sync::watch;
 
 use crate::context::Context;
 use crate::error::Error;
@@ -71,6 +78,10 @@ where
     let name = obj.meta().name.clone().unwrap_or_default();
     let namespace = obj.meta().namespace.clone().unwrap_or_default();
     let span = tracing::info_span!("reconcile", kind, %name, %namespace);
+    // Reconcilers read each other's caches; none runs before all are filled.
+    tracing::trace!(kind, %name, "DBG waiting for stores");
+    ctx.stores.ready().await?;
+    tracing::trace!(kind, %name, "DBG stores ready");
     let start = Instant::now();
     let metrics = ctx.metrics.clone();
     let result = tracing::Instrument::instrument(f(obj, ctx), span.clone()).await;
@@ -93,7 +104,7 @@ pub fn error_policy<K>(_obj: Arc<K>, error: &Error, _ctx: Arc<Context>) -> Actio
 }
 
 /// Every object of the kind in `store`, as references (for "everything of kind K" mappers).
-pub fn all_refs<K>(store: &kube::runtime::reflector::Store<K>) -> Vec<ObjectRef<K>>
+pub fn all_refs<K>(store: &reflector::Store<K>) -> Vec<ObjectRef<K>>
 where
     K: Resource + Clone + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
@@ -119,15 +130,32 @@ where
         .await;
 }
 
-/// Builds a controller for `K` on all namespaces with the configured concurrency.
-pub fn controller<K>(kube: &kube::Client, workers: u16) -> Controller<K>
+/// Builds a controller for `K` on all namespaces with the configured concurrency, and a signal
+/// that turns `true` once its cache holds the first full list.
+///
+/// The signal is ours because `Store::wait_until_ready` wakes only its most recent waiter (a
+/// single oneshot underneath): the controller itself waits on its store, and a second waiter
+/// could take that wake-up and leave the controller idle for good.
+pub fn controller<K>(kube: &kube::Client, workers: u16) -> (Controller<K>, watch::Receiver<bool>)
 where
     K: Resource + Clone + Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Debug + Unpin,
 {
-    Controller::new(
+    let (reader, writer) = reflector::store();
+    let (synced_tx, synced) = watch::channel(false);
+    let trigger = watcher(
         Api::<K>::all(kube.clone()),
         watcher::Config::default().any_semantic(),
     )
-    .with_config(controller::Config::default().concurrency(workers))
+    .reflect(writer)
+    .inspect(move |event| {
+        // After `reflect`: the store has applied the list when this is seen.
+        if let Ok(watcher::Event::InitDone) = event {
+            synced_tx.send_replace(true);
+        }
+    })
+    .applied_objects();
+    let c = Controller::for_stream(trigger, reader)
+        .with_config(controller::Config::default().concurrency(workers));
+    (c, synced)
 }

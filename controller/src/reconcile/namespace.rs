@@ -53,15 +53,10 @@ pub async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Context>) -> Result<Action> 
             .collect::<Vec<_>>()
             .join(";"),
     );
-    let mut pools: Vec<String> = ctx
-        .stores
-        .ippools
-        .state()
+    let pools = super::pod_request::namespace_pools(&ctx, &name)
         .iter()
-        .filter(|p| p.spec.namespaces.as_ref().is_some_and(|n| n.contains(&name)))
         .map(|p| p.name_any())
-        .collect();
-    pools.sort();
+        .collect::<Vec<_>>();
     let have = ns.metadata.annotations.clone().unwrap_or_default();
     let mut patch = serde_json::Map::new();
     for (key, want) in [

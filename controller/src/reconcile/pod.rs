@@ -1,13 +1,16 @@
 //! Pods: subnet choice, an address from IPAM, switch port `<pod>.<ns>`, an IP CR, and the
 //! annotation handshake the CNI daemon waits for — `ip_address`, `mac_address`, `cidr`, `gateway`,
-//! `logical_switch`, `allocated=true`, then `routed=true` once the port is in its node's port group.
+//! `logical_switch`, `allocated=true`, then `routed=true` once the port is in its node's port
+//! groups. Host-network pods are not ours.
 //!
 //! Writes go in an order a crash cannot make unsafe: the address is durable in the northbound port
-//! (which IPAM is rebuilt from) before any annotation names it.
+//! (which IPAM is rebuilt from) before the IP CR and the annotations name it; a release removes
+//! the port, then the IP CR, then frees the address. Every step checks before it writes, so a run
+//! with nothing to do writes nothing. One pod key is handled by one task at a time
+//! ([`crate::context::KeyLocks`]).
 
-use std::collections::BTreeMap;
-use std::net::IpAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams};
@@ -15,41 +18,63 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
-use kube_ovn_api::annotations::{IpFamily, IpPair, IpPoolAnnotation, MacAddr, get, is_true, keys};
+use kube_ovn_api::annotations::{is_true, keys};
+use kube_ovn_api::crd::Ip;
 use kube_ovn_api::names;
-use kube_ovn_ovsdb::Table;
 use kube_ovn_ovsdb::tables::nb::{LogicalSwitch, LogicalSwitchPort, PortGroup};
+use kube_ovn_ovsdb::{Atom, DbCache, Table, Value};
 use serde_json::json;
 
 use super::binding;
-use super::ip_cr::{IpRecord, delete_ip, upsert_ip};
-use super::subnet::{Effective, effective};
+use super::ip_cr::{IpRecord, delete_ip, is_reserved, upsert_ip};
+use super::pod_request::{
+    allocate, handshake, namespace_pool, static_addresses, uses_namespace_pools, validate,
+};
+use super::statefulset;
+use super::subnet::effective;
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::ipam::{Allocation, Family, IpamError, Request};
+use crate::ipam::IpamError;
 use crate::ovn::plan::{Plan, RowRef, owned_ids};
 use crate::ovn::topology::{add_to_port_group, ensure_switch_port, remove_switch_port};
 
 pub const KIND: &str = "Pod";
 const PROVIDER: &str = "ovn";
 
-/// The owning StatefulSet's name, when the pod belongs to one (its address survives restarts).
-pub fn statefulset_of(pod: &Pod) -> Option<String> {
-    pod.metadata
-        .owner_references
-        .as_ref()?
-        .iter()
-        .find(|o| o.kind == "StatefulSet")
-        .map(|o| o.name.clone())
-}
-
-fn port_name(pod: &Pod) -> String {
+/// The pod's NIC key: its switch port's and IP CR's name, `<pod>.<ns>`.
+pub fn port_name(pod: &Pod) -> String {
     names::pod_port_name(&pod.name_any(), &pod.namespace().unwrap_or_default(), PROVIDER)
 }
 
+/// Whether the pod still needs its network (Kube-OVN's `isPodAlive`): a finished pod that will
+/// not restart, an evicted one, or one past its deletion grace period does not.
+pub fn is_alive(pod: &Pod) -> bool {
+    let status = pod.status.as_ref();
+    let phase = status.and_then(|s| s.phase.as_deref()).unwrap_or_default();
+    let restart = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.restart_policy.as_deref())
+        .unwrap_or("Always");
+    let finished = (phase == "Succeeded" && restart != "Always")
+        || (phase == "Failed" && restart == "Never")
+        || (phase == "Failed" && status.and_then(|s| s.reason.as_deref()) == Some("Evicted"));
+    !finished && grace_left(pod).is_none_or(|left| !left.is_zero())
+}
+
+/// Time left until a deleted pod's grace period ends (`None`: not being deleted).
+fn grace_left(pod: &Pod) -> Option<Duration> {
+    let deleted = pod.metadata.deletion_timestamp.as_ref()?;
+    let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(0);
+    let end = deleted.0 + k8s_openapi::jiff::SignedDuration::from_secs(grace);
+    let left = end.duration_since(k8s_openapi::jiff::Timestamp::now());
+    Some(Duration::try_from(left).unwrap_or(Duration::ZERO))
+}
+
 /// The subnet a pod goes in, in Kube-OVN's order: the pod's `logical_switch`, the subnet of a named
-/// `ip_pool`, a subnet bound to the namespace (by name, label selector or VPC, see
-/// [`binding`]; the first with free addresses), the VPC's or the cluster's default subnet.
+/// `ip_pool`, the subnet of an IP CR reserved for it, then the subnets bound to its namespace (the
+/// first with a namespace IP pool that has room, else the first with free addresses or holding
+/// the pod's static address), then the default subnet.
 fn choose_subnet(ctx: &Context, pod: &Pod) -> Result<String> {
     let ann = pod.metadata.annotations.as_ref();
     if let Some(ls) = ann
@@ -58,7 +83,9 @@ fn choose_subnet(ctx: &Context, pod: &Pod) -> Result<String> {
     {
         return Ok(ls.clone());
     }
-    if let Some(IpPoolAnnotation::Pool(pool)) = get::<IpPoolAnnotation>(ann, keys::IP_POOL)? {
+    if let Some(kube_ovn_api::annotations::IpPoolAnnotation::Pool(pool)) =
+        kube_ovn_api::annotations::get(ann, keys::IP_POOL)?
+    {
         let p = ctx
             .stores
             .ippools
@@ -68,7 +95,13 @@ fn choose_subnet(ctx: &Context, pod: &Pod) -> Result<String> {
             .spec
             .subnet
             .clone()
-            .ok_or_else(|| Error::Invalid(format!("IP pool {pool} has no spec.subnet")));
+            .ok_or_else(|| Error::Invalid(format!("IP pool {pool}: spec.subnet is required")));
+    }
+    if let Some(ip) = ctx.stores.ips.get(&ObjectRef::new(&port_name(pod)))
+        && is_reserved(&ip)
+        && let Some(s) = ip.spec.subnet.clone().filter(|s| !s.is_empty())
+    {
+        return Ok(s);
     }
     let ns = pod.namespace().unwrap_or_default();
     let subnets = ctx.stores.subnets.state();
@@ -78,99 +111,53 @@ fn choose_subnet(ctx: &Context, pod: &Pod) -> Result<String> {
         None if binding::any_selectors(&subnets) => {
             return Err(Error::NotReady(format!("namespace {ns} is not in the cache yet")));
         }
-        None => BTreeMap::new(),
+        None => std::collections::BTreeMap::new(),
     };
     let vpcs = ctx.stores.vpcs.state();
-    let bound = binding::bound_subnets(&ns, &labels, &subnets, &vpcs, &ctx.config.cluster_router);
-    let ipam = ctx.ipam();
-    let free = |s: &str| {
-        ipam.subnet_usage(s)
-            .is_ok_and(|u| u.v4_available + u.v6_available > 0)
-    };
-    if let Some(s) = bound.iter().find(|s| free(s)).or(bound.first()) {
-        return Ok(s.clone());
+    let mut candidates = binding::bound_subnets(&ns, &labels, &subnets, &vpcs, &ctx.config.cluster_router);
+    if candidates.is_empty() {
+        candidates.push(binding::fallback_subnet(
+            &ns,
+            &vpcs,
+            &ctx.config.default_subnet.name,
+        ));
     }
-    Ok(binding::fallback_subnet(
-        &ns,
-        &vpcs,
-        &ctx.config.default_subnet.name,
-    ))
-}
-
-/// The IPAM request the pod's annotations make; an address it already holds (annotated by us
-/// before) is requested again so a restart never moves it.
-fn request_of(ctx: &Context, pod: &Pod, subnet: &str) -> Result<Vec<Request>> {
-    let ann = pod.metadata.annotations.as_ref();
-    let mac = get::<MacAddr>(ann, keys::MAC_ADDRESS)?;
-    let family = get::<IpFamily>(ann, keys::IP_FAMILY)?.map(|f| match f {
-        IpFamily::V4 => Family::V4,
-        IpFamily::V6 => Family::V6,
-    });
-    let skip: Vec<IpAddr> = ctx
-        .stores
-        .nodes
-        .state()
+    if uses_namespace_pools(pod)
+        && let Some((subnet, _)) = namespace_pool(ctx, pod, &candidates)?
+    {
+        return Ok(subnet);
+    }
+    let statics = static_addresses(pod);
+    let fits = |name: &str| {
+        let ipam = ctx.ipam();
+        if statics.is_empty() {
+            ipam.subnet_usage(name)
+                .is_ok_and(|u| u.v4_available + u.v6_available > 0)
+        } else {
+            // A static address (excluded ones included) decides the subnet that holds it.
+            statics.iter().any(|a| ipam.subnet_of(*a) == Some(name))
+        }
+    };
+    Ok(candidates
         .iter()
-        .flat_map(|n| super::node::internal_ips(n))
-        .collect();
-    let base = Request {
-        family,
-        mac,
-        skip,
-        ..Request::default()
-    };
-    let pinned = |pair: IpPair| Request {
-        v4: pair.v4,
-        v6: pair.v6,
-        ..base.clone()
-    };
-    if let Some(pair) = get::<IpPair>(ann, keys::IP_ADDRESS)? {
-        return Ok(vec![pinned(pair)]);
-    }
-    match get::<IpPoolAnnotation>(ann, keys::IP_POOL)? {
-        Some(IpPoolAnnotation::Pool(pool)) => Ok(vec![Request {
-            pool: Some(pool),
-            ..base
-        }]),
-        Some(IpPoolAnnotation::Addresses(list)) => {
-            // A StatefulSet pod takes the entry of its ordinal; others the first one free.
-            if statefulset_of(pod).is_some()
-                && let Some(i) = pod
-                    .name_any()
-                    .rsplit('-')
-                    .next()
-                    .and_then(|o| o.parse::<usize>().ok())
-            {
-                return list.get(i).map(|p| vec![pinned(*p)]).ok_or_else(|| {
-                    Error::Invalid(format!(
-                        "pod {}: ip_pool has no entry for ordinal {i}",
-                        pod.name_any()
-                    ))
-                });
-            }
-            Ok(list.into_iter().map(pinned).collect())
-        }
-        None => {
-            let _ = subnet;
-            Ok(vec![base])
-        }
-    }
+        .find(|s| fits(s))
+        .unwrap_or(&candidates[0])
+        .clone())
 }
 
-fn allocate(ctx: &Context, pod: &Pod, subnet: &str, key: &str) -> Result<Allocation> {
-    let requests = request_of(ctx, pod, subnet)?;
-    let mut ipam = ctx.ipam();
-    let mut last = None;
-    for req in &requests {
-        match ipam.allocate(subnet, key, req) {
-            Ok(a) => return Ok(a),
-            Err(e @ (IpamError::Conflict { .. } | IpamError::Exhausted { .. })) if requests.len() > 1 => {
-                last = Some(e);
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Err(last.map_or_else(|| Error::Invalid("no address candidates".into()), Error::from))
+/// Input a user must fix (reported as a Warning event on the pod), as opposed to a wait.
+fn bad_input(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Annotation(_)
+            | Error::Invalid(_)
+            | Error::Ipam(
+                IpamError::Conflict { .. }
+                    | IpamError::OutOfRange { .. }
+                    | IpamError::WrongFamily { .. }
+                    | IpamError::UnknownPool { .. }
+            )
+    )
 }
 
 async fn warn(ctx: &Context, pod: &Pod, reason: &str, note: String) {
@@ -187,69 +174,70 @@ async fn warn(ctx: &Context, pod: &Pod, reason: &str, note: String) {
 }
 
 pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
-    let spec = pod.spec.as_ref();
-    if spec.and_then(|s| s.host_network) == Some(true) {
+    if pod.spec.as_ref().and_then(|s| s.host_network) == Some(true) {
         return Ok(Action::await_change());
     }
-    let phase = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .unwrap_or_default();
-    if pod.meta().deletion_timestamp.is_some() || matches!(phase, "Succeeded" | "Failed") {
-        release(
-            &ctx,
-            &pod.namespace().unwrap_or_default(),
-            &pod.name_any(),
-            statefulset_of(&pod).is_some(),
-        )
-        .await?;
+    let key = port_name(&pod);
+    tracing::trace!("DBG locking");
+    let _lock = ctx.pod_locks.lock(&key).await;
+    tracing::trace!("DBG locked");
+    if !is_alive(&pod) {
+        release(&ctx, &pod).await?;
         return Ok(Action::await_change());
     }
-    match apply(&pod, &ctx).await {
-        Err(
-            e @ (Error::Annotation(_)
-            | Error::Invalid(_)
-            | Error::Ipam(
-                IpamError::Conflict { .. }
-                | IpamError::OutOfRange { .. }
-                | IpamError::WrongFamily { .. }
-                | IpamError::UnknownPool { .. },
-            )),
-        ) => {
-            // Bad input: tell the user on the pod, allocate nothing, and wait for them to fix it.
+    let result = apply(&pod, &ctx, &key).await;
+    match &result {
+        Err(e) if bad_input(e) => {
+            tracing::warn!(pod = %key, error = %e, "pod network not allocated: bad input");
             warn(&ctx, &pod, "ValidatePodNetworkFailed", e.to_string()).await;
-            Err(e)
         }
-        other => other,
+        Err(e @ Error::Ipam(IpamError::Exhausted { .. })) => {
+            warn(&ctx, &pod, "AcquireAddressFailed", e.to_string()).await;
+        }
+        _ => {}
     }
+    let action = result?;
+    // A pod being deleted still uses its address until its grace period ends; look again then.
+    Ok(grace_left(&pod).map_or(action, |left| Action::requeue(left + Duration::from_millis(100))))
 }
 
-async fn apply(pod: &Pod, ctx: &Context) -> Result<Action> {
-    let key = port_name(pod);
+async fn apply(pod: &Pod, ctx: &Context, key: &str) -> Result<Action> {
     let ns = pod.namespace().unwrap_or_default();
     let name = pod.name_any();
+    validate(pod)?;
     let subnet_name = choose_subnet(ctx, pod)?;
+    if subnet_name == ctx.config.node_subnet.name {
+        return Err(Error::Invalid(format!(
+            "pod {ns}/{name}: subnet {subnet_name} is the node (join) subnet, which pods cannot use"
+        )));
+    }
     let subnet = ctx
         .stores
         .subnets
         .get(&ObjectRef::new(&subnet_name))
-        .ok_or_else(|| Error::NotReady(format!("subnet {subnet_name} does not exist")))?;
+        .ok_or_else(|| Error::Invalid(format!("pod {ns}/{name}: subnet {subnet_name} does not exist")))?;
     if !ctx.ipam().has_subnet(&subnet_name) {
         return Err(Error::NotReady(format!("subnet {subnet_name} is not ready")));
     }
     let eff = effective(&subnet, &ctx.config.cluster_router)?;
-    let alloc = allocate(ctx, pod, &subnet_name, &key)?;
+    let alloc = allocate(ctx, pod, &subnet_name, key)?;
     let node = pod
         .spec
         .as_ref()
         .and_then(|s| s.node_name.clone())
         .unwrap_or_default();
-    let distributed_group =
-        (eff.vpc == ctx.config.cluster_router && eff.gateway_type == "distributed" && !node.is_empty())
-            .then(|| names::subnet_node_port_group(&subnet_name, &node));
+    // Kube-OVN's routing step: a default-VPC pod joins its node's port group `node.<node>` (the
+    // node-to-pod allow ACLs) and, on a distributed subnet, `<subnet>.<node>` (the gateway policy).
+    let default_vpc = eff.vpc == ctx.config.cluster_router;
+    let mut groups = Vec::new();
+    if default_vpc && !node.is_empty() {
+        groups.push(names::node_port_group(&node));
+        if eff.gateway_type == "distributed" {
+            groups.push(names::subnet_node_port_group(&subnet_name, &node));
+        }
+    }
     let port_security = is_true(pod.metadata.annotations.as_ref(), keys::PORT_SECURITY);
-    let (plan, grouped) = ctx.nb.read(|cache| {
+    let (plan, missing) = ctx.nb.read(|cache| {
         let mut plan = Plan::new();
         let ls = cache
             .uuids_by_name(LogicalSwitch::NAME, &subnet_name)
@@ -262,7 +250,7 @@ async fn apply(pod: &Pod, ctx: &Context) -> Result<Action> {
             alloc.addrs().map(|a| a.to_string()).collect::<Vec<_>>().join(" ")
         );
         let lsp = LogicalSwitchPort {
-            name: key.clone(),
+            name: key.to_owned(),
             addresses: vec![addresses.clone()],
             port_security: if port_security { vec![addresses] } else { vec![] },
             external_ids: owned_ids(&[("pod", &format!("{ns}/{name}")), ("ls", subnet_name.as_str())]),
@@ -276,17 +264,27 @@ async fn apply(pod: &Pod, ctx: &Context) -> Result<Action> {
             &lsp,
             &["addresses", "port_security", "external_ids"],
         );
-        let mut grouped = distributed_group.is_none();
-        if let Some(pg) = &distributed_group
-            && let Some(u) = cache.uuids_by_name(PortGroup::NAME, pg).first()
-        {
-            add_to_port_group(&mut plan, cache, &RowRef::Existing(*u), pg, &port);
-            grouped = true;
+        if let Some(existing) = port.existing() {
+            // Moved to another subnet (as Kube-OVN, in the same transaction) or another node (a
+            // StatefulSet pod's successor): out of the old switch and the old node's groups.
+            leave_others(&mut plan, cache, existing, &subnet_name, &node);
         }
-        Ok::<_, Error>((plan, grouped))
+        let mut missing = Vec::new();
+        for pg in &groups {
+            match cache.uuids_by_name(PortGroup::NAME, pg).first() {
+                Some(u) => add_to_port_group(&mut plan, cache, &RowRef::Existing(*u), pg, &port),
+                None => missing.push(pg.clone()),
+            }
+        }
+        Ok::<_, Error>((plan, missing))
     })?;
     ctx.nb.apply(plan, "pod").await?;
-    let pod_type = if statefulset_of(pod).is_some() {
+    // The port no longer names an address the key held in another subnet: free it now.
+    let moved = ctx.ipam().release_elsewhere(key, &subnet_name);
+    if !moved.is_empty() {
+        tracing::info!(pod = %key, subnet = %subnet_name, "moved from another subnet");
+    }
+    let pod_type = if statefulset::owner(pod).is_some() {
         "StatefulSet"
     } else {
         ""
@@ -294,7 +292,7 @@ async fn apply(pod: &Pod, ctx: &Context) -> Result<Action> {
     upsert_ip(
         ctx,
         &IpRecord {
-            name: &key,
+            name: key,
             pod: &name,
             namespace: &ns,
             subnet: &subnet_name,
@@ -304,86 +302,159 @@ async fn apply(pod: &Pod, ctx: &Context) -> Result<Action> {
         },
     )
     .await?;
-    annotate(ctx, pod, &eff, &subnet_name, &alloc, grouped).await?;
-    if !grouped {
-        // The subnet reconciler creates the node's port group; routed=true waits for it.
+    let want = handshake(&subnet_name, &eff.vpc, &eff.cidrs, &eff.gateways, &alloc);
+    let routed = missing.is_empty() && !node.is_empty();
+    if !annotate(ctx, pod, &want, routed).await? {
+        // The pod went while we worked: what we just wrote is the deletion path's to undo, and it
+        // may have run before us.
+        tracing::info!(pod = %key, "pod deleted during allocation; releasing");
+        release(ctx, pod).await?;
+        return Ok(Action::await_change());
+    }
+    if !missing.is_empty() {
+        // The node and subnet reconcilers create these groups; routed=true waits for them.
         return Err(Error::NotReady(format!(
-            "port group {} does not exist yet",
-            distributed_group.unwrap_or_default()
+            "port groups {} do not exist yet",
+            missing.join(", ")
         )));
     }
     Ok(Action::await_change())
 }
 
-/// The handshake annotations: first everything but `routed`, then `routed=true` once the port
-/// is in place (two patches, so a daemon never sees `routed` without an address).
+/// Removes the port from switches other than `subnet`'s and from other nodes' port groups.
+fn leave_others(plan: &mut Plan, cache: &DbCache, port: kube_ovn_ovsdb::Uuid, subnet: &str, node: &str) {
+    let holds = |row: &kube_ovn_ovsdb::Row| matches!(row.get("ports"), Some(Value::Set(s)) if s.contains(&Atom::Uuid(port)));
+    for (uuid, row) in cache.table(LogicalSwitch::NAME) {
+        let other = kube_ovn_ovsdb::index::row_name(row).is_some_and(|n| n != subnet);
+        if other && holds(row) {
+            plan.remove_members(LogicalSwitch::NAME, &RowRef::Existing(*uuid), "ports", &[port]);
+        }
+    }
+    for (uuid, row) in cache.table(PortGroup::NAME) {
+        if !holds(row) {
+            continue;
+        }
+        let other_node = PortGroup::from_row(*uuid, row)
+            .ok()
+            .and_then(|pg| pg.external_ids.get("node").cloned())
+            .is_some_and(|n| n != node);
+        if other_node {
+            plan.remove_members(PortGroup::NAME, &RowRef::Existing(*uuid), "ports", &[port]);
+        }
+    }
+}
+
+/// The handshake: first everything but `routed`, then `routed=true` once the port is in its
+/// groups (two patches, so a daemon never sees `routed` without an address). `false` when the
+/// pod no longer exists.
 async fn annotate(
     ctx: &Context,
     pod: &Pod,
-    eff: &Effective,
-    subnet: &str,
-    alloc: &Allocation,
+    want: &std::collections::BTreeMap<&'static str, String>,
     routed: bool,
-) -> Result<()> {
-    let ips = alloc.addrs().map(|a| a.to_string()).collect::<Vec<_>>().join(",");
-    let cidrs = eff
-        .cidrs
-        .iter()
-        .filter(|c| alloc.addrs().any(|a| c.contains(&a)))
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(",");
-    let gws = eff
-        .gateways
-        .iter()
-        .filter(|g| alloc.addrs().any(|a| a.is_ipv4() == g.is_ipv4()))
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(",");
-    let want: BTreeMap<&str, String> = BTreeMap::from([
-        (keys::IP_ADDRESS, ips),
-        (keys::MAC_ADDRESS, alloc.mac.to_string()),
-        (keys::CIDR, cidrs),
-        (keys::GATEWAY, gws),
-        (keys::LOGICAL_SWITCH, subnet.to_owned()),
-        (keys::LOGICAL_ROUTER, eff.vpc.clone()),
-        (keys::ALLOCATED, "true".into()),
-    ]);
+) -> Result<bool> {
     let have = pod.metadata.annotations.clone().unwrap_or_default();
     let api: Api<Pod> = Api::namespaced(ctx.kube.clone(), &pod.namespace().unwrap_or_default());
-    if !want.iter().all(|(k, v)| have.get(*k) == Some(v)) {
-        api.patch(
-            &pod.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": want}})),
-        )
-        .await?;
+    let name = pod.name_any();
+    if !want.iter().all(|(k, v)| have.get(*k) == Some(v))
+        && !merge(&api, &name, json!({"metadata": {"annotations": want}})).await?
+    {
+        return Ok(false);
     }
-    if routed && have.get(keys::ROUTED).map(String::as_str) != Some("true") {
-        api.patch(
-            &pod.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {keys::ROUTED: "true"}}})),
+    if routed
+        && !is_true(Some(&have), keys::ROUTED)
+        && !merge(
+            &api,
+            &name,
+            json!({"metadata": {"annotations": {keys::ROUTED: "true"}}}),
         )
-        .await?;
+        .await?
+    {
+        return Ok(false);
     }
-    Ok(())
+    Ok(true)
 }
 
-/// A pod is gone (or finished): its port and IP CR go and IPAM releases its address — unless it
-/// belongs to a StatefulSet, whose next pod of the same name keeps the address (Kube-OVN).
-pub async fn release(ctx: &Context, namespace: &str, name: &str, statefulset: bool) -> Result<()> {
-    let key = names::pod_port_name(name, namespace, PROVIDER);
+/// A merge patch; `false` when the object is gone.
+async fn merge(api: &Api<Pod>, name: &str, body: serde_json::Value) -> Result<bool> {
+    match api
+        .patch(name, &PatchParams::default(), &Patch::Merge(body))
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A pod is gone (or finished): its port goes, then its IP CR, then its address — except what is
+/// kept for a successor: a StatefulSet's pod's address while the StatefulSet still wants that
+/// pod, and an address reserved by a user-created IP CR. The caller holds the pod's key lock.
+pub async fn release(ctx: &Context, pod: &Pod) -> Result<Released> {
+    let key = port_name(pod);
+    let ns = pod.namespace().unwrap_or_default();
+    let keep = match statefulset::owner(pod) {
+        Some(owner) => statefulset::keeps_address(&ctx.kube, &ns, &pod.name_any(), &owner).await?,
+        None => false,
+    } || reserved(ctx, &key).await?;
+    release_key(ctx, &key, keep).await
+}
+
+/// What a release did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Released {
+    pub port: bool,
+    pub address: bool,
+}
+
+/// Releases a pod NIC key: the port always; unless `keep_address`, the IP CR and the address.
+/// The caller holds the key's lock.
+pub async fn release_key(ctx: &Context, key: &str, keep_address: bool) -> Result<Released> {
     let plan = ctx.nb.read(|cache| {
         let mut plan = Plan::new();
-        remove_switch_port(&mut plan, cache, &key);
+        remove_switch_port(&mut plan, cache, key);
         plan
     });
+    let port = !plan.is_empty();
     ctx.nb.apply(plan, "pod-delete").await?;
-    if statefulset {
+    if keep_address {
+        return Ok(Released { port, address: false });
+    }
+    delete_ip(ctx, key).await?;
+    let released = ctx.ipam().release_everywhere(key);
+    if !released.is_empty() {
+        tracing::info!(pod = %key, "address released");
+    }
+    Ok(Released {
+        port,
+        address: !released.is_empty(),
+    })
+}
+
+/// Whether a user-created IP CR reserves the key's address. The cache is trusted when it holds
+/// the IP CR; a miss is confirmed with the API server, since a reservation made just now may not
+/// have reached the cache, and deleting it would lose it.
+async fn reserved(ctx: &Context, key: &str) -> Result<bool> {
+    if let Some(ip) = ctx.stores.ips.get(&ObjectRef::new(key)) {
+        return Ok(is_reserved(&ip));
+    }
+    let api: Api<Ip> = Api::all(ctx.kube.clone());
+    Ok(api.get_opt(key).await?.is_some_and(|ip| is_reserved(&ip)))
+}
+
+/// A pod's deletion arrived (no reconcile follows a deletion): release, unless a pod of the same
+/// name exists again by now — that successor owns the key (Kube-OVN checks the same).
+pub async fn deleted(ctx: &Context, pod: &Pod) -> Result<()> {
+    if pod.spec.as_ref().and_then(|s| s.host_network) == Some(true) {
         return Ok(());
     }
-    delete_ip(ctx, &key).await?;
-    ctx.ipam().release_everywhere(&key);
-    Ok(())
+    let key = port_name(pod);
+    let _lock = ctx.pod_locks.lock(&key).await;
+    let api: Api<Pod> = Api::namespaced(ctx.kube.clone(), &pod.namespace().unwrap_or_default());
+    if let Some(successor) = api.get_opt(&pod.name_any()).await?
+        && successor.metadata.uid != pod.metadata.uid
+    {
+        return Ok(());
+    }
+    release(ctx, pod).await.map(|_| ())
 }

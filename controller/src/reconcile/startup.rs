@@ -192,13 +192,14 @@ pub async fn rebuild_ipam(config: &Config, kube: &kube::Client, nb: &Nb) -> Resu
         cache
             .table(LogicalSwitchPort::NAME)
             .filter_map(|(u, r)| LogicalSwitchPort::from_row(*u, r).ok())
-            .filter(|p| is_owned_by(&p.external_ids, &[]))
+            .filter(|p| is_owned_by(&p.external_ids, &[]) && p.external_ids.contains_key("pod"))
             .filter_map(|p| {
                 let subnet = p.external_ids.get("ls")?.clone();
                 let mut words = p.addresses.first()?.split_whitespace();
                 let mac = words.next().and_then(|m| parse::<MacAddr>("addresses", m).ok());
                 let ips: Vec<IpAddr> = words.filter_map(|w| w.parse().ok()).collect();
-                Some((subnet, p.name, request(&ips, mac)))
+                // A port without addresses claims none (an empty request would take a new one).
+                (!ips.is_empty()).then(|| (subnet, p.name, request(&ips, mac)))
             })
             .collect()
     });

@@ -4,6 +4,7 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::Parser;
@@ -11,6 +12,8 @@ use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::ResourceExt;
 use kube::api::{Api, PostParams};
+use kube_ovn_api::crd::Subnet;
+use kube_ovn_api::crd::condition::ConditionStatus;
 use kube_ovn_controller::config::Flags;
 use kube_ovn_lab::apiserver::{ApiServer, ApiServerConfig};
 use kube_ovn_testkit::{OvnCentral, wait_until_async};
@@ -31,7 +34,15 @@ pub struct Env {
     pub kube: kube::Client,
     pub ovn: OvnCentral,
     pub controller: Option<JoinHandle<()>>,
+    /// Where the running controller serves `/metrics` and the health endpoints.
+    pub metrics_addr: Option<SocketAddr>,
     pub extra_flags: Vec<String>,
+}
+
+/// A controller task and the address of its metrics and health endpoints.
+pub struct Controller {
+    pub task: JoinHandle<()>,
+    pub metrics_addr: SocketAddr,
 }
 
 impl Env {
@@ -56,6 +67,7 @@ impl Env {
             kube,
             ovn,
             controller: None,
+            metrics_addr: None,
             extra_flags: flags.iter().map(|s| (*s).to_owned()).collect(),
         };
         env.start_controller();
@@ -63,6 +75,11 @@ impl Env {
     }
 
     pub fn flags(&self) -> Flags {
+        self.flags_with(&[])
+    }
+
+    /// The harness's flags, then the environment's extra flags, then `extra`.
+    pub fn flags_with(&self, extra: &[&str]) -> Flags {
         let mut args = vec![
             "kube-ovn-controller".to_owned(),
             format!("--ovn-nb-addr={}", self.ovn.nb_remote()),
@@ -76,18 +93,33 @@ impl Env {
             !self.extra_flags.iter().any(|e| e.split('=').next() == Some(flag))
         });
         args.extend(self.extra_flags.iter().cloned());
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
         Flags::try_parse_from(args).unwrap()
+    }
+
+    /// Starts a controller in this process with extra flags, its metrics endpoint on a port of
+    /// its own.
+    pub fn spawn_controller(&self, extra: &[&str]) -> Controller {
+        let config = self.flags_with(extra).validate().unwrap();
+        let kube = self.kube.clone();
+        let std_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        std_listener.set_nonblocking(true).unwrap();
+        let metrics_addr = std_listener.local_addr().unwrap();
+        let listener = tokio::net::TcpListener::from_std(std_listener).unwrap();
+        let task = tokio::spawn(async move {
+            let run = kube_ovn_controller::run_with_listener(config, kube, listener, std::future::pending());
+            if let Err(e) = run.await {
+                tracing::error!(error = %e, "controller stopped");
+            }
+        });
+        Controller { task, metrics_addr }
     }
 
     /// Starts (or restarts) the controller in this process.
     pub fn start_controller(&mut self) {
-        let config = self.flags().validate().unwrap();
-        let kube = self.kube.clone();
-        self.controller = Some(tokio::spawn(async move {
-            if let Err(e) = kube_ovn_controller::run(config, kube, std::future::pending()).await {
-                tracing::error!(error = %e, "controller stopped");
-            }
-        }));
+        let c = self.spawn_controller(&[]);
+        self.metrics_addr = Some(c.metrics_addr);
+        self.controller = Some(c.task);
     }
 
     /// Kills the controller as a crash would: no cleanup runs.
@@ -160,6 +192,24 @@ impl Env {
         )
         .await
         .unwrap();
+    }
+
+    /// Waits until the subnet's status says it is ready.
+    pub async fn subnet_ready(&self, name: &str) -> Subnet {
+        let api: Api<Subnet> = Api::all(self.kube.clone());
+        wait_until_async(&format!("subnet {name} to be ready"), WAIT, || {
+            let api = api.clone();
+            async move {
+                let s = api.get(name).await?;
+                Ok(s.status.and_then(|st| st.conditions).is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c.type_ == "Ready" && c.status == ConditionStatus::True)
+                }))
+            }
+        })
+        .await
+        .unwrap();
+        api.get(name).await.unwrap()
     }
 
     /// Waits until the pod's annotations say `routed=true`, and returns it.

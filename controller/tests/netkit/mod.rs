@@ -173,15 +173,6 @@ pub fn port(pod: &Pod) -> String {
     format!("{}.{}", pod.name_any(), pod.namespace().unwrap())
 }
 
-/// A free local TCP port (for the controller's metrics endpoint).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// The controller's `/metrics` text.
 pub async fn metrics(port: u16) -> anyhow::Result<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -261,6 +261,20 @@ const BUILTINS: &[Builtin] = &[
         generation: true,
         columns: &[],
     },
+    // Stored only: no controller creates pods for it. Kube-OVN reads StatefulSets to decide
+    // whether a deleted pod's address is kept for its successor.
+    Builtin {
+        group: "apps",
+        version: "v1",
+        plural: "statefulsets",
+        kind: "StatefulSet",
+        namespaced: true,
+        short: &["sts"],
+        status: true,
+        fields: &[],
+        generation: true,
+        columns: &[AGE],
+    },
     Builtin {
         group: "coordination.k8s.io",
         version: "v1",
@@ -460,6 +474,8 @@ mod tests {
         );
         assert!(r.lookup("", "v2", "pods").is_none());
         assert!(r.groups().contains_key("events.k8s.io"));
+        let sts = r.lookup("apps", "v1", "sts").unwrap();
+        assert!(sts.kind == "StatefulSet" && sts.namespaced && sts.tracks_generation);
     }
 
     #[test]

@@ -1,0 +1,260 @@
+//! What a pod asks IPAM for, from its annotations, in Kube-OVN's order (reference §3.3):
+//! `ip_address` (static), then `ip_pool` (a list of candidates — a StatefulSet pod takes the entry
+//! of its ordinal — or a named IPPool), then the IP pools bound to its namespace, then any free
+//! address of the subnet. Once allocated, the pod carries its address in `ip_address`, so every
+//! later run asks for exactly that address again and a restart never moves it.
+//!
+//! Pure apart from reading the context's caches and IPAM.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube_ovn_api::annotations::{
+    AnnotationError, IpFamily, IpPair, IpPoolAnnotation, MacAddr, Mbit, Mbps, Problem, get, keys,
+};
+use kube_ovn_api::crd::IPPool;
+
+use super::statefulset;
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::ipam::{Allocation, Family, IpamError, Request};
+
+/// Checks every annotation the controller or the CNI reads from a pod (Kube-OVN's
+/// `ValidatePodNetwork`): a bad value is an error naming the key, before anything is allocated.
+pub fn validate(pod: &Pod) -> Result<(), AnnotationError> {
+    let ann = pod.metadata.annotations.as_ref();
+    let ips = get::<IpPair>(ann, keys::IP_ADDRESS)?;
+    get::<MacAddr>(ann, keys::MAC_ADDRESS)?;
+    let pool = get::<IpPoolAnnotation>(ann, keys::IP_POOL)?;
+    for key in [keys::INGRESS_RATE, keys::EGRESS_RATE] {
+        get::<Mbps>(ann, key)?;
+    }
+    for key in [keys::INGRESS_BURST, keys::EGRESS_BURST] {
+        get::<Mbit>(ann, key)?;
+    }
+    if let Some(family) = get::<IpFamily>(ann, keys::IP_FAMILY)? {
+        // A static address of the other family cannot be what the pod asks for.
+        let mut statics: Vec<IpAddr> = ips.iter().flat_map(IpPair::addrs).collect();
+        if let Some(IpPoolAnnotation::Addresses(list)) = &pool {
+            statics.extend(list.iter().flat_map(IpPair::addrs));
+        }
+        if let Some(other) = statics.iter().find(|a| IpFamily::of(a) != family) {
+            return Err(AnnotationError {
+                key: keys::IP_FAMILY.to_owned(),
+                value: family.to_string(),
+                problem: Problem::MixedFamilies(other.to_string()),
+                expected: "the family of the pod's static addresses",
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The static addresses a pod names (`ip_address`, or the candidates of an `ip_pool` list).
+pub fn static_addresses(pod: &Pod) -> Vec<IpAddr> {
+    let ann = pod.metadata.annotations.as_ref();
+    if let Ok(Some(pair)) = get::<IpPair>(ann, keys::IP_ADDRESS) {
+        return pair.addrs().collect();
+    }
+    match get::<IpPoolAnnotation>(ann, keys::IP_POOL) {
+        Ok(Some(IpPoolAnnotation::Addresses(list))) => list.iter().flat_map(IpPair::addrs).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The IP pools bound to a namespace (`spec.namespaces`; what Kube-OVN mirrors into the
+/// namespace's `ip_pool` annotation), by name.
+pub fn namespace_pools(ctx: &Context, namespace: &str) -> Vec<Arc<IPPool>> {
+    let mut pools: Vec<Arc<IPPool>> = ctx
+        .stores
+        .ippools
+        .state()
+        .into_iter()
+        .filter(|p| {
+            p.metadata.deletion_timestamp.is_none()
+                && p.spec
+                    .namespaces
+                    .as_ref()
+                    .is_some_and(|n| n.iter().any(|x| x == namespace))
+        })
+        .collect();
+    pools.sort_by_key(|p| p.name_any());
+    pools
+}
+
+/// Whether a pod takes its address from its namespace's pools: it names no address and no
+/// pool of its own.
+pub fn uses_namespace_pools(pod: &Pod) -> bool {
+    let ann = pod.metadata.annotations.as_ref();
+    !matches!(get::<IpPair>(ann, keys::IP_ADDRESS), Ok(Some(_)))
+        && !matches!(get::<IpPoolAnnotation>(ann, keys::IP_POOL), Ok(Some(_)))
+}
+
+fn requested_family(pod: &Pod) -> Option<Family> {
+    match get::<IpFamily>(pod.metadata.annotations.as_ref(), keys::IP_FAMILY) {
+        Ok(Some(IpFamily::V4)) => Some(Family::V4),
+        Ok(Some(IpFamily::V6)) => Some(Family::V6),
+        _ => None,
+    }
+}
+
+/// Whether `pool` of `subnet` has a free address in every family the pod needs.
+pub fn pool_has_room(ctx: &Context, pod: &Pod, subnet: &str, pool: &str) -> bool {
+    let Ok(u) = ctx.ipam().pool_usage(subnet, pool) else {
+        return false;
+    };
+    let Ok(s) = ctx.ipam().subnet_usage(subnet) else {
+        return false;
+    };
+    let has_v4 = s.v4_available + s.v4_using > 0;
+    let has_v6 = s.v6_available + s.v6_using > 0;
+    match requested_family(pod) {
+        Some(Family::V4) => u.v4_available > 0,
+        Some(Family::V6) => u.v6_available > 0,
+        None => (!has_v4 || u.v4_available > 0) && (!has_v6 || u.v6_available > 0),
+    }
+}
+
+/// The first of the namespace's pools in one of `subnets` with room for the pod; `Err` when the
+/// namespace has pools there but none has room (Kube-OVN blocks allocation then rather than
+/// falling back to the rest of the subnet).
+pub fn namespace_pool(ctx: &Context, pod: &Pod, subnets: &[String]) -> Result<Option<(String, String)>> {
+    let ns = pod.namespace().unwrap_or_default();
+    let pools: Vec<(String, String)> = namespace_pools(ctx, &ns)
+        .iter()
+        .filter_map(|p| Some((p.spec.subnet.clone()?, p.name_any())))
+        .filter(|(s, _)| subnets.contains(s))
+        .collect();
+    if pools.is_empty() {
+        return Ok(None);
+    }
+    if let Some(found) = pools.iter().find(|(s, p)| pool_has_room(ctx, pod, s, p)) {
+        return Ok(Some(found.clone()));
+    }
+    let names: Vec<&str> = pools.iter().map(|(_, p)| p.as_str()).collect();
+    Err(Error::Ipam(IpamError::Exhausted {
+        subnet: subnets.join(","),
+        pool: names.join(","),
+        family: requested_family(pod).unwrap_or(Family::V4),
+    }))
+}
+
+/// The candidates a pod asks IPAM for in `subnet`, in order (the first that can be had wins).
+pub fn requests(ctx: &Context, pod: &Pod, subnet: &str) -> Result<Vec<Request>> {
+    let ann = pod.metadata.annotations.as_ref();
+    let base = Request {
+        family: requested_family(pod),
+        mac: get::<MacAddr>(ann, keys::MAC_ADDRESS)?,
+        // Kube-OVN never hands a pod an address equal to a node's own (`validatePodIP`).
+        skip: ctx
+            .stores
+            .nodes
+            .state()
+            .iter()
+            .flat_map(|n| super::node::internal_ips(n))
+            .collect(),
+        ..Request::default()
+    };
+    let pinned = |pair: &IpPair| Request {
+        v4: pair.v4,
+        v6: pair.v6,
+        ..base.clone()
+    };
+    if let Some(pair) = get::<IpPair>(ann, keys::IP_ADDRESS)? {
+        return Ok(vec![pinned(&pair)]);
+    }
+    match get::<IpPoolAnnotation>(ann, keys::IP_POOL)? {
+        Some(IpPoolAnnotation::Pool(pool)) => Ok(vec![Request {
+            pool: Some(pool),
+            ..base
+        }]),
+        Some(IpPoolAnnotation::Addresses(list)) => {
+            // A StatefulSet pod takes the entry of its ordinal (Kube-OVN indexes the list by the
+            // ordinal itself, not by its offset from `ordinals.start`); others the first free.
+            if statefulset::owner(pod).is_some()
+                && let Some(i) = statefulset::ordinal(&pod.name_any())
+            {
+                let entry = usize::try_from(i).ok().and_then(|i| list.get(i));
+                return entry.map(|p| vec![pinned(p)]).ok_or_else(|| {
+                    Error::Invalid(format!(
+                        "pod {}/{}: annotation {}: {} entries, none for ordinal {i}",
+                        pod.namespace().unwrap_or_default(),
+                        pod.name_any(),
+                        keys::IP_POOL,
+                        list.len()
+                    ))
+                });
+            }
+            Ok(list.iter().map(pinned).collect())
+        }
+        None => match namespace_pool(ctx, pod, &[subnet.to_owned()])? {
+            Some((_, pool)) => Ok(vec![Request {
+                pool: Some(pool),
+                ..base
+            }]),
+            None => Ok(vec![base]),
+        },
+    }
+}
+
+/// Allocates the first candidate that can be had; the error of the last one otherwise. IPAM
+/// validates before it changes anything, so a failure leaves nothing allocated.
+pub fn allocate(ctx: &Context, pod: &Pod, subnet: &str, key: &str) -> Result<Allocation> {
+    let candidates = requests(ctx, pod, subnet)?;
+    let mut ipam = ctx.ipam();
+    let mut last = None;
+    for req in &candidates {
+        match ipam.allocate(subnet, key, req) {
+            Ok(a) => return Ok(a),
+            Err(
+                e @ (IpamError::Conflict { .. } | IpamError::Exhausted { .. } | IpamError::OutOfRange { .. }),
+            ) if candidates.len() > 1 => {
+                last = Some(e);
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(last.map_or_else(
+        || Error::Invalid(format!("pod {key}: no address candidates")),
+        Error::from,
+    ))
+}
+
+/// The handshake annotations for an allocation (everything but `routed`).
+pub fn handshake(
+    subnet: &str,
+    vpc: &str,
+    cidrs: &[ipnet::IpNet],
+    gateways: &[IpAddr],
+    alloc: &Allocation,
+) -> BTreeMap<&'static str, String> {
+    let join = |v: Vec<String>| v.join(",");
+    let ips = join(alloc.addrs().map(|a| a.to_string()).collect());
+    // The CIDR and gateway of each family the pod has, v4 first (Kube-OVN's dual-stack form).
+    let cidr = join(
+        cidrs
+            .iter()
+            .filter(|c| alloc.addrs().any(|a| c.contains(&a)))
+            .map(ToString::to_string)
+            .collect(),
+    );
+    let gateway = join(
+        gateways
+            .iter()
+            .filter(|g| alloc.addrs().any(|a| a.is_ipv4() == g.is_ipv4()))
+            .map(ToString::to_string)
+            .collect(),
+    );
+    BTreeMap::from([
+        (keys::IP_ADDRESS, ips),
+        (keys::MAC_ADDRESS, alloc.mac.to_string()),
+        (keys::CIDR, cidr),
+        (keys::GATEWAY, gateway),
+        (keys::LOGICAL_SWITCH, subnet.to_owned()),
+        (keys::LOGICAL_ROUTER, vpc.to_owned()),
+        (keys::ALLOCATED, "true".to_owned()),
+    ])
+}
