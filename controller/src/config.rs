@@ -56,6 +56,11 @@ pub struct Flags {
     /// Concurrent reconciles per kind.
     #[arg(long, env = "WORKER_NUM", default_value_t = 3)]
     pub worker_num: u16,
+    /// Concurrent pod reconciles. Beyond Kube-OVN, whose `--worker-num` goroutines block on each
+    /// call: ours wait on the network without holding a thread, so many pods can be in flight and
+    /// their northbound writes share transactions.
+    #[arg(long, env = "POD_WORKERS", default_value_t = 64)]
+    pub pod_workers: u16,
     /// Seconds between garbage collections of ports and IP CRs whose pod is gone; 0 disables.
     #[arg(long, env = "GC_INTERVAL", default_value_t = 360)]
     pub gc_interval: u64,
@@ -119,6 +124,7 @@ pub struct Config {
     pub default_gateway_check: bool,
     pub cluster_router: String,
     pub worker_num: u16,
+    pub pod_workers: u16,
     pub gc_interval: Option<Duration>,
     pub ovsdb_connect_timeout: Duration,
     pub ovsdb_inactivity_probe: Duration,
@@ -367,6 +373,9 @@ impl Flags {
         if self.worker_num == 0 {
             return Err(bad("worker-num", "0", "must be at least 1"));
         }
+        if self.pod_workers == 0 {
+            return Err(bad("pod-workers", "0", "must be at least 1"));
+        }
         for (flag, secs) in [
             ("ovsdb-con-timeout", self.ovsdb_con_timeout),
             ("ovsdb-inactivity-timeout", self.ovsdb_inactivity_timeout),
@@ -413,6 +422,7 @@ impl Flags {
             default_gateway_check: self.default_gateway_check,
             cluster_router: name("cluster-router", &self.cluster_router)?,
             worker_num: self.worker_num,
+            pod_workers: self.pod_workers,
             gc_interval: (self.gc_interval > 0).then(|| Duration::from_secs(self.gc_interval)),
             ovsdb_connect_timeout: Duration::from_secs(self.ovsdb_con_timeout),
             ovsdb_inactivity_probe: Duration::from_secs(self.ovsdb_inactivity_timeout),

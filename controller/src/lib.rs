@@ -141,7 +141,7 @@ async fn run_inner(
     let (ippools, ippools_synced) = controller::<IPPool>(&kube, workers);
     let (namespaces, namespaces_synced) = controller::<Namespace>(&kube, workers);
     let (nodes, nodes_synced) = controller::<Node>(&kube, workers);
-    let (pods, pods_synced) = controller::<Pod>(&kube, workers);
+    let (pods, pods_synced) = controller::<Pod>(&kube, config.pod_workers);
     let (ips_ctl, ips_synced) = controller::<Ip>(&kube, 1);
     let (subnet_nodes, subnet_nodes_writer) = kube::runtime::reflector::store::<Node>();
     let stores = Stores {

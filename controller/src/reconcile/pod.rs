@@ -278,30 +278,30 @@ async fn apply(pod: &Pod, ctx: &Context, key: &str) -> Result<Action> {
         }
         Ok::<_, Error>((plan, missing))
     })?;
-    ctx.nb.apply(plan, "pod").await?;
-    // The port no longer names an address the key held in another subnet: free it now.
-    let moved = ctx.ipam().release_elsewhere(key, &subnet_name);
-    if !moved.is_empty() {
-        tracing::info!(pod = %key, subnet = %subnet_name, "moved from another subnet");
-    }
     let pod_type = if statefulset::owner(pod).is_some() {
         "StatefulSet"
     } else {
         ""
     };
-    upsert_ip(
-        ctx,
-        &IpRecord {
-            name: key,
-            pod: &name,
-            namespace: &ns,
-            subnet: &subnet_name,
-            node: &node,
-            alloc: &alloc,
-            pod_type,
-        },
-    )
-    .await?;
+    let record = IpRecord {
+        name: key,
+        pod: &name,
+        namespace: &ns,
+        subnet: &subnet_name,
+        node: &node,
+        alloc: &alloc,
+        pod_type,
+    };
+    // The port and the IP CR are independent records of the same allocation (either one is
+    // enough for a restarted controller to keep the address), so both are written at once.
+    let (port_written, ip_written) = tokio::join!(ctx.nb.apply(plan, "pod"), upsert_ip(ctx, &record));
+    port_written?;
+    ip_written?;
+    // The port no longer names an address the key held in another subnet: free it now.
+    let moved = ctx.ipam().release_elsewhere(key, &subnet_name);
+    if !moved.is_empty() {
+        tracing::info!(pod = %key, subnet = %subnet_name, "moved from another subnet");
+    }
     let want = handshake(&subnet_name, &eff.vpc, &eff.cidrs, &eff.gateways, &alloc);
     let routed = missing.is_empty() && !node.is_empty();
     if !annotate(ctx, pod, &want, routed).await? {
