@@ -73,7 +73,7 @@ async fn a_namespace_pool_hands_out_its_addresses_and_pools_may_not_overlap() {
         &env,
         "IPPool",
         "pool-a",
-        json!({"subnet": "pool-net", "ips": ["10.84.0.100..10.84.0.104"], "namespaces": ["nsp"],
+        json!({"subnet": "pool-net", "ips": ["10.84.0.100..10.84.0.102"], "namespaces": ["nsp"],
             "enableAddressSet": true}),
     )
     .await;
@@ -95,7 +95,7 @@ async fn a_namespace_pool_hands_out_its_addresses_and_pools_may_not_overlap() {
         |o| !o.trim().is_empty(),
     )
     .await;
-    for want in ["10.84.0.100/30", "10.84.0.104", "ippool=pool-a"] {
+    for want in ["10.84.0.100/31", "10.84.0.102", "ippool=pool-a"] {
         assert!(set.split_whitespace().any(|w| w == want), "{want} in {set}");
     }
 
@@ -122,12 +122,23 @@ async fn a_namespace_pool_hands_out_its_addresses_and_pools_may_not_overlap() {
     })
     .await;
 
+    // The pool is all the namespace gets: once it is used up, a pod waits (a Warning, nothing
+    // allocated) rather than taking another address of the subnet, until one is released.
+    env.pod("nsp", "d", "node1", &[]).await;
+    assert_eq!(ann(&env.routed("nsp", "d").await, "ip_address"), "10.84.0.102");
+    env.pod("nsp", "e", "node1", &[]).await;
+    warning(&env, "nsp", "Pod", "e", "AcquireAddressFailed", &["pool-a"]).await;
+    podkit::assert_nothing_allocated(&env, "nsp", "e").await;
+    delete_pod(&env, "nsp", "a").await;
+    let e = env.routed("nsp", "e").await;
+    assert_eq!(ann(&e, "ip_address"), pool_ips[0]);
+
     // A pool overlapping pool-a is refused with a condition naming both; pool-a is untouched.
     apply(
         &env,
         "IPPool",
         "pool-b",
-        json!({"subnet": "pool-net", "ips": ["10.84.0.104..10.84.0.110"]}),
+        json!({"subnet": "pool-net", "ips": ["10.84.0.102..10.84.0.110"]}),
     )
     .await;
     let b = pool_until(&env, "pool-b", "refused", |p| {
@@ -235,6 +246,31 @@ async fn a_statefulset_pod_keeps_its_address_until_scaled_down() {
     assert_eq!((ann(&again, "ip_address"), ann(&again, "mac_address")), (ip, mac));
     assert_eq!(lsp_addresses(&env, &key).unwrap(), format!("{mac} {ip}"));
 
+    // An `ip_pool` list gives a StatefulSet pod the entry of its ordinal.
+    let db = stss
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "db", "namespace": "nss"},
+                "spec": {"replicas": 2, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
+                    "template": {"metadata": {"labels": {"app": "db"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}}
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    create_pod(
+        &env,
+        "nss",
+        json!({"metadata": {"name": "db-1", "namespace": "nss",
+            "annotations": {"ovn.kubernetes.io/ip_pool": "10.85.0.50,10.85.0.51"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": db.uid().unwrap(),
+                "controller": true}]},
+            "spec": {"nodeName": "node1", "containers": [{"name": "c", "image": "x"}]}}),
+    )
+    .await;
+    assert_eq!(ann(&env.routed("nss", "db-1").await, "ip_address"), "10.85.0.51");
+
     // Scaled below its ordinal, then deleted: the address is released.
     stss.patch(
         "web",
@@ -249,7 +285,10 @@ async fn a_statefulset_pod_keeps_its_address_until_scaled_down() {
         Ok(lsp_addresses(&env, &key).is_none().then_some(()))
     })
     .await;
-    subnet_until(&env, "sts-net", "only `other` in use", |s| using(s) == Some(1)).await;
+    subnet_until(&env, "sts-net", "only `other` and db-1 in use", |s| {
+        using(s) == Some(2)
+    })
+    .await;
     // The address is free: a pod may ask for it statically.
     env.pod("nss", "taker", "node1", &[("ovn.kubernetes.io/ip_address", ip)])
         .await;

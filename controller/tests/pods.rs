@@ -252,6 +252,37 @@ async fn port_security_sets_the_ports_port_security() {
     assert_eq!(lsp_get(&env, "locked.nsp", "port_security"), want);
     assert_eq!(lsp_get(&env, "locked.nsp", "addresses"), want);
     assert_eq!(lsp_get(&env, "open.nsp", "port_security"), "[]");
+    // Turned on and off later: the column follows.
+    annotate(
+        &env,
+        "nsp",
+        "open",
+        json!({"ovn.kubernetes.io/port_security": "true"}),
+    )
+    .await;
+    let open = pods(&env, "nsp").get("open").await.unwrap();
+    let want = format!("[\"{} {}\"]", ann(&open, "mac_address"), ann(&open, "ip_address"));
+    netkit::nb_until(
+        &env,
+        &["get", "Logical_Switch_Port", "open.nsp", "port_security"],
+        "open.nsp: port security on",
+        |o| o.trim() == want,
+    )
+    .await;
+    annotate(
+        &env,
+        "nsp",
+        "locked",
+        json!({"ovn.kubernetes.io/port_security": null}),
+    )
+    .await;
+    netkit::nb_until(
+        &env,
+        &["get", "Logical_Switch_Port", "locked.nsp", "port_security"],
+        "locked.nsp: port security off",
+        |o| o.trim() == "[]",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -351,6 +382,19 @@ async fn the_pod_annotation_beats_the_namespace_binding_beats_the_default() {
     for s in ["bound", "pinned"] {
         subnet_until(&env, s, "ready", subnet_ready).await;
     }
+    // A named IP pool also picks its subnet, over the namespace's.
+    env.apply_yaml(
+        json!({"apiVersion": "kubeovn.io/v1", "kind": "IPPool", "metadata": {"name": "pinned-pool"},
+        "spec": {"subnet": "pinned", "ips": ["10.83.0.200..10.83.0.201"]}}),
+    )
+    .await;
+    env.pod(
+        "nsb",
+        "p4",
+        "node1",
+        &[("ovn.kubernetes.io/ip_pool", "pinned-pool")],
+    )
+    .await;
     env.pod(
         "nsb",
         "p1",
@@ -364,6 +408,7 @@ async fn the_pod_annotation_beats_the_namespace_binding_beats_the_default() {
         ("nsb", "p1", "pinned", "10.83.0."),
         ("nsb", "p2", "bound", "10.82.0."),
         ("other", "p3", "ovn-default", "10.16."),
+        ("nsb", "p4", "pinned", "10.83.0.200"),
     ] {
         let p = env.routed(ns, pod).await;
         assert_eq!(ann(&p, "logical_switch"), subnet, "{ns}/{pod}");
