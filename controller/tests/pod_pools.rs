@@ -194,7 +194,7 @@ async fn an_ip_pool_annotation_list_picks_the_first_free_entry() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_statefulset_pod_keeps_its_address_until_scaled_down() {
-    let env = Env::start().await;
+    let mut env = Env::start().await;
     env.node("node1", "172.18.0.2").await;
     apply(
         &env,
@@ -236,6 +236,9 @@ async fn a_statefulset_pod_keeps_its_address_until_scaled_down() {
     let kept = ip_cr(&env, &key).await.expect("the IP CR stays");
     assert_eq!(kept.spec.v4_ip_address.as_deref(), Some(ip));
     subnet_until(&env, "sts-net", "still one in use", |s| using(s) == Some(1)).await;
+    // A controller restart in between forgets nothing: IPAM is rebuilt from the IP CR.
+    env.kill_controller().await;
+    env.start_controller();
     // Meanwhile nobody else gets it.
     env.pod("nss", "other", "node1", &[]).await;
     let other = env.routed("nss", "other").await;
@@ -298,7 +301,7 @@ async fn a_statefulset_pod_keeps_its_address_until_scaled_down() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reserved_ip_cr_is_honoured_and_outlives_its_pod() {
-    let env = Env::start().await;
+    let mut env = Env::start().await;
     env.node("node1", "172.18.0.2").await;
     apply(
         &env,
@@ -333,6 +336,9 @@ async fn a_reserved_ip_cr_is_honoured_and_outlives_its_pod() {
     .unwrap();
     let mac = reserved.spec.mac_address.clone().unwrap();
     subnet_until(&env, "res-net", "the reservation in use", |s| using(s) == Some(1)).await;
+    // A controller restart keeps the reservation (IPAM is rebuilt from IP CRs).
+    env.kill_controller().await;
+    env.start_controller();
 
     // Another pod does not get it; the pod it is reserved for does, with its MAC.
     env.pod(

@@ -318,7 +318,7 @@ async fn host_network_pods_are_ignored() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_a_pod_releases_its_port_ip_cr_and_address() {
-    let env = Env::start().await;
+    let mut env = Env::start().await;
     env.node("node1", "172.18.0.2").await;
     subnet(
         &env,
@@ -366,6 +366,23 @@ async fn deleting_a_pod_releases_its_port_ip_cr_and_address() {
     let st = s.status.unwrap();
     assert_eq!(st.v4_available_ips.map(|c| c.0), Some(253));
     assert_eq!(members(), without_x, "x.nsr left node.node1, nothing else did");
+
+    // A pod deleted while the controller is down is released when it is back.
+    env.pod("nsr", "y", "node1", &[]).await;
+    env.routed("nsr", "y").await;
+    subnet_until(&env, "rel", "y in use", |s| using(s) == Some(1)).await;
+    env.kill_controller().await;
+    delete_pod(&env, "nsr", "y").await;
+    env.start_controller();
+    until("port y.nsr to be collected", || async {
+        Ok(lsp_addresses(&env, "y.nsr").is_none().then_some(()))
+    })
+    .await;
+    ip_until(&env, "y.nsr", "collected", |ip| ip.is_none()).await;
+    subnet_until(&env, "rel", "nothing in use after the restart", |s| {
+        using(s) == Some(0)
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
