@@ -33,6 +33,23 @@ fn using(s: &kube_ovn_api::crd::Subnet) -> Option<u128> {
 async fn the_handshake_gives_allocated_before_routed_and_the_port_first() {
     let env = Env::start().await;
     env.node("node1", "172.18.0.2").await;
+    // The node's port groups exist first, so the controller may route the pod in its first pass
+    // (the order of the two annotation writes is then what this test sees).
+    for pg in ["node.node1", "ovn.default.node1"] {
+        netkit::nb_until(
+            &env,
+            &[
+                "--bare",
+                "--columns=name",
+                "find",
+                "Port_Group",
+                &format!("name=\"{pg}\""),
+            ],
+            &format!("port group {pg}"),
+            |o| o.trim() == pg,
+        )
+        .await;
+    }
     let created = env.pod("ns1", "a", "node1", &[]).await;
     // Every update of the pod from its creation on, in order.
     let params = WatchParams::default().fields("metadata.name=a").timeout(60);
