@@ -112,8 +112,8 @@ async fn a_namespace_pool_hands_out_its_addresses_and_pools_may_not_overlap() {
     }
     pool_ips.sort();
     assert_eq!(pool_ips, ["10.84.0.100", "10.84.0.101"]);
-    let c = env.routed("nsq", "c").await;
-    assert_eq!(ann(&c, "ip_address"), "10.84.0.2", "outside the pool");
+    let outside = env.routed("nsq", "c").await;
+    assert_eq!(ann(&outside, "ip_address"), "10.84.0.2", "outside the pool");
     pool_until(&env, "pool-a", "two in use", |p| {
         p.status
             .as_ref()
@@ -130,8 +130,8 @@ async fn a_namespace_pool_hands_out_its_addresses_and_pools_may_not_overlap() {
     warning(&env, "nsp", "Pod", "e", "AcquireAddressFailed", &["pool-a"]).await;
     podkit::assert_nothing_allocated(&env, "nsp", "e").await;
     delete_pod(&env, "nsp", "a").await;
-    let e = env.routed("nsp", "e").await;
-    assert_eq!(ann(&e, "ip_address"), pool_ips[0]);
+    let waited = env.routed("nsp", "e").await;
+    assert_eq!(ann(&waited, "ip_address"), pool_ips[0]);
 
     // A pool overlapping pool-a is refused with a condition naming both; pool-a is untouched.
     apply(
@@ -141,18 +141,52 @@ async fn a_namespace_pool_hands_out_its_addresses_and_pools_may_not_overlap() {
         json!({"subnet": "pool-net", "ips": ["10.84.0.102..10.84.0.110"]}),
     )
     .await;
-    let b = pool_until(&env, "pool-b", "refused", |p| {
+    let overlapping = pool_until(&env, "pool-b", "refused", |p| {
         pool_condition(p, "Ready").is_some_and(|c| c.0 == ConditionStatus::False)
     })
     .await;
-    let (_, reason, message) = pool_condition(&b, "Error").unwrap();
+    let (_, reason, message) = pool_condition(&overlapping, "Error").unwrap();
     assert_eq!(reason, "UpdateIPAMFailed");
     assert!(
         message.contains("pool-b") && message.contains("pool-a"),
         "{message}"
     );
-    let a = pool_until(&env, "pool-a", "still ready", |_| true).await;
-    assert_eq!(pool_condition(&a, "Ready").unwrap().0, ConditionStatus::True);
+    let first = pool_until(&env, "pool-a", "still ready", |_| true).await;
+    assert_eq!(pool_condition(&first, "Ready").unwrap().0, ConditionStatus::True);
+    // Garbage in spec.ips is refused with a condition naming the field.
+    apply(
+        &env,
+        "IPPool",
+        "pool-d",
+        json!({"subnet": "pool-net", "ips": ["10.84.0.300"]}),
+    )
+    .await;
+    let garbage = pool_until(&env, "pool-d", "refused", |p| {
+        pool_condition(p, "Ready").is_some_and(|c| c.0 == ConditionStatus::False)
+    })
+    .await;
+    let (_, _, message) = pool_condition(&garbage, "Error").unwrap();
+    assert!(
+        message.contains("pool-d") && message.contains("spec.ips") && message.contains("10.84.0.300"),
+        "{message}"
+    );
+    // The namespace names the pools bound to it (Kube-OVN's namespace `ip_pool` annotation).
+    let ns_pool = |ns: &'static str| {
+        let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(env.kube.clone());
+        async move {
+            api.get(ns)
+                .await
+                .unwrap()
+                .annotations()
+                .get("ovn.kubernetes.io/ip_pool")
+                .cloned()
+        }
+    };
+    until("namespace nsp to name pool-a", || async {
+        Ok((ns_pool("nsp").await.as_deref() == Some("pool-a")).then_some(()))
+    })
+    .await;
+    assert_eq!(ns_pool("nsq").await, None);
     // A non-overlapping pool is fine.
     apply(
         &env,

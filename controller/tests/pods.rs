@@ -174,7 +174,9 @@ async fn static_addresses_are_honoured_and_a_conflict_waits_for_the_holder_to_go
     assert_nothing_allocated(&env, "nss", "b").await;
     assert_nothing_allocated(&env, "nss", "c").await;
 
-    // Once the holder is gone, the waiting pods get what they asked for.
+    // Once the holder is gone, the waiting pods get what they asked for: the controller retries
+    // a refused request, as Kube-OVN's does. (Kube-OVN's admission webhook would have refused pod
+    // b at creation already; we have no webhook, so the controller is where it is refused.)
     delete_pod(&env, "nss", "a").await;
     let b = env.routed("nss", "b").await;
     let c = env.routed("nss", "c").await;
