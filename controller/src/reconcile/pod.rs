@@ -160,6 +160,23 @@ fn bad_input(e: &Error) -> bool {
     )
 }
 
+/// The annotation whose request IPAM refused: a taken MAC is `mac_address`'s, an address is
+/// `ip_address`'s or `ip_pool`'s.
+fn requested_by(pod: &Pod, e: &IpamError) -> Option<&'static str> {
+    let ann = pod.metadata.annotations.as_ref();
+    let has = |key: &str| ann.and_then(|a| a.get(key)).is_some_and(|v| !v.is_empty());
+    match e {
+        IpamError::Conflict { what, .. } if what.starts_with("MAC ") => Some(keys::MAC_ADDRESS),
+        IpamError::Conflict { .. } | IpamError::OutOfRange { .. } | IpamError::WrongFamily { .. } => {
+            [keys::IP_ADDRESS, keys::IP_POOL].into_iter().find(|k| has(k))
+        }
+        IpamError::Exhausted { .. } | IpamError::UnknownPool { .. } => {
+            has(keys::IP_POOL).then_some(keys::IP_POOL)
+        }
+        _ => None,
+    }
+}
+
 async fn warn(ctx: &Context, pod: &Pod, reason: &str, note: String) {
     let event = Event {
         type_: EventType::Warning,
@@ -187,12 +204,18 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     }
     let result = apply(&pod, &ctx, &key).await;
     match &result {
+        // Kube-OVN's reasons: IPAM refusing the request, or annotations that do not validate.
+        Err(Error::Ipam(e)) if !matches!(e, IpamError::UnknownSubnet(_) | IpamError::InvalidCidr { .. }) => {
+            tracing::warn!(pod = %key, error = %e, "pod network not allocated");
+            let note = match requested_by(&pod, e) {
+                Some(annotation) => format!("annotation {annotation}: {e}"),
+                None => e.to_string(),
+            };
+            warn(&ctx, &pod, "AcquireAddressFailed", note).await;
+        }
         Err(e) if bad_input(e) => {
             tracing::warn!(pod = %key, error = %e, "pod network not allocated: bad input");
             warn(&ctx, &pod, "ValidatePodNetworkFailed", e.to_string()).await;
-        }
-        Err(e @ Error::Ipam(IpamError::Exhausted { .. })) => {
-            warn(&ctx, &pod, "AcquireAddressFailed", e.to_string()).await;
         }
         _ => {}
     }
