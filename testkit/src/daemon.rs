@@ -151,12 +151,12 @@ impl Daemon {
         anyhow::bail!("{} did not exit within {timeout:?} of SIGTERM; killed", self.name)
     }
 
-    /// SIGKILL by PID: the daemon gets no chance to clean up, as in a crash.
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+    /// SIGKILL by PID: the daemon gets no chance to clean up, as in a crash. Returns how it
+    /// ended (killed by signal 9, unless it had exited by itself before), once reaped.
+    pub fn kill(&mut self) -> Option<ExitStatus> {
+        let mut child = self.child.take()?;
+        let _ = child.kill();
+        child.wait().ok()
     }
 }
 

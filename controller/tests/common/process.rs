@@ -126,9 +126,22 @@ impl Process {
         self.daemon.pid().expect("the process was stopped")
     }
 
-    /// SIGKILL by PID: a crash, nothing is cleaned up.
-    pub fn kill(mut self) {
-        self.daemon.kill();
+    /// SIGKILL by PID: a crash, nothing is cleaned up. Fails (with the log) if the process had
+    /// already exited by itself. Says whether the controller had got past its start-up (it
+    /// logs `kube-ovn-controller running` once its caches are filled and it reconciles).
+    pub fn kill(mut self) -> bool {
+        use std::os::unix::process::ExitStatusExt;
+        const SIGKILL: i32 = 9;
+        let running = self.daemon.log().contains("kube-ovn-controller running");
+        let status = self.daemon.kill();
+        let killed = status.and_then(|s| s.signal()) == Some(SIGKILL);
+        assert!(
+            killed,
+            "{} had exited by itself ({status:?}) before it was killed; log:\n{}",
+            self.name,
+            self.log_tail(30)
+        );
+        running
     }
 
     /// SIGTERM by PID: a clean stop. Fails (with the log) unless the process exits by itself,
