@@ -1,6 +1,7 @@
-//! Crash safety (issue 4): the controller is killed — aborted, no cleanup, as a crash — at random
-//! points while 500 pods are created and deleted, pods come and go while it is down, and it is
-//! restarted. Once it has converged, every live pod is routed with an address of its own, IPAM
+//! Crash safety (issue 4): the controller runs as its own process (the real binary, reaching the
+//! API emulator over TCP through a kubeconfig and OVN over its NB remote) and is killed with
+//! SIGKILL — no cleanup, a real crash — at random points while 500 pods are created and deleted;
+//! pods come and go while it is down, and a new process is started. Once it has converged, every live pod is routed with an address of its own, IPAM
 //! (seen through the subnet's status), the IP CRs and the northbound ports hold exactly the live
 //! pods' addresses (and the nodes' join addresses), and nothing of a deleted pod is left.
 //!
@@ -14,6 +15,7 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
+use common::process::{Binary, Process};
 use common::{Env, init_logging};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
@@ -71,7 +73,9 @@ async fn crash_run(seed: u64) {
     init_logging();
     eprintln!("crash test seed {seed} (replay with CRASH_SEED={seed})");
     let started = Instant::now();
-    let mut env = Env::start().await;
+    let env = Env::start_idle(&[]).await;
+    let mut bin = Binary::new(&env, &[]).await;
+    let mut controller: Option<Process> = Some(bin.spawn("controller", &[]).await);
     for (name, ip) in NODES {
         env.node(name, ip).await;
     }
@@ -89,6 +93,8 @@ async fn crash_run(seed: u64) {
     let mut created = 0;
     let mut batch = 0;
     let mut kills = 0;
+    // Kills of a controller that was past its start-up, reconciling.
+    let mut kills_at_work = 0;
     // Down for this many more batches (0: running).
     let mut down_for = 0;
     while created < PODS {
@@ -122,20 +128,28 @@ async fn crash_run(seed: u64) {
         if down_for > 0 {
             down_for -= 1;
             if down_for == 0 {
-                env.start_controller();
+                controller = Some(bin.spawn("controller", &[]).await);
             }
         } else if batch % 5 == 0 || rng.below(6) == 0 {
-            env.kill_controller().await;
+            let c = controller.take().expect("the controller is running");
+            if c.kill() {
+                kills_at_work += 1;
+            }
             kills += 1;
             down_for = 1 + rng.below(3);
         }
     }
-    if env.controller.is_none() {
-        env.start_controller();
-    }
+    let mut controller = match controller {
+        Some(c) => c,
+        None => bin.spawn("controller", &[]).await,
+    };
     assert!(kills >= 3, "only {kills} kills");
+    assert!(
+        kills_at_work >= 3,
+        "only {kills_at_work} of {kills} kills hit a controller past its start-up"
+    );
     eprintln!(
-        "seed {seed}: {created} pods created, {} live, {kills} kills, {:?} so far",
+        "seed {seed}: {created} pods created, {} live, {kills} kills ({kills_at_work} at work), {:?} so far",
         live.len(),
         started.elapsed()
     );
@@ -144,9 +158,15 @@ async fn crash_run(seed: u64) {
         "the controller to converge on {} live pods (seed {seed})",
         live.len()
     );
-    wait_until_async(&what, Duration::from_mins(2), || check(&env, &live))
-        .await
-        .unwrap();
+    let converged = wait_until_async(&what, Duration::from_mins(2), || check(&env, &live)).await;
+    if let Err(e) = converged {
+        panic!("{e}\nthe controller's log ends:\n{}", controller.log_tail(40));
+    }
+    assert!(
+        controller.is_running(),
+        "the controller exited:\n{}",
+        controller.log_tail(40)
+    );
     eprintln!("seed {seed}: converged after {:?}", started.elapsed());
 }
 

@@ -3,7 +3,7 @@
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Mutex, OnceLock, mpsc};
 use std::time::{Duration, Instant};
 
@@ -131,12 +131,32 @@ impl Daemon {
         }
     }
 
-    /// SIGKILL: the daemon gets no chance to clean up, as in a crash.
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+    /// SIGTERM, then waits up to `timeout` for the daemon to exit by itself and returns how it
+    /// exited; if it has not, SIGKILL and an error. Either way the process is reaped.
+    pub fn terminate(&mut self, timeout: Duration) -> anyhow::Result<ExitStatus> {
+        let Some(mut child) = self.child.take() else {
+            anyhow::bail!("{} was already stopped", self.name);
+        };
+        let pid = Pid::from_raw(i32::try_from(child.id())?);
+        kill(pid, Signal::SIGTERM)?;
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(status) = child.try_wait()? {
+                return Ok(status);
+            }
+            std::thread::sleep(Duration::from_millis(5));
         }
+        let _ = child.kill();
+        let _ = child.wait();
+        anyhow::bail!("{} did not exit within {timeout:?} of SIGTERM; killed", self.name)
+    }
+
+    /// SIGKILL by PID: the daemon gets no chance to clean up, as in a crash. Returns how it
+    /// ended (killed by signal 9, unless it had exited by itself before), once reaped.
+    pub fn kill(&mut self) -> Option<ExitStatus> {
+        let mut child = self.child.take()?;
+        let _ = child.kill();
+        child.wait().ok()
     }
 }
 

@@ -26,9 +26,15 @@ async fn main() -> anyhow::Result<()> {
             .await
             .context("in-cluster Kubernetes configuration")?,
     };
-    let shutdown = async {
-        let _ = tokio::signal::ctrl_c().await;
-        tracing::info!("interrupted; stopping");
+    // Kubernetes stops a pod with SIGTERM: a clean stop, which releases the leader lease so a
+    // follower takes over at once instead of waiting for the lease to expire.
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
+    let shutdown = async move {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => tracing::info!("interrupted; stopping"),
+            _ = terminate.recv() => tracing::info!("terminated; stopping"),
+        }
     };
     kube_ovn_controller::run(config, kube, shutdown).await?;
     Ok(())

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod process;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -51,6 +53,13 @@ impl Env {
     }
 
     pub async fn start_with(flags: &[&str]) -> Self {
+        let mut env = Self::start_idle(flags).await;
+        env.start_controller();
+        env
+    }
+
+    /// The emulator (with the CRDs) and OVN central, but no controller: the test starts its own.
+    pub async fn start_idle(flags: &[&str]) -> Self {
         init_logging();
         let api = ApiServer::new(ApiServerConfig::default()).expect("API emulator");
         let kube = api.client();
@@ -62,16 +71,14 @@ impl Env {
             .await
             .unwrap()
             .expect("OVN central");
-        let mut env = Self {
+        Self {
             api,
             kube,
             ovn,
             controller: None,
             metrics_addr: None,
             extra_flags: flags.iter().map(|s| (*s).to_owned()).collect(),
-        };
-        env.start_controller();
-        env
+        }
     }
 
     pub fn flags(&self) -> Flags {

@@ -1,0 +1,164 @@
+//! The real `kube-ovn-controller` binary as a child process of the test: it reaches the emulator
+//! over TCP through a kubeconfig file and OVN central through its NB/SB remotes, and is stopped by
+//! PID — SIGTERM for a clean stop, SIGKILL for a crash.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use kube_ovn_testkit::{Daemon, wait_until_async};
+
+use super::{Env, WAIT};
+
+/// Where controller processes of one test come from: the emulator served on 127.0.0.1, its
+/// kubeconfig, and the flags every process gets.
+pub struct Binary {
+    dir: tempfile::TempDir,
+    kubeconfig: PathBuf,
+    flags: Vec<String>,
+    server: tokio::task::JoinHandle<()>,
+    spawned: usize,
+}
+
+/// One controller process.
+pub struct Process {
+    pub name: String,
+    pub metrics_addr: SocketAddr,
+    daemon: Daemon,
+}
+
+impl Drop for Binary {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+impl Binary {
+    /// Serves `env`'s emulator on a TCP port of 127.0.0.1 and writes a kubeconfig for it; every
+    /// process gets the harness's flags for `env` (OVN remotes, endpoints on 127.0.0.1, no leader
+    /// election unless `flags` asks for it) and then `flags`.
+    pub async fn new(env: &Env, flags: &[&str]) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let api = env.api.clone();
+        let server = tokio::spawn(async move {
+            if let Err(e) = api.serve(listener).await {
+                tracing::error!(error = %e, "the emulator's TCP endpoint failed");
+            }
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        std::fs::write(&kubeconfig, kube_ovn_lab::apiserver::kubeconfig(addr)).unwrap();
+        let mut all = vec![
+            format!("--kubeconfig={}", kubeconfig.display()),
+            format!("--ovn-nb-addr={}", env.ovn.nb_remote()),
+            format!("--ovn-sb-addr={}", env.ovn.sb_remote()),
+            "--bind-address=127.0.0.1".to_owned(),
+            "--pprof-port=0".to_owned(),
+            "--leader-elect=false".to_owned(),
+        ];
+        let given: Vec<String> = env
+            .extra_flags
+            .iter()
+            .cloned()
+            .chain(flags.iter().map(|s| (*s).to_owned()))
+            .collect();
+        // A flag given by the environment or the test replaces the default above.
+        all.retain(|a| {
+            let flag = a.split('=').next().unwrap_or_default();
+            !given.iter().any(|g| g.split('=').next() == Some(flag))
+        });
+        all.extend(given);
+        Self {
+            dir,
+            kubeconfig,
+            flags: all,
+            server,
+            spawned: 0,
+        }
+    }
+
+    pub fn kubeconfig(&self) -> &std::path::Path {
+        &self.kubeconfig
+    }
+
+    /// Starts a controller process named `name` (its Lease identity, `--pod-name`) with `extra`
+    /// flags, and waits until it serves its endpoints.
+    pub async fn spawn(&mut self, name: &str, extra: &[&str]) -> Process {
+        self.spawned += 1;
+        let log = self.dir.path().join(format!("{name}-{}.log", self.spawned));
+        let mut args = self.flags.clone();
+        args.push(format!("--pod-name={name}"));
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        let mut daemon =
+            Daemon::spawn(name, env!("CARGO_BIN_EXE_kube-ovn-controller"), &args, &log, &[]).unwrap();
+        let mut addr = None;
+        let waited = wait_until_async(
+            &format!("controller process {name} to serve /metrics"),
+            WAIT,
+            || {
+                addr = endpoint_in(&daemon.log());
+                // An exited process ends the wait too, and fails below.
+                std::future::ready(Ok(addr.is_some() || !daemon.is_running()))
+            },
+        )
+        .await;
+        if let Err(e) = waited.and_then(|()| daemon.check_alive()) {
+            panic!("{e}; its log:\n{}", daemon.log_tail(30));
+        }
+        Process {
+            name: name.to_owned(),
+            metrics_addr: addr.unwrap(),
+            daemon,
+        }
+    }
+}
+
+/// The address in the controller's JSON log line announcing its endpoints.
+fn endpoint_in(log: &str) -> Option<SocketAddr> {
+    log.lines()
+        .filter(|l| l.contains("metrics and health endpoints"))
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find_map(|v| v["addr"].as_str()?.parse().ok())
+}
+
+impl Process {
+    pub fn pid(&self) -> u32 {
+        self.daemon.pid().expect("the process was stopped")
+    }
+
+    /// SIGKILL by PID: a crash, nothing is cleaned up. Fails (with the log) if the process had
+    /// already exited by itself. Says whether the controller had got past its start-up (it
+    /// logs `kube-ovn-controller running` once its caches are filled and it reconciles).
+    pub fn kill(mut self) -> bool {
+        use std::os::unix::process::ExitStatusExt;
+        const SIGKILL: i32 = 9;
+        let running = self.daemon.log().contains("kube-ovn-controller running");
+        let status = self.daemon.kill();
+        let killed = status.and_then(|s| s.signal()) == Some(SIGKILL);
+        assert!(
+            killed,
+            "{} had exited by itself ({status:?}) before it was killed; log:\n{}",
+            self.name,
+            self.log_tail(30)
+        );
+        running
+    }
+
+    /// SIGTERM by PID: a clean stop. Fails (with the log) unless the process exits by itself,
+    /// successfully, within `timeout`.
+    pub fn stop(mut self, timeout: std::time::Duration) {
+        match self.daemon.terminate(timeout) {
+            Ok(status) if status.success() => {}
+            Ok(status) => panic!("{} exited with {status}; log:\n{}", self.name, self.log_tail(30)),
+            Err(e) => panic!("{e}; log:\n{}", self.log_tail(30)),
+        }
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.daemon.is_running()
+    }
+
+    pub fn log_tail(&self, n: usize) -> String {
+        self.daemon.log_tail(n)
+    }
+}
