@@ -219,6 +219,7 @@ async fn controller_run(n: usize) -> (Duration, Duration) {
         .buffer_unordered(16)
         .collect::<()>()
         .await;
+    eprintln!("{n} pods created in {:?}", start.elapsed());
     wait_routed(&kube, n).await;
     let throughput = start.elapsed();
     let ports = ovn

@@ -290,7 +290,9 @@ fn whole_seconds(flag: &'static str, value: &str, d: Duration) -> Result<Duratio
 }
 
 /// Kube-OVN's rules: every period positive, lease > renew deadline > 1.2 × retry period (client-go's
-/// jitter factor), so a leader that cannot renew stops before anyone may take over.
+/// jitter factor); and ours: lease > renew deadline + retry period, because our watchdog notices a
+/// missed deadline only at its next look, one retry period later. So a leader that cannot renew
+/// stops before anyone may take over.
 fn leader_election(f: &Flags) -> Result<LeaderElection, FlagError> {
     let lease_flag = "leader-elect-lease-duration";
     let renew_flag = "leader-elect-renew-deadline";
@@ -314,6 +316,17 @@ fn leader_election(f: &Flags) -> Result<LeaderElection, FlagError> {
             format!(
                 "must be greater than --{renew_flag} {}",
                 f.leader_elect_renew_deadline
+            ),
+        ));
+    }
+    if lease <= renew + retry {
+        return Err(bad(
+            lease_flag,
+            &f.leader_elect_lease_duration,
+            format!(
+                "must be greater than --{renew_flag} {} plus --{retry_flag} {} (a leader that \
+                 cannot renew notices one retry period after its deadline)",
+                f.leader_elect_renew_deadline, f.leader_elect_retry_period
             ),
         ));
     }
@@ -531,6 +544,18 @@ mod tests {
         .unwrap();
         assert_eq!(c.leader_election.lease_duration, secs(90));
         assert_eq!(c.leader_election.renew_deadline, Duration::from_millis(2500));
+        let err = flags(&[
+            "--leader-elect-lease-duration=21s",
+            "--leader-elect-renew-deadline=20s",
+            "--leader-elect-retry-period=6s",
+        ])
+        .validate()
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("--leader-elect-lease-duration") && err.contains("plus"),
+            "{err}"
+        );
         assert_eq!(go_duration("x", "1h").unwrap(), secs(3600));
         assert_eq!(go_duration("x", "250ms").unwrap(), Duration::from_millis(250));
         for bad in ["", "s", "1", "1x", "-1s", "1.2.3s"] {

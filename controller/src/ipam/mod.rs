@@ -1,5 +1,5 @@
 //! IP address management, as Kube-OVN's controller does it: pure, in memory, rebuilt at start-up
-//! from what is authoritative (IP CRs, northbound ports, pods).
+//! from what is authoritative (IP CRs, northbound ports, pods, and nodes' join annotations).
 //!
 //! Pure: no I/O, no async. Behaviour kept from Kube-OVN (reference §3.10):
 //! - sequential: the lowest free address is handed out, never a random one;
@@ -297,6 +297,11 @@ impl Ipam {
             .get(subnet)
             .map(|s| s.nics.keys().cloned().collect())
             .unwrap_or_default()
+    }
+
+    /// Whether the subnet has an address left; `false` for an unknown subnet.
+    pub fn subnet_has_available(&self, subnet: &str) -> bool {
+        self.subnet(subnet).is_ok_and(Subnet::has_available)
     }
 
     pub fn subnet_usage(&self, subnet: &str) -> Result<Usage, IpamError> {

@@ -445,6 +445,16 @@ impl Subnet {
         Some(alloc)
     }
 
+    /// Whether any pool has an address left to hand out (free or released): what a pod's subnet
+    /// choice asks, without building the range strings of [`Self::usage`].
+    pub fn has_available(&self) -> bool {
+        self.pools.values().any(|p| {
+            FAMILIES
+                .iter()
+                .any(|f| !p.free[f.index()].is_empty() || !p.released[f.index()].is_empty())
+        })
+    }
+
     pub fn usage(&self, pool: Option<&str>) -> Usage {
         let mut u = Usage::default();
         for f in FAMILIES {

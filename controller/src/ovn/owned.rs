@@ -288,7 +288,7 @@ fn sync<T: Owned>(
             .map(|(_, r)| r.uuid()),
     );
     plan.remove_members(table, &parent_ref, T::COLUMN, &extra);
-    plan.add_members(table, &parent_ref, T::COLUMN, &refs, &added);
+    plan.add_members(table, &parent_ref, T::COLUMN, |u| refs.contains(u), &added);
 }
 
 fn with_ids<'s, S>(owner: &[(&str, &str)], desired: &'s [S]) -> Vec<(&'s S, BTreeMap<String, String>)> {

@@ -126,18 +126,18 @@ impl Plan {
         RowRef::New(uuid_name)
     }
 
-    /// Adds `members` to a reference set of a row, if not there yet.
+    /// Adds `members` to a reference set of a row, those `is_member` does not already know.
     pub fn add_members(
         &mut self,
         table: &str,
         parent: &RowRef,
         column: &str,
-        current: &[Uuid],
+        is_member: impl Fn(&Uuid) -> bool,
         members: &[RowRef],
     ) {
         let missing: Vec<Atom> = members
             .iter()
-            .filter(|m| m.existing().is_none_or(|u| !current.contains(&u)))
+            .filter(|m| m.existing().is_none_or(|u| !is_member(&u)))
             .map(RowRef::atom)
             .collect();
         if missing.is_empty() {

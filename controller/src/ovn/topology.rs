@@ -93,13 +93,8 @@ pub fn ensure_peer_port(
         ..Default::default()
     };
     let port = plan.ensure(cache, &name, &lrp, &["mac", "networks", "peer", "external_ids"]);
-    let ports = cache
-        .by_name::<LogicalRouter>(router)
-        .ok()
-        .flatten()
-        .map(|r| r.ports)
-        .unwrap_or_default();
-    plan.add_members(LogicalRouter::NAME, router_ref, "ports", &ports, &[port]);
+    let is_member = member_test(cache, LogicalRouter::NAME, router);
+    plan.add_members(LogicalRouter::NAME, router_ref, "ports", is_member, &[port]);
 }
 
 /// The peering ports on `router` (router ports with a `peer`, written by us) whose remote VPC is
@@ -173,19 +168,8 @@ pub fn ensure_router_attachment(
         ..Default::default()
     };
     let lrp_ref = plan.ensure(cache, &lrp_name, &lrp, &["mac", "networks", "external_ids"]);
-    let router_ports = cache
-        .by_name::<LogicalRouter>(router)
-        .ok()
-        .flatten()
-        .map(|r| r.ports)
-        .unwrap_or_default();
-    plan.add_members(
-        LogicalRouter::NAME,
-        router_ref,
-        "ports",
-        &router_ports,
-        &[lrp_ref],
-    );
+    let is_member = member_test(cache, LogicalRouter::NAME, router);
+    plan.add_members(LogicalRouter::NAME, router_ref, "ports", is_member, &[lrp_ref]);
     let lsp = LogicalSwitchPort {
         name: lsp_name.clone(),
         r#type: "router".into(),
@@ -216,20 +200,33 @@ pub fn ensure_switch_port(
     columns: &[&str],
 ) -> RowRef {
     let port_ref = plan.ensure(cache, &desired.name, desired, columns);
-    let members = cache
-        .by_name::<LogicalSwitch>(switch)
-        .ok()
-        .flatten()
-        .map(|s| s.ports)
-        .unwrap_or_default();
+    let is_member = member_test(cache, LogicalSwitch::NAME, switch);
     plan.add_members(
         LogicalSwitch::NAME,
         switch_ref,
         "ports",
-        &members,
+        is_member,
         std::slice::from_ref(&port_ref),
     );
     port_ref
+}
+
+/// Whether a row of the named switch, router or port group already holds a port. Sets are
+/// ordered, so this is a lookup, not a decode of the row's thousands of ports for every pod.
+fn member_test<'c>(
+    cache: &'c DbCache,
+    table: &str,
+    name: &str,
+) -> impl Fn(&kube_ovn_ovsdb::Uuid) -> bool + 'c {
+    let ports = cache
+        .uuids_by_name(table, name)
+        .first()
+        .and_then(|u| cache.row(table, u))
+        .and_then(|row| match row.get("ports") {
+            Some(Value::Set(s)) => Some(s),
+            _ => None,
+        });
+    move |u| ports.is_some_and(|s| s.contains(&Atom::Uuid(*u)))
 }
 
 /// Removes a switch port from whatever switch holds it (the server then drops the row).
@@ -264,17 +261,12 @@ pub fn ensure_port_group(plan: &mut Plan, cache: &DbCache, name: &str, owner: &[
 
 /// Adds a port to a port group.
 pub fn add_to_port_group(plan: &mut Plan, cache: &DbCache, group: &RowRef, group_name: &str, port: &RowRef) {
-    let members = cache
-        .by_name::<PortGroup>(group_name)
-        .ok()
-        .flatten()
-        .map(|p| p.ports)
-        .unwrap_or_default();
+    let is_member = member_test(cache, PortGroup::NAME, group_name);
     plan.add_members(
         PortGroup::NAME,
         group,
         "ports",
-        &members,
+        is_member,
         std::slice::from_ref(port),
     );
 }

@@ -3,7 +3,8 @@
 //! ```text
 //!   start ─▶ NB client ─▶ leader lease ─▶ startup::init (router, default VPC, join + default
 //!           subnets as CRs) ─▶ startup::rebuild_ipam (IP CRs, NB ports, pods, nodes)
-//!        ─▶ Controllers (each: watch ─▶ queue ─▶ worker_num reconcilers):
+//!        ─▶ Controllers (each: watch ─▶ queue ─▶ reconcilers: --worker-num per kind,
+//!           --pod-workers for pods, one for IP CRs):
 //!             Vpc (+Subnets) ─ Subnet (+Nodes, +VPCs) ─ IPPool
 //!             Namespace (+Subnets, +IPPools, +VPCs) ─ Node (+Subnets) ─ Pod (+Subnets)
 //!             IP (reserved addresses)

@@ -3,8 +3,9 @@
 //! `logical_switch`, `allocated=true`, then `routed=true` once the port is in its node's port
 //! groups. Host-network pods are not ours.
 //!
-//! Writes go in an order a crash cannot make unsafe: the address is durable in the northbound port
-//! (which IPAM is rebuilt from) before the IP CR and the annotations name it; a release removes
+//! Writes go in an order a crash cannot make unsafe: the address is made durable in the northbound
+//! port and the IP CR (written at once; IPAM is rebuilt from either) before the annotations name
+//! it; a release removes
 //! the port, then the IP CR, then frees the address. Every step checks before it writes, so a run
 //! with nothing to do writes nothing. One pod key is handled by one task at a time
 //! ([`crate::context::KeyLocks`]).
@@ -131,8 +132,7 @@ fn choose_subnet(ctx: &Context, pod: &Pod) -> Result<String> {
     let fits = |name: &str| {
         let ipam = ctx.ipam();
         if statics.is_empty() {
-            ipam.subnet_usage(name)
-                .is_ok_and(|u| u.v4_available + u.v6_available > 0)
+            ipam.subnet_has_available(name)
         } else {
             // A static address (excluded ones included) decides the subnet that holds it.
             statics.iter().any(|a| ipam.subnet_of(*a) == Some(name))
@@ -357,10 +357,13 @@ fn leave_others(plan: &mut Plan, cache: &DbCache, port: kube_ovn_ovsdb::Uuid, su
         if !holds(row) {
             continue;
         }
-        let other_node = PortGroup::from_row(*uuid, row)
-            .ok()
-            .and_then(|pg| pg.external_ids.get("node").cloned())
-            .is_some_and(|n| n != node);
+        // Read from the row as it is: decoding the group would copy all its ports.
+        let other_node = match row.get("external_ids") {
+            Some(Value::Map(ids)) => ids
+                .get(&Atom::from("node"))
+                .is_some_and(|n| *n != Atom::from(node)),
+            _ => false,
+        };
         if other_node {
             plan.remove_members(PortGroup::NAME, &RowRef::Existing(*uuid), "ports", &[port]);
         }
