@@ -231,6 +231,10 @@ mod tests {
                 .get("/api/v1/namespaces/{namespace}/pods/{name}")
                 .is_some()
         );
-        assert!(for_path(&resources, "apis/apps/v1").is_none());
+        assert!(
+            for_path(&resources, "apis/apps/v1").is_some(),
+            "StatefulSets are served"
+        );
+        assert!(for_path(&resources, "apis/batch/v1").is_none());
     }
 }
