@@ -103,6 +103,8 @@ pub struct Context {
     pub kube: kube::Client,
     pub nb: Nb,
     pub ipam: Mutex<Ipam>,
+    /// Set once IPAM has been rebuilt from the filled caches (see [`Context::ready`]).
+    ipam_rebuilt: tokio::sync::OnceCell<()>,
     pub metrics: Metrics,
     pub stores: Stores,
     pub recorder: Recorder,
@@ -111,14 +113,7 @@ pub struct Context {
 }
 
 impl Context {
-    pub fn new(
-        config: Config,
-        kube: kube::Client,
-        nb: Nb,
-        ipam: Ipam,
-        metrics: Metrics,
-        stores: Stores,
-    ) -> Self {
+    pub fn new(config: Config, kube: kube::Client, nb: Nb, metrics: Metrics, stores: Stores) -> Self {
         let reporter = Reporter {
             controller: "kube-ovn-controller".into(),
             instance: Some(config.identity.clone()),
@@ -128,12 +123,29 @@ impl Context {
             config,
             kube,
             nb,
-            ipam: Mutex::new(ipam),
+            ipam: Mutex::new(Ipam::new()),
+            ipam_rebuilt: tokio::sync::OnceCell::new(),
             metrics,
             stores,
             recorder,
             pod_locks: KeyLocks::default(),
         }
+    }
+
+    /// Waits until every cache is filled, then (once, for whoever asks first) rebuilds IPAM from
+    /// them — the IP CRs, the northbound ports, the pods' and nodes' annotations — before anyone
+    /// allocates or releases. Every reconciler, the collector and the deletion watches call this
+    /// first. Reading the caches rather than listing again saves two lists of every pod and IP CR
+    /// at start-up.
+    pub async fn ready(&self) -> Result<()> {
+        self.stores.ready().await?;
+        self.ipam_rebuilt
+            .get_or_init(|| async {
+                let (ipam, _) = crate::reconcile::startup::rebuild_ipam(&self.config, &self.stores, &self.nb);
+                *self.ipam() = ipam;
+            })
+            .await;
+        Ok(())
     }
 
     /// The IPAM state. Held only for pure IPAM calls, never across an await.

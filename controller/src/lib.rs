@@ -133,7 +133,6 @@ async fn run_inner(
     ready: Arc<AtomicBool>,
 ) -> Result<()> {
     reconcile::startup::init(&config, &kube, &nb).await?;
-    let (ipam, _) = reconcile::startup::rebuild_ipam(&config, &kube, &nb).await?;
 
     let workers = config.worker_num;
     let (vpcs, vpcs_synced) = controller::<Vpc>(&kube, workers);
@@ -163,14 +162,7 @@ async fn run_inner(
             ips_synced,
         ],
     };
-    let ctx = Arc::new(Context::new(
-        config,
-        kube.clone(),
-        nb,
-        ipam,
-        metrics,
-        stores.clone(),
-    ));
+    let ctx = Arc::new(Context::new(config, kube.clone(), nb, metrics, stores.clone()));
 
     // Relations: who must look again when something else changes.
     let (s2, s3, s4, s5) = (
@@ -246,7 +238,7 @@ async fn run_inner(
     let c = ctx.clone();
     let gc_loop = async move {
         // A collection over caches still filling would take every pod for gone.
-        if c.stores.ready().await.is_err() {
+        if c.ready().await.is_err() {
             return;
         }
         ready.store(true, Ordering::Relaxed);

@@ -80,7 +80,7 @@ fn kept(ip: Option<&Ip>, statefulsets: &BTreeMap<(String, String), StatefulSet>)
 
 /// Removes what belongs to pods and nodes that no longer exist.
 pub async fn collect(ctx: &Context) -> Result<Collected> {
-    ctx.stores.ready().await?;
+    ctx.ready().await?;
     let mut out = Collected::default();
     let join = ctx.config.node_subnet.name.clone();
     // 1. What might be garbage, read before the owners.
@@ -278,6 +278,11 @@ where
     F: Fn(Arc<Context>, Event<K>) -> Fut,
     Fut: Future<Output = ()>,
 {
+    // A release before IPAM is rebuilt would be undone by the rebuild (it may still see the
+    // released IP CR in its cache): wait for it.
+    if ctx.ready().await.is_err() {
+        return;
+    }
     let api: Api<K> = Api::all(ctx.kube.clone());
     watcher::watcher(api, watcher::Config::default())
         .default_backoff()

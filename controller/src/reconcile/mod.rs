@@ -2,7 +2,8 @@
 //!
 //! ```text
 //!   start ─▶ NB client ─▶ leader lease ─▶ startup::init (router, default VPC, join + default
-//!           subnets as CRs) ─▶ startup::rebuild_ipam (IP CRs, NB ports, pods, nodes)
+//!           subnets as CRs) ─▶ caches filled ─▶ startup::rebuild_ipam from them (IP CRs, NB
+//!           ports, pods, nodes), before the first reconcile (Context::ready)
 //!        ─▶ Controllers (each: watch ─▶ queue ─▶ reconcilers: --worker-num per kind,
 //!           --pod-workers for pods, one for IP CRs):
 //!             Vpc (+Subnets) ─ Subnet (+Nodes, +VPCs) ─ IPPool
@@ -79,10 +80,8 @@ where
     let name = obj.meta().name.clone().unwrap_or_default();
     let namespace = obj.meta().namespace.clone().unwrap_or_default();
     let span = tracing::info_span!("reconcile", kind, %name, %namespace);
-    // Reconcilers read each other's caches; none runs before all are filled.
-    tracing::trace!(kind, %name, "DBG waiting for stores");
-    ctx.stores.ready().await?;
-    tracing::trace!(kind, %name, "DBG stores ready");
+    // Reconcilers read each other's caches; none runs before all are filled and IPAM is rebuilt.
+    ctx.ready().await?;
     let start = Instant::now();
     let metrics = ctx.metrics.clone();
     let result = tracing::Instrument::instrument(f(obj, ctx), span.clone()).await;

@@ -195,9 +195,7 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         return Ok(Action::await_change());
     }
     let key = port_name(&pod);
-    tracing::trace!("DBG locking");
     let _lock = ctx.pod_locks.lock(&key).await;
-    tracing::trace!("DBG locked");
     if !is_alive(&pod) {
         release(&ctx, &pod).await?;
         return Ok(Action::await_change());

@@ -6,11 +6,10 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, PostParams};
 use kube_ovn_api::annotations::{IpPair, IpRange, MacAddr, get, is_true, keys, parse};
-use kube_ovn_api::crd::{IPPool, Ip, Subnet, Vpc};
+use kube_ovn_api::crd::{Subnet, Vpc};
 use kube_ovn_api::names;
 use kube_ovn_ovsdb::tables::nb::{LogicalSwitchPort, NbGlobal};
 use kube_ovn_ovsdb::{Condition, Mutation, Operation, Table, Value};
@@ -18,6 +17,7 @@ use serde_json::json;
 
 use super::subnet::effective;
 use crate::config::{Config, DefaultSubnet};
+use crate::context::Stores;
 use crate::error::Result;
 use crate::ipam::{Ipam, Request};
 use crate::ovn::Nb;
@@ -140,13 +140,12 @@ fn request(ips: &[IpAddr], mac: Option<MacAddr>) -> Request {
     r
 }
 
-/// Rebuilds IPAM before any reconciler runs.
-pub async fn rebuild_ipam(config: &Config, kube: &kube::Client, nb: &Nb) -> Result<(Ipam, Rebuilt)> {
+/// Rebuilds IPAM from the filled caches and the northbound replica, before any reconciler runs.
+/// No I/O: the caller waits for the caches.
+pub fn rebuild_ipam(config: &Config, stores: &Stores, nb: &Nb) -> (Ipam, Rebuilt) {
     let mut ipam = Ipam::new();
     let mut out = Rebuilt::default();
-    let lp = ListParams::default();
-    let subnets = Api::<Subnet>::all(kube.clone()).list(&lp).await?.items;
-    for s in &subnets {
+    for s in &stores.subnets.state() {
         if let Ok(eff) = effective(s, &config.cluster_router)
             && let Ok(cfg) = eff.ipam_config()
             && let Err(e) = ipam.add_or_update_subnet(&s.name_any(), &cfg)
@@ -154,7 +153,7 @@ pub async fn rebuild_ipam(config: &Config, kube: &kube::Client, nb: &Nb) -> Resu
             out.conflicts.push(format!("subnet {}: {e}", s.name_any()));
         }
     }
-    for p in Api::<IPPool>::all(kube.clone()).list(&lp).await?.items {
+    for p in stores.ippools.state() {
         let ranges: Vec<IpRange> = p
             .spec
             .ips
@@ -171,7 +170,7 @@ pub async fn rebuild_ipam(config: &Config, kube: &kube::Client, nb: &Nb) -> Resu
         }
     }
     let mut claims: Vec<(String, String, Request, &'static str)> = Vec::new();
-    for ip in Api::<Ip>::all(kube.clone()).list(&lp).await?.items {
+    for ip in stores.ips.state() {
         let s = &ip.spec;
         let addrs: Vec<IpAddr> = [s.v4_ip_address.as_deref(), s.v6_ip_address.as_deref()]
             .into_iter()
@@ -204,7 +203,7 @@ pub async fn rebuild_ipam(config: &Config, kube: &kube::Client, nb: &Nb) -> Resu
             .collect()
     });
     claims.extend(ports.into_iter().map(|(s, k, r)| (s, k, r, "northbound port")));
-    for pod in Api::<Pod>::all(kube.clone()).list(&lp).await?.items {
+    for pod in stores.pods.state() {
         let ann = pod.metadata.annotations.as_ref();
         if !is_true(ann, keys::ALLOCATED) {
             continue;
@@ -224,7 +223,7 @@ pub async fn rebuild_ipam(config: &Config, kube: &kube::Client, nb: &Nb) -> Resu
             "pod annotation",
         ));
     }
-    for node in Api::<Node>::all(kube.clone()).list(&lp).await?.items {
+    for node in stores.nodes.state() {
         let ann = node.metadata.annotations.as_ref();
         if let (true, Ok(Some(ips))) = (
             is_true(ann, keys::ALLOCATED),
@@ -263,5 +262,5 @@ pub async fn rebuild_ipam(config: &Config, kube: &kube::Client, nb: &Nb) -> Resu
         conflicts = out.conflicts.len(),
         "IPAM rebuilt"
     );
-    Ok((ipam, out))
+    (ipam, out)
 }
