@@ -30,6 +30,22 @@ use kube_ovn_testkit::OvnCentral;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+/// CPU seconds this process has used (user + system), from /proc/self/stat.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start at state; utime/stime are 14/15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    #[allow(clippy::cast_precision_loss, reason = "display only")]
+    let secs = f.iter().sum::<u64>() as f64 / 100.0;
+    secs
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -204,6 +220,7 @@ async fn controller_run(n: usize) -> (Duration, Duration) {
         .await
         .unwrap();
     let pods: Api<Pod> = Api::namespaced(kube.clone(), "bench");
+    let cpu_before = cpu_seconds();
     let start = Instant::now();
     // Created 16 at a time, as a workload controller does (Deployments, Jobs).
     futures::stream::iter(0..n)
@@ -222,6 +239,11 @@ async fn controller_run(n: usize) -> (Duration, Duration) {
     eprintln!("{n} pods created in {:?}", start.elapsed());
     wait_routed(&kube, n).await;
     let throughput = start.elapsed();
+    eprintln!(
+        "bench process (emulator + controller + client) used {:.2} CPU-seconds in {:.2} s",
+        cpu_seconds() - cpu_before,
+        throughput.as_secs_f64()
+    );
     let ports = ovn
         .nbctl(&[
             "--bare",

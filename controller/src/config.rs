@@ -155,21 +155,22 @@ pub struct DefaultSubnet {
     pub exclude_ips: Vec<String>,
 }
 
+/// Items as Kube-OVN writes a dual-stack list: `v4,v6`.
+pub fn comma_joined<T: ToString>(items: &[T]) -> String {
+    items
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 impl DefaultSubnet {
     pub fn cidr_block(&self) -> String {
-        self.cidrs
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join(",")
+        comma_joined(&self.cidrs)
     }
 
     pub fn gateway(&self) -> String {
-        self.gateways
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join(",")
+        comma_joined(&self.gateways)
     }
 }
 

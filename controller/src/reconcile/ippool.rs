@@ -13,7 +13,7 @@ use std::time::Duration;
 use ipnet::{IpNet, IpSubnets};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube_ovn_api::annotations::{IpRange, parse};
@@ -22,7 +22,6 @@ use kube_ovn_api::crd::{FINALIZER, IPPool, IPPoolStatus, IpCount};
 use kube_ovn_api::names;
 use kube_ovn_ovsdb::Table;
 use kube_ovn_ovsdb::tables::nb::AddressSet;
-use serde_json::json;
 
 use crate::context::Context;
 use crate::error::{Error, Result};
@@ -208,14 +207,7 @@ async fn set_status(ctx: &Context, pool: &IPPool, reason: &str, message: &str) -
     if !changed && same_counters(&old, &status) {
         return Ok(());
     }
-    let api: Api<IPPool> = Api::all(ctx.kube.clone());
-    api.patch_status(
-        &name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": status})),
-    )
-    .await?;
-    Ok(())
+    super::merge_status::<IPPool>(&ctx.kube, &name, &status).await
 }
 
 fn same_counters(a: &IPPoolStatus, b: &IPPoolStatus) -> bool {

@@ -159,3 +159,23 @@ where
         .with_config(controller::Config::default().concurrency(workers));
     (c, synced)
 }
+
+/// Writes a cluster-scoped object's status with a merge patch (the status subresource).
+pub async fn merge_status<K>(
+    kube: &kube::Client,
+    name: &str,
+    status: &impl serde::Serialize,
+) -> crate::error::Result<()>
+where
+    K: Resource<Scope = kube::core::ClusterResourceScope> + Clone + Debug + serde::de::DeserializeOwned,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = Api::all(kube.clone());
+    api.patch_status(
+        name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(serde_json::json!({ "status": status })),
+    )
+    .await?;
+    Ok(())
+}

@@ -33,19 +33,11 @@ pub struct Effective {
 
 impl Effective {
     pub fn cidr_block(&self) -> String {
-        self.cidrs
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join(",")
+        crate::config::comma_joined(&self.cidrs)
     }
 
     pub fn gateway(&self) -> String {
-        self.gateways
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join(",")
+        crate::config::comma_joined(&self.gateways)
     }
 
     pub fn ipam_config(&self) -> Result<SubnetConfig> {

@@ -143,14 +143,7 @@ pub async fn set_status(
     if !changed && same_counters(&old, &status) {
         return Ok(());
     }
-    let api: Api<Subnet> = Api::all(ctx.kube.clone());
-    api.patch_status(
-        &name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({ "status": status })),
-    )
-    .await?;
-    Ok(())
+    super::merge_status::<Subnet>(&ctx.kube, &name, &status).await
 }
 
 /// Writes the address counters of every subnet whose status disagrees with IPAM.

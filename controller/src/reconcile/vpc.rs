@@ -16,7 +16,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::reflector::ObjectRef;
@@ -234,14 +234,7 @@ async fn set_status(ctx: &Context, vpc: &Vpc, outcome: &Outcome<'_>) -> Result<(
     if !changed {
         return Ok(());
     }
-    let api: Api<Vpc> = Api::all(ctx.kube.clone());
-    api.patch_status(
-        &name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({ "status": status })),
-    )
-    .await?;
-    Ok(())
+    super::merge_status::<Vpc>(&ctx.kube, &name, &status).await
 }
 
 /// Deletion: refused (the finalizer stays, the status says why) while the VPC has subnets, as
