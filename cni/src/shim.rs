@@ -1,0 +1,270 @@
+//! One shim invocation, from environment and stdin to what goes on stdout, with the daemon
+//! behind a [`Transport`] so the whole flow is testable without a socket.
+//!
+//! Daemon endpoints: ADD and DEL use Kube-OVN's `/api/v1/add` and `/api/v1/del`. CHECK, STATUS
+//! and GC are ours ([`CHECK_PATH`], [`STATUS_PATH`], [`GC_PATH`]): Kube-OVN's daemon has no
+//! such endpoints and its shim answers neither STATUS nor GC, so a `404` there means "a daemon
+//! that does not do this" and the shim reports success rather than fail every CHECK.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use kube_ovn_api::wire::{ADD_PATH, CniRequest, CniResponse, DEL_PATH, Dns};
+use serde::{Deserialize, Serialize};
+
+use crate::config::{self, Attachment, Parsed};
+use crate::env::{CniEnv, Command};
+use crate::error::{CniError, ErrorCode};
+use crate::http::{HttpError, HttpResponse};
+use crate::version::{CniVersion, version_reply};
+
+/// CHECK endpoint (our extension).
+pub const CHECK_PATH: &str = "/api/v1/check";
+/// STATUS endpoint (our extension).
+pub const STATUS_PATH: &str = "/api/v1/status";
+/// GC endpoint (our extension).
+pub const GC_PATH: &str = "/api/v1/gc";
+
+/// How the shim reaches the daemon.
+pub trait Transport {
+    /// POSTs `body` to `path` on the daemon listening at `socket`.
+    fn post(&mut self, socket: &Path, path: &str, body: &[u8]) -> Result<HttpResponse, TransportError>;
+}
+
+/// Why a request never got an HTTP answer.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    /// Nothing listens at the socket (not created yet, or the daemon is down).
+    #[error("cannot connect to {}: {source}", socket.display())]
+    Connect {
+        /// The socket path.
+        socket: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The connection broke mid-request.
+    #[error("request to {} failed: {source}", socket.display())]
+    Io {
+        /// The socket path.
+        socket: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The answer was not HTTP.
+    #[error(transparent)]
+    Http(#[from] HttpError),
+}
+
+/// GC's request body: who we are and what the runtime still uses.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GcRequest {
+    /// Plugin type from the config.
+    pub cni_type: String,
+    /// Network provider.
+    pub provider: String,
+    /// Attachments to keep; the daemon may drop any other of this provider's.
+    pub valid_attachments: Vec<Attachment>,
+}
+
+/// What to print, and in which version to label an error.
+#[derive(Debug)]
+pub struct Outcome {
+    /// Version for the error JSON: the config's when it was readable, else the latest.
+    pub cni_version: &'static str,
+    /// `Ok(Some(json))` to print, `Ok(None)` to print nothing, or the error.
+    pub result: Result<Option<String>, CniError>,
+    /// Lines for stderr.
+    pub log: Vec<String>,
+}
+
+/// Runs one invocation.
+pub fn run(lookup: impl Fn(&str) -> Option<String>, stdin: &[u8], transport: &mut impl Transport) -> Outcome {
+    let mut log = Vec::new();
+    let mut cni_version = sniff_version(stdin);
+    let result = invoke(lookup, stdin, transport, &mut cni_version, &mut log);
+    Outcome {
+        cni_version: cni_version.as_str(),
+        result,
+        log,
+    }
+}
+
+/// The config's version if it has a readable one we speak, so even an environment error is
+/// labelled in the version the runtime expects.
+fn sniff_version(stdin: &[u8]) -> CniVersion {
+    #[derive(Deserialize)]
+    struct Probe {
+        #[serde(rename = "cniVersion")]
+        cni_version: String,
+    }
+    serde_json::from_slice::<Probe>(stdin)
+        .ok()
+        .and_then(|p| CniVersion::parse(&p.cni_version).ok())
+        .unwrap_or(CniVersion::LATEST)
+}
+
+fn invoke(
+    lookup: impl Fn(&str) -> Option<String>,
+    stdin: &[u8],
+    transport: &mut impl Transport,
+    cni_version: &mut CniVersion,
+    log: &mut Vec<String>,
+) -> Result<Option<String>, CniError> {
+    let env = CniEnv::from_lookup(lookup)?;
+    if env.command == Command::Version {
+        let reply = version_reply(stdin);
+        return Ok(Some(serde_json::to_string(&reply).unwrap_or_default()));
+    }
+    let parsed = config::parse(stdin)?;
+    *cni_version = parsed.version;
+    let needs = match env.command {
+        Command::Check => CniVersion::V0_4_0,
+        Command::Status | Command::Gc => CniVersion::V1_1_0,
+        _ => CniVersion::V0_3_0,
+    };
+    if parsed.version < needs {
+        return Err(CniError::new(
+            ErrorCode::IncompatibleVersion,
+            format!(
+                "config version {} does not allow {} (needs {})",
+                parsed.version.as_str(),
+                env.command.as_str(),
+                needs.as_str()
+            ),
+        ));
+    }
+    let (path, body) = request_for(&env, &parsed)?;
+    log.push(format!(
+        "{} container={} ifname={} pod={}/{} -> {}{path}",
+        env.command.as_str(),
+        env.container_id,
+        env.ifname,
+        env.args.pod_namespace().unwrap_or_default(),
+        env.args.pod_name().unwrap_or_default(),
+        parsed.socket.display(),
+    ));
+    let unavailable = if env.command == Command::Status {
+        ErrorCode::NotAvailable
+    } else {
+        // Kube-OVN's shim answers every failed RPC with 11 too: the daemon may be starting.
+        ErrorCode::TryAgainLater
+    };
+    let response = transport.post(&parsed.socket, path, &body).map_err(|e| {
+        let msg = match &e {
+            TransportError::Connect { socket, .. } => format!(
+                "kube-ovn-daemon socket {} is not reachable; is kube-ovn-daemon running on this node?",
+                socket.display()
+            ),
+            TransportError::Io { .. } | TransportError::Http(_) => "RPC to kube-ovn-daemon failed".to_owned(),
+        };
+        CniError::new(unavailable, msg).with_details(e.to_string())
+    })?;
+    if (200..300).contains(&response.status) {
+        if env.command != Command::Add {
+            return Ok(None);
+        }
+        let answer: CniResponse = serde_json::from_slice(&response.body).map_err(|e| {
+            CniError::new(ErrorCode::DecodingFailure, "cannot decode kube-ovn-daemon's answer to ADD")
+                .with_details(e.to_string())
+        })?;
+        if !answer.error.is_empty() {
+            return Err(CniError::new(unavailable, answer.error));
+        }
+        return Ok(Some(crate::result::add_result(
+            &answer,
+            parsed.version,
+            &env.netns,
+            parsed.ipam_only,
+        )));
+    }
+    if response.status == 404 && matches!(env.command, Command::Check | Command::Status | Command::Gc) {
+        log.push(format!(
+            "the daemon has no {path}; treating {} as passed",
+            env.command.as_str()
+        ));
+        return Ok(None);
+    }
+    // 400 is the daemon rejecting what we sent (e.g. a provider bound to no subnet): the
+    // config is at fault, retrying will not help.
+    let code = if response.status == 400 && env.command != Command::Status {
+        ErrorCode::InvalidNetworkConfig
+    } else {
+        unavailable
+    };
+    Err(CniError::new(code, daemon_message(&response)).with_details(format!(
+        "POST {path} on {}: HTTP {} {}",
+        parsed.socket.display(),
+        response.status,
+        response.reason
+    )))
+}
+
+fn request_for(env: &CniEnv, parsed: &Parsed) -> Result<(&'static str, Vec<u8>), CniError> {
+    let conf = &parsed.conf;
+    if env.command == Command::Gc {
+        let gc = GcRequest {
+            cni_type: conf.plugin_type.clone(),
+            provider: parsed.provider.clone(),
+            valid_attachments: conf.valid_attachments.clone().unwrap_or_default(),
+        };
+        return Ok((GC_PATH, serde_json::to_vec(&gc).unwrap_or_default()));
+    }
+    let pod = |key: &str, value: Option<&str>| -> Result<String, CniError> {
+        match value {
+            Some(v) if !v.is_empty() => Ok(v.to_owned()),
+            // DEL must work even when the runtime lost the pod's identity; the daemon keys
+            // the teardown on container ID and interface.
+            _ if env.command != Command::Add && env.command != Command::Check => Ok(String::new()),
+            _ => Err(CniError::new(
+                ErrorCode::InvalidEnvironment,
+                format!("CNI_ARGS has no {key}; kube-ovn needs the pod's name and namespace"),
+            )),
+        }
+    };
+    let request = CniRequest {
+        cni_type: conf.plugin_type.clone(),
+        pod_name: pod("K8S_POD_NAME", env.args.pod_name())?,
+        pod_namespace: pod("K8S_POD_NAMESPACE", env.args.pod_namespace())?,
+        container_id: env.container_id.clone(),
+        net_ns: env.netns.clone(),
+        if_name: env.ifname.clone(),
+        provider: parsed.provider.clone(),
+        routes: parsed.routes.clone(),
+        dns: conf.dns.clone().unwrap_or_else(Dns::default),
+        vf_driver: conf.vf_driver.clone(),
+        device_id: conf.device_id.clone(),
+        vhost_user_socket_volume_name: conf.vhost_user_socket_volume_name.clone(),
+        vhost_user_socket_name: conf.vhost_user_socket_name.clone(),
+        vhost_user_socket_consumption: conf.vhost_user_socket_consumption.clone(),
+    };
+    let path = match env.command {
+        Command::Add => ADD_PATH,
+        Command::Del => DEL_PATH,
+        Command::Check => CHECK_PATH,
+        _ => STATUS_PATH,
+    };
+    Ok((path, serde_json::to_vec(&request).unwrap_or_default()))
+}
+
+/// The daemon's own words: `error` from its JSON body (ours and Kube-OVN's both use that
+/// member), else the body as text, else the status line.
+fn daemon_message(response: &HttpResponse) -> String {
+    #[derive(Deserialize)]
+    struct WithError {
+        #[serde(default)]
+        error: String,
+    }
+    if let Ok(body) = serde_json::from_slice::<WithError>(&response.body)
+        && !body.error.is_empty()
+    {
+        return body.error;
+    }
+    let text = String::from_utf8_lossy(&response.body);
+    let text = text.trim();
+    if text.is_empty() {
+        format!("kube-ovn-daemon answered HTTP {} {}", response.status, response.reason)
+    } else {
+        // Bounded so a runaway body does not flood the runtime's logs.
+        text.chars().take(1024).collect()
+    }
+}
