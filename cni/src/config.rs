@@ -162,9 +162,17 @@ pub fn parse(stdin: &[u8]) -> Result<Parsed, CniError> {
                     ),
                 )
             })?;
-        (ipam.server_socket.clone(), ipam.provider.clone(), ipam.routes.clone())
+        (
+            ipam.server_socket.clone(),
+            ipam.provider.clone(),
+            ipam.routes.clone(),
+        )
     } else {
-        (conf.server_socket.clone(), conf.provider.clone(), conf.routes.clone())
+        (
+            conf.server_socket.clone(),
+            conf.provider.clone(),
+            conf.routes.clone(),
+        )
     };
     let socket = if socket.is_empty() {
         DAEMON_SOCKET.to_owned()
@@ -226,10 +234,22 @@ mod tests {
             (b"{not json", ErrorCode::DecodingFailure),
             (b"[1]", ErrorCode::DecodingFailure),
             (br#"{"cniVersion":1}"#, ErrorCode::DecodingFailure),
-            (br#"{"cniVersion":"0.2.0","name":"n","type":"kube-ovn"}"#, ErrorCode::IncompatibleVersion),
-            (br#"{"name":"n","type":"kube-ovn"}"#, ErrorCode::IncompatibleVersion),
-            (br#"{"cniVersion":"1.0.0","type":"kube-ovn"}"#, ErrorCode::InvalidNetworkConfig),
-            (br#"{"cniVersion":"1.0.0","name":"n","type":"bridge"}"#, ErrorCode::InvalidNetworkConfig),
+            (
+                br#"{"cniVersion":"0.2.0","name":"n","type":"kube-ovn"}"#,
+                ErrorCode::IncompatibleVersion,
+            ),
+            (
+                br#"{"name":"n","type":"kube-ovn"}"#,
+                ErrorCode::IncompatibleVersion,
+            ),
+            (
+                br#"{"cniVersion":"1.0.0","type":"kube-ovn"}"#,
+                ErrorCode::InvalidNetworkConfig,
+            ),
+            (
+                br#"{"cniVersion":"1.0.0","name":"n","type":"bridge"}"#,
+                ErrorCode::InvalidNetworkConfig,
+            ),
             (
                 br#"{"cniVersion":"1.0.0","name":"n","plugins":[{"type":"kube-ovn"}]}"#,
                 ErrorCode::InvalidNetworkConfig,

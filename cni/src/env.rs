@@ -69,7 +69,11 @@ impl CniArgs {
 
     /// The last value given for `key` (later pairs override earlier ones).
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.0.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+        self.0
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
     }
 
     /// `K8S_POD_NAME`.
@@ -139,7 +143,10 @@ impl CniEnv {
                 ("CNI_NETNS", &self.netns),
                 ("CNI_IFNAME", &self.ifname),
             ],
-            Command::Del => &[("CNI_CONTAINERID", &self.container_id), ("CNI_IFNAME", &self.ifname)],
+            Command::Del => &[
+                ("CNI_CONTAINERID", &self.container_id),
+                ("CNI_IFNAME", &self.ifname),
+            ],
             Command::Status | Command::Gc | Command::Version => &[],
         };
         let missing: Vec<&str> = required
@@ -150,7 +157,11 @@ impl CniEnv {
         if !missing.is_empty() {
             return Err(CniError::new(
                 ErrorCode::InvalidEnvironment,
-                format!("{} requires {} to be set", self.command.as_str(), missing.join(", ")),
+                format!(
+                    "{} requires {} to be set",
+                    self.command.as_str(),
+                    missing.join(", ")
+                ),
             ));
         }
         if !required.is_empty()
@@ -183,8 +194,10 @@ mod tests {
     use super::*;
 
     fn env(vars: &[(&str, &str)]) -> Result<CniEnv, CniError> {
-        let vars: Vec<(String, String)> =
-            vars.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
         CniEnv::from_lookup(|name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
     }
 
@@ -214,7 +227,10 @@ mod tests {
         let cases: &[(&[(&str, &str)], &str)] = &[
             (&[], "CNI_COMMAND is not set"),
             (&[("CNI_COMMAND", "PLUG")], "\"PLUG\""),
-            (&[("CNI_COMMAND", "ADD"), ("CNI_IFNAME", "eth0")], "CNI_CONTAINERID, CNI_NETNS"),
+            (
+                &[("CNI_COMMAND", "ADD"), ("CNI_IFNAME", "eth0")],
+                "CNI_CONTAINERID, CNI_NETNS",
+            ),
             (&[("CNI_COMMAND", "DEL"), ("CNI_CONTAINERID", "c")], "CNI_IFNAME"),
             (
                 &[
@@ -225,7 +241,10 @@ mod tests {
                 ],
                 "must not contain",
             ),
-            (&[("CNI_COMMAND", "VERSION"), ("CNI_ARGS", "K8S_POD_NAME")], "CNI_ARGS"),
+            (
+                &[("CNI_COMMAND", "VERSION"), ("CNI_ARGS", "K8S_POD_NAME")],
+                "CNI_ARGS",
+            ),
         ];
         for (vars, needle) in cases {
             let err = env(vars).unwrap_err();
@@ -236,7 +255,12 @@ mod tests {
 
     #[test]
     fn del_without_netns_and_status_without_anything_are_fine() {
-        env(&[("CNI_COMMAND", "DEL"), ("CNI_CONTAINERID", "c"), ("CNI_IFNAME", "eth0")]).unwrap();
+        env(&[
+            ("CNI_COMMAND", "DEL"),
+            ("CNI_CONTAINERID", "c"),
+            ("CNI_IFNAME", "eth0"),
+        ])
+        .unwrap();
         env(&[("CNI_COMMAND", "STATUS")]).unwrap();
         env(&[("CNI_COMMAND", "GC")]).unwrap();
     }

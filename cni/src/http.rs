@@ -47,7 +47,8 @@ pub fn parse_response(mut raw: &[u8]) -> Result<HttpResponse, HttpError> {
                 .find(|(k, _)| k.eq_ignore_ascii_case(name))
                 .map(|(_, v)| v.as_str())
         };
-        let body = if header("Transfer-Encoding").is_some_and(|v| v.to_ascii_lowercase().contains("chunked")) {
+        let body = if header("Transfer-Encoding").is_some_and(|v| v.to_ascii_lowercase().contains("chunked"))
+        {
             dechunk(rest)?
         } else if let Some(len) = header("Content-Length") {
             let len: usize = len
@@ -134,7 +135,10 @@ mod tests {
     #[test]
     fn parses_the_three_body_framings() {
         let cl = parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}junk").unwrap();
-        assert_eq!((cl.status, cl.reason.as_str(), cl.body.as_slice()), (200, "OK", &b"{}"[..]));
+        assert_eq!(
+            (cl.status, cl.reason.as_str(), cl.body.as_slice()),
+            (200, "OK", &b"{}"[..])
+        );
         let chunked = parse_response(
             b"HTTP/1.1 500 Internal Server Error\r\nTransfer-Encoding: chunked\r\n\r\n3;x=y\r\n{\"e\r\n2\r\n\"}\r\n0\r\n\r\n",
         )

@@ -131,7 +131,12 @@ mod tests {
 
     #[test]
     fn v1_1_has_mtu_and_default_routes() {
-        let got = json_of(&add_result(&dual_stack(), CniVersion::V1_1_0, "/var/run/netns/p", false));
+        let got = json_of(&add_result(
+            &dual_stack(),
+            CniVersion::V1_1_0,
+            "/var/run/netns/p",
+            false,
+        ));
         assert_eq!(
             got,
             json!({

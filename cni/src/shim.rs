@@ -9,7 +9,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use kube_ovn_api::wire::{ADD_PATH, CniRequest, CniResponse, DEL_PATH, Dns};
+use kube_ovn_api::wire::{ADD_PATH, CniRequest, CniResponse, DEL_PATH};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{self, Attachment, Parsed};
@@ -135,7 +135,7 @@ fn invoke(
     }
     let (path, body) = request_for(&env, &parsed)?;
     log.push(format!(
-        "{} container={} ifname={} pod={}/{} -> {}{path}",
+        "{} container={} ifname={} pod={}/{}: POST {path} on {}",
         env.command.as_str(),
         env.container_id,
         env.ifname,
@@ -164,8 +164,11 @@ fn invoke(
             return Ok(None);
         }
         let answer: CniResponse = serde_json::from_slice(&response.body).map_err(|e| {
-            CniError::new(ErrorCode::DecodingFailure, "cannot decode kube-ovn-daemon's answer to ADD")
-                .with_details(e.to_string())
+            CniError::new(
+                ErrorCode::DecodingFailure,
+                "cannot decode kube-ovn-daemon's answer to ADD",
+            )
+            .with_details(e.to_string())
         })?;
         if !answer.error.is_empty() {
             return Err(CniError::new(unavailable, answer.error));
@@ -191,12 +194,14 @@ fn invoke(
     } else {
         unavailable
     };
-    Err(CniError::new(code, daemon_message(&response)).with_details(format!(
-        "POST {path} on {}: HTTP {} {}",
-        parsed.socket.display(),
-        response.status,
-        response.reason
-    )))
+    Err(
+        CniError::new(code, daemon_message(&response)).with_details(format!(
+            "POST {path} on {}: HTTP {} {}",
+            parsed.socket.display(),
+            response.status,
+            response.reason
+        )),
+    )
 }
 
 fn request_for(env: &CniEnv, parsed: &Parsed) -> Result<(&'static str, Vec<u8>), CniError> {
@@ -230,7 +235,7 @@ fn request_for(env: &CniEnv, parsed: &Parsed) -> Result<(&'static str, Vec<u8>),
         if_name: env.ifname.clone(),
         provider: parsed.provider.clone(),
         routes: parsed.routes.clone(),
-        dns: conf.dns.clone().unwrap_or_else(Dns::default),
+        dns: conf.dns.clone().unwrap_or_default(),
         vf_driver: conf.vf_driver.clone(),
         device_id: conf.device_id.clone(),
         vhost_user_socket_volume_name: conf.vhost_user_socket_volume_name.clone(),
@@ -262,7 +267,10 @@ fn daemon_message(response: &HttpResponse) -> String {
     let text = String::from_utf8_lossy(&response.body);
     let text = text.trim();
     if text.is_empty() {
-        format!("kube-ovn-daemon answered HTTP {} {}", response.status, response.reason)
+        format!(
+            "kube-ovn-daemon answered HTTP {} {}",
+            response.status, response.reason
+        )
     } else {
         // Bounded so a runaway body does not flood the runtime's logs.
         text.chars().take(1024).collect()

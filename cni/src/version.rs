@@ -108,7 +108,10 @@ mod tests {
     fn version_reply_follows_the_probe() {
         let r = version_reply(br#"{"cniVersion":"0.4.0"}"#);
         assert_eq!(r.cni_version, "0.4.0");
-        assert_eq!(r.supported_versions, ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]);
+        assert_eq!(
+            r.supported_versions,
+            ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
+        );
         assert_eq!(version_reply(b"").cni_version, "1.1.0");
         assert_eq!(version_reply(br#"{"cniVersion":"9.9.9"}"#).cni_version, "1.1.0");
     }

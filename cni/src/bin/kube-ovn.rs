@@ -42,7 +42,9 @@ impl Transport for UnixTransport {
 fn main() -> ExitCode {
     let mut stdin = Vec::new();
     // Only the message crosses into the unwind guard (io::Error is not UnwindSafe).
-    let read = std::io::stdin().read_to_end(&mut stdin).map_err(|e| e.to_string());
+    let read = std::io::stdin()
+        .read_to_end(&mut stdin)
+        .map_err(|e| e.to_string());
     // A panic must still leave the runtime a parseable error, not a Rust backtrace on stdout
     // (the default hook writes to stderr, which is where we want it).
     let outcome = std::panic::catch_unwind(|| {
@@ -57,7 +59,10 @@ fn main() -> ExitCode {
     })
     .unwrap_or_else(|_| shim::Outcome {
         cni_version: CniVersion::LATEST.as_str(),
-        result: Err(CniError::new(ErrorCode::Internal, "kube-ovn shim panicked; see its stderr")),
+        result: Err(CniError::new(
+            ErrorCode::Internal,
+            "kube-ovn shim panicked; see its stderr",
+        )),
         log: Vec::new(),
     });
     for line in &outcome.log {
