@@ -276,3 +276,113 @@ fn daemon_message(response: &HttpResponse) -> String {
         text.chars().take(1024).collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    /// Records requests and answers each with the same canned response.
+    struct Canned {
+        status: u16,
+        body: String,
+        sent: Vec<(PathBuf, String, Value)>,
+    }
+
+    impl Transport for Canned {
+        fn post(&mut self, socket: &Path, path: &str, body: &[u8]) -> Result<HttpResponse, TransportError> {
+            self.sent.push((
+                socket.to_owned(),
+                path.to_owned(),
+                serde_json::from_slice(body).unwrap(),
+            ));
+            Ok(HttpResponse {
+                status: self.status,
+                reason: String::new(),
+                body: self.body.clone().into_bytes(),
+            })
+        }
+    }
+
+    fn lookup(vars: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        |name| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| (*v).to_owned())
+        }
+    }
+
+    #[test]
+    fn ipam_use_sends_ipam_settings_and_returns_an_ipam_result() {
+        let mut daemon = Canned {
+            status: 200,
+            body: json!({"ips":[{"protocol":"IPv4","ip":"172.17.0.9","cidr":"172.17.0.0/16"}],
+                         "mac_address":"","routes":null,"mtu":0,"nicname":"net1","dns":{},"error":""})
+            .to_string(),
+            sent: Vec::new(),
+        };
+        let stdin = json!({"cniVersion":"0.4.0","name":"attach","type":"macvlan",
+                           "ipam":{"type":"kube-ovn","server_socket":"/tmp/d.sock","provider":"attach.default.ovn"}});
+        let out = run(
+            lookup(&[
+                ("CNI_COMMAND", "ADD"),
+                ("CNI_CONTAINERID", "c1"),
+                ("CNI_NETNS", "/n"),
+                ("CNI_IFNAME", "net1"),
+                ("CNI_ARGS", "K8S_POD_NAME=p;K8S_POD_NAMESPACE=ns"),
+            ]),
+            stdin.to_string().as_bytes(),
+            &mut daemon,
+        );
+        let result: Value = serde_json::from_str(&out.result.unwrap().unwrap()).unwrap();
+        assert_eq!(
+            result,
+            json!({"cniVersion":"0.4.0","ips":[{"version":"4","address":"172.17.0.9/16"}],"dns":{}})
+        );
+        let (socket, path, body) = &daemon.sent[0];
+        assert_eq!((socket.to_str(), path.as_str()), (Some("/tmp/d.sock"), ADD_PATH));
+        assert_eq!(body["cni_type"], "macvlan");
+        assert_eq!(body["provider"], "attach.default.ovn");
+    }
+
+    #[test]
+    fn gc_sends_the_valid_attachments() {
+        let mut daemon = Canned {
+            status: 200,
+            body: String::new(),
+            sent: Vec::new(),
+        };
+        let stdin = json!({"cniVersion":"1.1.0","name":"kube-ovn","type":"kube-ovn",
+                           "cni.dev/valid-attachments":[{"containerID":"c1","ifname":"eth0"}]});
+        let out = run(
+            lookup(&[("CNI_COMMAND", "GC")]),
+            stdin.to_string().as_bytes(),
+            &mut daemon,
+        );
+        assert_eq!(out.result.unwrap(), None);
+        let (socket, path, body) = &daemon.sent[0];
+        assert_eq!(
+            (socket.to_str(), path.as_str()),
+            (Some(kube_ovn_api::wire::DAEMON_SOCKET), GC_PATH)
+        );
+        assert_eq!(
+            body,
+            &json!({"cni_type":"kube-ovn","provider":"ovn","valid_attachments":[{"containerID":"c1","ifname":"eth0"}]})
+        );
+    }
+
+    #[test]
+    fn gc_on_1_0_is_an_incompatible_version() {
+        let mut daemon = Canned {
+            status: 200,
+            body: String::new(),
+            sent: Vec::new(),
+        };
+        let stdin = br#"{"cniVersion":"1.0.0","name":"kube-ovn","type":"kube-ovn"}"#;
+        let out = run(lookup(&[("CNI_COMMAND", "GC")]), stdin, &mut daemon);
+        assert_eq!(out.result.unwrap_err().code, ErrorCode::IncompatibleVersion);
+        assert_eq!(out.cni_version, "1.0.0");
+        assert!(daemon.sent.is_empty());
+    }
+}
