@@ -13,7 +13,6 @@ mod netkit;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
 use common::process::Binary;
 use common::{Env, WAIT, ann};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -22,9 +21,8 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube_ovn_api::crd::{Ip, Subnet};
 use kube_ovn_testkit::wait_until_async;
-use netkit::{metric, nb_get, nb_until, subnet_until};
+use netkit::{http_get, metric, nb_get, nb_until, subnet_until};
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const LEASE_NS: &str = "kube-system";
 const LEASE: &str = "kube-ovn-controller";
@@ -38,21 +36,6 @@ fn elect(lease_secs: u64, renew_secs: u64) -> [String; 4] {
         format!("--leader-elect-renew-deadline={renew_secs}s"),
         "--leader-elect-retry-period=1s".into(),
     ]
-}
-
-/// `GET path` on a controller's endpoint: status code and body.
-async fn http_get(addr: SocketAddr, path: &str) -> anyhow::Result<(u16, String)> {
-    let mut s = tokio::net::TcpStream::connect(addr).await?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
-        .await?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).await?;
-    let code = out.split_whitespace().nth(1).context("no status line")?.parse()?;
-    let body = out
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Ok((code, body))
 }
 
 async fn status_of(addr: SocketAddr, path: &str) -> u16 {

@@ -173,15 +173,26 @@ pub fn port(pod: &Pod) -> String {
     format!("{}.{}", pod.name_any(), pod.namespace().unwrap())
 }
 
-/// The controller's `/metrics` text.
-pub async fn metrics(port: u16) -> anyhow::Result<String> {
+/// `GET path` on a controller's endpoint: status code and body.
+pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> anyhow::Result<(u16, String)> {
+    use anyhow::Context as _;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
         .await?;
     let mut out = String::new();
     s.read_to_string(&mut out).await?;
-    Ok(out)
+    let code = out.split_whitespace().nth(1).context("no status line")?.parse()?;
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Ok((code, body))
+}
+
+/// The controller's `/metrics` text.
+pub async fn metrics(port: u16) -> anyhow::Result<String> {
+    Ok(http_get(([127, 0, 0, 1], port).into(), "/metrics").await?.1)
 }
 
 /// The sum of the samples of `name` whose labels contain every one of `labels`.
