@@ -1,0 +1,67 @@
+//! The only crate that talks to the kernel below std (DESIGN.md "Boundaries"): network
+//! namespace handles, links (veth pairs across namespaces), addresses, routes, sysctls and the
+//! one ethtool setting the userspace datapath needs.
+//!
+//! Everything is reached through [`Netns`] handles rather than by entering namespaces on the
+//! caller's thread: `setns` is per thread, and a tokio worker that entered a pod's namespace
+//! would carry it into unrelated tasks. [`Netns::run`] enters on a fresh thread that dies
+//! afterwards; [`Netlink::connect`] opens its socket there, and a netlink socket stays bound to
+//! the namespace it was opened in, so the returned handle works from any task.
+
+// `unsafe` is allowed in this crate only, for the SIOCETHTOOL ioctl in `ethtool.rs`, which no
+// safe wrapper in nix or std covers; every other kernel call goes through rtnetlink or std.
+#![allow(unsafe_code)]
+
+mod error;
+pub mod ethtool;
+mod link;
+mod netns;
+mod route;
+
+pub use error::{Error, Result};
+pub use link::{LinkInfo, Netlink, VethPair};
+pub use netns::Netns;
+pub use route::Route;
+
+/// Parses `aa:bb:cc:dd:ee:ff`.
+pub fn parse_mac(text: &str) -> Option<[u8; 6]> {
+    let mut mac = [0u8; 6];
+    let mut parts = text.split(':');
+    for byte in &mut mac {
+        let part = parts.next()?;
+        if part.len() != 2 {
+            return None;
+        }
+        *byte = u8::from_str_radix(part, 16).ok()?;
+    }
+    parts.next().is_none().then_some(mac)
+}
+
+/// Formats a MAC as lower-case `aa:bb:cc:dd:ee:ff`, the form OVN and Kube-OVN annotations use.
+pub fn format_mac(mac: &[u8]) -> String {
+    mac.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mac_round_trip_and_rejects() {
+        let mac = parse_mac("0a:00:00:64:00:02").unwrap();
+        assert_eq!(mac, [0x0a, 0, 0, 0x64, 0, 2]);
+        assert_eq!(format_mac(&mac), "0a:00:00:64:00:02");
+        for bad in [
+            "",
+            "0a:00:00:64:00",
+            "0a:00:00:64:00:02:03",
+            "0a:00:00:64:00:2",
+            "zz:00:00:64:00:02",
+        ] {
+            assert_eq!(parse_mac(bad), None, "{bad}");
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! Links over rtnetlink: veth pairs whose ends are born in two namespaces, lookups, up, MTU,
+//! MAC, delete.
+
+use futures::TryStreamExt;
+use rtnetlink::packet_route::link::{InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkMessage};
+use rtnetlink::{Handle, LinkMessageBuilder, LinkUnspec, LinkVeth};
+
+use crate::error::{Error, Result};
+use crate::netns::Netns;
+
+/// A netlink route socket bound to one namespace.
+#[derive(Clone)]
+pub struct Netlink {
+    pub(crate) handle: Handle,
+    pub(crate) ns: String,
+}
+
+/// What the kernel says about a link.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkInfo {
+    /// Interface index in its namespace.
+    pub index: u32,
+    /// Interface name.
+    pub name: String,
+    /// Hardware address.
+    pub mac: Option<[u8; 6]>,
+    /// MTU.
+    pub mtu: Option<u32>,
+    /// Administratively up.
+    pub up: bool,
+}
+
+/// A veth pair to create with one request: `host` in `host_ns`, `peer` in `peer_ns`.
+#[derive(Debug, Clone)]
+pub struct VethPair<'a> {
+    /// Name of the end that stays where ovs-vswitchd runs.
+    pub host: &'a str,
+    /// Namespace of the host end.
+    pub host_ns: &'a Netns,
+    /// Name of the end in the pod (usually `eth0`, so no rename is needed later).
+    pub peer: &'a str,
+    /// Namespace of the peer end.
+    pub peer_ns: &'a Netns,
+    /// MTU of both ends.
+    pub mtu: u32,
+    /// MAC of the peer end: it must equal the logical switch port's, or OVN's port security
+    /// drops the pod's traffic.
+    pub peer_mac: [u8; 6],
+}
+
+impl Netlink {
+    /// Opens a socket in `ns` (on a short-lived thread that entered it) and drives it on the
+    /// current tokio runtime. Must be called from within a runtime.
+    pub fn connect(ns: &Netns) -> Result<Self> {
+        let runtime = tokio::runtime::Handle::current();
+        let opened = ns.run(|| {
+            let _entered = runtime.enter();
+            rtnetlink::new_connection()
+        })?;
+        let (connection, handle, _) = opened.map_err(|source| Error::Io {
+            op: format!("open a netlink socket in {}", ns.label()),
+            source,
+        })?;
+        runtime.spawn(connection);
+        Ok(Self {
+            handle,
+            ns: ns.label(),
+        })
+    }
+
+    /// The namespace, for messages.
+    pub fn ns(&self) -> &str {
+        &self.ns
+    }
+
+    pub(crate) fn fail(&self, op: impl Into<String>) -> impl FnOnce(rtnetlink::Error) -> Error + '_ {
+        let op = op.into();
+        move |source| Error::Netlink {
+            op,
+            ns: self.ns.clone(),
+            source,
+        }
+    }
+
+    /// Creates the pair in one request (no window in which a half-made pair sits in the wrong
+    /// namespace), both ends down: a veth cannot be opened before its peer exists (the kernel
+    /// answers `ENOTCONN`), so the caller brings each end up from its own namespace.
+    /// `EEXIST` comes back as an error the caller can test with [`Error::is_exists`].
+    pub async fn add_veth(&self, pair: &VethPair<'_>) -> Result<()> {
+        let peer = LinkMessageBuilder::<LinkUnspec>::new()
+            .name(pair.peer)
+            .mtu(pair.mtu)
+            .address(pair.peer_mac.to_vec())
+            .setns_by_fd(pair.peer_ns.raw_fd())
+            .build();
+        let message = LinkMessageBuilder::<LinkVeth>::new_with_info_kind(InfoKind::Veth)
+            .name(pair.host)
+            .mtu(pair.mtu)
+            .txqueuelen(1000)
+            .setns_by_fd(pair.host_ns.raw_fd())
+            .set_info_data(InfoData::Veth(InfoVeth::Peer(peer)))
+            .build();
+        self.handle
+            .link()
+            .add(message)
+            .execute()
+            .await
+            .map_err(self.fail(format!(
+                "add veth {} (peer {} in {})",
+                pair.host,
+                pair.peer,
+                pair.peer_ns.label()
+            )))
+    }
+
+    /// The link called `name`, or `None`.
+    pub async fn link(&self, name: &str) -> Result<Option<LinkInfo>> {
+        let found = self
+            .handle
+            .link()
+            .get()
+            .match_name(name.to_owned())
+            .execute()
+            .try_next()
+            .await;
+        match found {
+            Ok(Some(message)) => Ok(Some(link_info(&message))),
+            Ok(None) => Ok(None),
+            Err(source) => {
+                let err = Error::Netlink {
+                    op: format!("get link {name}"),
+                    ns: self.ns.clone(),
+                    source,
+                };
+                if err.is_not_found() { Ok(None) } else { Err(err) }
+            }
+        }
+    }
+
+    /// The link called `name`, or [`Error::LinkMissing`].
+    pub async fn require_link(&self, name: &str) -> Result<LinkInfo> {
+        self.link(name).await?.ok_or_else(|| Error::LinkMissing {
+            name: name.to_owned(),
+            ns: self.ns.clone(),
+        })
+    }
+
+    /// Every link in the namespace.
+    pub async fn links(&self) -> Result<Vec<LinkInfo>> {
+        let messages: Vec<LinkMessage> = self
+            .handle
+            .link()
+            .get()
+            .execute()
+            .try_collect()
+            .await
+            .map_err(self.fail("list links"))?;
+        Ok(messages.iter().map(link_info).collect())
+    }
+
+    /// Sets what is given on link `index`: MAC, MTU, and up.
+    pub async fn configure(
+        &self,
+        index: u32,
+        mac: Option<[u8; 6]>,
+        mtu: Option<u32>,
+        up: bool,
+    ) -> Result<()> {
+        let mut builder = LinkUnspec::new_with_index(index);
+        if let Some(mac) = mac {
+            builder = builder.address(mac.to_vec());
+        }
+        if let Some(mtu) = mtu {
+            builder = builder.mtu(mtu);
+        }
+        if up {
+            builder = builder.up();
+        }
+        self.handle
+            .link()
+            .set(builder.build())
+            .execute()
+            .await
+            .map_err(self.fail(format!("configure link #{index}")))
+    }
+
+    /// Deletes link `name`; `Ok(false)` when it was not there. Deleting one end of a veth
+    /// removes the other.
+    pub async fn delete_link(&self, name: &str) -> Result<bool> {
+        let Some(link) = self.link(name).await? else {
+            return Ok(false);
+        };
+        match self.handle.link().del(link.index).execute().await {
+            Ok(()) => Ok(true),
+            Err(source) => {
+                let err = Error::Netlink {
+                    op: format!("delete link {name}"),
+                    ns: self.ns.clone(),
+                    source,
+                };
+                if err.is_not_found() { Ok(false) } else { Err(err) }
+            }
+        }
+    }
+}
+
+fn link_info(message: &LinkMessage) -> LinkInfo {
+    let mut info = LinkInfo {
+        index: message.header.index,
+        name: String::new(),
+        mac: None,
+        mtu: None,
+        up: message.header.flags.contains(LinkFlags::Up),
+    };
+    for attribute in &message.attributes {
+        match attribute {
+            LinkAttribute::IfName(name) => info.name.clone_from(name),
+            LinkAttribute::Address(mac) => info.mac = mac.as_slice().try_into().ok(),
+            LinkAttribute::Mtu(mtu) => info.mtu = Some(*mtu),
+            _ => {}
+        }
+    }
+    info
+}

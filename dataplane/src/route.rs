@@ -1,0 +1,226 @@
+//! Addresses and routes over rtnetlink (main table only: that is all the node and pods use).
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use futures::TryStreamExt;
+use ipnet::IpNet;
+use rtnetlink::RouteMessageBuilder;
+use rtnetlink::packet_route::AddressFamily;
+use rtnetlink::packet_route::address::{AddressAttribute, AddressFlags, AddressMessage};
+use rtnetlink::packet_route::route::{RouteAddress, RouteAttribute, RouteMessage, RouteType, RouteVia};
+
+use crate::error::{Error, Result};
+use crate::link::Netlink;
+
+/// A unicast route in the main table.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Route {
+    /// Destination (`0.0.0.0/0` for a default route).
+    pub dst: IpNet,
+    /// Next hop; `None` for a link route.
+    pub gateway: Option<IpAddr>,
+    /// Output interface index.
+    pub dev: u32,
+    /// Preferred source address.
+    pub src: Option<IpAddr>,
+}
+
+const MAIN_TABLE: u8 = 254;
+
+impl Netlink {
+    /// Addresses on link `index`, with their prefix lengths.
+    pub async fn addresses(&self, index: u32) -> Result<Vec<IpNet>> {
+        let messages: Vec<AddressMessage> = self
+            .handle
+            .address()
+            .get()
+            .set_link_index_filter(index)
+            .execute()
+            .try_collect()
+            .await
+            .map_err(self.fail(format!("list addresses of link #{index}")))?;
+        Ok(messages
+            .iter()
+            .filter(|m| m.header.index == index)
+            .filter_map(|m| {
+                m.attributes.iter().find_map(|a| match a {
+                    AddressAttribute::Address(ip) => IpNet::new(*ip, m.header.prefix_len).ok(),
+                    _ => None,
+                })
+            })
+            .collect())
+    }
+
+    /// Adds (or replaces) `net` on link `index`. IPv6 addresses skip duplicate address
+    /// detection: OVN's IPAM already made them unique, and DAD would hold them tentative.
+    pub async fn add_address(&self, index: u32, net: IpNet) -> Result<()> {
+        let mut request = self
+            .handle
+            .address()
+            .add(index, net.addr(), net.prefix_len())
+            .replace();
+        if net.addr().is_ipv6() {
+            request
+                .message_mut()
+                .attributes
+                .push(AddressAttribute::Flags(AddressFlags::Nodad));
+        }
+        request
+            .execute()
+            .await
+            .map_err(self.fail(format!("add address {net} to link #{index}")))
+    }
+
+    /// Removes `net` from link `index`; `Ok(false)` when it was not there.
+    pub async fn delete_address(&self, index: u32, net: IpNet) -> Result<bool> {
+        let found: Vec<AddressMessage> = self
+            .handle
+            .address()
+            .get()
+            .set_link_index_filter(index)
+            .set_address_filter(net.addr())
+            .execute()
+            .try_collect()
+            .await
+            .map_err(self.fail(format!("find address {net} on link #{index}")))?;
+        let Some(message) = found.into_iter().find(|m| m.header.index == index) else {
+            return Ok(false);
+        };
+        match self.handle.address().del(message).execute().await {
+            Ok(()) => Ok(true),
+            Err(source) => {
+                let err = Error::Netlink {
+                    op: format!("delete address {net} from link #{index}"),
+                    ns: self.ns.clone(),
+                    source,
+                };
+                if err.is_not_found() { Ok(false) } else { Err(err) }
+            }
+        }
+    }
+
+    /// Unicast routes of the main table for one family, optionally only those out of `dev`.
+    pub async fn routes(&self, ipv6: bool, dev: Option<u32>) -> Result<Vec<Route>> {
+        let filter = if ipv6 {
+            RouteMessageBuilder::<Ipv6Addr>::new().build()
+        } else {
+            RouteMessageBuilder::<Ipv4Addr>::new().build()
+        };
+        let messages: Vec<RouteMessage> = self
+            .handle
+            .route()
+            .get(filter)
+            .execute()
+            .try_collect()
+            .await
+            .map_err(self.fail("list routes"))?;
+        Ok(messages
+            .iter()
+            .filter(|m| m.header.table == MAIN_TABLE && m.header.kind == RouteType::Unicast)
+            .filter_map(parse_route)
+            .filter(|r| dev.is_none_or(|d| r.dev == d))
+            .collect())
+    }
+
+    /// Adds (or replaces) a route in the main table.
+    pub async fn add_route(&self, route: &Route) -> Result<()> {
+        self.handle
+            .route()
+            .add(route_message(route))
+            .replace()
+            .execute()
+            .await
+            .map_err(self.fail(format!("add route {}", describe(route))))
+    }
+
+    /// Deletes a route; `Ok(false)` when it was not there.
+    pub async fn delete_route(&self, route: &Route) -> Result<bool> {
+        match self.handle.route().del(route_message(route)).execute().await {
+            Ok(()) => Ok(true),
+            Err(source) => {
+                let err = Error::Netlink {
+                    op: format!("delete route {}", describe(route)),
+                    ns: self.ns.clone(),
+                    source,
+                };
+                if err.is_not_found() { Ok(false) } else { Err(err) }
+            }
+        }
+    }
+}
+
+fn describe(route: &Route) -> String {
+    match route.gateway {
+        Some(gw) => format!("{} via {gw} dev #{}", route.dst, route.dev),
+        None => format!("{} dev #{}", route.dst, route.dev),
+    }
+}
+
+fn route_message(route: &Route) -> RouteMessage {
+    let mut message = match route.dst {
+        IpNet::V4(dst) => {
+            let mut b = RouteMessageBuilder::<Ipv4Addr>::new()
+                .destination_prefix(dst.network(), dst.prefix_len())
+                .output_interface(route.dev);
+            if let Some(IpAddr::V4(gw)) = route.gateway {
+                b = b.gateway(gw);
+            }
+            if let Some(IpAddr::V4(src)) = route.src {
+                b = b.pref_source(src);
+            }
+            b.build()
+        }
+        IpNet::V6(dst) => {
+            let mut b = RouteMessageBuilder::<Ipv6Addr>::new()
+                .destination_prefix(dst.network(), dst.prefix_len())
+                .output_interface(route.dev);
+            if let Some(IpAddr::V6(gw)) = route.gateway {
+                b = b.gateway(gw);
+            }
+            if let Some(IpAddr::V6(src)) = route.src {
+                b = b.pref_source(src);
+            }
+            b.build()
+        }
+    };
+    if route.gateway.is_none() {
+        // A link route: the destination is on the wire, as `ip route add X dev Y` makes it.
+        message.header.scope = rtnetlink::packet_route::route::RouteScope::Link;
+    }
+    message
+}
+
+fn parse_route(message: &RouteMessage) -> Option<Route> {
+    let mut dst = None;
+    let mut gateway = None;
+    let mut dev = None;
+    let mut src = None;
+    for attribute in &message.attributes {
+        match attribute {
+            RouteAttribute::Destination(a) => dst = address(a),
+            RouteAttribute::Gateway(a) => gateway = address(a),
+            RouteAttribute::Via(RouteVia::Inet6(v6)) => gateway = Some(IpAddr::V6(*v6)),
+            RouteAttribute::Oif(index) => dev = Some(*index),
+            RouteAttribute::PrefSource(a) => src = address(a),
+            _ => {}
+        }
+    }
+    let dst = dst.unwrap_or(match message.header.address_family {
+        AddressFamily::Inet6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        _ => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+    });
+    Some(Route {
+        dst: IpNet::new(dst, message.header.destination_prefix_length).ok()?,
+        gateway,
+        dev: dev?,
+        src,
+    })
+}
+
+fn address(a: &RouteAddress) -> Option<IpAddr> {
+    match a {
+        RouteAddress::Inet(v4) => Some(IpAddr::V4(*v4)),
+        RouteAddress::Inet6(v6) => Some(IpAddr::V6(*v6)),
+        _ => None,
+    }
+}

@@ -1,0 +1,166 @@
+//! Links, addresses, routes and TX offload in network namespaces this test creates (needs
+//! root and iproute2; fails, never skips, without them).
+
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use anyhow::{Context, Result, bail};
+use ipnet::IpNet;
+use kube_ovn_dataplane::{Netlink, Netns, Route, VethPair, ethtool, parse_mac};
+
+/// A namespace made with `ip netns add` and removed on drop.
+struct TestNs(String);
+
+impl TestNs {
+    fn new(tag: &str) -> Result<Self> {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "dpt{tag}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        ip(&["netns", "add", &name])?;
+        Ok(Self(name))
+    }
+    fn path(&self) -> String {
+        format!("/run/netns/{}", self.0)
+    }
+    fn exec(&self, args: &[&str]) -> Result<String> {
+        let mut full = vec!["netns", "exec", &self.0];
+        full.extend_from_slice(args);
+        ip(&full)
+    }
+}
+
+impl Drop for TestNs {
+    fn drop(&mut self) {
+        let _ = ip(&["netns", "del", &self.0]);
+    }
+}
+
+fn ip(args: &[&str]) -> Result<String> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .context("run ip (install iproute2)")?;
+    if !out.status.success() {
+        bail!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[tokio::test]
+async fn veth_across_namespaces_carries_traffic_and_deletes_cleanly() -> Result<()> {
+    let host = TestNs::new("h")?;
+    let pod = TestNs::new("p")?;
+    let host_ns = Netns::open(host.path())?;
+    let pod_ns = Netns::open(pod.path())?;
+    // The request goes out of the test's own namespace; each end must land in its own.
+    let here = Netlink::connect(&Netns::current()?)?;
+    let mac = parse_mac("0a:00:00:10:00:05").unwrap();
+    let pair = VethPair {
+        host: "tst_h",
+        host_ns: &host_ns,
+        peer: "eth0",
+        peer_ns: &pod_ns,
+        mtu: 1400,
+        peer_mac: mac,
+    };
+    here.add_veth(&pair).await?;
+    let again = here.add_veth(&pair).await.expect_err("a second add must fail");
+    assert!(again.is_exists(), "{again}");
+    assert!(
+        here.link("tst_h").await?.is_none(),
+        "host end must not be in the test's namespace"
+    );
+
+    let in_host = Netlink::connect(&host_ns)?;
+    let in_pod = Netlink::connect(&pod_ns)?;
+    let h = in_host.require_link("tst_h").await?;
+    let p = in_pod.require_link("eth0").await?;
+    assert_eq!((h.mtu, p.mtu), (Some(1400), Some(1400)));
+    assert_eq!(p.mac, Some(mac));
+    assert!(!h.up && !p.up, "created down");
+    in_host.configure(h.index, None, None, true).await?;
+    in_pod.configure(p.index, None, None, true).await?;
+    assert!(in_pod.require_link("eth0").await?.up);
+
+    let host_ip: IpNet = "10.99.0.1/24".parse()?;
+    let pod_ip: IpNet = "10.99.0.2/24".parse()?;
+    in_host.add_address(h.index, host_ip).await?;
+    in_pod.add_address(p.index, pod_ip).await?;
+    in_pod.add_address(p.index, pod_ip).await?; // replace: idempotent
+    let v4: Vec<IpNet> = in_pod
+        .addresses(p.index)
+        .await?
+        .into_iter()
+        .filter(|a| a.addr().is_ipv4())
+        .collect();
+    assert_eq!(v4, vec![pod_ip]);
+    let v6: IpNet = "fd00:99::2/64".parse()?;
+    in_pod.add_address(p.index, v6).await?;
+    let lo = in_pod.require_link("lo").await?;
+    in_pod.configure(lo.index, None, None, true).await?;
+    let default = Route {
+        dst: "0.0.0.0/0".parse()?,
+        gateway: Some("10.99.0.1".parse()?),
+        dev: p.index,
+        src: None,
+    };
+    in_pod.add_route(&default).await?;
+    let routes = in_pod.routes(false, Some(p.index)).await?;
+    assert!(routes.contains(&default), "{routes:?}");
+    assert!(
+        pod.exec(&["ip", "route", "show", "default"])?
+            .contains("via 10.99.0.1 dev eth0")
+    );
+
+    assert!(
+        ethtool::tx_checksum_enabled(&pod_ns, "eth0")?,
+        "veths start with TX checksum offload on"
+    );
+    ethtool::disable_tx_checksum(&pod_ns, "eth0")?;
+    assert!(!ethtool::tx_checksum_enabled(&pod_ns, "eth0")?);
+    assert!(
+        pod.exec(&["ethtool", "-k", "eth0"])?
+            .contains("tx-checksumming: off")
+    );
+    assert!(ethtool::write_net_sysctl(
+        &pod_ns,
+        "ipv4/conf/all/forwarding",
+        "1"
+    )?);
+    assert_eq!(
+        pod.exec(&["cat", "/proc/sys/net/ipv4/conf/all/forwarding"])?
+            .trim(),
+        "1"
+    );
+    assert!(!ethtool::write_net_sysctl(&pod_ns, "no/such/key", "1")?);
+
+    host.exec(&["ping", "-c1", "-W2", "10.99.0.2"])?;
+
+    assert!(in_pod.delete_route(&default).await?);
+    assert!(
+        !in_pod.delete_route(&default).await?,
+        "a second delete reports it was gone"
+    );
+    assert!(in_pod.delete_address(p.index, v6).await?);
+    assert!(!in_pod.delete_address(p.index, v6).await?);
+    assert!(in_host.delete_link("tst_h").await?);
+    assert!(!in_host.delete_link("tst_h").await?);
+    assert!(
+        in_pod.link("eth0").await?.is_none(),
+        "deleting one end removes the peer"
+    );
+    Ok(())
+}
+
+#[test]
+fn missing_namespace_is_named_and_not_found() {
+    let err = Netns::open("/run/netns/definitely-not-here").unwrap_err();
+    assert!(err.is_not_found());
+    assert!(
+        err.to_string().contains("/run/netns/definitely-not-here"),
+        "{err}"
+    );
+}
