@@ -1,17 +1,23 @@
 //! Test fixtures that run the real thing: `ovsdb-server` for OVN_Northbound and Open_vSwitch,
 //! single or as a 3-member RAFT cluster, each in its own temporary directory with unix sockets,
-//! started as child processes and stopped by PID (never by name).
+//! started as child processes and stopped by PID (never by name); OVN central; and "nodes" as
+//! network namespaces with their own ovsdb-server, ovs-vswitchd (userspace datapath) and
+//! ovn-controller, joined by a veth underlay.
 //!
 //! A fixture whose program is missing fails loudly with the command that installs it; nothing
 //! here skips.
 
 mod daemon;
+mod netns;
 mod ovn;
+mod ovs_node;
 mod ovsdb;
 mod wait;
 
 pub use daemon::Daemon;
+pub use netns::{Netns, tcp_transfer};
 pub use ovn::{OvnCentral, Trace};
+pub use ovs_node::OvsNode;
 pub use ovsdb::{NB_SCHEMA, OvsdbServer, RaftCluster, SB_SCHEMA, VSWITCH_SCHEMA};
 pub use wait::{wait_until, wait_until_async};
 
