@@ -4,9 +4,11 @@
 //! unix socket ([`http`]), and one whole invocation behind a transport trait ([`shim`]).
 //!
 //! The binary `kube-ovn` adds only the process edges: environment, stdin, the socket, stdout,
-//! exit status. The node daemon (`kube-ovn-daemon`) will live in this crate too.
+//! exit status. The node daemon (`kube-ovn-daemon`) is [`daemon`]; the shim binary uses none
+//! of it, so it links no tokio, netlink or kube client.
 
 pub mod config;
+pub mod daemon;
 pub mod env;
 pub mod error;
 pub mod http;

@@ -1,0 +1,282 @@
+//! `kube-ovn-daemon` flags: Kube-OVN's names and defaults where it has the flag (reference §4.8),
+//! each also an environment variable, validated at start into a [`Config`] with messages that
+//! name the flag.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "kube-ovn-daemon",
+    version,
+    about = "kube-ovn-rs node daemon: CNI server, br-int, ovn0, pod NICs on OVS"
+)]
+pub struct Flags {
+    /// This node's name (the Node object and the OVN chassis hostname).
+    #[arg(long, env = "KUBE_NODE_NAME")]
+    pub node_name: String,
+    /// Kubeconfig file; in-cluster configuration when absent.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Unix socket the CNI shim posts to.
+    #[arg(long, env = "BIND_SOCKET", default_value = kube_ovn_api::wire::DAEMON_SOCKET)]
+    pub bind_socket: PathBuf,
+    /// The local Open_vSwitch database (`unix:PATH` or `tcp:HOST:PORT`).
+    #[arg(long, env = "OVS_DB", default_value = "unix:/run/openvswitch/db.sock")]
+    pub ovs_db: String,
+    /// OVN southbound remotes for ovn-controller (`external_ids:ovn-remote`); left as found
+    /// when empty (Kube-OVN's start-ovs.sh sets it).
+    #[arg(long, env = "OVN_SB_ADDR", default_value = "")]
+    pub ovn_sb_addr: String,
+    /// Tunnel endpoint address (`external_ids:ovn-encap-ip`); else the first address of `--iface`.
+    #[arg(long, env = "ENCAP_IP", default_value = "")]
+    pub encap_ip: String,
+    /// Interface whose address is the tunnel endpoint when `--encap-ip` is empty.
+    #[arg(long, env = "IFACE", default_value = "")]
+    pub iface: String,
+    /// Tunnel type (`external_ids:ovn-encap-type`).
+    #[arg(long, env = "NETWORK_TYPE", default_value = "geneve")]
+    pub network_type: String,
+    /// Checksums in tunnel packets (`external_ids:ovn-encap-csum`).
+    #[arg(long, env = "ENCAP_CHECKSUM", default_value_t = true, action = clap::ArgAction::Set)]
+    pub encap_checksum: bool,
+    /// `br-int`'s datapath: `system` (kernel module) or `netdev` (userspace, where TX checksum
+    /// offload must be off in every pod).
+    #[arg(long, env = "OVS_DATAPATH_TYPE", default_value = "system")]
+    pub ovs_datapath_type: String,
+    /// Pod MTU when the subnet sets none (Kube-OVN derives it from the tunnel NIC minus the
+    /// encapsulation; 0 keeps that rule: 1400 here, 1500 minus 100 for geneve).
+    #[arg(long, env = "MTU", default_value_t = 0)]
+    pub mtu: u32,
+    /// OVS integration bridge.
+    #[arg(long, env = "OVS_BRIDGE", default_value = "br-int")]
+    pub ovs_bridge: String,
+    /// The default VPC's router (subnets routed through `ovn0`).
+    #[arg(long, env = "CLUSTER_ROUTER", default_value = "ovn-cluster")]
+    pub cluster_router: String,
+    /// The join subnet.
+    #[arg(long, env = "NODE_SWITCH", default_value = "join")]
+    pub node_switch: String,
+    /// Namespace path where ovs-vswitchd runs (host ends of veths, `ovn0`, node routes); this
+    /// process's own namespace when empty, as with Kube-OVN's hostNetwork DaemonSet.
+    #[arg(long, env = "OVS_NETNS", default_value = "")]
+    pub ovs_netns: String,
+    /// File holding the chassis name (written by OVS packaging); the node name when absent.
+    #[arg(
+        long,
+        env = "SYSTEM_ID_FILE",
+        default_value = "/etc/openvswitch/system-id.conf"
+    )]
+    pub system_id_file: PathBuf,
+    /// How long ADD waits for the controller's annotations.
+    #[arg(long, env = "WAIT_ADDRESS_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
+    pub wait_address_timeout: Duration,
+    /// How long ADD waits for ovn-controller to bind the port (`ovn-installed`).
+    #[arg(long, env = "WAIT_OVN_INSTALLED_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub wait_ovn_installed_timeout: Duration,
+    /// Install the CNI binary and conflist at start.
+    #[arg(long, env = "INSTALL_CNI_CONFIG", default_value_t = false, action = clap::ArgAction::Set)]
+    pub install_cni_config: bool,
+    /// Where the conflist goes.
+    #[arg(long, env = "CNI_CONF_DIR", default_value = "/etc/cni/net.d")]
+    pub cni_conf_dir: PathBuf,
+    /// Its file name.
+    #[arg(long, env = "CNI_CONF_NAME", default_value = "01-kube-ovn.conflist")]
+    pub cni_conf_name: String,
+    /// Where the `kube-ovn` binary goes.
+    #[arg(long, env = "CNI_BIN_DIR", default_value = "/opt/cni/bin")]
+    pub cni_bin_dir: PathBuf,
+    /// The `kube-ovn` binary to install; next to this daemon's binary when empty.
+    #[arg(long, env = "CNI_BIN", default_value = "")]
+    pub cni_bin: String,
+    /// Metrics and health port (Kube-OVN `--pprof-port`).
+    #[arg(long, env = "PPROF_PORT", default_value_t = 10665)]
+    pub pprof_port: u16,
+    /// Address the metrics listener binds.
+    #[arg(long, env = "METRICS_ADDRESS", default_value = "0.0.0.0")]
+    pub metrics_address: IpAddr,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let (number, scale) = if let Some(ms) = text.strip_suffix("ms") {
+        (ms, 0.001)
+    } else if let Some(s) = text.strip_suffix('s') {
+        (s, 1.0)
+    } else {
+        (text, 1.0)
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration (e.g. 20s, 500ms)"))?;
+    if !(value.is_finite() && value > 0.0) {
+        return Err(format!("{text:?} must be positive"));
+    }
+    Ok(Duration::from_secs_f64(value * scale))
+}
+
+/// Which datapath `br-int` uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Datapath {
+    /// The kernel module.
+    System,
+    /// The userspace datapath.
+    Netdev,
+}
+
+impl Datapath {
+    /// The `Bridge.datapath_type` value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::System => "system",
+            Self::Netdev => "netdev",
+        }
+    }
+}
+
+/// Validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The flags as given.
+    pub flags: Flags,
+    /// Parsed `--ovs-datapath-type`.
+    pub datapath: Datapath,
+    /// Parsed `--encap-ip`.
+    pub encap_ip: Option<IpAddr>,
+    /// Pod MTU when the subnet has none.
+    pub default_mtu: u32,
+}
+
+/// A flag with a bad value.
+#[derive(Debug, thiserror::Error)]
+#[error("--{flag}: {problem}")]
+pub struct FlagError {
+    /// The flag's name.
+    pub flag: &'static str,
+    /// What is wrong.
+    pub problem: String,
+}
+
+fn bad(flag: &'static str, problem: impl Into<String>) -> FlagError {
+    FlagError {
+        flag,
+        problem: problem.into(),
+    }
+}
+
+/// Geneve's header with the outer IP and UDP (Kube-OVN subtracts 100 for geneve, 50 for vxlan).
+const GENEVE_OVERHEAD: u32 = 100;
+const VXLAN_OVERHEAD: u32 = 50;
+
+impl Flags {
+    /// Checks every flag.
+    pub fn validate(self) -> Result<Config, FlagError> {
+        if self.node_name.is_empty() {
+            return Err(bad("node-name", "must not be empty"));
+        }
+        let datapath = match self.ovs_datapath_type.as_str() {
+            "system" | "" => Datapath::System,
+            "netdev" => Datapath::Netdev,
+            other => {
+                return Err(bad(
+                    "ovs-datapath-type",
+                    format!("{other:?} is neither system nor netdev"),
+                ));
+            }
+        };
+        let overhead = match self.network_type.as_str() {
+            "geneve" => GENEVE_OVERHEAD,
+            "vxlan" => VXLAN_OVERHEAD,
+            "stt" => 72,
+            other => {
+                return Err(bad(
+                    "network-type",
+                    format!("{other:?} is not geneve, vxlan or stt"),
+                ));
+            }
+        };
+        let encap_ip = match self.encap_ip.as_str() {
+            "" => None,
+            text => Some(
+                text.parse()
+                    .map_err(|_| bad("encap-ip", format!("{text:?} is not an IP address")))?,
+            ),
+        };
+        if encap_ip.is_none() && self.iface.is_empty() && !self.ovn_sb_addr.is_empty() {
+            return Err(bad("encap-ip", "needed (or --iface) when --ovn-sb-addr is set"));
+        }
+        if self.mtu != 0 && !(68..=65535).contains(&self.mtu) {
+            return Err(bad("mtu", format!("{} is outside 68..65535", self.mtu)));
+        }
+        let default_mtu = if self.mtu == 0 { 1500 - overhead } else { self.mtu };
+        if self.ovs_bridge.is_empty() {
+            return Err(bad("ovs-bridge", "must not be empty"));
+        }
+        if self.bind_socket.as_os_str().is_empty() {
+            return Err(bad("bind-socket", "must not be empty"));
+        }
+        Ok(Config {
+            flags: self,
+            datapath,
+            encap_ip,
+            default_mtu,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flags(args: &[&str]) -> Flags {
+        let mut all = vec!["kube-ovn-daemon", "--node-name", "n1"];
+        all.extend_from_slice(args);
+        Flags::try_parse_from(all).unwrap()
+    }
+
+    #[test]
+    fn defaults_follow_kube_ovn() {
+        let config = flags(&[]).validate().unwrap();
+        assert_eq!(
+            config.flags.bind_socket,
+            PathBuf::from("/run/openvswitch/kube-ovn-daemon.sock")
+        );
+        assert_eq!(config.default_mtu, 1400);
+        assert_eq!(config.datapath, Datapath::System);
+        assert_eq!(config.flags.wait_address_timeout, Duration::from_secs(20));
+        assert_eq!(config.flags.pprof_port, 10665);
+    }
+
+    #[test]
+    fn bad_values_name_the_flag() {
+        for (args, flag) in [
+            (vec!["--ovs-datapath-type", "dpdk"], "--ovs-datapath-type"),
+            (vec!["--network-type", "gre"], "--network-type"),
+            (vec!["--encap-ip", "1.2.3"], "--encap-ip"),
+            (vec!["--mtu", "40"], "--mtu"),
+            (vec!["--ovn-sb-addr", "tcp:1.1.1.1:6642"], "--encap-ip"),
+        ] {
+            let err = flags(&args).validate().unwrap_err().to_string();
+            assert!(err.starts_with(flag), "{args:?}: {err}");
+        }
+        assert!(
+            Flags::try_parse_from([
+                "kube-ovn-daemon",
+                "--node-name",
+                "n",
+                "--wait-address-timeout",
+                "soon"
+            ])
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
+        assert!(parse_duration("0s").is_err());
+    }
+}

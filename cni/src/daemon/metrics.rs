@@ -1,0 +1,87 @@
+//! Prometheus metrics on `/metrics`: CNI operation latency by verb and result (Kube-OVN's
+//! `cni_op_latency_seconds`), and how long ADD waited for the controller's address and route
+//! annotations and for ovn-controller's `ovn-installed`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OpLabels {
+    method: &'static str,
+    status_code: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WaitLabels {
+    what: &'static str,
+}
+
+struct Inner {
+    registry: Registry,
+    ops: Family<OpLabels, Histogram>,
+    waits: Family<WaitLabels, Histogram>,
+}
+
+/// Cheap to clone; every clone records into the same registry.
+#[derive(Clone)]
+pub struct Metrics {
+    inner: Arc<Inner>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A fresh registry.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let buckets = || Histogram::new(exponential_buckets(0.0005, 2.0, 18));
+        let ops = Family::<OpLabels, Histogram>::new_with_constructor(buckets);
+        let waits = Family::<WaitLabels, Histogram>::new_with_constructor(buckets);
+        registry.register(
+            "cni_op_latency_seconds",
+            "CNI request latency by method (add, del, check, status, gc) and HTTP status",
+            ops.clone(),
+        );
+        registry.register(
+            "cni_wait_seconds",
+            "Time ADD waited, by what for: address and route (controller annotations), ovn_installed",
+            waits.clone(),
+        );
+        Self {
+            inner: Arc::new(Inner { registry, ops, waits }),
+        }
+    }
+
+    /// Records one request.
+    pub fn op(&self, method: &'static str, status_code: u16, took: Duration) {
+        self.inner
+            .ops
+            .get_or_create(&OpLabels { method, status_code })
+            .observe(took.as_secs_f64());
+    }
+
+    /// Records one wait.
+    pub fn wait(&self, what: &'static str, took: Duration) {
+        self.inner
+            .waits
+            .get_or_create(&WaitLabels { what })
+            .observe(took.as_secs_f64());
+    }
+
+    /// OpenMetrics text.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.inner.registry)
+            .expect("writing to a String");
+        out
+    }
+}

@@ -1,0 +1,256 @@
+//! `kube-ovn-daemon`, the node agent: the CNI server behind the `kube-ovn` shim, and the
+//! node's own OVS and kernel plumbing.
+//!
+//! Tasks (all on one tokio runtime; inputs are watch events and requests):
+//!
+//! ```text
+//!   pods on this node ──watch──▶ Watched<Pod> ──tick──▶ ADD waiters (wait_for_plan)
+//!                                    └─applied──▶ qos task ──▶ Ovs::set_qos (live rate changes)
+//!   this Node, Subnets ──watch──▶ Watched<_> ──tick──▶ node task ──▶ ovn0 + routes (reconcile_node_network)
+//!   shim ──unix socket──▶ CNI server (axum) ──per-pod lock──▶ add_nic / del_nic / check_nic / gc
+//!   Open_vSwitch DB ◀──▶ Ovs (replica + transactions)      kernel ◀── dataplane (netlink, ethtool)
+//!   /metrics /healthz /readyz ◀── metrics listener
+//! ```
+
+pub mod config;
+pub mod error;
+pub mod install;
+pub mod metrics;
+mod nic;
+pub mod node;
+pub mod ovs;
+pub mod plan;
+pub mod server;
+pub mod watch;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node as K8sNode, Pod};
+use kube::Api;
+use kube_ovn_api::crd::Subnet;
+use kube_ovn_dataplane::{Netlink, Netns};
+use kube_ovn_ovsdb::{Client, ClientConfig, MonitorTables, Remote};
+use tokio::sync::mpsc;
+
+use self::config::Config;
+use self::error::DaemonError;
+use self::metrics::Metrics;
+use self::ovs::Ovs;
+use self::watch::Watched;
+
+/// Everything a request handler needs.
+pub struct Node {
+    /// Validated flags.
+    pub config: Config,
+    /// The API.
+    pub kube: kube::Client,
+    /// The local Open_vSwitch database.
+    pub ovs: Ovs,
+    /// Where ovs-vswitchd runs.
+    pub ovs_ns: Netns,
+    /// Netlink in that namespace.
+    pub ovs_nl: Netlink,
+    /// Pods scheduled here.
+    pub pods: Watched<Pod>,
+    /// Every subnet.
+    pub subnets: Watched<Subnet>,
+    /// This node.
+    pub nodes: Watched<K8sNode>,
+    /// Metrics.
+    pub metrics: Metrics,
+    locks: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
+}
+
+impl Node {
+    /// Serializes work per pod: ADD, DEL and CHECK of one pod never overlap.
+    pub async fn lock(&self, key: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = {
+            let mut locks = self.locks.lock().unwrap_or_else(PoisonError::into_inner);
+            if locks.len() > 1024 {
+                locks.retain(|_, weak| weak.strong_count() > 0);
+            }
+            if let Some(lock) = locks.get(key).and_then(Weak::upgrade) {
+                lock
+            } else {
+                let lock = Arc::new(tokio::sync::Mutex::new(()));
+                locks.insert(key.to_owned(), Arc::downgrade(&lock));
+                lock
+            }
+        };
+        lock.lock_owned().await
+    }
+
+    /// Whether the daemon can serve ADD now (CNI STATUS, `/readyz`).
+    pub fn status(&self) -> Result<(), DaemonError> {
+        if self.ovs.interface(self.ovs.bridge()).is_none() {
+            return Err(DaemonError::BadRequest(format!(
+                "bridge {} is not in the Open_vSwitch database (is ovsdb-server up?)",
+                self.ovs.bridge()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Why the daemon could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A setting is unusable.
+    #[error("{0}")]
+    Config(String),
+    /// A start-up step failed.
+    #[error(transparent)]
+    Daemon(#[from] DaemonError),
+    /// A listener could not be opened.
+    #[error("{what}: {source}")]
+    Io {
+        /// Which.
+        what: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// Runs the daemon until `shutdown` completes.
+pub async fn run(
+    config: Config,
+    kube: kube::Client,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), StartError> {
+    let flags = config.flags.clone();
+    let ovs_ns = if flags.ovs_netns.is_empty() {
+        Netns::current()
+    } else {
+        Netns::open(&flags.ovs_netns)
+    }
+    .map_err(|e| StartError::Config(format!("--ovs-netns: {e}")))?;
+    let ovs_nl = Netlink::connect(&ovs_ns).map_err(DaemonError::from)?;
+    let remotes =
+        Remote::parse_list(&flags.ovs_db).map_err(|e| StartError::Config(format!("--ovs-db: {e}")))?;
+    let tables = ovs::MONITORED.iter().map(|t| (*t).to_owned()).collect();
+    let client =
+        Client::start(ClientConfig::new(remotes, "Open_vSwitch").monitor(MonitorTables::Only(tables)));
+    client
+        .wait_ready(Duration::from_secs(30))
+        .await
+        .map_err(DaemonError::ovsdb(format!("connect to {}", flags.ovs_db)))?;
+
+    let node_fields = format!("metadata.name={}", flags.node_name);
+    let pod_fields = format!("spec.nodeName={}", flags.node_name);
+    let (applied_tx, applied_rx) = mpsc::unbounded_channel();
+    let node = Arc::new(Node {
+        ovs: Ovs::new(client.clone(), flags.ovs_bridge.clone()),
+        ovs_ns,
+        ovs_nl,
+        pods: Watched::start(Api::all(kube.clone()), Some(pod_fields), Some(applied_tx)),
+        subnets: Watched::start(Api::all(kube.clone()), None, None),
+        nodes: Watched::start(Api::all(kube.clone()), Some(node_fields), None),
+        metrics: Metrics::new(),
+        locks: Mutex::default(),
+        config,
+        kube,
+    });
+    let system_id = node.init_ovs().await?;
+    tracing::info!(node = %flags.node_name, %system_id, datapath = node.config.datapath.as_str(), "chassis configured");
+    if flags.install_cni_config {
+        install::install(&node.config).map_err(|source| StartError::Io {
+            what: "install the CNI binary and conflist".into(),
+            source,
+        })?;
+    }
+
+    if let Some(parent) = flags.bind_socket.parent() {
+        std::fs::create_dir_all(parent).map_err(|source| StartError::Io {
+            what: format!("create {}", parent.display()),
+            source,
+        })?;
+    }
+    // A socket file left by a previous run would make bind fail.
+    let _ = std::fs::remove_file(&flags.bind_socket);
+    let cni_listener =
+        tokio::net::UnixListener::bind(&flags.bind_socket).map_err(|source| StartError::Io {
+            what: format!("bind --bind-socket {}", flags.bind_socket.display()),
+            source,
+        })?;
+    let metrics_listener = tokio::net::TcpListener::bind((flags.metrics_address, flags.pprof_port))
+        .await
+        .map_err(|source| StartError::Io {
+            what: format!("bind --pprof-port {}", flags.pprof_port),
+            source,
+        })?;
+
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(node_task(node.clone()));
+    tasks.spawn(qos_task(node.clone(), applied_rx));
+    let cni = server::cni_router(node.clone());
+    tasks.spawn(async move {
+        if let Err(e) = axum::serve(cni_listener, cni).await {
+            tracing::error!(error = %e, "CNI server stopped");
+        }
+    });
+    let metrics = server::metrics_router(node.clone());
+    tasks.spawn(async move {
+        if let Err(e) = axum::serve(metrics_listener, metrics).await {
+            tracing::error!(error = %e, "metrics server stopped");
+        }
+    });
+    tracing::info!(socket = %flags.bind_socket.display(), "serving CNI requests");
+    shutdown.await;
+    tasks.shutdown().await;
+    let _ = std::fs::remove_file(&flags.bind_socket);
+    Ok(())
+}
+
+/// Keeps `ovn0` and the subnet routes in step with the Node and the Subnets; also re-checks
+/// every 30 s as a safety net against outside changes.
+async fn node_task(node: Arc<Node>) {
+    let mut node_changes = node.nodes.changes();
+    let mut subnet_changes = node.subnets.changes();
+    let mut ovs_state = node.ovs.state();
+    loop {
+        match node.reconcile_node_network().await {
+            Ok(true) => {}
+            Ok(false) => tracing::info!("waiting for the controller's join annotations on this node"),
+            Err(e) => tracing::warn!(error = %e, "node network not ready; will retry"),
+        }
+        tokio::select! {
+            _ = node_changes.changed() => {}
+            _ = subnet_changes.changed() => {}
+            _ = ovs_state.changed() => {}
+            () = tokio::time::sleep(Duration::from_secs(30)) => {}
+        }
+    }
+}
+
+/// Applies `ingress_rate`/`egress_rate` changes to running pods' ports.
+async fn qos_task(node: Arc<Node>, mut applied: mpsc::UnboundedReceiver<Arc<Pod>>) {
+    while let Some(pod) = applied.recv().await {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        for iface in node.ovs.pod_interfaces() {
+            let ids = &iface.external_ids;
+            if ids.get("pod_name") != Some(&name) || ids.get("pod_namespace") != Some(&namespace) {
+                continue;
+            }
+            let provider = ids.get("provider").map_or("ovn", String::as_str);
+            let wanted = match plan::qos_plan(pod.metadata.annotations.as_ref(), provider) {
+                Ok(q) => q,
+                Err(e) => {
+                    tracing::warn!(pod = %format!("{namespace}/{name}"), error = %e, "QoS annotation ignored");
+                    continue;
+                }
+            };
+            if node.ovs.current_qos(&iface.name) != Some(wanted) {
+                let span =
+                    tracing::info_span!("qos", pod = %format!("{namespace}/{name}"), port = %iface.name);
+                let _g = span.enter();
+                match node.ovs.set_qos(&iface.name, wanted).await {
+                    Ok(()) => tracing::info!(?wanted, "QoS updated"),
+                    Err(e) => tracing::warn!(error = %e, "QoS update failed"),
+                }
+            }
+        }
+    }
+}

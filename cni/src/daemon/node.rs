@@ -1,0 +1,247 @@
+//! Node start-up and the node's own plumbing: `br-int`, the chassis settings for
+//! ovn-controller, the `ovn.kubernetes.io/chassis` annotation, `ovn0` on the join subnet, and
+//! kernel routes to the default VPC's subnets through it, kept in step with the Subnets.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use k8s_openapi::api::core::v1::Node as K8sNode;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use kube_ovn_api::annotations::{CidrPair, IpPair, MacAddr, get, is_true, keys};
+use kube_ovn_api::crd::Subnet;
+use kube_ovn_api::names;
+use kube_ovn_dataplane::Route;
+
+use super::Node;
+use super::error::DaemonError;
+use super::ovs::PortSpec;
+use super::plan::QosPlan;
+
+/// The node port on `br-int` (Kube-OVN's name).
+pub const OVN0: &str = "ovn0";
+
+/// The join-subnet settings the controller wrote on the Node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinAddress {
+    /// `ip_address` with the join CIDR's prefix length, per family.
+    pub addresses: Vec<IpNet>,
+    /// `gateway`, per family.
+    pub gateways: Vec<IpAddr>,
+    /// `mac_address`.
+    pub mac: MacAddr,
+}
+
+/// Reads the controller's join annotations from the Node; `Ok(None)` until they are complete.
+pub fn join_address(
+    node: &K8sNode,
+) -> Result<Option<JoinAddress>, kube_ovn_api::annotations::AnnotationError> {
+    let ann = node.metadata.annotations.as_ref();
+    if !is_true(ann, keys::ALLOCATED) {
+        return Ok(None);
+    }
+    let (Some(ips), Some(cidrs), Some(gateways), Some(mac)) = (
+        get::<IpPair>(ann, keys::IP_ADDRESS)?,
+        get::<CidrPair>(ann, keys::CIDR)?,
+        get::<IpPair>(ann, keys::GATEWAY)?,
+        get::<MacAddr>(ann, keys::MAC_ADDRESS)?,
+    ) else {
+        return Ok(None);
+    };
+    let addresses = ips
+        .addrs()
+        .filter_map(|ip| {
+            cidrs
+                .nets()
+                .find(|n| n.contains(&ip))
+                .and_then(|n| IpNet::new(ip, n.prefix_len()).ok())
+        })
+        .collect();
+    Ok(Some(JoinAddress {
+        addresses,
+        gateways: gateways.addrs().collect(),
+        mac,
+    }))
+}
+
+/// Routes through `ovn0` to every subnet of the default VPC (Kube-OVN's `reconcileRouters`):
+/// overlay subnets, and underlay ones only with `logicalGateway`; never the join subnet itself.
+pub fn subnet_routes(
+    subnets: &[Arc<Subnet>],
+    join: &JoinAddress,
+    cluster_router: &str,
+    node_switch: &str,
+    ovn0: u32,
+) -> BTreeSet<Route> {
+    let mut routes = BTreeSet::new();
+    for subnet in subnets {
+        let name = subnet.metadata.name.as_deref().unwrap_or_default();
+        let spec = &subnet.spec;
+        let vpc = spec.vpc.as_deref().unwrap_or(cluster_router);
+        if name == node_switch || (vpc != cluster_router && !vpc.is_empty()) {
+            continue;
+        }
+        let underlay = spec.vlan.as_deref().is_some_and(|v| !v.is_empty());
+        if underlay && spec.logical_gateway != Some(true) {
+            continue;
+        }
+        for cidr in spec.cidr_block.as_deref().unwrap_or_default().split(',') {
+            let Ok(dst) = cidr.trim().parse::<IpNet>() else {
+                continue;
+            };
+            let Some(gw) = join.gateways.iter().find(|g| g.is_ipv4() == dst.addr().is_ipv4()) else {
+                continue;
+            };
+            routes.insert(Route {
+                dst: dst.trunc(),
+                gateway: Some(*gw),
+                dev: ovn0,
+                src: None,
+            });
+        }
+    }
+    routes
+}
+
+impl Node {
+    /// The chassis settings ovn-controller reads, and `br-int`.
+    pub async fn init_ovs(&self) -> Result<String, DaemonError> {
+        let flags = &self.config.flags;
+        self.ovs.ensure_bridge(self.config.datapath.as_str()).await?;
+        let system_id = std::fs::read_to_string(&flags.system_id_file)
+            .ok()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .or_else(|| self.ovs.chassis_ids().get("system-id").cloned())
+            .unwrap_or_else(|| flags.node_name.clone());
+        let mut ids = BTreeMap::from([
+            ("system-id".to_owned(), system_id.clone()),
+            ("hostname".to_owned(), flags.node_name.clone()),
+            ("ovn-bridge".to_owned(), flags.ovs_bridge.clone()),
+            ("ovn-encap-type".to_owned(), flags.network_type.clone()),
+            ("ovn-encap-csum".to_owned(), flags.encap_checksum.to_string()),
+            (
+                "ovn-bridge-datapath-type".to_owned(),
+                self.config.datapath.as_str().to_owned(),
+            ),
+        ]);
+        if let Some(ip) = self.encap_ip().await? {
+            ids.insert("ovn-encap-ip".into(), ip.to_string());
+        }
+        if !flags.ovn_sb_addr.is_empty() {
+            ids.insert("ovn-remote".into(), flags.ovn_sb_addr.clone());
+        }
+        self.ovs.set_chassis_ids(&ids).await?;
+        let patch = serde_json::json!({"metadata": {"annotations": {keys::CHASSIS: system_id}}});
+        Api::<K8sNode>::all(self.kube.clone())
+            .patch(&flags.node_name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|source| DaemonError::Kube {
+                op: format!("annotate node {} with its chassis", flags.node_name),
+                source: Box::new(source),
+            })?;
+        Ok(system_id)
+    }
+
+    async fn encap_ip(&self) -> Result<Option<IpAddr>, DaemonError> {
+        if let Some(ip) = self.config.encap_ip {
+            return Ok(Some(ip));
+        }
+        let iface = &self.config.flags.iface;
+        if iface.is_empty() {
+            return Ok(None);
+        }
+        let link = self.ovs_nl.require_link(iface).await?;
+        let addresses = self.ovs_nl.addresses(link.index).await?;
+        let first = addresses
+            .iter()
+            .find(|a| a.addr().is_ipv4())
+            .or_else(|| addresses.first());
+        first.map(|a| Some(a.addr())).ok_or_else(|| {
+            DaemonError::BadRequest(format!(
+                "--iface {iface} has no address to use as the tunnel endpoint"
+            ))
+        })
+    }
+
+    /// One pass over the node's plumbing: `ovn0` as the Node's join annotations say, and the
+    /// routes to the default VPC's subnets. Idempotent; returns `false` while the controller
+    /// has not annotated the Node yet.
+    pub async fn reconcile_node_network(&self) -> Result<bool, DaemonError> {
+        let name = &self.config.flags.node_name;
+        let Some(node) = self.nodes.get(name, None) else {
+            return Ok(false);
+        };
+        let join = join_address(&node).map_err(|source| DaemonError::Annotation {
+            pod: format!("node {name}"),
+            source,
+        })?;
+        let Some(join) = join else { return Ok(false) };
+        let ovn0 = self.ensure_ovn0(&join).await?;
+        let desired = subnet_routes(
+            &self.subnets.all(),
+            &join,
+            &self.config.flags.cluster_router,
+            &self.config.flags.node_switch,
+            ovn0,
+        );
+        for ipv6 in [false, true] {
+            for existing in self.ovs_nl.routes(ipv6, Some(ovn0)).await? {
+                // Link routes (the join CIDR) are the kernel's; ours all have a next hop.
+                if existing.gateway.is_some() && !desired.contains(&existing) {
+                    self.ovs_nl.delete_route(&existing).await?;
+                }
+            }
+        }
+        for route in &desired {
+            self.ovs_nl.add_route(route).await?;
+        }
+        Ok(true)
+    }
+
+    async fn ensure_ovn0(&self, join: &JoinAddress) -> Result<u32, DaemonError> {
+        let iface_id = names::node_port_name(&self.config.flags.node_name);
+        let ips = join
+            .addresses
+            .iter()
+            .map(|a| a.addr().to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        let external_ids = BTreeMap::from([("iface-id".to_owned(), iface_id), ("ip".to_owned(), ips)]);
+        let current = self.ovs.interface(OVN0);
+        let up_to_date = current.as_ref().is_some_and(|i| {
+            i.r#type == "internal"
+                && i.external_ids.get("iface-id") == external_ids.get("iface-id")
+                && i.external_ids.get("ip") == external_ids.get("ip")
+                && i.mac.as_deref() == Some(join.mac.to_string().as_str())
+        });
+        if !up_to_date {
+            let spec = PortSpec {
+                name: OVN0,
+                kind: "internal",
+                mac: Some(join.mac.to_string()),
+                external_ids: &external_ids,
+                qos: QosPlan::default(),
+            };
+            self.ovs.add_port(&spec).await?;
+        }
+        self.ovs.wait_opened(OVN0, Duration::from_secs(10)).await?;
+        let link = self.ovs_nl.require_link(OVN0).await?;
+        let mtu = self.config.default_mtu;
+        if link.mac != Some(join.mac.0) || link.mtu != Some(mtu) || !link.up {
+            self.ovs_nl
+                .configure(link.index, Some(join.mac.0), Some(mtu), true)
+                .await?;
+        }
+        let present = self.ovs_nl.addresses(link.index).await?;
+        for address in &join.addresses {
+            if !present.contains(address) {
+                self.ovs_nl.add_address(link.index, *address).await?;
+            }
+        }
+        Ok(link.index)
+    }
+}

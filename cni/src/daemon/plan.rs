@@ -1,0 +1,322 @@
+//! What one pod NIC should look like, computed from the pod's annotations, the request and the
+//! subnet, with no I/O: names, addresses, routes, MTU, the OVS interface's `external_ids`, and
+//! QoS. The rest of the daemon applies a [`NicPlan`]; tests check it by input → output.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use kube_ovn_api::annotations::{
+    AnnotationError, CidrPair, IpPair, MacAddr, Routes, get, is_true, provider_key,
+};
+use kube_ovn_api::names;
+use kube_ovn_api::wire::{CniRequest, CniResponse, IpConfig, Route as WireRoute};
+
+/// Linux interface names hold at most 15 bytes (IFNAMSIZ - 1).
+const IFNAME_MAX: usize = 15;
+
+/// Host and container names of a pod's veth, as Kube-OVN derives them from the container ID:
+/// `<id[:12]>_h` for `eth0`, `<id[:12-len(if)]>_<if>_h` for other interfaces, so a second
+/// NIC of the same pod gets its own pair.
+pub fn host_nic_name(container_id: &str, ifname: &str) -> String {
+    let id: String = container_id.chars().filter(char::is_ascii_alphanumeric).collect();
+    if ifname == "eth0" {
+        return format!("{}_h", take(&id, 12));
+    }
+    let keep = 12usize.saturating_sub(ifname.len());
+    let name = format!("{}_{}_h", take(&id, keep), ifname);
+    if name.len() <= IFNAME_MAX {
+        name
+    } else {
+        // An interface name too long to fit: keep the ID's part, cut the interface's.
+        let room = IFNAME_MAX.saturating_sub(keep + 3);
+        format!("{}_{}_h", take(&id, keep), take(ifname, room))
+    }
+}
+
+fn take(text: &str, n: usize) -> &str {
+    &text[..text.len().min(n)]
+}
+
+/// Where ADD stands with the controller's annotations.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Readiness {
+    /// Everything needed is there.
+    Ready(Box<NicPlan>),
+    /// Still waiting; names what is missing (for the timeout's message and the metrics).
+    Waiting(WaitingFor),
+}
+
+/// What ADD is waiting for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitingFor {
+    /// `<provider>.kubernetes.io/allocated` and `ip_address` (the controller's IPAM).
+    Address,
+    /// `<provider>.kubernetes.io/routed` (the controller's port groups and policies).
+    Route,
+}
+
+impl WaitingFor {
+    /// Metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Address => "address",
+            Self::Route => "route",
+        }
+    }
+}
+
+/// The NIC to build.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NicPlan {
+    /// Logical switch port name, OVS `external_ids:iface-id`.
+    pub iface_id: String,
+    /// Host end of the veth, also the OVS port and interface name.
+    pub host_nic: String,
+    /// Name in the pod.
+    pub ifname: String,
+    /// MAC in the pod (the logical switch port's).
+    pub mac: [u8; 6],
+    /// Addresses with their subnet's prefix length.
+    pub addresses: Vec<IpNet>,
+    /// Gateways, per family, when this NIC carries the default route.
+    pub gateways: Vec<IpAddr>,
+    /// Routes to install in the pod, default routes included.
+    pub routes: Vec<PodRoute>,
+    /// Routes reported to the runtime (the annotation's and the config's, as Kube-OVN does).
+    pub reported_routes: Vec<WireRoute>,
+    /// Pod MTU.
+    pub mtu: u32,
+    /// Logical switch (subnet name).
+    pub logical_switch: String,
+    /// OVS interface `external_ids`.
+    pub external_ids: BTreeMap<String, String>,
+    /// Rate limits.
+    pub qos: QosPlan,
+}
+
+/// A route in the pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PodRoute {
+    /// Destination.
+    pub dst: IpNet,
+    /// Next hop; on-link when `None`.
+    pub via: Option<IpAddr>,
+}
+
+/// OVS rate limits for one interface, already turned around to the switch's point of view:
+/// what the pod sends is what OVS receives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QosPlan {
+    /// `Interface.ingress_policing_rate`, kbit/s, from the pod's `egress_rate` (Mbit/s); 0 = off.
+    pub policing_rate_kbps: i64,
+    /// `Interface.ingress_policing_burst`, kbit (Kube-OVN: 80 % of the rate unless given).
+    pub policing_burst_kb: i64,
+    /// `Queue.other_config:max-rate` of a `linux-htb` QoS, bit/s, from the pod's
+    /// `ingress_rate` (Mbit/s); `None` = no QoS row.
+    pub htb_max_rate_bps: Option<i64>,
+}
+
+/// Things the plan needs besides the pod.
+#[derive(Debug, Clone, Copy)]
+pub struct PlanInputs<'a> {
+    /// The CNI request.
+    pub request: &'a CniRequest,
+    /// The subnet's `spec.mtu`, when set.
+    pub subnet_mtu: Option<u32>,
+    /// The daemon's default MTU.
+    pub default_mtu: u32,
+}
+
+/// Decides from the pod's annotations whether ADD can proceed, and with what. A malformed
+/// annotation is an error (naming key and value) rather than a wait: the controller writes
+/// them whole, so waiting would only turn a clear message into a timeout.
+pub fn readiness(
+    annotations: Option<&BTreeMap<String, String>>,
+    inputs: &PlanInputs<'_>,
+) -> Result<Readiness, AnnotationError> {
+    let request = inputs.request;
+    let provider = if request.provider.is_empty() {
+        "ovn"
+    } else {
+        request.provider.as_str()
+    };
+    let key = |name: &str| {
+        provider_key(provider, name).unwrap_or_else(|_| format!("{provider}.kubernetes.io/{name}"))
+    };
+    let ips: Option<IpPair> = get(annotations, &key("ip_address"))?;
+    if !is_true(annotations, &key("allocated")) || ips.is_none() {
+        return Ok(Readiness::Waiting(WaitingFor::Address));
+    }
+    let default_route_key = key("default_route");
+    let default_route = match annotations.and_then(|a| a.get(&default_route_key)) {
+        Some(v) => v == "true",
+        None => request.if_name == "eth0",
+    };
+    // Kube-OVN waits for `routed` only on the NIC that carries the default route of an OVN
+    // provider: that is the one whose traffic needs the controller's policies in place.
+    if default_route && provider_is_ovn(provider) && !is_true(annotations, &key("routed")) {
+        return Ok(Readiness::Waiting(WaitingFor::Route));
+    }
+    let ips = ips.unwrap_or_default();
+    let cidrs: CidrPair = get(annotations, &key("cidr"))?.unwrap_or_default();
+    let mac: MacAddr = get(annotations, &key("mac_address"))?.ok_or_else(|| missing(&key("mac_address")))?;
+    let gateways: IpPair = get(annotations, &key("gateway"))?.unwrap_or_default();
+    let logical_switch = annotations
+        .and_then(|a| a.get(&key("logical_switch")))
+        .cloned()
+        .unwrap_or_default();
+    let annotated_routes: Routes = get(annotations, &key("routes"))?.unwrap_or_default();
+
+    let mut addresses = Vec::new();
+    for ip in ips.addrs() {
+        let prefix = cidrs
+            .nets()
+            .find(|n| n.contains(&ip))
+            .map_or(if ip.is_ipv4() { 32 } else { 128 }, |n| n.prefix_len());
+        addresses.push(IpNet::new(ip, prefix).expect("prefix comes from a CIDR of the same family"));
+    }
+
+    let mut reported_routes: Vec<WireRoute> = annotated_routes.0.clone();
+    reported_routes.extend(request.routes.clone().unwrap_or_default());
+    let mut routes: Vec<PodRoute> = reported_routes
+        .iter()
+        .filter_map(|r| {
+            let dst = r.dst.or_else(|| r.gw.map(default_of))?;
+            Some(PodRoute { dst, via: r.gw })
+        })
+        .collect();
+    let gateways: Vec<IpAddr> = if default_route {
+        gateways.addrs().collect()
+    } else {
+        Vec::new()
+    };
+    for gw in &gateways {
+        let default = default_of(*gw);
+        if !routes.iter().any(|r| r.dst == default) {
+            routes.push(PodRoute {
+                dst: default,
+                via: Some(*gw),
+            });
+        }
+    }
+
+    let iface_id = names::pod_port_name(&request.pod_name, &request.pod_namespace, provider);
+    let host_nic = host_nic_name(&request.container_id, &request.if_name);
+    let ip_list = ips.addrs().map(|a| a.to_string()).collect::<Vec<_>>().join(",");
+    let external_ids = BTreeMap::from([
+        ("iface-id".to_owned(), iface_id.clone()),
+        ("vendor".to_owned(), "kube-ovn".to_owned()),
+        ("pod_name".to_owned(), request.pod_name.clone()),
+        ("pod_namespace".to_owned(), request.pod_namespace.clone()),
+        ("pod_netns".to_owned(), request.net_ns.clone()),
+        ("ip".to_owned(), ip_list),
+        ("attached-mac".to_owned(), mac.to_string()),
+        // Ours: which network the port belongs to, so CNI GC of one network leaves the
+        // others' ports alone.
+        ("provider".to_owned(), provider.to_owned()),
+    ]);
+    let qos = qos_plan(annotations, provider)?;
+    Ok(Readiness::Ready(Box::new(NicPlan {
+        iface_id,
+        host_nic,
+        ifname: request.if_name.clone(),
+        mac: mac.0,
+        addresses,
+        gateways,
+        routes,
+        reported_routes,
+        mtu: inputs.subnet_mtu.filter(|m| *m > 0).unwrap_or(inputs.default_mtu),
+        logical_switch,
+        external_ids,
+        qos,
+    })))
+}
+
+fn provider_is_ovn(provider: &str) -> bool {
+    provider == "ovn" || provider.rsplit('.').next() == Some("ovn")
+}
+
+fn default_of(addr: IpAddr) -> IpNet {
+    match addr {
+        IpAddr::V4(_) => "0.0.0.0/0".parse().expect("literal"),
+        IpAddr::V6(_) => "::/0".parse().expect("literal"),
+    }
+}
+
+fn missing(key: &str) -> AnnotationError {
+    AnnotationError {
+        key: key.to_owned(),
+        value: String::new(),
+        problem: kube_ovn_api::annotations::Problem::Empty,
+        expected: "a MAC address written by the controller with ip_address",
+    }
+}
+
+/// The rate limits the pod's annotations ask for (`ingress_rate`, `egress_rate` in Mbit/s,
+/// `egress_burst` in Mbit); malformed values are errors naming the key.
+pub fn qos_plan(
+    annotations: Option<&BTreeMap<String, String>>,
+    provider: &str,
+) -> Result<QosPlan, AnnotationError> {
+    let key = |name: &str| {
+        provider_key(provider, name).unwrap_or_else(|_| format!("{provider}.kubernetes.io/{name}"))
+    };
+    let rate = |name: &str| -> Result<Option<f64>, AnnotationError> {
+        let k = key(name);
+        match annotations.and_then(|a| a.get(&k)) {
+            None => Ok(None),
+            Some(v) if v.is_empty() => Ok(None),
+            Some(v) => match v.parse::<f64>() {
+                Ok(n) if n.is_finite() && n >= 0.0 => Ok(Some(n)),
+                _ => Err(AnnotationError {
+                    key: k,
+                    value: v.clone(),
+                    problem: kube_ovn_api::annotations::Problem::NotANumber(v.clone()),
+                    expected: "a rate in Mbit/s such as 10 or 2.5",
+                }),
+            },
+        }
+    };
+    let egress = rate("egress_rate")?.unwrap_or(0.0);
+    let burst = rate("egress_burst")?;
+    let ingress = rate("ingress_rate")?.filter(|r| *r > 0.0);
+    #[allow(clippy::cast_possible_truncation)] // rates are far below i64::MAX kbit/s
+    let kbit = |mbit: f64| (mbit * 1000.0).round() as i64;
+    let policing_rate_kbps = kbit(egress);
+    Ok(QosPlan {
+        policing_rate_kbps,
+        policing_burst_kb: if policing_rate_kbps == 0 {
+            0
+        } else {
+            burst.map_or(policing_rate_kbps * 8 / 10, kbit)
+        },
+        #[allow(clippy::cast_possible_truncation)]
+        htb_max_rate_bps: ingress.map(|r| (r * 1_000_000.0).round() as i64),
+    })
+}
+
+/// The daemon's answer to ADD, in Kube-OVN's JSON.
+pub fn response(plan: &NicPlan, request: &CniRequest) -> CniResponse {
+    let ips = plan
+        .addresses
+        .iter()
+        .map(|net| {
+            let gateway = plan
+                .gateways
+                .iter()
+                .find(|g| g.is_ipv4() == net.addr().is_ipv4())
+                .copied();
+            IpConfig::new(net.addr(), net.trunc(), gateway)
+        })
+        .collect();
+    CniResponse {
+        ips: Some(ips),
+        mac_address: MacAddr(plan.mac).to_string(),
+        routes: (!plan.reported_routes.is_empty()).then(|| plan.reported_routes.clone()),
+        mtu: plan.mtu,
+        nic_name: plan.ifname.clone(),
+        dns: request.dns.clone(),
+        error: String::new(),
+    }
+}

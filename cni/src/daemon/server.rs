@@ -1,0 +1,323 @@
+//! The CNI server on the daemon's unix socket (Kube-OVN's `/api/v1/add` and `/api/v1/del`, our
+//! `/api/v1/check`, `/api/v1/status`, `/api/v1/gc`), and the metrics and health listener.
+//! Each request runs in a span naming the pod, serialized per pod.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Json;
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use kube_ovn_api::wire::{ADD_PATH, CniRequest, DEL_PATH, ErrorResponse};
+use tracing::Instrument;
+
+use super::Node;
+use super::error::DaemonError;
+use super::plan::{self, PlanInputs, Readiness, WaitingFor};
+use crate::shim::{CHECK_PATH, GC_PATH, GcRequest, STATUS_PATH};
+
+type Shared = State<Arc<Node>>;
+
+/// The CNI routes.
+pub fn cni_router(node: Arc<Node>) -> Router {
+    Router::new()
+        .route(ADD_PATH, post(add))
+        .route(DEL_PATH, post(del))
+        .route(CHECK_PATH, post(check))
+        .route(STATUS_PATH, post(status))
+        .route(GC_PATH, post(gc))
+        .with_state(node)
+}
+
+/// `/metrics`, `/healthz`, `/readyz`.
+pub fn metrics_router(node: Arc<Node>) -> Router {
+    Router::new()
+        .route(
+            "/metrics",
+            get(|State(n): Shared| async move { n.metrics.encode() }),
+        )
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route(
+            "/readyz",
+            get(|State(n): Shared| async move {
+                match n.status() {
+                    Ok(()) => (StatusCode::OK, "ok\n".to_owned()),
+                    Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
+                }
+            }),
+        )
+        .with_state(node)
+}
+
+fn pod_key(request: &CniRequest) -> String {
+    if request.pod_name.is_empty() {
+        format!("container/{}", request.container_id)
+    } else {
+        format!("{}/{}", request.pod_namespace, request.pod_name)
+    }
+}
+
+fn failure(error: &DaemonError) -> Response {
+    let status = StatusCode::from_u16(error.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (
+        status,
+        Json(ErrorResponse {
+            error: error.to_string(),
+        }),
+    )
+        .into_response()
+}
+
+/// Runs `f` under the pod's lock and span, and records the outcome.
+async fn handle<F>(node: &Arc<Node>, method: &'static str, request: &CniRequest, f: F) -> Response
+where
+    F: Future<Output = Result<Response, DaemonError>>,
+{
+    let started = Instant::now();
+    let key = pod_key(request);
+    let span = tracing::info_span!("cni", pod = %key, method, container = %request.container_id, ifname = %request.if_name);
+    let response = async {
+        let _serialized = node.lock(&key).await;
+        match f.await {
+            Ok(response) => {
+                tracing::info!(took_ms = started.elapsed().as_millis(), "done");
+                response
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, took_ms = started.elapsed().as_millis(), "failed");
+                failure(&e)
+            }
+        }
+    }
+    .instrument(span)
+    .await;
+    node.metrics
+        .op(method, response.status().as_u16(), started.elapsed());
+    response
+}
+
+async fn add(State(node): Shared, Json(request): Json<CniRequest>) -> Response {
+    let n = node.clone();
+    handle(&node, "add", &request.clone(), async move {
+        for (field, value) in [
+            ("pod_name", &request.pod_name),
+            ("pod_namespace", &request.pod_namespace),
+            ("container_id", &request.container_id),
+            ("net_ns", &request.net_ns),
+            ("if_name", &request.if_name),
+        ] {
+            if value.is_empty() {
+                return Err(DaemonError::BadRequest(format!("ADD request has no {field}")));
+            }
+        }
+        n.check_provider(&request.provider)?;
+        let plan = n.wait_for_plan(&request).await?;
+        n.add_nic(&plan, &request.net_ns).await?;
+        Ok((StatusCode::OK, Json(plan::response(&plan, &request))).into_response())
+    })
+    .await
+}
+
+async fn del(State(node): Shared, Json(request): Json<CniRequest>) -> Response {
+    let n = node.clone();
+    handle(&node, "del", &request.clone(), async move {
+        n.del_nic(&request.container_id, &request.if_name).await?;
+        Ok(StatusCode::NO_CONTENT.into_response())
+    })
+    .await
+}
+
+async fn check(State(node): Shared, Json(request): Json<CniRequest>) -> Response {
+    let n = node.clone();
+    handle(&node, "check", &request.clone(), async move {
+        let pod = format!("{}/{}", request.pod_namespace, request.pod_name);
+        let Some(plan) = n.plan_now(&request)? else {
+            return Err(DaemonError::CheckFailed {
+                pod,
+                problem: "the controller's annotations are not complete".into(),
+            });
+        };
+        n.check_nic(&plan, &request.net_ns)
+            .await
+            .map_err(|problem| DaemonError::CheckFailed { pod, problem })?;
+        Ok(StatusCode::OK.into_response())
+    })
+    .await
+}
+
+async fn status(State(node): Shared) -> Response {
+    let started = Instant::now();
+    let response = match node.status() {
+        Ok(()) => StatusCode::OK.into_response(),
+        Err(e) => failure(&e),
+    };
+    node.metrics
+        .op("status", response.status().as_u16(), started.elapsed());
+    response
+}
+
+async fn gc(State(node): Shared, Json(request): Json<GcRequest>) -> Response {
+    let started = Instant::now();
+    let provider = if request.provider.is_empty() {
+        "ovn".to_owned()
+    } else {
+        request.provider.clone()
+    };
+    let keep: BTreeSet<String> = request
+        .valid_attachments
+        .iter()
+        .map(|a| {
+            plan::host_nic_name(
+                &a.container_id,
+                if a.ifname.is_empty() { "eth0" } else { &a.ifname },
+            )
+        })
+        .collect();
+    let response = match node
+        .gc(&provider, &keep)
+        .instrument(tracing::info_span!("gc", provider))
+        .await
+    {
+        Ok(removed) => {
+            tracing::info!(
+                ?removed,
+                "garbage-collected ports of sandboxes the runtime no longer has"
+            );
+            (StatusCode::OK, Json(serde_json::json!({ "removed": removed }))).into_response()
+        }
+        Err(e) => failure(&e),
+    };
+    node.metrics
+        .op("gc", response.status().as_u16(), started.elapsed());
+    response
+}
+
+impl Node {
+    /// Kube-OVN: the provider must be `ovn` or some subnet's `spec.provider`.
+    fn check_provider(&self, provider: &str) -> Result<(), DaemonError> {
+        if provider.is_empty() || provider == "ovn" {
+            return Ok(());
+        }
+        let known = self
+            .subnets
+            .all()
+            .iter()
+            .any(|s| s.spec.provider.as_deref().is_some_and(|p| p == provider));
+        if known {
+            Ok(())
+        } else {
+            Err(DaemonError::BadRequest(format!(
+                "provider {provider} is not bound to any subnet"
+            )))
+        }
+    }
+
+    fn inputs<'a>(&self, request: &'a CniRequest, logical_switch: Option<&str>) -> PlanInputs<'a> {
+        let subnet_mtu = logical_switch
+            .and_then(|ls| self.subnets.get(ls, None))
+            .and_then(|s| s.spec.mtu);
+        PlanInputs {
+            request,
+            subnet_mtu,
+            default_mtu: self.config.default_mtu,
+        }
+    }
+
+    /// The plan from the cached pod as it is now; `None` while annotations are incomplete.
+    fn plan_now(&self, request: &CniRequest) -> Result<Option<plan::NicPlan>, DaemonError> {
+        let pod_id = || format!("{}/{}", request.pod_namespace, request.pod_name);
+        let Some(pod) = self.pods.get(&request.pod_name, Some(&request.pod_namespace)) else {
+            return Ok(None);
+        };
+        let annotations = pod.metadata.annotations.as_ref();
+        let provider = if request.provider.is_empty() {
+            "ovn"
+        } else {
+            &request.provider
+        };
+        let ls_key = format!("{provider}.kubernetes.io/logical_switch");
+        let logical_switch = annotations.and_then(|a| a.get(&ls_key)).map(String::as_str);
+        match plan::readiness(annotations, &self.inputs(request, logical_switch)) {
+            Ok(Readiness::Ready(plan)) => Ok(Some(*plan)),
+            Ok(Readiness::Waiting(_)) => Ok(None),
+            Err(source) => Err(DaemonError::Annotation {
+                pod: pod_id(),
+                source,
+            }),
+        }
+    }
+
+    /// Waits (on the pod watch, not a poll) for the controller's annotations, bounded by
+    /// `--wait-address-timeout`; the timeout says what was missing.
+    async fn wait_for_plan(&self, request: &CniRequest) -> Result<plan::NicPlan, DaemonError> {
+        let pod_id = format!("{}/{}", request.pod_namespace, request.pod_name);
+        let timeout = self.config.flags.wait_address_timeout;
+        let started = Instant::now();
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut changes = self.pods.changes();
+        let mut waiting_for: Option<WaitingFor> = None;
+        let mut address_seen_at = None;
+        loop {
+            let pod = self.pods.get(&request.pod_name, Some(&request.pod_namespace));
+            if pod
+                .as_ref()
+                .is_some_and(|p| p.metadata.deletion_timestamp.is_some())
+            {
+                return Err(DaemonError::PodGone(pod_id));
+            }
+            if pod.is_some() {
+                if let Some(plan) = self.plan_now(request)? {
+                    let now = started.elapsed();
+                    let address_at = address_seen_at.unwrap_or(now);
+                    self.metrics.wait("address", address_at);
+                    self.metrics.wait("route", now.saturating_sub(address_at));
+                    return Ok(plan);
+                }
+                let annotations = pod.as_ref().and_then(|p| p.metadata.annotations.as_ref());
+                let inputs = self.inputs(request, None);
+                if let Ok(Readiness::Waiting(w)) = plan::readiness(annotations, &inputs) {
+                    if w == WaitingFor::Route && address_seen_at.is_none() {
+                        address_seen_at = Some(started.elapsed());
+                    }
+                    waiting_for = Some(w);
+                }
+            }
+            let woke = tokio::time::timeout_at(deadline, changes.changed()).await;
+            if let Ok(Err(_)) = woke {
+                return Err(DaemonError::Timeout {
+                    pod: pod_id,
+                    what: "the pod watch stopped; the daemon is shutting down".into(),
+                });
+            }
+            if woke.is_err() {
+                let what = match waiting_for {
+                    None => format!(
+                        "not seen on node {} within {timeout:?}; is it scheduled here?",
+                        self.config.flags.node_name
+                    ),
+                    Some(WaitingFor::Address) => format!(
+                        "no address allocated within {timeout:?} (annotation {}.kubernetes.io/allocated); see kube-ovn-controller logs",
+                        if request.provider.is_empty() {
+                            "ovn"
+                        } else {
+                            &request.provider
+                        }
+                    ),
+                    Some(WaitingFor::Route) => format!(
+                        "route is not ready within {timeout:?} (annotation {}.kubernetes.io/routed); see kube-ovn-controller logs",
+                        if request.provider.is_empty() {
+                            "ovn"
+                        } else {
+                            &request.provider
+                        }
+                    ),
+                };
+                return Err(DaemonError::Timeout { pod: pod_id, what });
+            }
+        }
+    }
+}

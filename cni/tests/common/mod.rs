@@ -1,0 +1,393 @@
+//! A cluster in network namespaces for the daemon's tests: the API emulator (served on
+//! 127.0.0.1 with a kubeconfig), OVN central, the real controller (in this process), and per
+//! node an [`OvsNode`] (ovsdb-server, ovs-vswitchd with the userspace datapath, ovn-controller)
+//! with the real `kube-ovn-daemon` binary as a child process; pods are network namespaces
+//! attached by running the real `kube-ovn` shim as a runtime does ([`runtime`]).
+
+#![allow(dead_code)]
+
+pub mod runtime;
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+use kube_ovn_lab::apiserver::{ApiServer, ApiServerConfig};
+use kube_ovn_testkit::{Daemon, Netns, OvnCentral, OvsNode, wait_until, wait_until_async};
+use serde_json::{Value, json};
+
+use self::runtime::{Runtime, Sandbox};
+
+pub const WAIT: Duration = Duration::from_mins(1);
+
+pub fn init_logging() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
+
+/// One node: its OVS, its daemon, and the runtime's dirs.
+pub struct TestNode {
+    pub name: String,
+    pub ovs: OvsNode,
+    pub daemon: Daemon,
+    pub dir: tempfile::TempDir,
+    pub runtime: Runtime,
+    pub socket: PathBuf,
+    pub metrics_port: u16,
+}
+
+/// A pod attached through the shim.
+pub struct TestPod {
+    pub name: String,
+    pub namespace: String,
+    pub netns: Netns,
+    pub sandbox: Sandbox,
+    pub result: Value,
+}
+
+impl TestPod {
+    /// The pod's first address from the CNI result.
+    pub fn ip(&self) -> Ipv4Addr {
+        let cidr = self.result["ips"][0]["address"]
+            .as_str()
+            .expect("an address in the result");
+        cidr.split('/').next().unwrap().parse().unwrap()
+    }
+}
+
+pub struct Cluster {
+    pub api: ApiServer,
+    pub kube: kube::Client,
+    pub ovn: OvnCentral,
+    pub nodes: Vec<TestNode>,
+    controller: tokio::task::JoinHandle<()>,
+    server: tokio::task::JoinHandle<()>,
+    kubeconfig_dir: tempfile::TempDir,
+    kubeconfig: PathBuf,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.controller.abort();
+        self.server.abort();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Where a node's underlay address is (10.x is taken by pods, 100.64 by join).
+pub fn underlay_ip(index: usize) -> Ipv4Addr {
+    Ipv4Addr::new(172, 30, 0, u8::try_from(index + 1).unwrap())
+}
+
+impl Cluster {
+    /// Emulator, OVN central, controller, and `nodes` nodes with daemons (joined by an
+    /// underlay when more than one). `daemon_flags` go to every daemon.
+    pub async fn start(nodes: usize, daemon_flags: &[&str]) -> Result<Self> {
+        init_logging();
+        let api = ApiServer::new(ApiServerConfig::default()).context("API emulator")?;
+        let kube = api.client();
+        let crds: Api<CustomResourceDefinition> = Api::all(kube.clone());
+        for crd in kube_ovn_api::crds() {
+            crds.create(&PostParams::default(), &crd).await?;
+        }
+        let ovn = tokio::task::spawn_blocking(OvnCentral::start).await??;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let served = api.clone();
+        let server = tokio::spawn(async move {
+            let _ = served.serve(listener).await;
+        });
+        let kubeconfig_dir = tempfile::tempdir()?;
+        let kubeconfig = kubeconfig_dir.path().join("kubeconfig");
+        std::fs::write(&kubeconfig, kube_ovn_lab::apiserver::kubeconfig(addr))?;
+
+        let flags = <kube_ovn_controller::config::Flags as clap::Parser>::try_parse_from([
+            "kube-ovn-controller".to_owned(),
+            format!("--ovn-nb-addr={}", ovn.nb_remote()),
+            "--bind-address=127.0.0.1".into(),
+            "--pprof-port=0".into(),
+            "--leader-elect=false".into(),
+        ])?;
+        let config = flags.validate()?;
+        let metrics = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let controller_kube = kube.clone();
+        let controller = tokio::spawn(async move {
+            if let Err(e) = kube_ovn_controller::run_with_listener(
+                config,
+                controller_kube,
+                metrics,
+                std::future::pending(),
+            )
+            .await
+            {
+                tracing::error!(error = %e, "controller stopped");
+            }
+        });
+        let mut cluster = Self {
+            api,
+            kube,
+            ovn,
+            nodes: Vec::new(),
+            controller,
+            server,
+            kubeconfig_dir,
+            kubeconfig,
+        };
+        let mut ovs_nodes = Vec::new();
+        for _ in 0..nodes {
+            ovs_nodes.push(tokio::task::spawn_blocking(|| OvsNode::start("cn")).await??);
+        }
+        if nodes == 2 {
+            OvsNode::connect_underlay(&ovs_nodes[0], underlay_ip(0), &ovs_nodes[1], underlay_ip(1), 24)?;
+        }
+        for (i, ovs) in ovs_nodes.into_iter().enumerate() {
+            let node = cluster.start_node(i, ovs, daemon_flags).await?;
+            cluster.nodes.push(node);
+        }
+        Ok(cluster)
+    }
+
+    async fn start_node(&self, index: usize, mut ovs: OvsNode, daemon_flags: &[&str]) -> Result<TestNode> {
+        let name = format!("node{index}-{}", ovs.name());
+        let node: Node = serde_json::from_value(json!({"metadata": {"name": name},
+            "status": {"addresses": [{"type": "InternalIP", "address": underlay_ip(index).to_string()}]}}))?;
+        Api::<Node>::all(self.kube.clone())
+            .create(&PostParams::default(), &node)
+            .await?;
+        let dir = tempfile::tempdir()?;
+        let socket = dir.path().join("run/kube-ovn-daemon.sock");
+        let conf_dir = dir.path().join("net.d");
+        let bin_dir = dir.path().join("bin");
+        let metrics_port = free_port();
+        // With one node there is no underlay; the address only has to be valid.
+        let encap = underlay_ip(index);
+        let mut args: Vec<String> = vec![
+            format!("--node-name={name}"),
+            format!("--kubeconfig={}", self.kubeconfig.display()),
+            format!("--ovs-db={}", ovs.db_remote()),
+            format!("--ovn-sb-addr={}", self.ovn.sb_remote()),
+            format!("--encap-ip={encap}"),
+            "--ovs-datapath-type=netdev".into(),
+            "--mtu=1400".into(),
+            format!("--ovs-netns={}", ovs.netns().path().display()),
+            format!("--bind-socket={}", socket.display()),
+            "--install-cni-config=true".into(),
+            format!("--cni-conf-dir={}", conf_dir.display()),
+            format!("--cni-bin-dir={}", bin_dir.display()),
+            format!("--cni-bin={}", env!("CARGO_BIN_EXE_kube-ovn")),
+            format!("--pprof-port={metrics_port}"),
+            "--metrics-address=127.0.0.1".into(),
+            format!("--system-id-file={}", dir.path().join("no-system-id").display()),
+        ];
+        args.extend(daemon_flags.iter().map(|s| (*s).to_owned()));
+        let log = dir.path().join("daemon.log");
+        let daemon = Daemon::spawn(&name, env!("CARGO_BIN_EXE_kube-ovn-daemon"), &args, &log, &[])?;
+        let mut test_node = TestNode {
+            name: name.clone(),
+            ovs: {
+                // ovn-controller reads the chassis settings the daemon writes; started after
+                // them so its first connection is to the right southbound.
+                let socket = socket.clone();
+                wait_until(
+                    &format!("daemon of {name} to serve"),
+                    WAIT,
+                    || Ok(socket.exists()),
+                )
+                .with_context(|| std::fs::read_to_string(&log).unwrap_or_default())?;
+                ovs.start_ovn_controller()?;
+                ovs
+            },
+            daemon,
+            runtime: Runtime { conf_dir, bin_dir },
+            dir,
+            socket,
+            metrics_port,
+        };
+        test_node.daemon.check_alive()?;
+        let api = Api::<Node>::all(self.kube.clone());
+        wait_until_async(&format!("node {name}: chassis annotation and ovn0"), WAIT, || {
+            let api = api.clone();
+            let ovs = &test_node.ovs;
+            let name = name.clone();
+            async move {
+                let n = api.get(&name).await?;
+                let annotated = n
+                    .metadata
+                    .annotations
+                    .unwrap_or_default()
+                    .contains_key("ovn.kubernetes.io/chassis");
+                Ok(annotated
+                    && ovs
+                        .netns()
+                        .ip(&["addr", "show", "ovn0"])
+                        .is_ok_and(|s| s.contains("100.64.")))
+            }
+        })
+        .await
+        .with_context(|| test_node.daemon.log_tail(40))?;
+        Ok(test_node)
+    }
+
+    pub async fn namespace(&self, name: &str) -> Result<()> {
+        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}}))?;
+        match Api::<Namespace>::all(self.kube.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Creates the Pod object on node `node` (the controller then annotates it).
+    pub async fn create_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+        node: usize,
+        annotations: &[(&str, &str)],
+    ) -> Result<()> {
+        self.namespace(namespace).await?;
+        let ann: BTreeMap<&str, &str> = annotations.iter().copied().collect();
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": namespace, "annotations": ann},
+            "spec": {"nodeName": self.nodes[node].name, "containers": [{"name": "c", "image": "x"}]}}))?;
+        Api::<Pod>::namespaced(self.kube.clone(), namespace)
+            .create(&PostParams::default(), &pod)
+            .await?;
+        Ok(())
+    }
+
+    /// A sandbox (network namespace) for a pod on `node`, not yet attached.
+    pub fn sandbox(namespace: &str, name: &str) -> Result<(Netns, Sandbox)> {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let netns = Netns::create("cp")?;
+        let sandbox = Sandbox {
+            container_id: format!(
+                "c{:05}{:06x}abcdef0123",
+                NEXT.fetch_add(1, Ordering::Relaxed),
+                std::process::id()
+            ),
+            netns: netns.path().display().to_string(),
+            ifname: "eth0".into(),
+            pod: name.into(),
+            namespace: namespace.into(),
+        };
+        Ok((netns, sandbox))
+    }
+
+    /// Creates the pod and attaches it through the shim; returns once ADD succeeded.
+    pub async fn pod(
+        &self,
+        namespace: &str,
+        name: &str,
+        node: usize,
+        annotations: &[(&str, &str)],
+    ) -> Result<TestPod> {
+        self.create_pod(namespace, name, node, annotations).await?;
+        let (netns, sandbox) = Self::sandbox(namespace, name)?;
+        let runtime = self.nodes[node].runtime.clone();
+        let sb = sandbox.clone();
+        let result = tokio::task::spawn_blocking(move || runtime.add(&sb))
+            .await?
+            .with_context(|| self.nodes[node].daemon.log_tail(30))?;
+        Ok(TestPod {
+            name: name.into(),
+            namespace: namespace.into(),
+            netns,
+            sandbox,
+            result,
+        })
+    }
+
+    pub async fn delete_pod_object(&self, namespace: &str, name: &str) -> Result<()> {
+        Api::<Pod>::namespaced(self.kube.clone(), namespace)
+            .delete(name, &DeleteParams::default())
+            .await?;
+        Ok(())
+    }
+
+    /// Applies a kubeovn.io object given as JSON.
+    pub async fn apply(&self, value: Value) -> Result<()> {
+        let kind = value["kind"].as_str().context("kind")?.to_owned();
+        let name = value["metadata"]["name"].as_str().context("name")?.to_owned();
+        let gvk = kube::api::GroupVersionKind::gvk("kubeovn.io", "v1", &kind);
+        let (ar, _) = kube::discovery::pinned_kind(&self.kube, &gvk).await?;
+        let api: Api<kube::api::DynamicObject> = Api::all_with(self.kube.clone(), &ar);
+        api.patch(
+            &name,
+            &kube::api::PatchParams::apply("test").force(),
+            &kube::api::Patch::Apply(value),
+        )
+        .await?;
+        Ok(())
+    }
+}
+
+impl TestNode {
+    /// Links in the node's namespace whose name ends in `_h` (host ends of pod veths).
+    pub fn pod_veths(&self) -> Result<Vec<String>> {
+        let out = self.ovs.netns().ip(&["-o", "link", "show"])?;
+        Ok(out
+            .lines()
+            .filter_map(|l| l.split(": ").nth(1))
+            .map(|n| n.split('@').next().unwrap_or(n).to_owned())
+            .filter(|n| n.ends_with("_h"))
+            .collect())
+    }
+
+    /// OVS ports other than the bridge's own and `ovn0` and tunnels.
+    pub fn pod_ports(&self) -> Result<Vec<String>> {
+        let out = self.ovs.vsctl(&["--no-wait", "list-ports", "br-int"])?;
+        Ok(out
+            .lines()
+            .map(str::trim)
+            .filter(|p| !p.is_empty() && *p != "ovn0" && !p.starts_with("ovn-"))
+            .map(str::to_owned)
+            .collect())
+    }
+
+    /// Rows of an Open_vSwitch table, one per line.
+    pub fn ovs_rows(&self, table: &str) -> Result<usize> {
+        let out = self
+            .ovs
+            .vsctl(&["--no-wait", "--bare", "--columns=_uuid", "list", table])?;
+        Ok(out.lines().filter(|l| !l.trim().is_empty()).count())
+    }
+
+    /// One column of an interface (`ovs-vsctl get`).
+    pub fn iface_column(&self, iface: &str, column: &str) -> Result<String> {
+        Ok(self
+            .ovs
+            .vsctl(&["--no-wait", "get", "interface", iface, column])?
+            .trim()
+            .trim_matches('"')
+            .to_owned())
+    }
+
+    pub fn metrics(&self) -> Result<String> {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.metrics_port))?;
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")?;
+        let mut out = String::new();
+        s.read_to_string(&mut out)?;
+        Ok(out)
+    }
+}

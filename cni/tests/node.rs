@@ -1,0 +1,282 @@
+//! The node daemon with real OVS (userspace datapath), real ovn-controller, the real
+//! controller and the real `kube-ovn` shim run as a runtime runs it, in network namespaces
+//! this test creates. Needs root and the OVS/OVN packages (scripts/install-deps.sh); fails,
+//! never skips, without them.
+
+mod common;
+
+use std::time::Duration;
+
+use anyhow::Result;
+use common::{Cluster, WAIT};
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use kube_ovn_testkit::{tcp_transfer, wait_until};
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn add_gives_a_pod_that_pings_then_del_leaves_nothing() -> Result<()> {
+    let cluster = Cluster::start(1, &[]).await?;
+    let node = &cluster.nodes[0];
+    let a = cluster.pod("default", "a", 0, &[]).await?;
+    let b = cluster.pod("default", "b", 0, &[]).await?;
+
+    // The result carries what the controller allocated, in the runtime's CNI version.
+    assert_eq!(a.result["cniVersion"], "1.1.0");
+    let pod_api: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(cluster.kube.clone(), "default");
+    let ann = pod_api.get("a").await?.metadata.annotations.unwrap_or_default();
+    assert_eq!(a.ip().to_string(), ann["ovn.kubernetes.io/ip_address"]);
+    assert_eq!(
+        a.result["interfaces"][0]["mac"],
+        ann["ovn.kubernetes.io/mac_address"].as_str()
+    );
+    assert_eq!(a.result["interfaces"][0]["sandbox"], a.sandbox.netns.as_str());
+    assert!(
+        a.netns
+            .exec(&["ip", "link", "show", "eth0"])?
+            .contains("mtu 1400")
+    );
+    assert!(
+        a.netns
+            .exec(&["ethtool", "-k", "eth0"])?
+            .contains("tx-checksumming: off")
+    );
+    assert!(
+        a.netns
+            .exec(&["ip", "route", "show", "default"])?
+            .contains("via 10.16.0.1 dev eth0")
+    );
+    let host = common::runtime::Sandbox { ..a.sandbox.clone() };
+    let host_nic = format!("{}_h", &host.container_id[..12]);
+    assert_eq!(
+        node.iface_column(&host_nic, "external_ids:iface-id")?,
+        "a.default"
+    );
+    assert_eq!(
+        node.iface_column(&host_nic, "external_ids:ovn-installed")?,
+        "true"
+    );
+
+    a.netns
+        .wait_ping(std::net::Ipv4Addr::new(10, 16, 0, 1), Duration::from_secs(10))?;
+    a.netns.wait_ping(b.ip(), Duration::from_secs(10))?;
+    // The node reaches pods through ovn0 and its route to the subnet.
+    node.ovs.netns().wait_ping(b.ip(), Duration::from_secs(10))?;
+    tcp_transfer(
+        &b.netns,
+        b.ip().into(),
+        5201,
+        &a.netns,
+        1 << 20,
+        Duration::from_secs(20),
+    )?;
+
+    // DEL removes port, interface and veth; a second DEL and a DEL after the netns is gone
+    // both succeed.
+    node.runtime.del(&a.sandbox, Some(&a.result))?;
+    assert!(
+        !node.pod_ports()?.contains(&host_nic),
+        "port left: {:?}",
+        node.pod_ports()?
+    );
+    assert!(!node.pod_veths()?.contains(&host_nic), "veth left");
+    assert!(
+        a.netns.exec(&["ip", "link", "show", "eth0"]).is_err(),
+        "eth0 left in the pod"
+    );
+    node.runtime.del(&a.sandbox, Some(&a.result))?;
+    let b_sandbox = b.sandbox.clone();
+    b.netns.delete()?;
+    node.runtime.del(&b_sandbox, None)?;
+    assert!(
+        node.pod_ports()?.is_empty(),
+        "ports left: {:?}",
+        node.pod_ports()?
+    );
+    assert!(
+        node.pod_veths()?.is_empty(),
+        "veths left: {:?}",
+        node.pod_veths()?
+    );
+
+    let metrics = node.metrics()?;
+    assert!(
+        metrics.contains("cni_op_latency_seconds_count{method=\"add\",status_code=\"200\"} 2"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("cni_op_latency_seconds_count{method=\"del\",status_code=\"204\"} 3"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("cni_wait_seconds_count{what=\"ovn_installed\"} 2"),
+        "{metrics}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_detects_a_removed_address_and_gc_drops_unknown_sandboxes() -> Result<()> {
+    let cluster = Cluster::start(1, &[]).await?;
+    let node = &cluster.nodes[0];
+    let a = cluster.pod("default", "a", 0, &[]).await?;
+    let b = cluster.pod("default", "b", 0, &[]).await?;
+
+    let ok = node.runtime.check(&a.sandbox, &a.result)?;
+    assert!(ok.success && ok.stdout.is_empty(), "{ok:?}");
+    let cidr = a.result["ips"][0]["address"].as_str().unwrap();
+    a.netns.exec(&["ip", "addr", "del", cidr, "dev", "eth0"])?;
+    let bad = node.runtime.check(&a.sandbox, &a.result)?;
+    assert!(!bad.success, "CHECK passed without the address");
+    let error = bad.json()?;
+    assert!(
+        error["msg"].as_str().unwrap().contains("lacks address"),
+        "{error}"
+    );
+
+    // GC: the runtime still has b only, so a's port and veth go.
+    let gc = node.runtime.gc(&[&b.sandbox])?;
+    assert!(gc.success, "{gc:?}");
+    let ports = node.pod_ports()?;
+    assert_eq!(ports, vec![format!("{}_h", &b.sandbox.container_id[..12])]);
+    assert_eq!(node.pod_veths()?, ports);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn qos_follows_the_annotations_live_and_goes_with_the_pod() -> Result<()> {
+    let cluster = Cluster::start(1, &[]).await?;
+    let node = &cluster.nodes[0];
+    let ann = [
+        ("ovn.kubernetes.io/ingress_rate", "10"),
+        ("ovn.kubernetes.io/egress_rate", "5"),
+    ];
+    let pod = cluster.pod("default", "q", 0, &ann).await?;
+    let nic = format!("{}_h", &pod.sandbox.container_id[..12]);
+    // Directions turn around: the pod's egress is what OVS receives.
+    assert_eq!(node.iface_column(&nic, "ingress_policing_rate")?, "5000");
+    assert_eq!(node.iface_column(&nic, "ingress_policing_burst")?, "4000");
+    assert_eq!(node.ovs_rows("qos")?, 1);
+    let max_rate = node
+        .ovs
+        .vsctl(&["--no-wait", "--bare", "--columns=other_config", "list", "queue"])?;
+    assert!(max_rate.contains("max-rate=10000000"), "{max_rate}");
+
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(cluster.kube.clone(), "default");
+    let patch = json!({"metadata": {"annotations": {"ovn.kubernetes.io/egress_rate": "20", "ovn.kubernetes.io/ingress_rate": null}}});
+    pods.patch("q", &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    wait_until("egress_rate 20 applied and the htb QoS removed", WAIT, || {
+        Ok(node.iface_column(&nic, "ingress_policing_rate")? == "20000"
+            && node.ovs_rows("qos")? == 0
+            && node.ovs_rows("queue")? == 0)
+    })?;
+    let patch = json!({"metadata": {"annotations": {"ovn.kubernetes.io/ingress_rate": "3"}}});
+    pods.patch("q", &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    wait_until(
+        "ingress_rate 3 applied",
+        WAIT,
+        || Ok(node.ovs_rows("queue")? == 1),
+    )?;
+
+    node.runtime.del(&pod.sandbox, Some(&pod.result))?;
+    assert_eq!(
+        (node.ovs_rows("qos")?, node.ovs_rows("queue")?),
+        (0, 0),
+        "QoS rows left after DEL"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn add_fails_clearly_and_leaves_nothing() -> Result<()> {
+    let cluster = Cluster::start(1, &["--wait-address-timeout=3s"]).await?;
+    let node = &cluster.nodes[0];
+    // A static address outside every subnet: the controller refuses it, so no address comes.
+    cluster
+        .create_pod(
+            "default",
+            "bad",
+            0,
+            &[("ovn.kubernetes.io/ip_address", "192.0.2.7")],
+        )
+        .await?;
+    let (netns, sandbox) = Cluster::sandbox("default", "bad")?;
+    let run = node.runtime.add_raw(&sandbox)?;
+    assert!(!run.success);
+    let error = run.json()?;
+    assert_eq!(error["code"], 11, "{error}");
+    assert!(
+        error["msg"].as_str().unwrap().contains("no address allocated"),
+        "{error}"
+    );
+    // A sandbox path that does not exist: refused as bad config, nothing created.
+    cluster.create_pod("default", "gone", 0, &[]).await?;
+    let (_other, mut gone) = Cluster::sandbox("default", "gone")?;
+    gone.netns = "/run/netns/no-such-sandbox".into();
+    let run = node.runtime.add_raw(&gone)?;
+    let error = run.json()?;
+    assert_eq!(error["code"], 7, "{error}");
+    assert!(
+        error["msg"]
+            .as_str()
+            .unwrap()
+            .contains("/run/netns/no-such-sandbox"),
+        "{error}"
+    );
+    assert!(node.pod_ports()?.is_empty() && node.pod_veths()?.is_empty());
+    drop(netns);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_on_two_nodes_talk_in_one_subnet_and_across_subnets() -> Result<()> {
+    let cluster = Cluster::start(2, &[]).await?;
+    cluster.namespace("other").await?;
+    cluster
+        .apply(
+            json!({"apiVersion": "kubeovn.io/v1", "kind": "Subnet", "metadata": {"name": "other"},
+            "spec": {"cidrBlock": "10.17.0.0/16", "namespaces": ["other"]}}),
+        )
+        .await?;
+    let a = cluster.pod("default", "a", 0, &[]).await?;
+    let b = cluster.pod("default", "b", 1, &[]).await?;
+    let c = cluster.pod("other", "c", 1, &[]).await?;
+    assert!(c.ip().to_string().starts_with("10.17."), "{}", c.ip());
+    for (from, to, what) in [
+        (&a, &b, "same subnet, other node"),
+        (&a, &c, "other subnet, other node"),
+        (&c, &a, "back"),
+    ] {
+        from.netns
+            .wait_ping(to.ip(), Duration::from_secs(15))
+            .map_err(|e| e.context(what))?;
+    }
+    tcp_transfer(
+        &b.netns,
+        b.ip().into(),
+        5202,
+        &a.netns,
+        1 << 20,
+        Duration::from_secs(30),
+    )?;
+    tcp_transfer(
+        &c.netns,
+        c.ip().into(),
+        5203,
+        &a.netns,
+        1 << 20,
+        Duration::from_secs(30),
+    )?;
+    // Each node routes the new subnet through its ovn0.
+    for node in &cluster.nodes {
+        let routes = node.ovs.netns().ip(&["route", "show", "dev", "ovn0"])?;
+        assert!(
+            routes.contains("10.17.0.0/16 via 100.64.0.1"),
+            "{}: {routes}",
+            node.name
+        );
+    }
+    Ok(())
+}
