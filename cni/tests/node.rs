@@ -191,7 +191,7 @@ async fn qos_follows_the_annotations_live_and_goes_with_the_pod() -> Result<()> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn add_fails_clearly_and_leaves_nothing() -> Result<()> {
-    let cluster = Cluster::start(1, &["--wait-address-timeout=3s"]).await?;
+    let mut cluster = Cluster::start(1, &["--wait-address-timeout=3s", "--wait-ovn-installed-timeout=2s"]).await?;
     let node = &cluster.nodes[0];
     // A static address outside every subnet: the controller refuses it, so no address comes.
     cluster
@@ -227,6 +227,19 @@ async fn add_fails_clearly_and_leaves_nothing() -> Result<()> {
     );
     assert!(node.pod_ports()?.is_empty() && node.pod_veths()?.is_empty());
     drop(netns);
+
+    // ovn-controller down: the port never becomes ovn-installed; ADD says so and rolls back
+    // the veth and the port it made.
+    cluster.nodes[0].ovs.stop_ovn_controller();
+    let node = &cluster.nodes[0];
+    cluster.create_pod("default", "unbound", 0, &[]).await?;
+    let (netns, sandbox) = Cluster::sandbox("default", "unbound")?;
+    let run = node.runtime.add_raw(&sandbox)?;
+    let error = run.json()?;
+    assert!(error["msg"].as_str().unwrap().contains("ovn-installed"), "{error}");
+    assert!(node.pod_ports()?.is_empty(), "port left: {:?}", node.pod_ports()?);
+    assert!(node.pod_veths()?.is_empty(), "veth left: {:?}", node.pod_veths()?);
+    assert!(netns.exec(&["ip", "link", "show", "eth0"]).is_err(), "eth0 left in the pod");
     Ok(())
 }
 
