@@ -389,7 +389,7 @@ fn from_netgauze_update(ng: &BgpUpdateMessage, context: UpdateContext) -> Update
             PathAttributeValue::NextHop(next_hop) => attrs.next_hop = Some(next_hop.next_hop()),
             PathAttributeValue::MultiExitDiscriminator(med) => attrs.med = Some(med.metric()),
             PathAttributeValue::LocalPreference(pref) if !context.external_peer => {
-                attrs.local_pref = Some(pref.metric())
+                attrs.local_pref = Some(pref.metric());
             }
             PathAttributeValue::Communities(list) => {
                 attrs.communities = list
