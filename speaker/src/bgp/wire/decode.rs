@@ -300,8 +300,16 @@ fn decode_update(body: &[u8], context: DecodeContext) -> Result<Decoded, DecodeE
             issue,
         });
     }
-    // The check found nothing fatal; netgauze skips attributes it finds malformed (those the
-    // check classed as "attribute discard") and keeps the rest.
+    // The check found nothing fatal. Attributes it classed as "attribute discard" are cut out
+    // before netgauze sees them: netgauze fails the whole UPDATE on some of them (a 1-octet
+    // ATOMIC_AGGREGATE, for one).
+    let stripped;
+    let parse_body = if layout.discarded.is_empty() {
+        body
+    } else {
+        stripped = without_attributes(body, &layout);
+        &stripped[..]
+    };
     let mut ng_context = BgpParsingContext::new(
         context.update.four_octet_as,
         HashMap::new(),
@@ -311,7 +319,7 @@ fn decode_update(body: &[u8], context: DecodeContext) -> Result<Decoded, DecodeE
         false,
         false,
     );
-    let mut reader = SliceReader::new(body);
+    let mut reader = SliceReader::new(parse_body);
     match BgpUpdateMessage::parse(&mut reader, &mut ng_context) {
         Ok(ng) if reader.is_empty() => {
             let skipped = !ng_context.parsing_errors().path_attr_errors().is_empty();
@@ -335,6 +343,23 @@ fn decode_update(body: &[u8], context: DecodeContext) -> Result<Decoded, DecodeE
             })
         }
     }
+}
+
+/// `body` with the discarded attributes removed and the Total Path Attribute Length fixed.
+fn without_attributes(body: &[u8], layout: &UpdateLayout) -> Vec<u8> {
+    let mut out = Vec::with_capacity(body.len());
+    out.extend_from_slice(&body[..layout.attributes.start]);
+    let mut at = layout.attributes.start;
+    for range in &layout.discarded {
+        out.extend_from_slice(&body[at..range.start]);
+        at = range.end;
+    }
+    out.extend_from_slice(&body[at..]);
+    let removed: usize = layout.discarded.iter().map(ExactSizeIterator::len).sum();
+    let attributes_len = u16::try_from(layout.attributes.len() - removed).unwrap_or(0);
+    let field = layout.attributes.start - 2;
+    out[field..field + 2].copy_from_slice(&attributes_len.to_be_bytes());
+    out
 }
 
 fn segment_kind(kind: AsPathSegmentType) -> AsPathSegmentKind {

@@ -58,6 +58,8 @@ pub(crate) struct UpdateLayout {
     pub nlri: Range<usize>,
     pub mp_reach_nlri: Option<(Family, Range<usize>)>,
     pub mp_unreach_nlri: Option<(Family, Range<usize>)>,
+    /// Whole attributes (header included) to drop under "attribute discard".
+    pub discarded: Vec<Range<usize>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -269,6 +271,7 @@ pub(crate) fn check_update(body: &[u8], context: UpdateContext) -> Result<Checke
             break;
         };
         let whole = &field[at..at + header_len + value_len];
+        let whole_range = attributes.start + at..attributes.start + at + header_len + value_len;
         let value_start = attributes.start + at + header_len;
         at += header_len + value_len;
         attribute_count += 1;
@@ -325,7 +328,10 @@ pub(crate) fn check_update(body: &[u8], context: UpdateContext) -> Result<Checke
                 }
             }
             // RFC 7606 §7.5: LOCAL_PREF from an external peer is discarded whatever it holds.
-            at::LOCAL_PREF if context.external_peer => note(discard("LOCAL_PREF from an external peer")),
+            at::LOCAL_PREF if context.external_peer => {
+                note(discard("LOCAL_PREF from an external peer"));
+                layout.discarded.push(whole_range);
+            }
             // RFC 7606 §7.6, §7.7, RFC 6793 §6: these are discarded when malformed.
             at::ATOMIC_AGGREGATE | at::AGGREGATOR | at::AS4_PATH | at::AS4_AGGREGATOR => {
                 let aggregator_len = if context.four_octet_as { 8 } else { 6 };
@@ -337,6 +343,7 @@ pub(crate) fn check_update(body: &[u8], context: UpdateContext) -> Result<Checke
                 };
                 if flags_bad || !well_formed {
                     note(discard("malformed attribute"));
+                    layout.discarded.push(whole_range);
                 }
             }
             _ if flags_bad => note(treat_as_withdraw("attribute flags conflict with its type")),
