@@ -34,18 +34,19 @@
 
 mod collision;
 mod open;
+mod types;
 
 #[cfg(test)]
 mod tests;
 
-use std::net::Ipv4Addr;
 use std::time::Duration;
 
 pub use collision::{ConnectionId, collision_winner};
 pub use open::Negotiated;
+pub use types::{Action, DownReason, GracefulRestartConfig, Input, SessionConfig, State, StopReason, Timer};
 
 use crate::bgp::wire::notification::{cease, fsm as fsm_subcode};
-use crate::bgp::wire::{DecodeError, Family, Message, Notification, Update};
+use crate::bgp::wire::{Message, Notification};
 
 /// The hold time used between sending OPEN and receiving the peer's (RFC 4271 §8.2.2 suggests
 /// 4 minutes).
@@ -53,118 +54,6 @@ pub const OPEN_HOLD_TIME: Duration = Duration::from_mins(4);
 /// First and last idle hold time before restarting after a failure.
 pub const IDLE_HOLD_MIN: Duration = Duration::from_secs(1);
 pub const IDLE_HOLD_MAX: Duration = Duration::from_mins(1);
-
-/// Graceful restart as the restarting speaker (RFC 4724).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GracefulRestartConfig {
-    /// Seconds the peer should keep our routes after we go away (at most 4095).
-    pub restart_time: u16,
-    /// F bit: forwarding survived our restart. True for a speaker whose data plane (kernel,
-    /// OVS) does not restart with it.
-    pub forwarding_preserved: bool,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SessionConfig {
-    pub local_as: u32,
-    pub peer_as: u32,
-    pub router_id: Ipv4Addr,
-    /// Proposed hold time in seconds: 0, or at least 3 (RFC 4271 §4.2).
-    pub hold_time: u16,
-    pub connect_retry: Duration,
-    /// Never connect; wait for the peer (Kube-OVN's `--passivemode`).
-    pub passive: bool,
-    pub families: Vec<Family>,
-    pub graceful_restart: Option<GracefulRestartConfig>,
-    /// This process restarted within the restart time: set the R bit on the first session.
-    pub restarting: bool,
-    /// Offer IPv4 NLRI with an IPv6 next hop (RFC 8950).
-    pub extended_next_hop: bool,
-}
-
-/// Session states (RFC 4271 §8.2.2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum State {
-    Idle,
-    Connect,
-    Active,
-    OpenSent,
-    OpenConfirm,
-    Established,
-}
-
-/// Why the session was stopped by its owner; each maps to a Cease subcode (RFC 4486 §4).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StopReason {
-    /// 6/2, with an optional shutdown communication (RFC 9003). Stays down.
-    AdministrativeShutdown { message: String },
-    /// 6/3. Stays down.
-    PeerDeconfigured,
-    /// 6/4. Comes back up after the idle hold time.
-    AdministrativeReset,
-    /// 6/10 (RFC 9384): BFD saw the path fail. Comes back up after the idle hold time.
-    BfdDown,
-    /// No NOTIFICATION: the TCP connection is just closed, so a peer in graceful restart helper
-    /// mode keeps our routes (RFC 4724 §4.2). For a speaker about to restart. Stays down.
-    Restarting,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Input {
-    Start,
-    Stop(StopReason),
-    /// A TCP connection is up: ours connected, or the driver accepted one from the peer.
-    TcpConnected(ConnectionId),
-    /// Our connect failed, or an open connection was closed or broke.
-    TcpFailed(ConnectionId),
-    Message(ConnectionId, Message),
-    /// Bytes from this connection could not be decoded.
-    DecodeError(ConnectionId, DecodeError),
-    TimerExpired(Timer),
-}
-
-/// The timers the driver keeps for the session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Timer {
-    ConnectRetry,
-    /// Delay before restarting after a failure.
-    IdleHold,
-    Hold(ConnectionId),
-    Keepalive(ConnectionId),
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DownReason {
-    HoldTimerExpired,
-    NotificationReceived(Notification),
-    NotificationSent(Notification),
-    ConnectionLost,
-    Stopped(StopReason),
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
-    Connect,
-    Send(ConnectionId, Message),
-    Close(ConnectionId),
-    /// Refuse the connection just offered with [`Input::TcpConnected`]`(Inbound)`; the existing
-    /// inbound connection, if any, is untouched.
-    RejectInbound(Option<Notification>),
-    StartTimer(Timer, Duration),
-    StopTimer(Timer),
-    StateChanged {
-        from: State,
-        to: State,
-    },
-    Established(ConnectionId, Box<Negotiated>),
-    SessionDown(DownReason),
-    /// The peer asked for our routes of this family again (RFC 2918).
-    RouteRefreshRequested(Family),
-    /// The peer's OPEN had the R bit: it restarted (RFC 4724 §3).
-    PeerRestarting,
-    EndOfRibReceived(Family),
-    UpdateReceived(Box<Update>),
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::*;
 use crate::bgp::wire::notification::{cease, code, fsm as fsm_sub, open as open_sub};
 use crate::bgp::wire::{
-    Capabilities, DecodeError, GracefulRestart, Open, OpenError, RouteRefresh, UpdateSummary,
+    Capabilities, DecodeError, Family, GracefulRestart, Open, OpenError, RouteRefresh, Update, UpdateSummary,
 };
 
 use ConnectionId::{Inbound, Outbound};
