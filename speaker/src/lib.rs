@@ -3,3 +3,5 @@
 //! side come later.
 
 pub mod bgp;
+#[doc(hidden)]
+pub mod fuzzing;
