@@ -15,7 +15,7 @@
 //! ```text
 //!   listener task ──accepted socket (source checked)──┐
 //!   connect future ──connected / failed───────────────┤
-//!   reader task per socket ──FrameSplitter + decode───┼──► Input ──► Session::handle ──► Vec<Action>
+//!   reader task per socket ──bytes───────────────────┼──► Input ──► Session::handle ──► Vec<Action>
 //!   timer wheel (tokio::time::sleep_until per Timer)──┤                                   │
 //!   operator / config / BFD ──Start, Stop────────────┘                                   │
 //!                                                                                         ▼
@@ -29,8 +29,15 @@
 //!   RouteRefreshRequested(f) → AdjRibOut::route_refresh(f); send
 //! ```
 //!
+//! Bytes are split and decoded in the peer task, one frame at a time, each handled before the
+//! next is decoded: UPDATEs are decoded with [`Negotiated::decode_context`] (4-octet AS, external
+//! peer), known only once the KEEPALIVE that makes the session Established has been handled, and
+//! that KEEPALIVE often shares a read with the first UPDATEs. Before that,
+//! `DecodeContext::default()` is right (OPEN, KEEPALIVE and NOTIFICATION do not depend on it).
+//!
 //! UPDATEs from the Adj-RIB-Out are written by the driver on [`Session::established_connection`]
 //! without passing through the state machine; they are only valid while it returns `Some`.
+//! `tests/session_pair.rs` runs two sessions against each other through such a loop.
 
 mod collision;
 mod open;

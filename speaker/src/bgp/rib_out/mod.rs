@@ -5,7 +5,7 @@
 //! - Desired routes change by [`AdjRibOut::announce`], [`AdjRibOut::withdraw`] or
 //!   [`AdjRibOut::replace_all`]; [`AdjRibOut::take_updates`] returns only the differences from
 //!   what the peer holds, prefixes grouped by identical attributes and packed into UPDATEs of at
-//!   most 4096 bytes ([`pack`]).
+//!   most 4096 bytes (see `pack.rs`).
 //! - Nothing is sent until the session is up ([`AdjRibOut::session_up`]) and the caller's data
 //!   is complete ([`AdjRibOut::set_ready`]). The first batch is the whole table followed by an
 //!   End-of-RIB per family (RFC 4724 §2). This is the restarting-speaker procedure of RFC 4724
