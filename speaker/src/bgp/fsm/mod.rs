@@ -50,7 +50,9 @@ use std::time::Duration;
 
 pub use collision::{ConnectionId, collision_winner};
 pub use open::Negotiated;
-pub use types::{Action, DownReason, GracefulRestartConfig, Input, SessionConfig, State, StopReason, Timer};
+pub use types::{
+    Action, ConfigError, DownReason, GracefulRestartConfig, Input, SessionConfig, State, StopReason, Timer,
+};
 
 use crate::bgp::wire::notification::{cease, fsm as fsm_subcode};
 use crate::bgp::wire::{Message, Notification};
@@ -224,10 +226,7 @@ impl Session {
             && !message.is_empty()
         {
             // RFC 9003 §2: a length octet, then at most 255 octets of UTF-8.
-            let mut text = message.as_str();
-            while text.len() > 255 {
-                text = &text[..text.floor_char_boundary(255)];
-            }
+            let text = &message[..message.floor_char_boundary(255)];
             n.data.push(u8::try_from(text.len()).unwrap_or(u8::MAX));
             n.data.extend_from_slice(text.as_bytes());
         }

@@ -839,3 +839,84 @@ fn inputs_for_absent_connections_are_ignored() {
     assert_eq!(s.handle(Input::Start), vec![]);
     assert_eq!(s.state(), State::Established);
 }
+
+#[test]
+fn config_validation_names_the_field() {
+    assert_eq!(config().validate(), Ok(()));
+    let bad: Vec<(SessionConfig, &str)> = vec![
+        (
+            SessionConfig {
+                local_as: 0,
+                ..config()
+            },
+            "local_as",
+        ),
+        (
+            SessionConfig {
+                peer_as: 0,
+                ..config()
+            },
+            "peer_as",
+        ),
+        (
+            SessionConfig {
+                router_id: Ipv4Addr::UNSPECIFIED,
+                ..config()
+            },
+            "router_id",
+        ),
+        (
+            SessionConfig {
+                hold_time: 2,
+                ..config()
+            },
+            "hold_time",
+        ),
+        (
+            SessionConfig {
+                families: vec![],
+                ..config()
+            },
+            "families",
+        ),
+        (
+            SessionConfig {
+                connect_retry: Duration::ZERO,
+                ..config()
+            },
+            "connect_retry",
+        ),
+        (
+            SessionConfig {
+                graceful_restart: Some(GracefulRestartConfig {
+                    restart_time: 4096,
+                    forwarding_preserved: true,
+                }),
+                ..config()
+            },
+            "graceful_restart.restart_time",
+        ),
+    ];
+    for (config, field) in bad {
+        assert_eq!(config.validate().unwrap_err().field, field);
+    }
+    assert!(
+        SessionConfig {
+            hold_time: 0,
+            ..config()
+        }
+        .validate()
+        .is_ok()
+    );
+}
+
+#[test]
+fn shutdown_communication_is_cut_at_a_character_boundary() {
+    let mut s = established(config());
+    let actions = s.handle(Input::Stop(StopReason::AdministrativeShutdown {
+        message: "é".repeat(200),
+    }));
+    let data = sent_notification(&actions).unwrap().1.data;
+    assert_eq!((data[0], data.len()), (254, 255));
+    assert!(std::str::from_utf8(&data[1..]).is_ok());
+}

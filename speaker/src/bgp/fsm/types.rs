@@ -34,6 +34,46 @@ pub struct SessionConfig {
     pub extended_next_hop: bool,
 }
 
+/// A session configuration that cannot work; `field` names the [`SessionConfig`] field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("BGP session config: {field}: {reason}")]
+pub struct ConfigError {
+    pub field: &'static str,
+    pub reason: &'static str,
+}
+
+impl SessionConfig {
+    /// Checks what RFCs forbid before any OPEN is built from it.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let fail = |field, reason| Err(ConfigError { field, reason });
+        if self.local_as == 0 {
+            return fail("local_as", "AS 0 is reserved (RFC 7607)");
+        }
+        if self.peer_as == 0 {
+            return fail("peer_as", "AS 0 is reserved (RFC 7607)");
+        }
+        if self.router_id.is_unspecified() {
+            return fail("router_id", "must not be 0.0.0.0 (RFC 6286 §2.1)");
+        }
+        if matches!(self.hold_time, 1 | 2) {
+            return fail("hold_time", "must be 0 or at least 3 seconds (RFC 4271 §4.2)");
+        }
+        if self.families.is_empty() {
+            return fail("families", "at least one address family is needed");
+        }
+        if self.connect_retry.is_zero() {
+            return fail("connect_retry", "must be more than zero");
+        }
+        if self.graceful_restart.is_some_and(|gr| gr.restart_time > 4095) {
+            return fail(
+                "graceful_restart.restart_time",
+                "at most 4095 seconds (12 bits, RFC 4724 §3)",
+            );
+        }
+        Ok(())
+    }
+}
+
 /// Session states (RFC 4271 §8.2.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum State {
