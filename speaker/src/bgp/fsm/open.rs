@@ -1,0 +1,201 @@
+//! Building our OPEN, and checking the peer's OPEN against our configuration: the RFC 4271 §6.2
+//! checks a decoder cannot make alone (peer AS, BGP identifier against ours, hold time), and
+//! the negotiation of what both sides support (RFC 5492).
+
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use crate::bgp::wire::{
+    AS_TRANS, Capabilities, DecodeContext, EncodeContext, ExtendedNextHop, Family, GracefulRestart,
+    GracefulRestartFamily, Message, Open, OpenError, UpdateContext, UpdateMode, encode,
+};
+
+use super::SessionConfig;
+
+/// What both sides agreed on, handed to the driver when the session is Established.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Negotiated {
+    pub peer_as: u32,
+    pub peer_bgp_id: Ipv4Addr,
+    /// The smaller of the two hold times (RFC 4271 §4.2); 0 means no hold timer and no keepalives.
+    pub hold_time: u16,
+    /// One third of the hold time (RFC 4271 §10), `None` when the hold time is 0.
+    pub keepalive: Option<Duration>,
+    /// Both sides sent the 4-octet AS capability (RFC 6793 §4).
+    pub four_octet_as: bool,
+    /// Families both sides announced in Multiprotocol capabilities (RFC 4760 §8).
+    pub families: Vec<Family>,
+    /// The peer accepts ROUTE-REFRESH from us (RFC 2918).
+    pub peer_route_refresh: bool,
+    /// The peer's Graceful Restart capability, if it sent one (RFC 4724 §3).
+    pub peer_graceful_restart: Option<GracefulRestart>,
+    /// We sent the R bit: the Adj-RIB-Out must hold UPDATEs until our routes are ready, then send
+    /// End-of-RIB per family (RFC 4724 §4.1).
+    pub local_restarting: bool,
+    /// Extended next hop encodings both sides announced (RFC 8950 §3).
+    pub extended_next_hop: Vec<ExtendedNextHop>,
+    /// The peer is in another AS.
+    pub external: bool,
+}
+
+impl Negotiated {
+    pub fn encode_context(&self) -> EncodeContext {
+        EncodeContext {
+            four_octet_as: self.four_octet_as,
+        }
+    }
+
+    pub fn decode_context(&self, update_mode: UpdateMode) -> DecodeContext {
+        DecodeContext {
+            update: UpdateContext {
+                four_octet_as: self.four_octet_as,
+                external_peer: self.external,
+            },
+            update_mode,
+        }
+    }
+}
+
+/// Our OPEN. `restarting` sets the R bit (RFC 4724 §3).
+pub(crate) fn local_open(config: &SessionConfig, restarting: bool) -> Open {
+    let graceful_restart = config.graceful_restart.map(|gr| GracefulRestart {
+        restarting,
+        notification: false,
+        restart_time: gr.restart_time.min(4095),
+        families: config
+            .families
+            .iter()
+            .map(|&family| GracefulRestartFamily {
+                family,
+                forwarding_preserved: gr.forwarding_preserved,
+            })
+            .collect(),
+    });
+    let extended_next_hop = if config.extended_next_hop && config.families.contains(&Family::Ipv4Unicast) {
+        vec![ExtendedNextHop {
+            family: Family::Ipv4Unicast,
+            next_hop_afi: 2,
+        }]
+    } else {
+        Vec::new()
+    };
+    Open {
+        my_as: u16::try_from(config.local_as).unwrap_or(AS_TRANS),
+        hold_time: config.hold_time,
+        bgp_id: config.router_id,
+        capabilities: Capabilities {
+            multiprotocol: config.families.clone(),
+            four_octet_as: Some(config.local_as),
+            route_refresh: true,
+            graceful_restart,
+            extended_next_hop,
+        },
+    }
+}
+
+/// Checks the peer's OPEN (RFC 4271 §6.2, RFC 6286 §2.2, RFC 5492 §5) and negotiates.
+pub(crate) fn negotiate(
+    config: &SessionConfig,
+    open: &Open,
+    local_restarting: bool,
+) -> Result<Negotiated, OpenError> {
+    let peer_as = open.asn();
+    if peer_as != config.peer_as {
+        return Err(OpenError::BadPeerAs {
+            received: peer_as,
+            expected: config.peer_as,
+        });
+    }
+    if open.hold_time == 1 || open.hold_time == 2 {
+        return Err(OpenError::UnacceptableHoldTime {
+            hold_time: open.hold_time,
+        });
+    }
+    let external = peer_as != config.local_as;
+    if open.bgp_id.is_unspecified() {
+        return Err(OpenError::BadBgpIdentifier {
+            bgp_id: open.bgp_id,
+            reason: "zero",
+        });
+    }
+    // RFC 6286 §2.2: two speakers of one AS must have distinct identifiers; across ASes the
+    // same value is allowed (collisions then fall back to the AS numbers).
+    if !external && open.bgp_id == config.router_id {
+        return Err(OpenError::BadBgpIdentifier {
+            bgp_id: open.bgp_id,
+            reason: "same as ours inside one AS",
+        });
+    }
+    let peer_caps = &open.capabilities;
+    // A peer that sends no Multiprotocol capability speaks IPv4 unicast only (RFC 4760 §1).
+    let peer_families: &[Family] = if peer_caps.multiprotocol.is_empty() {
+        &[Family::Ipv4Unicast]
+    } else {
+        &peer_caps.multiprotocol
+    };
+    let families: Vec<Family> = config
+        .families
+        .iter()
+        .copied()
+        .filter(|f| peer_families.contains(f))
+        .collect();
+    if families.is_empty() {
+        // RFC 5492 §5: name the capability we need, as we would send it.
+        let ours = local_open(config, local_restarting);
+        let data = encode(&Message::Open(ours), EncodeContext::default())
+            .ok()
+            .and_then(|bytes| mp_capability_bytes(&bytes))
+            .unwrap_or_default();
+        return Err(OpenError::UnsupportedCapability {
+            capability_code: 1,
+            reason: "no address family in common",
+            data,
+        });
+    }
+    let hold_time = config.hold_time.min(open.hold_time);
+    let keepalive = (hold_time > 0).then(|| Duration::from_secs(u64::from(hold_time)) / 3);
+    let extended_next_hop = if config.extended_next_hop {
+        peer_caps
+            .extended_next_hop
+            .iter()
+            .copied()
+            .filter(|e| e.family == Family::Ipv4Unicast && e.next_hop_afi == 2)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Ok(Negotiated {
+        peer_as,
+        peer_bgp_id: open.bgp_id,
+        hold_time,
+        keepalive,
+        four_octet_as: peer_caps.four_octet_as.is_some(),
+        families,
+        peer_route_refresh: peer_caps.route_refresh,
+        peer_graceful_restart: peer_caps.graceful_restart.clone(),
+        local_restarting,
+        extended_next_hop,
+        external,
+    })
+}
+
+/// The Multiprotocol capability TLVs (code 1) of an encoded OPEN, for the data of a 2/7.
+fn mp_capability_bytes(open: &[u8]) -> Option<Vec<u8>> {
+    // Header (19), version, AS, hold time, BGP ID (9), parameters length (1).
+    let mut params = open.get(29..)?;
+    let mut out = Vec::new();
+    while let [_param_type, param_len, rest @ ..] = params {
+        let (caps, after) = rest.split_at_checked(usize::from(*param_len))?;
+        let mut caps = caps;
+        while let [code, len, tail @ ..] = caps {
+            let (value, next) = tail.split_at_checked(usize::from(*len))?;
+            if *code == 1 {
+                out.extend_from_slice(&[*code, *len]);
+                out.extend_from_slice(value);
+            }
+            caps = next;
+        }
+        params = after;
+    }
+    Some(out)
+}

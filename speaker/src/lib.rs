@@ -1,0 +1,7 @@
+//! kube-ovn-speaker: announces pod, subnet, Service and EIP prefixes to top-of-rack routers over
+//! BGP. This crate is, for now, the pure BGP core ([`bgp`]); the tokio driver and the Kubernetes
+//! side come later.
+
+pub mod bgp;
+#[doc(hidden)]
+pub mod fuzzing;
