@@ -1,0 +1,274 @@
+//! `kube-ovn-speaker` flags with Kube-OVN's names and defaults (reference §5.1), each also an
+//! environment variable, validated at start into a [`Config`]; a bad value or combination
+//! stops the speaker with a message naming the flag.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+#[derive(Debug, Clone, Parser)]
+#[command(name = "kube-ovn-speaker", version, about = "kube-ovn-rs BGP speaker: announce pods, subnets, Services and EIPs to the ToR")]
+pub struct Flags {
+    /// This node (for the `local` policy). Kube-OVN reads it from `NODE_NAME`.
+    #[arg(long, env = "NODE_NAME", default_value = "")]
+    pub node_name: String,
+    /// Kubeconfig file; in-cluster configuration when absent.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Local AS number (required).
+    #[arg(long, env = "CLUSTER_AS", default_value_t = 0)]
+    pub cluster_as: u32,
+    /// The peers' AS number (required when peers are given by flags).
+    #[arg(long, env = "NEIGHBOR_AS", default_value_t = 0)]
+    pub neighbor_as: u32,
+    /// IPv4 peers, comma-separated.
+    #[arg(long, env = "NEIGHBOR_ADDRESS", value_delimiter = ',')]
+    pub neighbor_address: Vec<String>,
+    /// IPv6 peers, comma-separated.
+    #[arg(long, env = "NEIGHBOR_IPV6_ADDRESS", value_delimiter = ',')]
+    pub neighbor_ipv6_address: Vec<String>,
+    /// BGP identifier (IPv4); else the first IPv4 of `POD_IPS`/`POD_IP`.
+    #[arg(long, env = "ROUTER_ID", default_value = "")]
+    pub router_id: String,
+    /// Node addresses to use as next hop when the speaker runs without host networking.
+    #[arg(long, env = "NODE_IPS", value_delimiter = ',')]
+    pub node_ips: Vec<String>,
+    /// Local addresses the sessions may use (and then use as next hop).
+    #[arg(long, env = "ALLOWED_SOURCE_ADDRESSES", value_delimiter = ',')]
+    pub allowed_source_addresses: Vec<String>,
+    /// The same for IPv6.
+    #[arg(long, env = "ALLOWED_SOURCE_IPV6_ADDRESSES", value_delimiter = ',')]
+    pub allowed_source_ipv6_addresses: Vec<String>,
+    /// TCP MD5 password (RFC 2385).
+    #[arg(long, env = "AUTH_PASSWORD", default_value = "", hide_env_values = true)]
+    pub auth_password: String,
+    /// Hold time (3s..65535s).
+    #[arg(long, env = "HOLDTIME", default_value = "90s", value_parser = parse_duration)]
+    pub holdtime: Duration,
+    /// Graceful restart (RFC 4724) as the restarting speaker.
+    #[arg(long, env = "GRACEFUL_RESTART", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub graceful_restart: bool,
+    /// Restart time advertised (1s..4095s).
+    #[arg(long, env = "GRACEFUL_RESTART_TIME", default_value = "90s", value_parser = parse_duration)]
+    pub graceful_restart_time: Duration,
+    /// How long to hold UPDATEs after a restart waiting for the caches (1s..18h).
+    #[arg(long, env = "GRACEFUL_RESTART_DEFERRAL_TIME", default_value = "360s", value_parser = parse_duration)]
+    pub graceful_restart_deferral_time: Duration,
+    /// Only accept sessions; never connect.
+    #[arg(long, env = "PASSIVEMODE", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub passivemode: bool,
+    /// TTL of eBGP sessions; multihop when not 1.
+    #[arg(long, env = "EBGP_MULTIHOP", default_value_t = 1)]
+    pub ebgp_multihop: u8,
+    /// Announce IPv4 routes to IPv6 peers and back (RFC 8950).
+    #[arg(long, env = "EXTENDED_NEXTHOP", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub extended_nexthop: bool,
+    /// Announce Services' ClusterIPs.
+    #[arg(long, env = "ANNOUNCE_CLUSTER_IP", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub announce_cluster_ip: bool,
+    /// BFD (RFC 5880/5881) on every peer.
+    #[arg(long, env = "ENABLE_BFD", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub enable_bfd: bool,
+    /// BFD desired minimum TX interval, ms.
+    #[arg(long, env = "BFD_MIN_TX", default_value_t = 1000)]
+    pub bfd_min_tx: u32,
+    /// BFD required minimum RX interval, ms.
+    #[arg(long, env = "BFD_MIN_RX", default_value_t = 1000)]
+    pub bfd_min_rx: u32,
+    /// BFD detection multiplier.
+    #[arg(long, env = "BFD_DETECTION_MULTIPLIER", default_value_t = 3)]
+    pub bfd_detection_multiplier: u8,
+    /// Address the BGP listener binds (for passive peers and collisions).
+    #[arg(long, env = "LISTEN_ADDRESS", default_value = "0.0.0.0")]
+    pub listen_address: IpAddr,
+    /// BGP port (ours; 179 unless testing).
+    #[arg(long, env = "BGP_PORT", default_value_t = 179)]
+    pub bgp_port: u16,
+    /// Metrics port (Kube-OVN `--pprof-port`).
+    #[arg(long, env = "PPROF_PORT", default_value_t = 10667)]
+    pub pprof_port: u16,
+    /// Address the metrics listener binds.
+    #[arg(long, env = "METRICS_ADDRESS", default_value = "0.0.0.0")]
+    pub metrics_address: IpAddr,
+    /// Full recompute interval, the safety net behind the event-driven path.
+    #[arg(long, env = "RESYNC_PERIOD", default_value = "300s", value_parser = parse_duration)]
+    pub resync_period: Duration,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let (number, unit) = text.find(|c: char| c.is_ascii_alphabetic()).map_or((text, "s"), |i| text.split_at(i));
+    let value: f64 = number.parse().map_err(|_| format!("{text:?} is not a duration (e.g. 90s, 500ms, 6m, 1h)"))?;
+    let scale = match unit {
+        "ms" => 0.001,
+        "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        _ => return Err(format!("{text:?}: unit must be ms, s, m or h")),
+    };
+    if !value.is_finite() || value < 0.0 {
+        return Err(format!("{text:?} must not be negative"));
+    }
+    Ok(Duration::from_secs_f64(value * scale))
+}
+
+/// A flag with a bad value, or a bad combination.
+#[derive(Debug, thiserror::Error)]
+#[error("--{flag}: {problem}")]
+pub struct FlagError {
+    /// The flag's name.
+    pub flag: &'static str,
+    /// What is wrong.
+    pub problem: String,
+}
+
+fn bad(flag: &'static str, problem: impl Into<String>) -> FlagError {
+    FlagError { flag, problem: problem.into() }
+}
+
+/// Validated settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The flags as given.
+    pub flags: Flags,
+    /// Peers from `--neighbor-address` and `--neighbor-ipv6-address`.
+    pub neighbors: Vec<IpAddr>,
+    /// The BGP identifier.
+    pub router_id: Ipv4Addr,
+    /// `--node-ips`.
+    pub node_ips: Vec<IpAddr>,
+    /// `--allowed-source-addresses` and the IPv6 list together.
+    pub allowed_sources: Vec<IpAddr>,
+}
+
+fn ip_list(flag: &'static str, values: &[String], v6: Option<bool>) -> Result<Vec<IpAddr>, FlagError> {
+    values
+        .iter()
+        .filter(|v| !v.trim().is_empty())
+        .map(|v| {
+            let ip: IpAddr = v.trim().parse().map_err(|_| bad(flag, format!("{v:?} is not an IP address")))?;
+            match v6 {
+                Some(true) if ip.is_ipv4() => Err(bad(flag, format!("{ip} is not IPv6"))),
+                Some(false) if ip.is_ipv6() => Err(bad(flag, format!("{ip} is not IPv4"))),
+                _ => Ok(ip),
+            }
+        })
+        .collect()
+}
+
+impl Flags {
+    /// Checks every flag and their combinations. `pod_ips` is `POD_IPS` (or `POD_IP`) for the
+    /// default router ID.
+    pub fn validate(self, pod_ips: &str) -> Result<Config, FlagError> {
+        if self.cluster_as == 0 {
+            return Err(bad("cluster-as", "required (the local AS number)"));
+        }
+        let mut neighbors = ip_list("neighbor-address", &self.neighbor_address, Some(false))?;
+        neighbors.extend(ip_list("neighbor-ipv6-address", &self.neighbor_ipv6_address, Some(true))?);
+        if !neighbors.is_empty() && self.neighbor_as == 0 {
+            return Err(bad("neighbor-as", "required with --neighbor-address/--neighbor-ipv6-address"));
+        }
+        if self.node_name.is_empty() {
+            return Err(bad("node-name", "required (or NODE_NAME): the `local` policy needs it"));
+        }
+        let router_id = if self.router_id.is_empty() {
+            pod_ips
+                .split(',')
+                .find_map(|s| s.trim().parse::<Ipv4Addr>().ok())
+                .unwrap_or(Ipv4Addr::UNSPECIFIED)
+        } else {
+            self.router_id.parse().map_err(|_| bad("router-id", format!("{:?} is not an IPv4 address", self.router_id)))?
+        };
+        if router_id.is_unspecified() {
+            // RFC 6286 §2.1: the identifier must be non-zero.
+            return Err(bad("router-id", "required when POD_IPS has no IPv4 address (must not be 0.0.0.0)"));
+        }
+        let secs = self.holdtime.as_secs_f64();
+        if !(3.0..=65535.0).contains(&secs) {
+            return Err(bad("holdtime", format!("{:?} is outside 3s..65535s (RFC 4271 §4.2)", self.holdtime)));
+        }
+        let restart = self.graceful_restart_time.as_secs_f64();
+        if self.graceful_restart && !(1.0..=4095.0).contains(&restart) {
+            return Err(bad("graceful-restart-time", "must be 1s..4095s (12 bits, RFC 4724 §3)"));
+        }
+        let deferral = self.graceful_restart_deferral_time.as_secs_f64();
+        if self.graceful_restart && !(1.0..=18.0 * 3600.0).contains(&deferral) {
+            return Err(bad("graceful-restart-deferral-time", "must be 1s..18h"));
+        }
+        if self.ebgp_multihop == 0 {
+            return Err(bad("ebgp-multihop", "a TTL of 0 would never leave the host"));
+        }
+        if self.auth_password.len() > 80 {
+            return Err(bad("auth-password", "at most 80 bytes (TCP_MD5SIG_MAXKEYLEN)"));
+        }
+        if self.enable_bfd {
+            for (flag, v) in [("bfd-min-tx", self.bfd_min_tx), ("bfd-min-rx", self.bfd_min_rx)] {
+                if v == 0 || v > 4_294_967 {
+                    return Err(bad(flag, format!("{v} ms is outside 1..4294967")));
+                }
+            }
+            if self.bfd_detection_multiplier == 0 {
+                return Err(bad("bfd-detection-multiplier", "must be 1..255"));
+            }
+        }
+        let node_ips = ip_list("node-ips", &self.node_ips, None)?;
+        let mut allowed_sources = ip_list("allowed-source-addresses", &self.allowed_source_addresses, Some(false))?;
+        allowed_sources.extend(ip_list("allowed-source-ipv6-addresses", &self.allowed_source_ipv6_addresses, Some(true))?);
+        Ok(Config { flags: self, neighbors, router_id, node_ips, allowed_sources })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flags(args: &[&str]) -> Flags {
+        let mut all = vec!["kube-ovn-speaker", "--node-name=n1", "--cluster-as=65000"];
+        all.extend_from_slice(args);
+        Flags::try_parse_from(all).unwrap()
+    }
+
+    #[test]
+    fn kube_ovn_defaults() {
+        let c = flags(&["--neighbor-address=10.0.0.1", "--neighbor-as=65001"]).validate("10.1.0.5,fd00::5").unwrap();
+        assert_eq!(c.router_id, Ipv4Addr::new(10, 1, 0, 5));
+        assert_eq!(c.flags.holdtime, Duration::from_secs(90));
+        assert_eq!(c.flags.graceful_restart_deferral_time, Duration::from_secs(360));
+        assert_eq!(c.flags.pprof_port, 10667);
+        assert_eq!(c.flags.ebgp_multihop, 1);
+        assert!(!c.flags.passivemode && !c.flags.graceful_restart);
+        let c = flags(&["--neighbor-address=10.0.0.1", "--neighbor-as=65001", "--graceful-restart", "--passivemode"]).validate("10.1.0.5").unwrap();
+        assert!(c.flags.graceful_restart && c.flags.passivemode);
+    }
+
+    #[test]
+    fn bad_values_and_combinations_name_the_flag() {
+        for (args, pod_ips, flag) in [
+            (vec!["--neighbor-address=10.0.0.1"], "10.1.0.5", "--neighbor-as"),
+            (vec!["--neighbor-address=fd00::1", "--neighbor-as=1"], "10.1.0.5", "--neighbor-address"),
+            (vec!["--neighbor-ipv6-address=10.0.0.1", "--neighbor-as=1"], "10.1.0.5", "--neighbor-ipv6-address"),
+            (vec!["--router-id=fd00::1"], "10.1.0.5", "--router-id"),
+            (vec![], "fd00::5", "--router-id"),
+            (vec!["--holdtime=2s"], "10.1.0.5", "--holdtime"),
+            (vec!["--graceful-restart", "--graceful-restart-time=5000s"], "10.1.0.5", "--graceful-restart-time"),
+            (vec!["--ebgp-multihop=0"], "10.1.0.5", "--ebgp-multihop"),
+            (vec!["--enable-bfd", "--bfd-min-tx=0"], "10.1.0.5", "--bfd-min-tx"),
+            (vec!["--node-ips=nope"], "10.1.0.5", "--node-ips"),
+        ] {
+            let err = flags(&args).validate(pod_ips).unwrap_err().to_string();
+            assert!(err.starts_with(flag), "{args:?}: {err}");
+        }
+        let no_as = Flags::try_parse_from(["kube-ovn-speaker", "--node-name=n1"]).unwrap().validate("10.1.0.5").unwrap_err();
+        assert!(no_as.to_string().starts_with("--cluster-as"));
+    }
+
+    #[test]
+    fn durations_in_go_style() {
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("6m"), Ok(Duration::from_secs(360)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
+        assert!(parse_duration("fast").is_err());
+    }
+}
