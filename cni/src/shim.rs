@@ -9,6 +9,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+pub use kube_ovn_api::wire::{CHECK_PATH, GC_PATH, STATUS_PATH};
 use kube_ovn_api::wire::{ADD_PATH, CniRequest, CniResponse, DEL_PATH};
 use serde::{Deserialize, Serialize};
 
@@ -18,12 +19,6 @@ use crate::error::{CniError, ErrorCode};
 use crate::http::{HttpError, HttpResponse};
 use crate::version::{CniVersion, version_reply};
 
-/// CHECK endpoint (our extension).
-pub const CHECK_PATH: &str = "/api/v1/check";
-/// STATUS endpoint (our extension).
-pub const STATUS_PATH: &str = "/api/v1/status";
-/// GC endpoint (our extension).
-pub const GC_PATH: &str = "/api/v1/gc";
 
 /// How the shim reaches the daemon.
 pub trait Transport {
