@@ -24,7 +24,11 @@ use serde_json::json;
 const REFERENCE_BIN: &str = "/usr/lib/cni";
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
     let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[index]
 }
@@ -40,7 +44,10 @@ struct Series {
 
 impl Series {
     fn new(name: &'static str) -> Self {
-        Self { name, samples: Vec::new() }
+        Self {
+            name,
+            samples: Vec::new(),
+        }
     }
     fn summary(&mut self) -> (Duration, Duration) {
         self.samples.sort();
@@ -71,7 +78,12 @@ fn reference(host: &Netns, command: &str, sandbox: &Sandbox, conf: &[u8]) -> Res
     Ok(took)
 }
 
-fn ours(runtime: &Runtime, command: &str, sandbox: &Sandbox, prev: Option<&serde_json::Value>) -> Result<(Duration, serde_json::Value)> {
+fn ours(
+    runtime: &Runtime,
+    command: &str,
+    sandbox: &Sandbox,
+    prev: Option<&serde_json::Value>,
+) -> Result<(Duration, serde_json::Value)> {
     let started = Instant::now();
     let result = if command == "ADD" {
         runtime.add(sandbox)?
@@ -98,9 +110,13 @@ async fn main() -> Result<()> {
     wait_until_async("the controller to route every pod", WAIT * 3, || {
         let pod_api = pod_api.clone();
         async move {
-            let list = pod_api.list(&Default::default()).await?;
+            let list = pod_api.list(&kube::api::ListParams::default()).await?;
             Ok(list.items.iter().all(|p| {
-                p.metadata.annotations.as_ref().and_then(|a| a.get("ovn.kubernetes.io/routed")).is_some_and(|v| v == "true")
+                p.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get("ovn.kubernetes.io/routed"))
+                    .is_some_and(|v| v == "true")
             }))
         }
     })
@@ -134,7 +150,9 @@ async fn main() -> Result<()> {
     first_ns.wait_ping(std::net::Ipv4Addr::new(10, 16, 0, 1), Duration::from_secs(10))?;
     first_ref_ns.wait_ping(std::net::Ipv4Addr::new(10, 88, 0, 1), Duration::from_secs(10))?;
     for (_ns, sb, result, _rns, rsb) in &sandboxes {
-        our_del.samples.push(ours(&node.runtime, "DEL", sb, Some(result))?.0);
+        our_del
+            .samples
+            .push(ours(&node.runtime, "DEL", sb, Some(result))?.0);
         ref_del.samples.push(reference(&host, "DEL", rsb, &conf)?);
     }
 
@@ -154,7 +172,10 @@ async fn main() -> Result<()> {
         ms(rows[2].1) / ms(rows[3].1),
     );
     let metrics = node.metrics()?;
-    for line in metrics.lines().filter(|l| l.starts_with("cni_wait_seconds_sum") || l.starts_with("cni_wait_seconds_count")) {
+    for line in metrics
+        .lines()
+        .filter(|l| l.starts_with("cni_wait_seconds_sum") || l.starts_with("cni_wait_seconds_count"))
+    {
         println!("daemon {line}");
     }
     Ok(())

@@ -9,8 +9,8 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-pub use kube_ovn_api::wire::{CHECK_PATH, GC_PATH, STATUS_PATH};
 use kube_ovn_api::wire::{ADD_PATH, CniRequest, CniResponse, DEL_PATH};
+pub use kube_ovn_api::wire::{CHECK_PATH, GC_PATH, STATUS_PATH};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{self, Attachment, Parsed};
@@ -18,7 +18,6 @@ use crate::env::{CniEnv, Command};
 use crate::error::{CniError, ErrorCode};
 use crate::http::{HttpError, HttpResponse};
 use crate::version::{CniVersion, version_reply};
-
 
 /// How the shim reaches the daemon.
 pub trait Transport {

@@ -73,8 +73,12 @@ impl Node {
             self.ovs.wait_opened(&plan.host_nic, timeout).await?;
             let opened = started.elapsed();
             self.metrics.wait("ovs_port", opened);
-            let r = self.ovs.wait_installed(&plan.host_nic, timeout.saturating_sub(opened)).await;
-            self.metrics.wait("ovn_installed", started.elapsed().saturating_sub(opened));
+            let r = self
+                .ovs
+                .wait_installed(&plan.host_nic, timeout.saturating_sub(opened))
+                .await;
+            self.metrics
+                .wait("ovn_installed", started.elapsed().saturating_sub(opened));
             r
         };
         let (pod_side, installed) = tokio::join!(self.configure_pod_side(plan, pod_ns), installed);

@@ -250,7 +250,7 @@ impl Node {
 mod tests {
     use super::*;
 
-    fn subnet(name: &str, cidr: &str, extra: serde_json::Value) -> Arc<Subnet> {
+    fn subnet(name: &str, cidr: &str, extra: &serde_json::Value) -> Arc<Subnet> {
         let mut spec = serde_json::json!({"cidrBlock": cidr});
         if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
             spec.extend(extra.clone());
@@ -275,7 +275,11 @@ mod tests {
         let join = join_address(&node(&full)).unwrap().unwrap();
         assert_eq!(join.addresses, vec!["100.64.0.2/16".parse::<IpNet>().unwrap()]);
         assert_eq!(join.gateways, vec!["100.64.0.1".parse::<IpAddr>().unwrap()]);
-        assert_eq!(join_address(&node(&full[1..])).unwrap(), None, "not allocated yet");
+        assert_eq!(
+            join_address(&node(&full[1..])).unwrap(),
+            None,
+            "not allocated yet"
+        );
         let mut bad = full;
         bad[1] = (keys::IP_ADDRESS, "100.64.0");
         assert_eq!(join_address(&node(&bad)).unwrap_err().key, keys::IP_ADDRESS);
@@ -289,17 +293,29 @@ mod tests {
             mac: MacAddr([0x0a, 0, 0, 0x64, 0, 2]),
         };
         let subnets = vec![
-            subnet("join", "100.64.0.0/16", serde_json::json!({})),
-            subnet("ovn-default", "10.16.0.0/16", serde_json::json!({"vpc": "ovn-cluster"})),
-            subnet("dual", "10.17.0.0/16,fd00:17::/64", serde_json::json!({})),
-            subnet("tenant", "10.18.0.0/16", serde_json::json!({"vpc": "vpc1"})),
-            subnet("underlay", "10.19.0.0/16", serde_json::json!({"vlan": "v1"})),
-            subnet("underlay-lgw", "10.20.0.0/16", serde_json::json!({"vlan": "v1", "logicalGateway": true})),
+            subnet("join", "100.64.0.0/16", &serde_json::json!({})),
+            subnet(
+                "ovn-default",
+                "10.16.0.0/16",
+                &serde_json::json!({"vpc": "ovn-cluster"}),
+            ),
+            subnet("dual", "10.17.0.0/16,fd00:17::/64", &serde_json::json!({})),
+            subnet("tenant", "10.18.0.0/16", &serde_json::json!({"vpc": "vpc1"})),
+            subnet("underlay", "10.19.0.0/16", &serde_json::json!({"vlan": "v1"})),
+            subnet(
+                "underlay-lgw",
+                "10.20.0.0/16",
+                &serde_json::json!({"vlan": "v1", "logicalGateway": true}),
+            ),
         ];
         let routes = subnet_routes(&subnets, &join, "ovn-cluster", "join", 7);
         let dsts: Vec<String> = routes.iter().map(|r| r.dst.to_string()).collect();
         // fd00:17::/64 needs an IPv6 join gateway, which this node lacks.
         assert_eq!(dsts, ["10.16.0.0/16", "10.17.0.0/16", "10.20.0.0/16"]);
-        assert!(routes.iter().all(|r| r.gateway == Some("100.64.0.1".parse().unwrap()) && r.dev == 7));
+        assert!(
+            routes
+                .iter()
+                .all(|r| r.gateway == Some("100.64.0.1".parse().unwrap()) && r.dev == 7)
+        );
     }
 }

@@ -339,7 +339,10 @@ mod tests {
     }
 
     fn annotations(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
     }
 
     const ROUTED: [(&str, &str); 7] = [
@@ -353,7 +356,11 @@ mod tests {
     ];
 
     fn ready(ann: &BTreeMap<String, String>, req: &CniRequest, subnet_mtu: Option<u32>) -> NicPlan {
-        let inputs = PlanInputs { request: req, subnet_mtu, default_mtu: 1400 };
+        let inputs = PlanInputs {
+            request: req,
+            subnet_mtu,
+            default_mtu: 1400,
+        };
         match readiness(Some(ann), &inputs).unwrap() {
             Readiness::Ready(plan) => *plan,
             Readiness::Waiting(w) => panic!("waiting for {w:?}"),
@@ -367,20 +374,36 @@ mod tests {
         assert_eq!(host_nic_name("abc", "eth0"), "abc_h");
         let long = host_nic_name("0123456789abcdef", "averyveryverylongname");
         assert!(long.len() <= IFNAME_MAX, "{long}");
-        assert_ne!(host_nic_name("0123456789abcdef", "net1"), host_nic_name("0123456789abcdef", "net2"));
+        assert_ne!(
+            host_nic_name("0123456789abcdef", "net1"),
+            host_nic_name("0123456789abcdef", "net2")
+        );
     }
 
     #[test]
     fn waits_for_address_then_route() {
         let req = request("eth0");
-        let inputs = PlanInputs { request: &req, subnet_mtu: None, default_mtu: 1400 };
-        assert_eq!(readiness(None, &inputs).unwrap(), Readiness::Waiting(WaitingFor::Address));
+        let inputs = PlanInputs {
+            request: &req,
+            subnet_mtu: None,
+            default_mtu: 1400,
+        };
+        assert_eq!(
+            readiness(None, &inputs).unwrap(),
+            Readiness::Waiting(WaitingFor::Address)
+        );
         let mut ann = annotations(&ROUTED);
         ann.remove("ovn.kubernetes.io/routed");
-        assert_eq!(readiness(Some(&ann), &inputs).unwrap(), Readiness::Waiting(WaitingFor::Route));
+        assert_eq!(
+            readiness(Some(&ann), &inputs).unwrap(),
+            Readiness::Waiting(WaitingFor::Route)
+        );
         // A NIC without the default route does not wait for `routed` (Kube-OVN's rule).
         ann.insert("ovn.kubernetes.io/default_route".into(), "false".into());
-        assert!(matches!(readiness(Some(&ann), &inputs).unwrap(), Readiness::Ready(_)));
+        assert!(matches!(
+            readiness(Some(&ann), &inputs).unwrap(),
+            Readiness::Ready(_)
+        ));
     }
 
     #[test]
@@ -390,10 +413,26 @@ mod tests {
         assert_eq!(plan.iface_id, "web.shop");
         assert_eq!(plan.host_nic, "0123456789ab_h");
         assert_eq!(plan.mac, [0x0a, 0, 0, 0x10, 0, 5]);
-        assert_eq!(plan.addresses, vec!["10.16.0.5/16".parse::<IpNet>().unwrap(), "fd00:10:16::5/64".parse().unwrap()]);
+        assert_eq!(
+            plan.addresses,
+            vec![
+                "10.16.0.5/16".parse::<IpNet>().unwrap(),
+                "fd00:10:16::5/64".parse().unwrap()
+            ]
+        );
         assert_eq!(plan.mtu, 1400);
-        let defaults: Vec<_> = plan.routes.iter().map(|r| (r.dst.to_string(), r.via.unwrap().to_string())).collect();
-        assert_eq!(defaults, [("0.0.0.0/0".into(), "10.16.0.1".into()), ("::/0".into(), "fd00:10:16::1".into())]);
+        let defaults: Vec<_> = plan
+            .routes
+            .iter()
+            .map(|r| (r.dst.to_string(), r.via.unwrap().to_string()))
+            .collect();
+        assert_eq!(
+            defaults,
+            [
+                ("0.0.0.0/0".into(), "10.16.0.1".into()),
+                ("::/0".into(), "fd00:10:16::1".into())
+            ]
+        );
         assert_eq!(plan.external_ids["iface-id"], "web.shop");
         assert_eq!(plan.external_ids["vendor"], "kube-ovn");
         assert_eq!(plan.external_ids["pod_netns"], "/var/run/netns/cni-1");
@@ -403,9 +442,16 @@ mod tests {
 
         let response = response(&plan, &req);
         let json = serde_json::to_value(&response).unwrap();
-        assert_eq!(json["ips"][0], serde_json::json!({"protocol": "IPv4", "ip": "10.16.0.5", "cidr": "10.16.0.0/16", "gateway": "10.16.0.1"}));
+        assert_eq!(
+            json["ips"][0],
+            serde_json::json!({"protocol": "IPv4", "ip": "10.16.0.5", "cidr": "10.16.0.0/16", "gateway": "10.16.0.1"})
+        );
         assert_eq!(json["nicname"], "eth0");
-        assert_eq!(json["routes"], serde_json::Value::Null, "no routes beyond the defaults: the shim adds those");
+        assert_eq!(
+            json["routes"],
+            serde_json::Value::Null,
+            "no routes beyond the defaults: the shim adds those"
+        );
     }
 
     #[test]
@@ -416,8 +462,19 @@ mod tests {
             r#"[{"gw":"10.16.0.254"},{"dst":"192.168.0.0/16","gw":"10.16.0.1"}]"#.into(),
         );
         let plan = ready(&ann, &request("eth0"), None);
-        let v4: Vec<_> = plan.routes.iter().filter(|r| r.dst.addr().is_ipv4()).map(|r| (r.dst.to_string(), r.via)).collect();
-        assert_eq!(v4, [("0.0.0.0/0".into(), Some("10.16.0.254".parse().unwrap())), ("192.168.0.0/16".into(), Some("10.16.0.1".parse().unwrap()))]);
+        let v4: Vec<_> = plan
+            .routes
+            .iter()
+            .filter(|r| r.dst.addr().is_ipv4())
+            .map(|r| (r.dst.to_string(), r.via))
+            .collect();
+        assert_eq!(
+            v4,
+            [
+                ("0.0.0.0/0".into(), Some("10.16.0.254".parse().unwrap())),
+                ("192.168.0.0/16".into(), Some("10.16.0.1".parse().unwrap()))
+            ]
+        );
         assert_eq!(plan.reported_routes.len(), 2);
     }
 
@@ -427,7 +484,12 @@ mod tests {
         req.provider = "attach.shop.ovn".into();
         let ann: BTreeMap<String, String> = ROUTED
             .iter()
-            .map(|(k, v)| (k.replace("ovn.kubernetes.io/", "attach.shop.ovn.kubernetes.io/"), (*v).to_owned()))
+            .map(|(k, v)| {
+                (
+                    k.replace("ovn.kubernetes.io/", "attach.shop.ovn.kubernetes.io/"),
+                    (*v).to_owned(),
+                )
+            })
             .collect();
         let plan = ready(&ann, &req, None);
         assert_eq!(plan.iface_id, "web.shop.attach.shop.ovn");
@@ -438,7 +500,11 @@ mod tests {
     #[test]
     fn malformed_annotations_name_the_key() {
         let req = request("eth0");
-        let inputs = PlanInputs { request: &req, subnet_mtu: None, default_mtu: 1400 };
+        let inputs = PlanInputs {
+            request: &req,
+            subnet_mtu: None,
+            default_mtu: 1400,
+        };
         for (key, value) in [
             ("ovn.kubernetes.io/ip_address", "10.16.0.500"),
             ("ovn.kubernetes.io/mac_address", "0a:00"),
@@ -455,14 +521,38 @@ mod tests {
 
     #[test]
     fn qos_turns_directions_around() {
-        let ann = annotations(&[("ovn.kubernetes.io/egress_rate", "5"), ("ovn.kubernetes.io/ingress_rate", "10")]);
+        let ann = annotations(&[
+            ("ovn.kubernetes.io/egress_rate", "5"),
+            ("ovn.kubernetes.io/ingress_rate", "10"),
+        ]);
         let qos = qos_plan(Some(&ann), "ovn").unwrap();
-        assert_eq!(qos, QosPlan { policing_rate_kbps: 5000, policing_burst_kb: 4000, htb_max_rate_bps: Some(10_000_000) });
-        let ann = annotations(&[("ovn.kubernetes.io/egress_rate", "2.5"), ("ovn.kubernetes.io/egress_burst", "1")]);
+        assert_eq!(
+            qos,
+            QosPlan {
+                policing_rate_kbps: 5000,
+                policing_burst_kb: 4000,
+                htb_max_rate_bps: Some(10_000_000)
+            }
+        );
+        let ann = annotations(&[
+            ("ovn.kubernetes.io/egress_rate", "2.5"),
+            ("ovn.kubernetes.io/egress_burst", "1"),
+        ]);
         let qos = qos_plan(Some(&ann), "ovn").unwrap();
-        assert_eq!((qos.policing_rate_kbps, qos.policing_burst_kb, qos.htb_max_rate_bps), (2500, 1000, None));
+        assert_eq!(
+            (
+                qos.policing_rate_kbps,
+                qos.policing_burst_kb,
+                qos.htb_max_rate_bps
+            ),
+            (2500, 1000, None)
+        );
         assert_eq!(qos_plan(None, "ovn").unwrap(), QosPlan::default());
         let ann = annotations(&[("ovn.kubernetes.io/ingress_rate", "0")]);
-        assert_eq!(qos_plan(Some(&ann), "ovn").unwrap().htb_max_rate_bps, None, "0 means no limit");
+        assert_eq!(
+            qos_plan(Some(&ann), "ovn").unwrap().htb_max_rate_bps,
+            None,
+            "0 means no limit"
+        );
     }
 }
