@@ -25,6 +25,13 @@ pub const DAEMON_SOCKET: &str = "/run/openvswitch/kube-ovn-daemon.sock";
 pub const ADD_PATH: &str = "/api/v1/add";
 /// Path of the DEL endpoint.
 pub const DEL_PATH: &str = "/api/v1/del";
+/// Path of the CHECK endpoint (ours: Kube-OVN's shim does only ADD and DEL; a shim that gets
+/// `404` here treats CHECK as passed).
+pub const CHECK_PATH: &str = "/api/v1/check";
+/// Path of the STATUS endpoint (ours).
+pub const STATUS_PATH: &str = "/api/v1/status";
+/// Path of the GC endpoint (ours).
+pub const GC_PATH: &str = "/api/v1/gc";
 
 /// What the shim sends for ADD and DEL.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -10,6 +10,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use kube_ovn_api::wire::{ADD_PATH, CniRequest, CniResponse, DEL_PATH};
+pub use kube_ovn_api::wire::{CHECK_PATH, GC_PATH, STATUS_PATH};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{self, Attachment, Parsed};
@@ -17,13 +18,6 @@ use crate::env::{CniEnv, Command};
 use crate::error::{CniError, ErrorCode};
 use crate::http::{HttpError, HttpResponse};
 use crate::version::{CniVersion, version_reply};
-
-/// CHECK endpoint (our extension).
-pub const CHECK_PATH: &str = "/api/v1/check";
-/// STATUS endpoint (our extension).
-pub const STATUS_PATH: &str = "/api/v1/status";
-/// GC endpoint (our extension).
-pub const GC_PATH: &str = "/api/v1/gc";
 
 /// How the shim reaches the daemon.
 pub trait Transport {

@@ -191,7 +191,11 @@ async fn qos_follows_the_annotations_live_and_goes_with_the_pod() -> Result<()> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn add_fails_clearly_and_leaves_nothing() -> Result<()> {
-    let mut cluster = Cluster::start(1, &["--wait-address-timeout=3s", "--wait-ovn-installed-timeout=2s"]).await?;
+    let mut cluster = Cluster::start(
+        1,
+        &["--wait-address-timeout=3s", "--wait-ovn-installed-timeout=2s"],
+    )
+    .await?;
     let node = &cluster.nodes[0];
     // A static address outside every subnet: the controller refuses it, so no address comes.
     cluster
@@ -236,10 +240,16 @@ async fn add_fails_clearly_and_leaves_nothing() -> Result<()> {
     let (netns, sandbox) = Cluster::sandbox("default", "unbound")?;
     let run = node.runtime.add_raw(&sandbox)?;
     let error = run.json()?;
-    assert!(error["msg"].as_str().unwrap().contains("ovn-installed"), "{error}");
+    assert!(
+        error["msg"].as_str().unwrap().contains("ovn-installed"),
+        "{error}"
+    );
     assert!(node.pod_ports()?.is_empty(), "port left: {:?}", node.pod_ports()?);
     assert!(node.pod_veths()?.is_empty(), "veth left: {:?}", node.pod_veths()?);
-    assert!(netns.exec(&["ip", "link", "show", "eth0"]).is_err(), "eth0 left in the pod");
+    assert!(
+        netns.exec(&["ip", "link", "show", "eth0"]).is_err(),
+        "eth0 left in the pod"
+    );
     Ok(())
 }
 

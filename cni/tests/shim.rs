@@ -397,17 +397,24 @@ fn check_against_a_daemon_without_the_endpoint_passes() -> Result<()> {
 #[test]
 fn the_shim_links_no_netlink_tokio_or_kube_client() -> Result<()> {
     let symbols = |binary: &str| -> Result<String> {
-        let out = std::process::Command::new("nm")
+        let out = Command::new("nm")
             .args(["-C", "--defined-only", binary])
             .output()
             .context("run nm (binutils; scripts/install-deps.sh installs it)")?;
-        anyhow::ensure!(out.status.success(), "nm {binary}: {}", String::from_utf8_lossy(&out.stderr));
+        anyhow::ensure!(
+            out.status.success(),
+            "nm {binary}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     };
     let shim = symbols(env!("CARGO_BIN_EXE_kube-ovn"))?;
     let daemon = symbols(env!("CARGO_BIN_EXE_kube-ovn-daemon"))?;
     for needle in ["rtnetlink::", "kube_client::", "tokio::", "hyper::"] {
-        assert!(daemon.contains(needle), "the daemon should contain {needle}; the check is blind");
+        assert!(
+            daemon.contains(needle),
+            "the daemon should contain {needle}; the check is blind"
+        );
         assert!(!shim.contains(needle), "the shim links {needle}");
     }
     Ok(())

@@ -37,3 +37,12 @@ pub fn run(program: &str, args: &[&str]) -> anyhow::Result<String> {
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
+
+/// Logs of the code under test into the test's captured output, filtered by `RUST_LOG`
+/// (`RUST_LOG=kube_ovn_ovsdb=debug` shows the OVSDB client's view). Safe to call from every test.
+pub fn init_logging() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}

@@ -53,7 +53,7 @@ impl Metrics {
         );
         registry.register(
             "cni_wait_seconds",
-            "Time ADD waited, by what for: address and route (controller annotations), ovn_installed",
+            "Time ADD waited, by what for: address and route (controller annotations), ovs_port (ovs-vswitchd opened the port), ovn_installed (ovn-controller bound it, after ovs_port)",
             waits.clone(),
         );
         Self {

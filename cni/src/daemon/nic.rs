@@ -64,14 +64,21 @@ impl Node {
             tracing::info!(port = %stale, "removed a stale port of the same pod");
             self.ovs_nl.delete_link(&stale).await?;
         }
-        // The pod side and ovn-controller's binding proceed together; both must finish.
+        // The pod side and the binding proceed together; both must finish. The binding is two
+        // waits on the replica, measured apart: ovs-vswitchd opening the port, then
+        // ovn-controller claiming it and installing its flows.
         let started = Instant::now();
         let installed = async {
+            let timeout = self.config.flags.wait_ovn_installed_timeout;
+            self.ovs.wait_opened(&plan.host_nic, timeout).await?;
+            let opened = started.elapsed();
+            self.metrics.wait("ovs_port", opened);
             let r = self
                 .ovs
-                .wait_installed(&plan.host_nic, self.config.flags.wait_ovn_installed_timeout)
+                .wait_installed(&plan.host_nic, timeout.saturating_sub(opened))
                 .await;
-            self.metrics.wait("ovn_installed", started.elapsed());
+            self.metrics
+                .wait("ovn_installed", started.elapsed().saturating_sub(opened));
             r
         };
         let (pod_side, installed) = tokio::join!(self.configure_pod_side(plan, pod_ns), installed);

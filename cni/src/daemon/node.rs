@@ -245,3 +245,77 @@ impl Node {
         Ok(link.index)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn subnet(name: &str, cidr: &str, extra: &serde_json::Value) -> Arc<Subnet> {
+        let mut spec = serde_json::json!({"cidrBlock": cidr});
+        if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+            spec.extend(extra.clone());
+        }
+        Arc::new(serde_json::from_value(serde_json::json!({"apiVersion": "kubeovn.io/v1", "kind": "Subnet", "metadata": {"name": name}, "spec": spec})).unwrap())
+    }
+
+    fn node(annotations: &[(&str, &str)]) -> K8sNode {
+        let ann: BTreeMap<&str, &str> = annotations.iter().copied().collect();
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "n1", "annotations": ann}})).unwrap()
+    }
+
+    #[test]
+    fn join_address_needs_the_whole_handshake() {
+        let full = [
+            (keys::ALLOCATED, "true"),
+            (keys::IP_ADDRESS, "100.64.0.2"),
+            (keys::CIDR, "100.64.0.0/16"),
+            (keys::GATEWAY, "100.64.0.1"),
+            (keys::MAC_ADDRESS, "0a:00:00:64:00:02"),
+        ];
+        let join = join_address(&node(&full)).unwrap().unwrap();
+        assert_eq!(join.addresses, vec!["100.64.0.2/16".parse::<IpNet>().unwrap()]);
+        assert_eq!(join.gateways, vec!["100.64.0.1".parse::<IpAddr>().unwrap()]);
+        assert_eq!(
+            join_address(&node(&full[1..])).unwrap(),
+            None,
+            "not allocated yet"
+        );
+        let mut bad = full;
+        bad[1] = (keys::IP_ADDRESS, "100.64.0");
+        assert_eq!(join_address(&node(&bad)).unwrap_err().key, keys::IP_ADDRESS);
+    }
+
+    #[test]
+    fn routes_go_to_default_vpc_overlay_subnets_only() {
+        let join = JoinAddress {
+            addresses: vec!["100.64.0.2/16".parse().unwrap()],
+            gateways: vec!["100.64.0.1".parse().unwrap()],
+            mac: MacAddr([0x0a, 0, 0, 0x64, 0, 2]),
+        };
+        let subnets = vec![
+            subnet("join", "100.64.0.0/16", &serde_json::json!({})),
+            subnet(
+                "ovn-default",
+                "10.16.0.0/16",
+                &serde_json::json!({"vpc": "ovn-cluster"}),
+            ),
+            subnet("dual", "10.17.0.0/16,fd00:17::/64", &serde_json::json!({})),
+            subnet("tenant", "10.18.0.0/16", &serde_json::json!({"vpc": "vpc1"})),
+            subnet("underlay", "10.19.0.0/16", &serde_json::json!({"vlan": "v1"})),
+            subnet(
+                "underlay-lgw",
+                "10.20.0.0/16",
+                &serde_json::json!({"vlan": "v1", "logicalGateway": true}),
+            ),
+        ];
+        let routes = subnet_routes(&subnets, &join, "ovn-cluster", "join", 7);
+        let dsts: Vec<String> = routes.iter().map(|r| r.dst.to_string()).collect();
+        // fd00:17::/64 needs an IPv6 join gateway, which this node lacks.
+        assert_eq!(dsts, ["10.16.0.0/16", "10.17.0.0/16", "10.20.0.0/16"]);
+        assert!(
+            routes
+                .iter()
+                .all(|r| r.gateway == Some("100.64.0.1".parse().unwrap()) && r.dev == 7)
+        );
+    }
+}

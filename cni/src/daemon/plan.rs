@@ -320,3 +320,239 @@ pub fn response(plan: &NicPlan, request: &CniRequest) -> CniResponse {
         error: String::new(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(ifname: &str) -> CniRequest {
+        CniRequest {
+            cni_type: "kube-ovn".into(),
+            pod_name: "web".into(),
+            pod_namespace: "shop".into(),
+            container_id: "0123456789abcdef0123".into(),
+            net_ns: "/var/run/netns/cni-1".into(),
+            if_name: ifname.into(),
+            provider: "ovn".into(),
+            ..CniRequest::default()
+        }
+    }
+
+    fn annotations(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    const ROUTED: [(&str, &str); 7] = [
+        ("ovn.kubernetes.io/allocated", "true"),
+        ("ovn.kubernetes.io/routed", "true"),
+        ("ovn.kubernetes.io/ip_address", "10.16.0.5,fd00:10:16::5"),
+        ("ovn.kubernetes.io/cidr", "10.16.0.0/16,fd00:10:16::/64"),
+        ("ovn.kubernetes.io/gateway", "10.16.0.1,fd00:10:16::1"),
+        ("ovn.kubernetes.io/mac_address", "0a:00:00:10:00:05"),
+        ("ovn.kubernetes.io/logical_switch", "ovn-default"),
+    ];
+
+    fn ready(ann: &BTreeMap<String, String>, req: &CniRequest, subnet_mtu: Option<u32>) -> NicPlan {
+        let inputs = PlanInputs {
+            request: req,
+            subnet_mtu,
+            default_mtu: 1400,
+        };
+        match readiness(Some(ann), &inputs).unwrap() {
+            Readiness::Ready(plan) => *plan,
+            Readiness::Waiting(w) => panic!("waiting for {w:?}"),
+        }
+    }
+
+    #[test]
+    fn host_nic_names_follow_kube_ovn_and_fit_ifnamsiz() {
+        assert_eq!(host_nic_name("0123456789abcdef", "eth0"), "0123456789ab_h");
+        assert_eq!(host_nic_name("0123456789abcdef", "net1"), "01234567_net1_h");
+        assert_eq!(host_nic_name("abc", "eth0"), "abc_h");
+        let long = host_nic_name("0123456789abcdef", "averyveryverylongname");
+        assert!(long.len() <= IFNAME_MAX, "{long}");
+        assert_ne!(
+            host_nic_name("0123456789abcdef", "net1"),
+            host_nic_name("0123456789abcdef", "net2")
+        );
+    }
+
+    #[test]
+    fn waits_for_address_then_route() {
+        let req = request("eth0");
+        let inputs = PlanInputs {
+            request: &req,
+            subnet_mtu: None,
+            default_mtu: 1400,
+        };
+        assert_eq!(
+            readiness(None, &inputs).unwrap(),
+            Readiness::Waiting(WaitingFor::Address)
+        );
+        let mut ann = annotations(&ROUTED);
+        ann.remove("ovn.kubernetes.io/routed");
+        assert_eq!(
+            readiness(Some(&ann), &inputs).unwrap(),
+            Readiness::Waiting(WaitingFor::Route)
+        );
+        // A NIC without the default route does not wait for `routed` (Kube-OVN's rule).
+        ann.insert("ovn.kubernetes.io/default_route".into(), "false".into());
+        assert!(matches!(
+            readiness(Some(&ann), &inputs).unwrap(),
+            Readiness::Ready(_)
+        ));
+    }
+
+    #[test]
+    fn plan_from_annotations() {
+        let req = request("eth0");
+        let plan = ready(&annotations(&ROUTED), &req, None);
+        assert_eq!(plan.iface_id, "web.shop");
+        assert_eq!(plan.host_nic, "0123456789ab_h");
+        assert_eq!(plan.mac, [0x0a, 0, 0, 0x10, 0, 5]);
+        assert_eq!(
+            plan.addresses,
+            vec![
+                "10.16.0.5/16".parse::<IpNet>().unwrap(),
+                "fd00:10:16::5/64".parse().unwrap()
+            ]
+        );
+        assert_eq!(plan.mtu, 1400);
+        let defaults: Vec<_> = plan
+            .routes
+            .iter()
+            .map(|r| (r.dst.to_string(), r.via.unwrap().to_string()))
+            .collect();
+        assert_eq!(
+            defaults,
+            [
+                ("0.0.0.0/0".into(), "10.16.0.1".into()),
+                ("::/0".into(), "fd00:10:16::1".into())
+            ]
+        );
+        assert_eq!(plan.external_ids["iface-id"], "web.shop");
+        assert_eq!(plan.external_ids["vendor"], "kube-ovn");
+        assert_eq!(plan.external_ids["pod_netns"], "/var/run/netns/cni-1");
+        assert_eq!(plan.external_ids["ip"], "10.16.0.5,fd00:10:16::5");
+        assert_eq!(plan.qos, QosPlan::default());
+        assert_eq!(ready(&annotations(&ROUTED), &req, Some(9000)).mtu, 9000);
+
+        let response = response(&plan, &req);
+        let json = serde_json::to_value(&response).unwrap();
+        assert_eq!(
+            json["ips"][0],
+            serde_json::json!({"protocol": "IPv4", "ip": "10.16.0.5", "cidr": "10.16.0.0/16", "gateway": "10.16.0.1"})
+        );
+        assert_eq!(json["nicname"], "eth0");
+        assert_eq!(
+            json["routes"],
+            serde_json::Value::Null,
+            "no routes beyond the defaults: the shim adds those"
+        );
+    }
+
+    #[test]
+    fn annotated_routes_replace_the_default_of_their_family() {
+        let mut ann = annotations(&ROUTED);
+        ann.insert(
+            "ovn.kubernetes.io/routes".into(),
+            r#"[{"gw":"10.16.0.254"},{"dst":"192.168.0.0/16","gw":"10.16.0.1"}]"#.into(),
+        );
+        let plan = ready(&ann, &request("eth0"), None);
+        let v4: Vec<_> = plan
+            .routes
+            .iter()
+            .filter(|r| r.dst.addr().is_ipv4())
+            .map(|r| (r.dst.to_string(), r.via))
+            .collect();
+        assert_eq!(
+            v4,
+            [
+                ("0.0.0.0/0".into(), Some("10.16.0.254".parse().unwrap())),
+                ("192.168.0.0/16".into(), Some("10.16.0.1".parse().unwrap()))
+            ]
+        );
+        assert_eq!(plan.reported_routes.len(), 2);
+    }
+
+    #[test]
+    fn providers_read_their_own_keys() {
+        let mut req = request("net1");
+        req.provider = "attach.shop.ovn".into();
+        let ann: BTreeMap<String, String> = ROUTED
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.replace("ovn.kubernetes.io/", "attach.shop.ovn.kubernetes.io/"),
+                    (*v).to_owned(),
+                )
+            })
+            .collect();
+        let plan = ready(&ann, &req, None);
+        assert_eq!(plan.iface_id, "web.shop.attach.shop.ovn");
+        assert!(plan.gateways.is_empty(), "net1 carries no default route");
+        assert!(plan.routes.is_empty());
+    }
+
+    #[test]
+    fn malformed_annotations_name_the_key() {
+        let req = request("eth0");
+        let inputs = PlanInputs {
+            request: &req,
+            subnet_mtu: None,
+            default_mtu: 1400,
+        };
+        for (key, value) in [
+            ("ovn.kubernetes.io/ip_address", "10.16.0.500"),
+            ("ovn.kubernetes.io/mac_address", "0a:00"),
+            ("ovn.kubernetes.io/routes", "[{"),
+            ("ovn.kubernetes.io/egress_rate", "-1"),
+            ("ovn.kubernetes.io/ingress_rate", "fast"),
+        ] {
+            let mut ann = annotations(&ROUTED);
+            ann.insert(key.into(), value.into());
+            let err = readiness(Some(&ann), &inputs).unwrap_err();
+            assert_eq!(err.key, key, "{err}");
+        }
+    }
+
+    #[test]
+    fn qos_turns_directions_around() {
+        let ann = annotations(&[
+            ("ovn.kubernetes.io/egress_rate", "5"),
+            ("ovn.kubernetes.io/ingress_rate", "10"),
+        ]);
+        let qos = qos_plan(Some(&ann), "ovn").unwrap();
+        assert_eq!(
+            qos,
+            QosPlan {
+                policing_rate_kbps: 5000,
+                policing_burst_kb: 4000,
+                htb_max_rate_bps: Some(10_000_000)
+            }
+        );
+        let ann = annotations(&[
+            ("ovn.kubernetes.io/egress_rate", "2.5"),
+            ("ovn.kubernetes.io/egress_burst", "1"),
+        ]);
+        let qos = qos_plan(Some(&ann), "ovn").unwrap();
+        assert_eq!(
+            (
+                qos.policing_rate_kbps,
+                qos.policing_burst_kb,
+                qos.htb_max_rate_bps
+            ),
+            (2500, 1000, None)
+        );
+        assert_eq!(qos_plan(None, "ovn").unwrap(), QosPlan::default());
+        let ann = annotations(&[("ovn.kubernetes.io/ingress_rate", "0")]);
+        assert_eq!(
+            qos_plan(Some(&ann), "ovn").unwrap().htb_max_rate_bps,
+            None,
+            "0 means no limit"
+        );
+    }
+}

@@ -27,12 +27,7 @@ use self::runtime::{Runtime, Sandbox};
 
 pub const WAIT: Duration = Duration::from_mins(1);
 
-pub fn init_logging() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
-}
+pub use kube_ovn_testkit::init_logging;
 
 /// One node: its OVS, its daemon, and the runtime's dirs.
 pub struct TestNode {

@@ -6,36 +6,12 @@ use kube_ovn_controller::config::Flags;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .json()
-        .flatten_event(true)
-        .with_current_span(true)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    kube_ovn_support::init_json_logs();
     let config = Flags::parse().validate()?;
-    let kube = match &config.kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            let options = kube::config::KubeConfigOptions::default();
-            kube::Client::try_from(kube::Config::from_custom_kubeconfig(kc, &options).await?)?
-        }
-        None => kube::Client::try_default()
-            .await
-            .context("in-cluster Kubernetes configuration")?,
-    };
+    let kube = kube_ovn_support::kube_client(config.kubeconfig.as_deref()).await?;
     // Kubernetes stops a pod with SIGTERM: a clean stop, which releases the leader lease so a
     // follower takes over at once instead of waiting for the lease to expire.
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("installing the SIGTERM handler")?;
-    let shutdown = async move {
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => tracing::info!("interrupted; stopping"),
-            _ = terminate.recv() => tracing::info!("terminated; stopping"),
-        }
-    };
+    let shutdown = kube_ovn_support::shutdown_signal().context("installing the SIGTERM handler")?;
     kube_ovn_controller::run(config, kube, shutdown).await?;
     Ok(())
 }

@@ -24,12 +24,7 @@ use tokio::task::JoinHandle;
 
 pub const WAIT: Duration = Duration::from_mins(1);
 
-pub fn init_logging() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
-}
+pub use kube_ovn_testkit::init_logging;
 
 pub struct Env {
     pub api: ApiServer,

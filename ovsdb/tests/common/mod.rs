@@ -9,13 +9,7 @@ use kube_ovn_ovsdb::{Client, ClientConfig, ConnectionState, Operation, Remote, R
 
 pub const WAIT: Duration = Duration::from_secs(30);
 
-/// Logs to the test's captured output; `RUST_LOG=kube_ovn_ovsdb=debug` shows the client's view.
-pub fn init_logging() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
-}
+pub use kube_ovn_testkit::init_logging;
 
 pub fn config(remotes: &str, database: &str) -> ClientConfig {
     init_logging();
