@@ -454,3 +454,92 @@ fn timers_validate() {
         assert_eq!(t.validate().unwrap_err().field, field);
     }
 }
+
+mod prop {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn any_state() -> impl Strategy<Value = State> {
+        prop_oneof![
+            Just(State::AdminDown),
+            Just(State::Down),
+            Just(State::Init),
+            Just(State::Up)
+        ]
+    }
+
+    fn any_packet() -> impl Strategy<Value = ControlPacket> {
+        (
+            any_state(),
+            any::<[bool; 3]>(),
+            1u8..=5,
+            prop_oneof![Just(0u32), Just(LOCAL), any::<u32>()],
+            0u64..3000,
+            0u64..3000,
+        )
+            .prop_map(|(state, [poll, final_, demand], mult, your, tx, rx)| {
+                let mut p = peer(state, your);
+                p.poll = poll;
+                p.final_ = final_;
+                p.demand = demand;
+                p.detect_mult = mult;
+                p.desired_min_tx = ms(tx.max(1));
+                p.required_min_rx = ms(rx);
+                p
+            })
+    }
+
+    fn any_input() -> impl Strategy<Value = Input> {
+        prop_oneof![
+            6 => any_packet().prop_map(Input::Received),
+            3 => Just(Input::TxTimer),
+            2 => Just(Input::DetectTimer),
+            1 => Just(Input::AdminUp),
+            1 => Just(Input::AdminDown),
+            1 => (1u64..2000, 1u64..2000, 1u8..=5).prop_map(|(tx, rx, m)| Input::SetTimers(timers(tx, rx, m))),
+        ]
+    }
+
+    proptest! {
+        /// Any input sequence: no panic; every packet we send carries our discriminator, never
+        /// both P and F, the one-second floor while not Up (§6.8.3), a Poll only while Up; a
+        /// TX deadline is never in the past; state changes are reported as they happen.
+        #[test]
+        fn invariants_hold_for_any_input_sequence(
+            steps in proptest::collection::vec((0u64..500, any_input()), 1..80)
+        ) {
+            let t0 = epoch();
+            let mut s = Session::new(LOCAL, timers(300, 300, 3), 1);
+            let mut now = t0;
+            let mut state = s.status().state;
+            for (dt, input) in steps {
+                now += ms(dt);
+                for action in s.handle(now, input) {
+                    match action {
+                        Action::Send(p) => {
+                            prop_assert_eq!(p.my_discriminator, LOCAL);
+                            prop_assert!(!(p.poll && p.final_));
+                            prop_assert_eq!(p.state, s.status().state);
+                            if p.state != State::Up {
+                                prop_assert!(p.desired_min_tx >= SLOW_TX);
+                                prop_assert!(!p.poll);
+                            }
+                        }
+                        Action::ArmTx { at, interval } => {
+                            prop_assert!(at >= now && at <= now + interval);
+                        }
+                        Action::ArmDetect(at) => prop_assert!(at > t0),
+                        Action::StateChanged { from, to, .. } => {
+                            prop_assert_eq!(from, state);
+                            prop_assert_ne!(from, to);
+                            state = to;
+                        }
+                        Action::StopTx | Action::StopDetect => {}
+                    }
+                }
+                prop_assert_eq!(state, s.status().state);
+            }
+        }
+    }
+}
