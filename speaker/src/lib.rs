@@ -2,6 +2,7 @@
 //! BGP. This crate is, for now, the pure BGP core ([`bgp`]); the tokio driver and the Kubernetes
 //! side come later.
 
+pub mod bfd;
 pub mod bgp;
 #[doc(hidden)]
 pub mod fuzzing;
