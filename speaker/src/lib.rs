@@ -2,7 +2,9 @@
 //! BGP. This crate is, for now, the pure BGP core ([`bgp`]); the tokio driver and the Kubernetes
 //! side come later.
 
+pub mod announce;
 pub mod bfd;
 pub mod bgp;
+pub mod config;
 #[doc(hidden)]
 pub mod fuzzing;
