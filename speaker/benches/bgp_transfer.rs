@@ -15,6 +15,7 @@
 //!
 //! `cargo bench -p kube-ovn-speaker --bench bgp_transfer` (root; `-- quick` for 100k once).
 
+use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::unix::net::UnixStream;
@@ -46,7 +47,10 @@ fn main() -> anyhow::Result<()> {
     };
     let work = tempfile::Builder::new().prefix("bgp-bench-").tempdir()?;
     println!("BGP transfer to BIRD on loopback (Established at BIRD -> all routes imported)");
-    println!("{:>9} {:>4} {:>12} {:>12} {:>8}", "routes", "run", "ours ms", "gobgpd ms", "ratio");
+    println!(
+        "{:>9} {:>4} {:>12} {:>12} {:>8}",
+        "routes", "run", "ours ms", "gobgpd ms", "ratio"
+    );
     let mut rss = None;
     for &(n, runs) in plan {
         let mrt = work.path().join(format!("{n}.mrt"));
@@ -97,25 +101,48 @@ fn one_run(work: &Path, mrt: &Path, n: u32) -> anyhow::Result<RunResult> {
         .map(|s| (*s).to_owned())
         .collect();
     let n_text = n.to_string();
-    let mut speaker = Daemon::spawn("speaker", "ip", &args, &child_log, &[("KOVN_BENCH_CHILD", Path::new(&n_text))])?;
-    wait_until("our speaker to load its routes", Duration::from_secs(120), || {
+    let mut speaker = Daemon::spawn(
+        "speaker",
+        "ip",
+        &args,
+        &child_log,
+        &[("KOVN_BENCH_CHILD", Path::new(&n_text))],
+    )?;
+    wait_until("our speaker to load its routes", Duration::from_mins(2), || {
         speaker.check_alive()?;
         Ok(std::fs::read_to_string(&child_log)?.contains("loaded"))
     })?;
     ctl.ask("enable speaker")?;
     let ours = ctl.time_to_import("speaker", n)?;
     let ours_rss_kib = rss_kib(speaker.pid().unwrap_or_default())?;
+    if std::env::var_os("KOVN_BENCH_VERBOSE").is_some() {
+        let log = std::fs::read_to_string(&child_log)?;
+        log.lines()
+            .filter(|l| l.contains("established") || l.contains("sending") || l.contains("state"))
+            .for_each(|l| println!("  speaker: {l}"));
+    }
 
     // gobgpd: routes injected into its global RIB first, passive until BIRD connects.
     let mut gobgpd = start_gobgpd(&ns, dir.path())?;
     let cli = |args: &[&str]| {
-        let mut full = vec!["netns", "exec", ns.name(), "gobgp", "-u", "127.0.0.1", "-p", "50062"];
+        let mut full = vec![
+            "netns",
+            "exec",
+            ns.name(),
+            "gobgp",
+            "-u",
+            "127.0.0.1",
+            "-p",
+            "50062",
+        ];
         full.extend_from_slice(args);
         run("ip", &full)
     };
-    wait_until("gobgpd's API", Duration::from_secs(20), || Ok(cli(&["global"]).is_ok()))?;
+    wait_until("gobgpd's API", Duration::from_secs(20), || {
+        Ok(cli(&["global"]).is_ok())
+    })?;
     cli(&["mrt", "inject", "global", &mrt.to_string_lossy()])?;
-    wait_until("gobgpd to hold all routes", Duration::from_secs(600), || {
+    wait_until("gobgpd to hold all routes", Duration::from_mins(10), || {
         gobgpd.check_alive()?;
         Ok(cli(&["global", "rib", "summary", "-a", "ipv4"])?.contains(&format!("Destination: {n},")))
     })?;
@@ -153,16 +180,34 @@ fn start_bird(ns: &Netns, dir: &Path) -> anyhow::Result<Daemon> {
          hold time 90;\n  connect delay time 1;\n  connect retry time 1;\n  disabled;\n  \
          ipv4 {{ import all; export none; }};\n}}\n"
     );
-    text.push_str(&format!("protocol bgp speaker from sender {{ neighbor {OURS} as 65001; }}\n"));
-    text.push_str(&format!("protocol bgp gobgp from sender {{ neighbor {GOBGP} as 65002; }}\n"));
+    let _ = writeln!(
+        text,
+        "protocol bgp speaker from sender {{ neighbor {OURS} as 65001; }}"
+    );
+    let _ = writeln!(
+        text,
+        "protocol bgp gobgp from sender {{ neighbor {GOBGP} as 65002; }}"
+    );
     std::fs::write(&conf, text)?;
     let ctl = dir.join("bird.ctl");
-    let args: Vec<String> = ["netns", "exec", ns.name(), "bird", "-f", "-c", &conf.to_string_lossy(), "-s", &ctl.to_string_lossy()]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .collect();
+    let args: Vec<String> = [
+        "netns",
+        "exec",
+        ns.name(),
+        "bird",
+        "-f",
+        "-c",
+        &conf.to_string_lossy(),
+        "-s",
+        &ctl.to_string_lossy(),
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
     let bird = Daemon::spawn("bird", "ip", &args, &dir.join("bird.log"), &[])?;
-    wait_until("BIRD's control socket", Duration::from_secs(20), || Ok(UnixStream::connect(&ctl).is_ok()))?;
+    wait_until("BIRD's control socket", Duration::from_secs(20), || {
+        Ok(UnixStream::connect(&ctl).is_ok())
+    })?;
     Ok(bird)
 }
 
@@ -220,7 +265,9 @@ impl BirdCtl {
             if self.reader.read_line(&mut line)? == 0 {
                 bail!("BIRD closed its control socket");
             }
-            let done = line.len() > 5 && line.as_bytes()[..4].iter().all(u8::is_ascii_digit) && line.as_bytes()[4] == b' ';
+            let done = line.len() > 5
+                && line.as_bytes()[..4].iter().all(u8::is_ascii_digit)
+                && line.as_bytes()[4] == b' ';
             out.push_str(&line);
             if done {
                 return Ok(out);
@@ -236,7 +283,7 @@ impl BirdCtl {
     /// Polls every 10 ms; returns the time from the first poll that saw Established to the
     /// first that saw `n` routes imported.
     fn time_to_import(&mut self, protocol: &str, n: u32) -> anyhow::Result<Duration> {
-        let deadline = Instant::now() + Duration::from_secs(600);
+        let deadline = Instant::now() + Duration::from_mins(10);
         let mut established = None;
         while Instant::now() < deadline {
             let reply = self.ask(&format!("show protocols all {protocol}"))?;
@@ -283,9 +330,9 @@ fn write_mrt(path: &Path, n: u32) -> anyhow::Result<()> {
     peers.extend_from_slice(&65002u32.to_be_bytes());
     record(&mut out, 1, &peers);
     let attributes: Vec<u8> = [
-        &[0x40, 1, 1, 0][..],                  // ORIGIN IGP
-        &[0x40, 2, 0][..],                     // AS_PATH, empty: originated
-        &[0x40, 3, 4][..],                     // NEXT_HOP
+        &[0x40, 1, 1, 0][..], // ORIGIN IGP
+        &[0x40, 2, 0][..],    // AS_PATH, empty: originated
+        &[0x40, 3, 4][..],    // NEXT_HOP
         &NEXT_HOP.octets()[..],
     ]
     .concat();
@@ -310,7 +357,14 @@ fn write_mrt(path: &Path, n: u32) -> anyhow::Result<()> {
 /// The speaker side, in its own process: N routes loaded into a passive peer, then wait to be
 /// killed.
 fn child(n: u32) -> anyhow::Result<()> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    // The driver's own timestamps (established, sending) go to the child's log.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("kube_ovn_speaker=debug"))
+        .with_ansi(false)
+        .try_init();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(async {
         let speaker = Speaker::new(SpeakerConfig {
             listen: vec![SocketAddr::new(IpAddr::V4(OURS), 179)],
@@ -334,17 +388,25 @@ fn child(n: u32) -> anyhow::Result<()> {
             ..PeerConfig::new(IpAddr::V4(BIRD), session)
         })?;
         peer.set_local_addresses(Some(NEXT_HOP), None)?;
-        peer.announce_many((0..n).map(|i| {
-            let net = ipnet::Ipv4Net::new(Ipv4Addr::from(0x0a00_0000 + i), 32).unwrap_or_default();
-            (net.into(), RouteAttributes::default())
-        }))?;
+        // In batches, as the Kubernetes side hands over what its informers deliver; one
+        // command of a million routes would hold ~100 MB of attributes at once.
+        for start in (0..n).step_by(10_000) {
+            peer.announce_many((start..n.min(start + 10_000)).map(|i| {
+                let net = ipnet::Ipv4Net::new(Ipv4Addr::from(0x0a00_0000 + i), 32).unwrap_or_default();
+                (net.into(), RouteAttributes::default())
+            }))?;
+        }
         peer.set_ready()?;
         let n = usize::try_from(n)?;
-        peer.wait_for("routes loaded", Duration::from_secs(120), |s| s.prefixes_desired == n)
-            .await?;
+        peer.wait_for("routes loaded", Duration::from_mins(2), |s| {
+            s.prefixes_desired == n
+        })
+        .await?;
         println!("loaded {n} at {:?}", SystemTime::now());
         let established = peer
-            .wait_for("all sent", Duration::from_secs(3600), |s| s.prefixes_sent == n && s.out_queue_bytes == 0)
+            .wait_for("all sent", Duration::from_hours(1), |s| {
+                s.prefixes_sent == n && s.out_queue_bytes == 0
+            })
             .await?;
         println!("sent: {:?}", established.messages_sent);
         std::future::pending::<()>().await;

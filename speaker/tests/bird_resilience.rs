@@ -12,6 +12,7 @@ use common::peers::{Bird, PeerSpec};
 use common::*;
 use kube_ovn_dataplane::tcp_md5::Md5Counters;
 use kube_ovn_speaker::bgp::fsm::State;
+use kube_ovn_speaker::bgp::rib_out::RouteAttributes;
 use kube_ovn_speaker::driver::{PeerConfig, Speaker, SpeakerConfig};
 use kube_ovn_testkit::wait_until;
 use nix::sys::signal::{Signal, kill};
@@ -112,7 +113,7 @@ fn graceful_restart_keeps_stale_routes_until_end_of_rib() {
         let peer = speaker
             .add_peer(PeerConfig::new(tor, with_gr(session(false), true)))
             .unwrap();
-        peer.announce_many([0, 1, 3].map(|i| (host(i), Default::default())))
+        peer.announce_many([0, 1, 3].map(|i| (host(i), RouteAttributes::default())))
             .unwrap();
         block(
             rt,
@@ -133,7 +134,10 @@ fn graceful_restart_keeps_stale_routes_until_end_of_rib() {
         .unwrap();
         bird.wait_count("master4", 3).unwrap();
         let status = peer.status();
-        assert!(status.initial_table_sent && status.prefixes_sent == 3, "{status:?}");
+        assert!(
+            status.initial_table_sent && status.prefixes_sent == 3,
+            "{status:?}"
+        );
     });
 }
 

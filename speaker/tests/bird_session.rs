@@ -9,6 +9,7 @@ use std::net::{IpAddr, SocketAddr};
 use common::peers::{Bird, PeerSpec};
 use common::*;
 use kube_ovn_speaker::bgp::fsm::State;
+use kube_ovn_speaker::bgp::rib_out::RouteAttributes;
 use kube_ovn_speaker::driver::{PeerConfig, Speaker, SpeakerConfig};
 
 #[test]
@@ -23,7 +24,7 @@ fn ipv4_transport_announce_and_withdraw_both_families() {
             .add_peer(PeerConfig::new(IpAddr::V4(TOR_V4), session(false)))
             .unwrap();
         peer.announce_many(hosts(100)).unwrap();
-        peer.announce(v6_prefix(), Default::default()).unwrap();
+        peer.announce(v6_prefix(), RouteAttributes::default()).unwrap();
         // IPv6 routes on an IPv4 session need an IPv6 next hop from the caller; IPv4 ones take
         // the session's own source address.
         peer.set_local_addresses(None, Some(NODE_V6)).unwrap();
@@ -65,7 +66,7 @@ fn ipv6_transport_carries_both_families() {
             .add_peer(PeerConfig::new(IpAddr::V6(TOR_V6), session(false)))
             .unwrap();
         peer.announce_many(hosts(20)).unwrap();
-        peer.announce(v6_prefix(), Default::default()).unwrap();
+        peer.announce(v6_prefix(), RouteAttributes::default()).unwrap();
         // Now IPv4 routes need the IPv4 next hop from the caller (no RFC 8950 here).
         peer.set_local_addresses(Some(NODE_V4), None).unwrap();
         peer.set_ready().unwrap();

@@ -37,7 +37,10 @@ fn pair() -> (Speaker, PeerHandle, Speaker, PeerHandle) {
     .unwrap();
     let port = passive.listen_addresses()[0].port();
     let b = passive
-        .add_peer(PeerConfig::new(LOCALHOST, session(65000, 65001, [10, 0, 0, 1], true)))
+        .add_peer(PeerConfig::new(
+            LOCALHOST,
+            session(65000, 65001, [10, 0, 0, 1], true),
+        ))
         .unwrap();
     let active = Speaker::new(SpeakerConfig::default()).unwrap();
     let a = active
@@ -60,7 +63,8 @@ async fn session_routes_bfd_seam_and_shutdown_notification() {
     a.announce("fd00:10:16::/64".parse().unwrap(), RouteAttributes::default())
         .unwrap();
     // The IPv6 route needs an IPv6 next hop on an IPv4 session.
-    a.set_local_addresses(None, Some("fd00::2".parse().unwrap())).unwrap();
+    a.set_local_addresses(None, Some("fd00::2".parse().unwrap()))
+        .unwrap();
     // Nothing goes out before the caller is ready, though the session is up.
     a.wait_for("Established", WAIT, |s| s.state == State::Established)
         .await
@@ -69,7 +73,9 @@ async fn session_routes_bfd_seam_and_shutdown_notification() {
     a.set_ready().unwrap();
     b.set_ready().unwrap();
     let sent = a
-        .wait_for("the table sent", WAIT, |s| s.prefixes_sent == 1001 && s.initial_table_sent)
+        .wait_for("the table sent", WAIT, |s| {
+            s.prefixes_sent == 1001 && s.initial_table_sent
+        })
         .await
         .unwrap();
     assert_eq!(sent.local_address, Some(LOCALHOST));
@@ -99,16 +105,21 @@ async fn session_routes_bfd_seam_and_shutdown_notification() {
         .await
         .unwrap();
     assert!(
-        down.last_error.as_deref().unwrap_or_default().contains("BFD down (6/10)"),
+        down.last_error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("BFD down (6/10)"),
         "{down:?}"
     );
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let held = a.status();
     assert!(held.bfd_down && held.state == State::Idle, "{held:?}");
     a.bfd_up().unwrap();
-    a.wait_for("Established again", WAIT, |s| s.state == State::Established && s.prefixes_sent == 991)
-        .await
-        .unwrap();
+    a.wait_for("Established again", WAIT, |s| {
+        s.state == State::Established && s.prefixes_sent == 991
+    })
+    .await
+    .unwrap();
     assert_eq!(a.status().flaps, 1);
 
     a.shutdown("maintenance").await.unwrap();
@@ -131,9 +142,12 @@ async fn listener_refuses_unknown_and_disallowed_sources() {
     // 127.0.0.1 is a configured peer but not an allowed source; 127.0.0.2 is allowed but not a
     // peer. Both connections are closed before any BGP message.
     let peer = speaker
-        .add_peer(PeerConfig::new(LOCALHOST, session(65000, 65001, [10, 0, 0, 1], true)))
+        .add_peer(PeerConfig::new(
+            LOCALHOST,
+            session(65000, 65001, [10, 0, 0, 1], true),
+        ))
         .unwrap();
-    for source in [Ipv4Addr::new(127, 0, 0, 1), Ipv4Addr::new(127, 0, 0, 2)] {
+    for source in [Ipv4Addr::LOCALHOST, Ipv4Addr::new(127, 0, 0, 2)] {
         let socket = tokio::net::TcpSocket::new_v4().unwrap();
         socket.bind(SocketAddr::new(source.into(), 0)).unwrap();
         let mut stream = socket.connect(SocketAddr::new(LOCALHOST, port)).await.unwrap();

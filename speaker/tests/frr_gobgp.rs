@@ -9,6 +9,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use common::peers::{Frr, Gobgp, PeerSpec};
 use common::*;
+use kube_ovn_speaker::bgp::rib_out::RouteAttributes;
 use kube_ovn_speaker::driver::{PeerConfig, Speaker, SpeakerConfig};
 use kube_ovn_testkit::wait_until;
 
@@ -31,7 +32,7 @@ fn frr_ipv4_transport_md5_announce_withdraw_and_route_refresh() {
             })
             .unwrap();
         peer.announce_many(hosts(200)).unwrap();
-        peer.announce(v6_prefix(), Default::default()).unwrap();
+        peer.announce(v6_prefix(), RouteAttributes::default()).unwrap();
         peer.set_local_addresses(None, Some(NODE_V6)).unwrap();
         peer.set_ready().unwrap();
         frr.wait_received("ipv4", 200).unwrap();
@@ -70,14 +71,12 @@ fn frr_ipv6_transport() {
             .add_peer(PeerConfig::new(IpAddr::V6(TOR_V6), session(false)))
             .unwrap();
         peer.announce_many(hosts(10)).unwrap();
-        peer.announce(v6_prefix(), Default::default()).unwrap();
+        peer.announce(v6_prefix(), RouteAttributes::default()).unwrap();
         peer.set_local_addresses(Some(NODE_V4), None).unwrap();
         peer.set_ready().unwrap();
         frr.wait_received("ipv6", 1).unwrap();
         frr.wait_received("ipv4", 10).unwrap();
-        let route = frr
-            .vtysh(&format!("show bgp ipv6 unicast {V6_PREFIX}"))
-            .unwrap();
+        let route = frr.vtysh(&format!("show bgp ipv6 unicast {V6_PREFIX}")).unwrap();
         assert!(route.contains("2001:db8:100::2"), "{route}");
     });
 }
@@ -94,10 +93,13 @@ fn gobgp_announce_withdraw_both_families() {
             .add_peer(PeerConfig::new(IpAddr::V4(TOR_V4), session(false)))
             .unwrap();
         peer.announce_many(hosts(100)).unwrap();
-        peer.announce(v6_prefix(), Default::default()).unwrap();
+        peer.announce(v6_prefix(), RouteAttributes::default()).unwrap();
         peer.set_local_addresses(None, Some(NODE_V6)).unwrap();
         peer.set_ready().unwrap();
-        wait_until("gobgpd to see the session Established", WAIT, || gobgp.established()).unwrap();
+        wait_until("gobgpd to see the session Established", WAIT, || {
+            gobgp.established()
+        })
+        .unwrap();
         gobgp.wait_count("ipv4", 100).unwrap();
         gobgp.wait_count("ipv6", 1).unwrap();
         peer.withdraw_many((0..10).map(host)).unwrap();

@@ -76,7 +76,11 @@ impl PeerConfig {
         if self.port == 0 {
             return fail("port", "must not be 0");
         }
-        if self.md5_key.as_ref().is_some_and(|k| k.is_empty() || k.len() > 80) {
+        if self
+            .md5_key
+            .as_ref()
+            .is_some_and(|k| k.is_empty() || k.len() > 80)
+        {
             return fail("md5_key", "1 to 80 bytes (Linux TCP_MD5SIG_MAXKEYLEN)");
         }
         if self.ttl == Some(0) {

@@ -173,7 +173,12 @@ impl Drop for Conn {
     }
 }
 
-async fn read_loop(mut read: OwnedReadHalf, id: ConnectionId, generation: u64, events: mpsc::Sender<ConnEvent>) {
+async fn read_loop(
+    mut read: OwnedReadHalf,
+    id: ConnectionId,
+    generation: u64,
+    events: mpsc::Sender<ConnEvent>,
+) {
     let error = loop {
         let mut buf = vec![0u8; READ_CHUNK];
         match read.read(&mut buf).await {

@@ -66,7 +66,10 @@ pub enum DriverError {
     #[error("peer {0} has stopped")]
     PeerStopped(IpAddr),
     #[error("listen on {addr}: {source}")]
-    Listen { addr: SocketAddr, source: std::io::Error },
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
     #[error("TCP MD5 key for {peer} on the listener {listener}: {source}")]
     Md5 {
         peer: IpAddr,
@@ -97,7 +100,8 @@ impl Speaker {
         let mut listeners = Vec::new();
         let mut listener_tasks = Vec::new();
         for addr in config.listen {
-            let listener = Arc::new(listener::bind(addr).map_err(|source| DriverError::Listen { addr, source })?);
+            let listener =
+                Arc::new(listener::bind(addr).map_err(|source| DriverError::Listen { addr, source })?);
             listener_tasks.push(tokio::spawn(listener::accept_loop(
                 listener.clone(),
                 registry.clone(),
@@ -115,14 +119,20 @@ impl Speaker {
 
     /// Where the listeners are bound (with the port the kernel chose for port 0).
     pub fn listen_addresses(&self) -> Vec<SocketAddr> {
-        self.listeners.iter().filter_map(|l| l.local_addr().ok()).collect()
+        self.listeners
+            .iter()
+            .filter_map(|l| l.local_addr().ok())
+            .collect()
     }
 
     /// Starts a peer task; its session starts at once (connecting unless passive).
     pub fn add_peer(&self, config: PeerConfig) -> Result<PeerHandle, DriverError> {
         config.validate()?;
         let address = config.address;
-        let mut peers = self.peers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut peers = self
+            .peers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if peers.get(&address).is_some_and(|(h, _)| !h.status().stopped) {
             return Err(DriverError::PeerExists(address));
         }
@@ -137,7 +147,11 @@ impl Speaker {
             },
         );
         let span = tracing::info_span!("bgp_peer", peer = %address, peer_as = config.session.peer_as);
-        let task = tokio::spawn(PeerTask::new(config, commands_rx, status_tx).run().instrument(span));
+        let task = tokio::spawn(
+            PeerTask::new(config, commands_rx, status_tx)
+                .run()
+                .instrument(span),
+        );
         let handle = PeerHandle {
             address,
             commands,
@@ -148,7 +162,10 @@ impl Speaker {
     }
 
     pub fn peer(&self, address: IpAddr) -> Option<PeerHandle> {
-        let peers = self.peers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let peers = self
+            .peers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         peers.get(&address).map(|(h, _)| h.clone())
     }
 
@@ -156,11 +173,16 @@ impl Speaker {
     /// and forgets the peer (its listener key included).
     pub async fn remove_peer(&self, address: IpAddr) -> Result<(), DriverError> {
         let (handle, task) = {
-            let mut peers = self.peers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut peers = self
+                .peers
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             peers.remove(&address).ok_or(DriverError::NoSuchPeer(address))?
         };
         self.registry.lock().remove(&address);
-        let _ = handle.commands.send(Command::Shutdown(StopReason::PeerDeconfigured));
+        let _ = handle
+            .commands
+            .send(Command::Shutdown(StopReason::PeerDeconfigured));
         let _ = task.await;
         self.set_listener_keys(address, &[])
     }
@@ -169,13 +191,18 @@ impl Speaker {
     /// waits for the peer tasks to end.
     pub async fn shutdown(self, message: &str) {
         let peers: Vec<_> = {
-            let mut peers = self.peers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut peers = self
+                .peers
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             peers.drain().map(|(_, p)| p).collect()
         };
         for (handle, task) in peers {
-            let _ = handle.commands.send(Command::Shutdown(StopReason::AdministrativeShutdown {
-                message: message.to_owned(),
-            }));
+            let _ = handle
+                .commands
+                .send(Command::Shutdown(StopReason::AdministrativeShutdown {
+                    message: message.to_owned(),
+                }));
             let _ = task.await;
         }
     }
@@ -205,7 +232,10 @@ impl Drop for Speaker {
         for task in &self.listener_tasks {
             task.abort();
         }
-        let peers = self.peers.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let peers = self
+            .peers
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         for (_, task) in peers.values() {
             task.abort();
         }
@@ -333,10 +363,8 @@ impl PeerHandle {
         check: impl FnMut(&PeerStatus) -> bool,
     ) -> Result<PeerStatus, DriverError> {
         let mut status = self.status.clone();
-        let waited = tokio::time::timeout(timeout, async {
-            status.wait_for(check).await.map(|s| s.clone())
-        })
-        .await;
+        let waited =
+            tokio::time::timeout(timeout, async { status.wait_for(check).await.map(|s| s.clone()) }).await;
         match waited {
             Ok(Ok(s)) => Ok(s),
             // The task ended before the condition held.

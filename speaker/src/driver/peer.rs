@@ -301,14 +301,22 @@ impl PeerTask {
                     }
                 }
             }
-            ConnEvent::Bytes { id, generation, bytes } => {
+            ConnEvent::Bytes {
+                id,
+                generation,
+                bytes,
+            } => {
                 let Some(conn) = self.live(id, generation) else {
                     return;
                 };
                 conn.splitter.extend(&bytes);
                 self.drain_frames(id, generation);
             }
-            ConnEvent::Closed { id, generation, error } => {
+            ConnEvent::Closed {
+                id,
+                generation,
+                error,
+            } => {
                 let Some(conn) = self.conns[slot(id)].take_if(|c| c.generation == generation) else {
                     return;
                 };
@@ -415,7 +423,11 @@ impl PeerTask {
             }
             Action::RouteRefreshRequested(family) => match self.rib.route_refresh(family) {
                 Ok(updates) => {
-                    info!(?family, routes = self.rib.sent_count(), "route refresh: re-sending");
+                    info!(
+                        ?family,
+                        routes = self.rib.sent_count(),
+                        "route refresh: re-sending"
+                    );
                     self.send_updates(updates);
                 }
                 Err(error) => warn!(%error, "route refresh"),

@@ -54,7 +54,18 @@ pub struct Lab {
 }
 
 fn veth(a: &Netns, b: &Netns) -> anyhow::Result<()> {
-    a.ip(&["link", "add", "eth0", "type", "veth", "peer", "name", "eth1", "netns", b.name()])?;
+    a.ip(&[
+        "link",
+        "add",
+        "eth0",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth1",
+        "netns",
+        b.name(),
+    ])?;
     a.ip(&["link", "set", "eth0", "up"])?;
     b.ip(&["link", "set", "eth1", "up"])?;
     Ok(())
@@ -95,7 +106,18 @@ impl Lab {
         let tor = Netns::create("bgpt")?;
         veth(&node, &router)?;
         // The router's second link: eth0 in the router, eth1 in the ToR.
-        router.ip(&["link", "add", "eth2", "type", "veth", "peer", "name", "eth1", "netns", tor.name()])?;
+        router.ip(&[
+            "link",
+            "add",
+            "eth2",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth1",
+            "netns",
+            tor.name(),
+        ])?;
         router.ip(&["link", "set", "eth2", "up"])?;
         tor.ip(&["link", "set", "eth1", "up"])?;
         addr(&node, "eth0", "198.51.100.2/24")?;
@@ -110,7 +132,12 @@ impl Lab {
         node.ip(&["-6", "route", "add", "default", "via", "2001:db8:100::1"])?;
         tor.ip(&["route", "add", "default", "via", "198.51.101.1"])?;
         tor.ip(&["-6", "route", "add", "default", "via", "2001:db8:101::1"])?;
-        router.exec(&["sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"])?;
+        router.exec(&[
+            "sysctl",
+            "-qw",
+            "net.ipv4.ip_forward=1",
+            "net.ipv6.conf.all.forwarding=1",
+        ])?;
         Ok(Lab {
             node,
             tor,
@@ -194,7 +221,10 @@ pub struct ContinueOnDrop(pub i32);
 
 impl Drop for ContinueOnDrop {
     fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0), nix::sys::signal::Signal::SIGCONT);
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.0),
+            nix::sys::signal::Signal::SIGCONT,
+        );
     }
 }
 

@@ -40,7 +40,12 @@ impl PeerSpec {
 }
 
 fn program_in(ns: &Netns, program: &str, args: &[String]) -> Vec<String> {
-    let mut full = vec!["netns".to_owned(), "exec".to_owned(), ns.name().to_owned(), program.to_owned()];
+    let mut full = vec![
+        "netns".to_owned(),
+        "exec".to_owned(),
+        ns.name().to_owned(),
+        program.to_owned(),
+    ];
     full.extend_from_slice(args);
     full
 }
@@ -98,7 +103,9 @@ impl Bird {
             &[],
         )?;
         let bird = Bird { daemon, dir, ctl };
-        wait_until("BIRD's control socket", WAIT, || Ok(bird.birdc(&["show", "status"]).is_ok()))?;
+        wait_until("BIRD's control socket", WAIT, || {
+            Ok(bird.birdc(&["show", "status"]).is_ok())
+        })?;
         Ok(bird)
     }
 
@@ -113,15 +120,27 @@ impl Bird {
     }
 
     pub fn established(&self) -> anyhow::Result<bool> {
-        Ok(self.birdc(&["show", "protocols", "node"])?.contains("Established"))
+        Ok(self
+            .birdc(&["show", "protocols", "node"])?
+            .contains("Established"))
     }
 
     pub fn count(&self, table: &str) -> anyhow::Result<usize> {
-        Ok(count_routes(&self.birdc(&["show", "route", "table", table, "protocol", "node", "count"])?))
+        Ok(count_routes(&self.birdc(&[
+            "show", "route", "table", table, "protocol", "node", "count",
+        ])?))
     }
 
+    #[allow(
+        clippy::unnecessary_wraps,
+        reason = "the same shape as the other checks, for wait_until"
+    )]
     pub fn has(&self, prefix: &str) -> anyhow::Result<bool> {
-        let table = if prefix.contains(':') { "master6" } else { "master4" };
+        let table = if prefix.contains(':') {
+            "master6"
+        } else {
+            "master4"
+        };
         // birdc exits 1 on "Network not found".
         let out = self.birdc(&["show", "route", "table", table, prefix]);
         Ok(out.is_ok_and(|out| out.lines().any(|l| l.starts_with(prefix))))
@@ -132,11 +151,15 @@ impl Bird {
     }
 
     pub fn wait_count(&self, table: &str, n: usize) -> anyhow::Result<()> {
-        wait_until(&format!("{n} routes in BIRD's {table}"), WAIT, || Ok(self.count(table)? == n))
-            .with_context(|| {
-                let protocol = self.birdc(&["show", "protocols", "all", "node"]).unwrap_or_default();
-                format!("BIRD: {protocol}\nlog tail:\n{}", self.log_tail())
-            })
+        wait_until(&format!("{n} routes in BIRD's {table}"), WAIT, || {
+            Ok(self.count(table)? == n)
+        })
+        .with_context(|| {
+            let protocol = self
+                .birdc(&["show", "protocols", "all", "node"])
+                .unwrap_or_default();
+            format!("BIRD: {protocol}\nlog tail:\n{}", self.log_tail())
+        })
     }
 
     pub fn wait_established(&self) -> anyhow::Result<()> {
@@ -216,7 +239,9 @@ impl Frr {
             dir,
             neighbor: spec.neighbor,
         };
-        wait_until("bgpd's vty socket", WAIT, || Ok(frr.vtysh("show bgp summary").is_ok()))?;
+        wait_until("bgpd's vty socket", WAIT, || {
+            Ok(frr.vtysh("show bgp summary").is_ok())
+        })?;
         Ok(frr)
     }
 
@@ -320,7 +345,16 @@ impl Gobgp {
     }
 
     pub fn cli(&self, args: &[&str]) -> anyhow::Result<String> {
-        let mut full = vec!["netns", "exec", &self.ns, "gobgp", "-u", "127.0.0.1", "-p", "50051"];
+        let mut full = vec![
+            "netns",
+            "exec",
+            &self.ns,
+            "gobgp",
+            "-u",
+            "127.0.0.1",
+            "-p",
+            "50051",
+        ];
         full.extend_from_slice(args);
         run("ip", &full)
     }
