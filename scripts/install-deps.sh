@@ -10,15 +10,15 @@
 #   procps psmisc               ps/pkill are not used by tests, but ps helps when debugging a hung daemon
 #   binutils                    nm, for the test that the CNI shim links no netlink/tokio/kube code
 #   containernetworking-plugins the reference bridge + host-local plugins the CNI benchmark compares with
-#   bird2 frr                   real BFD (and BGP) peers for the speaker's tests: BIRD's `protocol bfd`
-#                               and FRR's bfdd, run by the tests in their own network namespaces
+#   bird2 frr gobgpd            real BGP and BFD peers for the speaker's tests and benchmark (bird/birdc,
+#                               bgpd/bfdd/vtysh, gobgpd/gobgp); each test starts its own in a netns
 #   kubernetes-client           kubectl, only when none is on PATH (see below)
 set -euo pipefail
 
 packages=(
   openvswitch-switch openvswitch-common ovn-central ovn-host ovn-common
   iproute2 iputils-ping ethtool nftables iptables procps binutils containernetworking-plugins
-  bird2 frr
+  bird2 frr gobgpd
 )
 
 # kubectl, for the API emulator's kubectl tests: the machine's own when there is one (it may be a

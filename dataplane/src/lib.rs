@@ -1,6 +1,6 @@
 //! The only crate that talks to the kernel below std (DESIGN.md "Boundaries"): network
 //! namespace handles, links (veth pairs across namespaces), addresses, routes, sysctls and the
-//! one ethtool setting the userspace datapath needs.
+//! one ethtool setting the userspace datapath needs; TCP MD5 keys on BGP sockets.
 //!
 //! Everything is reached through [`Netns`] handles rather than by entering namespaces on the
 //! caller's thread: `setns` is per thread, and a tokio worker that entered a pod's namespace
@@ -8,8 +8,9 @@
 //! afterwards; [`Netlink::connect`] opens its socket there, and a netlink socket stays bound to
 //! the namespace it was opened in, so the returned handle works from any task.
 
-// `unsafe` is allowed in this crate only, for the SIOCETHTOOL ioctl in `ethtool.rs`, which no
-// safe wrapper in nix or std covers; every other kernel call goes through rtnetlink or std.
+// `unsafe` is allowed in this crate only, for the SIOCETHTOOL ioctl in `ethtool.rs` and the
+// TCP_MD5SIG socket option in `tcp_md5.rs`, which no safe wrapper in nix, socket2 or std covers;
+// every other kernel call goes through rtnetlink or std.
 #![allow(unsafe_code)]
 
 mod error;
@@ -17,6 +18,7 @@ pub mod ethtool;
 mod link;
 mod netns;
 mod route;
+pub mod tcp_md5;
 
 pub use error::{Error, Result};
 pub use link::{LinkInfo, Netlink, VethPair};

@@ -1,10 +1,12 @@
 //! kube-ovn-speaker: announces pod, subnet, Service and EIP prefixes to top-of-rack routers over
-//! BGP. This crate is, for now, the pure BGP core ([`bgp`]); the tokio driver and the Kubernetes
-//! side come later.
+//! BGP. The pure BGP core is [`bgp`] (codec, session state machine, Adj-RIB-Out: no I/O); the
+//! tokio [`driver`] owns sockets, timers and a task per peer around it. The Kubernetes side
+//! comes later.
 
 pub mod announce;
 pub mod bfd;
 pub mod bgp;
 pub mod config;
+pub mod driver;
 #[doc(hidden)]
 pub mod fuzzing;

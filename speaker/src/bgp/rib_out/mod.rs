@@ -150,17 +150,7 @@ impl AdjRibOut {
 
     pub fn announce(&mut self, prefix: IpNet, attributes: RouteAttributes) -> Result<(), RibOutError> {
         let prefix = prefix.trunc();
-        let unicast = match prefix {
-            // The same test netgauze applies when encoding (its `Ipv4Unicast::from_net`).
-            IpNet::V4(p) => {
-                let bad = |a: Ipv4Addr| a.is_broadcast() || a.is_multicast();
-                !bad(p.addr()) && !p.hosts().next_back().is_some_and(bad)
-            }
-            IpNet::V6(p) => !p.addr().is_multicast(),
-        };
-        if !unicast {
-            return Err(RibOutError::NotUnicast { prefix });
-        }
+        check_unicast(&prefix)?;
         let attributes = self.route_attributes.intern(normalized(attributes));
         if self.desired.insert(prefix, attributes.clone()).as_ref() != Some(&attributes) {
             self.dirty.insert(prefix);
@@ -377,6 +367,25 @@ impl AdjRibOut {
             pack::pack_announce(&route, &prefixes, session.encode, out)?;
         }
         Ok(())
+    }
+}
+
+/// Whether [`AdjRibOut::announce`] would take `prefix`, for callers that want the answer before
+/// handing it over.
+pub fn check_unicast(prefix: &IpNet) -> Result<(), RibOutError> {
+    let prefix = prefix.trunc();
+    let unicast = match prefix {
+        // The same test netgauze applies when encoding (its `Ipv4Unicast::from_net`).
+        IpNet::V4(p) => {
+            let bad = |a: Ipv4Addr| a.is_broadcast() || a.is_multicast();
+            !bad(p.addr()) && !p.hosts().next_back().is_some_and(bad)
+        }
+        IpNet::V6(p) => !p.addr().is_multicast(),
+    };
+    if unicast {
+        Ok(())
+    } else {
+        Err(RibOutError::NotUnicast { prefix })
     }
 }
 

@@ -1,0 +1,96 @@
+//! What the driver is told: the speaker's listener and each peer's transport settings around the
+//! pure [`SessionConfig`].
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use ipnet::IpNet;
+
+use crate::bgp::fsm::{ConfigError, SessionConfig};
+
+/// The BGP port (RFC 4271 §8.2.1, IANA).
+pub const BGP_PORT: u16 = 179;
+
+/// Settings shared by all peers of one [`super::Speaker`].
+#[derive(Debug, Clone, Default)]
+pub struct SpeakerConfig {
+    /// Addresses to accept peers' connections on (`[::]:179` takes IPv4 and IPv6). Empty: no
+    /// listener, every session is opened by us; Kube-OVN's speaker listens only with
+    /// `--passivemode`.
+    pub listen: Vec<SocketAddr>,
+    /// When set, an inbound connection from outside these prefixes is closed before it is
+    /// matched to a peer, whatever peers are configured.
+    pub allowed_sources: Option<Vec<IpNet>>,
+}
+
+/// One peer: where it is, how to reach it, and the session to run with it.
+#[derive(Debug, Clone)]
+pub struct PeerConfig {
+    /// The peer's address; also how an inbound connection is matched to this peer.
+    pub address: IpAddr,
+    /// The peer's port for our connections (179 but in tests).
+    pub port: u16,
+    /// Our source address toward the peer. When set, our connections bind it and an inbound
+    /// connection that arrived on another local address is refused (Kube-OVN pins the source it
+    /// resolved from `--allowed-source-addresses` the same way).
+    pub local_address: Option<IpAddr>,
+    /// RFC 2385 key (at most 80 bytes), on our connections and on the listener for this address.
+    pub md5_key: Option<Vec<u8>>,
+    /// IP TTL (IPv6 hop limit) of our packets. `None`: 1 for an external peer (a directly
+    /// connected eBGP neighbour, Kube-OVN's `--ebgp-multihop` default) and the system default
+    /// for an internal one.
+    pub ttl: Option<u8>,
+    /// Graceful restart deferral: when set, the peer task calls [`super::PeerHandle::set_ready`]
+    /// itself this long after it starts, so a caller that never syncs does not hold the
+    /// End-of-RIB forever (Kube-OVN's `--graceful-restart-deferral-time`).
+    pub ready_deadline: Option<Duration>,
+    pub session: SessionConfig,
+}
+
+impl PeerConfig {
+    /// A peer on port 179 with no MD5 key, source address or TTL of its own.
+    pub fn new(address: IpAddr, session: SessionConfig) -> Self {
+        PeerConfig {
+            address,
+            port: BGP_PORT,
+            local_address: None,
+            md5_key: None,
+            ttl: None,
+            ready_deadline: None,
+            session,
+        }
+    }
+
+    /// The TTL our sockets get, `None` to leave the system default.
+    pub fn effective_ttl(&self) -> Option<u8> {
+        self.ttl
+            .or((self.session.local_as != self.session.peer_as).then_some(1))
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.session.validate()?;
+        let fail = |field, reason| Err(ConfigError { field, reason });
+        if self.address.is_unspecified() || self.address.is_multicast() {
+            return fail("address", "must be a unicast address");
+        }
+        if self.port == 0 {
+            return fail("port", "must not be 0");
+        }
+        if self
+            .md5_key
+            .as_ref()
+            .is_some_and(|k| k.is_empty() || k.len() > 80)
+        {
+            return fail("md5_key", "1 to 80 bytes (Linux TCP_MD5SIG_MAXKEYLEN)");
+        }
+        if self.ttl == Some(0) {
+            return fail("ttl", "must be at least 1");
+        }
+        if let Some(local) = self.local_address
+            && local.is_ipv4() != self.address.is_ipv4()
+        {
+            return fail("local_address", "must be of the peer address's family");
+        }
+        Ok(())
+    }
+}

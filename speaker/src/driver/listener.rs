@@ -1,0 +1,104 @@
+//! The shared BGP listener: accepts connections and hands each to the peer task configured for
+//! its source address. A connection from an address that is not a peer, or outside the allowed
+//! sources, or to a local address other than the one the peer is pinned to, is closed at once
+//! without a word (there is no session yet to send a NOTIFICATION on).
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use ipnet::IpNet;
+use socket2::{Domain, Protocol, Socket, Type};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
+
+use super::conn::canonical;
+use super::peer::Command;
+
+/// How many connections the kernel queues before we accept them.
+const BACKLOG: i32 = 128;
+
+/// The peers a connection can be handed to, by address.
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    peers: Mutex<HashMap<IpAddr, Entry>>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Entry {
+    pub commands: mpsc::UnboundedSender<Command>,
+    pub local_address: Option<IpAddr>,
+}
+
+impl Registry {
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, Entry>> {
+        self.peers.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Binds `addr` for BGP. `[::]` also takes IPv4 (as mapped addresses), so one listener serves
+/// both families unless a specific address is given.
+pub(crate) fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+    let domain = if addr.is_ipv4() {
+        Domain::IPV4
+    } else {
+        Domain::IPV6
+    };
+    let socket = Socket::new(domain, Type::STREAM, Some(Protocol::TCP))?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(!addr.ip().is_unspecified())?;
+    }
+    // A restarted speaker must get its port back while the old connections sit in TIME_WAIT.
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(BACKLOG)?;
+    TcpListener::from_std(socket.into())
+}
+
+pub(crate) async fn accept_loop(
+    listener: Arc<TcpListener>,
+    registry: Arc<Registry>,
+    allowed: Option<Vec<IpNet>>,
+) {
+    let local = listener.local_addr().ok();
+    info!(?local, "BGP listener up");
+    loop {
+        match listener.accept().await {
+            Ok((stream, remote)) => dispatch(stream, remote, &registry, allowed.as_deref()),
+            Err(error) => {
+                // Out of file descriptors and the like: back off instead of spinning.
+                warn!(%error, ?local, "accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+fn dispatch(stream: TcpStream, remote: SocketAddr, registry: &Registry, allowed: Option<&[IpNet]>) {
+    let source = canonical(remote.ip());
+    if let Some(allowed) = allowed
+        && !allowed.iter().any(|net| net.contains(&source))
+    {
+        info!(%source, "connection refused: source not in the allowed source addresses");
+        return;
+    }
+    let Some(entry) = registry.lock().get(&source).cloned() else {
+        info!(%source, "connection refused: not a configured peer");
+        return;
+    };
+    let local = stream.local_addr().ok().map(|a| canonical(a.ip()));
+    if let Some(pinned) = entry.local_address
+        && local != Some(pinned)
+    {
+        info!(%source, ?local, %pinned, "connection refused: arrived on another local address than the peer's");
+        return;
+    }
+    debug!(%source, "connection handed to its peer");
+    if entry.commands.send(Command::Inbound(stream)).is_err() {
+        debug!(%source, "the peer has stopped; connection closed");
+    }
+}

@@ -1,0 +1,559 @@
+//! The task that runs one peer: it owns the [`Session`], the [`AdjRibOut`], both connection
+//! slots and every timer, and is the only place any of them changes. Everything else talks to
+//! it by message: the handle sends [`Command`]s, connection tasks send [`ConnEvent`]s.
+//!
+//! ```text
+//!   PeerHandle ──Command (unbounded)──┐
+//!   listener ──Command::Inbound───────┤
+//!   connect task ──Connected─────────┼──► PeerTask::run ──► Session::handle ──► Actions
+//!   reader task ×2 ──Bytes / Closed──┤          │                                 │
+//!   timers (one sleep_until, earliest)┘          └── watch<PeerStatus>            ▼
+//!                                                          writer task ×2 ◄── encoded bytes
+//! ```
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use ipnet::IpNet;
+use socket2::SockRef;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+use crate::bgp::fsm::{Action, ConnectionId, DownReason, Input, Session, StopReason, Timer};
+use crate::bgp::rib_out::{AdjRibOut, RouteAttributes};
+use crate::bgp::wire::{self, EncodeContext, Message, Update, UpdateMode, decode_frame};
+
+use super::config::PeerConfig;
+use super::conn::{self, Conn, ConnEvent};
+use super::status::PeerStatus;
+
+/// What a [`super::PeerHandle`] (or the listener) asks of the peer task.
+#[derive(Debug)]
+pub(crate) enum Command {
+    Announce(Vec<(IpNet, RouteAttributes)>),
+    Withdraw(Vec<IpNet>),
+    ReplaceAll(Vec<(IpNet, RouteAttributes)>),
+    SetReady,
+    SetLocalAddresses(Option<Ipv4Addr>, Option<Ipv6Addr>),
+    Inbound(TcpStream),
+    BfdDown,
+    BfdUp,
+    Reset,
+    Shutdown(StopReason),
+}
+
+const CONNECTION_LOST: &str = "connection lost";
+
+/// Bytes from readers queued for the peer task; the bound makes a fast sender wait for us.
+const EVENT_QUEUE: usize = 64;
+
+fn slot(id: ConnectionId) -> usize {
+    match id {
+        ConnectionId::Outbound => 0,
+        ConnectionId::Inbound => 1,
+    }
+}
+
+pub(crate) struct PeerTask {
+    config: Arc<PeerConfig>,
+    session: Session,
+    rib: AdjRibOut,
+    conns: [Option<Conn>; 2],
+    /// The connect in flight, with the generation its connection will get.
+    connecting: Option<(u64, JoinHandle<()>)>,
+    next_generation: u64,
+    timers: HashMap<Timer, Instant>,
+    commands: mpsc::UnboundedReceiver<Command>,
+    events: mpsc::Receiver<ConnEvent>,
+    events_tx: mpsc::Sender<ConnEvent>,
+    status: PeerStatus,
+    status_tx: watch::Sender<PeerStatus>,
+    /// Next hops the caller set; the connection's own address fills a family left unset.
+    explicit_v4: Option<Ipv4Addr>,
+    explicit_v6: Option<Ipv6Addr>,
+    ready_deadline: Option<Instant>,
+    finished: bool,
+}
+
+impl PeerTask {
+    pub fn new(
+        config: PeerConfig,
+        commands: mpsc::UnboundedReceiver<Command>,
+        status_tx: watch::Sender<PeerStatus>,
+    ) -> Self {
+        let (events_tx, events) = mpsc::channel(EVENT_QUEUE);
+        let ready_deadline = config.ready_deadline.map(|d| Instant::now() + d);
+        PeerTask {
+            session: Session::new(config.session.clone()),
+            rib: AdjRibOut::new(config.session.local_as),
+            status: PeerStatus::new(config.address),
+            config: Arc::new(config),
+            conns: [None, None],
+            connecting: None,
+            next_generation: 0,
+            timers: HashMap::new(),
+            commands,
+            events,
+            events_tx,
+            status_tx,
+            explicit_v4: None,
+            explicit_v6: None,
+            ready_deadline,
+            finished: false,
+        }
+    }
+
+    pub async fn run(mut self) {
+        info!(
+            passive = self.config.session.passive,
+            ttl = ?self.config.effective_ttl(),
+            md5 = self.config.md5_key.is_some(),
+            "peer starting"
+        );
+        self.feed(Input::Start);
+        while !self.finished {
+            self.publish();
+            let deadline = self.next_deadline();
+            tokio::select! {
+                command = self.commands.recv() => {
+                    // Every handle is gone: nobody can ever change the routes again.
+                    let command = command.unwrap_or(Command::Shutdown(StopReason::PeerDeconfigured));
+                    self.command(command);
+                    // Take a burst of changes whole, so 100,000 announces become packed UPDATEs
+                    // rather than one each.
+                    while let Ok(command) = self.commands.try_recv() {
+                        self.command(command);
+                    }
+                    self.flush_updates();
+                }
+                Some(event) = self.events.recv() => self.conn_event(event),
+                () = sleep_until(deadline) => self.fire_timers(),
+            }
+        }
+        if let Some((_, task)) = self.connecting.take() {
+            task.abort();
+        }
+        for conn in self.conns.iter_mut().filter_map(Option::take) {
+            conn.close();
+        }
+        self.status.stopped = true;
+        self.publish();
+        info!("peer stopped");
+    }
+
+    fn publish(&mut self) {
+        self.status.prefixes_sent = self.rib.sent_count();
+        self.status.prefixes_desired = self.rib.desired_count();
+        self.status.out_queue_bytes = self.conns.iter().flatten().map(Conn::out_queue_bytes).sum();
+        let status = &self.status;
+        self.status_tx.send_if_modified(|current| {
+            if current == status {
+                return false;
+            }
+            current.clone_from(status);
+            true
+        });
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.timers.values().copied().chain(self.ready_deadline).min()
+    }
+
+    fn fire_timers(&mut self) {
+        let now = Instant::now();
+        if self.ready_deadline.is_some_and(|at| at <= now) {
+            info!("graceful restart deferral ran out: sending routes and End-of-RIB");
+            self.command(Command::SetReady);
+            self.flush_updates();
+        }
+        let expired: Vec<Timer> = self
+            .timers
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(timer, _)| *timer)
+            .collect();
+        for timer in expired {
+            self.timers.remove(&timer);
+            // While BFD says the path is down the session waits for `bfd_up`, not the clock.
+            if timer == Timer::IdleHold && self.status.bfd_down {
+                continue;
+            }
+            self.feed(Input::TimerExpired(timer));
+        }
+    }
+
+    fn feed(&mut self, input: Input) {
+        for action in self.session.handle(input) {
+            self.apply(action);
+        }
+    }
+
+    fn command(&mut self, command: Command) {
+        match command {
+            Command::Announce(routes) => {
+                for (prefix, attributes) in routes {
+                    if let Err(error) = self.rib.announce(prefix, attributes) {
+                        warn!(%prefix, %error, "not announced");
+                    }
+                }
+            }
+            Command::Withdraw(prefixes) => prefixes.into_iter().for_each(|p| self.rib.withdraw(p)),
+            Command::ReplaceAll(routes) => {
+                if let Err(error) = self.rib.replace_all(routes) {
+                    warn!(%error, "replace_all stopped at a prefix that cannot be announced");
+                }
+            }
+            Command::SetReady => {
+                self.ready_deadline = None;
+                self.status.ready = true;
+                self.rib.set_ready();
+            }
+            Command::SetLocalAddresses(v4, v6) => {
+                self.explicit_v4 = v4;
+                self.explicit_v6 = v6;
+                self.update_local_addresses();
+            }
+            Command::Inbound(stream) => self.inbound(stream),
+            Command::BfdDown => {
+                if !self.status.bfd_down {
+                    info!("BFD down: stopping the session (Cease/BFD Down)");
+                    self.status.bfd_down = true;
+                    self.feed(Input::Stop(StopReason::BfdDown));
+                }
+            }
+            Command::BfdUp => {
+                if self.status.bfd_down {
+                    info!("BFD up: starting the session again");
+                    self.status.bfd_down = false;
+                    self.timers.remove(&Timer::IdleHold);
+                    self.feed(Input::Start);
+                }
+            }
+            Command::Reset => self.feed(Input::Stop(StopReason::AdministrativeReset)),
+            Command::Shutdown(reason) => {
+                self.feed(Input::Stop(reason));
+                self.finished = true;
+            }
+        }
+    }
+
+    /// The listener matched a connection to this peer. The session decides whether it takes it
+    /// (RFC 4271 §6.8 collisions); only then does it get a slot.
+    fn inbound(&mut self, stream: TcpStream) {
+        let actions = self.session.handle(Input::TcpConnected(ConnectionId::Inbound));
+        let mut stream = Some(stream);
+        let rejected = actions.iter().any(|a| matches!(a, Action::RejectInbound(_)));
+        if !rejected && let Some(stream) = stream.take() {
+            if let Some(ttl) = self.config.effective_ttl()
+                && let Err(error) = conn::set_ttl(&SockRef::from(&stream), self.config.address.is_ipv4(), ttl)
+            {
+                warn!(%error, "cannot set the TTL of an accepted connection");
+            }
+            let _ = stream.set_nodelay(true);
+            self.install(ConnectionId::Inbound, stream);
+        }
+        for action in actions {
+            match action {
+                Action::RejectInbound(notification) => {
+                    if let Some(stream) = stream.take() {
+                        debug!("refusing a second connection from the peer");
+                        reject(stream, notification.map(Message::Notification));
+                    }
+                }
+                other => self.apply(other),
+            }
+        }
+    }
+
+    fn install(&mut self, id: ConnectionId, stream: TcpStream) -> u64 {
+        self.next_generation += 1;
+        let generation = self.next_generation;
+        let conn = Conn::start(stream, id, generation, self.events_tx.clone());
+        if let Some(old) = self.conns[slot(id)].replace(conn) {
+            old.close();
+        }
+        generation
+    }
+
+    fn conn_event(&mut self, event: ConnEvent) {
+        match event {
+            ConnEvent::Connected { generation, result } => {
+                if self.connecting.as_ref().map(|(g, _)| *g) != Some(generation) {
+                    return; // A connect we gave up on: its stream just drops.
+                }
+                self.connecting = None;
+                match result {
+                    Ok(stream) => {
+                        debug!(local = ?stream.local_addr().ok(), "connected");
+                        self.install(ConnectionId::Outbound, stream);
+                        self.feed(Input::TcpConnected(ConnectionId::Outbound));
+                    }
+                    Err(error) => {
+                        debug!(%error, "connect failed");
+                        self.status.last_error = Some(format!("connect: {error}"));
+                        self.feed(Input::TcpFailed(ConnectionId::Outbound));
+                    }
+                }
+            }
+            ConnEvent::Bytes {
+                id,
+                generation,
+                bytes,
+            } => {
+                let Some(conn) = self.live(id, generation) else {
+                    return;
+                };
+                conn.splitter.extend(&bytes);
+                self.drain_frames(id, generation);
+            }
+            ConnEvent::Closed {
+                id,
+                generation,
+                error,
+            } => {
+                let Some(conn) = self.conns[slot(id)].take_if(|c| c.generation == generation) else {
+                    return;
+                };
+                conn.close();
+                let why = error.map_or_else(|| "closed by the peer".to_owned(), |e| e.to_string());
+                debug!(?id, why, "connection ended");
+                self.feed(Input::TcpFailed(id));
+                if self.status.last_error.as_deref() == Some(CONNECTION_LOST) {
+                    self.status.last_error = Some(format!("{CONNECTION_LOST}: {why}"));
+                }
+            }
+        }
+    }
+
+    fn live(&mut self, id: ConnectionId, generation: u64) -> Option<&mut Conn> {
+        self.conns[slot(id)]
+            .as_mut()
+            .filter(|c| c.generation == generation)
+    }
+
+    /// Decodes and handles one frame at a time: the decode context of the next frame may depend
+    /// on what the session did with this one.
+    fn drain_frames(&mut self, id: ConnectionId, generation: u64) {
+        loop {
+            let Some(conn) = self.live(id, generation) else {
+                return;
+            };
+            let decode = conn.decode;
+            let decoded = match conn.splitter.next_frame() {
+                Ok(None) => return,
+                Ok(Some(frame)) => decode_frame(frame, decode).map(|d| (frame.message_type, d)),
+                Err(error) => Err(error),
+            };
+            match decoded {
+                Ok((message_type, decoded)) => {
+                    self.status.messages_received.count(message_type);
+                    if let Some(issue) = decoded.issue {
+                        warn!(?issue, "received UPDATE handled by RFC 7606");
+                    }
+                    if let Message::Notification(n) = &decoded.message {
+                        warn!(notification = %n, "NOTIFICATION received");
+                    }
+                    self.feed(Input::Message(id, decoded.message));
+                }
+                Err(error) => {
+                    warn!(%error, "cannot decode a message from the peer");
+                    self.status.last_error = Some(format!("received: {error}"));
+                    self.feed(Input::DecodeError(id, error));
+                    return;
+                }
+            }
+        }
+    }
+
+    fn apply(&mut self, action: Action) {
+        match action {
+            Action::Connect => {
+                self.next_generation += 1;
+                let generation = self.next_generation;
+                let config = self.config.clone();
+                let events = self.events_tx.clone();
+                let task = tokio::spawn(async move {
+                    let result = conn::connect(&config).await;
+                    let _ = events.send(ConnEvent::Connected { generation, result }).await;
+                });
+                if let Some((_, old)) = self.connecting.replace((generation, task)) {
+                    old.abort();
+                }
+            }
+            Action::Send(id, message) => self.send(id, &message),
+            Action::Close(id) => {
+                if id == ConnectionId::Outbound
+                    && let Some((_, task)) = self.connecting.take()
+                {
+                    task.abort();
+                }
+                if let Some(conn) = self.conns[slot(id)].take() {
+                    conn.close();
+                }
+            }
+            // RejectInbound is handled in `inbound`, where the offered stream is; received
+            // routes are not used by a speaker that only originates.
+            Action::RejectInbound(_) | Action::UpdateReceived(_) => {}
+            Action::StartTimer(timer, after) => {
+                self.timers.insert(timer, Instant::now() + after);
+            }
+            Action::StopTimer(timer) => {
+                self.timers.remove(&timer);
+            }
+            Action::StateChanged { from, to } => {
+                info!(?from, ?to, "state");
+                self.status.state = to;
+            }
+            Action::Established(id, negotiated) => self.established(id, &negotiated),
+            Action::SessionDown(reason) => {
+                let why = describe(&reason);
+                info!(reason = %why, "session down");
+                self.status.flaps += 1;
+                self.status.established_at = None;
+                self.status.initial_table_sent = false;
+                self.status.local_address = None;
+                self.status.last_error = Some(why);
+                self.rib.session_down();
+            }
+            Action::RouteRefreshRequested(family) => match self.rib.route_refresh(family) {
+                Ok(updates) => {
+                    info!(
+                        ?family,
+                        routes = self.rib.sent_count(),
+                        "route refresh: re-sending"
+                    );
+                    self.send_updates(updates);
+                }
+                Err(error) => warn!(%error, "route refresh"),
+            },
+            Action::PeerRestarting => info!("the peer restarted (R bit)"),
+            Action::EndOfRibReceived(family) => debug!(?family, "End-of-RIB received"),
+        }
+    }
+
+    fn established(&mut self, id: ConnectionId, negotiated: &crate::bgp::fsm::Negotiated) {
+        let Some(conn) = self.conns[slot(id)].as_mut() else {
+            return;
+        };
+        conn.encode = negotiated.encode_context();
+        // Received routes are never used: check UPDATEs (RFC 7606, End-of-RIB) without
+        // building them.
+        conn.decode = negotiated.decode_context(UpdateMode::Check);
+        let local = conn.local.map(|a| conn::canonical(a.ip()));
+        info!(
+            ?local,
+            hold = negotiated.hold_time,
+            families = ?negotiated.families,
+            restarting = negotiated.local_restarting,
+            "established"
+        );
+        self.status.local_address = local;
+        self.status.established_at = Some(SystemTime::now());
+        self.update_local_addresses();
+        self.rib.session_up(negotiated);
+        self.flush_updates();
+    }
+
+    /// Next hops for [`crate::bgp::rib_out::NextHop::LocalAddress`]: the caller's, or else our
+    /// address on the session of that family.
+    fn update_local_addresses(&mut self) {
+        let v4 = self.explicit_v4.or(match self.status.local_address {
+            Some(IpAddr::V4(a)) => Some(a),
+            _ => None,
+        });
+        let v6 = self.explicit_v6.or(match self.status.local_address {
+            Some(IpAddr::V6(a)) => Some(a),
+            _ => None,
+        });
+        self.rib.set_local_addresses(v4, v6);
+    }
+
+    fn flush_updates(&mut self) {
+        if self.session.established_connection().is_none() {
+            return;
+        }
+        match self.rib.take_updates() {
+            Ok(updates) => self.send_updates(updates),
+            Err(error) => warn!(%error, "building UPDATEs"),
+        }
+        self.status.initial_table_sent = self.status.ready;
+    }
+
+    /// Writes UPDATEs on the Established connection as one buffer.
+    fn send_updates(&mut self, updates: Vec<Update>) {
+        let Some((id, _)) = self.session.established_connection() else {
+            return;
+        };
+        let Some(conn) = self.conns[slot(id)].as_ref() else {
+            return;
+        };
+        let mut bytes = Vec::new();
+        let mut sent = 0u64;
+        for update in updates {
+            let message = Message::Update(Box::new(update));
+            match wire::encode_into(&message, conn.encode, &mut bytes) {
+                Ok(()) => sent += 1,
+                Err(error) => warn!(%error, "cannot encode an UPDATE"),
+            }
+        }
+        if !bytes.is_empty() {
+            debug!(updates = sent, bytes = bytes.len(), "sending");
+            conn.send(bytes);
+        }
+        self.status.messages_sent.update += sent;
+    }
+
+    fn send(&mut self, id: ConnectionId, message: &Message) {
+        let Some(conn) = self.conns[slot(id)].as_ref() else {
+            return;
+        };
+        match wire::encode(message, conn.encode) {
+            Ok(bytes) => {
+                if let Message::Notification(n) = message {
+                    warn!(notification = %n, "sending NOTIFICATION");
+                }
+                self.status.messages_sent.count(message.type_code());
+                conn.send(bytes);
+            }
+            Err(error) => warn!(%error, "cannot encode a message"),
+        }
+    }
+}
+
+/// Writes `message` (if any) on a connection we do not take, and closes it.
+fn reject(mut stream: TcpStream, message: Option<Message>) {
+    tokio::spawn(async move {
+        if let Some(bytes) = message.and_then(|m| wire::encode(&m, EncodeContext::default()).ok()) {
+            let _ = stream.write_all(&bytes).await;
+        }
+        let _ = stream.shutdown().await;
+    });
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A line for logs and `last_error`.
+fn describe(reason: &DownReason) -> String {
+    match reason {
+        DownReason::HoldTimerExpired => "hold timer expired".to_owned(),
+        DownReason::NotificationReceived(n) => format!("NOTIFICATION received: {n}"),
+        DownReason::NotificationSent(n) => format!("NOTIFICATION sent: {n}"),
+        DownReason::ConnectionLost => CONNECTION_LOST.to_owned(),
+        DownReason::Stopped(StopReason::AdministrativeShutdown { message }) => {
+            format!("administrative shutdown: {message}")
+        }
+        DownReason::Stopped(StopReason::BfdDown) => "BFD down".to_owned(),
+        DownReason::Stopped(reason) => format!("stopped: {reason:?}"),
+    }
+}
