@@ -122,6 +122,42 @@ impl Netlink {
             .collect())
     }
 
+    /// The source address the kernel picks for packets to `dst` (`ip route get DST`), or `None`
+    /// when no route leads there or the route names no source.
+    pub async fn source_toward(&self, dst: IpAddr) -> Result<Option<IpAddr>> {
+        let query = match dst {
+            IpAddr::V4(a) => RouteMessageBuilder::<Ipv4Addr>::new()
+                .destination_prefix(a, 32)
+                .build(),
+            IpAddr::V6(a) => RouteMessageBuilder::<Ipv6Addr>::new()
+                .destination_prefix(a, 128)
+                .build(),
+        };
+        let answer: Result<Vec<RouteMessage>, _> =
+            self.handle.route().get(query).execute().try_collect().await;
+        match answer {
+            Ok(messages) => Ok(messages.iter().find_map(|m| {
+                m.attributes.iter().find_map(|a| match a {
+                    RouteAttribute::PrefSource(src) => address(src),
+                    _ => None,
+                })
+            })),
+            Err(source) => {
+                let err = Error::Netlink {
+                    op: format!("route get {dst}"),
+                    ns: self.ns.clone(),
+                    source,
+                };
+                // No route (ENETUNREACH, EHOSTUNREACH) is an answer, not a failure.
+                if matches!(err.errno(), Some(libc::ENETUNREACH | libc::EHOSTUNREACH)) {
+                    Ok(None)
+                } else {
+                    Err(err)
+                }
+            }
+        }
+    }
+
     /// Adds (or replaces) a route in the main table.
     pub async fn add_route(&self, route: &Route) -> Result<()> {
         self.handle

@@ -138,6 +138,20 @@ async fn veth_across_namespaces_carries_traffic_and_deletes_cleanly() -> Result<
     assert!(!ethtool::write_net_sysctl(&pod_ns, "no/such/key", "1")?);
 
     host.exec(&["ping", "-c1", "-W2", "10.99.0.2"])?;
+    assert_eq!(
+        in_pod.source_toward("10.99.0.1".parse()?).await?,
+        Some("10.99.0.2".parse()?)
+    );
+    assert_eq!(
+        in_pod.source_toward("192.0.2.1".parse()?).await?,
+        Some("10.99.0.2".parse()?),
+        "via the default route"
+    );
+    assert_eq!(
+        in_host.source_toward("192.0.2.1".parse()?).await?,
+        None,
+        "no route there from the host side"
+    );
 
     assert!(in_pod.delete_route(&default).await?);
     assert!(

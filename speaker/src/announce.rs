@@ -97,7 +97,11 @@ fn name_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) ->
 
 /// Whether Kube-OVN counts the pod as alive (`isPodAlive`): not finished for good, not evicted.
 pub fn pod_alive(pod: &Pod) -> bool {
-    let restart = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()).unwrap_or("Always");
+    let restart = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.restart_policy.as_deref())
+        .unwrap_or("Always");
     let status = pod.status.as_ref();
     let phase = status.and_then(|s| s.phase.as_deref()).unwrap_or_default();
     if status.and_then(|s| s.reason.as_deref()) == Some("Evicted") {
@@ -111,7 +115,10 @@ fn subnet_ready(subnet: &Subnet) -> bool {
         .status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == ConditionStatus::True))
+        .is_some_and(|c| {
+            c.iter()
+                .any(|c| c.type_ == "Ready" && c.status == ConditionStatus::True)
+        })
 }
 
 /// Computes everything this speaker should announce.
@@ -124,7 +131,10 @@ pub fn desired(objects: &Objects<'_>, scope: &Scope<'_>) -> Desired {
             Ok(Some(p)) => p,
             Ok(None) => continue,
             Err(error) => {
-                out.skipped.push(Skipped { object: format!("Subnet {name}"), error });
+                out.skipped.push(Skipped {
+                    object: format!("Subnet {name}"),
+                    error,
+                });
                 continue;
             }
         };
@@ -146,28 +156,48 @@ pub fn desired(objects: &Objects<'_>, scope: &Scope<'_>) -> Desired {
         let own = match get::<BgpPolicy>(annotations, keys::BGP) {
             Ok(p) => p,
             Err(error) => {
-                out.skipped.push(Skipped { object: format!("Pod {id}"), error });
+                out.skipped.push(Skipped {
+                    object: format!("Pod {id}"),
+                    error,
+                });
                 continue;
             }
         };
         let on_this_node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(scope.node_name);
         for (key, _) in annotations.into_iter().flatten() {
-            let Some(provider) = key.strip_suffix(".kubernetes.io/ip_address") else { continue };
+            let Some(provider) = key.strip_suffix(".kubernetes.io/ip_address") else {
+                continue;
+            };
             let switch_key = format!("{provider}.kubernetes.io/logical_switch");
-            let subnet = annotations.and_then(|a| a.get(&switch_key)).map(String::as_str).unwrap_or_default();
-            let Some(policy) = own.or_else(|| subnet_policy.get(subnet).copied()) else { continue };
+            let subnet = annotations
+                .and_then(|a| a.get(&switch_key))
+                .map(String::as_str)
+                .unwrap_or_default();
+            let Some(policy) = own.or_else(|| subnet_policy.get(subnet).copied()) else {
+                continue;
+            };
             if policy.scope() == BgpScope::Local && !on_this_node {
                 continue;
             }
             match get::<IpPair>(annotations, key) {
-                Ok(Some(ips)) => ips.addrs().for_each(|ip| out.add(host_route(ip), Origin::Pod(id.clone()))),
+                Ok(Some(ips)) => ips
+                    .addrs()
+                    .for_each(|ip| out.add(host_route(ip), Origin::Pod(id.clone()))),
                 Ok(None) => {}
-                Err(error) => out.skipped.push(Skipped { object: format!("Pod {id}"), error }),
+                Err(error) => out.skipped.push(Skipped {
+                    object: format!("Pod {id}"),
+                    error,
+                }),
             }
         }
     }
     for service in objects.services {
-        let annotated = service.metadata.annotations.as_ref().and_then(|a| a.get(keys::BGP)).is_some_and(|v| v == "true");
+        let annotated = service
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(keys::BGP))
+            .is_some_and(|v| v == "true");
         if !annotated {
             continue;
         }
@@ -175,11 +205,25 @@ pub fn desired(objects: &Objects<'_>, scope: &Scope<'_>) -> Desired {
         let spec = service.spec.as_ref();
         let mut addresses: Vec<&str> = Vec::new();
         if scope.announce_cluster_ip {
-            addresses.extend(spec.and_then(|s| s.cluster_ips.as_ref()).into_iter().flatten().map(String::as_str));
+            addresses.extend(
+                spec.and_then(|s| s.cluster_ips.as_ref())
+                    .into_iter()
+                    .flatten()
+                    .map(String::as_str),
+            );
             addresses.extend(spec.and_then(|s| s.cluster_ip.as_deref()));
         }
-        addresses.extend(spec.and_then(|s| s.external_ips.as_ref()).into_iter().flatten().map(String::as_str));
-        let ingress = service.status.as_ref().and_then(|s| s.load_balancer.as_ref()).and_then(|l| l.ingress.as_ref());
+        addresses.extend(
+            spec.and_then(|s| s.external_ips.as_ref())
+                .into_iter()
+                .flatten()
+                .map(String::as_str),
+        );
+        let ingress = service
+            .status
+            .as_ref()
+            .and_then(|s| s.load_balancer.as_ref())
+            .and_then(|l| l.ingress.as_ref());
         addresses.extend(ingress.into_iter().flatten().filter_map(|i| i.ip.as_deref()));
         for address in addresses {
             // `None` and "" are headless Services.
@@ -189,7 +233,12 @@ pub fn desired(objects: &Objects<'_>, scope: &Scope<'_>) -> Desired {
         }
     }
     for eip in objects.eips {
-        let annotated = eip.metadata.annotations.as_ref().and_then(|a| a.get(keys::BGP)).is_some_and(|v| v == "true");
+        let annotated = eip
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(keys::BGP))
+            .is_some_and(|v| v == "true");
         let ready = eip.status.as_ref().and_then(|s| s.ready) == Some(true);
         let gateway = eip.spec.nat_gw_dp.as_deref().unwrap_or_default();
         if !annotated || !ready || !nat_gateway_here(objects.pods, gateway, scope.node_name) {
@@ -210,7 +259,11 @@ pub fn desired(objects: &Objects<'_>, scope: &Scope<'_>) -> Desired {
 fn nat_gateway_here(pods: &[Arc<Pod>], gateway: &str, node: &str) -> bool {
     !gateway.is_empty()
         && pods.iter().any(|p| {
-            p.metadata.labels.as_ref().and_then(|l| l.get("ovn.kubernetes.io/vpc-nat-gw-name")).is_some_and(|g| g == gateway)
+            p.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("ovn.kubernetes.io/vpc-nat-gw-name"))
+                .is_some_and(|g| g == gateway)
                 && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
                 && pod_alive(p)
         })
@@ -227,7 +280,9 @@ mod tests {
     }
 
     fn subnet(name: &str, cidr: &str, bgp: Option<&str>, ready: bool) -> Arc<Subnet> {
-        let ann = bgp.map(|b| json!({"ovn.kubernetes.io/bgp": b})).unwrap_or(json!({}));
+        let ann = bgp
+            .map(|b| json!({"ovn.kubernetes.io/bgp": b}))
+            .unwrap_or(json!({}));
         let status = if ready { "True" } else { "False" };
         obj(json!({"apiVersion": "kubeovn.io/v1", "kind": "Subnet",
             "metadata": {"name": name, "annotations": ann},
@@ -236,9 +291,11 @@ mod tests {
     }
 
     fn pod(name: &str, node: &str, ann: &Value, phase: &str) -> Arc<Pod> {
-        obj(json!({"metadata": {"name": name, "namespace": "ns", "annotations": ann},
+        obj(
+            json!({"metadata": {"name": name, "namespace": "ns", "annotations": ann},
             "spec": {"nodeName": node, "containers": [], "restartPolicy": "Never"},
-            "status": {"phase": phase}}))
+            "status": {"phase": phase}}),
+        )
     }
 
     fn allocated(ip: &str, subnet: &str) -> Value {
@@ -249,7 +306,10 @@ mod tests {
         d.prefixes.keys().map(ToString::to_string).collect()
     }
 
-    const HERE: Scope<'static> = Scope { node_name: "n1", announce_cluster_ip: false };
+    const HERE: Scope<'static> = Scope {
+        node_name: "n1",
+        announce_cluster_ip: false,
+    };
 
     #[test]
     fn cluster_subnets_announce_cidr_and_pods_from_every_speaker() {
@@ -258,9 +318,28 @@ mod tests {
             pod("a", "n1", &allocated("10.16.0.5,fd00:16::5", "s1"), "Running"),
             pod("b", "n2", &allocated("10.16.0.6", "s1"), "Running"),
         ];
-        let d = desired(&Objects { pods: &pods, subnets: &subnets, ..Objects::default() }, &HERE);
-        assert_eq!(prefixes(&d), ["10.16.0.0/16", "10.16.0.5/32", "10.16.0.6/32", "fd00:16::/64", "fd00:16::5/128"]);
-        assert_eq!(d.prefixes[&"10.16.0.6/32".parse().unwrap()], Origin::Pod("ns/b".into()));
+        let d = desired(
+            &Objects {
+                pods: &pods,
+                subnets: &subnets,
+                ..Objects::default()
+            },
+            &HERE,
+        );
+        assert_eq!(
+            prefixes(&d),
+            [
+                "10.16.0.0/16",
+                "10.16.0.5/32",
+                "10.16.0.6/32",
+                "fd00:16::/64",
+                "fd00:16::5/128"
+            ]
+        );
+        assert_eq!(
+            d.prefixes[&"10.16.0.6/32".parse().unwrap()],
+            Origin::Pod("ns/b".into())
+        );
     }
 
     #[test]
@@ -270,32 +349,67 @@ mod tests {
             pod("a", "n1", &allocated("10.16.0.5", "s1"), "Running"),
             pod("b", "n2", &allocated("10.16.0.6", "s1"), "Running"),
         ];
-        let d = desired(&Objects { pods: &pods, subnets: &subnets, ..Objects::default() }, &HERE);
+        let d = desired(
+            &Objects {
+                pods: &pods,
+                subnets: &subnets,
+                ..Objects::default()
+            },
+            &HERE,
+        );
         assert_eq!(prefixes(&d), ["10.16.0.5/32"]);
     }
 
     #[test]
     fn the_pods_own_policy_wins_and_works_without_a_subnet_policy() {
-        let subnets = [subnet("s1", "10.16.0.0/16", Some("local"), true), subnet("plain", "10.17.0.0/16", None, true)];
+        let subnets = [
+            subnet("s1", "10.16.0.0/16", Some("local"), true),
+            subnet("plain", "10.17.0.0/16", None, true),
+        ];
         let mut ann = allocated("10.16.0.6", "s1");
         ann["ovn.kubernetes.io/bgp"] = json!("cluster");
         let mut other = allocated("10.17.0.9", "plain");
         other["ovn.kubernetes.io/bgp"] = json!("true");
-        let pods = [pod("b", "n2", &ann, "Running"), pod("c", "n2", &other, "Running"), pod("d", "n1", &allocated("10.17.0.10", "plain"), "Running")];
-        let d = desired(&Objects { pods: &pods, subnets: &subnets, ..Objects::default() }, &HERE);
+        let pods = [
+            pod("b", "n2", &ann, "Running"),
+            pod("c", "n2", &other, "Running"),
+            pod("d", "n1", &allocated("10.17.0.10", "plain"), "Running"),
+        ];
+        let d = desired(
+            &Objects {
+                pods: &pods,
+                subnets: &subnets,
+                ..Objects::default()
+            },
+            &HERE,
+        );
         assert_eq!(prefixes(&d), ["10.16.0.6/32", "10.17.0.9/32"]);
     }
 
     #[test]
     fn dead_pods_unready_subnets_and_bad_values_are_not_announced() {
-        let subnets = [subnet("s1", "10.16.0.0/16", Some("cluster"), false), subnet("bad", "10.18.0.0/16", Some("yes"), true)];
+        let subnets = [
+            subnet("s1", "10.16.0.0/16", Some("cluster"), false),
+            subnet("bad", "10.18.0.0/16", Some("yes"), true),
+        ];
         let pods = [
             pod("done", "n1", &allocated("10.16.0.5", "s1"), "Succeeded"),
             pod("failed", "n1", &allocated("10.16.0.7", "s1"), "Failed"),
             pod("run", "n1", &allocated("10.16.0.8", "s1"), "Running"),
         ];
-        let d = desired(&Objects { pods: &pods, subnets: &subnets, ..Objects::default() }, &HERE);
-        assert_eq!(prefixes(&d), ["10.16.0.8/32"], "an unready subnet's CIDR waits; its running pods go out");
+        let d = desired(
+            &Objects {
+                pods: &pods,
+                subnets: &subnets,
+                ..Objects::default()
+            },
+            &HERE,
+        );
+        assert_eq!(
+            prefixes(&d),
+            ["10.16.0.8/32"],
+            "an unready subnet's CIDR waits; its running pods go out"
+        );
         assert_eq!(d.skipped.len(), 1);
         assert_eq!(d.skipped[0].object, "Subnet bad");
         assert_eq!(d.skipped[0].error.key, keys::BGP);
@@ -306,24 +420,47 @@ mod tests {
         let subnets = [subnet("att", "172.20.0.0/24", Some("cluster"), true)];
         let ann = json!({"net1.ns.ovn.kubernetes.io/ip_address": "172.20.0.4", "net1.ns.ovn.kubernetes.io/logical_switch": "att"});
         let pods = [pod("m", "n2", &ann, "Running")];
-        let d = desired(&Objects { pods: &pods, subnets: &subnets, ..Objects::default() }, &HERE);
+        let d = desired(
+            &Objects {
+                pods: &pods,
+                subnets: &subnets,
+                ..Objects::default()
+            },
+            &HERE,
+        );
         assert_eq!(prefixes(&d), ["172.20.0.0/24", "172.20.0.4/32"]);
     }
 
     #[test]
     fn services_need_the_literal_true_and_cluster_ips_need_the_flag() {
         let svc = |name: &str, bgp: &str| -> Arc<Service> {
-            obj(json!({"metadata": {"name": name, "namespace": "ns", "annotations": {"ovn.kubernetes.io/bgp": bgp}},
+            obj(
+                json!({"metadata": {"name": name, "namespace": "ns", "annotations": {"ovn.kubernetes.io/bgp": bgp}},
                 "spec": {"clusterIP": "10.96.0.10", "clusterIPs": ["10.96.0.10", "fd00:96::10"], "externalIPs": ["192.0.2.10"]},
-                "status": {"loadBalancer": {"ingress": [{"ip": "198.51.100.7"}]}}}))
+                "status": {"loadBalancer": {"ingress": [{"ip": "198.51.100.7"}]}}}),
+            )
         };
         let services = [svc("web", "true"), svc("other", "cluster")];
-        let objects = Objects { services: &services, ..Objects::default() };
-        assert_eq!(prefixes(&desired(&objects, &HERE)), ["192.0.2.10/32", "198.51.100.7/32"]);
-        let with_flag = Scope { announce_cluster_ip: true, ..HERE };
+        let objects = Objects {
+            services: &services,
+            ..Objects::default()
+        };
+        assert_eq!(
+            prefixes(&desired(&objects, &HERE)),
+            ["192.0.2.10/32", "198.51.100.7/32"]
+        );
+        let with_flag = Scope {
+            announce_cluster_ip: true,
+            ..HERE
+        };
         assert_eq!(
             prefixes(&desired(&objects, &with_flag)),
-            ["10.96.0.10/32", "192.0.2.10/32", "198.51.100.7/32", "fd00:96::10/128"]
+            [
+                "10.96.0.10/32",
+                "192.0.2.10/32",
+                "198.51.100.7/32",
+                "fd00:96::10/128"
+            ]
         );
     }
 
@@ -335,15 +472,49 @@ mod tests {
                 "spec": {"natGwDp": "gw1", "v4ip": "203.0.113.5"}, "status": {"ready": ready}}))
         };
         let gw_pod = |node: &str| -> Arc<Pod> {
-            obj(json!({"metadata": {"name": "vpc-nat-gw-gw1-0", "namespace": "kube-system", "labels": {"ovn.kubernetes.io/vpc-nat-gw-name": "gw1"}},
-                "spec": {"nodeName": node, "containers": []}, "status": {"phase": "Running"}}))
+            obj(
+                json!({"metadata": {"name": "vpc-nat-gw-gw1-0", "namespace": "kube-system", "labels": {"ovn.kubernetes.io/vpc-nat-gw-name": "gw1"}},
+                "spec": {"nodeName": node, "containers": []}, "status": {"phase": "Running"}}),
+            )
         };
         let here = [gw_pod("n1")];
         let there = [gw_pod("n2")];
         let eips = [eip(true)];
-        assert_eq!(prefixes(&desired(&Objects { pods: &here, eips: &eips, ..Objects::default() }, &HERE)), ["203.0.113.5/32"]);
-        assert!(desired(&Objects { pods: &there, eips: &eips, ..Objects::default() }, &HERE).prefixes.is_empty());
+        assert_eq!(
+            prefixes(&desired(
+                &Objects {
+                    pods: &here,
+                    eips: &eips,
+                    ..Objects::default()
+                },
+                &HERE
+            )),
+            ["203.0.113.5/32"]
+        );
+        assert!(
+            desired(
+                &Objects {
+                    pods: &there,
+                    eips: &eips,
+                    ..Objects::default()
+                },
+                &HERE
+            )
+            .prefixes
+            .is_empty()
+        );
         let unready = [eip(false)];
-        assert!(desired(&Objects { pods: &here, eips: &unready, ..Objects::default() }, &HERE).prefixes.is_empty());
+        assert!(
+            desired(
+                &Objects {
+                    pods: &here,
+                    eips: &unready,
+                    ..Objects::default()
+                },
+                &HERE
+            )
+            .prefixes
+            .is_empty()
+        );
     }
 }

@@ -9,7 +9,11 @@ use std::time::Duration;
 use clap::Parser;
 
 #[derive(Debug, Clone, Parser)]
-#[command(name = "kube-ovn-speaker", version, about = "kube-ovn-rs BGP speaker: announce pods, subnets, Services and EIPs to the ToR")]
+#[command(
+    name = "kube-ovn-speaker",
+    version,
+    about = "kube-ovn-rs BGP speaker: announce pods, subnets, Services and EIPs to the ToR"
+)]
 pub struct Flags {
     /// This node (for the `local` policy). Kube-OVN reads it from `NODE_NAME`.
     #[arg(long, env = "NODE_NAME", default_value = "")]
@@ -92,14 +96,26 @@ pub struct Flags {
     /// Address the metrics listener binds.
     #[arg(long, env = "METRICS_ADDRESS", default_value = "0.0.0.0")]
     pub metrics_address: IpAddr,
+    /// Where the speaker keeps the file that tells a restart from a first start (graceful
+    /// restart's R bit); ours.
+    #[arg(long, env = "STATE_DIR", default_value = "/var/run/kube-ovn-speaker")]
+    pub state_dir: PathBuf,
+    /// Network namespace for BGP, BFD and route lookups (ours; for nodes that are network
+    /// namespaces, as in the tests and the lab); this process's own when empty.
+    #[arg(long, env = "BGP_NETNS", default_value = "")]
+    pub bgp_netns: String,
     /// Full recompute interval, the safety net behind the event-driven path.
     #[arg(long, env = "RESYNC_PERIOD", default_value = "300s", value_parser = parse_duration)]
     pub resync_period: Duration,
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    let (number, unit) = text.find(|c: char| c.is_ascii_alphabetic()).map_or((text, "s"), |i| text.split_at(i));
-    let value: f64 = number.parse().map_err(|_| format!("{text:?} is not a duration (e.g. 90s, 500ms, 6m, 1h)"))?;
+    let (number, unit) = text
+        .find(|c: char| c.is_ascii_alphabetic())
+        .map_or((text, "s"), |i| text.split_at(i));
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration (e.g. 90s, 500ms, 6m, 1h)"))?;
     let scale = match unit {
         "ms" => 0.001,
         "s" => 1.0,
@@ -124,7 +140,10 @@ pub struct FlagError {
 }
 
 fn bad(flag: &'static str, problem: impl Into<String>) -> FlagError {
-    FlagError { flag, problem: problem.into() }
+    FlagError {
+        flag,
+        problem: problem.into(),
+    }
 }
 
 /// Validated settings.
@@ -147,7 +166,10 @@ fn ip_list(flag: &'static str, values: &[String], v6: Option<bool>) -> Result<Ve
         .iter()
         .filter(|v| !v.trim().is_empty())
         .map(|v| {
-            let ip: IpAddr = v.trim().parse().map_err(|_| bad(flag, format!("{v:?} is not an IP address")))?;
+            let ip: IpAddr = v
+                .trim()
+                .parse()
+                .map_err(|_| bad(flag, format!("{v:?} is not an IP address")))?;
             match v6 {
                 Some(true) if ip.is_ipv4() => Err(bad(flag, format!("{ip} is not IPv6"))),
                 Some(false) if ip.is_ipv6() => Err(bad(flag, format!("{ip} is not IPv4"))),
@@ -165,12 +187,22 @@ impl Flags {
             return Err(bad("cluster-as", "required (the local AS number)"));
         }
         let mut neighbors = ip_list("neighbor-address", &self.neighbor_address, Some(false))?;
-        neighbors.extend(ip_list("neighbor-ipv6-address", &self.neighbor_ipv6_address, Some(true))?);
+        neighbors.extend(ip_list(
+            "neighbor-ipv6-address",
+            &self.neighbor_ipv6_address,
+            Some(true),
+        )?);
         if !neighbors.is_empty() && self.neighbor_as == 0 {
-            return Err(bad("neighbor-as", "required with --neighbor-address/--neighbor-ipv6-address"));
+            return Err(bad(
+                "neighbor-as",
+                "required with --neighbor-address/--neighbor-ipv6-address",
+            ));
         }
         if self.node_name.is_empty() {
-            return Err(bad("node-name", "required (or NODE_NAME): the `local` policy needs it"));
+            return Err(bad(
+                "node-name",
+                "required (or NODE_NAME): the `local` policy needs it",
+            ));
         }
         let router_id = if self.router_id.is_empty() {
             pod_ips
@@ -178,19 +210,33 @@ impl Flags {
                 .find_map(|s| s.trim().parse::<Ipv4Addr>().ok())
                 .unwrap_or(Ipv4Addr::UNSPECIFIED)
         } else {
-            self.router_id.parse().map_err(|_| bad("router-id", format!("{:?} is not an IPv4 address", self.router_id)))?
+            self.router_id.parse().map_err(|_| {
+                bad(
+                    "router-id",
+                    format!("{:?} is not an IPv4 address", self.router_id),
+                )
+            })?
         };
         if router_id.is_unspecified() {
             // RFC 6286 §2.1: the identifier must be non-zero.
-            return Err(bad("router-id", "required when POD_IPS has no IPv4 address (must not be 0.0.0.0)"));
+            return Err(bad(
+                "router-id",
+                "required when POD_IPS has no IPv4 address (must not be 0.0.0.0)",
+            ));
         }
         let secs = self.holdtime.as_secs_f64();
         if !(3.0..=65535.0).contains(&secs) {
-            return Err(bad("holdtime", format!("{:?} is outside 3s..65535s (RFC 4271 §4.2)", self.holdtime)));
+            return Err(bad(
+                "holdtime",
+                format!("{:?} is outside 3s..65535s (RFC 4271 §4.2)", self.holdtime),
+            ));
         }
         let restart = self.graceful_restart_time.as_secs_f64();
         if self.graceful_restart && !(1.0..=4095.0).contains(&restart) {
-            return Err(bad("graceful-restart-time", "must be 1s..4095s (12 bits, RFC 4724 §3)"));
+            return Err(bad(
+                "graceful-restart-time",
+                "must be 1s..4095s (12 bits, RFC 4724 §3)",
+            ));
         }
         let deferral = self.graceful_restart_deferral_time.as_secs_f64();
         if self.graceful_restart && !(1.0..=18.0 * 3600.0).contains(&deferral) {
@@ -213,9 +259,23 @@ impl Flags {
             }
         }
         let node_ips = ip_list("node-ips", &self.node_ips, None)?;
-        let mut allowed_sources = ip_list("allowed-source-addresses", &self.allowed_source_addresses, Some(false))?;
-        allowed_sources.extend(ip_list("allowed-source-ipv6-addresses", &self.allowed_source_ipv6_addresses, Some(true))?);
-        Ok(Config { flags: self, neighbors, router_id, node_ips, allowed_sources })
+        let mut allowed_sources = ip_list(
+            "allowed-source-addresses",
+            &self.allowed_source_addresses,
+            Some(false),
+        )?;
+        allowed_sources.extend(ip_list(
+            "allowed-source-ipv6-addresses",
+            &self.allowed_source_ipv6_addresses,
+            Some(true),
+        )?);
+        Ok(Config {
+            flags: self,
+            neighbors,
+            router_id,
+            node_ips,
+            allowed_sources,
+        })
     }
 }
 
@@ -231,14 +291,23 @@ mod tests {
 
     #[test]
     fn kube_ovn_defaults() {
-        let c = flags(&["--neighbor-address=10.0.0.1", "--neighbor-as=65001"]).validate("10.1.0.5,fd00::5").unwrap();
+        let c = flags(&["--neighbor-address=10.0.0.1", "--neighbor-as=65001"])
+            .validate("10.1.0.5,fd00::5")
+            .unwrap();
         assert_eq!(c.router_id, Ipv4Addr::new(10, 1, 0, 5));
         assert_eq!(c.flags.holdtime, Duration::from_secs(90));
-        assert_eq!(c.flags.graceful_restart_deferral_time, Duration::from_secs(360));
+        assert_eq!(c.flags.graceful_restart_deferral_time, Duration::from_mins(6));
         assert_eq!(c.flags.pprof_port, 10667);
         assert_eq!(c.flags.ebgp_multihop, 1);
         assert!(!c.flags.passivemode && !c.flags.graceful_restart);
-        let c = flags(&["--neighbor-address=10.0.0.1", "--neighbor-as=65001", "--graceful-restart", "--passivemode"]).validate("10.1.0.5").unwrap();
+        let c = flags(&[
+            "--neighbor-address=10.0.0.1",
+            "--neighbor-as=65001",
+            "--graceful-restart",
+            "--passivemode",
+        ])
+        .validate("10.1.0.5")
+        .unwrap();
         assert!(c.flags.graceful_restart && c.flags.passivemode);
     }
 
@@ -246,12 +315,24 @@ mod tests {
     fn bad_values_and_combinations_name_the_flag() {
         for (args, pod_ips, flag) in [
             (vec!["--neighbor-address=10.0.0.1"], "10.1.0.5", "--neighbor-as"),
-            (vec!["--neighbor-address=fd00::1", "--neighbor-as=1"], "10.1.0.5", "--neighbor-address"),
-            (vec!["--neighbor-ipv6-address=10.0.0.1", "--neighbor-as=1"], "10.1.0.5", "--neighbor-ipv6-address"),
+            (
+                vec!["--neighbor-address=fd00::1", "--neighbor-as=1"],
+                "10.1.0.5",
+                "--neighbor-address",
+            ),
+            (
+                vec!["--neighbor-ipv6-address=10.0.0.1", "--neighbor-as=1"],
+                "10.1.0.5",
+                "--neighbor-ipv6-address",
+            ),
             (vec!["--router-id=fd00::1"], "10.1.0.5", "--router-id"),
             (vec![], "fd00::5", "--router-id"),
             (vec!["--holdtime=2s"], "10.1.0.5", "--holdtime"),
-            (vec!["--graceful-restart", "--graceful-restart-time=5000s"], "10.1.0.5", "--graceful-restart-time"),
+            (
+                vec!["--graceful-restart", "--graceful-restart-time=5000s"],
+                "10.1.0.5",
+                "--graceful-restart-time",
+            ),
             (vec!["--ebgp-multihop=0"], "10.1.0.5", "--ebgp-multihop"),
             (vec!["--enable-bfd", "--bfd-min-tx=0"], "10.1.0.5", "--bfd-min-tx"),
             (vec!["--node-ips=nope"], "10.1.0.5", "--node-ips"),
@@ -259,14 +340,17 @@ mod tests {
             let err = flags(&args).validate(pod_ips).unwrap_err().to_string();
             assert!(err.starts_with(flag), "{args:?}: {err}");
         }
-        let no_as = Flags::try_parse_from(["kube-ovn-speaker", "--node-name=n1"]).unwrap().validate("10.1.0.5").unwrap_err();
+        let no_as = Flags::try_parse_from(["kube-ovn-speaker", "--node-name=n1"])
+            .unwrap()
+            .validate("10.1.0.5")
+            .unwrap_err();
         assert!(no_as.to_string().starts_with("--cluster-as"));
     }
 
     #[test]
     fn durations_in_go_style() {
         assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("6m"), Ok(Duration::from_secs(360)));
+        assert_eq!(parse_duration("6m"), Ok(Duration::from_mins(6)));
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
         assert!(parse_duration("fast").is_err());

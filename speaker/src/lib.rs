@@ -1,7 +1,8 @@
 //! kube-ovn-speaker: announces pod, subnet, Service and EIP prefixes to top-of-rack routers over
 //! BGP. The pure BGP core is [`bgp`] (codec, session state machine, Adj-RIB-Out: no I/O); the
-//! tokio [`driver`] owns sockets, timers and a task per peer around it. The Kubernetes side
-//! comes later.
+//! tokio [`driver`] owns sockets, timers and a task per peer around it; [`bfd`] watches the
+//! path; [`announce`] (pure) turns the cluster's objects into prefixes; [`config`] holds
+//! Kube-OVN's flags; [`run`] is the daemon that ties them to the Kubernetes API.
 
 pub mod announce;
 pub mod bfd;
@@ -10,3 +11,4 @@ pub mod config;
 pub mod driver;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod run;

@@ -1,8 +1,13 @@
 //! Start-up shared by the daemons (`kube-ovn-controller`, `kube-ovn-daemon`, and the speaker
 //! to come): JSON logs with the current span in every line, a Kubernetes client from a
-//! kubeconfig file or the in-cluster configuration, and the stop signal Kubernetes sends.
+//! kubeconfig file or the in-cluster configuration, the stop signal Kubernetes sends, and
+//! [`Watched`], a cache per kind whose generation counter lets a task wait for "it changed".
 
 use std::path::{Path, PathBuf};
+
+mod watch;
+
+pub use watch::Watched;
 
 /// Why the Kubernetes client could not be built.
 #[derive(Debug, thiserror::Error)]

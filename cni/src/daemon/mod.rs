@@ -21,7 +21,6 @@ pub mod node;
 pub mod ovs;
 pub mod plan;
 pub mod server;
-pub mod watch;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -38,7 +37,7 @@ use self::config::Config;
 use self::error::DaemonError;
 use self::metrics::Metrics;
 use self::ovs::Ovs;
-use self::watch::Watched;
+use kube_ovn_support::Watched;
 
 /// Everything a request handler needs.
 pub struct Node {

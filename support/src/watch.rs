@@ -1,4 +1,4 @@
-//! The daemon's views of the API: a cache per kind, fed by a watch, with a generation counter
+//! Views of the API: a cache per kind, fed by a watch, with a generation counter
 //! that ticks on every event so ADD can wait for "the pod changed" instead of polling.
 
 use std::fmt::Debug;

@@ -1,0 +1,47 @@
+//! `kube-ovn-speaker`: flags with Kube-OVN's names, JSON logs, then the speaker.
+
+use anyhow::Context as _;
+use clap::Parser;
+use kube_ovn_dataplane::Netns;
+use kube_ovn_speaker::config::Flags;
+use kube_ovn_speaker::run::{self, BgpPlace};
+
+fn main() -> anyhow::Result<()> {
+    kube_ovn_support::init_json_logs();
+    let pod_ips = std::env::var("POD_IPS")
+        .or_else(|_| std::env::var("POD_IP"))
+        .unwrap_or_default();
+    let config = Flags::parse().validate(&pod_ips)?;
+    // BGP's sockets must be made by threads inside the node's namespace: a runtime built on a
+    // thread that entered it spawns its workers there (threads inherit the namespace).
+    let netns = if config.flags.bgp_netns.is_empty() {
+        Netns::current()?
+    } else {
+        Netns::open(&config.flags.bgp_netns).context("--bgp-netns")?
+    };
+    let bgp_runtime = netns
+        .run(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name("bgp")
+                .enable_all()
+                .build()
+        })?
+        .context("the BGP runtime")?;
+    let main_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    let place = BgpPlace {
+        runtime: bgp_runtime.handle().clone(),
+        netns,
+    };
+    main_runtime.block_on(async move {
+        let kube = kube_ovn_support::kube_client(config.flags.kubeconfig.as_deref()).await?;
+        let shutdown = kube_ovn_support::shutdown_signal().context("installing the SIGTERM handler")?;
+        run::run(config, kube, place, shutdown, Vec::new()).await?;
+        anyhow::Ok(())
+    })?;
+    bgp_runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    Ok(())
+}

@@ -1,0 +1,97 @@
+//! The next hop each peer gets: the source address the kernel uses toward it (Kube-OVN's
+//! `getNextHopAttribute`), re-read every couple of seconds so a changed node address replaces
+//! the announced next hop instead of leaving a stale one forever; `--node-ips` when that
+//! source is the pod's own address (a speaker without host networking).
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube_ovn_dataplane::Netlink;
+
+use super::RunningPeer;
+use crate::config::Config;
+
+const PERIOD: Duration = Duration::from_secs(2);
+
+/// The next hop for a peer, given the kernel's source toward it.
+pub fn choose(
+    source: Option<IpAddr>,
+    pinned: Option<IpAddr>,
+    pod_ips: &[IpAddr],
+    node_ips: &[IpAddr],
+) -> Option<IpAddr> {
+    let chosen = pinned.or(source)?;
+    if pod_ips.contains(&chosen)
+        && let Some(node) = node_ips.iter().find(|n| n.is_ipv4() == chosen.is_ipv4())
+    {
+        return Some(*node);
+    }
+    Some(chosen)
+}
+
+/// Follows the kernel's choice for every peer.
+pub async fn task(config: Config, peers: Vec<Arc<RunningPeer>>, netlink: Netlink) {
+    let pod_ips: Vec<IpAddr> = std::env::var("POD_IPS")
+        .or_else(|_| std::env::var("POD_IP"))
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let mut current: Vec<Option<IpAddr>> = vec![None; peers.len()];
+    loop {
+        for (peer, last) in peers.iter().zip(current.iter_mut()) {
+            let address = peer.plan.config.address;
+            let source = match netlink.source_toward(address).await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(peer = %address, error = %e, "route lookup toward the peer failed");
+                    continue;
+                }
+            };
+            let next = choose(source, peer.plan.config.local_address, &pod_ips, &config.node_ips);
+            if next != *last {
+                let (v4, v6) = match next {
+                    Some(IpAddr::V4(a)) => (Some(a), None),
+                    Some(IpAddr::V6(a)) => (None, Some(a)),
+                    None => (None, None),
+                };
+                tracing::info!(peer = %address, next_hop = ?next, previous = ?last, "next hop");
+                if peer.handle.set_local_addresses(v4, v6).is_ok() {
+                    *last = next;
+                }
+            }
+        }
+        tokio::time::sleep(PERIOD).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn pinned_then_kernel_then_node_ips_for_a_pod_address() {
+        assert_eq!(choose(Some(ip("10.0.0.5")), None, &[], &[]), Some(ip("10.0.0.5")));
+        assert_eq!(
+            choose(Some(ip("10.0.0.5")), Some(ip("10.0.0.9")), &[], &[]),
+            Some(ip("10.0.0.9"))
+        );
+        assert_eq!(choose(None, None, &[], &[]), None);
+        let pod = [ip("10.16.0.7")];
+        let nodes = [ip("fd00::1"), ip("192.168.1.10")];
+        assert_eq!(
+            choose(Some(ip("10.16.0.7")), None, &pod, &nodes),
+            Some(ip("192.168.1.10"))
+        );
+        assert_eq!(
+            choose(Some(ip("10.16.0.7")), None, &pod, &[ip("fd00::1")]),
+            Some(ip("10.16.0.7")),
+            "no node IP of that family"
+        );
+    }
+}

@@ -1,0 +1,181 @@
+//! The peers this speaker should have, and how each becomes a driver [`PeerConfig`]: from
+//! Kube-OVN's flags (one AS for every `--neighbor-address`), with the same transport rules.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use crate::bgp::fsm::{GracefulRestartConfig, SessionConfig};
+use crate::bgp::rib_out::RouteAttributes;
+use crate::bgp::wire::Family;
+use crate::config::Config;
+use crate::driver::PeerConfig;
+
+/// One desired peer: its driver settings and what its routes carry.
+#[derive(Debug, Clone)]
+pub struct PeerPlan {
+    /// Transport and session.
+    pub config: PeerConfig,
+    /// Attributes of every route sent to it (communities, local-pref, MED).
+    pub attributes: RouteAttributes,
+    /// BFD timers, when BFD is on for this peer.
+    pub bfd: Option<crate::bfd::Timers>,
+    /// Where it came from, for logs (`flags` or `BgpPeer <name>`).
+    pub source: String,
+}
+
+/// Which families a peer carries: its own address family (Kube-OVN keeps IPv4 and IPv6
+/// neighbors apart), or both with extended next hop (RFC 8950).
+pub fn families_for(peer: IpAddr, extended_next_hop: bool) -> Vec<Family> {
+    if extended_next_hop {
+        Family::ALL.to_vec()
+    } else if peer.is_ipv4() {
+        vec![Family::Ipv4Unicast]
+    } else {
+        vec![Family::Ipv6Unicast]
+    }
+}
+
+/// The session settings shared by flag peers and CRD peers.
+pub fn session(
+    config: &Config,
+    local_as: u32,
+    peer: IpAddr,
+    peer_as: u32,
+    hold: Duration,
+    passive: bool,
+    restarting: bool,
+) -> SessionConfig {
+    let flags = &config.flags;
+    #[allow(clippy::cast_possible_truncation)] // validated to 3..=65535 s and 1..=4095 s
+    let graceful_restart = flags.graceful_restart.then_some(GracefulRestartConfig {
+        restart_time: flags.graceful_restart_time.as_secs() as u16,
+        // Pods keep forwarding while the speaker restarts: OVS and the kernel do not restart with it.
+        forwarding_preserved: true,
+    });
+    #[allow(clippy::cast_possible_truncation)]
+    SessionConfig {
+        local_as,
+        peer_as,
+        router_id: config.router_id,
+        hold_time: hold.as_secs().min(65535) as u16,
+        connect_retry: Duration::from_secs(5),
+        passive,
+        families: families_for(peer, flags.extended_nexthop),
+        restarting: restarting && graceful_restart.is_some(),
+        graceful_restart,
+        extended_next_hop: flags.extended_nexthop,
+    }
+}
+
+/// Peers from `--neighbor-address`/`--neighbor-ipv6-address`. `local_address` gives the pinned
+/// source for a peer (from `--allowed-source-addresses`), when there is one.
+pub fn from_flags(
+    config: &Config,
+    restarting: bool,
+    local_address: impl Fn(IpAddr) -> Option<IpAddr>,
+) -> Vec<PeerPlan> {
+    let flags = &config.flags;
+    config
+        .neighbors
+        .iter()
+        .map(|&peer| {
+            let session = session(
+                config,
+                flags.cluster_as,
+                peer,
+                flags.neighbor_as,
+                flags.holdtime,
+                flags.passivemode,
+                restarting,
+            );
+            let mut peer_config = PeerConfig::new(peer, session);
+            peer_config.port = flags.bgp_port;
+            peer_config.local_address = local_address(peer);
+            peer_config.md5_key =
+                (!flags.auth_password.is_empty()).then(|| flags.auth_password.as_bytes().to_vec());
+            // Kube-OVN: multihop only when the TTL is not 1; eBGP otherwise gets TTL 1.
+            peer_config.ttl = (flags.ebgp_multihop != 1).then_some(flags.ebgp_multihop);
+            peer_config.ready_deadline = flags
+                .graceful_restart
+                .then_some(flags.graceful_restart_deferral_time);
+            PeerPlan {
+                config: peer_config,
+                attributes: RouteAttributes::default(),
+                bfd: flags.enable_bfd.then(|| crate::bfd::Timers {
+                    desired_min_tx: Duration::from_millis(u64::from(flags.bfd_min_tx)),
+                    required_min_rx: Duration::from_millis(u64::from(flags.bfd_min_rx)),
+                    detect_mult: flags.bfd_detection_multiplier,
+                }),
+                source: "flags".into(),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::config::Flags;
+
+    #[test]
+    fn flag_peers_follow_kube_ovn() {
+        let config = Flags::try_parse_from([
+            "kube-ovn-speaker",
+            "--node-name=n1",
+            "--cluster-as=65000",
+            "--neighbor-as=65001",
+            "--neighbor-address=10.0.0.1",
+            "--neighbor-ipv6-address=fd00::1",
+            "--auth-password=s3cret",
+            "--graceful-restart",
+            "--ebgp-multihop=3",
+            "--holdtime=30s",
+            "--enable-bfd",
+            "--bfd-min-tx=300",
+        ])
+        .unwrap()
+        .validate("10.1.0.5")
+        .unwrap();
+        let peers = from_flags(&config, true, |p| {
+            p.is_ipv4().then(|| "10.0.0.2".parse().unwrap())
+        });
+        assert_eq!(peers.len(), 2);
+        let v4 = &peers[0].config;
+        assert_eq!(v4.session.families, vec![Family::Ipv4Unicast]);
+        assert_eq!(peers[1].config.session.families, vec![Family::Ipv6Unicast]);
+        assert_eq!(v4.session.hold_time, 30);
+        assert_eq!(v4.session.router_id.to_string(), "10.1.0.5");
+        assert!(v4.session.restarting);
+        assert_eq!(v4.session.graceful_restart.as_ref().unwrap().restart_time, 90);
+        assert_eq!(v4.md5_key.as_deref(), Some(&b"s3cret"[..]));
+        assert_eq!(v4.ttl, Some(3));
+        assert_eq!(v4.local_address, Some("10.0.0.2".parse().unwrap()));
+        assert_eq!(peers[1].config.local_address, None);
+        assert_eq!(v4.ready_deadline, Some(Duration::from_mins(6)));
+        assert_eq!(peers[0].bfd.unwrap().desired_min_tx, Duration::from_millis(300));
+        v4.validate().unwrap();
+    }
+
+    #[test]
+    fn no_graceful_restart_means_no_r_bit_and_default_ttl() {
+        let config = Flags::try_parse_from([
+            "kube-ovn-speaker",
+            "--node-name=n1",
+            "--cluster-as=65000",
+            "--neighbor-as=65000",
+            "--neighbor-address=10.0.0.1",
+        ])
+        .unwrap()
+        .validate("10.1.0.5")
+        .unwrap();
+        let peers = from_flags(&config, true, |_| None);
+        assert!(!peers[0].config.session.restarting && peers[0].config.session.graceful_restart.is_none());
+        assert_eq!(
+            peers[0].config.ttl, None,
+            "iBGP keeps the system TTL; eBGP gets 1 from the driver"
+        );
+        assert!(peers[0].bfd.is_none() && peers[0].config.md5_key.is_none());
+    }
+}
