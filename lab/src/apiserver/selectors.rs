@@ -259,6 +259,8 @@ impl FieldSelector {
     }
 
     /// Matches an object; a missing field reads as `""`, and booleans as `"true"`/`"false"`.
+    /// Boolean fields the API server computes from a Go `bool` (`spec.hostNetwork` of a pod,
+    /// `spec.unschedulable` of a node) read as `"false"` when absent, as there.
     pub fn matches(&self, object: &Value) -> bool {
         self.terms.iter().all(|(field, equal, value)| {
             let pointer = format!("/{}", field.replace('.', "/"));
@@ -266,6 +268,7 @@ impl FieldSelector {
                 Some(Value::String(s)) => s.clone(),
                 Some(Value::Bool(b)) => b.to_string(),
                 Some(Value::Number(n)) => n.to_string(),
+                _ if matches!(field.as_str(), "spec.hostNetwork" | "spec.unschedulable") => "false".to_owned(),
                 _ => String::new(),
             };
             (actual == *value) == *equal
@@ -423,6 +426,8 @@ mod tests {
                 "{s}"
             );
         }
+        let unset = json!({"metadata": {"name": "p"}, "spec": {}});
+        assert!(FieldSelector::parse("spec.hostNetwork=false", &supported).unwrap().matches(&unset), "an unset bool is false");
         assert_eq!(
             FieldSelector::parse("spec.restartPolicy=Always", &supported),
             Err(SelectorError::UnsupportedField("spec.restartPolicy".into()))
