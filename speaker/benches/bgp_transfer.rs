@@ -16,13 +16,13 @@
 //! `cargo bench -p kube-ovn-speaker --bench bgp_transfer` (root; `-- quick` for 100k once).
 
 use std::fmt::Write as _;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime};
+use std::path::Path;
+use std::time::{Duration, SystemTime};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use kube_ovn_speaker::bgp::fsm::SessionConfig;
 use kube_ovn_speaker::bgp::rib_out::RouteAttributes;
 use kube_ovn_speaker::bgp::wire::Family;
@@ -34,6 +34,11 @@ const OURS: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 3);
 const GOBGP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 6);
 /// A next hop BIRD and gobgpd accept (gobgpd refuses loopback next hops, bgp.md §2.3).
 const NEXT_HOP: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 3);
+
+#[path = "../tests/common/birdctl.rs"]
+mod birdctl;
+
+use birdctl::BirdCtl;
 
 fn main() -> anyhow::Result<()> {
     if let Ok(n) = std::env::var("KOVN_BENCH_CHILD") {
@@ -239,73 +244,6 @@ fn start_gobgpd(ns: &Netns, dir: &Path) -> anyhow::Result<Daemon> {
     .map(|s| (*s).to_owned())
     .collect();
     Daemon::spawn("gobgpd", "ip", &args, &dir.join("gobgpd.log"), &[])
-}
-
-/// BIRD's control socket: a line per request, replies end at a line `NNNN ` (code and space).
-struct BirdCtl {
-    reader: BufReader<UnixStream>,
-    writer: UnixStream,
-}
-
-impl BirdCtl {
-    fn connect(path: &PathBuf) -> anyhow::Result<Self> {
-        let stream = UnixStream::connect(path)?;
-        let mut ctl = BirdCtl {
-            reader: BufReader::new(stream.try_clone()?),
-            writer: stream,
-        };
-        ctl.read_reply()?; // greeting
-        Ok(ctl)
-    }
-
-    fn read_reply(&mut self) -> anyhow::Result<String> {
-        let mut out = String::new();
-        loop {
-            let mut line = String::new();
-            if self.reader.read_line(&mut line)? == 0 {
-                bail!("BIRD closed its control socket");
-            }
-            let done = line.len() > 5
-                && line.as_bytes()[..4].iter().all(u8::is_ascii_digit)
-                && line.as_bytes()[4] == b' ';
-            out.push_str(&line);
-            if done {
-                return Ok(out);
-            }
-        }
-    }
-
-    fn ask(&mut self, command: &str) -> anyhow::Result<String> {
-        writeln!(self.writer, "{command}")?;
-        self.read_reply()
-    }
-
-    /// Polls every 10 ms; returns the time from the first poll that saw Established to the
-    /// first that saw `n` routes imported.
-    fn time_to_import(&mut self, protocol: &str, n: u32) -> anyhow::Result<Duration> {
-        let deadline = Instant::now() + Duration::from_mins(10);
-        let mut established = None;
-        while Instant::now() < deadline {
-            let reply = self.ask(&format!("show protocols all {protocol}"))?;
-            let now = Instant::now();
-            if established.is_none() && reply.contains("Established") {
-                established = Some(now);
-            }
-            let imported: u32 = reply
-                .lines()
-                .find_map(|l| l.trim().strip_prefix("Routes:"))
-                .and_then(|r| r.split_whitespace().next())
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0);
-            if let Some(at) = established
-                && imported >= n
-            {
-                return Ok(now - at);
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        bail!("BIRD protocol {protocol} did not import {n} routes in time")
-    }
 }
 
 /// An MRT TABLE_DUMP_V2 file (RFC 6396 §4.3): a PEER_INDEX_TABLE, then one RIB_IPV4_UNICAST

@@ -5,101 +5,17 @@
 
 mod common;
 
-use std::path::PathBuf;
-
 use anyhow::{Context, Result};
 use common::peers::{Bird, PeerSpec};
-use common::{Lab, NODE_AS, NODE_V4, TOR_AS, TOR_V4};
+use common::k8s::{Cluster, speaker};
+use common::{Lab, NODE_AS, NODE_V4, TOR_V4};
 use k8s_openapi::api::core::v1::{Pod, Service};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
-use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
-use kube_ovn_lab::apiserver::{ApiServer, ApiServerConfig};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube_ovn_testkit::{Daemon, wait_until};
 use serde_json::{Value, json};
 
 const WAIT: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// The emulator, served on 127.0.0.1, with the project's CRDs.
-struct Cluster {
-    _api: ApiServer,
-    kube: kube::Client,
-    kubeconfig: PathBuf,
-    _dir: tempfile::TempDir,
-    server: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        self.server.abort();
-    }
-}
-
-impl Cluster {
-    async fn start() -> Result<Self> {
-        let api = ApiServer::new(ApiServerConfig::default()).context("API emulator")?;
-        let kube = api.client();
-        let crds: Api<CustomResourceDefinition> = Api::all(kube.clone());
-        for crd in kube_ovn_api::crds() {
-            crds.create(&PostParams::default(), &crd).await?;
-        }
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let served = api.clone();
-        let server = tokio::spawn(async move {
-            let _ = served.serve(listener).await;
-        });
-        let dir = tempfile::tempdir()?;
-        let kubeconfig = dir.path().join("kubeconfig");
-        std::fs::write(&kubeconfig, kube_ovn_lab::apiserver::kubeconfig(addr))?;
-        Ok(Self { _api: api, kube, kubeconfig, _dir: dir, server })
-    }
-
-    async fn subnet(&self, name: &str, cidr: &str, bgp: &str) -> Result<()> {
-        let gvk = kube::api::GroupVersionKind::gvk("kubeovn.io", "v1", "Subnet");
-        let (ar, _) = kube::discovery::pinned_kind(&self.kube, &gvk).await?;
-        let api: Api<DynamicObject> = Api::all_with(self.kube.clone(), &ar);
-        let obj = json!({"apiVersion": "kubeovn.io/v1", "kind": "Subnet",
-            "metadata": {"name": name, "annotations": {"ovn.kubernetes.io/bgp": bgp}}, "spec": {"cidrBlock": cidr}});
-        api.patch(name, &PatchParams::apply("test").force(), &Patch::Apply(obj)).await?;
-        let status = json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
-        api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await?;
-        Ok(())
-    }
-
-    async fn pod(&self, name: &str, node: &str, ip: &str, extra: &[(&str, &str)]) -> Result<()> {
-        let mut ann = json!({"ovn.kubernetes.io/ip_address": ip, "ovn.kubernetes.io/logical_switch": "s1",
-            "ovn.kubernetes.io/allocated": "true"});
-        for (k, v) in extra {
-            ann[*k] = json!(v);
-        }
-        let pod: Pod = serde_json::from_value(json!({"metadata": {"name": name, "namespace": "default", "annotations": ann},
-            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]}, "status": {"phase": "Running"}}))?;
-        Api::<Pod>::namespaced(self.kube.clone(), "default").create(&PostParams::default(), &pod).await?;
-        Ok(())
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-fn speaker(cluster: &Cluster, lab: &Lab, dir: &std::path::Path, extra: &[&str]) -> Result<Daemon> {
-    let mut args = vec![
-        format!("--kubeconfig={}", cluster.kubeconfig.display()),
-        "--node-name=n1".into(),
-        format!("--cluster-as={NODE_AS}"),
-        format!("--neighbor-as={TOR_AS}"),
-        format!("--neighbor-address={TOR_V4}"),
-        format!("--router-id={NODE_V4}"),
-        format!("--bgp-netns={}", lab.node.path().display()),
-        format!("--state-dir={}", dir.join("state").display()),
-        format!("--pprof-port={}", free_port()),
-        "--metrics-address=127.0.0.1".into(),
-    ];
-    args.extend(extra.iter().map(|s| (*s).to_owned()));
-    Daemon::spawn("speaker", env!("CARGO_BIN_EXE_kube-ovn-speaker"), &args, &dir.join("speaker.log"), &[])
-}
 
 fn wait_route(bird: &Bird, speaker: &Daemon, prefix: &str, present: bool) -> Result<()> {
     let what = format!("{prefix} {} in the ToR's table", if present { "present" } else { "absent" });

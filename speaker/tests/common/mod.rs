@@ -9,6 +9,7 @@
 
 #![allow(dead_code, reason = "each test file uses a part")]
 
+pub mod k8s;
 pub mod peers;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
