@@ -234,7 +234,7 @@ mod tests {
         let c = flags(&["--neighbor-address=10.0.0.1", "--neighbor-as=65001"]).validate("10.1.0.5,fd00::5").unwrap();
         assert_eq!(c.router_id, Ipv4Addr::new(10, 1, 0, 5));
         assert_eq!(c.flags.holdtime, Duration::from_secs(90));
-        assert_eq!(c.flags.graceful_restart_deferral_time, Duration::from_secs(360));
+        assert_eq!(c.flags.graceful_restart_deferral_time, Duration::from_mins(6));
         assert_eq!(c.flags.pprof_port, 10667);
         assert_eq!(c.flags.ebgp_multihop, 1);
         assert!(!c.flags.passivemode && !c.flags.graceful_restart);
@@ -266,7 +266,7 @@ mod tests {
     #[test]
     fn durations_in_go_style() {
         assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("6m"), Ok(Duration::from_secs(360)));
+        assert_eq!(parse_duration("6m"), Ok(Duration::from_mins(6)));
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
         assert!(parse_duration("fast").is_err());

@@ -1,12 +1,15 @@
 //! kube-ovn-speaker: announces pod, subnet, Service and EIP prefixes to top-of-rack routers over
 //! BGP. The pure BGP core is [`bgp`] (codec, session state machine, Adj-RIB-Out: no I/O); the
-//! tokio [`driver`] owns sockets, timers and a task per peer around it. The Kubernetes side
-//! comes later.
+//! tokio [`driver`] owns sockets, timers and a task per peer around it. On the Kubernetes side,
+//! [`crd`] is the `BgpPeer` resource (declarative peers) and [`metrics`] the Prometheus metrics
+//! under Kube-OVN's names.
 
 pub mod announce;
 pub mod bfd;
 pub mod bgp;
 pub mod config;
+pub mod crd;
 pub mod driver;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod metrics;
