@@ -16,7 +16,6 @@
 //! `cargo bench -p kube-ovn-speaker --bench bgp_transfer` (root; `-- quick` for 100k once).
 
 use std::fmt::Write as _;
-use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::unix::net::UnixStream;
 use std::path::Path;

@@ -6,8 +6,8 @@
 mod common;
 
 use anyhow::{Context, Result};
-use common::peers::{Bird, PeerSpec};
 use common::k8s::{Cluster, speaker};
+use common::peers::{Bird, PeerSpec};
 use common::{Lab, NODE_AS, NODE_V4, TOR_V4};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::Api;
@@ -18,7 +18,10 @@ use serde_json::{Value, json};
 const WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 fn wait_route(bird: &Bird, speaker: &Daemon, prefix: &str, present: bool) -> Result<()> {
-    let what = format!("{prefix} {} in the ToR's table", if present { "present" } else { "absent" });
+    let what = format!(
+        "{prefix} {} in the ToR's table",
+        if present { "present" } else { "absent" }
+    );
     wait_until(&what, WAIT, || Ok(bird.has(prefix)? == present)).with_context(|| speaker.log_tail(20))
 }
 
@@ -48,32 +51,52 @@ async fn the_bgp_annotation_decides_what_the_tor_learns() -> Result<()> {
     wait_route(&bird, &speaker, "10.16.0.6/32", false)?;
     assert!(bird.has("10.16.0.5/32")?, "the local pod stays");
     // A pod's own annotation wins over its subnet's.
-    cluster.pod("mine", "n2", "10.16.0.7", &[("ovn.kubernetes.io/bgp", "cluster")]).await?;
+    cluster
+        .pod("mine", "n2", "10.16.0.7", &[("ovn.kubernetes.io/bgp", "cluster")])
+        .await?;
     wait_route(&bird, &speaker, "10.16.0.7/32", true)?;
     // A deleted pod is withdrawn.
-    Api::<Pod>::namespaced(cluster.kube.clone(), "default").delete("here", &DeleteParams::default()).await?;
+    Api::<Pod>::namespaced(cluster.kube.clone(), "default")
+        .delete("here", &DeleteParams::default())
+        .await?;
     wait_route(&bird, &speaker, "10.16.0.5/32", false)?;
 
     // Services: the literal "true", ClusterIPs with --announce-cluster-ip, LoadBalancer IPs.
     let services: Api<Service> = Api::namespaced(cluster.kube.clone(), "default");
-    let svc: Service = serde_json::from_value(json!({"metadata": {"name": "web", "annotations": {"ovn.kubernetes.io/bgp": "true"}},
-        "spec": {"clusterIP": "10.96.0.10", "clusterIPs": ["10.96.0.10"], "ports": [{"port": 80}]}}))?;
+    let svc: Service = serde_json::from_value(
+        json!({"metadata": {"name": "web", "annotations": {"ovn.kubernetes.io/bgp": "true"}},
+        "spec": {"clusterIP": "10.96.0.10", "clusterIPs": ["10.96.0.10"], "ports": [{"port": 80}]}}),
+    )?;
     services.create(&PostParams::default(), &svc).await?;
     wait_route(&bird, &speaker, "10.96.0.10/32", true)?;
     let lb = json!({"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.80"}]}}});
-    services.patch_status("web", &PatchParams::default(), &Patch::Merge(&lb)).await?;
+    services
+        .patch_status("web", &PatchParams::default(), &Patch::Merge(&lb))
+        .await?;
     wait_route(&bird, &speaker, "192.0.2.80/32", true)?;
     let unannotate = json!({"metadata": {"annotations": {"ovn.kubernetes.io/bgp": Value::Null}}});
-    services.patch("web", &PatchParams::default(), &Patch::Merge(&unannotate)).await?;
+    services
+        .patch("web", &PatchParams::default(), &Patch::Merge(&unannotate))
+        .await?;
     wait_route(&bird, &speaker, "10.96.0.10/32", false)?;
     wait_route(&bird, &speaker, "192.0.2.80/32", false)?;
 
     // The next hop follows the kernel's source toward the ToR: a new preferred source address
     // replaces the announced next hop while the session stays up.
     lab.node.ip(&["addr", "add", "198.51.100.3/24", "dev", "eth0"])?;
-    lab.node.ip(&["route", "replace", &format!("{TOR_V4}/32"), "dev", "eth0", "src", "198.51.100.3"])?;
+    lab.node.ip(&[
+        "route",
+        "replace",
+        &format!("{TOR_V4}/32"),
+        "dev",
+        "eth0",
+        "src",
+        "198.51.100.3",
+    ])?;
     wait_until("the ToR to see next hop 198.51.100.3", WAIT, || {
-        Ok(bird.route_all("10.16.0.7/32")?.contains("BGP.next_hop: 198.51.100.3"))
+        Ok(bird
+            .route_all("10.16.0.7/32")?
+            .contains("BGP.next_hop: 198.51.100.3"))
     })
     .with_context(|| speaker.log_tail(20))?;
     assert!(bird.established()?, "the session stayed up");

@@ -268,7 +268,9 @@ impl FieldSelector {
                 Some(Value::String(s)) => s.clone(),
                 Some(Value::Bool(b)) => b.to_string(),
                 Some(Value::Number(n)) => n.to_string(),
-                _ if matches!(field.as_str(), "spec.hostNetwork" | "spec.unschedulable") => "false".to_owned(),
+                _ if matches!(field.as_str(), "spec.hostNetwork" | "spec.unschedulable") => {
+                    "false".to_owned()
+                }
                 _ => String::new(),
             };
             (actual == *value) == *equal
@@ -427,7 +429,12 @@ mod tests {
             );
         }
         let unset = json!({"metadata": {"name": "p"}, "spec": {}});
-        assert!(FieldSelector::parse("spec.hostNetwork=false", &supported).unwrap().matches(&unset), "an unset bool is false");
+        assert!(
+            FieldSelector::parse("spec.hostNetwork=false", &supported)
+                .unwrap()
+                .matches(&unset),
+            "an unset bool is false"
+        );
         assert_eq!(
             FieldSelector::parse("spec.restartPolicy=Always", &supported),
             Err(SelectorError::UnsupportedField("spec.restartPolicy".into()))

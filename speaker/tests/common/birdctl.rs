@@ -74,4 +74,3 @@ impl BirdCtl {
         bail!("BIRD protocol {protocol} did not import {n} routes in time")
     }
 }
-

@@ -47,7 +47,13 @@ impl Cluster {
         let dir = tempfile::tempdir()?;
         let kubeconfig = dir.path().join("kubeconfig");
         std::fs::write(&kubeconfig, kube_ovn_lab::apiserver::kubeconfig(addr))?;
-        Ok(Self { _api: api, kube, kubeconfig, _dir: dir, server })
+        Ok(Self {
+            _api: api,
+            kube,
+            kubeconfig,
+            _dir: dir,
+            server,
+        })
     }
 
     pub async fn subnet(&self, name: &str, cidr: &str, bgp: &str) -> Result<()> {
@@ -56,9 +62,11 @@ impl Cluster {
         let api: Api<DynamicObject> = Api::all_with(self.kube.clone(), &ar);
         let obj = json!({"apiVersion": "kubeovn.io/v1", "kind": "Subnet",
             "metadata": {"name": name, "annotations": {"ovn.kubernetes.io/bgp": bgp}}, "spec": {"cidrBlock": cidr}});
-        api.patch(name, &PatchParams::apply("test").force(), &Patch::Apply(obj)).await?;
+        api.patch(name, &PatchParams::apply("test").force(), &Patch::Apply(obj))
+            .await?;
         let status = json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
-        api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await?;
+        api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+            .await?;
         Ok(())
     }
 
@@ -68,15 +76,23 @@ impl Cluster {
         for (k, v) in extra {
             ann[*k] = json!(v);
         }
-        let pod: Pod = serde_json::from_value(json!({"metadata": {"name": name, "namespace": "default", "annotations": ann},
-            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]}, "status": {"phase": "Running"}}))?;
-        Api::<Pod>::namespaced(self.kube.clone(), "default").create(&PostParams::default(), &pod).await?;
+        let pod: Pod = serde_json::from_value(
+            json!({"metadata": {"name": name, "namespace": "default", "annotations": ann},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]}, "status": {"phase": "Running"}}),
+        )?;
+        Api::<Pod>::namespaced(self.kube.clone(), "default")
+            .create(&PostParams::default(), &pod)
+            .await?;
         Ok(())
     }
 }
 
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 pub fn speaker(cluster: &Cluster, lab: &Lab, dir: &std::path::Path, extra: &[&str]) -> Result<Daemon> {
@@ -93,6 +109,11 @@ pub fn speaker(cluster: &Cluster, lab: &Lab, dir: &std::path::Path, extra: &[&st
         "--metrics-address=127.0.0.1".into(),
     ];
     args.extend(extra.iter().map(|s| (*s).to_owned()));
-    Daemon::spawn("speaker", env!("CARGO_BIN_EXE_kube-ovn-speaker"), &args, &dir.join("speaker.log"), &[])
+    Daemon::spawn(
+        "speaker",
+        env!("CARGO_BIN_EXE_kube-ovn-speaker"),
+        &args,
+        &dir.join("speaker.log"),
+        &[],
+    )
 }
-

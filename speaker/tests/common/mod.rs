@@ -9,6 +9,7 @@
 
 #![allow(dead_code, reason = "each test file uses a part")]
 
+pub mod birdctl;
 pub mod k8s;
 pub mod peers;
 

@@ -1,0 +1,379 @@
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use serde_json::{Value, json};
+
+use super::*;
+use crate::bgp::fsm::State;
+use crate::bgp::wire::{Family, LargeCommunity};
+
+fn spec(value: Value) -> BgpPeerSpec {
+    serde_json::from_value(value).unwrap()
+}
+
+fn minimal() -> Value {
+    json!({ "peerAddress": "10.0.0.1", "peerASN": 65001 })
+}
+
+fn with(extra: &Value) -> BgpPeerSpec {
+    let mut v = minimal();
+    v.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    spec(v)
+}
+
+fn error(extra: &Value) -> String {
+    with(extra).validate().unwrap_err().to_string()
+}
+
+fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+#[test]
+fn minimal_spec_takes_the_defaults() {
+    let peer = spec(minimal()).validate().unwrap();
+    assert_eq!(peer.address, IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)));
+    assert_eq!(peer.port, 179);
+    assert_eq!(peer.peer_asn, 65001);
+    assert_eq!(peer.local_asn, None);
+    assert_eq!(peer.local_asn_or(65000).unwrap(), 65000);
+    assert_eq!(peer.families, vec![Family::Ipv4Unicast]);
+    assert!(peer.communities.is_empty() && peer.password.is_none() && peer.bfd.is_none());
+    assert!(peer.selects(&labels(&[])));
+    let v6 = with(&json!({ "peerAddress": "fd00::1" })).validate().unwrap();
+    assert_eq!(v6.families, vec![Family::Ipv6Unicast]);
+}
+
+#[test]
+fn full_spec_parses() {
+    let peer = with(&json!({
+        "localASN": 65001,
+        "port": 1179,
+        "passwordSecretRef": { "name": "tor", "namespace": "kube-system" },
+        "holdTime": 9, "keepaliveTime": 3, "passive": true, "ebgpMultihop": 3,
+        "families": ["ipv4-unicast", "ipv6-unicast"],
+        "communities": ["65000:100", "no-export", "NO-ADVERTISE", "no-export-subconfed", "blackhole"],
+        "largeCommunities": ["4200000000:1:2"],
+        "localPref": 200, "med": 10, "gracefulRestart": true,
+        "bfd": { "enabled": true, "minTxMs": 300, "multiplier": 5 },
+    }))
+    .validate()
+    .unwrap();
+    assert_eq!(peer.port, 1179);
+    assert_eq!(
+        peer.password,
+        Some(PasswordRef {
+            namespace: "kube-system".into(),
+            name: "tor".into(),
+            key: "password".into()
+        })
+    );
+    assert_eq!((peer.hold_time, peer.keepalive_time), (Some(9), Some(3)));
+    assert_eq!(peer.families, vec![Family::Ipv4Unicast, Family::Ipv6Unicast]);
+    assert_eq!(
+        peer.communities,
+        vec![
+            (65000 << 16) | 0x64,
+            0xFFFF_FF01,
+            0xFFFF_FF02,
+            0xFFFF_FF03,
+            0xFFFF_029A
+        ]
+    );
+    assert_eq!(
+        peer.large_communities,
+        vec![LargeCommunity {
+            global_admin: 4_200_000_000,
+            local_data1: 1,
+            local_data2: 2
+        }]
+    );
+    assert_eq!(peer.local_asn_or(1).unwrap(), 65001);
+    let bfd = peer.bfd.unwrap();
+    assert_eq!(bfd.desired_min_tx, Duration::from_millis(300));
+    assert_eq!(bfd.required_min_rx, Duration::from_secs(1));
+    assert_eq!(bfd.detect_mult, 5);
+}
+
+#[test]
+fn errors_name_the_field() {
+    let cases = [
+        (
+            json!({ "peerAddress": "10.0.0.300" }),
+            "spec.peerAddress: \"10.0.0.300\" is not an IP address",
+        ),
+        (
+            json!({ "peerAddress": "224.0.0.5" }),
+            "spec.peerAddress: 224.0.0.5 is not a unicast address",
+        ),
+        (json!({ "peerASN": 0 }), "spec.peerASN: AS 0 is reserved"),
+        (json!({ "localASN": 0 }), "spec.localASN: AS 0 is reserved"),
+        (json!({ "port": 0 }), "spec.port: must not be 0"),
+        (json!({ "holdTime": 2 }), "spec.holdTime: must be 0 or at least 3"),
+        (
+            json!({ "holdTime": 9, "keepaliveTime": 9 }),
+            "spec.keepaliveTime: 9s must be less than holdTime (9s)",
+        ),
+        (
+            json!({ "holdTime": 0, "keepaliveTime": 3 }),
+            "spec.keepaliveTime: must be absent when holdTime is 0",
+        ),
+        (json!({ "ebgpMultihop": 0 }), "spec.ebgpMultihop:"),
+        (json!({ "families": [] }), "spec.families: must not be empty"),
+        (
+            json!({ "families": ["ipv4-unicast", "l2vpn-evpn"] }),
+            "spec.families[1]: \"l2vpn-evpn\" is not one of",
+        ),
+        (
+            json!({ "families": ["ipv6-unicast", "ipv6-unicast"] }),
+            "spec.families[1]: \"ipv6-unicast\" is listed twice",
+        ),
+        (
+            json!({ "communities": ["1:1", "2:2", "65536:1"] }),
+            "spec.communities[2]: \"65536:1\" is not a valid community",
+        ),
+        (
+            json!({ "communities": ["no-export-please"] }),
+            "spec.communities[0]:",
+        ),
+        (
+            json!({ "largeCommunities": ["1:2"] }),
+            "spec.largeCommunities[0]: \"1:2\" is not a valid large community",
+        ),
+        (
+            json!({ "largeCommunities": ["1:2:4294967296"] }),
+            "spec.largeCommunities[0]:",
+        ),
+        (
+            json!({ "largeCommunities": ["1:2:3:4"] }),
+            "spec.largeCommunities[0]:",
+        ),
+        (
+            json!({ "localASN": 65000, "localPref": 50 }),
+            "spec.localPref: only sent to internal peers",
+        ),
+        (
+            json!({ "passwordSecretRef": { "name": "", "namespace": "ns" } }),
+            "spec.passwordSecretRef.name: must not be empty",
+        ),
+        (
+            json!({ "bfd": { "enabled": true, "minRxMs": 0 } }),
+            "spec.bfd.minRxMs:",
+        ),
+        (
+            json!({ "bfd": { "enabled": true, "multiplier": 0 } }),
+            "spec.bfd.multiplier:",
+        ),
+        (
+            json!({ "nodeSelector": { "matchExpressions": [{ "key": "a", "operator": "Equals" }] } }),
+            "spec.nodeSelector.matchExpressions[0].operator: \"Equals\" is not one of",
+        ),
+        (
+            json!({ "nodeSelector": { "matchExpressions": [{ "key": "a", "operator": "In" }] } }),
+            "spec.nodeSelector.matchExpressions[0].values: must not be empty for In",
+        ),
+        (
+            json!({ "nodeSelector": { "matchExpressions": [{ "key": "a", "operator": "Exists", "values": ["x"] }] } }),
+            "spec.nodeSelector.matchExpressions[0].values: must be empty for Exists",
+        ),
+    ];
+    for (extra, want) in cases {
+        let got = error(&extra);
+        assert!(got.starts_with(want), "{extra}: got {got:?}, want {want:?}…");
+    }
+    // A disabled BFD block is not checked; localPref with the default local AS is checked when
+    // the speaker's AS is known.
+    assert!(
+        with(&json!({ "bfd": { "enabled": false, "minRxMs": 0 } }))
+            .validate()
+            .is_ok()
+    );
+    let peer = with(&json!({ "localPref": 50 })).validate().unwrap();
+    assert_eq!(peer.local_asn_or(65001).unwrap(), 65001);
+    assert!(
+        peer.local_asn_or(65000)
+            .unwrap_err()
+            .to_string()
+            .starts_with("spec.localPref:")
+    );
+}
+
+#[test]
+fn communities_parse_by_rfc_1997_and_8092() {
+    assert_eq!(parse_community("0:0"), Some(0));
+    assert_eq!(parse_community("65535:65535"), Some(u32::MAX));
+    assert_eq!(parse_community(" 1:2 "), Some(0x0001_0002));
+    for bad in [
+        "", "1", "1:", ":1", "1:2:3", "-1:2", "+1:2", "1 :2", "65536:0", "0:65536", "0x1:2",
+    ] {
+        assert_eq!(parse_community(bad), None, "{bad:?}");
+    }
+    assert_eq!(
+        parse_large_community("4294967295:0:7"),
+        Some(LargeCommunity {
+            global_admin: u32::MAX,
+            local_data1: 0,
+            local_data2: 7
+        })
+    );
+    for bad in ["1:2", "1:2:", "1:2:3:", "a:b:c", "1:-2:3", "4294967296:0:0"] {
+        assert_eq!(parse_large_community(bad), None, "{bad:?}");
+    }
+}
+
+fn requirement(key: &str, operator: &str, values: &[&str]) -> LabelSelectorRequirement {
+    LabelSelectorRequirement {
+        key: key.into(),
+        operator: operator.into(),
+        values: (!values.is_empty()).then(|| values.iter().map(|v| (*v).to_owned()).collect()),
+    }
+}
+
+#[test]
+fn selectors_follow_kubernetes_semantics() {
+    let selector = LabelSelector {
+        match_labels: Some(labels(&[("rack", "r1")])),
+        match_expressions: Some(vec![
+            requirement("zone", "In", &["a", "b"]),
+            requirement("tier", "NotIn", &["edge"]),
+            requirement("ovn.kubernetes.io/bgp", "Exists", &[]),
+            requirement("drain", "DoesNotExist", &[]),
+        ]),
+    };
+    let s = Selector::parse(Some(&selector), "spec.nodeSelector").unwrap();
+    let base = [("rack", "r1"), ("zone", "a"), ("ovn.kubernetes.io/bgp", "true")];
+    assert!(s.selects(&labels(&base)));
+    let plus = |extra: (&'static str, &'static str)| {
+        let mut l = labels(&base);
+        l.insert(extra.0.into(), extra.1.into());
+        s.selects(&l)
+    };
+    assert!(plus(("tier", "core")), "NotIn holds for another value");
+    assert!(!plus(("tier", "edge")), "NotIn fails for a listed value");
+    assert!(
+        !plus(("drain", "")),
+        "DoesNotExist fails for a present key, even empty"
+    );
+    assert!(!plus(("rack", "r2")), "matchLabels is equality");
+    assert!(!plus(("zone", "c")), "In fails for another value");
+    assert!(
+        !s.selects(&labels(&[("rack", "r1"), ("ovn.kubernetes.io/bgp", "true")])),
+        "In needs the key"
+    );
+    assert!(
+        !s.selects(&labels(&[("rack", "r1"), ("zone", "b")])),
+        "Exists needs the key"
+    );
+    // Absent and empty selectors take every node.
+    for empty in [None, Some(LabelSelector::default())] {
+        let s = Selector::parse(empty.as_ref(), "f").unwrap();
+        assert!(s.selects(&labels(&[])) && s.selects(&labels(&[("a", "b")])));
+    }
+}
+
+fn peer_status(state: State) -> PeerStatus {
+    let mut status = PeerStatus::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)));
+    status.state = state;
+    status
+}
+
+#[test]
+fn status_patch_sets_one_node_and_clears_stale_values() {
+    let now = SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_500);
+    let mut up = peer_status(State::Established);
+    up.established_at = Some(SystemTime::UNIX_EPOCH + Duration::from_secs(1_699_999_000));
+    up.prefixes_sent = 42;
+    assert_eq!(
+        status_patch_at("node-a", &up, now),
+        json!({ "status": { "nodes": { "node-a": {
+            "state": "Established",
+            "establishedAt": "2023-11-14T21:56:40Z",
+            "prefixesSent": 42,
+            "lastError": null,
+            "updatedAt": "2023-11-14T22:13:20Z",
+        } } } })
+    );
+    let mut down = peer_status(State::Active);
+    down.established_at = up.established_at; // a stale time is not reported once down
+    down.last_error = Some("connection refused".into());
+    let patch = status_patch_at("node-b", &down, now);
+    let entry = &patch["status"]["nodes"]["node-b"];
+    assert_eq!(entry["state"], "Active");
+    assert_eq!(entry["establishedAt"], Value::Null);
+    assert_eq!(entry["lastError"], "connection refused");
+    assert_eq!(entry["prefixesSent"], 0);
+    assert_eq!(
+        remove_node_patch("node-b"),
+        json!({ "status": { "nodes": { "node-b": null } } })
+    );
+}
+
+#[test]
+fn summary_counts_established_nodes() {
+    let mut peer = BgpPeer::new("tor", spec(minimal()));
+    peer.metadata.resource_version = Some("7".into());
+    let now = SystemTime::UNIX_EPOCH;
+    let patch = status_patch_with_summary("a", &peer_status(State::Established), &peer, now);
+    assert_eq!(patch["status"]["established"], "1/1");
+    assert_eq!(patch["metadata"]["resourceVersion"], "7");
+    let mut status = BgpPeerStatus::default();
+    status.nodes.insert(
+        "a".into(),
+        NodeStatus {
+            state: Some("Established".into()),
+            ..Default::default()
+        },
+    );
+    status.nodes.insert(
+        "b".into(),
+        NodeStatus {
+            state: Some("Connect".into()),
+            ..Default::default()
+        },
+    );
+    peer.status = Some(status);
+    let patch = status_patch_with_summary("c", &peer_status(State::Established), &peer, now);
+    assert_eq!(patch["status"]["established"], "2/3");
+    let patch = status_patch_with_summary("a", &peer_status(State::Idle), &peer, now);
+    assert_eq!(patch["status"]["established"], "0/2");
+}
+
+#[test]
+fn crd_has_names_scope_columns_and_no_nullable() {
+    let crd = crd();
+    assert_eq!(crd.metadata.name.as_deref(), Some(CRD_NAME));
+    assert_eq!(crd.spec.group, GROUP);
+    assert_eq!(crd.spec.scope, "Cluster");
+    assert_eq!(crd.spec.names.kind, "BgpPeer");
+    assert_eq!(crd.spec.names.short_names, Some(vec!["bgpp".to_owned()]));
+    let version = &crd.spec.versions[0];
+    assert_eq!(version.name, VERSION);
+    assert!(version.subresources.as_ref().unwrap().status.is_some());
+    let columns: Vec<_> = version
+        .additional_printer_columns
+        .iter()
+        .flatten()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(columns, ["Peer", "ASN", "Established", "Age"]);
+    let text = serde_json::to_string(&crd).unwrap();
+    assert!(
+        !text.contains("nullable") && !text.contains("\"title\""),
+        "{text}"
+    );
+    let schema = serde_json::to_value(version.schema.as_ref().unwrap()).unwrap();
+    let spec = &schema["openAPIV3Schema"]["properties"]["spec"];
+    assert_eq!(spec["required"], json!(["peerASN", "peerAddress"]));
+    assert_eq!(
+        spec["properties"]["peerASN"]["maximum"].as_f64(),
+        Some(4_294_967_295.0)
+    );
+    assert!(spec["properties"]["nodeSelector"]["properties"]["matchExpressions"].is_object());
+}
