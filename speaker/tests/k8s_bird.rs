@@ -12,12 +12,12 @@ use common::{Lab, NODE_AS, NODE_V4, TOR_V4};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube_ovn_testkit::{Daemon, wait_until};
+use kube_ovn_testkit::wait_until;
 use serde_json::{Value, json};
 
 const WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
-fn wait_route(bird: &Bird, speaker: &Daemon, prefix: &str, present: bool) -> Result<()> {
+fn wait_route(bird: &Bird, speaker: &common::k8s::Speaker, prefix: &str, present: bool) -> Result<()> {
     let what = format!(
         "{prefix} {} in the ToR's table",
         if present { "present" } else { "absent" }
@@ -100,6 +100,6 @@ async fn the_bgp_annotation_decides_what_the_tor_learns() -> Result<()> {
     })
     .with_context(|| speaker.log_tail(20))?;
     assert!(bird.established()?, "the session stayed up");
-    speaker.check_alive()?;
+    speaker.daemon.check_alive()?;
     Ok(())
 }

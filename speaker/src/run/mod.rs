@@ -16,26 +16,29 @@
 //! cluster both are the host's (hostNetwork DaemonSet); in tests and the lab a node is a network
 //! namespace and the API emulator is on the host's loopback.
 
+mod crd_peers;
 pub mod nexthop;
 pub mod peers;
 mod state;
+mod tasks;
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, PoisonError, RwLock};
 
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::Api;
 use kube_ovn_api::crd::{IptablesEIP, Subnet};
 use kube_ovn_dataplane::{Netlink, Netns};
 use kube_ovn_support::Watched;
 use tokio::runtime::Handle;
+use tokio::sync::watch;
 
-use crate::announce::{self, Objects, Scope};
-use crate::bfd::Bfd;
+use crate::bfd::{Bfd, BfdHandle};
 use crate::config::Config;
+use crate::crd::BgpPeer;
 use crate::driver::{PeerHandle, Speaker, SpeakerConfig};
+use crate::metrics::Metrics;
 use peers::PeerPlan;
 
 /// Why the speaker stopped or could not start.
@@ -68,14 +71,6 @@ pub enum RunError {
     },
 }
 
-/// A running peer as the run loop keeps it.
-pub struct RunningPeer {
-    /// The driver handle.
-    pub handle: PeerHandle,
-    /// What it was built from.
-    pub plan: PeerPlan,
-}
-
 /// Where BGP sockets live.
 #[derive(Clone)]
 pub struct BgpPlace {
@@ -93,6 +88,151 @@ async fn on_bgp<T: Send + 'static>(place: &BgpPlace, f: impl FnOnce() -> T + Sen
         .expect("a BGP-side task panicked")
 }
 
+/// What every task needs.
+pub struct Runtime {
+    /// Validated flags.
+    pub config: Config,
+    /// The API.
+    pub kube: kube::Client,
+    /// Where BGP sockets live.
+    pub place: BgpPlace,
+    /// The BGP driver.
+    pub speaker: Arc<Speaker>,
+    /// BFD sessions.
+    pub bfd: Arc<Bfd>,
+    /// Route lookups in the BGP namespace.
+    pub netlink: Netlink,
+    /// This process restarted within the graceful-restart time.
+    pub restarting: bool,
+    /// Prometheus metrics.
+    pub metrics: Metrics,
+}
+
+/// Aborts the task when dropped, so a removed peer takes its helpers with it.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A running peer as the run loop keeps it.
+pub struct RunningPeer {
+    /// The driver handle.
+    pub handle: PeerHandle,
+    /// What it was built from.
+    pub plan: PeerPlan,
+    /// Its BFD session, when BFD is on for it (dropping it tells the peer AdminDown).
+    pub bfd: Option<BfdHandle>,
+    _tasks: Vec<AbortOnDrop>,
+}
+
+/// The peers now configured, from flags and from BgpPeers; tasks iterate it on every pass and
+/// its counter wakes the routes task when a peer comes or goes.
+#[derive(Default)]
+pub struct PeerSet {
+    peers: RwLock<BTreeMap<IpAddr, Arc<RunningPeer>>>,
+    changed: watch::Sender<u64>,
+}
+
+impl PeerSet {
+    /// Every running peer.
+    pub fn all(&self) -> Vec<Arc<RunningPeer>> {
+        self.peers
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Whether a peer with this address runs.
+    pub fn contains(&self, address: IpAddr) -> bool {
+        self.peers
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(&address)
+    }
+
+    /// Marked changed when a peer is added or removed.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// Starts a peer (and its BFD session and, for a BgpPeer, its status writer).
+    pub async fn add(&self, rt: &Runtime, plan: PeerPlan, crd_name: Option<String>) -> Result<(), RunError> {
+        let address = plan.config.address;
+        let speaker = rt.speaker.clone();
+        let peer_config = plan.config.clone();
+        let handle = on_bgp(&rt.place, move || speaker.add_peer(peer_config)).await?;
+        let mut tasks = Vec::new();
+        let mut bfd = None;
+        if let Some(timers) = plan.bfd {
+            let local = match plan.config.local_address {
+                Some(l) => Some(l),
+                None => rt.netlink.source_toward(address).await?,
+            };
+            let local =
+                local.ok_or_else(|| RunError::Config(format!("BFD: no route toward peer {address}")))?;
+            let b = rt.bfd.clone();
+            let session = on_bgp(&rt.place, move || b.add_session(address, local, timers))
+                .await
+                .map_err(|source| RunError::Bfd {
+                    peer: address,
+                    source,
+                })?;
+            tasks.push(AbortOnDrop(tokio::spawn(tasks::bfd(
+                handle.clone(),
+                address,
+                session.subscribe(),
+            ))));
+            bfd = Some(session);
+        }
+        if let Some(name) = crd_name {
+            let status = handle.watch_status();
+            let (kube, node) = (rt.kube.clone(), rt.config.flags.node_name.clone());
+            tasks.push(AbortOnDrop(tokio::spawn(crd_peers::status_task(
+                kube, name, node, status,
+            ))));
+        }
+        tracing::info!(peer = %address, source = %plan.source, "peer added");
+        let peer = Arc::new(RunningPeer {
+            handle,
+            plan,
+            bfd,
+            _tasks: tasks,
+        });
+        self.peers
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(address, peer);
+        self.changed.send_modify(|g| *g += 1);
+        Ok(())
+    }
+
+    /// Stops a peer with Cease "peer de-configured" (RFC 4486 6/3).
+    pub async fn remove(&self, rt: &Runtime, address: IpAddr) {
+        let removed = self
+            .peers
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&address);
+        if removed.is_some() {
+            let speaker = rt.speaker.clone();
+            let done = rt
+                .place
+                .runtime
+                .spawn(async move { speaker.remove_peer(address).await })
+                .await;
+            if let Ok(Err(e)) = done {
+                tracing::warn!(peer = %address, error = %e, "peer removal");
+            }
+            self.changed.send_modify(|g| *g += 1);
+        }
+    }
+}
+
 /// Runs the speaker until `shutdown` completes; `side_tasks` run beside it (the NAT seam).
 pub async fn run(
     config: Config,
@@ -107,14 +247,12 @@ pub async fn run(
     if restarting {
         tracing::info!("restarted within the graceful-restart time: the first sessions carry the R bit");
     }
-
     // Kube-OVN's --allowed-source-addresses: the kernel's source toward each peer must be one of
     // them, and it is then pinned as the session's local address (and so the next hop).
     let mut pinned = BTreeMap::new();
     if !config.allowed_sources.is_empty() {
         for &peer in &config.neighbors {
-            let source = netlink.source_toward(peer).await?;
-            match source {
+            match netlink.source_toward(peer).await? {
                 Some(src) if config.allowed_sources.contains(&src) => {
                     pinned.insert(peer, src);
                 }
@@ -127,7 +265,6 @@ pub async fn run(
         }
     }
     let plans = peers::from_flags(&config, restarting, |p| pinned.get(&p).copied());
-
     let listen: Vec<SocketAddr> = if flags.passivemode {
         vec![SocketAddr::new(flags.listen_address, flags.bgp_port)]
     } else {
@@ -137,181 +274,65 @@ pub async fn run(
         listen,
         allowed_sources: None,
     };
-    let speaker = on_bgp(&place, move || Speaker::new(speaker_config)).await?;
-    let speaker = Arc::new(speaker);
-    let bfd = Arc::new(Bfd::new());
-    let mut running: Vec<Arc<RunningPeer>> = Vec::new();
+    let speaker = Arc::new(on_bgp(&place, move || Speaker::new(speaker_config)).await?);
+    let rt = Arc::new(Runtime {
+        config: config.clone(),
+        kube: kube.clone(),
+        place: place.clone(),
+        speaker,
+        bfd: Arc::new(Bfd::new()),
+        netlink: netlink.clone(),
+        restarting,
+        metrics: Metrics::new(),
+    });
+    let peers = Arc::new(PeerSet::default());
     for plan in plans {
-        let s = speaker.clone();
-        let peer_config = plan.config.clone();
-        let handle = on_bgp(&place, move || s.add_peer(peer_config)).await?;
-        tracing::info!(peer = %plan.config.address, source = %plan.source, "peer added");
-        running.push(Arc::new(RunningPeer { handle, plan }));
+        peers.add(&rt, plan, None).await?;
     }
 
-    let pods: Watched<Pod> = Watched::start(
+    let watched = tasks::Objects {
+        pods: Watched::<Pod>::start(
+            Api::all(kube.clone()),
+            Some("spec.hostNetwork=false".into()),
+            None,
+        ),
+        subnets: Watched::<Subnet>::start(Api::all(kube.clone()), None, None),
+        services: Watched::<Service>::start(Api::all(kube.clone()), None, None),
+        eips: Watched::<IptablesEIP>::start(Api::all(kube.clone()), None, None),
+    };
+    let bgp_peers: Watched<BgpPeer> = Watched::start(Api::all(kube.clone()), None, None);
+    let nodes: Watched<Node> = Watched::start(
         Api::all(kube.clone()),
-        Some("spec.hostNetwork=false".into()),
+        Some(format!("metadata.name={}", flags.node_name)),
         None,
     );
-    let subnets: Watched<Subnet> = Watched::start(Api::all(kube.clone()), None, None);
-    let services: Watched<Service> = Watched::start(Api::all(kube.clone()), None, None);
-    let eips: Watched<IptablesEIP> = Watched::start(Api::all(kube.clone()), None, None);
+    let metrics_listener = tokio::net::TcpListener::bind((flags.metrics_address, flags.pprof_port))
+        .await
+        .map_err(|source| RunError::Io {
+            what: format!("bind --pprof-port {}", flags.pprof_port),
+            source,
+        })?;
 
     let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn(routes_task(
-        config.clone(),
-        running.clone(),
-        pods,
-        subnets,
-        services,
-        eips,
-    ));
-    tasks.spawn(nexthop::task(config.clone(), running.clone(), netlink.clone()));
-    for peer in &running {
-        if let Some(timers) = peer.plan.bfd {
-            let local = match peer.plan.config.local_address {
-                Some(l) => Some(l),
-                None => netlink.source_toward(peer.plan.config.address).await?,
-            };
-            let Some(local) = local else {
-                return Err(RunError::Config(format!(
-                    "--enable-bfd: no route toward peer {}",
-                    peer.plan.config.address
-                )));
-            };
-            let (b, address) = (bfd.clone(), peer.plan.config.address);
-            let session = place
-                .runtime
-                .spawn(async move { b.add_session(address, local, timers) })
-                .await
-                .expect("BFD setup task")
-                .map_err(|source| RunError::Bfd {
-                    peer: address,
-                    source,
-                })?;
-            tasks.spawn(bfd_task(peer.clone(), session));
-        }
-    }
+    tasks.spawn(tasks::routes(config.clone(), peers.clone(), watched));
+    tasks.spawn(nexthop::task(config.clone(), peers.clone(), netlink.clone()));
+    tasks.spawn(crd_peers::task(rt.clone(), peers.clone(), bgp_peers, nodes));
     tasks.spawn(state::heartbeat(flags.state_dir.clone()));
     for side in side_tasks {
         tasks.spawn(side);
     }
-    tasks.spawn(metrics_server(config.clone(), running.clone(), place.clone()));
+    let app = tasks::metrics_router(rt.clone(), peers.clone());
+    tasks.spawn(async move {
+        if let Err(e) = axum::serve(metrics_listener, app).await {
+            tracing::error!(error = %e, "metrics server stopped");
+        }
+    });
     shutdown.await;
     tracing::info!("stopping: peers get Cease/administrative shutdown");
     tasks.shutdown().await;
-    for peer in &running {
+    for peer in peers.all() {
         let _ = peer.handle.shutdown("kube-ovn-speaker stopping").await;
     }
     state::clean_stop(&flags.state_dir);
     Ok(())
-}
-
-/// Recomputes the desired prefixes on every change of a watched kind and hands each peer the
-/// whole set (the Adj-RIB-Out sends only the difference). A burst of events is one pass: the
-/// tick receivers only say "changed since you last looked".
-async fn routes_task(
-    config: Config,
-    peers: Vec<Arc<RunningPeer>>,
-    pods: Watched<Pod>,
-    subnets: Watched<Subnet>,
-    services: Watched<Service>,
-    eips: Watched<IptablesEIP>,
-) {
-    let (mut p, mut s, mut v, mut e) = (
-        pods.changes(),
-        subnets.changes(),
-        services.changes(),
-        eips.changes(),
-    );
-    let wait = Duration::from_hours(1);
-    for (watched_ok, what) in [
-        (pods.synced(wait).await, "pods"),
-        (subnets.synced(wait).await, "subnets"),
-        (services.synced(wait).await, "services"),
-        (eips.synced(wait).await, "iptables-eips"),
-    ] {
-        if !watched_ok {
-            tracing::warn!(what, "cache not filled within an hour; announcing what is there");
-        }
-    }
-    let mut ready_sent = false;
-    let resync = config.flags.resync_period;
-    loop {
-        let (pods_now, subnets_now, services_now, eips_now) =
-            (pods.all(), subnets.all(), services.all(), eips.all());
-        let objects = Objects {
-            pods: &pods_now,
-            subnets: &subnets_now,
-            services: &services_now,
-            eips: &eips_now,
-        };
-        let scope = Scope {
-            node_name: &config.flags.node_name,
-            announce_cluster_ip: config.flags.announce_cluster_ip,
-        };
-        let desired = announce::desired(&objects, &scope);
-        for skipped in &desired.skipped {
-            tracing::warn!(object = %skipped.object, error = %skipped.error, "not announced");
-        }
-        for peer in &peers {
-            let families = &peer.plan.config.session.families;
-            let routes = desired
-                .prefixes
-                .keys()
-                .filter(|p| {
-                    families.contains(&if p.addr().is_ipv4() {
-                        crate::bgp::wire::Family::Ipv4Unicast
-                    } else {
-                        crate::bgp::wire::Family::Ipv6Unicast
-                    })
-                })
-                .map(|p| (*p, peer.plan.attributes.clone()));
-            if let Err(e) = peer.handle.replace_all(routes) {
-                tracing::warn!(peer = %peer.plan.config.address, error = %e, "routes not handed to the peer");
-            }
-            if !ready_sent && let Err(e) = peer.handle.set_ready() {
-                tracing::warn!(peer = %peer.plan.config.address, error = %e, "set_ready failed");
-            }
-        }
-        if !ready_sent {
-            tracing::info!(
-                prefixes = desired.prefixes.len(),
-                "caches synced; initial table handed to every peer"
-            );
-            ready_sent = true;
-        }
-        tokio::select! {
-            _ = p.changed() => {}
-            _ = s.changed() => {}
-            _ = v.changed() => {}
-            _ = e.changed() => {}
-            () = tokio::time::sleep(resync) => {}
-        }
-    }
-}
-
-/// Ties a peer's BGP session to its BFD session: BFD failing brings the session down (Cease,
-/// routes withdrawn by the peer); BFD Up again lets it reconnect.
-async fn bfd_task(peer: Arc<RunningPeer>, session: crate::bfd::BfdHandle) {
-    let mut status = session.subscribe();
-    let mut last = *status.borrow();
-    while status.changed().await.is_ok() {
-        let now = *status.borrow();
-        if now.is_failure_after(&last) {
-            tracing::warn!(peer = %peer.plan.config.address, diag = ?now.diag, "BFD down: bringing the BGP session down");
-            let _ = peer.handle.bfd_down();
-        } else if now.state == crate::bfd::State::Up && last.state != crate::bfd::State::Up {
-            tracing::info!(peer = %peer.plan.config.address, "BFD up");
-            let _ = peer.handle.bfd_up();
-        }
-        last = now;
-    }
-    drop(session);
-}
-
-async fn metrics_server(config: Config, peers: Vec<Arc<RunningPeer>>, place: BgpPlace) {
-    let _ = (&config, &peers, &place);
-    std::future::pending::<()>().await;
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use kube_ovn_dataplane::Netlink;
 
-use super::RunningPeer;
+use super::PeerSet;
 use crate::config::Config;
 
 const PERIOD: Duration = Duration::from_secs(2);
@@ -31,16 +31,19 @@ pub fn choose(
 }
 
 /// Follows the kernel's choice for every peer.
-pub async fn task(config: Config, peers: Vec<Arc<RunningPeer>>, netlink: Netlink) {
+pub async fn task(config: Config, peers: Arc<PeerSet>, netlink: Netlink) {
     let pod_ips: Vec<IpAddr> = std::env::var("POD_IPS")
         .or_else(|_| std::env::var("POD_IP"))
         .unwrap_or_default()
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
         .collect();
-    let mut current: Vec<Option<IpAddr>> = vec![None; peers.len()];
+    let mut current: std::collections::BTreeMap<IpAddr, Option<IpAddr>> = std::collections::BTreeMap::new();
     loop {
-        for (peer, last) in peers.iter().zip(current.iter_mut()) {
+        let all = peers.all();
+        current.retain(|a, _| all.iter().any(|p| p.plan.config.address == *a));
+        for peer in all {
+            let last = current.entry(peer.plan.config.address).or_default();
             let address = peer.plan.config.address;
             let source = match netlink.source_toward(address).await {
                 Ok(s) => s,

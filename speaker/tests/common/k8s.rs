@@ -15,6 +15,16 @@ use serde_json::json;
 
 use super::{Lab, NODE_AS, NODE_V4, TOR_AS, TOR_V4};
 
+/// Where the speaker's metrics are, by the port it was given.
+pub fn metrics(port: u16) -> Result<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}
+
 /// The emulator, served on 127.0.0.1, with the project's CRDs.
 pub struct Cluster {
     _api: ApiServer,
@@ -95,25 +105,61 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-pub fn speaker(cluster: &Cluster, lab: &Lab, dir: &std::path::Path, extra: &[&str]) -> Result<Daemon> {
+/// The speaker with the ToR as its flag peer (Kube-OVN's way); `extra` flags follow.
+pub fn speaker(cluster: &Cluster, lab: &Lab, dir: &std::path::Path, extra: &[&str]) -> Result<Speaker> {
+    let mut args = vec![
+        format!("--neighbor-as={TOR_AS}"),
+        format!("--neighbor-address={TOR_V4}"),
+    ];
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    speaker_without_peers(cluster, lab, dir, &args)
+}
+
+/// The speaker with no flag peers (BgpPeer objects may give it some).
+pub fn speaker_without_peers(
+    cluster: &Cluster,
+    lab: &Lab,
+    dir: &std::path::Path,
+    extra: &[&str],
+) -> Result<Speaker> {
+    let port = free_port();
     let mut args = vec![
         format!("--kubeconfig={}", cluster.kubeconfig.display()),
         "--node-name=n1".into(),
         format!("--cluster-as={NODE_AS}"),
-        format!("--neighbor-as={TOR_AS}"),
-        format!("--neighbor-address={TOR_V4}"),
         format!("--router-id={NODE_V4}"),
         format!("--bgp-netns={}", lab.node.path().display()),
         format!("--state-dir={}", dir.join("state").display()),
-        format!("--pprof-port={}", free_port()),
+        format!("--pprof-port={port}"),
         "--metrics-address=127.0.0.1".into(),
     ];
     args.extend(extra.iter().map(|s| (*s).to_owned()));
-    Daemon::spawn(
+    let daemon = Daemon::spawn(
         "speaker",
         env!("CARGO_BIN_EXE_kube-ovn-speaker"),
         &args,
         &dir.join("speaker.log"),
         &[],
-    )
+    )?;
+    Ok(Speaker {
+        daemon,
+        metrics_port: port,
+    })
+}
+
+/// A speaker process and where its metrics are.
+pub struct Speaker {
+    pub daemon: Daemon,
+    pub metrics_port: u16,
+}
+
+impl Speaker {
+    pub fn log_tail(&self, n: usize) -> String {
+        self.daemon.log_tail(n)
+    }
+
+    pub fn metrics(&self) -> Result<String> {
+        metrics(self.metrics_port)
+    }
 }

@@ -1,0 +1,173 @@
+//! The run loop's long-lived tasks: routes (watches → every peer's Adj-RIB-Out), BFD → BGP,
+//! and the metrics endpoint.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube_ovn_api::crd::{IptablesEIP, Subnet};
+use kube_ovn_support::Watched;
+use tokio::sync::watch;
+
+use super::{PeerSet, Runtime};
+use crate::announce::{self, Scope};
+use crate::bfd::BfdHandle;
+use crate::bgp::wire::Family;
+use crate::config::Config;
+use crate::driver::PeerHandle;
+use crate::metrics::Snapshot;
+
+/// The watched kinds announcements come from.
+pub struct Objects {
+    pub pods: Watched<Pod>,
+    pub subnets: Watched<Subnet>,
+    pub services: Watched<Service>,
+    pub eips: Watched<IptablesEIP>,
+}
+
+fn family(prefix: &ipnet::IpNet) -> Family {
+    if prefix.addr().is_ipv4() {
+        Family::Ipv4Unicast
+    } else {
+        Family::Ipv6Unicast
+    }
+}
+
+/// Recomputes the desired prefixes on every change of a watched kind (or of the peer set) and
+/// hands each peer the whole set; the Adj-RIB-Out sends only the difference. A burst of events
+/// is one pass: the tick receivers only say "changed since you last looked". Nothing is
+/// marked ready (so no End-of-RIB goes out) before every cache has its first list.
+pub async fn routes(config: Config, peers: Arc<PeerSet>, objects: Objects) {
+    let Objects {
+        pods,
+        subnets,
+        services,
+        eips,
+    } = objects;
+    let (mut p, mut s, mut v, mut e) = (
+        pods.changes(),
+        subnets.changes(),
+        services.changes(),
+        eips.changes(),
+    );
+    let mut peer_changes = peers.changes();
+    let wait = Duration::from_hours(1);
+    for (synced, what) in [
+        (pods.synced(wait).await, "pods"),
+        (subnets.synced(wait).await, "subnets"),
+        (services.synced(wait).await, "services"),
+        (eips.synced(wait).await, "iptables-eips"),
+    ] {
+        if !synced {
+            tracing::warn!(what, "cache not filled within an hour; announcing what is there");
+        }
+    }
+    let mut first = true;
+    loop {
+        let (pods_now, subnets_now, services_now, eips_now) =
+            (pods.all(), subnets.all(), services.all(), eips.all());
+        let objects = announce::Objects {
+            pods: &pods_now,
+            subnets: &subnets_now,
+            services: &services_now,
+            eips: &eips_now,
+        };
+        let scope = Scope {
+            node_name: &config.flags.node_name,
+            announce_cluster_ip: config.flags.announce_cluster_ip,
+        };
+        let desired = announce::desired(&objects, &scope);
+        for skipped in &desired.skipped {
+            tracing::warn!(object = %skipped.object, error = %skipped.error, "not announced");
+        }
+        for peer in peers.all() {
+            let families = &peer.plan.config.session.families;
+            let routes = desired
+                .prefixes
+                .keys()
+                .filter(|p| families.contains(&family(p)))
+                .map(|p| (*p, peer.plan.attributes.clone()));
+            if let Err(e) = peer.handle.replace_all(routes) {
+                tracing::warn!(peer = %peer.plan.config.address, error = %e, "routes not handed to the peer");
+            }
+            if !peer.handle.status().ready
+                && let Err(e) = peer.handle.set_ready()
+            {
+                tracing::warn!(peer = %peer.plan.config.address, error = %e, "set_ready failed");
+            }
+        }
+        if first {
+            tracing::info!(
+                prefixes = desired.prefixes.len(),
+                "caches synced; initial table handed to every peer"
+            );
+            first = false;
+        }
+        tokio::select! {
+            _ = p.changed() => {}
+            _ = s.changed() => {}
+            _ = v.changed() => {}
+            _ = e.changed() => {}
+            _ = peer_changes.changed() => {}
+            () = tokio::time::sleep(config.flags.resync_period) => {}
+        }
+    }
+}
+
+/// Ties a peer's BGP session to its BFD session: BFD failing brings the session down (Cease
+/// 6/10, routes withdrawn by the peer); BFD Up again lets it reconnect.
+pub async fn bfd(handle: PeerHandle, peer: IpAddr, mut status: watch::Receiver<crate::bfd::Status>) {
+    let mut last = *status.borrow();
+    while status.changed().await.is_ok() {
+        let now = *status.borrow();
+        if now.is_failure_after(&last) {
+            tracing::warn!(%peer, diag = ?now.diag, "BFD down: bringing the BGP session down");
+            let _ = handle.bfd_down();
+        } else if now.state == crate::bfd::State::Up && last.state != crate::bfd::State::Up {
+            tracing::info!(%peer, "BFD up");
+            let _ = handle.bfd_up();
+        }
+        last = now;
+    }
+}
+
+/// `/metrics` (refreshed from every peer at each scrape), `/healthz`.
+pub fn metrics_router(rt: Arc<Runtime>, peers: Arc<PeerSet>) -> axum::Router {
+    let scrape = move || {
+        let (rt, peers) = (rt.clone(), peers.clone());
+        async move {
+            let all = peers.all();
+            let snapshot = Snapshot {
+                peers: all
+                    .iter()
+                    .map(|p| {
+                        (
+                            p.plan.config.address,
+                            p.handle.status(),
+                            p.bfd.as_ref().map(BfdHandle::status),
+                        )
+                    })
+                    .collect(),
+                md5: kube_ovn_dataplane::tcp_md5::Md5Counters::read_in(&rt.place.netns).unwrap_or_default(),
+                bfd_server: all
+                    .iter()
+                    .any(|p| p.bfd.is_some())
+                    .then(|| rt.bfd.counters().into()),
+                bfd_sessions: all
+                    .iter()
+                    .filter_map(|p| {
+                        p.bfd
+                            .as_ref()
+                            .map(|b| (p.plan.config.address, b.counters().into()))
+                    })
+                    .collect(),
+            };
+            rt.metrics.refresh(&snapshot);
+            rt.metrics.encode()
+        }
+    };
+    axum::Router::new()
+        .route("/metrics", axum::routing::get(scrape))
+        .route("/healthz", axum::routing::get(|| async { "ok\n" }))
+}
