@@ -49,16 +49,16 @@ pub struct Flags {
     #[arg(long, env = "AUTH_PASSWORD", default_value = "", hide_env_values = true)]
     pub auth_password: String,
     /// Hold time (3s..65535s).
-    #[arg(long, env = "HOLDTIME", default_value = "90s", value_parser = parse_duration)]
+    #[arg(long, env = "HOLDTIME", default_value = "90s", value_parser = kube_ovn_support::parse_duration)]
     pub holdtime: Duration,
     /// Graceful restart (RFC 4724) as the restarting speaker.
     #[arg(long, env = "GRACEFUL_RESTART", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub graceful_restart: bool,
     /// Restart time advertised (1s..4095s).
-    #[arg(long, env = "GRACEFUL_RESTART_TIME", default_value = "90s", value_parser = parse_duration)]
+    #[arg(long, env = "GRACEFUL_RESTART_TIME", default_value = "90s", value_parser = kube_ovn_support::parse_duration)]
     pub graceful_restart_time: Duration,
     /// How long to hold UPDATEs after a restart waiting for the caches (1s..18h).
-    #[arg(long, env = "GRACEFUL_RESTART_DEFERRAL_TIME", default_value = "360s", value_parser = parse_duration)]
+    #[arg(long, env = "GRACEFUL_RESTART_DEFERRAL_TIME", default_value = "360s", value_parser = kube_ovn_support::parse_duration)]
     pub graceful_restart_deferral_time: Duration,
     /// Only accept sessions; never connect.
     #[arg(long, env = "PASSIVEMODE", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
@@ -105,28 +105,8 @@ pub struct Flags {
     #[arg(long, env = "BGP_NETNS", default_value = "")]
     pub bgp_netns: String,
     /// Full recompute interval, the safety net behind the event-driven path.
-    #[arg(long, env = "RESYNC_PERIOD", default_value = "300s", value_parser = parse_duration)]
+    #[arg(long, env = "RESYNC_PERIOD", default_value = "300s", value_parser = kube_ovn_support::parse_duration)]
     pub resync_period: Duration,
-}
-
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let (number, unit) = text
-        .find(|c: char| c.is_ascii_alphabetic())
-        .map_or((text, "s"), |i| text.split_at(i));
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (e.g. 90s, 500ms, 6m, 1h)"))?;
-    let scale = match unit {
-        "ms" => 0.001,
-        "s" => 1.0,
-        "m" => 60.0,
-        "h" => 3600.0,
-        _ => return Err(format!("{text:?}: unit must be ms, s, m or h")),
-    };
-    if !value.is_finite() || value < 0.0 {
-        return Err(format!("{text:?} must not be negative"));
-    }
-    Ok(Duration::from_secs_f64(value * scale))
 }
 
 /// A flag with a bad value, or a bad combination.
@@ -349,10 +329,19 @@ mod tests {
 
     #[test]
     fn durations_in_go_style() {
-        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("6m"), Ok(Duration::from_mins(6)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
-        assert!(parse_duration("fast").is_err());
+        assert_eq!(
+            kube_ovn_support::parse_duration("90s"),
+            Ok(Duration::from_secs(90))
+        );
+        assert_eq!(kube_ovn_support::parse_duration("6m"), Ok(Duration::from_mins(6)));
+        assert_eq!(
+            kube_ovn_support::parse_duration("500ms"),
+            Ok(Duration::from_millis(500))
+        );
+        assert_eq!(
+            kube_ovn_support::parse_duration("30"),
+            Ok(Duration::from_secs(30))
+        );
+        assert!(kube_ovn_support::parse_duration("fast").is_err());
     }
 }

@@ -23,12 +23,7 @@ fn ipv4_transport_announce_and_withdraw_both_families() {
         let peer = speaker
             .add_peer(PeerConfig::new(IpAddr::V4(TOR_V4), session(false)))
             .unwrap();
-        peer.announce_many(hosts(100)).unwrap();
-        peer.announce(v6_prefix(), RouteAttributes::default()).unwrap();
-        // IPv6 routes on an IPv4 session need an IPv6 next hop from the caller; IPv4 ones take
-        // the session's own source address.
-        peer.set_local_addresses(None, Some(NODE_V6)).unwrap();
-        peer.set_ready().unwrap();
+        announce_both_families(&peer);
         bird.wait_established().unwrap();
         bird.wait_count("master4", 100).unwrap();
         bird.wait_count("master6", 1).unwrap();

@@ -92,10 +92,7 @@ fn gobgp_announce_withdraw_both_families() {
         let peer = speaker
             .add_peer(PeerConfig::new(IpAddr::V4(TOR_V4), session(false)))
             .unwrap();
-        peer.announce_many(hosts(100)).unwrap();
-        peer.announce(v6_prefix(), RouteAttributes::default()).unwrap();
-        peer.set_local_addresses(None, Some(NODE_V6)).unwrap();
-        peer.set_ready().unwrap();
+        announce_both_families(&peer);
         wait_until("gobgpd to see the session Established", WAIT, || {
             gobgp.established()
         })

@@ -29,24 +29,43 @@ async fn a_killed_speaker_comes_back_without_the_tor_losing_routes() -> Result<(
     cluster.pod("stays", "n1", "10.16.0.5", &[]).await?;
     cluster.pod("goes", "n1", "10.16.0.6", &[]).await?;
     for prefix in ["10.16.0.5/32", "10.16.0.6/32"] {
-        wait_until(&format!("{prefix} at the ToR"), WAIT, || bird.has(prefix)).with_context(|| first.log_tail(20))?;
+        wait_until(&format!("{prefix} at the ToR"), WAIT, || bird.has(prefix))
+            .with_context(|| first.log_tail(20))?;
     }
-    assert!(!first.daemon.log().contains("restarted within"), "a first start is not a restart");
+    assert!(
+        !first.daemon.log().contains("restarted within"),
+        "a first start is not a restart"
+    );
 
     first.daemon.kill();
     wait_until("BIRD to see the session gone", WAIT, || Ok(!bird.established()?))?;
-    assert!(bird.has("10.16.0.5/32")? && bird.has("10.16.0.6/32")?, "BIRD keeps the routes as stale while we restart");
-    Api::<Pod>::namespaced(cluster.kube.clone(), "default").delete("goes", &DeleteParams::default()).await?;
+    assert!(
+        bird.has("10.16.0.5/32")? && bird.has("10.16.0.6/32")?,
+        "BIRD keeps the routes as stale while we restart"
+    );
+    Api::<Pod>::namespaced(cluster.kube.clone(), "default")
+        .delete("goes", &DeleteParams::default())
+        .await?;
 
     let second = speaker(&cluster, &lab, dir.path(), &gr)?;
     bird.wait_established().with_context(|| second.log_tail(20))?;
-    wait_until("the restarted speaker to say so", WAIT, || Ok(second.daemon.log().contains("restarted within")))?;
-    wait_until("the stale route of the deleted pod flushed after End-of-RIB", WAIT, || {
-        Ok(!bird.has("10.16.0.6/32")?)
-    })
+    wait_until("the restarted speaker to say so", WAIT, || {
+        Ok(second.daemon.log().contains("restarted within"))
+    })?;
+    wait_until(
+        "the stale route of the deleted pod flushed after End-of-RIB",
+        WAIT,
+        || Ok(!bird.has("10.16.0.6/32")?),
+    )
     .with_context(|| second.log_tail(20))?;
-    assert!(bird.has("10.16.0.5/32")?, "the live pod's route stayed through the restart");
+    assert!(
+        bird.has("10.16.0.5/32")?,
+        "the live pod's route stayed through the restart"
+    );
     let protocol = bird.birdc(&["show", "protocols", "all", "node"])?;
-    assert!(!protocol.contains("Restarting"), "BIRD finished the restart: {protocol}");
+    assert!(
+        !protocol.contains("Restarting"),
+        "BIRD finished the restart: {protocol}"
+    );
     Ok(())
 }

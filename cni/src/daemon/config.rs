@@ -72,10 +72,10 @@ pub struct Flags {
     )]
     pub system_id_file: PathBuf,
     /// How long ADD waits for the controller's annotations.
-    #[arg(long, env = "WAIT_ADDRESS_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
+    #[arg(long, env = "WAIT_ADDRESS_TIMEOUT", default_value = "20s", value_parser = parse_timeout)]
     pub wait_address_timeout: Duration,
     /// How long ADD waits for ovn-controller to bind the port (`ovn-installed`).
-    #[arg(long, env = "WAIT_OVN_INSTALLED_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, env = "WAIT_OVN_INSTALLED_TIMEOUT", default_value = "30s", value_parser = parse_timeout)]
     pub wait_ovn_installed_timeout: Duration,
     /// Install the CNI binary and conflist at start.
     #[arg(long, env = "INSTALL_CNI_CONFIG", default_value_t = false, action = clap::ArgAction::Set)]
@@ -100,21 +100,12 @@ pub struct Flags {
     pub metrics_address: IpAddr,
 }
 
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let (number, scale) = if let Some(ms) = text.strip_suffix("ms") {
-        (ms, 0.001)
-    } else if let Some(s) = text.strip_suffix('s') {
-        (s, 1.0)
-    } else {
-        (text, 1.0)
-    };
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (e.g. 20s, 500ms)"))?;
-    if !(value.is_finite() && value > 0.0) {
-        return Err(format!("{text:?} must be positive"));
+/// A timeout: a duration (`20s`, `500ms`) that is not zero.
+fn parse_timeout(text: &str) -> Result<Duration, String> {
+    match kube_ovn_support::parse_duration(text)? {
+        d if d.is_zero() => Err(format!("{text:?} must be positive")),
+        d => Ok(d),
     }
-    Ok(Duration::from_secs_f64(value * scale))
 }
 
 /// Which datapath `br-int` uses.
@@ -275,8 +266,9 @@ mod tests {
 
     #[test]
     fn durations() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
-        assert!(parse_duration("0s").is_err());
+        assert_eq!(parse_timeout("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_timeout("2"), Ok(Duration::from_secs(2)));
+        assert!(parse_timeout("0s").is_err());
+        assert_eq!(parse_timeout("1m"), Ok(Duration::from_mins(1)));
     }
 }

@@ -209,6 +209,15 @@ pub fn host(i: u32) -> ipnet::IpNet {
 
 pub const V6_PREFIX: &str = "fd00:10:16::/64";
 
+/// 100 IPv4 host routes and one IPv6 prefix, ready to go. IPv6 routes on an IPv4 session need
+/// an IPv6 next hop from the caller; IPv4 ones take the session's own source address.
+pub fn announce_both_families(peer: &kube_ovn_speaker::driver::PeerHandle) {
+    peer.announce_many(hosts(100)).unwrap();
+    peer.announce(v6_prefix(), RouteAttributes::default()).unwrap();
+    peer.set_local_addresses(None, Some(NODE_V6)).unwrap();
+    peer.set_ready().unwrap();
+}
+
 pub fn v6_prefix() -> ipnet::IpNet {
     V6_PREFIX.parse().unwrap()
 }
