@@ -24,6 +24,8 @@ pub struct PeerSpec {
     /// ... or it connects to us.
     pub multihop: Option<u8>,
     pub hold_time: u16,
+    /// BIRD only: run BFD (100 ms, multiplier 3) for this session.
+    pub bfd: bool,
 }
 
 impl PeerSpec {
@@ -35,6 +37,7 @@ impl PeerSpec {
             passive: true,
             multihop: None,
             hold_time: 30,
+            bfd: false,
         }
     }
 }
@@ -88,7 +91,15 @@ impl Bird {
         if let Some(password) = &spec.password {
             let _ = writeln!(text, "  password \"{password}\";");
         }
+        if spec.bfd {
+            text.push_str("  bfd on;\n");
+        }
         text.push_str("  ipv4 { import all; export none; };\n  ipv6 { import all; export none; };\n}\n");
+        if spec.bfd {
+            text.push_str(
+                "protocol bfd {\n  interface \"*\" { min rx interval 100 ms; min tx interval 100 ms; multiplier 3; };\n}\n",
+            );
+        }
         std::fs::write(&conf, text)?;
         run("bird", &["-p", "-c", &conf.to_string_lossy()]).context("BIRD config check")?;
         let args: Vec<String> = ["-f", "-c", &conf.to_string_lossy(), "-s", &ctl.to_string_lossy()]
