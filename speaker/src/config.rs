@@ -109,22 +109,8 @@ pub struct Flags {
     pub resync_period: Duration,
 }
 
-/// A flag with a bad value, or a bad combination.
-#[derive(Debug, thiserror::Error)]
-#[error("--{flag}: {problem}")]
-pub struct FlagError {
-    /// The flag's name.
-    pub flag: &'static str,
-    /// What is wrong.
-    pub problem: String,
-}
-
-fn bad(flag: &'static str, problem: impl Into<String>) -> FlagError {
-    FlagError {
-        flag,
-        problem: problem.into(),
-    }
-}
+pub use kube_ovn_support::FlagError;
+use kube_ovn_support::flag_error as bad;
 
 /// Validated settings.
 #[derive(Debug, Clone)]

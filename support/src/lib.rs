@@ -60,6 +60,24 @@ pub async fn kube_client(kubeconfig: Option<&Path>) -> Result<kube::Client, Clie
     Ok(kube::Client::try_from(config)?)
 }
 
+/// A flag with a bad value, or a bad combination of flags: the daemons stop at start with it.
+#[derive(Debug, thiserror::Error)]
+#[error("--{flag}: {problem}")]
+pub struct FlagError {
+    /// The flag's name.
+    pub flag: &'static str,
+    /// What is wrong.
+    pub problem: String,
+}
+
+/// A [`FlagError`] for `flag`.
+pub fn flag_error(flag: &'static str, problem: impl Into<String>) -> FlagError {
+    FlagError {
+        flag,
+        problem: problem.into(),
+    }
+}
+
 /// Parses a duration flag the way Go's (and so Kube-OVN's) flags are written: a number with
 /// `ms`, `s`, `m` or `h` (seconds when bare), not negative.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {

@@ -140,22 +140,8 @@ pub struct Config {
     pub default_mtu: u32,
 }
 
-/// A flag with a bad value.
-#[derive(Debug, thiserror::Error)]
-#[error("--{flag}: {problem}")]
-pub struct FlagError {
-    /// The flag's name.
-    pub flag: &'static str,
-    /// What is wrong.
-    pub problem: String,
-}
-
-fn bad(flag: &'static str, problem: impl Into<String>) -> FlagError {
-    FlagError {
-        flag,
-        problem: problem.into(),
-    }
-}
+pub use kube_ovn_support::FlagError;
+use kube_ovn_support::flag_error as bad;
 
 /// Geneve's header with the outer IP and UDP (Kube-OVN subtracts 100 for geneve, 50 for vxlan).
 const GENEVE_OVERHEAD: u32 = 100;
