@@ -229,6 +229,14 @@ impl Node {
 
     /// The plan from the cached pod as it is now; `None` while annotations are incomplete.
     fn plan_now(&self, request: &CniRequest) -> Result<Option<plan::NicPlan>, DaemonError> {
+        Ok(match self.readiness_now(request)? {
+            Some(Readiness::Ready(plan)) => Some(*plan),
+            _ => None,
+        })
+    }
+
+    /// Where the cached pod stands with its annotations; `None` while the pod is not cached.
+    fn readiness_now(&self, request: &CniRequest) -> Result<Option<Readiness>, DaemonError> {
         let pod_id = || format!("{}/{}", request.pod_namespace, request.pod_name);
         let Some(pod) = self.pods.get(&request.pod_name, Some(&request.pod_namespace)) else {
             return Ok(None);
@@ -242,8 +250,7 @@ impl Node {
         let ls_key = format!("{provider}.kubernetes.io/logical_switch");
         let logical_switch = annotations.and_then(|a| a.get(&ls_key)).map(String::as_str);
         match plan::readiness(annotations, &self.inputs(request, logical_switch)) {
-            Ok(Readiness::Ready(plan)) => Ok(Some(*plan)),
-            Ok(Readiness::Waiting(_)) => Ok(None),
+            Ok(readiness) => Ok(Some(readiness)),
             Err(source) => Err(DaemonError::Annotation {
                 pod: pod_id(),
                 source,
@@ -269,22 +276,22 @@ impl Node {
             {
                 return Err(DaemonError::PodGone(pod_id));
             }
-            if pod.is_some() {
-                if let Some(plan) = self.plan_now(request)? {
+            // One reading of the annotations per wake-up: the plan, or what is still missing.
+            match self.readiness_now(request)? {
+                Some(Readiness::Ready(plan)) => {
                     let now = started.elapsed();
                     let address_at = address_seen_at.unwrap_or(now);
                     self.metrics.wait("address", address_at);
                     self.metrics.wait("route", now.saturating_sub(address_at));
-                    return Ok(plan);
+                    return Ok(*plan);
                 }
-                let annotations = pod.as_ref().and_then(|p| p.metadata.annotations.as_ref());
-                let inputs = self.inputs(request, None);
-                if let Ok(Readiness::Waiting(w)) = plan::readiness(annotations, &inputs) {
+                Some(Readiness::Waiting(w)) => {
                     if w == WaitingFor::Route && address_seen_at.is_none() {
                         address_seen_at = Some(started.elapsed());
                     }
                     waiting_for = Some(w);
                 }
+                None => {}
             }
             let woke = tokio::time::timeout_at(deadline, changes.changed()).await;
             if let Ok(Err(_)) = woke {
