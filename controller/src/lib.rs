@@ -34,7 +34,7 @@ use crate::context::{Context, Stores};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::ovn::Nb;
-use crate::reconcile::{all_refs, controller, drive, error_policy, instrumented};
+use crate::reconcile::{all_refs, controller, controller_with_departures, drive, error_policy, instrumented};
 use crate::task::AbortOnDrop;
 
 /// The northbound tables the controller reads and writes.
@@ -139,8 +139,9 @@ async fn run_inner(
     let (subnets, subnets_synced) = controller::<Subnet>(&kube, workers);
     let (ippools, ippools_synced) = controller::<IPPool>(&kube, workers);
     let (namespaces, namespaces_synced) = controller::<Namespace>(&kube, workers);
-    let (nodes, nodes_synced) = controller::<Node>(&kube, workers);
-    let (pods, pods_synced) = controller::<Pod>(&kube, config.pod_workers);
+    // Pods and nodes that leave these caches are released (reconcile::departures).
+    let (nodes, nodes_synced, nodes_gone) = controller_with_departures::<Node>(&kube, workers);
+    let (pods, pods_synced, pods_gone) = controller_with_departures::<Pod>(&kube, config.pod_workers);
     let (ips_ctl, ips_synced) = controller::<Ip>(&kube, 1);
     let (subnet_nodes, subnet_nodes_writer) = kube::runtime::reflector::store::<Node>();
     let stores = Stores {
@@ -243,10 +244,17 @@ async fn run_inner(
         }
         ready.store(true, Ordering::Relaxed);
         tracing::info!("kube-ovn-controller running");
+        // At start, always: deletions made while no controller watched are found only here.
+        let mut backoff = std::time::Duration::from_secs(1);
+        while let Err(e) = reconcile::gc::collect(&c).await {
+            tracing::warn!(error = %e, "garbage collection at start failed; retrying");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(std::time::Duration::from_secs(30));
+        }
         let Some(every) = c.config.gc_interval else {
             return std::future::pending::<()>().await;
         };
-        let mut tick = tokio::time::interval(every);
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         loop {
             tick.tick().await;
             if let Err(e) = reconcile::gc::collect(&c).await {
@@ -322,7 +330,7 @@ async fn run_inner(
                     ctx.clone()
                 )
             ),
-            reconcile::gc::watch_deletions(ctx.clone()),
+            reconcile::gc::watch_deletions(ctx.clone(), pods_gone, nodes_gone),
             gc_loop,
             counters_loop,
         );

@@ -11,12 +11,12 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
 use common::process::{Binary, Process};
-use common::{Env, init_logging};
+use common::{Env, init_logging, range_addresses};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -170,19 +170,6 @@ async fn crash_run(seed: u64) {
     eprintln!("seed {seed}: converged after {:?}", started.elapsed());
 }
 
-/// Addresses in a status range string such as `10.99.0.2-10.99.0.9,10.99.0.12`.
-fn range_addresses(ranges: &str) -> Result<BTreeSet<Ipv4Addr>, anyhow::Error> {
-    let mut out = BTreeSet::new();
-    for part in ranges.split(',').filter(|p| !p.is_empty()) {
-        let (a, b) = part.split_once('-').unwrap_or((part, part));
-        let (a, b): (Ipv4Addr, Ipv4Addr) = (a.parse()?, b.parse()?);
-        for x in u32::from(a)..=u32::from(b) {
-            out.insert(Ipv4Addr::from(x));
-        }
-    }
-    Ok(out)
-}
-
 /// The end state, or what is still wrong with it.
 async fn check(env: &Env, live: &BTreeSet<String>) -> anyhow::Result<bool> {
     let lp = ListParams::default();
@@ -264,7 +251,7 @@ async fn check(env: &Env, live: &BTreeSet<String>) -> anyhow::Result<bool> {
     let subnets: Api<Subnet> = Api::all(env.kube.clone());
     let status = subnets.get(SUBNET).await?.status.unwrap_or_default();
     let using = range_addresses(status.v4_using_ip_range.as_deref().unwrap_or_default())?;
-    let want: BTreeSet<Ipv4Addr> = by_addr.keys().copied().collect();
+    let want: BTreeSet<IpAddr> = by_addr.keys().map(|a| IpAddr::V4(*a)).collect();
     ensure!(
         using == want,
         "IPAM of {SUBNET} uses {} addresses, the pods {}: extra {:?}, missing {:?}",
@@ -287,7 +274,7 @@ async fn check(env: &Env, live: &BTreeSet<String>) -> anyhow::Result<bool> {
             .get("ovn.kubernetes.io/ip_address")
             .cloned()
             .unwrap_or_default();
-        node_addrs.insert(a.parse::<Ipv4Addr>()?);
+        node_addrs.insert(a.parse::<IpAddr>()?);
     }
     ensure!(
         join_using == node_addrs,

@@ -1,7 +1,11 @@
 //! Garbage collection: switch ports, IP CRs and addresses whose pod or node is gone — deleted
-//! while the controller was down, or missed — and reacting to deletions as they happen (a deleted
-//! object is never reconciled again, so its cleanup starts here): pods, nodes, and StatefulSets
-//! (scaled down or deleted after their pods went, so the addresses kept for them go too).
+//! while the controller was down (the collection at start finds those) — and reacting to
+//! deletions as they happen (a deleted object is never reconciled again, so its cleanup starts
+//! here): pods and nodes as they leave the reconcilers' caches ([`super::departures`]: a watch
+//! `Delete`, or missing from a relist), and StatefulSets (scaled down or deleted after their pods
+//! went, so the addresses kept for them go too). Between them, a pod deleted at any moment is
+//! released once: gone before the caches listed at start, the start-up collection finds it;
+//! gone after, its departure does.
 //!
 //! Snapshots are taken owners-last: what to collect is read first, the living owners after, so an
 //! object created in between is seen alive and its fresh port is never collected. Each pod key is
@@ -13,6 +17,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -26,6 +31,7 @@ use kube_ovn_api::crd::Ip;
 use kube_ovn_api::names;
 use kube_ovn_ovsdb::Table;
 use kube_ovn_ovsdb::tables::nb::{LogicalSwitchPort, PortGroup};
+use tokio::sync::mpsc;
 
 use super::ip_cr::{delete_ip, is_reserved};
 use super::pod::{deleted, is_alive, release_key};
@@ -304,21 +310,59 @@ where
         .await;
 }
 
-/// Cleans up after pods, nodes and StatefulSets as their deletions (and scale-downs) arrive.
-pub async fn watch_deletions(ctx: Arc<Context>) {
-    let pods = each_event::<Pod, _, _>(&ctx, |ctx, event| async move {
-        if let Event::Delete(pod) = event
-            && let Err(e) = deleted(&ctx, &pod).await
-        {
-            tracing::warn!(pod = %pod.name_any(), error = %e, "cleanup after pod deletion failed; the collector will retry");
-        }
-    });
-    let nodes = each_event::<Node, _, _>(&ctx, |ctx, event| async move {
-        if let Event::Delete(node) = event
-            && let Err(e) = node_gone(&ctx, &node.name_any()).await
-        {
-            tracing::warn!(node = %node.name_any(), error = %e, "cleanup after node deletion failed; the collector will retry");
-        }
+/// Runs `f` for every object that left a controller's cache, up to 16 at a time, once IPAM is
+/// rebuilt (departures wait in the channel until then); a failure is retried with backoff until
+/// it succeeds or the controller stops, so a deletion seen is a deletion acted on, not one left
+/// to the next periodic collection.
+async fn each_departure<K, F, Fut>(ctx: &Arc<Context>, gone: mpsc::UnboundedReceiver<Arc<K>>, f: F)
+where
+    K: kube::Resource,
+    K::DynamicType: Default,
+    F: Fn(Arc<Context>, Arc<K>) -> Fut,
+    Fut: Future<Output = Result<()>>,
+{
+    // A release before IPAM is rebuilt would be undone by the rebuild (it may still see the
+    // released IP CR in its cache): wait for it.
+    if ctx.ready().await.is_err() {
+        return;
+    }
+    let mut gone = gone;
+    futures::stream::poll_fn(move |cx| gone.poll_recv(cx))
+        .for_each_concurrent(16, |obj| {
+            let ctx = ctx.clone();
+            let f = &f;
+            async move {
+                let mut backoff = Duration::from_millis(100);
+                while let Err(e) = f(ctx.clone(), obj.clone()).await {
+                    tracing::warn!(
+                        kind = K::kind(&K::DynamicType::default()).as_ref(),
+                        name = obj.meta().name.as_deref().unwrap_or_default(),
+                        namespace = obj.meta().namespace.as_deref().unwrap_or_default(),
+                        error = %e,
+                        "cleanup after deletion failed; retrying"
+                    );
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                }
+            }
+        })
+        .await;
+}
+
+/// Cleans up after pods and nodes as they leave the controllers' caches (`pods_gone`,
+/// `nodes_gone`: see [`super::departures`]) and after StatefulSets as they change or go.
+pub async fn watch_deletions(
+    ctx: Arc<Context>,
+    pods_gone: mpsc::UnboundedReceiver<Arc<Pod>>,
+    nodes_gone: mpsc::UnboundedReceiver<Arc<Node>>,
+) {
+    let pods = each_departure(
+        &ctx,
+        pods_gone,
+        |ctx, pod| async move { deleted(&ctx, &pod).await },
+    );
+    let nodes = each_departure(&ctx, nodes_gone, |ctx, node| async move {
+        node_gone(&ctx, &node.name_any()).await
     });
     let sts = each_event::<StatefulSet, _, _>(&ctx, |ctx, event| async move {
         if let Event::Apply(s) | Event::Delete(s) = event

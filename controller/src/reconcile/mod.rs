@@ -9,7 +9,7 @@
 //!             Vpc (+Subnets) ─ Subnet (+Nodes, +VPCs) ─ IPPool
 //!             Namespace (+Subnets, +IPPools, +VPCs) ─ Node (+Subnets) ─ Pod (+Subnets)
 //!             IP (reserved addresses)
-//!        ─▶ deletion watches (pods, nodes, StatefulSets) release at once
+//!        ─▶ departures (pods, nodes leaving those caches) and a StatefulSet watch release at once
 //!        ─▶ gc loop every --gc-interval, subnet address counters every second
 //!        ─▶ runs until shutdown or leadership is lost
 //!
@@ -21,6 +21,7 @@
 //! the next run.
 
 pub mod binding;
+pub mod departures;
 pub mod gc;
 pub mod ip_cr;
 pub mod ippool;
@@ -50,7 +51,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher::{self, watcher};
 use kube::runtime::{Controller, WatchStreamExt, reflector};
 use kube::{Api, Resource};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 use crate::context::Context;
 use crate::error::Error;
@@ -141,23 +142,45 @@ where
     K: Resource + Clone + Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Debug + Unpin,
 {
+    let (c, synced, _) = controller_with_departures(kube, workers);
+    (c, synced)
+}
+
+/// [`controller`], and the objects that leave its cache (see [`departures`]), each sent once the
+/// cache no longer holds it.
+pub fn controller_with_departures<K>(
+    kube: &kube::Client,
+    workers: u16,
+) -> (
+    Controller<K>,
+    watch::Receiver<bool>,
+    mpsc::UnboundedReceiver<Arc<K>>,
+)
+where
+    K: Resource + Clone + Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Debug + Unpin,
+{
     let (reader, writer) = reflector::store();
     let (synced_tx, synced) = watch::channel(false);
+    let (mut departures, gone) = departures::Departures::new(reader.clone());
     let trigger = watcher(
         Api::<K>::all(kube.clone()),
         watcher::Config::default().any_semantic(),
     )
     .reflect(writer)
     .inspect(move |event| {
-        // After `reflect`: the store has applied the list when this is seen.
-        if let Ok(watcher::Event::InitDone) = event {
-            synced_tx.send_replace(true);
+        // After `reflect`: the store has applied the event when this is seen.
+        if let Ok(event) = event {
+            departures.observe(event);
+            if let watcher::Event::InitDone = event {
+                synced_tx.send_replace(true);
+            }
         }
     })
     .applied_objects();
     let c = Controller::for_stream(trigger, reader)
         .with_config(controller::Config::default().concurrency(workers));
-    (c, synced)
+    (c, synced, gone)
 }
 
 /// Writes a cluster-scoped object's status with a merge patch (the status subresource).

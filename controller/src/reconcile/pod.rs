@@ -196,6 +196,15 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     }
     let key = port_name(&pod);
     let _lock = ctx.pod_locks.lock(&key).await;
+    // The copy this run was handed may predate the pod's deletion, and that deletion's release
+    // may have run while this waited (for the lock, or at start-up for IPAM): acting on it would
+    // write the port, IP CR and address back for a pod that is gone, with nothing left to remove
+    // them. The release runs only once the cache has dropped the pod (reconcile::departures), so
+    // under the lock the cache says which pod, if any, is current.
+    let Some(pod) = current(&ctx, &pod) else {
+        tracing::debug!(pod = %key, "gone since this reconcile was queued; nothing to do");
+        return Ok(Action::await_change());
+    };
     if !is_alive(&pod) {
         release(&ctx, &pod).await?;
         return Ok(Action::await_change());
@@ -220,6 +229,15 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     let action = result?;
     // A pod being deleted still uses its address until its grace period ends; look again then.
     Ok(grace_left(&pod).map_or(action, |left| Action::requeue(left + Duration::from_millis(100))))
+}
+
+/// The cache's copy of `pod`, if the cache still holds that pod (not one of the same name created
+/// since: another UID).
+fn current(ctx: &Context, pod: &Pod) -> Option<Arc<Pod>> {
+    ctx.stores
+        .pods
+        .get(&ObjectRef::from_obj(pod))
+        .filter(|p| p.metadata.uid == pod.metadata.uid)
 }
 
 async fn apply(pod: &Pod, ctx: &Context, key: &str) -> Result<Action> {

@@ -1,0 +1,218 @@
+//! Issue 16: a pod deleted at the wrong moment left its port, IP CR and address behind until the
+//! next periodic collection (6 minutes by default; here an hour, so none runs). Each test drives
+//! one interleaving on purpose — the controller's API traffic held and released by the test
+//! (`common::gate`), or a reconcile called by the test with the copy it was handed — and then
+//! waits, bounded, for nothing of the pod to remain: no northbound port, no port-group
+//! membership, no IP CR, no address in IPAM.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::gate::{Traffic, Verb};
+use common::{Env, ann, remains_in_cluster, remains_of};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, ListParams};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher;
+use kube_ovn_api::names;
+use kube_ovn_controller::context::{Context, Stores};
+use kube_ovn_controller::metrics::Metrics;
+use kube_ovn_controller::ovn::Nb;
+use kube_ovn_testkit::wait_until_async;
+
+const NS: &str = "race";
+const SUBNET: &str = "ovn-default";
+/// No periodic collection during a test: what is released is released by the mechanism.
+const NO_PERIODIC_GC: &str = "--gc-interval=3600";
+/// Well inside the hour, well above a loaded machine's few seconds.
+const RELEASED_WITHIN: Duration = Duration::from_secs(30);
+
+/// A routed pod on `n1`, and its address.
+async fn routed_pod(env: &Env, name: &str) -> String {
+    env.pod(NS, name, "n1", &[]).await;
+    let pod = env.routed(NS, name).await;
+    ann(&pod, "ip_address").to_owned()
+}
+
+async fn delete(env: &Env, name: &str) {
+    Api::<Pod>::namespaced(env.kube.clone(), NS)
+        .delete(name, &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
+async fn wait_released(env: &Env, name: &str, ip: &str, why: &str) {
+    let key = format!("{name}.{NS}");
+    let what = format!("pod {NS}/{name} ({ip}) to be released {why}");
+    let released = wait_until_async(&what, RELEASED_WITHIN, || async {
+        let left = remains_of(env, &key, SUBNET, ip).await?;
+        anyhow::ensure!(left.is_empty(), "left: {}", left.join(", "));
+        Ok(true)
+    })
+    .await;
+    if let Err(e) = released {
+        panic!("{e:#}");
+    }
+}
+
+/// The controller starts: its pod cache lists `pa`, and `pa` is deleted before the controller
+/// sees the deletion. The start-up collection then runs over a cache that still holds `pa` (it
+/// finds `pz`, deleted while no controller ran, so it has passed `pa`: keys are collected in
+/// order), and only then does the pod watch deliver the deletion. Before the fix the deletions
+/// came from a second watch that listed only after start-up, when `pa` was already gone, so
+/// nothing ever reported `pa` deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_deleted_while_the_controller_starts_is_released() {
+    let mut env = Env::start_with(&[NO_PERIODIC_GC]).await;
+    env.node("n1", "172.18.0.2").await;
+    let ip_a = routed_pod(&env, "pa").await;
+    let ip_z = routed_pod(&env, "pz").await;
+    env.kill_controller().await;
+    delete(&env, "pz").await;
+
+    let traffic = Traffic::new(&env.api);
+    // Start-up waits for every cache: the IP CRs' list is held, so the controller waits there.
+    let ip_list = traffic.gate(Verb::List, "/apis/kubeovn.io/v1/ips");
+    // The pods are listed, but the watch that would report changes since is held.
+    let pod_list = traffic.gate(Verb::List, "/api/v1/pods");
+    pod_list.open();
+    let pod_watch = traffic.gate(Verb::Watch, "/api/v1/pods");
+    let controller = env.spawn_controller_on(traffic.client(), &[]);
+    wait_until_async("the controller to list the pods", RELEASED_WITHIN, || {
+        std::future::ready(Ok(pod_list.answered() >= 1))
+    })
+    .await
+    .unwrap();
+    delete(&env, "pa").await;
+    ip_list.open();
+    wait_released(&env, "pz", &ip_z, "by the collection at start").await;
+    pod_watch.open();
+    wait_released(&env, "pa", &ip_a, "once the watch reports its deletion").await;
+    controller.task.abort();
+}
+
+/// The pod watch breaks (a dropped connection), `pa` is deleted meanwhile and the server's
+/// history is compacted, so watching again gets 410 Gone and the controller lists anew: the
+/// deletion never arrives as an event, `pa` is just missing from the new list. Before the fix
+/// the reflector swapped its cache and nothing released `pa`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_deleted_while_the_watch_is_down_is_released_after_the_relist() {
+    let env = Env::start_idle(&[NO_PERIODIC_GC]).await;
+    let traffic = Traffic::new(&env.api);
+    let controller = env.spawn_controller_on(traffic.client(), &[]);
+    env.node("n1", "172.18.0.2").await;
+    let ip_a = routed_pod(&env, "pa").await;
+    let ip_b = routed_pod(&env, "pb").await;
+
+    let pod_watch = traffic.gate(Verb::Watch, "/api/v1/pods");
+    traffic.cut_watches("/api/v1/pods");
+    wait_until_async("the controller to watch the pods again", RELEASED_WITHIN, || {
+        std::future::ready(Ok(pod_watch.seen() >= 1))
+    })
+    .await
+    .unwrap();
+    delete(&env, "pa").await;
+    env.api.store().compact();
+    pod_watch.open();
+    wait_released(&env, "pa", &ip_a, "after the relist").await;
+    // The pod that stayed keeps everything.
+    let mut left = remains_of(&env, &format!("pb.{NS}"), SUBNET, &ip_b)
+        .await
+        .unwrap();
+    left.sort();
+    assert_eq!(
+        left,
+        [
+            format!("IP CR pb.{NS}"),
+            format!("address {ip_b} held in IPAM of {SUBNET} (status.v4usingIPrange)"),
+            format!("membership of port group {}", names::node_port_group("n1")),
+            format!(
+                "membership of port group {}",
+                names::subnet_node_port_group(SUBNET, "n1")
+            ),
+            format!("northbound port pb.{NS}"),
+        ]
+    );
+    controller.task.abort();
+}
+
+/// A cache filled by one list, and its writer, so the test decides what the cache sees next.
+async fn listed<K>(kube: &kube::Client) -> (Store<K>, reflector::store::Writer<K>)
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    let (reader, mut writer) = reflector::store();
+    let items = Api::<K>::all(kube.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    writer.apply_watcher_event(&watcher::Event::Init);
+    for item in items {
+        writer.apply_watcher_event(&watcher::Event::InitApply(item));
+    }
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+    (reader, writer)
+}
+
+/// A reconcile is handed the cache's copy of `pa`; before it gets to run, `pa` is deleted, the
+/// cache drops it and its release runs to the end. Then the reconcile runs with its copy. Before
+/// the fix it wrote the port and the address back for a pod that no longer existed (the copy
+/// already carried every annotation, so no patch failed to tell it), and nothing removed them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconcile_holding_a_copy_from_before_the_deletion_writes_nothing_back() {
+    let mut env = Env::start_with(&[NO_PERIODIC_GC]).await;
+    env.node("n1", "172.18.0.2").await;
+    let ip_a = routed_pod(&env, "pa").await;
+    env.kill_controller().await;
+
+    // A controller context of the test's own, over caches it fills and changes itself.
+    let config = env.flags().validate().unwrap();
+    let nb = Nb::new(
+        kube_ovn_controller::connect_nb(&config).await.unwrap(),
+        Metrics::new(),
+    );
+    let kube = env.kube.clone();
+    let (pods, mut pods_writer) = listed::<Pod>(&kube).await;
+    let stores = Stores {
+        pods,
+        nodes: listed(&kube).await.0,
+        subnet_nodes: listed(&kube).await.0,
+        namespaces: listed(&kube).await.0,
+        subnets: listed(&kube).await.0,
+        vpcs: listed(&kube).await.0,
+        ippools: listed(&kube).await.0,
+        ips: listed(&kube).await.0,
+        synced: Vec::new(),
+    };
+    let ctx = Arc::new(Context::new(config, kube, nb, Metrics::new(), stores));
+    ctx.ready().await.unwrap();
+    let key = format!("pa.{NS}");
+    let holds = |ctx: &Context| ctx.ipam().keys(SUBNET).contains(&key);
+    assert!(holds(&ctx), "IPAM rebuilt with pa's address");
+
+    let copy = ctx.stores.pods.get(&ObjectRef::new("pa").within(NS)).unwrap();
+    delete(&env, "pa").await;
+    pods_writer.apply_watcher_event(&watcher::Event::Delete((*copy).clone()));
+    kube_ovn_controller::reconcile::pod::deleted(&ctx, &copy)
+        .await
+        .unwrap();
+    assert_eq!(
+        remains_in_cluster(&env, &key).await.unwrap(),
+        Vec::<String>::new()
+    );
+    assert!(!holds(&ctx), "the release freed {ip_a}");
+
+    kube_ovn_controller::reconcile::pod::reconcile(copy, ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        remains_in_cluster(&env, &key).await.unwrap(),
+        Vec::<String>::new(),
+        "the late reconcile wrote pa's records back"
+    );
+    assert!(!holds(&ctx), "the late reconcile took {ip_a} again");
+}
