@@ -9,6 +9,7 @@
 
 pub mod config;
 pub mod context;
+pub mod crash_point;
 pub mod error;
 pub mod ipam;
 pub mod metrics;
@@ -84,10 +85,12 @@ pub async fn run_with_listener(
 ) -> Result<()> {
     let metrics = Metrics::new();
     let ready = Arc::new(AtomicBool::new(false));
+    let ipam_view = server::IpamView::default();
     let health = server::Health {
         metrics: metrics.clone(),
         ready: ready.clone(),
         enable_metrics: config.enable_metrics,
+        ipam: ipam_view.clone(),
     };
     // Dies with this future, also when it is aborted.
     let _server = AbortOnDrop::spawn(async move {
@@ -115,7 +118,7 @@ pub async fn run_with_listener(
         }
     };
     let result = tokio::select! {
-        r = Box::pin(run_inner(config, kube, nb, metrics, ready)) => r,
+        r = Box::pin(run_inner(config, kube, nb, metrics, ready, ipam_view)) => r,
         () = lost => Err(Error::Lease("leadership lost".into())),
         () = &mut shutdown => Ok(()),
     };
@@ -131,6 +134,7 @@ async fn run_inner(
     nb: Nb,
     metrics: Metrics,
     ready: Arc<AtomicBool>,
+    ipam_view: server::IpamView,
 ) -> Result<()> {
     reconcile::startup::init(&config, &kube, &nb).await?;
 
@@ -164,6 +168,12 @@ async fn run_inner(
         ],
     };
     let ctx = Arc::new(Context::new(config, kube.clone(), nb, metrics, stores.clone()));
+    let weak = Arc::downgrade(&ctx);
+    let _ = ipam_view.set(Box::new(move || {
+        weak.upgrade()
+            .map(|ctx| ctx.ipam().allocations())
+            .unwrap_or_default()
+    }));
 
     // Relations: who must look again when something else changes.
     let (s2, s3, s4, s5) = (

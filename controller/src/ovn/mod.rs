@@ -93,6 +93,7 @@ async fn batcher(client: Client, metrics: Metrics, mut rx: mpsc::UnboundedReceiv
                 Err(_) => break,
             }
         }
+        crate::crash_point::reached(crate::crash_point::NB_SUBMITTED);
         if jobs.len() == 1 {
             let job = jobs.pop().expect("one job");
             let result = transact(&client, &metrics, job.plan, job.what).await;
@@ -138,6 +139,9 @@ async fn transact(
     let start = Instant::now();
     let result = client.transact(plan.into_ops()).await;
     metrics.ovsdb_transaction(what, result.is_ok(), start.elapsed());
+    if result.is_ok() {
+        crate::crash_point::reached(crate::crash_point::NB_COMMITTED);
+    }
     match &result {
         Ok(_) => tracing::debug!(
             what,

@@ -336,6 +336,7 @@ async fn apply(pod: &Pod, ctx: &Context, key: &str) -> Result<Action> {
     let (port_written, ip_written) = tokio::join!(ctx.nb.apply(plan, "pod"), upsert_ip(ctx, &record));
     port_written?;
     ip_written?;
+    crate::crash_point::reached(crate::crash_point::POD_PORT_WRITTEN);
     // The port no longer names an address the key held in another subnet: free it now.
     let moved = ctx.ipam().release_elsewhere(key, &subnet_name);
     if !moved.is_empty() {
@@ -459,6 +460,9 @@ pub async fn release_key(ctx: &Context, key: &str, keep_address: bool) -> Result
     });
     let port = !plan.is_empty();
     ctx.nb.apply(plan, "pod-delete").await?;
+    if port {
+        crate::crash_point::reached(crate::crash_point::POD_PORT_REMOVED);
+    }
     if keep_address {
         return Ok(Released { port, address: false });
     }
