@@ -6,6 +6,7 @@
 //! membership, no IP CR, no address in IPAM.
 
 mod common;
+mod netkit;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +22,7 @@ use kube_ovn_controller::context::{Context, Stores};
 use kube_ovn_controller::metrics::Metrics;
 use kube_ovn_controller::ovn::Nb;
 use kube_ovn_testkit::wait_until_async;
+use netkit::{http_get, metric};
 
 const NS: &str = "race";
 const SUBNET: &str = "ovn-default";
@@ -215,4 +217,99 @@ async fn a_reconcile_holding_a_copy_from_before_the_deletion_writes_nothing_back
         "the late reconcile wrote pa's records back"
     );
     assert!(!holds(&ctx), "the late reconcile took {ip_a} again");
+}
+
+const TXNS: &str = "kube_ovn_controller_ovsdb_transaction_duration_seconds_count";
+
+/// Northbound transactions of `what` that failed, by the controller's metrics.
+async fn failed(addr: std::net::SocketAddr, whats: &[&str]) -> anyhow::Result<f64> {
+    let text = http_get(addr, "/metrics").await?.1;
+    Ok(whats
+        .iter()
+        .map(|w| metric(&text, TXNS, &["result=\"error\"", &format!("what=\"{w}\"")]))
+        .sum())
+}
+
+/// A process stopped with SIGSTOP until dropped (SIGCONT), so a failing test never leaves it
+/// stopped.
+struct Stopped(u32);
+
+impl Stopped {
+    fn signal(pid: u32, sig: &str) {
+        let status = std::process::Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .expect("kill(1)");
+        assert!(status.success(), "kill {sig} {pid}");
+    }
+
+    fn new(pid: u32) -> Self {
+        Self::signal(pid, "-STOP");
+        Self(pid)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        Self::signal(self.0, "-CONT");
+    }
+}
+
+/// A pod's port write reaches a northbound server too slow to answer within `--ovn-timeout`
+/// (stopped with SIGSTOP): the reconcile gives up on it, but the server still holds the
+/// transaction and commits it when it resumes. The pod is deleted in between, and its release
+/// runs while the server is still stopped. Before the fix the release read the replica (no port
+/// yet), removed nothing, deleted the IP CR and freed the address; the late commit then left a
+/// port, with an address IPAM could hand to another pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_port_write_the_server_commits_after_the_release_is_removed_too() {
+    let env = Env::start_with(&[
+        NO_PERIODIC_GC,
+        "--ovn-timeout=1",
+        // Longer than the server is stopped: the connection stays, the transaction in it too.
+        "--ovsdb-inactivity-timeout=120",
+    ])
+    .await;
+    env.node("n1", "172.18.0.2").await;
+    env.namespace(NS).await;
+    let metrics = env.metrics_addr.unwrap();
+    let key = format!("pa.{NS}");
+    let ips: Api<kube_ovn_api::crd::Ip> = Api::all(env.kube.clone());
+
+    let stopped = Stopped::new(env.ovn.nb.pid().expect("NB runs"));
+    env.pod(NS, "pa", "n1", &[]).await;
+    // The port and the IP CR are written together: once the IP CR is there, the port's
+    // transaction is with the server; then it times out.
+    wait_until_async(
+        "pa's IP CR and its port write to time out",
+        RELEASED_WITHIN,
+        || async {
+            Ok(ips.get_opt(&key).await?.is_some() && failed(metrics, &["pod", "batch"]).await? >= 1.0)
+        },
+    )
+    .await
+    .unwrap();
+    delete(&env, "pa").await;
+    // The release has acted while the server is still stopped: it deleted the IP CR (before the
+    // fix), or it is waiting for the server to answer what was sent before it.
+    wait_until_async("pa's release to act", RELEASED_WITHIN, || async {
+        Ok(ips.get_opt(&key).await?.is_none() || failed(metrics, &["barrier"]).await? >= 1.0)
+    })
+    .await
+    .unwrap();
+    drop(stopped);
+    let released = wait_until_async("pa to be released", RELEASED_WITHIN, || async {
+        let mut left = remains_in_cluster(&env, &key).await?;
+        let (code, body) = http_get(metrics, "/debug/ipam").await?;
+        anyhow::ensure!(code == 200, "/debug/ipam: {code}");
+        if body.contains(&format!("\"{key}\"")) {
+            left.push(format!("{key} in IPAM (/debug/ipam)"));
+        }
+        anyhow::ensure!(left.is_empty(), "left: {}", left.join(", "));
+        Ok(true)
+    })
+    .await;
+    if let Err(e) = released {
+        panic!("{e:#}");
+    }
 }

@@ -80,6 +80,25 @@ impl Nb {
     }
 }
 
+impl Nb {
+    /// Returns once every transaction sent before it has been answered — also one whose caller
+    /// stopped waiting (`--ovn-timeout`) while the server, slow, may still commit it — so the
+    /// replica then shows that transaction's outcome. The server answers one connection's
+    /// transactions in order; this sends an empty one behind them (merged with whatever else is
+    /// queued, so it costs nothing under load).
+    pub async fn barrier(&self) -> Result<(), kube_ovn_ovsdb::Error> {
+        let (reply, rx) = oneshot::channel();
+        self.jobs
+            .send(Job {
+                plan: Plan::new(),
+                what: "barrier",
+                reply,
+            })
+            .map_err(|_| kube_ovn_ovsdb::Error::Closed)?;
+        rx.await.map_err(|_| kube_ovn_ovsdb::Error::Closed)?.map(drop)
+    }
+}
+
 async fn batcher(client: Client, metrics: Metrics, mut rx: mpsc::UnboundedReceiver<Job>) {
     while let Some(first) = rx.recv().await {
         let mut jobs = vec![first];

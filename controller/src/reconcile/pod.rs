@@ -453,6 +453,10 @@ pub struct Released {
 /// Releases a pod NIC key: the port always; unless `keep_address`, the IP CR and the address.
 /// The caller holds the key's lock.
 pub async fn release_key(ctx: &Context, key: &str, keep_address: bool) -> Result<Released> {
+    // A write of this key's port that timed out may still be committed by a slow server; the
+    // plan below is read from the replica, which must show it first, or the port comes back
+    // after the release with nothing left to remove it.
+    ctx.nb.barrier().await?;
     let plan = ctx.nb.read(|cache| {
         let mut plan = Plan::new();
         remove_switch_port(&mut plan, cache, key);
