@@ -217,6 +217,13 @@ impl Lifecycle {
         crash_point::POINTS.iter().all(|p| self.crashed_at.contains(p))
     }
 
+    fn enough_deaths(&self) -> bool {
+        match self.deaths {
+            Deaths::RandomKills => self.kills_at_work >= 3,
+            Deaths::AtCrashPoints => self.died_everywhere(),
+        }
+    }
+
     /// The process that is to converge: unarmed, running.
     async fn settle(&mut self) -> anyhow::Result<Process> {
         match self.current.take() {
@@ -278,11 +285,10 @@ async fn run_seed(seed: u64, deaths: Deaths) -> anyhow::Result<()> {
     let mut live: Vec<String> = Vec::new();
     let mut created = 0;
     let mut batch = 0;
-    // With crash points, the churn goes on (up to twice as many pods) until a process has died
-    // at every point.
-    let more = |life: &Lifecycle, created: usize| {
-        created < PODS || (deaths == Deaths::AtCrashPoints && !life.died_everywhere() && created < 2 * PODS)
-    };
+    // The churn goes on (up to twice as many pods) until the deaths did their job: three kills
+    // of a process past its start-up, or a death at every crash point.
+    let more =
+        |life: &Lifecycle, created: usize| created < PODS || (!life.enough_deaths() && created < 2 * PODS);
     while more(&life, created) {
         for _ in 0..20 {
             let may_create = more(&life, created);
