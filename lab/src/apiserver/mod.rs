@@ -13,6 +13,7 @@
 //!
 //! What it covers and what it does not is in `docs/testing.md`.
 
+pub mod content;
 pub mod discovery;
 pub mod errors;
 pub mod field_validation;
@@ -21,6 +22,7 @@ pub mod managed;
 pub mod meta;
 pub mod openapi;
 pub mod patch;
+pub mod protobuf;
 pub mod registry;
 pub mod schema;
 pub mod selectors;
