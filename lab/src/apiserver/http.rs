@@ -16,7 +16,7 @@ use super::registry::Resource;
 use super::selectors::{FieldSelector, LabelSelector};
 use super::store::{DeleteOptions, Propagation, Store, WatchRequest, WatchStart, WriteOptions};
 use super::watch_stream::WatchOptions;
-use super::{ServerState, content, discovery, managed, openapi, patch, table, watch_stream};
+use super::{ServerState, content, discovery, managed, openapi, patch, scale, table, watch_stream};
 
 /// A resource request, from its URL.
 #[derive(Debug)]
@@ -24,8 +24,10 @@ pub struct Target {
     pub resource: Arc<Resource>,
     pub namespace: Option<String>,
     pub name: Option<String>,
-    /// `status` is the only subresource served.
+    /// `…/status`.
     pub status: bool,
+    /// `…/scale` (served by `scale`).
+    pub scale: bool,
 }
 
 pub type Query = HashMap<String, String>;
@@ -175,10 +177,11 @@ fn route(
             format!("the server could not find the requested resource ({gv} {resource_name})"),
         )
     })?;
-    let status = match sub {
-        None => false,
-        Some("status") if resource.status_subresource => true,
-        Some("finalize") if resource.plural == "namespaces" => false,
+    let (status, scale) = match sub {
+        None => (false, false),
+        Some("status") if resource.status_subresource => (true, false),
+        Some("scale") if resource.scale_subresource => (false, true),
+        Some("finalize") if resource.plural == "namespaces" => (false, false),
         Some(other) => {
             return Err(ApiError::new(
                 404,
@@ -209,8 +212,13 @@ fn route(
         namespace,
         name: name.map(str::to_owned),
         status,
+        scale,
     };
     let q = query(uri);
+    if target.scale {
+        let (code, body) = scale::serve(store, &target, method, headers, body, &write_options(&q))?;
+        return Ok(Reply::Json(code, body));
+    }
     match *method {
         Method::GET => get(store, &target, &q, headers),
         Method::POST => create(store, &target, &q, headers, body, warnings),

@@ -24,6 +24,7 @@ pub mod openapi;
 pub mod patch;
 pub mod protobuf;
 pub mod registry;
+pub mod scale;
 pub mod schema;
 pub mod selectors;
 pub mod store;
