@@ -19,6 +19,8 @@ use nix::unistd::Pid;
 use serde_json::Value;
 use tower::ServiceExt;
 
+pub mod kubectl;
+
 /// How long any single condition may take before a test fails. Generous: the machine has two
 /// cores and may be running a benchmark at the same time.
 pub const WAIT: Duration = Duration::from_secs(30);
