@@ -25,6 +25,20 @@ pub mod kubectl;
 /// cores and may be running a benchmark at the same time.
 pub const WAIT: Duration = Duration::from_secs(30);
 
+/// The next item of a stream of results within [`WAIT`], `None` when the stream ended; fails the
+/// test naming `what` when nothing comes in time or the stream reports an error.
+pub async fn next_within<S, T, E>(stream: &mut S, what: &str) -> Option<T>
+where
+    S: futures::Stream<Item = Result<T, E>> + Unpin,
+    E: std::fmt::Debug,
+{
+    match tokio::time::timeout(WAIT, futures::TryStreamExt::try_next(stream)).await {
+        Ok(Ok(item)) => item,
+        Ok(Err(e)) => panic!("{what}: the stream failed: {e:?}"),
+        Err(_) => panic!("no {what} within {WAIT:?}"),
+    }
+}
+
 /// The seed of a random test: `LAB_TEST_SEED` when set, else `default`; printed, so a failure
 /// can be replayed.
 pub fn seed(default: u64) -> u64 {
