@@ -32,11 +32,10 @@ where
     S: futures::Stream<Item = Result<T, E>> + Unpin,
     E: std::fmt::Debug,
 {
-    match tokio::time::timeout(WAIT, futures::TryStreamExt::try_next(stream)).await {
-        Ok(Ok(item)) => item,
-        Ok(Err(e)) => panic!("{what}: the stream failed: {e:?}"),
-        Err(_) => panic!("no {what} within {WAIT:?}"),
-    }
+    tokio::time::timeout(WAIT, futures::TryStreamExt::try_next(stream))
+        .await
+        .unwrap_or_else(|_| panic!("no {what} within {WAIT:?}"))
+        .unwrap_or_else(|e| panic!("{what}: the stream failed: {e:?}"))
 }
 
 /// The seed of a random test: `LAB_TEST_SEED` when set, else `default`; printed, so a failure

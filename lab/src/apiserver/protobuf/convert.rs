@@ -43,6 +43,7 @@ impl ConvertError {
     }
 
     /// Prefixes the field that contained the bad value.
+    #[must_use]
     pub fn within(mut self, field: &'static str) -> Self {
         self.path.insert(0, field);
         self

@@ -10,11 +10,19 @@
 //!
 //! Pure: no I/O.
 
-mod apps;
+mod apps_v1;
 pub mod convert;
-mod core;
-mod meta;
+mod core_v1;
+mod meta_v1;
 
+use k8s_openapi::api::apps::v1 as oa_apps;
+use k8s_openapi::api::autoscaling::v1 as oa_autoscaling;
+use k8s_openapi::api::core::v1 as oa_core;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1 as oa_meta;
+use k8s_pb::api::apps::v1 as pb_apps;
+use k8s_pb::api::autoscaling::v1 as pb_autoscaling;
+use k8s_pb::api::core::v1 as pb_core;
+use k8s_pb::apimachinery::pkg::apis::meta::v1 as pb_meta;
 use k8s_pb::apimachinery::pkg::runtime::Unknown;
 use prost::Message;
 use serde_json::Value;
@@ -71,15 +79,6 @@ where
     // A k8s-openapi value always serializes: its maps have string keys.
     Ok(serde_json::to_value(typed).expect("k8s-openapi types serialize to JSON"))
 }
-
-use k8s_openapi::api::apps::v1 as oa_apps;
-use k8s_openapi::api::autoscaling::v1 as oa_autoscaling;
-use k8s_openapi::api::core::v1 as oa_core;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1 as oa_meta;
-use k8s_pb::api::apps::v1 as pb_apps;
-use k8s_pb::api::autoscaling::v1 as pb_autoscaling;
-use k8s_pb::api::core::v1 as pb_core;
-use k8s_pb::apimachinery::pkg::apis::meta::v1 as pb_meta;
 
 /// (apiVersion, kind, decoder) of every kind accepted in protobuf: the built-in kinds kubectl's
 /// typed clients create or replace among those the emulator serves, the Scale of `kubectl scale`,

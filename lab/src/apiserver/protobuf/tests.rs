@@ -26,6 +26,10 @@ fn envelope(api_version: &str, kind: &str, raw: Vec<u8>) -> Vec<u8> {
     [MAGIC, &unknown.encode_to_vec()].concat()
 }
 
+#[allow(
+    clippy::unnecessary_wraps,
+    reason = "every optional string field of a prost message is an Option"
+)]
 fn s(v: &str) -> Option<String> {
     Some(v.to_owned())
 }
