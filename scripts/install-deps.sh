@@ -22,7 +22,8 @@ packages=(
 )
 
 # kubectl, for the API emulator's kubectl tests: the machine's own when there is one (it may be a
-# newer release or a cloud SDK's version dispatcher; never replace it), else Debian's.
+# newer release or a cloud SDK's version dispatcher; never replace it), else Debian's. Debian 12's
+# is 1.20 and the tests need 1.27+ (they fail saying so): such a machine needs a newer kubectl.
 if ! command -v kubectl >/dev/null 2>&1; then
   packages+=(kubernetes-client)
 fi

@@ -5,10 +5,12 @@
 //!   kube::Client / kubectl (TCP) ──────┴─▶ http::handle ─▶ Store (Mutex) ─▶ history ring ─▶ watchers
 //!                                            │                 │                    (watch_stream)
 //!                                            │                 └─▶ state file (persist)
+//!                                            ├─ content, protobuf (request bodies, Accept)
 //!                                            ├─ discovery, openapi, table (kubectl)
+//!                                            ├─ scale (the /scale subresource)
 //!                                            ├─ patch, managed (apply, strategic merge)
 //!                                            └─ schema, field_validation (CRD admission),
-//!                                               strategy (built-in create rules)
+//!                                               strategy (built-in create rules, defaults)
 //! ```
 //!
 //! What it covers and what it does not is in `docs/testing.md`.
