@@ -19,7 +19,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, Service, ServiceAccount};
 use kube::api::Api;
 use kube::{Resource, ResourceExt};
-use kube_ovn_lab::apiserver::{ApiServer, ApiServerConfig};
+use kube_ovn_lab::apiserver::{ApiServer, ApiServerConfig, protobuf};
 use prost::Message;
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -287,21 +287,6 @@ async fn request(
     (code, ct, serde_json::from_slice(&bytes).unwrap())
 }
 
-/// `k8s\0` + runtime.Unknown, as client-go writes a body.
-fn envelope(api_version: &str, kind: &str, raw: Vec<u8>) -> Vec<u8> {
-    use k8s_pb::apimachinery::pkg::runtime::{TypeMeta, Unknown};
-    let unknown = Unknown {
-        type_meta: Some(TypeMeta {
-            api_version: Some(api_version.into()),
-            kind: Some(kind.into()),
-        }),
-        raw: Some(raw),
-        content_encoding: Some(String::new()),
-        content_type: Some(String::new()),
-    };
-    [b"k8s\0".as_slice(), &unknown.encode_to_vec()].concat()
-}
-
 const PROTOBUF: (&str, &str) = ("content-type", "application/vnd.kubernetes.protobuf");
 const KUBECTL_ACCEPT: (&str, &str) = ("accept", "application/vnd.kubernetes.protobuf,application/json");
 
@@ -335,7 +320,7 @@ async fn protobuf_bodies_over_http() {
         "POST",
         pods,
         &[PROTOBUF, only_pb],
-        envelope("v1", "Pod", pod.clone()),
+        protobuf::encode("v1", "Pod", pod.clone()),
     )
     .await;
     assert_eq!(
@@ -360,7 +345,7 @@ async fn protobuf_bodies_over_http() {
         "POST",
         pods,
         &[PROTOBUF, KUBECTL_ACCEPT],
-        envelope("v1", "Pod", pod.clone()),
+        protobuf::encode("v1", "Pod", pod.clone()),
     )
     .await;
     assert_eq!(code, 201, "{body}");
@@ -377,7 +362,7 @@ async fn protobuf_bodies_over_http() {
         "POST",
         pods,
         &[PROTOBUF],
-        envelope("v1", "Pod", pod[..pod.len() - 4].to_vec()),
+        protobuf::encode("v1", "Pod", pod[..pod.len() - 4].to_vec()),
     )
     .await;
     assert_eq!(
@@ -406,7 +391,7 @@ async fn protobuf_bodies_over_http() {
         "POST",
         pods,
         &[PROTOBUF],
-        envelope("v1", "Namespace", ns),
+        protobuf::encode("v1", "Namespace", ns),
     )
     .await;
     assert_eq!(code, 400, "{body}");
@@ -425,7 +410,7 @@ async fn protobuf_bodies_over_http() {
         "POST",
         leases,
         &[PROTOBUF],
-        envelope("coordination.k8s.io/v1", "Lease", Vec::new()),
+        protobuf::encode("coordination.k8s.io/v1", "Lease", Vec::new()),
     )
     .await;
     assert_eq!(
@@ -455,7 +440,7 @@ async fn protobuf_bodies_over_http() {
         "DELETE",
         &format!("{pods}/p"),
         &[PROTOBUF],
-        envelope("meta.k8s.io/v1", "DeleteOptions", options),
+        protobuf::encode("meta.k8s.io/v1", "DeleteOptions", options),
     )
     .await;
     assert_eq!((code, body["reason"].as_str()), (409, Some("Conflict")), "{body}");
@@ -464,7 +449,7 @@ async fn protobuf_bodies_over_http() {
         "DELETE",
         &format!("{pods}/p"),
         &[PROTOBUF],
-        envelope("meta.k8s.io/v1", "DeleteOptions", Vec::new()),
+        protobuf::encode("meta.k8s.io/v1", "DeleteOptions", Vec::new()),
     )
     .await;
     assert_eq!(code, 200);

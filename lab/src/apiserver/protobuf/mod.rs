@@ -155,5 +155,21 @@ pub fn decode(body: &[u8]) -> Result<Value, ProtobufError> {
     Ok(object)
 }
 
+/// A protobuf body as client-go writes one: the prefix and an envelope around the message `raw`
+/// (the inverse of [`decode`], for tests and clients of the emulator).
+pub fn encode(api_version: &str, kind: &str, raw: Vec<u8>) -> Vec<u8> {
+    let unknown = Unknown {
+        type_meta: Some(k8s_pb::apimachinery::pkg::runtime::TypeMeta {
+            api_version: Some(api_version.into()),
+            kind: Some(kind.into()),
+        }),
+        raw: Some(raw),
+        // client-go writes both, empty.
+        content_encoding: Some(String::new()),
+        content_type: Some(String::new()),
+    };
+    [MAGIC, &unknown.encode_to_vec()].concat()
+}
+
 #[cfg(test)]
 mod tests;

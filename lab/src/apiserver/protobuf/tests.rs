@@ -1,4 +1,4 @@
-//! Bodies built with the prost types and an envelope as client-go writes it.
+//! Bodies built with the prost types, in the envelope client-go writes (`encode`).
 
 use std::collections::BTreeMap;
 
@@ -11,20 +11,6 @@ use k8s_pb::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::json;
 
 use super::*;
-
-fn envelope(api_version: &str, kind: &str, raw: Vec<u8>) -> Vec<u8> {
-    let unknown = Unknown {
-        type_meta: Some(TypeMeta {
-            api_version: Some(api_version.into()),
-            kind: Some(kind.into()),
-        }),
-        raw: Some(raw),
-        // client-go writes both, empty.
-        content_encoding: Some(String::new()),
-        content_type: Some(String::new()),
-    };
-    [MAGIC, &unknown.encode_to_vec()].concat()
-}
 
 #[allow(
     clippy::unnecessary_wraps,
@@ -62,7 +48,7 @@ fn a_namespace_decodes_to_the_json_kubectl_would_send() {
             ..Default::default()
         }),
     };
-    let body = envelope("v1", "Namespace", ns.encode_to_vec());
+    let body = encode("v1", "Namespace", ns.encode_to_vec());
     assert_eq!(
         decode(&body).unwrap(),
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x", "labels": {"team": "a"}},
@@ -137,7 +123,7 @@ fn a_pod_keeps_pointer_zeros_and_drops_go_zero_values() {
         }),
         status: None,
     };
-    let got = decode(&envelope("v1", "Pod", pod.encode_to_vec())).unwrap();
+    let got = decode(&encode("v1", "Pod", pod.encode_to_vec())).unwrap();
     assert_eq!(got["metadata"], json!({"name": "p"}));
     assert_eq!(
         got["spec"],
@@ -166,7 +152,7 @@ fn secret_bytes_are_base64_and_deployment_replicas_zero_is_kept() {
         r#type: s("Opaque"),
         ..Default::default()
     };
-    let got = decode(&envelope("v1", "Secret", secret.encode_to_vec())).unwrap();
+    let got = decode(&encode("v1", "Secret", secret.encode_to_vec())).unwrap();
     assert_eq!(got["data"], json!({"a": "YgBj"}));
     assert_eq!(got["type"], "Opaque");
 
@@ -183,7 +169,7 @@ fn secret_bytes_are_base64_and_deployment_replicas_zero_is_kept() {
         }),
         status: Some(apps::DeploymentStatus::default()),
     };
-    let got = decode(&envelope("apps/v1", "Deployment", deployment.encode_to_vec())).unwrap();
+    let got = decode(&encode("apps/v1", "Deployment", deployment.encode_to_vec())).unwrap();
     assert_eq!(got["apiVersion"], "apps/v1");
     assert_eq!(got["spec"]["replicas"], 0, "{got}");
     assert!(got["spec"].get("minReadySeconds").is_none(), "{got}");
@@ -202,7 +188,7 @@ fn delete_options_decode_from_any_group_version() {
         ..Default::default()
     };
     for api_version in ["meta.k8s.io/v1", "v1", "apps/v1"] {
-        let got = decode(&envelope(api_version, "DeleteOptions", options.encode_to_vec())).unwrap();
+        let got = decode(&encode(api_version, "DeleteOptions", options.encode_to_vec())).unwrap();
         assert_eq!(
             got,
             json!({"apiVersion": api_version, "kind": "DeleteOptions", "propagationPolicy": "Foreground",
@@ -213,7 +199,7 @@ fn delete_options_decode_from_any_group_version() {
 
 #[test]
 fn a_kind_without_a_decoder_is_named_with_the_accepted_ones() {
-    let body = envelope("kubeovn.io/v1", "Subnet", Vec::new());
+    let body = encode("kubeovn.io/v1", "Subnet", Vec::new());
     let err = decode(&body).unwrap_err();
     assert!(matches!(err, ProtobufError::UnsupportedKind { .. }), "{err:?}");
     let text = err.to_string();
@@ -224,7 +210,7 @@ fn a_kind_without_a_decoder_is_named_with_the_accepted_ones() {
     );
     // The right kind at the wrong version is no better.
     assert!(matches!(
-        decode(&envelope("apps/v1beta1", "Deployment", Vec::new())),
+        decode(&encode("apps/v1beta1", "Deployment", Vec::new())),
         Err(ProtobufError::UnsupportedKind { .. })
     ));
 }
@@ -244,7 +230,7 @@ fn truncated_and_foreign_bodies_are_refused_without_a_panic() {
     };
     let raw = pod.encode_to_vec();
     // The message cut short: the envelope is whole, the Pod inside is not.
-    let cut = envelope("v1", "Pod", raw[..raw.len() - 3].to_vec());
+    let cut = encode("v1", "Pod", raw[..raw.len() - 3].to_vec());
     let err = decode(&cut).unwrap_err();
     assert!(
         matches!(&err, ProtobufError::Message { kind, .. } if kind == "Pod"),
@@ -255,7 +241,7 @@ fn truncated_and_foreign_bodies_are_refused_without_a_panic() {
         "{err}"
     );
     // The envelope itself cut short, inside its `raw` field.
-    let whole = envelope("v1", "Pod", raw);
+    let whole = encode("v1", "Pod", raw);
     assert!(matches!(
         decode(&whole[..whole.len() / 2]),
         Err(ProtobufError::Envelope(_))
@@ -298,7 +284,7 @@ fn values_with_no_json_form_name_their_field() {
         }),
         status: None,
     };
-    let err = decode(&envelope("v1", "Service", service.encode_to_vec())).unwrap_err();
+    let err = decode(&encode("v1", "Service", service.encode_to_vec())).unwrap_err();
     assert_eq!(
         err.to_string(),
         "the Service message holds a value with no JSON form: spec.ports.target_port: \
@@ -316,7 +302,7 @@ fn values_with_no_json_form_name_their_field() {
         }),
         ..Default::default()
     };
-    let err = decode(&envelope("v1", "ConfigMap", cm.encode_to_vec())).unwrap_err();
+    let err = decode(&encode("v1", "ConfigMap", cm.encode_to_vec())).unwrap_err();
     assert!(
         err.to_string()
             .contains("metadata.managed_fields.fields_v1: fieldsV1 is not JSON"),
