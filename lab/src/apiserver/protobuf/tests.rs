@@ -261,9 +261,15 @@ fn truncated_and_foreign_bodies_are_refused_without_a_panic() {
         decode(&[MAGIC, &gzipped.encode_to_vec()].concat()),
         Err(ProtobufError::ContentEncoding("gzip".into()))
     );
-    // Every prefix of a valid body fails cleanly or decodes; none panics.
+    // Every prefix of a valid body, and every body with one byte changed, fails cleanly or
+    // decodes; none panics.
     for n in 0..whole.len() {
         let _ = decode(&whole[..n]);
+        for byte in [0x00, 0x01, 0x0a, 0x7f, 0x80, 0xff] {
+            let mut changed = whole.clone();
+            changed[n] = byte;
+            let _ = decode(&changed);
+        }
     }
 }
 
