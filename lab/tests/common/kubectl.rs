@@ -32,8 +32,8 @@ impl Kubectl {
             minor >= MIN_MINOR,
             "kubectl 1.{minor} is too old: these tests need kubectl 1.{MIN_MINOR} or newer (server-side \
              field validation through OpenAPI v3). Debian 12's kubernetes-client package is 1.20 and does \
-             not pass; put a kubectl 1.{MIN_MINOR}+ release binary first on PATH (scripts/install-deps.sh \
-             keeps any kubectl already there)"
+             not pass; scripts/install-deps.sh installs kubectl 1.32 as /usr/local/bin/kubectl when the \
+             one on PATH is older: run it, and put /usr/local/bin first on PATH"
         );
         kubectl
     }
@@ -55,9 +55,7 @@ impl Kubectl {
     /// Runs kubectl; its stdout, or a failure with its stderr.
     pub fn run(&self, args: &[&str]) -> String {
         let out = self.command(args).output().unwrap_or_else(|e| {
-            panic!(
-                "kubectl: {e}: install kubectl 1.{MIN_MINOR} or newer (Debian 12's kubernetes-client, 1.20, is too old)"
-            )
+            panic!("kubectl: {e}: install kubectl 1.{MIN_MINOR} or newer with scripts/install-deps.sh")
         });
         assert!(
             out.status.success(),
