@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use anyhow::{Context, Result, bail, ensure};
 use common::Cluster;
 use common::runtime::{Runtime, Sandbox};
+use kube_ovn_testkit::drill::{Rng, seed};
 use kube_ovn_testkit::{Netns, wait_until};
 use serde_json::Value;
 
@@ -26,36 +27,6 @@ const PODS: usize = 100;
 const NS: &str = "drill";
 /// A runtime retries a failed DEL; with the daemon back, one retry is enough, a few allowed.
 const RETRIES: usize = 5;
-
-/// splitmix64: a seeded schedule without a dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        usize::try_from(self.next() % n as u64).unwrap()
-    }
-}
-
-fn seed() -> u64 {
-    std::env::var("CRASH_SEED").map_or_else(
-        |_| {
-            let clock = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .subsec_nanos();
-            Rng(u64::from(clock) ^ (u64::from(std::process::id()) << 32)).next() % 1_000_000
-        },
-        |s| s.parse().expect("CRASH_SEED must be a number"),
-    )
-}
 
 fn with_qos(i: usize) -> bool {
     i.is_multiple_of(3)

@@ -38,6 +38,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube_ovn_api::crd::{Ip, Subnet};
 use kube_ovn_api::names;
 use kube_ovn_controller::crash_point;
+use kube_ovn_testkit::drill::{Rng, seeds};
 use kube_ovn_testkit::wait_until_async;
 use netkit::http_get;
 use serde_json::json;
@@ -51,40 +52,6 @@ const NODES: [(&str, &str); 2] = [("n1", "172.18.0.2"), ("n2", "172.18.0.3")];
 /// Only the mechanism cleans up: no periodic collection.
 const FLAGS: [&str; 1] = ["--gc-interval=0"];
 const CONVERGE_WITHIN: Duration = Duration::from_mins(2);
-
-/// splitmix64: a seeded schedule without a dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        usize::try_from(self.next() % n as u64).unwrap()
-    }
-}
-
-/// `CRASH_SEED` alone, or `CRASH_SEEDS` (else `default`) seeds drawn afresh from the clock and
-/// the process id.
-fn seeds(default: usize) -> Vec<u64> {
-    if let Ok(s) = std::env::var("CRASH_SEED") {
-        return vec![s.parse().expect("CRASH_SEED must be a number")];
-    }
-    let count =
-        std::env::var("CRASH_SEEDS").map_or(default, |n| n.parse().expect("CRASH_SEEDS must be a number"));
-    let clock = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let mut rng =
-        Rng(u64::try_from(clock % u128::from(u64::MAX)).unwrap() ^ (u64::from(std::process::id()) << 32));
-    (0..count).map(|_| rng.next() % 1_000_000).collect()
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Deaths {

@@ -20,42 +20,13 @@ use common::{Lab, NODE_V4, TOR_V4};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::DeleteParams;
+use kube_ovn_testkit::drill::{Rng, seed};
 use kube_ovn_testkit::wait_until;
 
 const WAIT: Duration = Duration::from_secs(30);
 const KILLS: usize = 10;
 const CIDR: &str = "10.16.0.0/16";
 const GR: [&str; 2] = ["--graceful-restart", "--graceful-restart-time=120s"];
-
-/// splitmix64: a seeded schedule without a dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        usize::try_from(self.next() % n as u64).unwrap()
-    }
-}
-
-fn seed() -> u64 {
-    std::env::var("CRASH_SEED").map_or_else(
-        |_| {
-            let clock = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .subsec_nanos();
-            Rng(u64::from(clock) ^ (u64::from(std::process::id()) << 32)).next() % 1_000_000
-        },
-        |s| s.parse().expect("CRASH_SEED must be a number"),
-    )
-}
 
 /// The prefixes BIRD has from the speaker's session (stale ones included).
 fn tor_routes(bird: &Bird) -> Result<BTreeSet<String>> {
