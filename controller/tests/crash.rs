@@ -196,14 +196,13 @@ impl Lifecycle {
         match self.current.take() {
             Some(Running { process, armed: None }) => return Ok(process),
             Some(Running {
-                mut process,
+                process,
                 armed: Some(point),
             }) => {
-                if process.has_exited() {
-                    process.crashed_at(point)?;
+                // It may reach its point while being killed.
+                if process.kill_armed(point)? {
                     self.crashed_at.push(point);
                 } else {
-                    process.kill();
                     self.kills += 1;
                 }
             }

@@ -362,6 +362,11 @@ pub async fn watch_deletions(
         |ctx, pod| async move { deleted(&ctx, &pod).await },
     );
     let nodes = each_departure(&ctx, nodes_gone, |ctx, node| async move {
+        // A node of that name in the cache again (created anew, or back in a relist under
+        // another UID) owns the name's join port and IP CR now: its reconciler keeps them.
+        if ctx.stores.nodes.get(&ObjectRef::new(&node.name_any())).is_some() {
+            return Ok(());
+        }
         node_gone(&ctx, &node.name_any()).await
     });
     let sts = each_event::<StatefulSet, _, _>(&ctx, |ctx, event| async move {

@@ -158,6 +158,19 @@ impl Process {
         running
     }
 
+    /// SIGKILL for a process armed with a crash point (see [`Process::crashed_at`]), which may
+    /// have reached it just before: `true` if it died at `point` by itself, `false` if the
+    /// SIGKILL ended it, an error if it ended any other way.
+    pub fn kill_armed(mut self, point: &str) -> anyhow::Result<bool> {
+        use std::os::unix::process::ExitStatusExt;
+        const SIGKILL: i32 = 9;
+        let status = self.daemon.kill();
+        if status.and_then(|s| s.signal()) == Some(SIGKILL) {
+            return Ok(false);
+        }
+        self.aborted_at(status, point).map(|()| true)
+    }
+
     /// Whether the process has exited by itself.
     pub fn has_exited(&mut self) -> bool {
         !self.daemon.is_running()
@@ -166,13 +179,19 @@ impl Process {
     /// Reaps a process that exited by itself, and checks that it died at `point` of the crash
     /// drill (aborted: SIGABRT, after saying so).
     pub fn crashed_at(mut self, point: &str) -> anyhow::Result<()> {
+        let status = self.daemon.kill();
+        self.aborted_at(status, point)
+    }
+
+    fn aborted_at(&self, status: Option<std::process::ExitStatus>, point: &str) -> anyhow::Result<()> {
         use std::os::unix::process::ExitStatusExt;
         const SIGABRT: i32 = 6;
-        let log = self.daemon.log();
-        let status = self.daemon.kill();
         anyhow::ensure!(
             status.and_then(|s| s.signal()) == Some(SIGABRT)
-                && log.contains(&format!("crash point {point} reached")),
+                && self
+                    .daemon
+                    .log()
+                    .contains(&format!("crash point {point} reached")),
             "{} ended ({status:?}) without aborting at {point}; log:\n{}",
             self.name,
             self.log_tail(30)
