@@ -8,6 +8,23 @@ use rtnetlink::{Handle, LinkMessageBuilder, LinkUnspec, LinkVeth};
 use crate::error::{Error, Result};
 use crate::netns::Netns;
 
+/// What `rtnetlink::new_connection` gives: the connection to drive, the handle, and the
+/// (unused) multicast receiver.
+type Opened = (
+    rtnetlink::proto::Connection<rtnetlink::packet_route::RouteNetlinkMessage>,
+    Handle,
+    futures::channel::mpsc::UnboundedReceiver<(
+        rtnetlink::packet_core::NetlinkMessage<rtnetlink::packet_route::RouteNetlinkMessage>,
+        rtnetlink::sys::SocketAddr,
+    )>,
+);
+
+/// Opens the socket in the calling thread's namespace, registered with `runtime`'s reactor.
+fn open_socket(runtime: &tokio::runtime::Handle) -> std::io::Result<Opened> {
+    let _entered = runtime.enter();
+    rtnetlink::new_connection()
+}
+
 /// A netlink route socket bound to one namespace.
 #[derive(Clone)]
 pub struct Netlink {
@@ -50,13 +67,26 @@ pub struct VethPair<'a> {
 
 impl Netlink {
     /// Opens a socket in `ns` (on a short-lived thread that entered it) and drives it on the
-    /// current tokio runtime. Must be called from within a runtime.
+    /// current tokio runtime. Must be called from within a runtime; blocks the calling thread
+    /// while the socket opens, so async code on a request path uses
+    /// [`connect_async`](Self::connect_async).
     pub fn connect(ns: &Netns) -> Result<Self> {
         let runtime = tokio::runtime::Handle::current();
-        let opened = ns.run(|| {
-            let _entered = runtime.enter();
-            rtnetlink::new_connection()
-        })?;
+        let handle = runtime.clone();
+        let opened = ns.run(move || open_socket(&handle))?;
+        Self::drive(ns, &runtime, opened)
+    }
+
+    /// [`connect`](Self::connect) without blocking a runtime worker: the task awaits the
+    /// thread that opens the socket.
+    pub async fn connect_async(ns: &Netns) -> Result<Self> {
+        let runtime = tokio::runtime::Handle::current();
+        let handle = runtime.clone();
+        let opened = ns.run_async(move || open_socket(&handle)).await?;
+        Self::drive(ns, &runtime, opened)
+    }
+
+    fn drive(ns: &Netns, runtime: &tokio::runtime::Handle, opened: std::io::Result<Opened>) -> Result<Self> {
         let (connection, handle, _) = opened.map_err(|source| Error::Io {
             op: format!("open a netlink socket in {}", ns.label()),
             source,

@@ -116,26 +116,22 @@ async fn veth_across_namespaces_carries_traffic_and_deletes_cleanly() -> Result<
     );
 
     assert!(
-        ethtool::tx_checksum_enabled(&pod_ns, "eth0")?,
+        ethtool::tx_checksum_enabled(&pod_ns, "eth0").await?,
         "veths start with TX checksum offload on"
     );
-    ethtool::disable_tx_checksum(&pod_ns, "eth0")?;
-    assert!(!ethtool::tx_checksum_enabled(&pod_ns, "eth0")?);
+    ethtool::disable_tx_checksum(&pod_ns, "eth0").await?;
+    assert!(!ethtool::tx_checksum_enabled(&pod_ns, "eth0").await?);
     assert!(
         pod.exec(&["ethtool", "-k", "eth0"])?
             .contains("tx-checksumming: off")
     );
-    assert!(ethtool::write_net_sysctl(
-        &pod_ns,
-        "ipv4/conf/all/forwarding",
-        "1"
-    )?);
+    assert!(ethtool::write_net_sysctl(&pod_ns, "ipv4/conf/all/forwarding", "1").await?);
     assert_eq!(
         pod.exec(&["cat", "/proc/sys/net/ipv4/conf/all/forwarding"])?
             .trim(),
         "1"
     );
-    assert!(!ethtool::write_net_sysctl(&pod_ns, "no/such/key", "1")?);
+    assert!(!ethtool::write_net_sysctl(&pod_ns, "no/such/key", "1").await?);
 
     host.exec(&["ping", "-c1", "-W2", "10.99.0.2"])?;
     assert_eq!(
@@ -177,4 +173,41 @@ fn missing_namespace_is_named_and_not_found() {
         err.to_string().contains("/run/netns/definitely-not-here"),
         "{err}"
     );
+}
+
+/// With a single runtime thread, a task awaiting `run_async` leaves that thread free: the
+/// closure waits for a message that only another task on the same thread sends. A blocking
+/// join in its place would hold the only thread until the closure's own 5 s bound ran out.
+#[tokio::test(flavor = "current_thread")]
+async fn run_async_enters_the_namespace_and_leaves_the_runtime_thread_free() -> Result<()> {
+    let test_ns = TestNs::new("a")?;
+    let ns = Netns::open(test_ns.path())?;
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let waiter = ns.run_async(move || {
+        let heard = rx.recv_timeout(std::time::Duration::from_secs(5));
+        let inside = std::fs::read_link("/proc/thread-self/ns/net");
+        (heard, inside)
+    });
+    let sender = async move {
+        tokio::task::yield_now().await;
+        tx.send(())
+    };
+    let (outcome, sent) = tokio::join!(waiter, sender);
+    sent?;
+    let (heard, inside) = outcome?;
+    assert!(
+        heard.is_ok(),
+        "the closure never heard from the other task: the runtime thread was blocked"
+    );
+    let inode = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(test_ns.path())?);
+    assert_eq!(
+        inside?.display().to_string(),
+        format!("net:[{inode}]"),
+        "the closure ran in the namespace it was given"
+    );
+
+    // A panic inside comes back to the caller, as with the blocking `run`.
+    let panicked = tokio::spawn(async move { ns.run_async(|| panic!("inside the namespace")).await });
+    assert!(panicked.await.unwrap_err().is_panic());
+    Ok(())
 }

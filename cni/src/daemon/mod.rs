@@ -125,7 +125,7 @@ pub async fn run(
         Netns::open(&flags.ovs_netns)
     }
     .map_err(|e| StartError::Config(format!("--ovs-netns: {e}")))?;
-    let ovs_nl = Netlink::connect(&ovs_ns).map_err(DaemonError::from)?;
+    let ovs_nl = Netlink::connect_async(&ovs_ns).await.map_err(DaemonError::from)?;
     let remotes =
         Remote::parse_list(&flags.ovs_db).map_err(|e| StartError::Config(format!("--ovs-db: {e}")))?;
     let tables = ovs::MONITORED.iter().map(|t| (*t).to_owned()).collect();

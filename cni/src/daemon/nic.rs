@@ -89,10 +89,10 @@ impl Node {
     async fn configure_pod_side(&self, plan: &NicPlan, pod_ns: &Netns) -> Result<(), DaemonError> {
         if plan.addresses.iter().any(|a| a.addr().is_ipv6()) {
             for scope in ["all", "default", plan.ifname.as_str()] {
-                ethtool::write_net_sysctl(pod_ns, &format!("ipv6/conf/{scope}/disable_ipv6"), "0")?;
+                ethtool::write_net_sysctl(pod_ns, &format!("ipv6/conf/{scope}/disable_ipv6"), "0").await?;
             }
         }
-        let nl = Netlink::connect(pod_ns)?;
+        let nl = Netlink::connect_async(pod_ns).await?;
         let link = nl.require_link(&plan.ifname).await?;
         for address in &plan.addresses {
             nl.add_address(link.index, *address).await?;
@@ -111,7 +111,7 @@ impl Node {
             .await?;
         }
         if self.config.datapath == Datapath::Netdev {
-            ethtool::disable_tx_checksum(pod_ns, &plan.ifname)?;
+            ethtool::disable_tx_checksum(pod_ns, &plan.ifname).await?;
         }
         Ok(())
     }
@@ -163,7 +163,7 @@ impl Node {
             return Err(format!("host veth {} is missing", plan.host_nic));
         }
         let pod_ns = Netns::open(netns_path).map_err(|e| e.to_string())?;
-        let nl = Netlink::connect(&pod_ns).map_err(|e| e.to_string())?;
+        let nl = Netlink::connect_async(&pod_ns).await.map_err(|e| e.to_string())?;
         let link = nl
             .link(&plan.ifname)
             .await
