@@ -5,10 +5,11 @@
 
 mod common;
 
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
 
-use anyhow::Result;
-use common::{Cluster, WAIT};
+use anyhow::{Context, Result};
+use common::{Cluster, Options, WAIT};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kube_ovn_testkit::{tcp_transfer, wait_until};
@@ -301,5 +302,144 @@ async fn pods_on_two_nodes_talk_in_one_subnet_and_across_subnets() -> Result<()>
             node.name
         );
     }
+    Ok(())
+}
+
+/// Opens a TCP connection from `client` to `ip:port` served in `server` and returns the source
+/// address the server saw. Connect and accept are both bounded.
+fn source_seen(
+    server: &kube_ovn_testkit::Netns,
+    ip: IpAddr,
+    port: u16,
+    client: &kube_ovn_testkit::Netns,
+) -> Result<IpAddr> {
+    let listener = server.run(|| TcpListener::bind((ip, port)))??;
+    listener.set_nonblocking(true)?;
+    let to = SocketAddr::new(ip, port);
+    let _stream = client
+        .run(|| TcpStream::connect_timeout(&to, Duration::from_secs(10)))?
+        .with_context(|| format!("connect to {to}"))?;
+    // The client's connect returns on the SYN-ACK; the server queues the connection on the
+    // final ACK, a moment later.
+    let mut peer = None;
+    wait_until(
+        &format!("{to} to accept the connection"),
+        Duration::from_secs(10),
+        || {
+            match listener.accept() {
+                Ok((_, from)) => peer = Some(from.ip()),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e.into()),
+            }
+            Ok(peer.is_some())
+        },
+    )?;
+    peer.context("accepted")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_reaches_pods_from_its_internal_ip_in_both_families() -> Result<()> {
+    let cluster = Cluster::start_with(Options {
+        nodes: 1,
+        controller_flags: vec![
+            "--default-cidr=10.16.0.0/16,fd00:10:16::/112".into(),
+            "--node-switch-cidr=100.64.0.0/16,fd00:100:64::/112".into(),
+        ],
+        dual_stack: true,
+        ..Options::default()
+    })
+    .await?;
+    let node = &cluster.nodes[0];
+    let node_ns = node.ovs.netns();
+    let v6 = node.internal_ipv6.context("a dual-stack node")?;
+    let pod = cluster.pod("default", "a", 0, &[]).await?;
+    let pod_v6: IpAddr = pod.result["ips"][1]["address"]
+        .as_str()
+        .context("an IPv6 address in the result")?
+        .split('/')
+        .next()
+        .unwrap_or_default()
+        .parse()?;
+
+    // Node → pod packets leave from the node's InternalIP of the family (not the join address).
+    node_ns.wait_ping(pod.ip(), Duration::from_secs(10))?;
+    assert_eq!(
+        source_seen(&pod.netns, pod.ip().into(), 7101, node_ns)?,
+        IpAddr::from(node.internal_ip)
+    );
+    assert_eq!(source_seen(&pod.netns, pod_v6, 7102, node_ns)?, IpAddr::from(v6));
+    // Because of Kube-OVN's route set: subnets via the join gateway with the node's InternalIP of the family as
+    // source, the join CIDR as the kernel's link route.
+    let v4_routes = node_ns.ip(&["-4", "route", "show", "dev", "ovn0"])?;
+    let v6_routes = node_ns.ip(&["-6", "route", "show", "dev", "ovn0"])?;
+    let line = |table: &str, dst: &str| {
+        table
+            .lines()
+            .find(|l| l.starts_with(dst))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let subnet_v4 = line(&v4_routes, "10.16.0.0/16 ");
+    assert!(
+        subnet_v4.contains("via 100.64.0.1") && subnet_v4.contains(&format!("src {}", node.internal_ip)),
+        "{v4_routes}"
+    );
+    let join_v4 = line(&v4_routes, "100.64.0.0/16 ");
+    assert!(
+        join_v4.contains("scope link") && join_v4.contains("src 100.64.0.2"),
+        "{v4_routes}"
+    );
+    // The IPv6 join gateway as the controller chose it (the Node's annotation).
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(cluster.kube.clone());
+    let annotations = nodes
+        .get(&node.name)
+        .await?
+        .metadata
+        .annotations
+        .unwrap_or_default();
+    let join_gw_v6 = annotations["ovn.kubernetes.io/gateway"]
+        .split(',')
+        .find(|g| g.contains(':'))
+        .context("an IPv6 join gateway")?
+        .to_owned();
+    let subnet_v6 = line(&v6_routes, "fd00:10:16::/112 ");
+    assert!(
+        subnet_v6.contains(&format!("via {join_gw_v6} ")) && subnet_v6.contains(&format!("src {v6}")),
+        "{v6_routes}"
+    );
+    assert!(!line(&v6_routes, "fd00:100:64::/112 ").is_empty(), "{v6_routes}");
+
+    // What an earlier daemon left (no source), a missing join route and a route no subnet wants
+    // are all put right on the next pass.
+    node_ns.ip(&[
+        "route",
+        "replace",
+        "10.16.0.0/16",
+        "via",
+        "100.64.0.1",
+        "dev",
+        "ovn0",
+    ])?;
+    node_ns.ip(&["route", "add", "10.99.0.0/16", "via", "100.64.0.1", "dev", "ovn0"])?;
+    node_ns.ip(&["route", "del", "100.64.0.0/16", "dev", "ovn0"])?;
+    let touch = json!({"metadata": {"annotations": {"test.kube-ovn.io/touch": "1"}}});
+    nodes
+        .patch(&node.name, &PatchParams::default(), &Patch::Merge(&touch))
+        .await?;
+    wait_until("the daemon to restore Kube-OVN's routes on ovn0", WAIT, || {
+        let table = node_ns.ip(&["-4", "route", "show", "dev", "ovn0"])?;
+        Ok(
+            line(&table, "10.16.0.0/16 ").contains(&format!("src {}", node.internal_ip))
+                && line(&table, "100.64.0.0/16 ").contains("src 100.64.0.2")
+                && line(&table, "10.99.0.0/16 ").is_empty(),
+        )
+    })
+    .with_context(|| {
+        format!(
+            "{}\n{}",
+            node_ns.ip(&["route", "show", "dev", "ovn0"]).unwrap_or_default(),
+            node.daemon.log_tail(10)
+        )
+    })?;
     Ok(())
 }

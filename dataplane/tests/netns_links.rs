@@ -106,6 +106,7 @@ async fn veth_across_namespaces_carries_traffic_and_deletes_cleanly() -> Result<
         gateway: Some("10.99.0.1".parse()?),
         dev: p.index,
         src: None,
+        metric: None,
     };
     in_pod.add_route(&default).await?;
     let routes = in_pod.routes(false, Some(p.index)).await?;
@@ -113,6 +114,71 @@ async fn veth_across_namespaces_carries_traffic_and_deletes_cleanly() -> Result<
     assert!(
         pod.exec(&["ip", "route", "show", "default"])?
             .contains("via 10.99.0.1 dev eth0")
+    );
+    // A source address and a metric go in and read back as given.
+    let with_src = Route {
+        dst: "10.98.0.0/16".parse()?,
+        gateway: Some("10.99.0.1".parse()?),
+        dev: p.index,
+        src: Some("10.99.0.2".parse()?),
+        metric: None,
+    };
+    let link_v6 = Route {
+        dst: "fd00:98::/64".parse()?,
+        gateway: None,
+        dev: p.index,
+        src: None,
+        metric: Some(256),
+    };
+    in_pod.add_route(&with_src).await?;
+    in_pod.add_route(&link_v6).await?;
+    let v4_routes = in_pod.routes(false, Some(p.index)).await?;
+    assert!(v4_routes.contains(&with_src), "{v4_routes:?}");
+    assert!(in_pod.routes(true, Some(p.index)).await?.contains(&link_v6));
+    let shown = pod.exec(&["ip", "route", "show", "10.98.0.0/16"])?;
+    assert!(
+        shown.contains("via 10.99.0.1 dev eth0") && shown.contains("src 10.99.0.2"),
+        "{shown}"
+    );
+    let shown = pod.exec(&["ip", "-6", "route", "show", "fd00:98::/64"])?;
+    assert!(
+        shown.contains("dev eth0") && shown.contains("metric 256"),
+        "{shown}"
+    );
+    // The kernel takes only a source the namespace has.
+    let foreign = Route {
+        src: Some("192.0.2.9".parse()?),
+        ..with_src.clone()
+    };
+    let refused = in_pod.add_route(&foreign).await.unwrap_err();
+    assert!(refused.to_string().contains("src 192.0.2.9"), "{refused}");
+    // A route added by hand (protocol `boot`, not ours) still deletes.
+    pod.exec(&[
+        "ip",
+        "route",
+        "add",
+        "10.97.0.0/16",
+        "via",
+        "10.99.0.1",
+        "dev",
+        "eth0",
+    ])?;
+    let by_hand = in_pod
+        .routes(false, Some(p.index))
+        .await?
+        .into_iter()
+        .find(|r| r.dst == "10.97.0.0/16".parse::<IpNet>().unwrap())
+        .context("the route added with ip")?;
+    assert!(in_pod.delete_route(&by_hand).await?);
+    assert!(
+        pod.exec(&["ip", "route", "show", "10.97.0.0/16"])?
+            .trim()
+            .is_empty()
+    );
+    let local = in_pod.local_addresses().await?;
+    assert!(
+        local.contains(&"10.99.0.2".parse()?) && local.contains(&"fd00:99::2".parse()?),
+        "{local:?}"
     );
 
     assert!(

@@ -18,6 +18,7 @@ pub mod install;
 pub mod metrics;
 mod nic;
 pub mod node;
+pub mod node_routes;
 pub mod ovs;
 pub mod plan;
 pub mod server;

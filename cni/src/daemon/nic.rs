@@ -107,6 +107,7 @@ impl Node {
                 gateway: route.via,
                 dev: link.index,
                 src: None,
+                metric: None,
             })
             .await?;
         }
