@@ -190,6 +190,62 @@ async fn qos_follows_the_annotations_live_and_goes_with_the_pod() -> Result<()> 
     Ok(())
 }
 
+/// OVSDB refuses the QoS change while another port still references the pod's QoS row (a
+/// strong reference blocks the row's deletion); once that reference goes, the daemon's retry
+/// applies the change with no further event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_qos_change_is_retried_until_it_applies() -> Result<()> {
+    let cluster = Cluster::start(1, &[]).await?;
+    let node = &cluster.nodes[0];
+    let pod = cluster
+        .pod("default", "q", 0, &[("ovn.kubernetes.io/ingress_rate", "10")])
+        .await?;
+    let nic = format!("{}_h", &pod.sandbox.container_id[..12]);
+    let qos = node.ovs.vsctl(&["--no-wait", "get", "port", &nic, "qos"])?;
+    let qos = qos.trim();
+    assert_eq!(node.ovs_rows("qos")?, 1, "the pod's htb QoS");
+    node.ovs.vsctl(&[
+        "--no-wait",
+        "add-port",
+        "br-int",
+        "qhold",
+        "--",
+        "set",
+        "interface",
+        "qhold",
+        "type=internal",
+        "--",
+        "set",
+        "port",
+        "qhold",
+        &format!("qos={qos}"),
+    ])?;
+
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(cluster.kube.clone(), "default");
+    let patch = json!({"metadata": {"annotations": {"ovn.kubernetes.io/ingress_rate": null}}});
+    pods.patch("q", &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    wait_until("the daemon to report the refused QoS change", WAIT, || {
+        Ok(node.daemon.log().contains("QoS update failed"))
+    })?;
+    assert_eq!(
+        node.ovs.vsctl(&["--no-wait", "get", "port", &nic, "qos"])?.trim(),
+        qos,
+        "the refused transaction changed nothing"
+    );
+
+    node.ovs.vsctl(&["--no-wait", "clear", "port", "qhold", "qos"])?;
+    wait_until("the retry to remove the pod's QoS", WAIT, || {
+        Ok(
+            node.ovs.vsctl(&["--no-wait", "get", "port", &nic, "qos"])?.trim() == "[]"
+                && node.ovs_rows("qos")? == 0
+                && node.ovs_rows("queue")? == 0,
+        )
+    })
+    .with_context(|| node.daemon.log_tail(10))?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn add_fails_clearly_and_leaves_nothing() -> Result<()> {
     let mut cluster = Cluster::start(

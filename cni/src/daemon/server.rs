@@ -117,6 +117,7 @@ async fn add(State(node): Shared, Json(request): Json<CniRequest>) -> Response {
         n.check_provider(&request.provider)?;
         let plan = n.wait_for_plan(&request).await?;
         n.add_nic(&plan, &request.net_ns).await?;
+        n.recheck_qos(format!("{}/{}", request.pod_namespace, request.pod_name));
         Ok((StatusCode::OK, Json(plan::response(&plan, &request))).into_response())
     })
     .await
