@@ -9,7 +9,7 @@ use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use common::{Cluster, Options, WAIT};
+use common::{Cluster, NorthboundPaused, Options, WAIT};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kube_ovn_testkit::{tcp_transfer, wait_until};
@@ -246,6 +246,73 @@ async fn a_refused_qos_change_is_retried_until_it_applies() -> Result<()> {
     Ok(())
 }
 
+/// With the controller held back (its northbound database stopped), ADD plugs the port from
+/// the request alone: ovs-vswitchd opens it, with the pod's `iface-id`, and the pod's
+/// interface exists, down, before any route is annotated. When the controller resumes, the port
+/// is completed and bound and the pod works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_port_is_plugged_before_the_annotations_and_completed_when_they_come() -> Result<()> {
+    let cluster = Cluster::start(1, &[]).await?;
+    let node = &cluster.nodes[0];
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(cluster.kube.clone(), "default");
+    let paused = NorthboundPaused::new(&cluster.ovn)?;
+    cluster.create_pod("default", "late", 0, &[]).await?;
+    let (netns, sandbox) = Cluster::sandbox("default", "late")?;
+    let runtime = node.runtime.clone();
+    let sb = sandbox.clone();
+    let add = tokio::task::spawn_blocking(move || runtime.add(&sb));
+    let host_nic = format!("{}_h", &sandbox.container_id[..12]);
+    wait_until("the port plugged and opened before the annotations", WAIT, || {
+        Ok(node
+            .iface_column(&host_nic, "ofport")
+            .is_ok_and(|p| p.parse::<i64>().is_ok_and(|p| p > 0)))
+    })
+    .with_context(|| node.daemon.log_tail(10))?;
+    assert_eq!(
+        node.iface_column(&host_nic, "external_ids:iface-id")?,
+        "late.default"
+    );
+    let before = pods.get("late").await?.metadata.annotations.unwrap_or_default();
+    assert!(
+        !before.contains_key("ovn.kubernetes.io/routed"),
+        "the controller was not held back: {before:?}"
+    );
+    let eth0 = netns.ip(&["link", "show", "eth0"])?;
+    assert!(eth0.contains("state DOWN"), "{eth0}");
+
+    drop(paused);
+    let result = add.await??;
+    let ann = pods.get("late").await?.metadata.annotations.unwrap_or_default();
+    let ip = &ann["ovn.kubernetes.io/ip_address"];
+    let mac = &ann["ovn.kubernetes.io/mac_address"];
+    assert_eq!(
+        result["ips"][0]["address"]
+            .as_str()
+            .unwrap_or_default()
+            .split('/')
+            .next(),
+        Some(ip.as_str())
+    );
+    assert_eq!(&node.iface_column(&host_nic, "external_ids:ip")?, ip);
+    assert_eq!(&node.iface_column(&host_nic, "external_ids:attached-mac")?, mac);
+    assert_eq!(
+        node.iface_column(&host_nic, "external_ids:ovn-installed")?,
+        "true"
+    );
+    assert!(
+        netns
+            .ip(&["link", "show", "eth0"])?
+            .contains(&format!("link/ether {mac}"))
+    );
+    netns.wait_ping(std::net::Ipv4Addr::new(10, 16, 0, 1), Duration::from_secs(10))?;
+    let metrics = node.metrics()?;
+    assert!(
+        metrics.contains("cni_wait_seconds_count{what=\"plugged_early\"} 1"),
+        "{metrics}"
+    );
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn add_fails_clearly_and_leaves_nothing() -> Result<()> {
     let mut cluster = Cluster::start(
@@ -272,6 +339,9 @@ async fn add_fails_clearly_and_leaves_nothing() -> Result<()> {
         error["msg"].as_str().unwrap().contains("no address allocated"),
         "{error}"
     );
+    // With no annotations at ADD the port was plugged early; the failure took it away again.
+    assert!(node.daemon.log().contains("plugged before the annotations"));
+    assert!(node.pod_ports()?.is_empty() && node.pod_veths()?.is_empty());
     // A sandbox path that does not exist: refused as bad config, nothing created.
     cluster.create_pod("default", "gone", 0, &[]).await?;
     let (_other, mut gone) = Cluster::sandbox("default", "gone")?;

@@ -61,8 +61,9 @@ pub struct VethPair<'a> {
     /// MTU of both ends.
     pub mtu: u32,
     /// MAC of the peer end: it must equal the logical switch port's, or OVN's port security
-    /// drops the pod's traffic.
-    pub peer_mac: [u8; 6],
+    /// drops the pod's traffic. `None` lets the kernel pick one, for a caller that sets the
+    /// right one later, before the end is brought up.
+    pub peer_mac: Option<[u8; 6]>,
 }
 
 impl Netlink {
@@ -117,12 +118,14 @@ impl Netlink {
     /// answers `ENOTCONN`), so the caller brings each end up from its own namespace.
     /// `EEXIST` comes back as an error the caller can test with [`Error::is_exists`].
     pub async fn add_veth(&self, pair: &VethPair<'_>) -> Result<()> {
-        let peer = LinkMessageBuilder::<LinkUnspec>::new()
+        let mut peer = LinkMessageBuilder::<LinkUnspec>::new()
             .name(pair.peer)
             .mtu(pair.mtu)
-            .address(pair.peer_mac.to_vec())
-            .setns_by_fd(pair.peer_ns.raw_fd())
-            .build();
+            .setns_by_fd(pair.peer_ns.raw_fd());
+        if let Some(mac) = pair.peer_mac {
+            peer = peer.address(mac.to_vec());
+        }
+        let peer = peer.build();
         let message = LinkMessageBuilder::<LinkVeth>::new_with_info_kind(InfoKind::Veth)
             .name(pair.host)
             .mtu(pair.mtu)

@@ -64,7 +64,7 @@ async fn veth_across_namespaces_carries_traffic_and_deletes_cleanly() -> Result<
         peer: "eth0",
         peer_ns: &pod_ns,
         mtu: 1400,
-        peer_mac: mac,
+        peer_mac: Some(mac),
     };
     here.add_veth(&pair).await?;
     let again = here.add_veth(&pair).await.expect_err("a second add must fail");

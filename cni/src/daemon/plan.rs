@@ -201,21 +201,15 @@ pub fn readiness(
         }
     }
 
-    let iface_id = names::pod_port_name(&request.pod_name, &request.pod_namespace, provider);
-    let host_nic = host_nic_name(&request.container_id, &request.if_name);
+    let EarlyPort {
+        iface_id,
+        host_nic,
+        mut external_ids,
+        ..
+    } = early_port(request);
     let ip_list = ips.addrs().map(|a| a.to_string()).collect::<Vec<_>>().join(",");
-    let external_ids = BTreeMap::from([
-        ("iface-id".to_owned(), iface_id.clone()),
-        ("vendor".to_owned(), "kube-ovn".to_owned()),
-        ("pod_name".to_owned(), request.pod_name.clone()),
-        ("pod_namespace".to_owned(), request.pod_namespace.clone()),
-        ("pod_netns".to_owned(), request.net_ns.clone()),
-        ("ip".to_owned(), ip_list),
-        ("attached-mac".to_owned(), mac.to_string()),
-        // Ours: which network the port belongs to, so CNI GC of one network leaves the
-        // others' ports alone.
-        ("provider".to_owned(), provider.to_owned()),
-    ]);
+    external_ids.insert("ip".to_owned(), ip_list);
+    external_ids.insert("attached-mac".to_owned(), mac.to_string());
     let qos = qos_plan(annotations, provider)?;
     Ok(Readiness::Ready(Box::new(NicPlan {
         iface_id,
@@ -231,6 +225,47 @@ pub fn readiness(
         external_ids,
         qos,
     })))
+}
+
+/// The part of a pod's port known from the request alone, before the controller's
+/// annotations: enough for ovn-controller to bind the port once the logical port exists, and
+/// for DEL, GC and the QoS task to find it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EarlyPort {
+    /// Logical switch port name (`<pod>.<namespace>[.<provider>]`), `external_ids:iface-id`.
+    pub iface_id: String,
+    /// Host end of the veth, also the OVS port and interface name.
+    pub host_nic: String,
+    /// Name in the pod.
+    pub ifname: String,
+    /// `Interface.external_ids` without what the annotations give (`ip`, `attached-mac`).
+    pub external_ids: BTreeMap<String, String>,
+}
+
+/// The port as the request alone describes it.
+pub fn early_port(request: &CniRequest) -> EarlyPort {
+    let provider = if request.provider.is_empty() {
+        "ovn"
+    } else {
+        request.provider.as_str()
+    };
+    let iface_id = names::pod_port_name(&request.pod_name, &request.pod_namespace, provider);
+    let external_ids = BTreeMap::from([
+        ("iface-id".to_owned(), iface_id.clone()),
+        ("vendor".to_owned(), "kube-ovn".to_owned()),
+        ("pod_name".to_owned(), request.pod_name.clone()),
+        ("pod_namespace".to_owned(), request.pod_namespace.clone()),
+        ("pod_netns".to_owned(), request.net_ns.clone()),
+        // Ours: which network the port belongs to, so CNI GC of one network leaves the
+        // others' ports alone.
+        ("provider".to_owned(), provider.to_owned()),
+    ]);
+    EarlyPort {
+        iface_id,
+        host_nic: host_nic_name(&request.container_id, &request.if_name),
+        ifname: request.if_name.clone(),
+        external_ids,
+    }
 }
 
 fn provider_is_ovn(provider: &str) -> bool {
@@ -452,6 +487,21 @@ mod tests {
             serde_json::Value::Null,
             "no routes beyond the defaults: the shim adds those"
         );
+    }
+
+    #[test]
+    fn the_early_port_is_the_plans_port_without_what_the_annotations_give() {
+        let req = request("eth0");
+        let early = early_port(&req);
+        let plan = ready(&annotations(&ROUTED), &req, None);
+        assert_eq!(
+            (&early.iface_id, &early.host_nic, &early.ifname),
+            (&plan.iface_id, &plan.host_nic, &plan.ifname)
+        );
+        let mut completed = early.external_ids.clone();
+        completed.insert("ip".into(), "10.16.0.5,fd00:10:16::5".into());
+        completed.insert("attached-mac".into(), "0a:00:00:10:00:05".into());
+        assert_eq!(completed, plan.external_ids);
     }
 
     #[test]

@@ -449,3 +449,27 @@ impl TestNode {
         Ok(out)
     }
 }
+
+/// Holds the controller back: the northbound ovsdb-server is stopped (SIGSTOP) until this is
+/// dropped, so the controller's logical-port write, and with it the pod's annotations, waits.
+pub struct NorthboundPaused {
+    pid: nix::unistd::Pid,
+}
+
+impl NorthboundPaused {
+    pub fn new(ovn: &OvnCentral) -> Result<Self> {
+        let pid = ovn
+            .nb
+            .pid()
+            .context("the northbound ovsdb-server is not running")?;
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(pid)?);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP)?;
+        Ok(Self { pid })
+    }
+}
+
+impl Drop for NorthboundPaused {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(self.pid, nix::sys::signal::Signal::SIGCONT);
+    }
+}
