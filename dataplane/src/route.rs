@@ -36,42 +36,43 @@ const MAIN_TABLE: u8 = 254;
 impl Netlink {
     /// Addresses on link `index`, with their prefix lengths.
     pub async fn addresses(&self, index: u32) -> Result<Vec<IpNet>> {
-        let messages: Vec<AddressMessage> = self
-            .handle
-            .address()
-            .get()
-            .set_link_index_filter(index)
-            .execute()
-            .try_collect()
-            .await
-            .map_err(self.fail(format!("list addresses of link #{index}")))?;
-        Ok(messages
-            .iter()
-            .filter(|m| m.header.index == index)
-            .filter_map(|m| {
-                m.attributes.iter().find_map(|a| match a {
-                    AddressAttribute::Address(ip) => IpNet::new(*ip, m.header.prefix_len).ok(),
-                    _ => None,
-                })
-            })
+        Ok(self
+            .address_list(Some(index))
+            .await?
+            .into_iter()
+            .filter(|(link, _)| *link == index)
+            .map(|(_, net)| net)
             .collect())
     }
 
     /// Every address of the namespace, on any link (what a route's `src` may name).
     pub async fn local_addresses(&self) -> Result<Vec<IpAddr>> {
-        let messages: Vec<AddressMessage> = self
-            .handle
-            .address()
-            .get()
-            .execute()
-            .try_collect()
-            .await
-            .map_err(self.fail("list addresses"))?;
+        Ok(self
+            .address_list(None)
+            .await?
+            .into_iter()
+            .map(|(_, net)| net.addr())
+            .collect())
+    }
+
+    /// `(link index, address)` for every address, or those of one link.
+    async fn address_list(&self, index: Option<u32>) -> Result<Vec<(u32, IpNet)>> {
+        let mut request = self.handle.address().get();
+        if let Some(index) = index {
+            request = request.set_link_index_filter(index);
+        }
+        let what = index.map_or_else(
+            || "list addresses".to_owned(),
+            |i| format!("list addresses of link #{i}"),
+        );
+        let messages: Vec<AddressMessage> = request.execute().try_collect().await.map_err(self.fail(what))?;
         Ok(messages
             .iter()
             .filter_map(|m| {
                 m.attributes.iter().find_map(|a| match a {
-                    AddressAttribute::Address(ip) => Some(*ip),
+                    AddressAttribute::Address(ip) => IpNet::new(*ip, m.header.prefix_len)
+                        .ok()
+                        .map(|net| (m.header.index, net)),
                     _ => None,
                 })
             })

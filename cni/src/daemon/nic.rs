@@ -46,21 +46,12 @@ impl Node {
         self.make_veth(&plan.host_nic, &plan.ifname, &pod_ns, plan.mtu, Some(plan.mac))
             .await?;
         let result = async {
-            let spec = PortSpec {
-                name: &plan.host_nic,
-                kind: "",
-                mac: None,
-                external_ids: &plan.external_ids,
-                qos: plan.qos,
-            };
+            let spec = PortSpec::pod(&plan.host_nic, &plan.external_ids, plan.qos);
             let plugged = self.plug(&spec).await?;
             self.bind(plan, &pod_ns, plugged, true).await
         }
         .await;
-        if result.is_err() {
-            self.remove_nic(&plan.host_nic).await.ok();
-        }
-        result
+        self.undo_on_error(&plan.host_nic, result).await
     }
 
     /// Plugs the port before the plan exists, then completes it when the annotations come.
@@ -81,13 +72,7 @@ impl Node {
         )
         .await?;
         let result = async {
-            let spec = PortSpec {
-                name: &port.host_nic,
-                kind: "",
-                mac: None,
-                external_ids: &port.external_ids,
-                qos: QosPlan::default(),
-            };
+            let spec = PortSpec::pod(&port.host_nic, &port.external_ids, QosPlan::default());
             let plugged = self.plug(&spec).await?;
             tracing::info!(port = %port.host_nic, iface_id = %port.iface_id, "plugged before the annotations");
             let opened = async {
@@ -113,8 +98,18 @@ impl Node {
             Ok(plan)
         }
         .await;
+        self.undo_on_error(&port.host_nic, result).await
+    }
+
+    /// Removes the port and the veth ADD made when `result` is a failure, so a retried ADD
+    /// starts clean; passes `result` on.
+    async fn undo_on_error<T>(
+        &self,
+        host_nic: &str,
+        result: Result<T, DaemonError>,
+    ) -> Result<T, DaemonError> {
         if result.is_err() {
-            self.remove_nic(&port.host_nic).await.ok();
+            self.remove_nic(host_nic).await.ok();
         }
         result
     }

@@ -58,6 +58,19 @@ fn row(columns: impl IntoIterator<Item = (&'static str, Value)>) -> Row {
     columns.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
 }
 
+impl<'a> PortSpec<'a> {
+    /// A pod's port: the host end of its veth, with the pod's `external_ids` and rate limits.
+    pub fn pod(name: &'a str, external_ids: &'a BTreeMap<String, String>, qos: QosPlan) -> Self {
+        Self {
+            name,
+            kind: "",
+            mac: None,
+            external_ids,
+            qos,
+        }
+    }
+}
+
 impl Ovs {
     /// Wraps a connected client on the Open_vSwitch database.
     pub fn new(client: Client, bridge: impl Into<String>) -> Self {
