@@ -22,6 +22,7 @@ pub mod node_routes;
 pub mod ovs;
 pub mod plan;
 pub mod qos;
+pub mod rates;
 pub mod server;
 
 use std::collections::HashMap;
