@@ -80,9 +80,6 @@ impl Metrics {
 
     /// OpenMetrics text.
     pub fn encode(&self) -> String {
-        let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.inner.registry)
-            .expect("writing to a String");
-        out
+        kube_ovn_support::endpoints::encode(&self.inner.registry)
     }
 }

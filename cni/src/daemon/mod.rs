@@ -25,8 +25,7 @@ pub mod qos;
 pub mod rates;
 pub mod server;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node as K8sNode, Pod};
@@ -40,7 +39,7 @@ use self::config::Config;
 use self::error::DaemonError;
 use self::metrics::Metrics;
 use self::ovs::Ovs;
-use kube_ovn_support::Watched;
+use kube_ovn_support::{KeyGuard, KeyLocks, Watched};
 
 /// Everything a request handler needs.
 pub struct Node {
@@ -64,26 +63,13 @@ pub struct Node {
     pub metrics: Metrics,
     /// Pods whose ADD finished, for the QoS task to look at again.
     qos_recheck: mpsc::UnboundedSender<String>,
-    locks: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
+    locks: KeyLocks,
 }
 
 impl Node {
     /// Serializes work per pod: ADD, DEL and CHECK of one pod never overlap.
-    pub async fn lock(&self, key: &str) -> tokio::sync::OwnedMutexGuard<()> {
-        let lock = {
-            let mut locks = self.locks.lock().unwrap_or_else(PoisonError::into_inner);
-            if locks.len() > 1024 {
-                locks.retain(|_, weak| weak.strong_count() > 0);
-            }
-            if let Some(lock) = locks.get(key).and_then(Weak::upgrade) {
-                lock
-            } else {
-                let lock = Arc::new(tokio::sync::Mutex::new(()));
-                locks.insert(key.to_owned(), Arc::downgrade(&lock));
-                lock
-            }
-        };
-        lock.lock_owned().await
+    pub async fn lock(&self, key: &str) -> KeyGuard<'_> {
+        self.locks.lock(key).await
     }
 
     /// Asks the QoS task to compare pod `key`'s port with its annotations again (after ADD: a
@@ -161,7 +147,7 @@ pub async fn run(
         nodes: Watched::start(Api::all(kube.clone()), Some(node_fields), None),
         metrics: Metrics::new(),
         qos_recheck,
-        locks: Mutex::default(),
+        locks: KeyLocks::default(),
         config,
         kube,
     });
@@ -203,9 +189,9 @@ pub async fn run(
             tracing::error!(error = %e, "CNI server stopped");
         }
     });
-    let metrics = server::metrics_router(node.clone());
+    let metrics = server::metrics_endpoints(node.clone());
     tasks.spawn(async move {
-        if let Err(e) = axum::serve(metrics_listener, metrics).await {
+        if let Err(e) = metrics.serve(metrics_listener).await {
             tracing::error!(error = %e, "metrics server stopped");
         }
     });

@@ -11,7 +11,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::post;
 use k8s_openapi::api::core::v1::Pod;
 use kube_ovn_api::wire::{ADD_PATH, CniRequest, DEL_PATH, ErrorResponse};
 use tracing::Instrument;
@@ -34,24 +34,13 @@ pub fn cni_router(node: Arc<Node>) -> Router {
         .with_state(node)
 }
 
-/// `/metrics`, `/healthz`, `/readyz`.
-pub fn metrics_router(node: Arc<Node>) -> Router {
-    Router::new()
-        .route(
-            "/metrics",
-            get(|State(n): Shared| async move { n.metrics.encode() }),
-        )
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route(
-            "/readyz",
-            get(|State(n): Shared| async move {
-                match n.status() {
-                    Ok(()) => (StatusCode::OK, "ok\n".to_owned()),
-                    Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
-                }
-            }),
-        )
-        .with_state(node)
+/// `/metrics`, `/healthz`, `/livez`, `/readyz` (ready when ADD can be served: CNI STATUS).
+pub fn metrics_endpoints(node: Arc<Node>) -> kube_ovn_support::endpoints::Endpoints {
+    let scraped = node.clone();
+    kube_ovn_support::endpoints::Endpoints::new(
+        move || std::future::ready(scraped.metrics.encode()),
+        move || node.status().map_err(|e| e.to_string()),
+    )
 }
 
 fn pod_key(request: &CniRequest) -> String {
