@@ -14,6 +14,7 @@
 
 pub mod owned;
 pub mod plan;
+pub mod priority;
 pub mod topology;
 
 use std::ops::Range;

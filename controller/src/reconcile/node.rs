@@ -17,12 +17,12 @@ use kube_ovn_ovsdb::tables::nb::{LogicalSwitch, LogicalSwitchPort};
 use serde_json::json;
 
 use super::ip_cr::{IpRecord, upsert_ip};
-use super::subnet::PRIORITY_NODE;
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::ipam::{Allocation, Request};
 use crate::ovn::owned::{PolicySpec, sync_policies};
 use crate::ovn::plan::{Plan, RowRef, owned_ids};
+use crate::ovn::priority::POLICY_NODE;
 use crate::ovn::topology::{add_to_port_group, ensure_port_group, ensure_switch_port};
 
 pub const KIND: &str = "Node";
@@ -114,7 +114,7 @@ pub async fn reconcile(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
             };
             let v = if node_ip.is_ipv4() { "ip4" } else { "ip6" };
             policies.push(PolicySpec {
-                priority: PRIORITY_NODE,
+                priority: POLICY_NODE,
                 r#match: format!("{v}.dst == {node_ip}"),
                 action: "reroute".into(),
                 nexthops: vec![join_ip.to_string()],

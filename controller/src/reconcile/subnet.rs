@@ -27,7 +27,6 @@ use kube_ovn_ovsdb::{DbCache, Table};
 
 use super::binding::selector_matches;
 use super::subnet_acl::subnet_acls;
-pub use super::subnet_gateway::PRIORITY_GATEWAY;
 use super::subnet_gateway::{GatewayPlan, NodeView, gateway_plan, node_ready};
 use super::subnet_spec::spec_patch;
 pub use super::subnet_spec::{Effective, effective};
@@ -36,14 +35,12 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::ovn::owned::{Claim, Parent, PolicySpec, sync_acls, sync_policies, sync_policies_claimed};
 use crate::ovn::plan::{Plan, RowRef, owned_ids};
+use crate::ovn::priority::{POLICY_GATEWAY, POLICY_SUBNET_ALLOW};
 use crate::ovn::topology::{
     Attachment, add_to_port_group, ensure_port_group, ensure_router_attachment, ensure_switch,
 };
 
 pub const KIND: &str = "Subnet";
-/// Router policy priorities (Kube-OVN `pkg/util/const.go`).
-pub const PRIORITY_SUBNET_ALLOW: i64 = 31000;
-pub const PRIORITY_NODE: i64 = 30000;
 
 pub async fn reconcile(subnet: Arc<Subnet>, ctx: Arc<Context>) -> Result<Action> {
     let api: Api<Subnet> = Api::all(ctx.kube.clone());
@@ -147,7 +144,7 @@ async fn apply(subnet: &Subnet, ctx: &Context) -> Result<Action> {
             .map(|c| {
                 let v = if c.addr().is_ipv4() { "ip4" } else { "ip6" };
                 let allow = PolicySpec {
-                    priority: PRIORITY_SUBNET_ALLOW,
+                    priority: POLICY_SUBNET_ALLOW,
                     r#match: format!("{v}.dst == {c}"),
                     action: "allow".into(),
                     nexthops: vec![],
@@ -239,9 +236,7 @@ fn gateway_policies(
     lr.policies
         .iter()
         .filter_map(|u| cache.get::<LogicalRouterPolicy>(u).ok().flatten())
-        .filter(|p| {
-            p.priority == PRIORITY_GATEWAY && p.external_ids.get("subnet").is_some_and(|s| s == subnet)
-        })
+        .filter(|p| p.priority == POLICY_GATEWAY && p.external_ids.get("subnet").is_some_and(|s| s == subnet))
         .map(|p| {
             let spec = PolicySpec {
                 priority: p.priority,

@@ -27,9 +27,7 @@ use super::binding::selector_matches;
 use super::subnet_spec::Effective;
 use crate::ovn::owned::PolicySpec;
 use crate::ovn::plan::owned_ids;
-
-/// Kube-OVN's `GatewayRouterPolicyPriority`.
-pub const PRIORITY_GATEWAY: i64 = 29000;
+use crate::ovn::priority::POLICY_GATEWAY;
 
 /// What the gateway logic needs to know of a node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -146,7 +144,7 @@ pub fn gateway_plan(
                 ids.insert("node".into(), n.name.clone());
                 plan.policies.push((
                     PolicySpec {
-                        priority: PRIORITY_GATEWAY,
+                        priority: POLICY_GATEWAY,
                         // OVN gives every port group address sets `$<pg>_ip4` / `$<pg>_ip6`.
                         r#match: format!("{v}.src == ${pg}_{v}"),
                         action: "reroute".into(),
@@ -203,7 +201,7 @@ pub fn gateway_plan(
         let v = if v4 { "ip4" } else { "ip6" };
         plan.policies.push((
             PolicySpec {
-                priority: PRIORITY_GATEWAY,
+                priority: POLICY_GATEWAY,
                 r#match: format!("{v}.src == {cidr}"),
                 action: "reroute".into(),
                 nexthops,
