@@ -28,7 +28,7 @@ use kube_ovn_api::crd::{FINALIZER, Ip};
 use kube_ovn_api::names;
 use serde_json::json;
 
-use super::subnet::effective;
+use super::subnet_spec::effective;
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::ipam::{Allocation, Request};

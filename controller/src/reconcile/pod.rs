@@ -32,7 +32,7 @@ use super::pod_request::{
     allocate, handshake, namespace_pool, static_addresses, uses_namespace_pools, validate,
 };
 use super::statefulset;
-use super::subnet::effective;
+use super::subnet_spec::effective;
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::ipam::IpamError;

@@ -15,7 +15,7 @@ use kube_ovn_ovsdb::tables::nb::{LogicalSwitchPort, NbGlobal};
 use kube_ovn_ovsdb::{Condition, Mutation, Operation, Table, Value};
 use serde_json::json;
 
-use super::subnet::effective;
+use super::subnet_spec::effective;
 use crate::config::{Config, DefaultSubnet};
 use crate::context::Stores;
 use crate::error::Result;

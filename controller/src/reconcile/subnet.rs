@@ -29,7 +29,7 @@ use super::binding::selector_matches;
 use super::subnet_acl::subnet_acls;
 use super::subnet_gateway::{GatewayPlan, NodeView, gateway_plan, node_ready};
 use super::subnet_spec::spec_patch;
-pub use super::subnet_spec::{Effective, effective};
+use super::subnet_spec::{Effective, effective};
 use super::subnet_status::{Outcome, set_status};
 use crate::context::Context;
 use crate::error::{Error, Result};

@@ -27,7 +27,7 @@ use kube_ovn_ovsdb::Table;
 use kube_ovn_ovsdb::tables::nb::{LogicalRouter, LogicalSwitch};
 use serde_json::json;
 
-use super::subnet::effective;
+use super::subnet_spec::effective;
 use super::vpc_spec::{VpcRows, join_default_routes, vpc_rows};
 use crate::context::Context;
 use crate::error::{Error, Result};
