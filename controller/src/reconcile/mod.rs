@@ -27,6 +27,7 @@ pub mod ippool;
 pub mod leader;
 pub mod namespace;
 pub mod node;
+pub mod node_state;
 pub mod pod;
 pub mod pod_request;
 pub mod startup;

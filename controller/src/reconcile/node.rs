@@ -17,6 +17,7 @@ use kube_ovn_ovsdb::tables::nb::{LogicalSwitch, LogicalSwitchPort};
 use serde_json::json;
 
 use super::ip_cr::{IpRecord, upsert_ip};
+use super::node_state::internal_ips;
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::ipam::{Allocation, Request};
@@ -26,18 +27,6 @@ use crate::ovn::priority::POLICY_NODE;
 use crate::ovn::topology::{add_to_port_group, ensure_port_group, ensure_switch_port};
 
 pub const KIND: &str = "Node";
-
-/// The node's own addresses (`InternalIP`), which the 30000 policy matches.
-pub fn internal_ips(node: &Node) -> Vec<IpAddr> {
-    node.status
-        .as_ref()
-        .and_then(|s| s.addresses.as_ref())
-        .into_iter()
-        .flatten()
-        .filter(|a| a.type_ == "InternalIP")
-        .filter_map(|a| a.address.parse().ok())
-        .collect()
-}
 
 /// What the node asked for before (its annotations), so a restart keeps its join address.
 fn request_of(node: &Node) -> Request {

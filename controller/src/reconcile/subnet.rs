@@ -26,8 +26,9 @@ use kube_ovn_ovsdb::tables::nb::{
 use kube_ovn_ovsdb::{DbCache, Table};
 
 use super::binding::selector_matches;
+use super::node_state::{internal_ips, node_ready};
 use super::subnet_acl::subnet_acls;
-use super::subnet_gateway::{GatewayPlan, NodeView, gateway_plan, node_ready};
+use super::subnet_gateway::{GatewayPlan, NodeView, gateway_plan};
 use super::subnet_spec::spec_patch;
 use super::subnet_spec::{Effective, effective};
 use super::subnet_status::{Outcome, set_status};
@@ -438,7 +439,7 @@ fn validate(ctx: &Context, subnet: &Subnet, eff: &Effective) -> Result<(), Strin
     }
     if eff.vpc == ctx.config.cluster_router {
         for node in ctx.stores.subnet_nodes.state() {
-            let inside = super::node::internal_ips(&node)
+            let inside = internal_ips(&node)
                 .into_iter()
                 .find(|ip| eff.cidrs.iter().any(|c| c.contains(ip)));
             if let Some(ip) = inside {

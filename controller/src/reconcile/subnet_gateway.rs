@@ -18,7 +18,6 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use k8s_openapi::api::core::v1::Node;
 use kube_ovn_api::annotations::{GatewayNodes, parse};
 use kube_ovn_api::crd::SubnetSpec;
 use kube_ovn_api::names;
@@ -34,27 +33,10 @@ use crate::ovn::priority::POLICY_GATEWAY;
 pub struct NodeView {
     pub name: String,
     pub labels: BTreeMap<String, String>,
-    /// Ready to carry traffic: see [`node_ready`].
+    /// Ready to carry traffic: see [`super::node_state::node_ready`].
     pub ready: bool,
     /// Its join addresses, once the node reconciler has finished it.
     pub joins: Vec<IpAddr>,
-}
-
-/// Whether a node may carry gateway traffic: its `Ready` condition is not `False` or `Unknown` and
-/// its network is not unavailable. Kube-OVN also requires `Ready` to be present; we take a node
-/// without one (no kubelet has reported yet, or none runs, as in tests) as ready, and rely on the
-/// node lifecycle controller, which sets `Unknown` when a kubelet stops reporting.
-pub fn node_ready(node: &Node) -> bool {
-    let conditions = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_deref())
-        .unwrap_or_default();
-    conditions.iter().all(|c| match c.type_.as_str() {
-        "Ready" => c.status == "True",
-        "NetworkUnavailable" => c.status != "True",
-        _ => true,
-    })
 }
 
 /// The gateway rows and status of one subnet.
