@@ -28,6 +28,7 @@ use kube_ovn_api::crd::{FINALIZER, Ip};
 use kube_ovn_api::names;
 use serde_json::json;
 
+use super::pod_state::{is_alive, port_name};
 use super::subnet_spec::effective;
 use crate::context::Context;
 use crate::error::{Error, Result};
@@ -159,7 +160,7 @@ fn live_pod(ctx: &Context, ip: &Ip) -> Option<Arc<Pod>> {
     ctx.stores
         .pods
         .get(&ObjectRef::new(pod).within(ns))
-        .filter(|p| super::pod::is_alive(p) && super::pod::port_name(p) == ip.name_any())
+        .filter(|p| is_alive(p) && port_name(p) == ip.name_any())
 }
 
 pub async fn reconcile(ip: Arc<Ip>, ctx: Arc<Context>) -> Result<Action> {

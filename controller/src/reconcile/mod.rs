@@ -30,6 +30,7 @@ pub mod node;
 pub mod node_state;
 pub mod pod;
 pub mod pod_request;
+pub mod pod_state;
 pub mod startup;
 pub mod statefulset;
 pub mod subnet;

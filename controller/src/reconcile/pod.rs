@@ -31,6 +31,7 @@ use super::ip_cr::{IpRecord, delete_ip, is_reserved, upsert_ip};
 use super::pod_request::{
     allocate, handshake, namespace_pool, static_addresses, uses_namespace_pools, validate,
 };
+use super::pod_state::{grace_left, is_alive, port_name};
 use super::statefulset;
 use super::subnet_spec::effective;
 use crate::context::Context;
@@ -40,38 +41,6 @@ use crate::ovn::plan::{Plan, RowRef, owned_ids};
 use crate::ovn::topology::{add_to_port_group, ensure_switch_port, remove_switch_port};
 
 pub const KIND: &str = "Pod";
-const PROVIDER: &str = "ovn";
-
-/// The pod's NIC key: its switch port's and IP CR's name, `<pod>.<ns>`.
-pub fn port_name(pod: &Pod) -> String {
-    names::pod_port_name(&pod.name_any(), &pod.namespace().unwrap_or_default(), PROVIDER)
-}
-
-/// Whether the pod still needs its network (Kube-OVN's `isPodAlive`): a finished pod that will
-/// not restart, an evicted one, or one past its deletion grace period does not.
-pub fn is_alive(pod: &Pod) -> bool {
-    let status = pod.status.as_ref();
-    let phase = status.and_then(|s| s.phase.as_deref()).unwrap_or_default();
-    let restart = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.restart_policy.as_deref())
-        .unwrap_or("Always");
-    let finished = (phase == "Succeeded" && restart != "Always")
-        || (phase == "Failed" && restart == "Never")
-        || (phase == "Failed" && status.and_then(|s| s.reason.as_deref()) == Some("Evicted"));
-    !finished && grace_left(pod).is_none_or(|left| !left.is_zero())
-}
-
-/// Time left until a deleted pod's grace period ends (`None`: not being deleted).
-fn grace_left(pod: &Pod) -> Option<Duration> {
-    let deleted = pod.metadata.deletion_timestamp.as_ref()?;
-    let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(0);
-    let end = deleted.0 + k8s_openapi::jiff::SignedDuration::from_secs(grace);
-    let left = end.duration_since(k8s_openapi::jiff::Timestamp::now());
-    Some(Duration::try_from(left).unwrap_or(Duration::ZERO))
-}
-
 /// The subnet a pod goes in, in Kube-OVN's order: the pod's `logical_switch`, the subnet of a named
 /// `ip_pool`, the subnet of an IP CR reserved for it, then the subnets bound to its namespace (the
 /// first with a namespace IP pool that has room, else the first with free addresses or holding

@@ -15,6 +15,7 @@ use kube_ovn_ovsdb::tables::nb::{LogicalSwitchPort, NbGlobal};
 use kube_ovn_ovsdb::{Condition, Mutation, Operation, Table, Value};
 use serde_json::json;
 
+use super::pod_state::port_name;
 use super::subnet_spec::effective;
 use crate::config::{Config, DefaultSubnet};
 use crate::context::Stores;
@@ -215,7 +216,7 @@ pub fn rebuild_ipam(config: &Config, stores: &Stores, nb: &Nb) -> (Ipam, Rebuilt
             continue;
         };
         let mac = get::<MacAddr>(ann, keys::MAC_ADDRESS).ok().flatten();
-        let key = names::pod_port_name(&pod.name_any(), &pod.namespace().unwrap_or_default(), "ovn");
+        let key = port_name(&pod);
         claims.push((
             subnet,
             key,

@@ -27,6 +27,7 @@ use kube_ovn_ovsdb::{DbCache, Table};
 
 use super::binding::selector_matches;
 use super::node_state::{internal_ips, node_ready};
+use super::pod_state::port_name;
 use super::subnet_acl::subnet_acls;
 use super::subnet_gateway::{GatewayPlan, NodeView, gateway_plan};
 use super::subnet_spec::spec_patch;
@@ -269,7 +270,7 @@ fn pod_ports_by_node(ctx: &Context, subnet: &str) -> BTreeMap<String, Vec<String
         {
             continue;
         }
-        let port = names::pod_port_name(&pod.name_any(), &pod.namespace().unwrap_or_default(), "ovn");
+        let port = port_name(&pod);
         out.entry(node).or_default().push(port);
     }
     out
