@@ -27,7 +27,7 @@ use kube_ovn_api::names;
 use kube_ovn_ovsdb::Table;
 use kube_ovn_ovsdb::tables::nb::{LogicalSwitchPort, PortGroup};
 
-use super::ip_cr::{delete_ip, is_reserved};
+use super::ip_record::{delete_ip, is_reserved};
 use super::pod::{deleted, release_key};
 use super::pod_state::is_alive;
 use super::statefulset;

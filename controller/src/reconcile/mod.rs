@@ -23,6 +23,7 @@
 pub mod binding;
 pub mod gc;
 pub mod ip_cr;
+pub mod ip_record;
 pub mod ippool;
 pub mod leader;
 pub mod namespace;

@@ -16,7 +16,7 @@ use kube_ovn_ovsdb::Table;
 use kube_ovn_ovsdb::tables::nb::{LogicalSwitch, LogicalSwitchPort};
 use serde_json::json;
 
-use super::ip_cr::{IpRecord, upsert_ip};
+use super::ip_record::{IpRecord, upsert_ip};
 use super::node_state::internal_ips;
 use crate::context::Context;
 use crate::error::{Error, Result};

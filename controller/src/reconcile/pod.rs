@@ -27,7 +27,7 @@ use kube_ovn_ovsdb::{Atom, DbCache, Table, Value};
 use serde_json::json;
 
 use super::binding;
-use super::ip_cr::{IpRecord, delete_ip, is_reserved, upsert_ip};
+use super::ip_record::{IpRecord, delete_ip, is_reserved, upsert_ip};
 use super::pod_request::{
     allocate, handshake, namespace_pool, static_addresses, uses_namespace_pools, validate,
 };

@@ -1,0 +1,143 @@
+//! Writing IP CRs: the cluster-visible record of every allocation (`kubectl get ips`), named
+//! like the switch port (`<pod>.<ns>`, `node-<node>`), which the pod and node reconcilers write
+//! and the collector deletes. Reservations (user-created IP CRs) are the IP reconciler's,
+//! [`super::ip_cr`].
+
+use std::net::IpAddr;
+
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::reflector::ObjectRef;
+use kube_ovn_api::annotations::{is_true, keys};
+use kube_ovn_api::crd::Ip;
+use serde_json::json;
+
+use crate::context::Context;
+use crate::error::Result;
+use crate::ipam::Allocation;
+
+/// The field manager of the controller's server-side applies.
+pub const FIELD_MANAGER: &str = "kube-ovn-controller";
+
+/// One allocation as an IP CR.
+pub struct IpRecord<'a> {
+    pub name: &'a str,
+    pub pod: &'a str,
+    pub namespace: &'a str,
+    pub subnet: &'a str,
+    pub node: &'a str,
+    pub alloc: &'a Allocation,
+    /// `StatefulSet`, `VirtualMachine` or empty.
+    pub pod_type: &'a str,
+}
+
+pub fn addresses(alloc: &Allocation) -> (String, String, String) {
+    let v4 = alloc.v4.map(|a| a.to_string()).unwrap_or_default();
+    let v6 = alloc.v6.map(|a| a.to_string()).unwrap_or_default();
+    let both = [v4.as_str(), v6.as_str()]
+        .into_iter()
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join(",");
+    (both, v4, v6)
+}
+
+impl IpRecord<'_> {
+    fn spec(&self) -> serde_json::Value {
+        let (ip_address, v4, v6) = addresses(self.alloc);
+        json!({
+            "podName": self.pod,
+            "namespace": self.namespace,
+            "subnet": self.subnet,
+            "nodeName": self.node,
+            "ipAddress": ip_address,
+            "v4IpAddress": v4,
+            "v6IpAddress": v6,
+            "macAddress": self.alloc.mac.to_string(),
+            "podType": self.pod_type,
+            "attachIps": [],
+            "attachMacs": [],
+            "attachSubnets": [],
+        })
+    }
+
+    fn labels(&self, reserved: bool) -> serde_json::Value {
+        json!({
+            keys::SUBNET_LABEL: self.subnet,
+            keys::NODE_NAME_LABEL: self.node,
+            self.subnet: "",
+            keys::IP_RESERVED_LABEL: if reserved { "true" } else { "false" },
+        })
+    }
+}
+
+/// Whether a user reserved this IP CR's address (label `ip_reserved=true`).
+pub fn is_reserved(ip: &Ip) -> bool {
+    is_true(ip.metadata.labels.as_ref(), keys::IP_RESERVED_LABEL)
+}
+
+/// Creates or updates the IP CR, skipping the write when the cached one already says the same.
+/// A reservation stays one (its label is kept).
+pub async fn upsert_ip(ctx: &Context, record: &IpRecord<'_>) -> Result<()> {
+    let spec = record.spec();
+    let existing = ctx.stores.ips.get(&ObjectRef::new(record.name));
+    let labels = record.labels(existing.as_deref().is_some_and(is_reserved));
+    if let Some(existing) = &existing {
+        let have = serde_json::to_value(&existing.spec).unwrap_or_default();
+        let same_spec = without_empty(&spec) == without_empty(&have);
+        let have_labels = existing.metadata.labels.clone().unwrap_or_default();
+        let same_labels = labels.as_object().is_some_and(|want| {
+            want.iter()
+                .all(|(k, v)| have_labels.get(k).map(String::as_str) == v.as_str())
+        });
+        if same_spec && same_labels {
+            return Ok(());
+        }
+    }
+    let api: Api<Ip> = Api::all(ctx.kube.clone());
+    let body = json!({
+        "apiVersion": "kubeovn.io/v1",
+        "kind": "IP",
+        "metadata": {"name": record.name, "labels": labels},
+        "spec": spec,
+    });
+    api.patch(
+        record.name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(body),
+    )
+    .await?;
+    Ok(())
+}
+
+/// An object's members without empty strings and lists: an absent field reads the same.
+fn without_empty(v: &serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
+    v.as_object()
+        .map(|m| {
+            m.iter()
+                .filter(|(_, v)| {
+                    !(v.as_str() == Some("") || v.as_array().is_some_and(Vec::is_empty) || v.is_null())
+                })
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Deletes an IP CR; gone already is fine.
+pub async fn delete_ip(ctx: &Context, name: &str) -> Result<()> {
+    let api: Api<Ip> = Api::all(ctx.kube.clone());
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The addresses an IP CR records.
+pub fn recorded_addresses(ip: &Ip) -> Vec<IpAddr> {
+    [ip.spec.v4_ip_address.as_deref(), ip.spec.v6_ip_address.as_deref()]
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a.parse().ok())
+        .collect()
+}
