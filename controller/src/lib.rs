@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod ovn;
 pub mod reconcile;
 pub mod server;
+pub mod stores;
 pub mod task;
 
 use std::future::Future;
@@ -30,11 +31,12 @@ use kube_ovn_api::crd::{IPPool, Ip, Subnet, Vpc};
 use kube_ovn_ovsdb::{Client, ClientConfig, MonitorTables};
 
 use crate::config::Config;
-use crate::context::{Context, Stores};
+use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::ovn::Nb;
 use crate::reconcile::{all_refs, controller, drive, error_policy, instrumented};
+use crate::stores::Stores;
 use crate::task::AbortOnDrop;
 
 /// The northbound tables the controller reads and writes.

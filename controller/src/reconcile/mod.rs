@@ -2,7 +2,7 @@
 //!
 //! ```text
 //!   start ─▶ NB client ─▶ leader lease ─▶ startup::init (router, default VPC, join + default
-//!           subnets as CRs) ─▶ caches filled ─▶ startup::rebuild_ipam from them (IP CRs, NB
+//!           subnets as CRs) ─▶ caches filled ─▶ ipam_rebuild from them (IP CRs, NB
 //!           ports, pods, nodes), before the first reconcile (Context::ready)
 //!        ─▶ Controllers (each: watch ─▶ queue ─▶ reconcilers: --worker-num per kind,
 //!           --pod-workers for pods, one for IP CRs):
@@ -24,6 +24,7 @@ pub mod binding;
 pub mod gc;
 pub mod ip_cr;
 pub mod ip_record;
+pub mod ipam_rebuild;
 pub mod ippool;
 pub mod leader;
 pub mod namespace;
