@@ -102,7 +102,7 @@ pub struct Flags {
 
 /// A timeout: a duration (`20s`, `500ms`) that is not zero.
 fn parse_timeout(text: &str) -> Result<Duration, String> {
-    match kube_ovn_support::parse_duration(text)? {
+    match kube_ovn_support::parse_duration(text).map_err(|e| e.to_string())? {
         d if d.is_zero() => Err(format!("{text:?} must be positive")),
         d => Ok(d),
     }
@@ -253,8 +253,29 @@ mod tests {
     #[test]
     fn durations() {
         assert_eq!(parse_timeout("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_timeout("2"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_timeout("1m30s"), Ok(Duration::from_secs(90)));
         assert!(parse_timeout("0s").is_err());
+        assert!(parse_timeout("2").is_err(), "Go durations need a unit");
         assert_eq!(parse_timeout("1m"), Ok(Duration::from_mins(1)));
+        // Too large for Go's Duration: an error naming the flag, not a panic.
+        let err = Flags::try_parse_from([
+            "kube-ovn-daemon",
+            "--node-name=n1",
+            "--wait-address-timeout=1e400s",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("--wait-address-timeout"), "{err}");
+        let err = Flags::try_parse_from([
+            "kube-ovn-daemon",
+            "--node-name=n1",
+            "--wait-ovn-installed-timeout=99999999999999999h",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("--wait-ovn-installed-timeout") && err.contains("too large"),
+            "{err}"
+        );
     }
 }
