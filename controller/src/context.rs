@@ -6,7 +6,6 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use kube::runtime::events::{Recorder, Reporter};
 
 use crate::config::Config;
-use crate::error::Result;
 use crate::ipam::Ipam;
 use crate::metrics::Metrics;
 use crate::ovn::Nb;
@@ -68,8 +67,6 @@ pub struct Context {
     pub kube: kube::Client,
     pub nb: Nb,
     pub ipam: Mutex<Ipam>,
-    /// Set once IPAM has been rebuilt from the filled caches (see [`Context::ready`]).
-    ipam_rebuilt: tokio::sync::OnceCell<()>,
     pub metrics: Metrics,
     pub stores: Stores,
     pub recorder: Recorder,
@@ -78,7 +75,16 @@ pub struct Context {
 }
 
 impl Context {
-    pub fn new(config: Config, kube: kube::Client, nb: Nb, metrics: Metrics, stores: Stores) -> Self {
+    /// `ipam` is what the durable records say (see [`crate::reconcile::ipam_rebuild`]), rebuilt
+    /// from `stores` once they have listed: a context exists only once both are true.
+    pub fn new(
+        config: Config,
+        kube: kube::Client,
+        nb: Nb,
+        metrics: Metrics,
+        stores: Stores,
+        ipam: Ipam,
+    ) -> Self {
         let reporter = Reporter {
             controller: "kube-ovn-controller".into(),
             instance: Some(config.identity.clone()),
@@ -88,30 +94,12 @@ impl Context {
             config,
             kube,
             nb,
-            ipam: Mutex::new(Ipam::new()),
-            ipam_rebuilt: tokio::sync::OnceCell::new(),
+            ipam: Mutex::new(ipam),
             metrics,
             stores,
             recorder,
             pod_locks: KeyLocks::default(),
         }
-    }
-
-    /// Waits until every cache is filled, then (once, for whoever asks first) rebuilds IPAM from
-    /// them — the IP CRs, the northbound ports, the pods' and nodes' annotations — before anyone
-    /// allocates or releases. Every reconciler, the collector and the deletion watches call this
-    /// first. Reading the caches rather than listing again saves two lists of every pod and IP CR
-    /// at start-up.
-    pub async fn ready(&self) -> Result<()> {
-        self.stores.ready().await?;
-        self.ipam_rebuilt
-            .get_or_init(|| async {
-                let (ipam, _) =
-                    crate::reconcile::ipam_rebuild::rebuild_ipam(&self.config, &self.stores, &self.nb);
-                *self.ipam() = ipam;
-            })
-            .await;
-        Ok(())
     }
 
     /// The IPAM state. Held only for pure IPAM calls, never across an await.

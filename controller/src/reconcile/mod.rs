@@ -2,18 +2,19 @@
 //!
 //! ```text
 //!   start ─▶ NB client ─▶ leader lease ─▶ startup::init (router, default VPC, join + default
-//!           subnets as CRs) ─▶ caches filled ─▶ ipam_rebuild from them (IP CRs, NB
-//!           ports, pods, nodes), before the first reconcile (Context::ready)
-//!        ─▶ Controllers (each: watch ─▶ queue ─▶ reconcilers: --worker-num per kind,
-//!           --pod-workers for pods, one for IP CRs):
+//!           subnets as CRs)
+//!        ─▶ one watch per kind (Informers) fills the caches; controllers and deletion handlers
+//!           are subscribed before it starts
+//!        ─▶ every cache listed (Stores::synced) ─▶ ipam_rebuild from them (IP CRs, NB ports,
+//!           pods, nodes) ─▶ Context
+//!        ─▶ Controllers (each: shared watch ─▶ triggers ─▶ queue ─▶ reconcilers: --worker-num
+//!           per kind, --pod-workers for pods, one for IP CRs; see controllers.rs, triggers.rs):
 //!             Vpc (+Subnets) ─ Subnet (+Nodes, +VPCs) ─ IPPool
-//!             Namespace (+Subnets, +IPPools, +VPCs) ─ Node (+Subnets) ─ Pod (+Subnets)
+//!             Namespace (+Subnets, +IPPools, +VPCs) ─ Node ─ Pod (+Subnets)
 //!             IP (reserved addresses)
-//!        ─▶ deletion watches (pods, nodes, StatefulSets) release at once
+//!        ─▶ deletions (pods, nodes from the shared watches; StatefulSets) release at once
 //!        ─▶ gc loop every --gc-interval, subnet address counters every second
 //!        ─▶ runs until shutdown or leadership is lost
-//!
-//!   Every reconciler first waits until all caches have listed once.
 //! ```
 //!
 //! Reconcilers are level-triggered: each computes the desired northbound rows and Kubernetes
@@ -21,6 +22,7 @@
 //! the next run.
 
 pub mod binding;
+pub mod controllers;
 pub mod gc;
 pub mod ip_cr;
 pub mod ip_record;
@@ -40,6 +42,7 @@ pub mod subnet_acl;
 pub mod subnet_gateway;
 pub mod subnet_spec;
 pub mod subnet_status;
+pub mod triggers;
 pub mod vpc;
 pub mod vpc_spec;
 
@@ -51,10 +54,8 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use kube::runtime::controller::{self, Action};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher::{self, watcher};
-use kube::runtime::{Controller, WatchStreamExt, reflector};
+use kube::runtime::{reflector, watcher};
 use kube::{Api, Resource};
-use tokio::sync::watch;
 
 use crate::context::Context;
 use crate::error::Error;
@@ -84,8 +85,6 @@ where
     let name = obj.meta().name.clone().unwrap_or_default();
     let namespace = obj.meta().namespace.clone().unwrap_or_default();
     let span = tracing::info_span!("reconcile", kind, %name, %namespace);
-    // Reconcilers read each other's caches; none runs before all are filled and IPAM is rebuilt.
-    ctx.ready().await?;
     let start = Instant::now();
     let metrics = ctx.metrics.clone();
     let result = tracing::Instrument::instrument(f(obj, ctx), span.clone()).await;
@@ -132,36 +131,6 @@ where
             }
         })
         .await;
-}
-
-/// Builds a controller for `K` on all namespaces with the configured concurrency, and a signal
-/// that turns `true` once its cache holds the first full list.
-///
-/// The signal is ours because `Store::wait_until_ready` wakes only its most recent waiter (a
-/// single oneshot underneath): the controller itself waits on its store, and a second waiter
-/// could take that wake-up and leave the controller idle for good.
-pub fn controller<K>(kube: &kube::Client, workers: u16) -> (Controller<K>, watch::Receiver<bool>)
-where
-    K: Resource + Clone + Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Debug + Unpin,
-{
-    let (reader, writer) = reflector::store();
-    let (synced_tx, synced) = watch::channel(false);
-    let trigger = watcher(
-        Api::<K>::all(kube.clone()),
-        watcher::Config::default().any_semantic(),
-    )
-    .reflect(writer)
-    .inspect(move |event| {
-        // After `reflect`: the store has applied the list when this is seen.
-        if let Ok(watcher::Event::InitDone) = event {
-            synced_tx.send_replace(true);
-        }
-    })
-    .applied_objects();
-    let c = Controller::for_stream(trigger, reader)
-        .with_config(controller::Config::default().concurrency(workers));
-    (c, synced)
 }
 
 /// Writes a cluster-scoped object's status with a merge patch (the status subresource).

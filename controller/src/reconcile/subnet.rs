@@ -79,12 +79,6 @@ async fn apply(subnet: &Subnet, ctx: &Context) -> Result<Action> {
             .await?;
         return Ok(Action::await_change());
     }
-    // Validation, gateways and node port groups read the nodes: never plan them from a cache not
-    // yet filled (that would look like a cluster without nodes).
-    let filled = tokio::time::timeout(Duration::from_secs(5), ctx.stores.subnet_nodes.wait_until_ready());
-    if !matches!(filled.await, Ok(Ok(()))) {
-        return Err(Error::NotReady("the node cache is not filled yet".into()));
-    }
     if let Err(why) = validate(ctx, subnet, &eff) {
         return refuse(ctx, subnet, format!("subnet {name}: {why}")).await;
     }
@@ -348,7 +342,7 @@ fn node_views(ctx: &Context) -> Vec<NodeView> {
     let joins = node_join_addresses(ctx);
     let mut nodes: Vec<NodeView> = ctx
         .stores
-        .subnet_nodes
+        .nodes
         .state()
         .iter()
         .filter(|n| n.meta().deletion_timestamp.is_none())
@@ -369,7 +363,7 @@ fn node_views(ctx: &Context) -> Vec<NodeView> {
 pub fn node_join_addresses(ctx: &Context) -> BTreeMap<String, Vec<IpAddr>> {
     use kube_ovn_api::annotations::{IpPair, get};
     ctx.stores
-        .subnet_nodes
+        .nodes
         .state()
         .iter()
         .filter(|n| {
@@ -439,7 +433,7 @@ fn validate(ctx: &Context, subnet: &Subnet, eff: &Effective) -> Result<(), Strin
         ));
     }
     if eff.vpc == ctx.config.cluster_router {
-        for node in ctx.stores.subnet_nodes.state() {
+        for node in ctx.stores.nodes.state() {
             let inside = internal_ips(&node)
                 .into_iter()
                 .find(|ip| eff.cidrs.iter().any(|c| c.contains(ip)));

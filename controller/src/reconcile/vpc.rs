@@ -266,15 +266,3 @@ async fn cleanup(vpc: &Vpc, ctx: &Context) -> Result<Action> {
     ctx.nb.apply(plan, "vpc-delete").await?;
     Ok(Action::await_change())
 }
-
-/// The VPCs to look at again when a subnet changes: its own (status `subnets`, default subnet).
-pub fn vpc_of_subnet(cluster_router: &str, subnet: &kube_ovn_api::crd::Subnet) -> ObjectRef<Vpc> {
-    ObjectRef::new(
-        subnet
-            .spec
-            .vpc
-            .as_deref()
-            .filter(|v| !v.is_empty())
-            .unwrap_or(cluster_router),
-    )
-}
