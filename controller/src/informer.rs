@@ -331,3 +331,75 @@ where
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    use super::*;
+
+    fn cm(name: &str, rv: &str) -> ConfigMap {
+        serde_json::from_value(
+            serde_json::json!({"metadata": {"name": name, "namespace": "n", "resourceVersion": rv}}),
+        )
+        .unwrap()
+    }
+
+    /// (name, old resourceVersion, new resourceVersion) of each change.
+    fn seen(changes: &[Change<ConfigMap>]) -> Vec<(String, Option<String>, Option<String>)> {
+        let rv = |o: &Option<Arc<ConfigMap>>| o.as_ref().and_then(|o| o.metadata.resource_version.clone());
+        let mut out: Vec<_> = changes
+            .iter()
+            .map(|c| {
+                let name = c
+                    .new
+                    .as_ref()
+                    .or(c.old.as_ref())
+                    .unwrap()
+                    .metadata
+                    .name
+                    .clone()
+                    .unwrap();
+                (name, rv(&c.old), rv(&c.new))
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn changes_carry_before_and_after_and_a_relist_tells_what_it_missed() {
+        let mut writer = Writer::<ConfigMap>::default();
+        let store = writer.as_reader();
+        let mut relist = None;
+        let mut run = |e: Event<ConfigMap>| apply(&mut writer, &store, &mut relist, &e);
+        let s = |v: &str| Some(v.to_owned());
+        assert!(run(Event::Init).is_empty());
+        assert!(run(Event::InitApply(cm("a", "1"))).is_empty());
+        assert!(run(Event::InitApply(cm("b", "2"))).is_empty());
+        assert_eq!(
+            seen(&run(Event::InitDone)),
+            [("a".into(), None, s("1")), ("b".into(), None, s("2"))]
+        );
+        assert_eq!(
+            seen(&run(Event::Apply(cm("a", "3")))),
+            [("a".into(), s("1"), s("3"))]
+        );
+        assert_eq!(
+            seen(&run(Event::Delete(cm("a", "4")))),
+            [("a".into(), s("4"), None)]
+        );
+        // The watch expired; meanwhile b changed, c came, and nothing else.
+        assert!(run(Event::Init).is_empty());
+        assert!(run(Event::InitApply(cm("b", "5"))).is_empty());
+        assert!(run(Event::InitApply(cm("c", "6"))).is_empty());
+        assert_eq!(
+            seen(&run(Event::InitDone)),
+            [("b".into(), s("2"), s("5")), ("c".into(), None, s("6"))]
+        );
+        // Once more: c is gone, b unchanged (no change sent for it).
+        run(Event::Init);
+        run(Event::InitApply(cm("b", "5")));
+        assert_eq!(seen(&run(Event::InitDone)), [("c".into(), s("6"), None)]);
+    }
+}
