@@ -27,7 +27,7 @@ use kube_ovn_ovsdb::{Client, ClientConfig, MonitorTables};
 
 use crate::config::Config;
 use crate::context::Context;
-use crate::error::{Error, Result};
+use crate::error::{Doing, Error, Result};
 use crate::metrics::Metrics;
 use crate::ovn::Nb;
 use crate::reconcile::controllers::Controllers;
@@ -57,7 +57,9 @@ pub async fn connect_nb(config: &Config) -> Result<Client> {
     c.connect_timeout = config.ovsdb_connect_timeout;
     c.inactivity_probe = config.ovsdb_inactivity_probe;
     c.request_timeout = config.ovn_timeout;
-    Ok(Client::connect(c).await?)
+    Client::connect(c)
+        .await
+        .doing("connect to the OVN northbound database")
 }
 
 /// Runs the controller until `shutdown` resolves (or leadership is lost, which ends it with an

@@ -32,7 +32,7 @@ use super::pod::{deleted, release_key};
 use super::pod_state::is_alive;
 use super::statefulset;
 use crate::context::Context;
-use crate::error::Result;
+use crate::error::{Doing, Result};
 use crate::informer::Changes;
 use crate::ovn::owned::sync_policies;
 use crate::ovn::plan::{Plan, is_owned_by};
@@ -121,7 +121,8 @@ pub async fn collect(ctx: &Context) -> Result<Collected> {
     let nodes: BTreeSet<String> = ctx.stores.nodes.state().iter().map(|n| n.name_any()).collect();
     let statefulsets: BTreeMap<(String, String), StatefulSet> = Api::<StatefulSet>::all(ctx.kube.clone())
         .list(&ListParams::default())
-        .await?
+        .await
+        .doing("list StatefulSets")?
         .items
         .into_iter()
         .map(|s| ((s.namespace().unwrap_or_default(), s.name_any()), s))
@@ -223,7 +224,10 @@ pub async fn node_gone(ctx: &Context, node: &str) -> Result<()> {
         }
         plan
     });
-    ctx.nb.apply(plan, "node-delete").await?;
+    ctx.nb
+        .apply(plan, "node-delete")
+        .await
+        .doing(format_args!("remove the rows of node {node}"))?;
     delete_ip(ctx, &port).await?;
     let join = ctx.config.node_subnet.name.clone();
     ctx.ipam().release(&join, &port);

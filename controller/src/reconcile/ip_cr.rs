@@ -34,7 +34,7 @@ use super::ip_record::addresses;
 use super::pod_state::{is_alive, port_name};
 use super::subnet_spec::effective;
 use crate::context::Context;
-use crate::error::{Error, Result};
+use crate::error::{Doing, Error, Result};
 use crate::ipam::Request;
 use crate::ovn::plan::Plan;
 use crate::ovn::topology::remove_switch_port;
@@ -176,7 +176,8 @@ async fn reserve(ip: &Ip, ctx: &Context, has_finalizer: bool) -> Result<Action> 
                 "resourceVersion": ip.resource_version(),
             }})),
         )
-        .await?;
+        .await
+        .doing(format_args!("add the finalizer to IP {name}"))?;
     }
     let alloc = match live_pod(ctx, ip) {
         // The pod has the address already; IPAM is the pod path's to change.
@@ -221,7 +222,8 @@ async fn reserve(ip: &Ip, ctx: &Context, has_finalizer: bool) -> Result<Action> 
             &PatchParams::default(),
             &Patch::Merge(json!({"metadata": {"labels": label_patch}, "spec": patch})),
         )
-        .await?;
+        .await
+        .doing(format_args!("write the reservation into IP {name}"))?;
         tracing::info!(ip = %name, subnet = %subnet_name, "address reserved");
     }
     Ok(Action::await_change())
@@ -237,7 +239,10 @@ async fn released(ctx: &Context, ip: &Ip) -> Result<()> {
             remove_switch_port(&mut plan, cache, &name);
             plan
         });
-        ctx.nb.apply(plan, "ip-delete").await?;
+        ctx.nb
+            .apply(plan, "ip-delete")
+            .await
+            .doing(format_args!("remove the port of IP {name}"))?;
         let released = ctx.ipam().release_everywhere(&name);
         if !released.is_empty() {
             tracing::info!(ip = %name, "reserved address released");
@@ -257,6 +262,6 @@ async fn released(ctx: &Context, ip: &Ip) -> Result<()> {
     {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
+        Err(e) => Err(e).doing(format_args!("remove the finalizer from IP {name}")),
     }
 }

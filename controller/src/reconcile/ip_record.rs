@@ -3,8 +3,6 @@
 //! and the collector deletes. Reservations (user-created IP CRs) are the IP reconciler's,
 //! [`super::ip_cr`].
 
-use std::net::IpAddr;
-
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 use kube_ovn_api::annotations::{is_true, keys};
@@ -12,7 +10,7 @@ use kube_ovn_api::crd::Ip;
 use serde_json::json;
 
 use crate::context::Context;
-use crate::error::Result;
+use crate::error::{Doing, Result};
 use crate::ipam::Allocation;
 
 /// The field manager of the controller's server-side applies.
@@ -105,7 +103,8 @@ pub async fn upsert_ip(ctx: &Context, record: &IpRecord<'_>) -> Result<()> {
         &PatchParams::apply(FIELD_MANAGER).force(),
         &Patch::Apply(body),
     )
-    .await?;
+    .await
+    .doing(format_args!("write IP {}", record.name))?;
     Ok(())
 }
 
@@ -129,15 +128,6 @@ pub async fn delete_ip(ctx: &Context, name: &str) -> Result<()> {
     match api.delete(name, &DeleteParams::default()).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
+        Err(e) => Err(e).doing(format_args!("delete IP {name}")),
     }
-}
-
-/// The addresses an IP CR records.
-pub fn recorded_addresses(ip: &Ip) -> Vec<IpAddr> {
-    [ip.spec.v4_ip_address.as_deref(), ip.spec.v6_ip_address.as_deref()]
-        .into_iter()
-        .flatten()
-        .filter_map(|a| a.parse().ok())
-        .collect()
 }

@@ -5,6 +5,10 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube_ovn_api::crd::{IPPool, Ip, Subnet};
 
 use kube::ResourceExt;
 use kube_ovn_api::annotations::{IpPair, IpRange, MacAddr, get, is_true, keys, parse};
@@ -20,122 +24,191 @@ use crate::ovn::Nb;
 use crate::ovn::plan::is_owned_by;
 use crate::stores::Stores;
 
-/// What a rebuild reserved, and what it could not (a conflict between two sources is logged, and
-/// the later claimant gets a fresh address when it is reconciled).
+/// What a rebuild reserved, and what it could not: a conflict between two sources (the later
+/// claimant gets a fresh address when it is reconciled), and records it could not read (their
+/// addresses are not reserved; each is logged naming the object and field).
 #[derive(Debug, Default)]
 pub struct Rebuilt {
     pub reserved: usize,
     pub conflicts: Vec<String>,
+    pub unreadable: Vec<String>,
 }
 
-fn request(ips: &[IpAddr], mac: Option<MacAddr>) -> Request {
-    let mut r = Request {
-        mac,
-        ..Request::default()
-    };
-    for ip in ips {
-        match ip {
-            IpAddr::V4(v) => r.v4 = Some(*v),
-            IpAddr::V6(v) => r.v6 = Some(*v),
-        }
-    }
-    r
+/// The records IPAM is rebuilt from, as the caches and the northbound replica hold them.
+#[derive(Default)]
+pub struct Records {
+    pub subnets: Vec<Arc<Subnet>>,
+    pub ippools: Vec<Arc<IPPool>>,
+    pub ips: Vec<Arc<Ip>>,
+    /// The controller's pod ports.
+    pub ports: Vec<LogicalSwitchPort>,
+    pub pods: Vec<Arc<Pod>>,
+    pub nodes: Vec<Arc<Node>>,
 }
 
-/// Rebuilds IPAM from the filled caches and the northbound replica, before any reconciler runs.
-/// No I/O: the caller waits for the caches.
+/// Rebuilds IPAM from the filled caches and the northbound replica, before any reconciler runs,
+/// and logs what it could not reserve. No I/O: the caller waits for the caches.
 pub fn rebuild_ipam(config: &Config, stores: &Stores, nb: &Nb) -> (Ipam, Rebuilt) {
+    let ports = nb.read(|cache| {
+        cache
+            .table(LogicalSwitchPort::NAME)
+            .filter_map(|(u, r)| LogicalSwitchPort::from_row(*u, r).ok())
+            .filter(|p| is_owned_by(&p.external_ids, &[]) && p.external_ids.contains_key("pod"))
+            .collect()
+    });
+    let records = Records {
+        subnets: stores.subnets.state(),
+        ippools: stores.ippools.state(),
+        ips: stores.ips.state(),
+        ports,
+        pods: stores.pods.state(),
+        nodes: stores.nodes.state(),
+    };
+    let (ipam, out) = rebuild(&config.cluster_router, &config.node_subnet.name, &records);
+    for u in &out.unreadable {
+        tracing::warn!(record = %u, "IPAM rebuild: a record could not be read; its address is not reserved");
+    }
+    for c in &out.conflicts {
+        tracing::warn!(conflict = %c, "IPAM rebuild");
+    }
+    tracing::info!(
+        reserved = out.reserved,
+        conflicts = out.conflicts.len(),
+        unreadable = out.unreadable.len(),
+        "IPAM rebuilt"
+    );
+    (ipam, out)
+}
+
+/// Parses what a record holds, noting what does not parse (`what` names record and field).
+fn readable<T, E: std::fmt::Display>(
+    unreadable: &mut Vec<String>,
+    what: impl FnOnce() -> String,
+    r: Result<T, E>,
+) -> Option<T> {
+    r.map_err(|e| unreadable.push(format!("{}: {e}", what()))).ok()
+}
+
+/// An annotation's value, if present and readable.
+fn annotation<T: kube_ovn_api::annotations::AnnotationValue>(
+    unreadable: &mut Vec<String>,
+    object: &str,
+    ann: Option<&BTreeMap<String, String>>,
+    key: &str,
+) -> Option<T> {
+    readable(unreadable, || object.to_owned(), get::<T>(ann, key)).flatten()
+}
+
+/// The rebuild itself: subnets and IP pools from their CRs, then every recorded allocation in
+/// order of authority (IP CRs, northbound ports, pods' then nodes' annotations); the first claim
+/// of a NIC in a subnet holds.
+pub fn rebuild(cluster_router: &str, join_subnet: &str, records: &Records) -> (Ipam, Rebuilt) {
     let mut ipam = Ipam::new();
     let mut out = Rebuilt::default();
-    for s in &stores.subnets.state() {
-        if let Ok(eff) = effective(s, &config.cluster_router)
-            && let Ok(cfg) = eff.ipam_config()
-            && let Err(e) = ipam.add_or_update_subnet(&s.name_any(), &cfg)
-        {
-            out.conflicts.push(format!("subnet {}: {e}", s.name_any()));
+    let bad = &mut out.unreadable;
+    for s in &records.subnets {
+        let name = s.name_any();
+        let Some(cfg) = readable(
+            bad,
+            || format!("subnet {name}"),
+            effective(s, cluster_router).and_then(|e| e.ipam_config()),
+        ) else {
+            continue;
+        };
+        if let Err(e) = ipam.add_or_update_subnet(&name, &cfg) {
+            out.conflicts.push(format!("subnet {name}: {e}"));
         }
     }
-    for p in stores.ippools.state() {
+    for p in &records.ippools {
+        let name = p.name_any();
         let ranges: Vec<IpRange> = p
             .spec
             .ips
             .iter()
             .flatten()
-            .filter_map(|r| parse::<IpRange>("spec.ips", r).ok())
+            .filter_map(|r| readable(bad, || format!("IP pool {name}"), parse::<IpRange>("spec.ips", r)))
             .collect();
-        if let Err(e) = ipam.add_or_update_pool(
-            p.spec.subnet.as_deref().unwrap_or_default(),
-            &p.name_any(),
-            &ranges,
-        ) {
-            out.conflicts.push(format!("ippool {}: {e}", p.name_any()));
+        if let Err(e) = ipam.add_or_update_pool(p.spec.subnet.as_deref().unwrap_or_default(), &name, &ranges)
+        {
+            out.conflicts.push(format!("IP pool {name}: {e}"));
         }
     }
     let mut claims: Vec<(String, String, Request, &'static str)> = Vec::new();
-    for ip in stores.ips.state() {
-        let s = &ip.spec;
-        let addrs: Vec<IpAddr> = [s.v4_ip_address.as_deref(), s.v6_ip_address.as_deref()]
-            .into_iter()
-            .flatten()
-            .filter_map(|a| a.parse().ok())
-            .collect();
-        let mac = s
-            .mac_address
-            .as_deref()
-            .and_then(|m| parse::<MacAddr>("spec.macAddress", m).ok());
+    for ip in &records.ips {
+        let (name, s) = (ip.name_any(), &ip.spec);
+        let addrs: Vec<IpAddr> = [
+            ("spec.v4IpAddress", &s.v4_ip_address),
+            ("spec.v6IpAddress", &s.v6_ip_address),
+        ]
+        .into_iter()
+        .filter_map(|(field, a)| Some((field, a.as_deref().filter(|a| !a.is_empty())?)))
+        .filter_map(|(field, a)| readable(bad, || format!("IP {name}: {field} {a:?}"), a.parse::<IpAddr>()))
+        .collect();
+        let mac = s.mac_address.as_deref().filter(|m| !m.is_empty()).and_then(|m| {
+            readable(
+                bad,
+                || format!("IP {name}"),
+                parse::<MacAddr>("spec.macAddress", m),
+            )
+        });
         if let Some(subnet) = s.subnet.clone().filter(|s| !s.is_empty())
             && !addrs.is_empty()
         {
-            claims.push((subnet, ip.name_any(), request(&addrs, mac), "IP CR"));
+            claims.push((subnet, name, Request::pinned(addrs, mac), "IP CR"));
         }
     }
-    let ports: Vec<(String, String, Request)> = nb.read(|cache| {
-        cache
-            .table(LogicalSwitchPort::NAME)
-            .filter_map(|(u, r)| LogicalSwitchPort::from_row(*u, r).ok())
-            .filter(|p| is_owned_by(&p.external_ids, &[]) && p.external_ids.contains_key("pod"))
-            .filter_map(|p| {
-                let subnet = p.external_ids.get("ls")?.clone();
-                let mut words = p.addresses.first()?.split_whitespace();
-                let mac = words.next().and_then(|m| parse::<MacAddr>("addresses", m).ok());
-                let ips: Vec<IpAddr> = words.filter_map(|w| w.parse().ok()).collect();
-                // A port without addresses claims none (an empty request would take a new one).
-                (!ips.is_empty()).then(|| (subnet, p.name, request(&ips, mac)))
-            })
-            .collect()
-    });
-    claims.extend(ports.into_iter().map(|(s, k, r)| (s, k, r, "northbound port")));
-    for pod in stores.pods.state() {
+    for p in &records.ports {
+        let Some(subnet) = p.external_ids.get("ls") else {
+            continue;
+        };
+        let Some(mut words) = p.addresses.first().map(|a| a.split_whitespace()) else {
+            continue;
+        };
+        let what = || format!("northbound port {}: addresses {:?}", p.name, p.addresses[0]);
+        let mac = words
+            .next()
+            .and_then(|m| readable(bad, what, parse::<MacAddr>("addresses", m)));
+        let ips: Vec<IpAddr> = words
+            .filter_map(|w| readable(bad, what, w.parse::<IpAddr>()))
+            .collect();
+        // A port without addresses claims none (an empty request would take a new one).
+        if !ips.is_empty() {
+            claims.push((
+                subnet.clone(),
+                p.name.clone(),
+                Request::pinned(ips, mac),
+                "northbound port",
+            ));
+        }
+    }
+    for pod in &records.pods {
         let ann = pod.metadata.annotations.as_ref();
         if !is_true(ann, keys::ALLOCATED) {
             continue;
         }
-        let (Some(subnet), Ok(Some(ips))) = (
+        let key = port_name(pod);
+        let object = format!("pod {}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
+        let (Some(subnet), Some(ips)) = (
             ann.and_then(|a| a.get(keys::LOGICAL_SWITCH)).cloned(),
-            get::<IpPair>(ann, keys::IP_ADDRESS),
+            annotation::<IpPair>(bad, &object, ann, keys::IP_ADDRESS),
         ) else {
             continue;
         };
-        let mac = get::<MacAddr>(ann, keys::MAC_ADDRESS).ok().flatten();
-        let key = port_name(&pod);
-        claims.push((
-            subnet,
-            key,
-            request(&ips.addrs().collect::<Vec<_>>(), mac),
-            "pod annotation",
-        ));
+        let mac = annotation::<MacAddr>(bad, &object, ann, keys::MAC_ADDRESS);
+        claims.push((subnet, key, Request::pinned(ips.addrs(), mac), "pod annotation"));
     }
-    for node in stores.nodes.state() {
+    for node in &records.nodes {
         let ann = node.metadata.annotations.as_ref();
-        if let (true, Ok(Some(ips))) = (
-            is_true(ann, keys::ALLOCATED),
-            get::<IpPair>(ann, keys::IP_ADDRESS),
-        ) {
-            let mac = get::<MacAddr>(ann, keys::MAC_ADDRESS).ok().flatten();
+        if !is_true(ann, keys::ALLOCATED) {
+            continue;
+        }
+        let object = format!("node {}", node.name_any());
+        if let Some(ips) = annotation::<IpPair>(bad, &object, ann, keys::IP_ADDRESS) {
+            let mac = annotation::<MacAddr>(bad, &object, ann, keys::MAC_ADDRESS);
             claims.push((
-                config.node_subnet.name.clone(),
+                join_subnet.to_owned(),
                 names::node_port_name(&node.name_any()),
-                request(&ips.addrs().collect::<Vec<_>>(), mac),
+                Request::pinned(ips.addrs(), mac),
                 "node annotation",
             ));
         }
@@ -156,13 +229,57 @@ pub fn rebuild_ipam(config: &Config, stores: &Stores, nb: &Nb) -> (Ipam, Rebuilt
             Err(e) => out.conflicts.push(format!("{source} {key}: {e}")),
         }
     }
-    for c in &out.conflicts {
-        tracing::warn!(conflict = %c, "IPAM rebuild");
-    }
-    tracing::info!(
-        reserved = out.reserved,
-        conflicts = out.conflicts.len(),
-        "IPAM rebuilt"
-    );
     (ipam, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn obj<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> Arc<T> {
+        Arc::new(serde_json::from_value(v).unwrap())
+    }
+
+    #[test]
+    fn unreadable_records_are_named_not_dropped_silently() {
+        let records = Records {
+            subnets: vec![obj(
+                json!({"metadata": {"name": "s1"}, "spec": {"cidrBlock": "10.0.0.0/24", "protocol": "IPv4"}}),
+            )],
+            ippools: vec![obj(
+                json!({"metadata": {"name": "pool1"}, "spec": {"subnet": "s1", "ips": ["10.0.0.10..10.0.0.20", "10.0.0.x"]}}),
+            )],
+            ips: vec![
+                obj(
+                    json!({"metadata": {"name": "a.ns"}, "spec": {"subnet": "s1", "v4IpAddress": "10.0.0.300"}}),
+                ),
+                obj(
+                    json!({"metadata": {"name": "b.ns"}, "spec": {"subnet": "s1", "v4IpAddress": "10.0.0.5"}}),
+                ),
+            ],
+            pods: vec![obj(
+                json!({"metadata": {"name": "c", "namespace": "ns", "annotations": {
+                "ovn.kubernetes.io/allocated": "true", "ovn.kubernetes.io/logical_switch": "s1",
+                "ovn.kubernetes.io/ip_address": "nope"}}}),
+            )],
+            ..Records::default()
+        };
+        let (ipam, out) = rebuild("ovn-cluster", "join", &records);
+        let said = out.unreadable.join("\n");
+        for words in [
+            ["IP pool pool1", "10.0.0.x"],
+            ["IP a.ns", "10.0.0.300"],
+            ["pod ns/c", "ip_address"],
+        ] {
+            assert!(
+                out.unreadable.iter().any(|u| words.iter().all(|w| u.contains(w))),
+                "no report naming {words:?} in:\n{said}"
+            );
+        }
+        assert_eq!(out.unreadable.len(), 3, "{said}");
+        assert_eq!(out.reserved, 1, "the readable IP CR is reserved");
+        assert!(ipam.allocation("s1", "b.ns").is_some());
+    }
 }

@@ -58,7 +58,7 @@ use kube::runtime::{reflector, watcher};
 use kube::{Api, Resource};
 
 use crate::context::Context;
-use crate::error::Error;
+use crate::error::{Doing, Error};
 
 /// How long to wait before retrying after an error: short for "not ready yet", longer for input
 /// that needs a human.
@@ -106,6 +106,29 @@ pub fn error_policy<K>(_obj: Arc<K>, error: &Error, _ctx: Arc<Context>) -> Actio
     Action::requeue(retry_after(error))
 }
 
+/// What a reconcile run behind Kube-OVN's finalizer failed at: the reconciler's own error, or
+/// adding or removing the finalizer, naming the object.
+pub fn finalizer_error<K: Resource<DynamicType = ()>>(
+    name: &str,
+) -> impl FnOnce(kube::runtime::finalizer::Error<Error>) -> Error + '_ {
+    use kube::runtime::finalizer::Error as F;
+    move |e| {
+        let kind = K::kind(&());
+        match e {
+            F::ApplyFailed(e) | F::CleanupFailed(e) => e,
+            F::AddFinalizer(source) => Error::Kube {
+                doing: format!("add the finalizer to {kind} {name}"),
+                source,
+            },
+            F::RemoveFinalizer(source) => Error::Kube {
+                doing: format!("remove the finalizer from {kind} {name}"),
+                source,
+            },
+            other => Error::Invalid(format!("{kind} {name}: finalizer: {other}")),
+        }
+    }
+}
+
 /// Every object of the kind in `store`, as references (for "everything of kind K" mappers).
 pub fn all_refs<K>(store: &reflector::Store<K>) -> Vec<ObjectRef<K>>
 where
@@ -140,8 +163,10 @@ pub async fn merge_status<K>(
     status: &impl serde::Serialize,
 ) -> crate::error::Result<()>
 where
-    K: Resource<Scope = kube::core::ClusterResourceScope> + Clone + Debug + serde::de::DeserializeOwned,
-    K::DynamicType: Default,
+    K: Resource<Scope = kube::core::ClusterResourceScope, DynamicType = ()>
+        + Clone
+        + Debug
+        + serde::de::DeserializeOwned,
 {
     let api: Api<K> = Api::all(kube.clone());
     api.patch_status(
@@ -149,6 +174,37 @@ where
         &kube::api::PatchParams::default(),
         &kube::api::Patch::Merge(serde_json::json!({ "status": status })),
     )
-    .await?;
+    .await
+    .doing(format_args!("write the status of {} {name}", K::kind(&())))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use kube_ovn_api::crd::Subnet;
+
+    use super::*;
+
+    #[test]
+    fn a_finalizer_failure_names_the_object() {
+        let forbidden = || {
+            kube::Error::Api(
+                kube::core::Status::failure("no", "Forbidden")
+                    .with_code(403)
+                    .boxed(),
+            )
+        };
+        let add = finalizer_error::<Subnet>("s1")(kube::runtime::finalizer::Error::AddFinalizer(forbidden()));
+        assert!(
+            add.to_string().starts_with("add the finalizer to Subnet s1: "),
+            "{add}"
+        );
+        let ours = finalizer_error::<Subnet>("s1")(kube::runtime::finalizer::Error::ApplyFailed(
+            Error::NotReady("x".into()),
+        ));
+        assert!(
+            matches!(ours, Error::NotReady(_)),
+            "the reconciler's own error passes through"
+        );
+    }
 }

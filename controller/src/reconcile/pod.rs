@@ -35,7 +35,7 @@ use super::pod_state::{grace_left, is_alive, port_name};
 use super::statefulset;
 use super::subnet_spec::effective;
 use crate::context::Context;
-use crate::error::{Error, Result};
+use crate::error::{Doing, Error, Result};
 use crate::ipam::IpamError;
 use crate::ovn::plan::{Plan, RowRef, owned_ids};
 use crate::ovn::topology::{add_to_port_group, ensure_switch_port, remove_switch_port};
@@ -285,7 +285,7 @@ async fn apply(pod: &Pod, ctx: &Context, key: &str) -> Result<Action> {
     // The port and the IP CR are independent records of the same allocation (either one is
     // enough for a restarted controller to keep the address), so both are written at once.
     let (port_written, ip_written) = tokio::join!(ctx.nb.apply(plan, "pod"), upsert_ip(ctx, &record));
-    port_written?;
+    port_written.doing(format_args!("write the port of pod {ns}/{name}"))?;
     ip_written?;
     // The port no longer names an address the key held in another subnet: free it now.
     let moved = ctx.ipam().release_elsewhere(key, &subnet_name);
@@ -348,9 +348,8 @@ async fn annotate(
 ) -> Result<bool> {
     let have = pod.metadata.annotations.clone().unwrap_or_default();
     let api: Api<Pod> = Api::namespaced(ctx.kube.clone(), &pod.namespace().unwrap_or_default());
-    let name = pod.name_any();
     if !want.iter().all(|(k, v)| have.get(*k) == Some(v))
-        && !merge(&api, &name, json!({"metadata": {"annotations": want}})).await?
+        && !merge(&api, pod, json!({"metadata": {"annotations": want}})).await?
     {
         return Ok(false);
     }
@@ -358,7 +357,7 @@ async fn annotate(
         && !is_true(Some(&have), keys::ROUTED)
         && !merge(
             &api,
-            &name,
+            pod,
             json!({"metadata": {"annotations": {keys::ROUTED: "true"}}}),
         )
         .await?
@@ -368,15 +367,19 @@ async fn annotate(
     Ok(true)
 }
 
-/// A merge patch; `false` when the object is gone.
-async fn merge(api: &Api<Pod>, name: &str, body: serde_json::Value) -> Result<bool> {
+/// A merge patch of the pod's annotations; `false` when the pod is gone.
+async fn merge(api: &Api<Pod>, pod: &Pod, body: serde_json::Value) -> Result<bool> {
     match api
-        .patch(name, &PatchParams::default(), &Patch::Merge(body))
+        .patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(body))
         .await
     {
         Ok(_) => Ok(true),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
-        Err(e) => Err(e.into()),
+        Err(e) => Err(e).doing(format_args!(
+            "patch the annotations of pod {}/{}",
+            pod.namespace().unwrap_or_default(),
+            pod.name_any()
+        )),
     }
 }
 
@@ -409,7 +412,10 @@ pub async fn release_key(ctx: &Context, key: &str, keep_address: bool) -> Result
         plan
     });
     let port = !plan.is_empty();
-    ctx.nb.apply(plan, "pod-delete").await?;
+    ctx.nb
+        .apply(plan, "pod-delete")
+        .await
+        .doing(format_args!("remove the port of pod {key}"))?;
     if keep_address {
         return Ok(Released { port, address: false });
     }
@@ -432,7 +438,8 @@ async fn reserved(ctx: &Context, key: &str) -> Result<bool> {
         return Ok(is_reserved(&ip));
     }
     let api: Api<Ip> = Api::all(ctx.kube.clone());
-    Ok(api.get_opt(key).await?.is_some_and(|ip| is_reserved(&ip)))
+    let ip = api.get_opt(key).await.doing(format_args!("read IP {key}"))?;
+    Ok(ip.is_some_and(|ip| is_reserved(&ip)))
 }
 
 /// A pod's deletion arrived (no reconcile follows a deletion): release, unless a pod of the same
@@ -444,7 +451,11 @@ pub async fn deleted(ctx: &Context, pod: &Pod) -> Result<()> {
     let key = port_name(pod);
     let _lock = ctx.pod_locks.lock(&key).await;
     let api: Api<Pod> = Api::namespaced(ctx.kube.clone(), &pod.namespace().unwrap_or_default());
-    if let Some(successor) = api.get_opt(&pod.name_any()).await?
+    let successor = api
+        .get_opt(&pod.name_any())
+        .await
+        .doing(format_args!("read pod {key}"))?;
+    if let Some(successor) = successor
         && successor.metadata.uid != pod.metadata.uid
     {
         return Ok(());

@@ -9,7 +9,7 @@ use kube_ovn_ovsdb::{Condition, Mutation, Operation, Table, Value};
 use serde_json::json;
 
 use crate::config::{Config, DefaultSubnet};
-use crate::error::Result;
+use crate::error::{Doing, Error, Result};
 use crate::ovn::Nb;
 use crate::ovn::plan::Plan;
 use crate::ovn::topology::ensure_router;
@@ -19,13 +19,22 @@ const NB_GLOBAL_OPTIONS: &[(&str, &str)] = &[("use_ct_inv_match", "false"), ("ls
 
 async fn create_if_absent<K>(api: &Api<K>, obj: serde_json::Value) -> Result<()>
 where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
 {
-    let obj: K = serde_json::from_value(obj).map_err(|e| crate::error::Error::Invalid(e.to_string()))?;
+    let what = format!(
+        "{} {}",
+        K::kind(&()),
+        obj["metadata"]["name"].as_str().unwrap_or_default()
+    );
+    let obj: K = serde_json::from_value(obj).map_err(|e| Error::Invalid(format!("{what}: {e}")))?;
     match api.create(&PostParams::default(), &obj).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
+        Err(e) => Err(e).doing(format_args!("create {what}")),
     }
 }
 
@@ -80,7 +89,9 @@ pub async fn init(config: &Config, kube: &kube::Client, nb: &Nb) -> Result<()> {
         }
         plan
     });
-    nb.apply(plan, "init").await?;
+    nb.apply(plan, "init")
+        .await
+        .doing(format_args!("create router {router} and NB_Global's options"))?;
     create_if_absent(
         &Api::<Vpc>::all(kube.clone()),
         json!({"apiVersion": "kubeovn.io/v1", "kind": "Vpc", "metadata": {"name": router}, "spec": {}}),

@@ -34,7 +34,7 @@ use super::subnet_spec::spec_patch;
 use super::subnet_spec::{Effective, effective};
 use super::subnet_status::{Outcome, set_status};
 use crate::context::Context;
-use crate::error::{Error, Result};
+use crate::error::{Doing, Error, Result};
 use crate::ovn::owned::{Claim, Parent, PolicySpec, sync_acls, sync_policies, sync_policies_claimed};
 use crate::ovn::plan::{Plan, RowRef, owned_ids};
 use crate::ovn::priority::{POLICY_GATEWAY, POLICY_SUBNET_ALLOW};
@@ -45,6 +45,7 @@ use crate::ovn::topology::{
 pub const KIND: &str = "Subnet";
 
 pub async fn reconcile(subnet: Arc<Subnet>, ctx: Arc<Context>) -> Result<Action> {
+    let name = subnet.name_any();
     let api: Api<Subnet> = Api::all(ctx.kube.clone());
     let c = ctx.clone();
     finalizer(&api, kube_ovn_api::crd::FINALIZER, subnet, |event| async move {
@@ -54,11 +55,7 @@ pub async fn reconcile(subnet: Arc<Subnet>, ctx: Arc<Context>) -> Result<Action>
         }
     })
     .await
-    .map_err(|e| match e {
-        kube::runtime::finalizer::Error::ApplyFailed(e)
-        | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
-        other => Error::Invalid(format!("finalizer: {other}")),
-    })
+    .map_err(super::finalizer_error::<Subnet>(&name))
 }
 
 /// Reports bad input on the subnet's status and returns the error (nothing has been applied).
@@ -76,7 +73,8 @@ async fn apply(subnet: &Subnet, ctx: &Context) -> Result<Action> {
     if let Some(patch) = spec_patch(subnet, &eff) {
         let api: Api<Subnet> = Api::all(ctx.kube.clone());
         api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
-            .await?;
+            .await
+            .doing(format_args!("write the defaults into subnet {name}'s spec"))?;
         return Ok(Action::await_change());
     }
     if let Err(why) = validate(ctx, subnet, &eff) {
@@ -179,7 +177,9 @@ async fn apply(subnet: &Subnet, ctx: &Context) -> Result<Action> {
         Ok::<_, Error>((plan, mac))
     })?;
     ctx.ipam().set_gateway_mac(&name, mac)?;
-    ctx.nb.apply(plan, "subnet").await?;
+    ctx.nb.apply(plan, "subnet").await.doing(format_args!(
+        "write the switch, router port, policies and ACLs of subnet {name}"
+    ))?;
     finish(ctx, subnet, &eff, gateway.as_ref()).await
 }
 
@@ -507,7 +507,10 @@ async fn cleanup(subnet: &Subnet, ctx: &Context) -> Result<Action> {
         }
         plan
     });
-    ctx.nb.apply(plan, "subnet-delete").await?;
+    ctx.nb
+        .apply(plan, "subnet-delete")
+        .await
+        .doing(format_args!("remove the rows of subnet {name}"))?;
     ctx.ipam().delete_subnet(&name);
     ctx.metrics.forget_subnet(&name);
     Ok(Action::await_change())
