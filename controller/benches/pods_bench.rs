@@ -96,7 +96,11 @@ async fn wait_routed(kube: &kube::Client, n: usize) {
     )
     .boxed();
     while routed.len() < n {
-        let Some(ev) = events.try_next().await.unwrap() else {
+        let next = tokio::time::timeout(Duration::from_mins(10), events.try_next()).await;
+        let Some(ev) = next
+            .unwrap_or_else(|_| panic!("no pod update for 10 minutes; {} of {n} routed", routed.len()))
+            .unwrap()
+        else {
             panic!("pod watch ended")
         };
         let pods: Vec<Pod> = match ev {

@@ -157,7 +157,9 @@ impl Env {
     pub async fn kill_controller(&mut self) {
         if let Some(h) = self.controller.take() {
             h.abort();
-            let _ = h.await;
+            let _ = tokio::time::timeout(WAIT, h)
+                .await
+                .expect("the aborted controller's task to end");
         }
     }
 
