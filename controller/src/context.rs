@@ -5,7 +5,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use kube::runtime::events::{Recorder, Reporter};
 
+use k8s_openapi::api::core::v1::Pod;
+
 use crate::config::Config;
+use crate::informer::OwnWrites;
 use crate::ipam::Ipam;
 use crate::metrics::Metrics;
 use crate::ovn::Nb;
@@ -72,6 +75,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// Pod NIC keys being reconciled or released.
     pub pod_locks: KeyLocks,
+    /// The pod versions our own patches produced (their watch events reconcile nothing).
+    pub pod_writes: Arc<OwnWrites<Pod>>,
 }
 
 impl Context {
@@ -84,6 +89,7 @@ impl Context {
         metrics: Metrics,
         stores: Stores,
         ipam: Ipam,
+        pod_writes: Arc<OwnWrites<Pod>>,
     ) -> Self {
         let reporter = Reporter {
             controller: "kube-ovn-controller".into(),
@@ -99,6 +105,7 @@ impl Context {
             stores,
             recorder,
             pod_locks: KeyLocks::default(),
+            pod_writes,
         }
     }
 

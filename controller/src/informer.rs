@@ -247,6 +247,63 @@ where
     }
 }
 
+/// The versions of objects this controller wrote itself, so that the change each write comes back
+/// as does not reconcile the object once more: that run would start from exactly the state the
+/// write produced and find nothing to do. A change by anyone else has another version and is
+/// reconciled as usual.
+pub struct OwnWrites<K: Resource<DynamicType = ()> + Clone + 'static> {
+    versions: std::sync::Mutex<HashMap<ObjectRef<K>, String>>,
+}
+
+impl<K: Resource<DynamicType = ()> + Clone + 'static> Default for OwnWrites<K> {
+    fn default() -> Self {
+        Self {
+            versions: std::sync::Mutex::default(),
+        }
+    }
+}
+
+impl<K: Resource<DynamicType = ()> + Clone + 'static> OwnWrites<K> {
+    fn versions(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectRef<K>, String>> {
+        self.versions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `obj` is what a write of ours returned.
+    pub fn wrote(&self, obj: &K) {
+        if let Some(rv) = obj.meta().resource_version.clone() {
+            self.versions().insert(ObjectRef::from_obj(obj), rv);
+        }
+    }
+
+    /// Whether `obj` is exactly what a write of ours produced (then forgotten: it comes once).
+    pub fn is_echo(&self, obj: &K) -> bool {
+        let key = ObjectRef::from_obj(obj);
+        let mut versions = self.versions();
+        match (versions.get(&key), &obj.meta().resource_version) {
+            (Some(ours), Some(rv)) if ours == rv => {
+                versions.remove(&key);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The object is gone: nothing of it will come back.
+    pub fn forget(&self, obj: &K) {
+        self.versions().remove(&ObjectRef::from_obj(obj));
+    }
+
+    pub fn len(&self) -> usize {
+        self.versions().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// A subscriber's changes.
 pub struct Changes<K: Resource<DynamicType = ()> + Clone + 'static> {
     rx: broadcast::Receiver<Change<K>>,
@@ -324,9 +381,38 @@ where
     /// The objects of this kind to reconcile: those that appeared or changed in what `differs`
     /// compares (deleted ones are not reconciled again); after a lag, all.
     pub fn objects(self, differs: fn(&K, &K) -> bool) -> impl Stream<Item = Arc<K>> + Send + 'static {
+        self.objects_where(differs, |_| true)
+    }
+
+    /// [`Changes::objects`], of those objects only the ones `wanted` accepts.
+    pub fn objects_where(
+        self,
+        differs: fn(&K, &K) -> bool,
+        wanted: impl Fn(&K) -> bool + Send + Sync + 'static,
+    ) -> impl Stream<Item = Arc<K>> + Send + 'static {
+        let store = self.store.clone();
+        let wanted = Arc::new(wanted);
+        let again = wanted.clone();
+        self.map(
+            move |c| c.new.clone().filter(|n| c.matters(differs) && wanted(n)),
+            move || store.state_filter(|o| again(o)),
+        )
+    }
+
+    /// [`Changes::objects`] but for the changes `own` wrote; a deletion is forgotten there.
+    pub fn objects_not_from(
+        self,
+        differs: fn(&K, &K) -> bool,
+        own: Arc<OwnWrites<K>>,
+    ) -> impl Stream<Item = Arc<K>> + Send + 'static {
         let store = self.store.clone();
         self.map(
-            move |c| c.new.clone().filter(|_| c.matters(differs)),
+            move |c| {
+                if let Some(gone) = c.deleted() {
+                    own.forget(gone);
+                }
+                c.new.clone().filter(|n| c.matters(differs) && !own.is_echo(n))
+            },
             move || store.state(),
         )
     }
@@ -401,5 +487,32 @@ mod tests {
         run(Event::Init);
         run(Event::InitApply(cm("b", "5")));
         assert_eq!(seen(&run(Event::InitDone)), [("c".into(), s("6"), None)]);
+    }
+}
+
+#[cfg(test)]
+mod own_writes {
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    use super::OwnWrites;
+
+    fn cm(rv: &str) -> ConfigMap {
+        serde_json::from_value(
+            serde_json::json!({"metadata": {"name": "a", "namespace": "n", "resourceVersion": rv}}),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn only_the_version_we_wrote_is_an_echo_and_only_once() {
+        let own = OwnWrites::<ConfigMap>::default();
+        own.wrote(&cm("5"));
+        assert!(!own.is_echo(&cm("4")), "an older version is someone else's");
+        assert!(!own.is_echo(&cm("6")), "a later version is someone else's");
+        assert!(own.is_echo(&cm("5")));
+        assert!(!own.is_echo(&cm("5")), "it comes back once");
+        own.wrote(&cm("7"));
+        own.forget(&cm("8"));
+        assert!(own.is_empty(), "a deleted object is forgotten");
     }
 }

@@ -28,6 +28,7 @@ use kube_ovn_ovsdb::{Client, ClientConfig, MonitorTables};
 use crate::config::Config;
 use crate::context::Context;
 use crate::error::{Doing, Error, Result};
+use crate::informer::OwnWrites;
 use crate::metrics::Metrics;
 use crate::ovn::Nb;
 use crate::reconcile::controllers::Controllers;
@@ -138,14 +139,15 @@ async fn run_inner(
     // Everything that acts on changes subscribes now, before the watches start, so it misses
     // nothing; what arrives before it runs waits in its queue (or, past the queue's bound, turns
     // into "look at everything", which the first run does anyway).
-    let controllers = Controllers::new(&config, &informers, &stores);
+    let pod_writes = Arc::new(OwnWrites::default());
+    let controllers = Controllers::new(&config, &informers, &stores, pod_writes.clone());
     let (pod_deletions, node_deletions) = (informers.pods.changes(), informers.nodes.changes());
     let work = async move {
         // A reconciler reading a cache still filling would take "absent" for "gone", and IPAM
         // must hold every recorded address before anyone allocates or releases.
         stores.synced().await?;
         let (ipam, _) = reconcile::ipam_rebuild::rebuild_ipam(&config, &stores, &nb);
-        let ctx = Arc::new(Context::new(config, kube, nb, metrics, stores, ipam));
+        let ctx = Arc::new(Context::new(config, kube, nb, metrics, stores, ipam, pod_writes));
         ready.store(true, Ordering::Relaxed);
         tracing::info!("kube-ovn-controller running");
         let c = ctx.clone();

@@ -69,6 +69,18 @@ async fn subnet_status_changes_trigger_nothing() {
     let port = env.metrics_addr.expect("the controller serves metrics").port();
     env.node("node1", "172.18.0.2").await;
     env.subnet_ready("ovn-default").await;
+    env.subnet_ready("join").await;
+    // The default VPC's status settled too: its later writes would re-queue the namespaces.
+    netkit::vpc_until(&env, "ovn-cluster", "its status complete", |v| {
+        v.status.as_ref().is_some_and(|s| {
+            s.router.as_deref() == Some("ovn-cluster")
+                && s.default_logical_switch.as_deref() == Some("ovn-default")
+                && s.subnets
+                    .as_ref()
+                    .is_some_and(|n| n.contains(&"ovn-default".into()) && n.contains(&"join".into()))
+        })
+    })
+    .await;
     let namespaces: Api<Namespace> = Api::all(env.kube.clone());
     for i in 0..NAMESPACES {
         env.namespace(&format!("tr-{i}")).await;
@@ -129,4 +141,33 @@ async fn subnet_status_changes_trigger_nothing() {
         ns < namespaces_limit && vpc < waves_limit && subnet < waves_limit,
         "reconciles while only the subnet's status changed: {ns} namespace, {vpc} VPC, {subnet} subnet"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_costs_one_patch_and_no_reconcile_for_its_own_write() {
+    const PODS: usize = 20;
+    let env = Env::start().await;
+    let port = env.metrics_addr.expect("the controller serves metrics").port();
+    env.node("node1", "172.18.0.2").await;
+    // A first pod, routed: the node's port groups exist from here on.
+    env.pod("once", "first", "node1", &[]).await;
+    env.routed("once", "first").await;
+    let pod_reconciles =
+        |text: &str| netkit::metric(text, "kube_ovn_controller_reconcile_total", &["kind=\"Pod\""]);
+    let before = pod_reconciles(&netkit::metrics(port).await.unwrap());
+    for i in 0..PODS {
+        env.pod("once", &format!("p{i}"), "node1", &[]).await;
+    }
+    for i in 0..PODS {
+        env.routed("once", &format!("p{i}")).await;
+    }
+    let reconciles = pod_reconciles(&netkit::metrics(port).await.unwrap()) - before;
+    let patches = env.requests_where(|r| r.starts_with("PATCH /api/v1/namespaces/once/pods/p"));
+    // The address and `routed` go in one patch when the port is in its groups at once (the
+    // node's groups exist here); the watch event that patch comes back as reconciles nothing.
+    // Before: two patches and about two reconciles per pod.
+    assert_eq!(patches.len(), PODS, "{patches:#?}");
+    #[expect(clippy::cast_precision_loss, reason = "small counts")]
+    let limit = (PODS + PODS / 2) as f64;
+    assert!(reconciles < limit, "{reconciles} pod reconciles for {PODS} pods");
 }

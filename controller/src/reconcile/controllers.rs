@@ -23,11 +23,12 @@ use kube::runtime::reflector::ObjectRef;
 use kube_ovn_api::annotations::keys;
 use kube_ovn_api::crd::{IPPool, Ip, Subnet, Vpc};
 
+use super::ip_record::wants_reconcile;
 use super::triggers::{self, waits_for};
 use super::{all_refs, drive, error_policy, instrumented};
 use crate::config::Config;
 use crate::context::Context;
-use crate::informer::{Cache, Informer};
+use crate::informer::{Cache, Informer, OwnWrites};
 use crate::stores::{Informers, Stores};
 
 /// The controllers, built (and subscribed to their triggers) before the watches start.
@@ -67,7 +68,13 @@ where
 }
 
 impl Controllers {
-    pub fn new(config: &Config, informers: &Informers, stores: &Stores) -> Self {
+    /// `pod_writes` are the pod versions the pod reconciler's own patches produced.
+    pub fn new(
+        config: &Config,
+        informers: &Informers,
+        stores: &Stores,
+        pod_writes: Arc<OwnWrites<Pod>>,
+    ) -> Self {
         let workers = config.worker_num;
         let router = config.cluster_router.clone();
         let vpcs = own(&informers.vpcs, triggers::vpc_beyond_status, workers).reconcile_on(
@@ -110,33 +117,39 @@ impl Controllers {
                     .when_all(triggers::vpc_for_namespaces, every(&stores.namespaces)),
             );
         let (waiting, unrouted) = (stores.pods.clone(), stores.pods.clone());
-        let pods = own(&informers.pods, triggers::any, config.pod_workers).reconcile_on(
-            informers.subnets.changes().when(
-                triggers::subnet_for_pods,
-                move |c| {
-                    let name = c
-                        .new
-                        .as_ref()
-                        .or(c.old.as_ref())
-                        .map(|s| s.name_any())
-                        .unwrap_or_default();
-                    waiting
-                        .state()
-                        .iter()
-                        .filter(|p| waits_for(p, &name))
-                        .map(|p| ObjectRef::from_obj(&**p))
-                        .collect()
-                },
-                move || {
-                    unrouted
-                        .state()
-                        .iter()
-                        .filter(|p| !p.annotations().contains_key(keys::ROUTED))
-                        .map(|p| ObjectRef::from_obj(&**p))
-                        .collect()
-                },
-            ),
-        );
+        let pods = Controller::for_shared_stream(
+            informers
+                .pods
+                .changes()
+                .objects_not_from(triggers::any, pod_writes),
+            informers.pods.cache().store(),
+        )
+        .with_config(controller::Config::default().concurrency(config.pod_workers))
+        .reconcile_on(informers.subnets.changes().when(
+            triggers::subnet_for_pods,
+            move |c| {
+                let name = c
+                    .new
+                    .as_ref()
+                    .or(c.old.as_ref())
+                    .map(|s| s.name_any())
+                    .unwrap_or_default();
+                waiting
+                    .state()
+                    .iter()
+                    .filter(|p| waits_for(p, &name))
+                    .map(|p| ObjectRef::from_obj(&**p))
+                    .collect()
+            },
+            move || {
+                unrouted
+                    .state()
+                    .iter()
+                    .filter(|p| !p.annotations().contains_key(keys::ROUTED))
+                    .map(|p| ObjectRef::from_obj(&**p))
+                    .collect()
+            },
+        ));
         Self {
             vpcs,
             subnets,
@@ -144,8 +157,16 @@ impl Controllers {
             namespaces,
             nodes: own(&informers.nodes, triggers::any, workers),
             pods,
-            // One at a time: reservations of one subnet must not race for the same address.
-            ips: own(&informers.ips, triggers::any, 1),
+            // One at a time: reservations of one subnet must not race for the same address. The
+            // records the controller writes for every pod need no reconcile.
+            ips: Controller::for_shared_stream(
+                informers
+                    .ips
+                    .changes()
+                    .objects_where(triggers::any, wants_reconcile),
+                informers.ips.cache().store(),
+            )
+            .with_config(controller::Config::default().concurrency(1)),
         }
     }
 

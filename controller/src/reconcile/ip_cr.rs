@@ -30,7 +30,7 @@ use kube_ovn_api::crd::{FINALIZER, Ip};
 use kube_ovn_api::names;
 use serde_json::json;
 
-use super::ip_record::addresses;
+use super::ip_record::{addresses, is_controller_record};
 use super::pod_state::{is_alive, port_name};
 use super::subnet_spec::effective;
 use crate::context::Context;
@@ -60,8 +60,8 @@ pub async fn reconcile(ip: Arc<Ip>, ctx: Arc<Context>) -> Result<Action> {
         }
         return Ok(Action::await_change());
     }
-    // Records the controller wrote for pods and nodes say `false`.
-    if ip.labels().get(keys::IP_RESERVED_LABEL).map(String::as_str) == Some("false") {
+    // Records the controller wrote for pods and nodes (its trigger passes them over too).
+    if is_controller_record(&ip) {
         return Ok(Action::await_change());
     }
     let _lock = ctx.pod_locks.lock(&name).await;

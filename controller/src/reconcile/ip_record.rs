@@ -68,6 +68,30 @@ impl IpRecord<'_> {
     }
 }
 
+/// Whether the IP CR is one the controller wrote for a pod or node (label `ip_reserved=false`),
+/// as opposed to a user's reservation.
+pub fn is_controller_record(ip: &Ip) -> bool {
+    ip.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(keys::IP_RESERVED_LABEL))
+        .is_some_and(|v| v == "false")
+}
+
+/// Whether the IP reconciler has anything to do with this IP CR: a reservation to make or keep,
+/// or a deletion to finish through our finalizer. The controller's own records need nothing.
+pub fn wants_reconcile(ip: &Ip) -> bool {
+    if ip.metadata.deletion_timestamp.is_some() {
+        ip.metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == kube_ovn_api::crd::FINALIZER)
+    } else {
+        !is_controller_record(ip)
+    }
+}
+
 /// Whether a user reserved this IP CR's address (label `ip_reserved=true`).
 pub fn is_reserved(ip: &Ip) -> bool {
     is_true(ip.metadata.labels.as_ref(), keys::IP_RESERVED_LABEL)

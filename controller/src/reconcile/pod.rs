@@ -337,44 +337,48 @@ fn leave_others(plan: &mut Plan, cache: &DbCache, port: kube_ovn_ovsdb::Uuid, su
     }
 }
 
-/// The handshake: first everything but `routed`, then `routed=true` once the port is in its
-/// groups (two patches, so a daemon never sees `routed` without an address). `false` when the
-/// pod no longer exists.
+/// The handshake: everything but `routed`, and `routed=true` once the port is in its groups — in
+/// one patch when both are due (a daemon then sees the address and `routed` together), else in
+/// order, so a daemon never sees `routed` without an address. `false` when the pod no longer
+/// exists.
 async fn annotate(
     ctx: &Context,
     pod: &Pod,
     want: &std::collections::BTreeMap<&'static str, String>,
     routed: bool,
 ) -> Result<bool> {
-    let have = pod.metadata.annotations.clone().unwrap_or_default();
+    let have = pod.metadata.annotations.as_ref();
+    let addressed = want.iter().all(|(k, v)| have.and_then(|h| h.get(*k)) == Some(v));
+    let route = routed && !is_true(have, keys::ROUTED);
+    if addressed && !route {
+        return Ok(true);
+    }
+    let mut patch = if addressed {
+        serde_json::Map::new()
+    } else {
+        want.iter().map(|(k, v)| ((*k).to_owned(), json!(v))).collect()
+    };
+    if route {
+        patch.insert(keys::ROUTED.to_owned(), json!("true"));
+    }
     let api: Api<Pod> = Api::namespaced(ctx.kube.clone(), &pod.namespace().unwrap_or_default());
-    if !want.iter().all(|(k, v)| have.get(*k) == Some(v))
-        && !merge(&api, pod, json!({"metadata": {"annotations": want}})).await?
-    {
-        return Ok(false);
+    match merge(&api, pod, json!({"metadata": {"annotations": patch}})).await? {
+        Some(written) => {
+            ctx.pod_writes.wrote(&written);
+            Ok(true)
+        }
+        None => Ok(false),
     }
-    if routed
-        && !is_true(Some(&have), keys::ROUTED)
-        && !merge(
-            &api,
-            pod,
-            json!({"metadata": {"annotations": {keys::ROUTED: "true"}}}),
-        )
-        .await?
-    {
-        return Ok(false);
-    }
-    Ok(true)
 }
 
-/// A merge patch of the pod's annotations; `false` when the pod is gone.
-async fn merge(api: &Api<Pod>, pod: &Pod, body: serde_json::Value) -> Result<bool> {
+/// A merge patch of the pod's annotations: the pod it made, or `None` when the pod is gone.
+async fn merge(api: &Api<Pod>, pod: &Pod, body: serde_json::Value) -> Result<Option<Pod>> {
     match api
         .patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(body))
         .await
     {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Ok(written) => Ok(Some(written)),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
         Err(e) => Err(e).doing(format_args!(
             "patch the annotations of pod {}/{}",
             pod.namespace().unwrap_or_default(),
