@@ -29,6 +29,7 @@
 //! Dropping the [`Speaker`] ends every task at once, as a crash would: sockets close with no
 //! NOTIFICATION, so peers in graceful restart helper mode keep our routes.
 
+mod command;
 mod config;
 mod conn;
 mod listener;
@@ -48,12 +49,14 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 pub use config::{BGP_PORT, PeerConfig, SpeakerConfig};
+pub use conn::MAX_IN_FLIGHT;
 pub use status::{MessageCounts, PeerStatus};
 
 use crate::bgp::fsm::{ConfigError, StopReason};
 use crate::bgp::rib_out::{RibOutError, RouteAttributes, check_unicast};
+use command::Command;
 use listener::{Entry, Registry};
-use peer::{Command, PeerTask};
+use peer::PeerTask;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DriverError {
