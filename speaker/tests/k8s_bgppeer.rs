@@ -73,6 +73,34 @@ async fn a_bgp_peer_object_selects_the_node_and_reports_back() -> Result<()> {
         "{metrics}"
     );
 
+    // A spec that turns invalid stops the session and says why; fixed, the session returns.
+    let bad = json!({"spec": {"peerAddress": "198.51.100.300"}});
+    peers
+        .patch("tor-a", &PatchParams::default(), &Patch::Merge(&bad))
+        .await?;
+    wait_until("BIRD to lose the session of the invalid spec", WAIT, || {
+        Ok(!bird.established()?)
+    })
+    .with_context(|| speaker.log_tail(20))?;
+    wait_until("status.nodes.n1 Invalid, naming the field", WAIT, || {
+        let object = futures_lite_block(peers.get_status("tor-a"))?;
+        let entry = serde_json::to_value(object.status)?["nodes"]["n1"].clone();
+        Ok(entry["state"] == "Invalid"
+            && entry["lastError"]
+                .as_str()
+                .is_some_and(|e| e.contains("spec.peerAddress")))
+    })?;
+    let good = json!({"spec": {"peerAddress": TOR_V4.to_string()}});
+    peers
+        .patch("tor-a", &PatchParams::default(), &Patch::Merge(&good))
+        .await?;
+    bird.wait_established().with_context(|| speaker.log_tail(30))?;
+    wait_until("status.nodes.n1 Established again", WAIT, || {
+        let object = futures_lite_block(peers.get_status("tor-a"))?;
+        let status = serde_json::to_value(object.status)?;
+        Ok(status["nodes"]["n1"]["state"] == "Established")
+    })?;
+
     // The node leaves the rack: the peer is de-configured (Cease) and its status entry goes.
     let relabel = json!({"metadata": {"labels": {"rack": "r2"}}});
     nodes
