@@ -20,6 +20,9 @@ fn bfd(state: BfdState, remote_state: BfdState) -> BfdStatus {
         remote_state,
         local_discriminator: 1,
         remote_discriminator: 2,
+        poll_in_progress: false,
+        tx_interval: None,
+        detection_time: None,
     }
 }
 
