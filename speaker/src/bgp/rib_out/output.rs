@@ -16,6 +16,8 @@ use crate::bgp::wire::{EncodeError, Family, Message, Update, encode_into};
 /// prefixes one pass looks at for a given budget. Fewer bytes per prefix only means another
 /// pass; more means some prefixes are looked at again.
 const BYTES_PER_PREFIX: usize = 5;
+/// Capacity (in prefixes) above which an emptied set of marks is freed.
+const SHRINK_ABOVE: usize = 4096;
 
 /// Encoded UPDATE messages, ready for the socket.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -100,6 +102,10 @@ impl AdjRibOut {
             }
         }
         self.dirty.extend(retry_later);
+        if self.dirty.is_empty() && self.dirty.capacity() > SHRINK_ABOVE {
+            // A full table's worth of marks is megabytes; give it back once drained.
+            self.dirty.shrink_to_fit();
+        }
         self.route_attributes.collect();
         out
     }
@@ -270,6 +276,8 @@ impl AdjRibOut {
             }
         }
         out.end_of_rib = true;
+        // The initial table's list kept its full capacity while it was emptied batch by batch.
+        self.initial = Vec::new();
         if let Some(view) = self.session.as_mut() {
             view.initial_sent = true;
         }
