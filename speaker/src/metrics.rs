@@ -13,7 +13,7 @@
 //! - `bgp_peer_session_state` uses GoBGP's numbering, as Kube-OVN does: Idle 1, Connect 2,
 //!   Active 3, OpenSent 4, OpenConfirm 5, Established 6.
 //! - `bgp_peer_out_queue` is in bytes written to the session but not yet taken by the kernel
-//!   (GoBGP counts queued messages instead); it stays below 256 KiB plus one message, and what
+//!   (GoBGP counts queued messages instead); it stays below 1 MiB plus one message, and what
 //!   does not fit waits as `bgp_peer_prefixes_pending` (ours, with
 //!   `bgp_peer_prefixes_unsendable`).
 //! - `bfd_peer_session_state` and `bfd_peer_remote_session_state` use the state field of the

@@ -22,7 +22,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 const ROUTES: u32 = 100_000;
-const ROUNDS: u32 = 20;
+const ROUNDS: u32 = 30;
 /// Where the one prefix a round adds lives, so each round shows in `prefixes_desired`.
 const EXTRA: u32 = 0x0010_0000;
 /// A full table of 100,000 routes through a debug build and BIRD takes a few seconds.

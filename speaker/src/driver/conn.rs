@@ -38,9 +38,11 @@ const LINGER_AFTER_CLOSE: Duration = Duration::from_secs(3);
 /// Read buffer size: 64 KiB takes a burst of UPDATEs in one call.
 const READ_CHUNK: usize = 64 * 1024;
 /// Bytes queued for the socket beyond which the peer task takes no more UPDATEs from the
-/// Adj-RIB-Out (control messages still go). A quarter of a MiB keeps a fast peer's socket busy
-/// between two refills and is nothing per peer.
-pub const MAX_IN_FLIGHT: usize = 256 * 1024;
+/// Adj-RIB-Out (control messages still go). 1 MiB per connection is little for a speaker with a
+/// few peers, and enough that the peer still has a backlog to read while the next refill is
+/// being built: with 256 KiB, a million routes reached BIRD in about twice the time (BIRD sat
+/// idle between refills; see docs/benchmarks.md).
+pub const MAX_IN_FLIGHT: usize = 1024 * 1024;
 /// The writer wakes the peer task when its queue falls below this.
 pub(crate) const LOW_WATER: usize = MAX_IN_FLIGHT / 4;
 

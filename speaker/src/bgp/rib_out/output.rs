@@ -16,6 +16,11 @@ use crate::bgp::wire::{EncodeError, Family, Message, Update, encode_into};
 /// prefixes one pass looks at for a given budget. Fewer bytes per prefix only means another
 /// pass; more means some prefixes are looked at again.
 const BYTES_PER_PREFIX: usize = 5;
+/// The most prefixes one pass plans at once, whatever the budget: a pass holds a few words per
+/// prefix while it groups and packs them (about fifteen times the bytes it produces), so a
+/// large budget is spent in several passes. The partly filled last UPDATE of a group waits for
+/// the next pass, so passes cost no extra messages.
+const MAX_BATCH: usize = 16_384;
 /// Capacity (in prefixes) above which an emptied set of marks is freed.
 const SHRINK_ABOVE: usize = 4096;
 
@@ -93,10 +98,22 @@ impl AdjRibOut {
                 continue;
             }
             let room = budget - out.bytes.len();
-            let Some((source, batch)) = self.next_batch(room / BYTES_PER_PREFIX) else {
+            let Some((source, batch)) = self.next_batch((room / BYTES_PER_PREFIX).min(MAX_BATCH)) else {
                 break;
             };
-            let pieces = self.plan(&session, batch);
+            let mut pieces = self.plan(&session, batch);
+            let more = match source {
+                Source::Initial => !self.initial.is_empty(),
+                Source::Dirty => !self.dirty.is_empty(),
+            };
+            if more && pieces.iter().any(|(_, tail)| !tail) {
+                // The last, partly filled UPDATE of each group waits for the next pass, which
+                // may fill it; a pass that has nothing but such UPDATEs sends them.
+                let (held, full): (Vec<_>, Vec<_>) = pieces.into_iter().partition(|(_, tail)| *tail);
+                self.put_back(source, held.into_iter().flat_map(|(p, _)| p.into_prefixes()));
+                pieces = full;
+            }
+            let pieces = pieces.into_iter().map(|(piece, _)| piece).collect();
             if self.emit(&session, pieces, source, budget, &mut out, &mut retry_later) {
                 break;
             }
@@ -132,10 +149,19 @@ impl AdjRibOut {
         Some((Source::Dirty, batch))
     }
 
+    /// Marks prefixes again, where the next pass of `source` takes them first.
+    fn put_back(&mut self, source: Source, prefixes: impl Iterator<Item = IpNet>) {
+        match source {
+            // `next_batch` takes the initial table from its end.
+            Source::Initial => self.initial.extend(prefixes),
+            Source::Dirty => self.dirty.extend(prefixes),
+        }
+    }
+
     /// The UPDATEs that bring the peer's view of `batch` to the desired state: withdrawals
     /// first, then announcements grouped by attribute set, each group in runs that fill 4096
-    /// bytes.
-    fn plan(&mut self, session: &SessionView, batch: Vec<IpNet>) -> Vec<Piece> {
+    /// bytes; each with whether it is its group's last run (which may not be full).
+    fn plan(&mut self, session: &SessionView, batch: Vec<IpNet>) -> Vec<(Piece, bool)> {
         let mut announce: BTreeMap<Arc<WireRoute>, Vec<IpNet>> = BTreeMap::new();
         let mut withdraw: BTreeMap<Family, Vec<IpNet>> = BTreeMap::new();
         for prefix in batch {
@@ -157,16 +183,20 @@ impl AdjRibOut {
         let mut pieces = Vec::new();
         for (family, mut prefixes) in withdraw {
             prefixes.sort_unstable();
-            for run in pack::split_withdraw(family, &prefixes) {
-                pieces.push(Piece::Withdraw(family, prefixes[run].to_vec()));
+            let runs = pack::split_withdraw(family, &prefixes);
+            let last = runs.len().saturating_sub(1);
+            for (index, run) in runs.into_iter().enumerate() {
+                pieces.push((Piece::Withdraw(family, prefixes[run].to_vec()), index == last));
             }
         }
         for (route, mut prefixes) in announce {
             prefixes.sort_unstable();
             match pack::split_announce(&route, &prefixes, session.encode) {
                 Ok(runs) => {
-                    for run in runs {
-                        pieces.push(Piece::Announce(route.clone(), prefixes[run].to_vec()));
+                    let last = runs.len().saturating_sub(1);
+                    for (index, run) in runs.into_iter().enumerate() {
+                        let piece = Piece::Announce(route.clone(), prefixes[run].to_vec());
+                        pieces.push((piece, index == last));
                     }
                 }
                 Err(error) => self.cannot_encode(prefixes, error),

@@ -163,6 +163,26 @@ fn an_unencodable_route_is_not_counted_as_sent_and_the_old_one_is_withdrawn() {
     assert_eq!((rib.sent_count(), rib.unsendable_count()), (1, 1));
 }
 
+#[test]
+fn passes_hold_partial_updates_back_without_starving_small_groups() {
+    // More prefixes than one pass plans: 50,000 sharing attributes and 20,000 each with its own.
+    let mut rib = rib(true);
+    for i in 0..50_000 {
+        rib.announce(host(i), RouteAttributes::default()).unwrap();
+    }
+    for i in 50_000..70_000 {
+        rib.announce(host(i), med(i)).unwrap();
+    }
+    let updates = take(&mut rib);
+    let mut peer = PeerTable::default();
+    peer.apply(&updates);
+    assert_eq!((peer.0.len(), rib.sent_count()), (70_000, 70_000));
+    // As few UPDATEs as one pass would have made: ⌈50000 / 810⌉ = 62 for the shared set, one per
+    // singleton, two End-of-RIBs.
+    assert_eq!(updates.len(), 62 + 20_000 + 2);
+    assert_eq!(rib.pending_count(), 0);
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     Announce(u8, u8),
