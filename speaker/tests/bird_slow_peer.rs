@@ -7,16 +7,15 @@
 
 mod common;
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::Ipv4Addr;
 use std::ops::Range;
 use std::time::Duration;
 
-use common::peers::{Bird, PeerSpec};
 use common::*;
 use ipnet::{IpNet, Ipv4Net};
 use kube_ovn_speaker::bgp::rib_out::RouteAttributes;
 use kube_ovn_speaker::bgp::wire::MAX_MESSAGE_LEN;
-use kube_ovn_speaker::driver::{MAX_IN_FLIGHT, PeerConfig, PeerStatus, Speaker, SpeakerConfig};
+use kube_ovn_speaker::driver::{MAX_IN_FLIGHT, PeerStatus};
 use kube_ovn_testkit::wait_until;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -64,19 +63,10 @@ fn a_frozen_peer_costs_bounded_memory_and_gets_the_final_set_when_it_resumes() {
     lab.tor
         .exec(&["sysctl", "-qw", "net.ipv4.tcp_rmem=4096 16384 65536"])
         .unwrap();
-    let spec = PeerSpec {
-        hold_time: HOLD,
-        ..PeerSpec::new(TOR_V4, NODE_V4)
-    };
-    let bird = Bird::start(&lab.tor, &spec).unwrap();
+    let (bird, speaker_with_peer) = tor_and_speaker_with_hold(&lab, HOLD).unwrap();
     lab.on_node(|rt| {
         let _enter = rt.enter();
-        let speaker = Speaker::new(SpeakerConfig::default()).unwrap();
-        let mut config = session(false);
-        config.hold_time = HOLD;
-        let peer = speaker
-            .add_peer(PeerConfig::new(IpAddr::V4(TOR_V4), config))
-            .unwrap();
+        let (_speaker, peer) = speaker_with_peer();
         peer.replace_all(routes(0..ROUTES, 0)).unwrap();
         peer.set_ready().unwrap();
         bird.wait_established().unwrap();

@@ -191,9 +191,12 @@ enum Op {
     MoveNextHop(u8),
     /// Take at most this many bytes (the socket had that much room).
     Send(u16),
+    /// Take everything due (a fast peer).
+    SendAll,
     SessionReset,
 }
 
+/// Even indexes IPv4 host routes, odd ones IPv6.
 fn prefix_of(index: u8) -> IpNet {
     if index.is_multiple_of(2) {
         IpNet::V4(Ipv4Net::new(Ipv4Addr::new(10, 16, 0, index), 32).unwrap())
@@ -203,7 +206,7 @@ fn prefix_of(index: u8) -> IpNet {
 }
 
 proptest! {
-    /// Whatever the changes, the partial sends and the session resets, once the socket takes
+    /// Whatever the changes, the partial and full sends and the session resets, once the socket takes
     /// everything the peer holds exactly the desired routes that can be encoded, with the
     /// right next hop; no output passes its budget; sent is what the peer holds.
     #[test]
@@ -214,6 +217,7 @@ proptest! {
             2 => (0u8..40).prop_map(Op::Withdraw),
             1 => (1u8..250).prop_map(Op::MoveNextHop),
             3 => (0u16..300).prop_map(Op::Send),
+            1 => Just(Op::SendAll),
             1 => Just(Op::SessionReset),
         ],
         0..80,
@@ -248,6 +252,7 @@ proptest! {
                     prop_assert!(output.bytes.len() <= budget.max(MAX_MESSAGE_LEN));
                     peer.apply(&decode_all(&output.bytes, true));
                 }
+                Op::SendAll => peer.apply(&take(&mut rib)),
                 Op::SessionReset => {
                     // The peer drops what it had from us; the next session starts over.
                     rib.session_down();

@@ -1,10 +1,8 @@
 //! What goes out for each kind of change.
 
-use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr};
 
-use ipnet::{IpNet, Ipv4Net, Ipv6Net};
-use proptest::prelude::*;
+use ipnet::{Ipv4Net, Ipv6Net};
 
 use super::*;
 use crate::bgp::wire::{Nlri, Update};
@@ -324,71 +322,4 @@ fn multicast_prefixes_are_refused() {
         );
     }
     assert!(rib.announce(p("0.0.0.0/0"), RouteAttributes::default()).is_ok());
-}
-
-#[derive(Debug, Clone)]
-enum Op {
-    Announce(u8, u8),
-    Withdraw(u8),
-    MoveNextHop(u8),
-}
-
-fn prefix_of(index: u8) -> IpNet {
-    if index.is_multiple_of(2) {
-        IpNet::V4(Ipv4Net::new(Ipv4Addr::new(10, 16, 0, index), 32).unwrap())
-    } else {
-        IpNet::V6(Ipv6Net::new(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, u16::from(index)), 128).unwrap())
-    }
-}
-
-proptest! {
-    /// Whatever the sequence of changes, a peer applying our UPDATEs holds exactly the desired
-    /// routes with the right next hop.
-    #[test]
-    fn peer_converges_to_the_desired_set(ops in proptest::collection::vec(
-        prop_oneof![
-            (0u8..40, 0u8..3).prop_map(|(i, c)| Op::Announce(i, c)),
-            (0u8..40).prop_map(Op::Withdraw),
-            (1u8..250).prop_map(Op::MoveNextHop),
-        ],
-        0..60,
-    ), flush_every in 1usize..8) {
-        let mut rib = rib(true);
-        let mut peer = PeerTable::default();
-        peer.apply(&take(&mut rib));
-        let mut desired: BTreeMap<IpNet, u32> = BTreeMap::new();
-        let mut node_v4 = NODE_V4;
-        for (step, op) in ops.iter().enumerate() {
-            match op {
-                Op::Announce(i, c) => {
-                    let attrs = RouteAttributes { communities: vec![u32::from(*c)], ..Default::default() };
-                    rib.announce(prefix_of(*i), attrs).unwrap();
-                    desired.insert(prefix_of(*i), u32::from(*c));
-                }
-                Op::Withdraw(i) => {
-                    rib.withdraw(prefix_of(*i));
-                    desired.remove(&prefix_of(*i));
-                }
-                Op::MoveNextHop(last) => {
-                    node_v4 = Ipv4Addr::new(198, 51, 100, *last);
-                    rib.set_local_addresses(Some(node_v4), Some(NODE_V6));
-                }
-            }
-            if step % flush_every == 0 {
-                peer.apply(&take(&mut rib));
-            }
-        }
-        peer.apply(&take(&mut rib));
-        let held: BTreeMap<IpNet, (IpAddr, u32)> =
-            peer.0.iter().map(|(p, (nh, a))| (*p, (*nh, a.communities[0]))).collect();
-        let want: BTreeMap<IpNet, (IpAddr, u32)> = desired
-            .iter()
-            .map(|(p, c)| {
-                let nh = if matches!(p, IpNet::V4(_)) { IpAddr::V4(node_v4) } else { IpAddr::V6(NODE_V6) };
-                (*p, (nh, *c))
-            })
-            .collect();
-        prop_assert_eq!(held, want);
-        prop_assert_eq!(rib.sent_count(), desired.len());
-    }
 }
