@@ -242,41 +242,9 @@ fn exclude_ips(flag: &'static str, value: &str) -> Result<Vec<String>, FlagError
 }
 
 /// A Go `time.Duration` string (`30s`, `1m30s`, `1.5h`, `500ms`), as Kube-OVN's duration flags
-/// take.
+/// take; the one parser every binary uses.
 fn go_duration(flag: &'static str, value: &str) -> Result<Duration, FlagError> {
-    const UNITS: &[(&str, f64)] = &[
-        ("ns", 1e-9),
-        ("us", 1e-6),
-        ("\u{b5}s", 1e-6),
-        ("ms", 1e-3),
-        ("s", 1.0),
-        ("m", 60.0),
-        ("h", 3600.0),
-    ];
-    if value == "0" {
-        return Ok(Duration::ZERO);
-    }
-    let invalid = || bad(flag, value, "not a duration such as 30s, 1m30s or 500ms");
-    let mut rest = value;
-    let mut secs = 0.0;
-    if rest.is_empty() {
-        return Err(invalid());
-    }
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(invalid)?;
-        let number: f64 = rest[..digits].parse().map_err(|_| invalid())?;
-        rest = &rest[digits..];
-        let (unit, scale) = UNITS
-            .iter()
-            .filter(|(u, _)| rest.starts_with(u))
-            .max_by_key(|(u, _)| u.len())
-            .ok_or_else(invalid)?;
-        secs += number * scale;
-        rest = &rest[unit.len()..];
-    }
-    Duration::try_from_secs_f64(secs).map_err(|_| invalid())
+    kube_ovn_support::parse_duration(value).map_err(|e| bad(flag, value, e.problem.to_string()))
 }
 
 fn whole_seconds(flag: &'static str, value: &str, d: Duration) -> Result<Duration, FlagError> {
@@ -559,8 +527,22 @@ mod tests {
         );
         assert_eq!(go_duration("x", "1h").unwrap(), secs(3600));
         assert_eq!(go_duration("x", "250ms").unwrap(), Duration::from_millis(250));
-        for bad in ["", "s", "1", "1x", "-1s", "1.2.3s"] {
-            assert!(go_duration("x", bad).is_err(), "{bad:?}");
+        for (bad, why) in [
+            ("", "empty"),
+            ("s", "not a duration"),
+            ("1", "missing unit"),
+            ("1x", "unknown unit"),
+            ("-1s", "negative"),
+            ("1.2.3s", "missing unit"),
+            ("9999999999h", "too large"),
+        ] {
+            let err = go_duration("leader-elect-retry-period", bad)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.starts_with("invalid --leader-elect-retry-period") && err.contains(why),
+                "{bad:?}: {err}"
+            );
         }
     }
 

@@ -360,9 +360,16 @@ mod tests {
             Ok(Duration::from_millis(500))
         );
         assert_eq!(
-            kube_ovn_support::parse_duration("30"),
-            Ok(Duration::from_secs(30))
+            kube_ovn_support::parse_duration("1m30s"),
+            Ok(Duration::from_secs(90))
         );
         assert!(kube_ovn_support::parse_duration("fast").is_err());
+        // Go refuses a bare number, so Kube-OVN does, and so do we.
+        assert!(kube_ovn_support::parse_duration("30").is_err());
+        // A value too large for Go is an error naming the flag, not a panic.
+        let err = Flags::try_parse_from(["kube-ovn-speaker", "--holdtime=99999999999999999h"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--holdtime") && err.contains("too large"), "{err}");
     }
 }

@@ -1,12 +1,20 @@
-//! Start-up shared by the daemons (`kube-ovn-controller`, `kube-ovn-daemon`, and the speaker
-//! to come): JSON logs with the current span in every line, a Kubernetes client from a
-//! kubeconfig file or the in-cluster configuration, the stop signal Kubernetes sends, and
-//! [`Watched`], a cache per kind whose generation counter lets a task wait for "it changed".
+//! Start-up shared by the daemons (`kube-ovn-controller`, `kube-ovn-daemon`,
+//! `kube-ovn-speaker`): JSON logs with the current span in every line, a Kubernetes client from a
+//! kubeconfig file or the in-cluster configuration, the stop signal Kubernetes sends, flag errors
+//! and Go-syntax durations ([`parse_duration`]), the metrics and health endpoints
+//! ([`endpoints`]), tasks that die with their owner and per-key locks ([`AbortOnDrop`],
+//! [`KeyLocks`]), and [`Watched`], a cache per kind whose generation counter lets a task wait for
+//! "it changed".
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
+mod duration;
+pub mod endpoints;
+mod tasks;
 mod watch;
+
+pub use duration::{DurationError, DurationProblem, parse_duration};
+pub use tasks::{AbortOnDrop, KeyGuard, KeyLocks};
 
 pub use watch::Watched;
 
@@ -76,28 +84,6 @@ pub fn flag_error(flag: &'static str, problem: impl Into<String>) -> FlagError {
         flag,
         problem: problem.into(),
     }
-}
-
-/// Parses a duration flag the way Go's (and so Kube-OVN's) flags are written: a number with
-/// `ms`, `s`, `m` or `h` (seconds when bare), not negative.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let (number, unit) = text
-        .find(|c: char| c.is_ascii_alphabetic())
-        .map_or((text, "s"), |i| text.split_at(i));
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (e.g. 90s, 500ms, 6m, 1h)"))?;
-    let scale = match unit {
-        "ms" => 0.001,
-        "s" => 1.0,
-        "m" => 60.0,
-        "h" => 3600.0,
-        _ => return Err(format!("{text:?}: unit must be ms, s, m or h")),
-    };
-    if !value.is_finite() || value < 0.0 {
-        return Err(format!("{text:?} must not be negative"));
-    }
-    Ok(Duration::from_secs_f64(value * scale))
 }
 
 /// Completes on SIGTERM (how Kubernetes stops a pod) or Ctrl-C, logging which.

@@ -77,6 +77,13 @@ pub struct Flags {
     /// How long ADD waits for ovn-controller to bind the port (`ovn-installed`).
     #[arg(long, env = "WAIT_OVN_INSTALLED_TIMEOUT", default_value = "30s", value_parser = parse_timeout)]
     pub wait_ovn_installed_timeout: Duration,
+    /// Plug a pod's port into `br-int` as soon as ADD names the pod (its logical port name is
+    /// `<pod>.<namespace>`), while the controller's annotations are still awaited, so
+    /// ovs-vswitchd opens it meanwhile and ovn-controller binds it as soon as the logical port
+    /// exists; the address, MAC and QoS follow with the annotations. Our addition (Kube-OVN
+    /// plugs after the annotations); `false` restores that order.
+    #[arg(long, env = "EARLY_PLUG", default_value_t = true, action = clap::ArgAction::Set)]
+    pub early_plug: bool,
     /// Install the CNI binary and conflist at start.
     #[arg(long, env = "INSTALL_CNI_CONFIG", default_value_t = false, action = clap::ArgAction::Set)]
     pub install_cni_config: bool,
@@ -102,7 +109,7 @@ pub struct Flags {
 
 /// A timeout: a duration (`20s`, `500ms`) that is not zero.
 fn parse_timeout(text: &str) -> Result<Duration, String> {
-    match kube_ovn_support::parse_duration(text)? {
+    match kube_ovn_support::parse_duration(text).map_err(|e| e.to_string())? {
         d if d.is_zero() => Err(format!("{text:?} must be positive")),
         d => Ok(d),
     }
@@ -224,6 +231,8 @@ mod tests {
         assert_eq!(config.datapath, Datapath::System);
         assert_eq!(config.flags.wait_address_timeout, Duration::from_secs(20));
         assert_eq!(config.flags.pprof_port, 10665);
+        assert!(config.flags.early_plug);
+        assert!(!flags(&["--early-plug=false"]).early_plug);
     }
 
     #[test]
@@ -253,8 +262,29 @@ mod tests {
     #[test]
     fn durations() {
         assert_eq!(parse_timeout("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_timeout("2"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_timeout("1m30s"), Ok(Duration::from_secs(90)));
         assert!(parse_timeout("0s").is_err());
+        assert!(parse_timeout("2").is_err(), "Go durations need a unit");
         assert_eq!(parse_timeout("1m"), Ok(Duration::from_mins(1)));
+        // Too large for Go's Duration: an error naming the flag, not a panic.
+        let err = Flags::try_parse_from([
+            "kube-ovn-daemon",
+            "--node-name=n1",
+            "--wait-address-timeout=1e400s",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("--wait-address-timeout"), "{err}");
+        let err = Flags::try_parse_from([
+            "kube-ovn-daemon",
+            "--node-name=n1",
+            "--wait-ovn-installed-timeout=99999999999999999h",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("--wait-ovn-installed-timeout") && err.contains("too large"),
+            "{err}"
+        );
     }
 }

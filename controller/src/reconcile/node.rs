@@ -28,16 +28,7 @@ use crate::ovn::topology::{add_to_port_group, ensure_port_group, ensure_switch_p
 pub const KIND: &str = "Node";
 
 /// The node's own addresses (`InternalIP`), which the 30000 policy matches.
-pub fn internal_ips(node: &Node) -> Vec<IpAddr> {
-    node.status
-        .as_ref()
-        .and_then(|s| s.addresses.as_ref())
-        .into_iter()
-        .flatten()
-        .filter(|a| a.type_ == "InternalIP")
-        .filter_map(|a| a.address.parse().ok())
-        .collect()
-}
+pub use kube_ovn_api::node::internal_ips;
 
 /// What the node asked for before (its annotations), so a restart keeps its join address.
 fn request_of(node: &Node) -> Request {
