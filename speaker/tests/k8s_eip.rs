@@ -9,17 +9,15 @@
 mod common;
 
 use anyhow::{Context, Result};
-use common::k8s::{Cluster, speaker};
+use common::k8s::{Cluster, speaker, wait_route};
 use common::peers::{Bird, PeerSpec};
 use common::{Lab, NODE_V4, TOR_V4};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube_ovn_api::crd::IptablesEIP;
-use kube_ovn_testkit::wait_until;
 use serde_json::json;
 
-const WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 const EIP: &str = "203.0.113.5/32";
 
 fn gateway_pod(node: &str) -> Result<Pod> {
@@ -54,11 +52,7 @@ async fn set_phase(pods: &Api<Pod>, phase: &str) -> Result<()> {
 }
 
 fn wait_eip(bird: &Bird, speaker: &common::k8s::Speaker, present: bool) -> Result<()> {
-    let what = format!(
-        "the EIP {} in the ToR's table",
-        if present { "present" } else { "absent" }
-    );
-    wait_until(&what, WAIT, || Ok(bird.has(EIP)? == present)).with_context(|| speaker.log_tail(20))
+    wait_route(bird, speaker, EIP, present)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -168,6 +168,18 @@ pub fn speaker_via(
     })
 }
 
+/// Waits (30 s at most) until `prefix` is in the ToR's table, or gone from it.
+pub fn wait_route(bird: &super::peers::Bird, speaker: &Speaker, prefix: &str, present: bool) -> Result<()> {
+    let what = format!(
+        "{prefix} {} in the ToR's table",
+        if present { "present" } else { "absent" }
+    );
+    kube_ovn_testkit::wait_until(&what, std::time::Duration::from_secs(30), || {
+        Ok(bird.has(prefix)? == present)
+    })
+    .with_context(|| speaker.log_tail(20))
+}
+
 /// A speaker process and where its metrics are.
 pub struct Speaker {
     pub daemon: Daemon,
