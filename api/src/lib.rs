@@ -1,7 +1,8 @@
 //! Kube-OVN's API, in Rust: the `kubeovn.io/v1` custom resources ([`crd`]), the
 //! `ovn.kubernetes.io/*` annotation and label keys with typed parsing and formatting of their
-//! values ([`annotations`]), the names Kube-OVN gives OVN objects ([`names`]), and the JSON the
-//! CNI shim and the node daemon exchange ([`wire`]).
+//! values ([`annotations`]), the names Kube-OVN gives OVN objects ([`names`]), what a Node says
+//! about its machine ([`node`]), Kubernetes label selectors ([`selector`]), and the JSON the CNI
+//! shim and the node daemon exchange ([`wire`]).
 //!
 //! This crate does no I/O and has no async code: every function maps values to values, so the
 //! controller, daemon, speaker and CNI shim can share it and test against it directly.
@@ -9,6 +10,8 @@
 pub mod annotations;
 pub mod crd;
 pub mod names;
+pub mod node;
+pub mod selector;
 pub mod wire;
 
 pub use crd::crds;

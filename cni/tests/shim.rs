@@ -6,12 +6,19 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::thread::JoinHandle;
+use std::sync::mpsc;
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
+#[allow(dead_code)]
+#[path = "common/runtime.rs"]
+mod runtime;
+
 const SHIM: &str = env!("CARGO_BIN_EXE_kube-ovn");
+/// How long the fake daemon waits for the shim's connection and request.
+const FAKE_DAEMON_WAIT: Duration = Duration::from_secs(10);
 
 struct Run {
     status: i32,
@@ -45,7 +52,7 @@ fn run_shim(env: &[(&str, &str)], stdin: &str) -> Result<Run> {
         .stderr(Stdio::piped())
         .spawn()?;
     child.stdin.take().context("stdin")?.write_all(stdin.as_bytes())?;
-    let out = child.wait_with_output()?;
+    let out = runtime::output_within(child, Duration::from_secs(30), "the shim")?;
     let run = Run {
         status: out.status.code().context("killed by a signal")?,
         stdout: String::from_utf8(out.stdout)?,
@@ -86,55 +93,63 @@ fn config(version: &str, socket: &Path) -> String {
 /// and hands back what it was sent.
 struct FakeDaemon {
     socket: PathBuf,
-    thread: JoinHandle<Result<Vec<(String, Value)>>>,
+    served: mpsc::Receiver<Result<Vec<(String, Value)>>>,
 }
 
 impl FakeDaemon {
     fn start(dir: &Path, answers: Vec<(&'static str, String)>) -> Result<Self> {
         let socket = dir.join("kube-ovn-daemon.sock");
         let listener = UnixListener::bind(&socket)?;
-        let thread = std::thread::spawn(move || {
-            let mut seen = Vec::new();
-            for (status, body) in answers {
-                let (stream, _) = listener.accept()?;
-                let mut reader = BufReader::new(stream);
-                let mut request_line = String::new();
-                reader.read_line(&mut request_line)?;
-                let mut length = 0;
-                loop {
-                    let mut line = String::new();
-                    reader.read_line(&mut line)?;
-                    if line == "\r\n" {
-                        break;
+        let (done, served) = mpsc::channel();
+        std::thread::spawn(move || {
+            let serve = || -> Result<Vec<(String, Value)>> {
+                let mut seen = Vec::new();
+                for (status, body) in answers {
+                    let (stream, _) = listener.accept()?;
+                    stream.set_read_timeout(Some(FAKE_DAEMON_WAIT))?;
+                    let mut reader = BufReader::new(stream);
+                    let mut request_line = String::new();
+                    reader.read_line(&mut request_line)?;
+                    let mut length = 0;
+                    loop {
+                        let mut line = String::new();
+                        reader.read_line(&mut line)?;
+                        if line == "\r\n" {
+                            break;
+                        }
+                        if let Some((name, value)) = line.split_once(':')
+                            && name.eq_ignore_ascii_case("content-length")
+                        {
+                            length = value.trim().parse()?;
+                        }
                     }
-                    if let Some((name, value)) = line.split_once(':')
-                        && name.eq_ignore_ascii_case("content-length")
-                    {
-                        length = value.trim().parse()?;
-                    }
+                    let mut request_body = vec![0; length];
+                    reader.read_exact(&mut request_body)?;
+                    seen.push((
+                        request_line.trim().to_owned(),
+                        serde_json::from_slice(&request_body)?,
+                    ));
+                    let mut stream = reader.into_inner();
+                    write!(
+                        stream,
+                        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                        body.len()
+                    )?;
                 }
-                let mut request_body = vec![0; length];
-                reader.read_exact(&mut request_body)?;
-                seen.push((
-                    request_line.trim().to_owned(),
-                    serde_json::from_slice(&request_body)?,
-                ));
-                let mut stream = reader.into_inner();
-                write!(
-                    stream,
-                    "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-                    body.len()
-                )?;
-            }
-            Ok(seen)
+                Ok(seen)
+            };
+            let _ = done.send(serve());
         });
-        Ok(Self { socket, thread })
+        Ok(Self { socket, served })
     }
 
+    /// What the daemon was sent, once every answer went out; an error if the shim did not
+    /// make every expected request within [`FAKE_DAEMON_WAIT`] (the thread then stays blocked
+    /// in `accept` until the test process ends).
     fn requests(self) -> Result<Vec<(String, Value)>> {
-        self.thread
-            .join()
-            .map_err(|_| anyhow::anyhow!("fake daemon panicked"))?
+        self.served
+            .recv_timeout(FAKE_DAEMON_WAIT)
+            .context("the fake daemon did not get every expected request")?
     }
 }
 
@@ -417,5 +432,19 @@ fn the_shim_links_no_netlink_tokio_or_kube_client() -> Result<()> {
         );
         assert!(!shim.contains(needle), "the shim links {needle}");
     }
+    Ok(())
+}
+
+/// The bound every plugin run in these tests has: a process that never exits is killed and
+/// reported, not waited for.
+#[test]
+fn a_plugin_that_hangs_is_killed_at_the_bound() -> Result<()> {
+    let child = Command::new("sleep")
+        .arg("30")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let err = runtime::output_within(child, Duration::from_millis(200), "sleep 30").unwrap_err();
+    assert!(err.to_string().contains("did not finish within"), "{err}");
     Ok(())
 }

@@ -55,10 +55,15 @@ fn ethtool_value(ifname: &str, cmd: u32, data: u32) -> std::io::Result<u32> {
     Ok(value.data)
 }
 
+// The three below run on the request path of the node daemon: each enters `ns` on a thread
+// of its own that the calling task awaits (`Netns::run_async`), so no runtime worker blocks.
+
 /// Turns TX checksum offload off on `ifname` inside `ns` (and, through the kernel's feature
 /// dependencies, the segmentation offloads that need it).
-pub fn disable_tx_checksum(ns: &Netns, ifname: &str) -> Result<()> {
-    ns.run(|| ethtool_value(ifname, ETHTOOL_STXCSUM, 0))?
+pub async fn disable_tx_checksum(ns: &Netns, ifname: &str) -> Result<()> {
+    let name = ifname.to_owned();
+    ns.run_async(move || ethtool_value(&name, ETHTOOL_STXCSUM, 0))
+        .await?
         .map(drop)
         .map_err(|source| Error::Io {
             op: format!("turn TX checksum offload off on {ifname} in {}", ns.label()),
@@ -67,8 +72,10 @@ pub fn disable_tx_checksum(ns: &Netns, ifname: &str) -> Result<()> {
 }
 
 /// Whether TX checksum offload is on for `ifname` inside `ns`.
-pub fn tx_checksum_enabled(ns: &Netns, ifname: &str) -> Result<bool> {
-    ns.run(|| ethtool_value(ifname, ETHTOOL_GTXCSUM, 0))?
+pub async fn tx_checksum_enabled(ns: &Netns, ifname: &str) -> Result<bool> {
+    let name = ifname.to_owned();
+    ns.run_async(move || ethtool_value(&name, ETHTOOL_GTXCSUM, 0))
+        .await?
         .map(|v| v != 0)
         .map_err(|source| Error::Io {
             op: format!("read TX checksum offload of {ifname} in {}", ns.label()),
@@ -78,9 +85,10 @@ pub fn tx_checksum_enabled(ns: &Netns, ifname: &str) -> Result<bool> {
 
 /// Writes a sysctl under `/proc/sys/net` inside `ns` (`key` like `ipv6/conf/all/disable_ipv6`).
 /// `Ok(false)` when the key does not exist (IPv6 compiled out, say).
-pub fn write_net_sysctl(ns: &Netns, key: &str, value: &str) -> Result<bool> {
+pub async fn write_net_sysctl(ns: &Netns, key: &str, value: &str) -> Result<bool> {
     let path = format!("/proc/sys/net/{key}");
-    match ns.run(|| std::fs::write(&path, value))? {
+    let (file, text) = (path.clone(), value.to_owned());
+    match ns.run_async(move || std::fs::write(&file, text)).await? {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
         Err(source) => Err(Error::Io {

@@ -8,6 +8,23 @@ use rtnetlink::{Handle, LinkMessageBuilder, LinkUnspec, LinkVeth};
 use crate::error::{Error, Result};
 use crate::netns::Netns;
 
+/// What `rtnetlink::new_connection` gives: the connection to drive, the handle, and the
+/// (unused) multicast receiver.
+type Opened = (
+    rtnetlink::proto::Connection<rtnetlink::packet_route::RouteNetlinkMessage>,
+    Handle,
+    futures::channel::mpsc::UnboundedReceiver<(
+        rtnetlink::packet_core::NetlinkMessage<rtnetlink::packet_route::RouteNetlinkMessage>,
+        rtnetlink::sys::SocketAddr,
+    )>,
+);
+
+/// Opens the socket in the calling thread's namespace, registered with `runtime`'s reactor.
+fn open_socket(runtime: &tokio::runtime::Handle) -> std::io::Result<Opened> {
+    let _entered = runtime.enter();
+    rtnetlink::new_connection()
+}
+
 /// A netlink route socket bound to one namespace.
 #[derive(Clone)]
 pub struct Netlink {
@@ -44,19 +61,33 @@ pub struct VethPair<'a> {
     /// MTU of both ends.
     pub mtu: u32,
     /// MAC of the peer end: it must equal the logical switch port's, or OVN's port security
-    /// drops the pod's traffic.
-    pub peer_mac: [u8; 6],
+    /// drops the pod's traffic. `None` lets the kernel pick one, for a caller that sets the
+    /// right one later, before the end is brought up.
+    pub peer_mac: Option<[u8; 6]>,
 }
 
 impl Netlink {
     /// Opens a socket in `ns` (on a short-lived thread that entered it) and drives it on the
-    /// current tokio runtime. Must be called from within a runtime.
+    /// current tokio runtime. Must be called from within a runtime; blocks the calling thread
+    /// while the socket opens, so async code on a request path uses
+    /// [`connect_async`](Self::connect_async).
     pub fn connect(ns: &Netns) -> Result<Self> {
         let runtime = tokio::runtime::Handle::current();
-        let opened = ns.run(|| {
-            let _entered = runtime.enter();
-            rtnetlink::new_connection()
-        })?;
+        let handle = runtime.clone();
+        let opened = ns.run(move || open_socket(&handle))?;
+        Self::drive(ns, &runtime, opened)
+    }
+
+    /// [`connect`](Self::connect) without blocking a runtime worker: the task awaits the
+    /// thread that opens the socket.
+    pub async fn connect_async(ns: &Netns) -> Result<Self> {
+        let runtime = tokio::runtime::Handle::current();
+        let handle = runtime.clone();
+        let opened = ns.run_async(move || open_socket(&handle)).await?;
+        Self::drive(ns, &runtime, opened)
+    }
+
+    fn drive(ns: &Netns, runtime: &tokio::runtime::Handle, opened: std::io::Result<Opened>) -> Result<Self> {
         let (connection, handle, _) = opened.map_err(|source| Error::Io {
             op: format!("open a netlink socket in {}", ns.label()),
             source,
@@ -87,12 +118,14 @@ impl Netlink {
     /// answers `ENOTCONN`), so the caller brings each end up from its own namespace.
     /// `EEXIST` comes back as an error the caller can test with [`Error::is_exists`].
     pub async fn add_veth(&self, pair: &VethPair<'_>) -> Result<()> {
-        let peer = LinkMessageBuilder::<LinkUnspec>::new()
+        let mut peer = LinkMessageBuilder::<LinkUnspec>::new()
             .name(pair.peer)
             .mtu(pair.mtu)
-            .address(pair.peer_mac.to_vec())
-            .setns_by_fd(pair.peer_ns.raw_fd())
-            .build();
+            .setns_by_fd(pair.peer_ns.raw_fd());
+        if let Some(mac) = pair.peer_mac {
+            peer = peer.address(mac.to_vec());
+        }
+        let peer = peer.build();
         let message = LinkMessageBuilder::<LinkVeth>::new_with_info_kind(InfoKind::Veth)
             .name(pair.host)
             .mtu(pair.mtu)

@@ -1,4 +1,4 @@
-//! Network namespace handles and running code inside one.
+//! Network namespace handles and running code inside one (blocking, or awaited from async code).
 
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
@@ -52,18 +52,61 @@ impl Netns {
     /// Runs `f` on a new thread that has entered this namespace, and waits for it. The thread
     /// ends with `f`, so no other code ever runs in the wrong namespace. Sockets opened by `f`
     /// stay bound to this namespace after it returns.
+    ///
+    /// The caller's thread blocks until `f` is done: use it at start-up, in tests, or on a
+    /// thread of its own; from async code use [`run_async`](Self::run_async).
     pub fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> Result<T> {
         std::thread::scope(|scope| {
             scope
                 .spawn(|| {
-                    setns(self.file.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|errno| Error::Netns {
-                        path: self.path.clone(),
-                        source: errno.into(),
-                    })?;
+                    self.enter()?;
                     Ok(f())
                 })
                 .join()
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })
+    }
+
+    /// [`run`](Self::run) for async callers: `f` runs on a fresh thread that entered this
+    /// namespace, and the calling task awaits its result instead of joining the thread, so a
+    /// runtime worker never sits blocked while the thread starts, enters and works (a
+    /// sysctl write, an ioctl, opening a socket: short, but not bounded under load). A panic
+    /// in `f` resumes in the caller, as with `run`. If the caller is dropped first, the thread
+    /// still finishes `f` and its result is discarded.
+    pub async fn run_async<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
+        let (done, result) = tokio::sync::oneshot::channel();
+        let ns = self.clone();
+        std::thread::Builder::new()
+            .name("netns".into())
+            .spawn(move || {
+                let outcome = ns
+                    .enter()
+                    .map(|()| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
+                // The receiver is gone only when the caller gave up; nobody wants the value.
+                let _ = done.send(outcome);
+            })
+            .map_err(|source| Error::Io {
+                op: format!("start a thread to enter {}", self.label()),
+                source,
+            })?;
+        match result.await {
+            Ok(Ok(Ok(value))) => Ok(value),
+            Ok(Ok(Err(panic))) => std::panic::resume_unwind(panic),
+            Ok(Err(e)) => Err(e),
+            // `catch_unwind` covers `f` and `enter` does not panic, so the sender is only
+            // dropped unsent if the thread was torn down from outside.
+            Err(_) => Err(Error::Io {
+                op: format!("run in {}: the thread ended without an answer", self.label()),
+                source: std::io::Error::other("thread ended"),
+            }),
+        }
+    }
+
+    /// Moves the calling thread into this namespace (for the threads `run*` start, only).
+    fn enter(&self) -> Result<()> {
+        setns(self.file.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|errno| Error::Netns {
+            path: self.path.clone(),
+            source: errno.into(),
         })
     }
 }

@@ -7,7 +7,9 @@ use ipnet::IpNet;
 use rtnetlink::RouteMessageBuilder;
 use rtnetlink::packet_route::AddressFamily;
 use rtnetlink::packet_route::address::{AddressAttribute, AddressFlags, AddressMessage};
-use rtnetlink::packet_route::route::{RouteAddress, RouteAttribute, RouteMessage, RouteType, RouteVia};
+use rtnetlink::packet_route::route::{
+    RouteAddress, RouteAttribute, RouteMessage, RouteProtocol, RouteScope, RouteType, RouteVia,
+};
 
 use crate::error::{Error, Result};
 use crate::link::Netlink;
@@ -21,8 +23,12 @@ pub struct Route {
     pub gateway: Option<IpAddr>,
     /// Output interface index.
     pub dev: u32,
-    /// Preferred source address.
+    /// Preferred source address (`src`): what the node's own packets on this route leave
+    /// from. It must be an address of the namespace, or the kernel refuses the route.
     pub src: Option<IpAddr>,
+    /// Metric (`RTA_PRIORITY`); `None` leaves the kernel's default (0 for IPv4, 1024 for
+    /// IPv6), and reads back as `None` only for IPv4 routes with metric 0.
+    pub metric: Option<u32>,
 }
 
 const MAIN_TABLE: u8 = 254;
@@ -30,21 +36,43 @@ const MAIN_TABLE: u8 = 254;
 impl Netlink {
     /// Addresses on link `index`, with their prefix lengths.
     pub async fn addresses(&self, index: u32) -> Result<Vec<IpNet>> {
-        let messages: Vec<AddressMessage> = self
-            .handle
-            .address()
-            .get()
-            .set_link_index_filter(index)
-            .execute()
-            .try_collect()
-            .await
-            .map_err(self.fail(format!("list addresses of link #{index}")))?;
+        Ok(self
+            .address_list(Some(index))
+            .await?
+            .into_iter()
+            .filter(|(link, _)| *link == index)
+            .map(|(_, net)| net)
+            .collect())
+    }
+
+    /// Every address of the namespace, on any link (what a route's `src` may name).
+    pub async fn local_addresses(&self) -> Result<Vec<IpAddr>> {
+        Ok(self
+            .address_list(None)
+            .await?
+            .into_iter()
+            .map(|(_, net)| net.addr())
+            .collect())
+    }
+
+    /// `(link index, address)` for every address, or those of one link.
+    async fn address_list(&self, index: Option<u32>) -> Result<Vec<(u32, IpNet)>> {
+        let mut request = self.handle.address().get();
+        if let Some(index) = index {
+            request = request.set_link_index_filter(index);
+        }
+        let what = index.map_or_else(
+            || "list addresses".to_owned(),
+            |i| format!("list addresses of link #{i}"),
+        );
+        let messages: Vec<AddressMessage> = request.execute().try_collect().await.map_err(self.fail(what))?;
         Ok(messages
             .iter()
-            .filter(|m| m.header.index == index)
             .filter_map(|m| {
                 m.attributes.iter().find_map(|a| match a {
-                    AddressAttribute::Address(ip) => IpNet::new(*ip, m.header.prefix_len).ok(),
+                    AddressAttribute::Address(ip) => IpNet::new(*ip, m.header.prefix_len)
+                        .ok()
+                        .map(|net| (m.header.index, net)),
                     _ => None,
                 })
             })
@@ -169,9 +197,13 @@ impl Netlink {
             .map_err(self.fail(format!("add route {}", describe(route))))
     }
 
-    /// Deletes a route; `Ok(false)` when it was not there.
+    /// Deletes a route; `Ok(false)` when it was not there. Any protocol and scope match, as
+    /// with `ip route del` (a route someone added by hand has protocol `boot`, ours `static`).
     pub async fn delete_route(&self, route: &Route) -> Result<bool> {
-        match self.handle.route().del(route_message(route)).execute().await {
+        let mut message = route_message(route);
+        message.header.protocol = RouteProtocol::Unspec;
+        message.header.scope = RouteScope::NoWhere;
+        match self.handle.route().del(message).execute().await {
             Ok(()) => Ok(true),
             Err(source) => {
                 let err = Error::Netlink {
@@ -186,10 +218,10 @@ impl Netlink {
 }
 
 fn describe(route: &Route) -> String {
-    match route.gateway {
-        Some(gw) => format!("{} via {gw} dev #{}", route.dst, route.dev),
-        None => format!("{} dev #{}", route.dst, route.dev),
-    }
+    let via = route.gateway.map(|gw| format!(" via {gw}")).unwrap_or_default();
+    let src = route.src.map(|ip| format!(" src {ip}")).unwrap_or_default();
+    let metric = route.metric.map(|m| format!(" metric {m}")).unwrap_or_default();
+    format!("{}{via} dev #{}{src}{metric}", route.dst, route.dev)
 }
 
 fn route_message(route: &Route) -> RouteMessage {
@@ -204,6 +236,9 @@ fn route_message(route: &Route) -> RouteMessage {
             if let Some(IpAddr::V4(src)) = route.src {
                 b = b.pref_source(src);
             }
+            if let Some(metric) = route.metric {
+                b = b.priority(metric);
+            }
             b.build()
         }
         IpNet::V6(dst) => {
@@ -216,12 +251,15 @@ fn route_message(route: &Route) -> RouteMessage {
             if let Some(IpAddr::V6(src)) = route.src {
                 b = b.pref_source(src);
             }
+            if let Some(metric) = route.metric {
+                b = b.priority(metric);
+            }
             b.build()
         }
     };
     if route.gateway.is_none() {
         // A link route: the destination is on the wire, as `ip route add X dev Y` makes it.
-        message.header.scope = rtnetlink::packet_route::route::RouteScope::Link;
+        message.header.scope = RouteScope::Link;
     }
     message
 }
@@ -231,6 +269,7 @@ fn parse_route(message: &RouteMessage) -> Option<Route> {
     let mut gateway = None;
     let mut dev = None;
     let mut src = None;
+    let mut metric = None;
     for attribute in &message.attributes {
         match attribute {
             RouteAttribute::Destination(a) => dst = address(a),
@@ -238,6 +277,7 @@ fn parse_route(message: &RouteMessage) -> Option<Route> {
             RouteAttribute::Via(RouteVia::Inet6(v6)) => gateway = Some(IpAddr::V6(*v6)),
             RouteAttribute::Oif(index) => dev = Some(*index),
             RouteAttribute::PrefSource(a) => src = address(a),
+            RouteAttribute::Priority(m) => metric = Some(*m),
             _ => {}
         }
     }
@@ -250,6 +290,7 @@ fn parse_route(message: &RouteMessage) -> Option<Route> {
         gateway,
         dev: dev?,
         src,
+        metric,
     })
 }
 

@@ -64,7 +64,7 @@ async fn veth_across_namespaces_carries_traffic_and_deletes_cleanly() -> Result<
         peer: "eth0",
         peer_ns: &pod_ns,
         mtu: 1400,
-        peer_mac: mac,
+        peer_mac: Some(mac),
     };
     here.add_veth(&pair).await?;
     let again = here.add_veth(&pair).await.expect_err("a second add must fail");
@@ -106,6 +106,7 @@ async fn veth_across_namespaces_carries_traffic_and_deletes_cleanly() -> Result<
         gateway: Some("10.99.0.1".parse()?),
         dev: p.index,
         src: None,
+        metric: None,
     };
     in_pod.add_route(&default).await?;
     let routes = in_pod.routes(false, Some(p.index)).await?;
@@ -114,28 +115,89 @@ async fn veth_across_namespaces_carries_traffic_and_deletes_cleanly() -> Result<
         pod.exec(&["ip", "route", "show", "default"])?
             .contains("via 10.99.0.1 dev eth0")
     );
+    // A source address and a metric go in and read back as given.
+    let with_src = Route {
+        dst: "10.98.0.0/16".parse()?,
+        gateway: Some("10.99.0.1".parse()?),
+        dev: p.index,
+        src: Some("10.99.0.2".parse()?),
+        metric: None,
+    };
+    let link_v6 = Route {
+        dst: "fd00:98::/64".parse()?,
+        gateway: None,
+        dev: p.index,
+        src: None,
+        metric: Some(256),
+    };
+    in_pod.add_route(&with_src).await?;
+    in_pod.add_route(&link_v6).await?;
+    let v4_routes = in_pod.routes(false, Some(p.index)).await?;
+    assert!(v4_routes.contains(&with_src), "{v4_routes:?}");
+    assert!(in_pod.routes(true, Some(p.index)).await?.contains(&link_v6));
+    let shown = pod.exec(&["ip", "route", "show", "10.98.0.0/16"])?;
+    assert!(
+        shown.contains("via 10.99.0.1 dev eth0") && shown.contains("src 10.99.0.2"),
+        "{shown}"
+    );
+    let shown = pod.exec(&["ip", "-6", "route", "show", "fd00:98::/64"])?;
+    assert!(
+        shown.contains("dev eth0") && shown.contains("metric 256"),
+        "{shown}"
+    );
+    // The kernel takes only a source the namespace has.
+    let foreign = Route {
+        src: Some("192.0.2.9".parse()?),
+        ..with_src.clone()
+    };
+    let refused = in_pod.add_route(&foreign).await.unwrap_err();
+    assert!(refused.to_string().contains("src 192.0.2.9"), "{refused}");
+    // A route added by hand (protocol `boot`, not ours) still deletes.
+    pod.exec(&[
+        "ip",
+        "route",
+        "add",
+        "10.97.0.0/16",
+        "via",
+        "10.99.0.1",
+        "dev",
+        "eth0",
+    ])?;
+    let by_hand = in_pod
+        .routes(false, Some(p.index))
+        .await?
+        .into_iter()
+        .find(|r| r.dst == "10.97.0.0/16".parse::<IpNet>().unwrap())
+        .context("the route added with ip")?;
+    assert!(in_pod.delete_route(&by_hand).await?);
+    assert!(
+        pod.exec(&["ip", "route", "show", "10.97.0.0/16"])?
+            .trim()
+            .is_empty()
+    );
+    let local = in_pod.local_addresses().await?;
+    assert!(
+        local.contains(&"10.99.0.2".parse()?) && local.contains(&"fd00:99::2".parse()?),
+        "{local:?}"
+    );
 
     assert!(
-        ethtool::tx_checksum_enabled(&pod_ns, "eth0")?,
+        ethtool::tx_checksum_enabled(&pod_ns, "eth0").await?,
         "veths start with TX checksum offload on"
     );
-    ethtool::disable_tx_checksum(&pod_ns, "eth0")?;
-    assert!(!ethtool::tx_checksum_enabled(&pod_ns, "eth0")?);
+    ethtool::disable_tx_checksum(&pod_ns, "eth0").await?;
+    assert!(!ethtool::tx_checksum_enabled(&pod_ns, "eth0").await?);
     assert!(
         pod.exec(&["ethtool", "-k", "eth0"])?
             .contains("tx-checksumming: off")
     );
-    assert!(ethtool::write_net_sysctl(
-        &pod_ns,
-        "ipv4/conf/all/forwarding",
-        "1"
-    )?);
+    assert!(ethtool::write_net_sysctl(&pod_ns, "ipv4/conf/all/forwarding", "1").await?);
     assert_eq!(
         pod.exec(&["cat", "/proc/sys/net/ipv4/conf/all/forwarding"])?
             .trim(),
         "1"
     );
-    assert!(!ethtool::write_net_sysctl(&pod_ns, "no/such/key", "1")?);
+    assert!(!ethtool::write_net_sysctl(&pod_ns, "no/such/key", "1").await?);
 
     host.exec(&["ping", "-c1", "-W2", "10.99.0.2"])?;
     assert_eq!(
@@ -177,4 +239,41 @@ fn missing_namespace_is_named_and_not_found() {
         err.to_string().contains("/run/netns/definitely-not-here"),
         "{err}"
     );
+}
+
+/// With a single runtime thread, a task awaiting `run_async` leaves that thread free: the
+/// closure waits for a message that only another task on the same thread sends. A blocking
+/// join in its place would hold the only thread until the closure's own 5 s bound ran out.
+#[tokio::test(flavor = "current_thread")]
+async fn run_async_enters_the_namespace_and_leaves_the_runtime_thread_free() -> Result<()> {
+    let test_ns = TestNs::new("a")?;
+    let ns = Netns::open(test_ns.path())?;
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let waiter = ns.run_async(move || {
+        let heard = rx.recv_timeout(std::time::Duration::from_secs(5));
+        let inside = std::fs::read_link("/proc/thread-self/ns/net");
+        (heard, inside)
+    });
+    let sender = async move {
+        tokio::task::yield_now().await;
+        tx.send(())
+    };
+    let (outcome, sent) = tokio::join!(waiter, sender);
+    sent?;
+    let (heard, inside) = outcome?;
+    assert!(
+        heard.is_ok(),
+        "the closure never heard from the other task: the runtime thread was blocked"
+    );
+    let inode = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(test_ns.path())?);
+    assert_eq!(
+        inside?.display().to_string(),
+        format!("net:[{inode}]"),
+        "the closure ran in the namespace it was given"
+    );
+
+    // A panic inside comes back to the caller, as with the blocking `run`.
+    let panicked = tokio::spawn(async move { ns.run_async(|| panic!("inside the namespace")).await });
+    assert!(panicked.await.unwrap_err().is_panic());
+    Ok(())
 }

@@ -2,9 +2,13 @@
 //! between field managers, force, removal of fields a manager stops applying, status apply, and
 //! managedFields as kube reads them.
 
-use std::time::Duration;
+#[allow(
+    dead_code,
+    reason = "each test binary uses its own subset of the shared helpers"
+)]
+mod common;
 
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
@@ -252,10 +256,8 @@ async fn a_no_op_apply_changes_nothing_and_emits_no_watch_event() {
     cms.patch("shared", &pp, &Patch::Apply(cm(json!({"x": "2"}))))
         .await
         .unwrap();
-    let event = tokio::time::timeout(Duration::from_secs(10), events.try_next())
+    let event = common::next_within(&mut events, "watch event for the real change")
         .await
-        .expect("a watch event in time")
-        .unwrap()
         .expect("the watch is open");
     let WatchEvent::Modified(changed) = event else {
         panic!("{event:?}")

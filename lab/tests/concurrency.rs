@@ -12,7 +12,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::{Rng, WAIT};
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
@@ -79,15 +79,9 @@ async fn watcher(api: Api<ConfigMap>, from: String, mut go: watch::Receiver<bool
         .boxed();
     let mut out = Vec::new();
     loop {
-        let event = tokio::time::timeout(WAIT, stream.try_next())
+        let what = format!("event of the watch from {from} after {} events", out.len());
+        let event = common::next_within(&mut stream, &what)
             .await
-            .unwrap_or_else(|_| {
-                panic!(
-                    "watch from {from}: no event for {WAIT:?} after {} events",
-                    out.len()
-                )
-            })
-            .unwrap()
             .expect("the watch ended before the sentinel");
         let entry = match event {
             WatchEvent::Added(o) => seen("ADDED", &o),

@@ -1,7 +1,8 @@
 //! The machine's `kubectl` against `kube-ovn-lab apiserver` over TCP (the kubeconfig the binary
 //! writes): apply the generated CRDs and `examples/`, read them back with their printer columns,
 //! patch (merge, JSON, strategic), annotate, label, delete; every result is checked with kubectl
-//! and with a kube client. A missing kubectl fails the test and says how to install it.
+//! and with a kube client. A missing kubectl, or one older than 1.27, fails the test and says what to
+//! install.
 
 #[allow(
     dead_code,
@@ -10,62 +11,16 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use common::LabProcess;
+use common::kubectl::{Kubectl, repo};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DynamicObject};
 use kube::discovery::Discovery;
 use kube::{Resource, ResourceExt};
 use kube_ovn_api::crd::Subnet;
 use serde_json::Value;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-struct Kubectl {
-    kubeconfig: PathBuf,
-    cache: PathBuf,
-}
-
-impl Kubectl {
-    fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new("kubectl");
-        cmd.arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            // Its own discovery cache, so no state is shared with other runs or the user's.
-            .arg("--cache-dir")
-            .arg(&self.cache)
-            .args(args)
-            .current_dir(repo())
-            .env_remove("KUBECONFIG")
-            .stdin(Stdio::null());
-        cmd
-    }
-
-    /// Runs kubectl; its stdout, or a failure with its stderr.
-    fn run(&self, args: &[&str]) -> String {
-        let out = self.command(args).output().unwrap_or_else(|e| {
-            panic!("kubectl: {e}: install it with scripts/install-deps.sh (Debian's kubernetes-client)")
-        });
-        assert!(
-            out.status.success(),
-            "kubectl {} failed ({}): {}",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    /// Runs kubectl expecting failure; its stderr.
-    fn fail(&self, args: &[&str]) -> String {
-        let out = self.command(args).output().unwrap();
-        assert!(!out.status.success(), "kubectl {} succeeded", args.join(" "));
-        String::from_utf8(out.stderr).unwrap()
-    }
-}
 
 /// A long-running `kubectl get -w`, its stdout read line by line; killed by PID when dropped.
 struct KubectlWatch {
@@ -233,20 +188,10 @@ async fn check_examples_stored(client: &kube::Client) {
     assert!(count >= 20, "only {count} example objects");
 }
 
-/// kubectl's minor version (the dispatcher of a cloud SDK resolves it against the server).
-fn client_minor(kubectl: &Kubectl) -> u32 {
-    let v: Value = serde_json::from_str(&kubectl.run(&["version", "--client", "-o", "json"])).unwrap();
-    v["clientVersion"]["minor"]
-        .as_str()
-        .and_then(|m| m.trim_end_matches('+').parse().ok())
-        .unwrap_or_else(|| panic!("no client minor version in {v}"))
-}
-
-/// `kubectl apply` without `--validate=false`. kubectl ≥ 1.27 finds `fieldValidation` in the
-/// OpenAPI v3 document and leaves validation to the server: unknown fields are refused (Strict,
-/// its default) or warned about (`--validate=warn`), and `kubectl explain` reads the CRD schema.
-/// Older kubectl validates on the client from OpenAPI v2 in protobuf, which the emulator does not
-/// serve: it needs `--validate=false`.
+/// `kubectl apply` without `--validate=false`. kubectl (≥ 1.27, checked by `Kubectl::new`) finds
+/// `fieldValidation` in the OpenAPI v3 document and leaves validation to the server: unknown
+/// fields are refused (Strict, its default) or warned about (`--validate=warn`), and
+/// `kubectl explain` reads the CRD schema.
 fn check_validation(kubectl: &Kubectl, dir: &Path) {
     let typo = dir.join("typo.yaml");
     std::fs::write(
@@ -255,14 +200,6 @@ fn check_validation(kubectl: &Kubectl, dir: &Path) {
     )
     .unwrap();
     let typo = typo.to_str().unwrap();
-    if client_minor(kubectl) < 27 {
-        let err = kubectl.fail(&["apply", "-f", typo]);
-        assert!(
-            err.contains("could not find the requested resource") || err.contains("openapi"),
-            "{err}"
-        );
-        return;
-    }
     let err = kubectl.fail(&["apply", "-f", typo]);
     assert!(
         err.contains(r#"Vlan in version "v1" cannot be handled as a Vlan: strict decoding error: unknown field "spec.vid""#),
@@ -298,10 +235,7 @@ fn check_validation(kubectl: &Kubectl, dir: &Path) {
 async fn kubectl_applies_reads_patches_and_deletes() {
     let dir = tempfile::tempdir().unwrap();
     let lab = LabProcess::start(dir.path(), &[]).unwrap();
-    let kubectl = Kubectl {
-        kubeconfig: lab.kubeconfig.clone(),
-        cache: dir.path().join("kube-cache"),
-    };
+    let kubectl = Kubectl::new(&lab.kubeconfig, &dir.path().join("kube-cache"));
     let client = lab.client();
 
     let out = kubectl.run(&["apply", "--validate=false", "-f", "deploy/crds/"]);

@@ -14,7 +14,7 @@ use std::io::Write;
 use std::path::Path;
 
 use common::{LabProcess, install_crds};
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
@@ -160,7 +160,7 @@ async fn check_restored(lab: &LabProcess, before: &BTreeMap<String, Value>, rv_b
         .await
         .unwrap()
         .boxed();
-    match stale.try_next().await.unwrap() {
+    match common::next_within(&mut stale, "event of a watch from before the restart").await {
         Some(WatchEvent::Error(e)) => assert_eq!(e.code, 410, "{e:?}"),
         other => panic!("a watch from before the restart got {other:?}, not 410"),
     }

@@ -30,7 +30,7 @@ async fn unknown_groups_versions_and_kinds_are_404() {
         ("/apis/nope.example.io/v1/things", "nope.example.io/v1"),
         ("/apis/nope.example.io/v1", "nope.example.io/v1"),
         ("/apis/nope.example.io", "nope.example.io"),
-        ("/apis/apps/v1/deployments", "apps/v1"),
+        ("/apis/apps/v1/replicasets", "apps/v1"),
         ("/api/v2/pods", "v2"),
         ("/api/v1/frobnicators", "frobnicators"),
         ("/api/v1/namespaces/default/frobnicators", "frobnicators"),
@@ -185,7 +185,8 @@ async fn wrong_content_types_are_415() {
     let cm = json!({"metadata": {"name": "a"}}).to_string();
     for ct in [
         "text/plain",
-        "application/vnd.kubernetes.protobuf",
+        // Kubernetes' CBOR encoding (1.32+): the emulator decodes JSON, YAML and protobuf only.
+        "application/cbor",
         "application/merge-patch+json",
     ] {
         assert_status(
@@ -195,6 +196,20 @@ async fn wrong_content_types_are_415() {
             ct,
         );
     }
+    // Protobuf is accepted, and JSON labelled as protobuf is refused as not protobuf.
+    assert_status(
+        &raw(
+            &s,
+            "POST",
+            uri,
+            Some("application/vnd.kubernetes.protobuf"),
+            cm.as_bytes(),
+        )
+        .await,
+        400,
+        "BadRequest",
+        "(ConfigMap, application/vnd.kubernetes.protobuf) cannot be decoded: the body does not start with the Kubernetes protobuf prefix",
+    );
     assert_eq!(raw(&s, "POST", uri, JSON, cm.as_bytes()).await.0, 201);
     // A PATCH must say which kind of patch it is: plain JSON is not one.
     for ct in ["application/json", "text/plain"] {

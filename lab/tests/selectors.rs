@@ -3,10 +3,15 @@
 //! pages as one consistent snapshot, and a selector-filtered watch that sends ADDED and DELETED as
 //! an object's labels enter and leave the selector.
 
-use std::collections::BTreeSet;
-use std::time::Duration;
+#[allow(
+    dead_code,
+    reason = "each test binary uses its own subset of the shared helpers"
+)]
+mod common;
 
-use futures::{StreamExt, TryStreamExt};
+use std::collections::BTreeSet;
+
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube_ovn_lab::apiserver::{ApiServer, ApiServerConfig};
@@ -248,10 +253,8 @@ async fn a_selector_filtered_watch_follows_objects_in_and_out() {
 
     let mut seen = Vec::new();
     while seen.len() < 5 {
-        let event = tokio::time::timeout(Duration::from_secs(30), events.try_next())
+        let event = common::next_within(&mut events, &format!("watch event after {seen:?}"))
             .await
-            .unwrap_or_else(|_| panic!("timed out waiting for watch events; so far {seen:?}"))
-            .unwrap()
             .expect("the watch ended early");
         let (kind, obj) = match event {
             WatchEvent::Added(o) => ("ADDED", o),

@@ -8,10 +8,8 @@
 )]
 mod common;
 
-use std::time::Duration;
-
 use common::install_crds;
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{
     Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions, WatchEvent, WatchParams,
@@ -200,10 +198,8 @@ where
 {
     let mut seen = Vec::new();
     loop {
-        let event = tokio::time::timeout(Duration::from_secs(30), stream.try_next())
+        let event = common::next_within(stream, &format!("watch event for {until} after {seen:?}"))
             .await
-            .unwrap_or_else(|_| panic!("timed out waiting for {until}; saw {seen:?}"))
-            .unwrap()
             .expect("the watch ended");
         let (kind, obj) = match event {
             WatchEvent::Added(o) => ("ADDED", o),

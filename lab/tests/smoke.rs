@@ -1,6 +1,12 @@
 //! The real `kube` client against the emulator, in process: the basic verbs and a watch.
 
-use futures::{StreamExt, TryStreamExt};
+#[allow(
+    dead_code,
+    reason = "each test binary uses its own subset of the shared helpers"
+)]
+mod common;
+
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
@@ -35,7 +41,7 @@ async fn crud_and_watch() {
     let mut events = watcher(cms.clone(), watcher::Config::default()).boxed();
     // The initial list arrives as Init / InitApply / InitDone.
     let mut seen_a = false;
-    while let Some(ev) = events.try_next().await.unwrap() {
+    while let Some(ev) = common::next_within(&mut events, "event of the initial list").await {
         match ev {
             watcher::Event::InitApply(o) if o.metadata.name.as_deref() == Some("a") => seen_a = true,
             watcher::Event::InitDone => break,
@@ -45,7 +51,7 @@ async fn crud_and_watch() {
     assert!(seen_a);
     cms.delete("a", &DeleteParams::default()).await.unwrap();
     loop {
-        match events.try_next().await.unwrap() {
+        match common::next_within(&mut events, "Delete event of \"a\"").await {
             Some(watcher::Event::Delete(o)) => {
                 assert_eq!(o.metadata.name.as_deref(), Some("a"));
                 break;

@@ -3,9 +3,15 @@
 //! store's resourceVersion, `timeoutSeconds` ending the stream, and 410 Expired as an ERROR event
 //! for a resourceVersion older than the history.
 
+#[allow(
+    dead_code,
+    reason = "each test binary uses its own subset of the shared helpers"
+)]
+mod common;
+
 use std::time::Duration;
 
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams, WatchEvent, WatchParams};
 use kube::core::watch::Bookmark;
@@ -31,10 +37,7 @@ async fn next<S>(stream: &mut S) -> Option<WatchEvent<ConfigMap>>
 where
     S: futures::Stream<Item = kube::Result<WatchEvent<ConfigMap>>> + Unpin,
 {
-    tokio::time::timeout(Duration::from_secs(30), stream.try_next())
-        .await
-        .expect("no watch event within 30 s")
-        .unwrap()
+    common::next_within(stream, "watch event").await
 }
 
 fn bookmark_rv(bookmark: &Bookmark) -> u64 {

@@ -1,15 +1,20 @@
 //! Start-up shared by the daemons (`kube-ovn-controller`, `kube-ovn-daemon`,
 //! `kube-ovn-speaker`): JSON logs with the current span in every line, a Kubernetes client from a
 //! kubeconfig file or the in-cluster configuration, the stop signal Kubernetes sends, flag errors
-//! and Go-syntax durations ([`parse_duration`]), and [`Watched`], a cache per kind whose
-//! generation counter lets a task wait for "it changed".
+//! and Go-syntax durations ([`parse_duration`]), the metrics and health endpoints
+//! ([`endpoints`]), tasks that die with their owner and per-key locks ([`AbortOnDrop`],
+//! [`KeyLocks`]), and [`Watched`], a cache per kind whose generation counter lets a task wait for
+//! "it changed".
 
 use std::path::{Path, PathBuf};
 
 mod duration;
+pub mod endpoints;
+mod tasks;
 mod watch;
 
 pub use duration::{DurationError, DurationProblem, parse_duration};
+pub use tasks::{AbortOnDrop, KeyGuard, KeyLocks};
 
 pub use watch::Watched;
 

@@ -77,6 +77,13 @@ pub struct Flags {
     /// How long ADD waits for ovn-controller to bind the port (`ovn-installed`).
     #[arg(long, env = "WAIT_OVN_INSTALLED_TIMEOUT", default_value = "30s", value_parser = parse_timeout)]
     pub wait_ovn_installed_timeout: Duration,
+    /// Plug a pod's port into `br-int` as soon as ADD names the pod (its logical port name is
+    /// `<pod>.<namespace>`), while the controller's annotations are still awaited, so
+    /// ovs-vswitchd opens it meanwhile and ovn-controller binds it as soon as the logical port
+    /// exists; the address, MAC and QoS follow with the annotations. Our addition (Kube-OVN
+    /// plugs after the annotations); `false` restores that order.
+    #[arg(long, env = "EARLY_PLUG", default_value_t = true, action = clap::ArgAction::Set)]
+    pub early_plug: bool,
     /// Install the CNI binary and conflist at start.
     #[arg(long, env = "INSTALL_CNI_CONFIG", default_value_t = false, action = clap::ArgAction::Set)]
     pub install_cni_config: bool,
@@ -224,6 +231,8 @@ mod tests {
         assert_eq!(config.datapath, Datapath::System);
         assert_eq!(config.flags.wait_address_timeout, Duration::from_secs(20));
         assert_eq!(config.flags.pprof_port, 10665);
+        assert!(config.flags.early_plug);
+        assert!(!flags(&["--early-plug=false"]).early_plug);
     }
 
     #[test]

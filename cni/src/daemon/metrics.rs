@@ -1,6 +1,7 @@
 //! Prometheus metrics on `/metrics`: CNI operation latency by verb and result (Kube-OVN's
 //! `cni_op_latency_seconds`), and how long ADD waited for the controller's address and route
-//! annotations and for ovn-controller's `ovn-installed`.
+//! annotations, for ovs-vswitchd and ovn-controller's `ovn-installed`, and how long an early
+//! plugged port waited for the annotations.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,7 +54,7 @@ impl Metrics {
         );
         registry.register(
             "cni_wait_seconds",
-            "Time ADD waited, by what for: address and route (controller annotations), ovs_port (ovs-vswitchd opened the port), ovn_installed (ovn-controller bound it, after ovs_port)",
+            "Time ADD waited, by what for: address and route (controller annotations), ovs_port (ovs-vswitchd opened the port), ovn_installed (ovn-controller bound it, after ovs_port and the annotations), plugged_early (a port plugged before the annotations, until they came)",
             waits.clone(),
         );
         Self {
@@ -79,9 +80,6 @@ impl Metrics {
 
     /// OpenMetrics text.
     pub fn encode(&self) -> String {
-        let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.inner.registry)
-            .expect("writing to a String");
-        out
+        kube_ovn_support::endpoints::encode(&self.inner.registry)
     }
 }

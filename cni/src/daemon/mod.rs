@@ -5,7 +5,7 @@
 //!
 //! ```text
 //!   pods on this node ──watch──▶ Watched<Pod> ──tick──▶ ADD waiters (wait_for_plan)
-//!                                    └─applied──▶ qos task ──▶ Ovs::set_qos (live rate changes)
+//!                                    └─applied──▶ qos task ──▶ Ovs::set_qos (live rate changes, retried)
 //!   this Node, Subnets ──watch──▶ Watched<_> ──tick──▶ node task ──▶ ovn0 + routes (reconcile_node_network)
 //!   shim ──unix socket──▶ CNI server (axum) ──per-pod lock──▶ add_nic / del_nic / check_nic / gc
 //!   Open_vSwitch DB ◀──▶ Ovs (replica + transactions)      kernel ◀── dataplane (netlink, ethtool)
@@ -18,12 +18,14 @@ pub mod install;
 pub mod metrics;
 mod nic;
 pub mod node;
+pub mod node_routes;
 pub mod ovs;
 pub mod plan;
+pub mod qos;
+pub mod rates;
 pub mod server;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node as K8sNode, Pod};
@@ -37,7 +39,7 @@ use self::config::Config;
 use self::error::DaemonError;
 use self::metrics::Metrics;
 use self::ovs::Ovs;
-use kube_ovn_support::Watched;
+use kube_ovn_support::{KeyGuard, KeyLocks, Watched};
 
 /// Everything a request handler needs.
 pub struct Node {
@@ -59,26 +61,22 @@ pub struct Node {
     pub nodes: Watched<K8sNode>,
     /// Metrics.
     pub metrics: Metrics,
-    locks: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
+    /// Pods whose ADD finished, for the QoS task to look at again.
+    qos_recheck: mpsc::UnboundedSender<String>,
+    locks: KeyLocks,
 }
 
 impl Node {
     /// Serializes work per pod: ADD, DEL and CHECK of one pod never overlap.
-    pub async fn lock(&self, key: &str) -> tokio::sync::OwnedMutexGuard<()> {
-        let lock = {
-            let mut locks = self.locks.lock().unwrap_or_else(PoisonError::into_inner);
-            if locks.len() > 1024 {
-                locks.retain(|_, weak| weak.strong_count() > 0);
-            }
-            if let Some(lock) = locks.get(key).and_then(Weak::upgrade) {
-                lock
-            } else {
-                let lock = Arc::new(tokio::sync::Mutex::new(()));
-                locks.insert(key.to_owned(), Arc::downgrade(&lock));
-                lock
-            }
-        };
-        lock.lock_owned().await
+    pub async fn lock(&self, key: &str) -> KeyGuard<'_> {
+        self.locks.lock(key).await
+    }
+
+    /// Asks the QoS task to compare pod `key`'s port with its annotations again (after ADD: a
+    /// rate changed while the port was being made would otherwise wait for the next change).
+    pub fn recheck_qos(&self, key: String) {
+        // Only fails when the task is gone, at shutdown.
+        let _ = self.qos_recheck.send(key);
     }
 
     /// Whether the daemon can serve ADD now (CNI STATUS, `/readyz`).
@@ -125,7 +123,7 @@ pub async fn run(
         Netns::open(&flags.ovs_netns)
     }
     .map_err(|e| StartError::Config(format!("--ovs-netns: {e}")))?;
-    let ovs_nl = Netlink::connect(&ovs_ns).map_err(DaemonError::from)?;
+    let ovs_nl = Netlink::connect_async(&ovs_ns).await.map_err(DaemonError::from)?;
     let remotes =
         Remote::parse_list(&flags.ovs_db).map_err(|e| StartError::Config(format!("--ovs-db: {e}")))?;
     let tables = ovs::MONITORED.iter().map(|t| (*t).to_owned()).collect();
@@ -139,6 +137,7 @@ pub async fn run(
     let node_fields = format!("metadata.name={}", flags.node_name);
     let pod_fields = format!("spec.nodeName={}", flags.node_name);
     let (applied_tx, applied_rx) = mpsc::unbounded_channel();
+    let (qos_recheck, added_rx) = mpsc::unbounded_channel();
     let node = Arc::new(Node {
         ovs: Ovs::new(client.clone(), flags.ovs_bridge.clone()),
         ovs_ns,
@@ -147,7 +146,8 @@ pub async fn run(
         subnets: Watched::start(Api::all(kube.clone()), None, None),
         nodes: Watched::start(Api::all(kube.clone()), Some(node_fields), None),
         metrics: Metrics::new(),
-        locks: Mutex::default(),
+        qos_recheck,
+        locks: KeyLocks::default(),
         config,
         kube,
     });
@@ -182,16 +182,16 @@ pub async fn run(
 
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(node_task(node.clone()));
-    tasks.spawn(qos_task(node.clone(), applied_rx));
+    tasks.spawn(qos::qos_task(node.clone(), applied_rx, added_rx));
     let cni = server::cni_router(node.clone());
     tasks.spawn(async move {
         if let Err(e) = axum::serve(cni_listener, cni).await {
             tracing::error!(error = %e, "CNI server stopped");
         }
     });
-    let metrics = server::metrics_router(node.clone());
+    let metrics = server::metrics_endpoints(node.clone());
     tasks.spawn(async move {
-        if let Err(e) = axum::serve(metrics_listener, metrics).await {
+        if let Err(e) = metrics.serve(metrics_listener).await {
             tracing::error!(error = %e, "metrics server stopped");
         }
     });
@@ -219,37 +219,6 @@ async fn node_task(node: Arc<Node>) {
             _ = subnet_changes.changed() => {}
             _ = ovs_state.changed() => {}
             () = tokio::time::sleep(Duration::from_secs(30)) => {}
-        }
-    }
-}
-
-/// Applies `ingress_rate`/`egress_rate` changes to running pods' ports.
-async fn qos_task(node: Arc<Node>, mut applied: mpsc::UnboundedReceiver<Arc<Pod>>) {
-    while let Some(pod) = applied.recv().await {
-        let name = pod.metadata.name.clone().unwrap_or_default();
-        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
-        for iface in node.ovs.pod_interfaces() {
-            let ids = &iface.external_ids;
-            if ids.get("pod_name") != Some(&name) || ids.get("pod_namespace") != Some(&namespace) {
-                continue;
-            }
-            let provider = ids.get("provider").map_or("ovn", String::as_str);
-            let wanted = match plan::qos_plan(pod.metadata.annotations.as_ref(), provider) {
-                Ok(q) => q,
-                Err(e) => {
-                    tracing::warn!(pod = %format!("{namespace}/{name}"), error = %e, "QoS annotation ignored");
-                    continue;
-                }
-            };
-            if node.ovs.current_qos(&iface.name) != Some(wanted) {
-                let span =
-                    tracing::info_span!("qos", pod = %format!("{namespace}/{name}"), port = %iface.name);
-                let _g = span.enter();
-                match node.ovs.set_qos(&iface.name, wanted).await {
-                    Ok(()) => tracing::info!(?wanted, "QoS updated"),
-                    Err(e) => tracing::warn!(error = %e, "QoS update failed"),
-                }
-            }
         }
     }
 }

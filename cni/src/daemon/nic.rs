@@ -2,83 +2,184 @@
 //! pod side (addresses, routes, MTU, MAC, TX offload), the OVS port, and the wait for
 //! ovn-controller; and the reverse (DEL), the comparison (CHECK), and GC.
 //!
-//! ADD rolls back what it made when any step fails, so a retried ADD starts clean.
+//! ADD has two orders. When the controller's annotations are already there, everything is
+//! built from the plan. When they are not (and `--early-plug` is on), the veth and the port
+//! are made first from what the request alone says ([`EarlyPort`]: the `iface-id` is
+//! `<pod>.<namespace>`), so ovs-vswitchd opens the port while the controller works and
+//! ovn-controller binds it as soon as the logical port appears (until then it ignores an
+//! interface whose `iface-id` names no port binding); the plan then completes the port
+//! (`ip`, `attached-mac`, QoS, MTU) and configures the pod side, whose interface stays down
+//! until then. Early plugging waits until the pod is seen on this node and is not being
+//! deleted: a request for a pod bound elsewhere must not claim its logical port here.
+//!
+//! ADD rolls back what it made when any step fails (annotations that never come included), so
+//! a retried ADD starts clean.
 
 use std::collections::BTreeSet;
 use std::time::Instant;
 
 use ipnet::IpNet;
+use kube_ovn_api::wire::CniRequest;
 use kube_ovn_dataplane::{Netlink, Netns, Route, VethPair, ethtool};
 
 use super::Node;
 use super::config::Datapath;
 use super::error::DaemonError;
 use super::ovs::PortSpec;
-use super::plan::{NicPlan, host_nic_name};
+use super::plan::{NicPlan, QosPlan, early_port, host_nic_name};
 
 impl Node {
-    /// Builds the NIC. On failure, removes the port and the veth again.
+    /// ADD: the NIC for `request`, in the order the annotations allow; the plan it was built to.
+    pub async fn add_pod_nic(&self, request: &CniRequest) -> Result<NicPlan, DaemonError> {
+        let deadline = tokio::time::Instant::now() + self.config.flags.wait_address_timeout;
+        if self.config.flags.early_plug && self.plan_now(request)?.is_none() {
+            return self.add_before_plan(request, deadline).await;
+        }
+        let plan = self.wait_for_plan(request, deadline).await?;
+        self.add_nic(&plan, &request.net_ns).await?;
+        Ok(plan)
+    }
+
+    /// Builds the NIC from a complete plan. On failure, removes the port and the veth again.
     pub async fn add_nic(&self, plan: &NicPlan, netns_path: &str) -> Result<(), DaemonError> {
-        let pod_ns = Netns::open(netns_path).map_err(|e| match e {
-            kube_ovn_dataplane::Error::NetnsMissing { .. } => DaemonError::BadRequest(format!("{e}")),
-            other => other.into(),
-        })?;
-        // A leftover from an earlier, interrupted ADD of this sandbox.
-        self.ovs_nl.delete_link(&plan.host_nic).await?;
-        let pair = VethPair {
-            host: &plan.host_nic,
-            host_ns: &self.ovs_ns,
-            peer: &plan.ifname,
-            peer_ns: &pod_ns,
-            mtu: plan.mtu,
-            peer_mac: plan.mac,
-        };
-        self.ovs_nl.add_veth(&pair).await.map_err(|e| {
-            if e.is_exists() {
-                DaemonError::BadRequest(format!(
-                    "{e}: interface {} already exists in {netns_path}",
-                    plan.ifname
-                ))
-            } else {
-                e.into()
+        let pod_ns = open_pod_ns(netns_path)?;
+        self.make_veth(&plan.host_nic, &plan.ifname, &pod_ns, plan.mtu, Some(plan.mac))
+            .await?;
+        let result = async {
+            let spec = PortSpec::pod(&plan.host_nic, &plan.external_ids, plan.qos);
+            let plugged = self.plug(&spec).await?;
+            self.bind(plan, &pod_ns, plugged, true).await
+        }
+        .await;
+        self.undo_on_error(&plan.host_nic, result).await
+    }
+
+    /// Plugs the port before the plan exists, then completes it when the annotations come.
+    async fn add_before_plan(
+        &self,
+        request: &CniRequest,
+        deadline: tokio::time::Instant,
+    ) -> Result<NicPlan, DaemonError> {
+        let port = early_port(request);
+        self.wait_for_pod(request, deadline).await?;
+        let pod_ns = open_pod_ns(&request.net_ns)?;
+        self.make_veth(
+            &port.host_nic,
+            &port.ifname,
+            &pod_ns,
+            self.config.default_mtu,
+            None,
+        )
+        .await?;
+        let result = async {
+            let spec = PortSpec::pod(&port.host_nic, &port.external_ids, QosPlan::default());
+            let plugged = self.plug(&spec).await?;
+            tracing::info!(port = %port.host_nic, iface_id = %port.iface_id, "plugged before the annotations");
+            let opened = async {
+                let timeout = self.config.flags.wait_ovn_installed_timeout;
+                self.ovs.wait_opened(&port.host_nic, timeout).await?;
+                self.metrics.wait("ovs_port", plugged.elapsed());
+                Ok(())
+            };
+            let (plan, ()) = tokio::try_join!(self.wait_for_plan(request, deadline), opened)?;
+            self.metrics.wait("plugged_early", plugged.elapsed());
+            // What only the annotations give: the port's addresses and MAC, its QoS, the MTU.
+            self.ovs
+                .set_interface_ids(&plan.host_nic, &plan.external_ids)
+                .await?;
+            if plan.qos != QosPlan::default() {
+                self.ovs.set_qos(&plan.host_nic, plan.qos).await?;
             }
-        })?;
-        let result = self.plug(plan, &pod_ns).await;
+            if plan.mtu != self.config.default_mtu {
+                let host = self.ovs_nl.require_link(&plan.host_nic).await?;
+                self.ovs_nl.configure(host.index, None, Some(plan.mtu), true).await?;
+            }
+            self.bind(&plan, &pod_ns, Instant::now(), false).await?;
+            Ok(plan)
+        }
+        .await;
+        self.undo_on_error(&port.host_nic, result).await
+    }
+
+    /// Removes the port and the veth ADD made when `result` is a failure, so a retried ADD
+    /// starts clean; passes `result` on.
+    async fn undo_on_error<T>(
+        &self,
+        host_nic: &str,
+        result: Result<T, DaemonError>,
+    ) -> Result<T, DaemonError> {
         if result.is_err() {
-            self.remove_nic(&plan.host_nic).await.ok();
+            self.remove_nic(host_nic).await.ok();
         }
         result
     }
 
-    async fn plug(&self, plan: &NicPlan, pod_ns: &Netns) -> Result<(), DaemonError> {
-        let host = self.ovs_nl.require_link(&plan.host_nic).await?;
-        self.ovs_nl.configure(host.index, None, None, true).await?;
-        let spec = PortSpec {
-            name: &plan.host_nic,
-            kind: "",
-            mac: None,
-            external_ids: &plan.external_ids,
-            qos: plan.qos,
+    /// The veth, with a leftover of an earlier, interrupted ADD of this sandbox removed first.
+    async fn make_veth(
+        &self,
+        host_nic: &str,
+        ifname: &str,
+        pod_ns: &Netns,
+        mtu: u32,
+        mac: Option<[u8; 6]>,
+    ) -> Result<(), DaemonError> {
+        self.ovs_nl.delete_link(host_nic).await?;
+        let pair = VethPair {
+            host: host_nic,
+            host_ns: &self.ovs_ns,
+            peer: ifname,
+            peer_ns: pod_ns,
+            mtu,
+            peer_mac: mac,
         };
-        for stale in self.ovs.add_port(&spec).await? {
+        self.ovs_nl.add_veth(&pair).await.map_err(|e| {
+            if e.is_exists() {
+                DaemonError::BadRequest(format!(
+                    "{e}: interface {ifname} already exists in {}",
+                    pod_ns.label()
+                ))
+            } else {
+                e.into()
+            }
+        })
+    }
+
+    /// Brings the host end up and plugs it into the bridge (removing ports an earlier sandbox
+    /// of the same pod left, with their veths). Returns when the port went in.
+    async fn plug(&self, spec: &PortSpec<'_>) -> Result<Instant, DaemonError> {
+        let host = self.ovs_nl.require_link(spec.name).await?;
+        self.ovs_nl.configure(host.index, None, None, true).await?;
+        for stale in self.ovs.add_port(spec).await? {
             tracing::info!(port = %stale, "removed a stale port of the same pod");
             self.ovs_nl.delete_link(&stale).await?;
         }
-        // The pod side and the binding proceed together; both must finish. The binding is two
-        // waits on the replica, measured apart: ovs-vswitchd opening the port, then
-        // ovn-controller claiming it and installing its flows.
-        let started = Instant::now();
+        Ok(Instant::now())
+    }
+
+    /// Configures the pod side while ovn-controller binds the port; both must finish. The
+    /// binding is measured in two parts: ovs-vswitchd opening the port (skipped when
+    /// `wait_open` is false: the early path already waited), then ovn-controller claiming it
+    /// and installing its flows.
+    async fn bind(
+        &self,
+        plan: &NicPlan,
+        pod_ns: &Netns,
+        since: Instant,
+        wait_open: bool,
+    ) -> Result<(), DaemonError> {
         let installed = async {
             let timeout = self.config.flags.wait_ovn_installed_timeout;
-            self.ovs.wait_opened(&plan.host_nic, timeout).await?;
-            let opened = started.elapsed();
-            self.metrics.wait("ovs_port", opened);
+            if wait_open {
+                self.ovs.wait_opened(&plan.host_nic, timeout).await?;
+                self.metrics.wait("ovs_port", since.elapsed());
+            }
+            let opened = since.elapsed();
             let r = self
                 .ovs
                 .wait_installed(&plan.host_nic, timeout.saturating_sub(opened))
                 .await;
             self.metrics
-                .wait("ovn_installed", started.elapsed().saturating_sub(opened));
+                .wait("ovn_installed", since.elapsed().saturating_sub(opened));
             r
         };
         let (pod_side, installed) = tokio::join!(self.configure_pod_side(plan, pod_ns), installed);
@@ -89,15 +190,17 @@ impl Node {
     async fn configure_pod_side(&self, plan: &NicPlan, pod_ns: &Netns) -> Result<(), DaemonError> {
         if plan.addresses.iter().any(|a| a.addr().is_ipv6()) {
             for scope in ["all", "default", plan.ifname.as_str()] {
-                ethtool::write_net_sysctl(pod_ns, &format!("ipv6/conf/{scope}/disable_ipv6"), "0")?;
+                ethtool::write_net_sysctl(pod_ns, &format!("ipv6/conf/{scope}/disable_ipv6"), "0").await?;
             }
         }
-        let nl = Netlink::connect(pod_ns)?;
+        let nl = Netlink::connect_async(pod_ns).await?;
         let link = nl.require_link(&plan.ifname).await?;
         for address in &plan.addresses {
             nl.add_address(link.index, *address).await?;
         }
-        nl.configure(link.index, None, None, true).await?;
+        // MAC and MTU again: an early-plugged veth was made before the plan gave them.
+        nl.configure(link.index, Some(plan.mac), Some(plan.mtu), true)
+            .await?;
         if let Some(lo) = nl.link("lo").await? {
             nl.configure(lo.index, None, None, true).await?;
         }
@@ -107,11 +210,12 @@ impl Node {
                 gateway: route.via,
                 dev: link.index,
                 src: None,
+                metric: None,
             })
             .await?;
         }
         if self.config.datapath == Datapath::Netdev {
-            ethtool::disable_tx_checksum(pod_ns, &plan.ifname)?;
+            ethtool::disable_tx_checksum(pod_ns, &plan.ifname).await?;
         }
         Ok(())
     }
@@ -163,7 +267,7 @@ impl Node {
             return Err(format!("host veth {} is missing", plan.host_nic));
         }
         let pod_ns = Netns::open(netns_path).map_err(|e| e.to_string())?;
-        let nl = Netlink::connect(&pod_ns).map_err(|e| e.to_string())?;
+        let nl = Netlink::connect_async(&pod_ns).await.map_err(|e| e.to_string())?;
         let link = nl
             .link(&plan.ifname)
             .await
@@ -202,4 +306,12 @@ impl Node {
         }
         Ok(removed)
     }
+}
+
+/// The pod's namespace; a path that does not exist is the runtime's mistake (bad request).
+fn open_pod_ns(netns_path: &str) -> Result<Netns, DaemonError> {
+    Netns::open(netns_path).map_err(|e| match e {
+        kube_ovn_dataplane::Error::NetnsMissing { .. } => DaemonError::BadRequest(format!("{e}")),
+        other => other.into(),
+    })
 }

@@ -1,10 +1,10 @@
 //! Node start-up and the node's own plumbing: `br-int`, the chassis settings for
 //! ovn-controller, the `ovn.kubernetes.io/chassis` annotation, `ovn0` on the join subnet, and
-//! kernel routes to the default VPC's subnets through it, kept in step with the Subnets.
+//! kernel routes to the default VPC's subnets through it (planned in `node_routes`), kept in
+//! step with the Node and the Subnets.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::net::IpAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use ipnet::IpNet;
@@ -12,12 +12,12 @@ use k8s_openapi::api::core::v1::Node as K8sNode;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kube_ovn_api::annotations::{CidrPair, IpPair, MacAddr, get, is_true, keys};
-use kube_ovn_api::crd::Subnet;
 use kube_ovn_api::names;
-use kube_ovn_dataplane::Route;
+use kube_ovn_api::node::internal_ip_per_family;
 
 use super::Node;
 use super::error::DaemonError;
+use super::node_routes::{RouteInputs, desired_routes, foreign_source, route_changes};
 use super::ovs::PortSpec;
 use super::plan::QosPlan;
 
@@ -65,45 +65,6 @@ pub fn join_address(
         gateways: gateways.addrs().collect(),
         mac,
     }))
-}
-
-/// Routes through `ovn0` to every subnet of the default VPC (Kube-OVN's `reconcileRouters`):
-/// overlay subnets, and underlay ones only with `logicalGateway`; never the join subnet itself.
-pub fn subnet_routes(
-    subnets: &[Arc<Subnet>],
-    join: &JoinAddress,
-    cluster_router: &str,
-    node_switch: &str,
-    ovn0: u32,
-) -> BTreeSet<Route> {
-    let mut routes = BTreeSet::new();
-    for subnet in subnets {
-        let name = subnet.metadata.name.as_deref().unwrap_or_default();
-        let spec = &subnet.spec;
-        let vpc = spec.vpc.as_deref().unwrap_or(cluster_router);
-        if name == node_switch || (vpc != cluster_router && !vpc.is_empty()) {
-            continue;
-        }
-        let underlay = spec.vlan.as_deref().is_some_and(|v| !v.is_empty());
-        if underlay && spec.logical_gateway != Some(true) {
-            continue;
-        }
-        for cidr in spec.cidr_block.as_deref().unwrap_or_default().split(',') {
-            let Ok(dst) = cidr.trim().parse::<IpNet>() else {
-                continue;
-            };
-            let Some(gw) = join.gateways.iter().find(|g| g.is_ipv4() == dst.addr().is_ipv4()) else {
-                continue;
-            };
-            routes.insert(Route {
-                dst: dst.trunc(),
-                gateway: Some(*gw),
-                dev: ovn0,
-                src: None,
-            });
-        }
-    }
-    routes
 }
 
 impl Node {
@@ -181,22 +142,33 @@ impl Node {
         })?;
         let Some(join) = join else { return Ok(false) };
         let ovn0 = self.ensure_ovn0(&join).await?;
-        let desired = subnet_routes(
-            &self.subnets.all(),
-            &join,
-            &self.config.flags.cluster_router,
-            &self.config.flags.node_switch,
+        let subnets = self.subnets.all();
+        let desired = desired_routes(&RouteInputs {
+            subnets: &subnets,
+            join: &join,
+            node_ips: internal_ip_per_family(&node),
+            cluster_router: &self.config.flags.cluster_router,
+            node_switch: &self.config.flags.node_switch,
             ovn0,
-        );
-        for ipv6 in [false, true] {
-            for existing in self.ovs_nl.routes(ipv6, Some(ovn0)).await? {
-                // Link routes (the join CIDR) are the kernel's; ours all have a next hop.
-                if existing.gateway.is_some() && !desired.contains(&existing) {
-                    self.ovs_nl.delete_route(&existing).await?;
-                }
-            }
+        });
+        // The kernel refuses a source the host does not have; say which field is wrong
+        // before changing anything.
+        let local = self.ovs_nl.local_addresses().await?;
+        if let Some(src) = foreign_source(&desired, &local) {
+            return Err(DaemonError::BadRequest(format!(
+                "node {name}: InternalIP {src} (status.addresses) is not an address of this host's namespace {}; routes to pods leave from it",
+                self.ovs_nl.ns()
+            )));
         }
-        for route in &desired {
+        let mut existing = self.ovs_nl.routes(false, Some(ovn0)).await?;
+        existing.extend(self.ovs_nl.routes(true, Some(ovn0)).await?);
+        let changes = route_changes(&existing, &desired);
+        for route in &changes.delete {
+            tracing::info!(?route, "removing a route no subnet wants");
+            self.ovs_nl.delete_route(route).await?;
+        }
+        for route in &changes.add {
+            tracing::info!(?route, "adding a route to pods");
             self.ovs_nl.add_route(route).await?;
         }
         Ok(true)
@@ -250,14 +222,6 @@ impl Node {
 mod tests {
     use super::*;
 
-    fn subnet(name: &str, cidr: &str, extra: &serde_json::Value) -> Arc<Subnet> {
-        let mut spec = serde_json::json!({"cidrBlock": cidr});
-        if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
-            spec.extend(extra.clone());
-        }
-        Arc::new(serde_json::from_value(serde_json::json!({"apiVersion": "kubeovn.io/v1", "kind": "Subnet", "metadata": {"name": name}, "spec": spec})).unwrap())
-    }
-
     fn node(annotations: &[(&str, &str)]) -> K8sNode {
         let ann: BTreeMap<&str, &str> = annotations.iter().copied().collect();
         serde_json::from_value(serde_json::json!({"metadata": {"name": "n1", "annotations": ann}})).unwrap()
@@ -283,39 +247,5 @@ mod tests {
         let mut bad = full;
         bad[1] = (keys::IP_ADDRESS, "100.64.0");
         assert_eq!(join_address(&node(&bad)).unwrap_err().key, keys::IP_ADDRESS);
-    }
-
-    #[test]
-    fn routes_go_to_default_vpc_overlay_subnets_only() {
-        let join = JoinAddress {
-            addresses: vec!["100.64.0.2/16".parse().unwrap()],
-            gateways: vec!["100.64.0.1".parse().unwrap()],
-            mac: MacAddr([0x0a, 0, 0, 0x64, 0, 2]),
-        };
-        let subnets = vec![
-            subnet("join", "100.64.0.0/16", &serde_json::json!({})),
-            subnet(
-                "ovn-default",
-                "10.16.0.0/16",
-                &serde_json::json!({"vpc": "ovn-cluster"}),
-            ),
-            subnet("dual", "10.17.0.0/16,fd00:17::/64", &serde_json::json!({})),
-            subnet("tenant", "10.18.0.0/16", &serde_json::json!({"vpc": "vpc1"})),
-            subnet("underlay", "10.19.0.0/16", &serde_json::json!({"vlan": "v1"})),
-            subnet(
-                "underlay-lgw",
-                "10.20.0.0/16",
-                &serde_json::json!({"vlan": "v1", "logicalGateway": true}),
-            ),
-        ];
-        let routes = subnet_routes(&subnets, &join, "ovn-cluster", "join", 7);
-        let dsts: Vec<String> = routes.iter().map(|r| r.dst.to_string()).collect();
-        // fd00:17::/64 needs an IPv6 join gateway, which this node lacks.
-        assert_eq!(dsts, ["10.16.0.0/16", "10.17.0.0/16", "10.20.0.0/16"]);
-        assert!(
-            routes
-                .iter()
-                .all(|r| r.gateway == Some("100.64.0.1".parse().unwrap()) && r.dev == 7)
-        );
     }
 }

@@ -40,8 +40,35 @@ fn map(entries: &BTreeMap<String, String>) -> Value {
     Value::map(entries.iter().map(|(k, v)| (k.as_str(), v.as_str())))
 }
 
+/// Sets `ids` in the `external_ids` of the rows `conditions` select, leaving other keys: the
+/// old values of those keys are deleted, then the new ones inserted (an insert alone keeps an
+/// existing key's value).
+fn set_keys(table: &str, conditions: Vec<Condition>, ids: &BTreeMap<String, String>) -> Operation {
+    Operation::mutate(
+        table,
+        conditions,
+        vec![
+            Mutation::delete("external_ids", Value::set(ids.keys().map(String::as_str))),
+            Mutation::insert("external_ids", map(ids)),
+        ],
+    )
+}
+
 fn row(columns: impl IntoIterator<Item = (&'static str, Value)>) -> Row {
     columns.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+}
+
+impl<'a> PortSpec<'a> {
+    /// A pod's port: the host end of its veth, with the pod's `external_ids` and rate limits.
+    pub fn pod(name: &'a str, external_ids: &'a BTreeMap<String, String>, qos: QosPlan) -> Self {
+        Self {
+            name,
+            kind: "",
+            mac: None,
+            external_ids,
+            qos,
+        }
+    }
 }
 
 impl Ovs {
@@ -138,17 +165,9 @@ impl Ovs {
 
     /// Sets keys of `Open_vSwitch.external_ids` (the chassis settings), leaving other keys.
     pub async fn set_chassis_ids(&self, ids: &BTreeMap<String, String>) -> Result<(), DaemonError> {
-        let keys = Value::set(ids.keys().map(String::as_str));
         self.transact(
             "set Open_vSwitch external_ids",
-            vec![Operation::mutate(
-                "Open_vSwitch",
-                vec![],
-                vec![
-                    Mutation::delete("external_ids", keys),
-                    Mutation::insert("external_ids", map(ids)),
-                ],
-            )],
+            vec![set_keys("Open_vSwitch", vec![], ids)],
         )
         .await
     }
@@ -240,6 +259,24 @@ impl Ovs {
         self.transact(format!("delete port {name}"), remove_port_ops(&port, &qos_rows))
             .await?;
         Ok(true)
+    }
+
+    /// Sets keys of an interface's `external_ids`, leaving the others (ovn-controller's
+    /// `ovn-installed` among them) as they are.
+    pub async fn set_interface_ids(
+        &self,
+        name: &str,
+        ids: &BTreeMap<String, String>,
+    ) -> Result<(), DaemonError> {
+        self.transact(
+            format!("set external_ids of interface {name}"),
+            vec![set_keys(
+                Interface::NAME,
+                vec![Condition::eq("name", Value::from(name))],
+                ids,
+            )],
+        )
+        .await
     }
 
     /// Brings a port's rate limits to `qos` (annotation changed on a running pod).

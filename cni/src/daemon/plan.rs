@@ -12,6 +12,8 @@ use kube_ovn_api::annotations::{
 use kube_ovn_api::names;
 use kube_ovn_api::wire::{CniRequest, CniResponse, IpConfig, Route as WireRoute};
 
+pub use super::rates::{QosPlan, qos_plan};
+
 /// Linux interface names hold at most 15 bytes (IFNAMSIZ - 1).
 const IFNAME_MAX: usize = 15;
 
@@ -104,19 +106,6 @@ pub struct PodRoute {
     pub via: Option<IpAddr>,
 }
 
-/// OVS rate limits for one interface, already turned around to the switch's point of view:
-/// what the pod sends is what OVS receives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct QosPlan {
-    /// `Interface.ingress_policing_rate`, kbit/s, from the pod's `egress_rate` (Mbit/s); 0 = off.
-    pub policing_rate_kbps: i64,
-    /// `Interface.ingress_policing_burst`, kbit (Kube-OVN: 80 % of the rate unless given).
-    pub policing_burst_kb: i64,
-    /// `Queue.other_config:max-rate` of a `linux-htb` QoS, bit/s, from the pod's
-    /// `ingress_rate` (Mbit/s); `None` = no QoS row.
-    pub htb_max_rate_bps: Option<i64>,
-}
-
 /// Things the plan needs besides the pod.
 #[derive(Debug, Clone, Copy)]
 pub struct PlanInputs<'a> {
@@ -201,21 +190,15 @@ pub fn readiness(
         }
     }
 
-    let iface_id = names::pod_port_name(&request.pod_name, &request.pod_namespace, provider);
-    let host_nic = host_nic_name(&request.container_id, &request.if_name);
+    let EarlyPort {
+        iface_id,
+        host_nic,
+        mut external_ids,
+        ..
+    } = early_port(request);
     let ip_list = ips.addrs().map(|a| a.to_string()).collect::<Vec<_>>().join(",");
-    let external_ids = BTreeMap::from([
-        ("iface-id".to_owned(), iface_id.clone()),
-        ("vendor".to_owned(), "kube-ovn".to_owned()),
-        ("pod_name".to_owned(), request.pod_name.clone()),
-        ("pod_namespace".to_owned(), request.pod_namespace.clone()),
-        ("pod_netns".to_owned(), request.net_ns.clone()),
-        ("ip".to_owned(), ip_list),
-        ("attached-mac".to_owned(), mac.to_string()),
-        // Ours: which network the port belongs to, so CNI GC of one network leaves the
-        // others' ports alone.
-        ("provider".to_owned(), provider.to_owned()),
-    ]);
+    external_ids.insert("ip".to_owned(), ip_list);
+    external_ids.insert("attached-mac".to_owned(), mac.to_string());
     let qos = qos_plan(annotations, provider)?;
     Ok(Readiness::Ready(Box::new(NicPlan {
         iface_id,
@@ -231,6 +214,47 @@ pub fn readiness(
         external_ids,
         qos,
     })))
+}
+
+/// The part of a pod's port known from the request alone, before the controller's
+/// annotations: enough for ovn-controller to bind the port once the logical port exists, and
+/// for DEL, GC and the QoS task to find it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EarlyPort {
+    /// Logical switch port name (`<pod>.<namespace>[.<provider>]`), `external_ids:iface-id`.
+    pub iface_id: String,
+    /// Host end of the veth, also the OVS port and interface name.
+    pub host_nic: String,
+    /// Name in the pod.
+    pub ifname: String,
+    /// `Interface.external_ids` without what the annotations give (`ip`, `attached-mac`).
+    pub external_ids: BTreeMap<String, String>,
+}
+
+/// The port as the request alone describes it.
+pub fn early_port(request: &CniRequest) -> EarlyPort {
+    let provider = if request.provider.is_empty() {
+        "ovn"
+    } else {
+        request.provider.as_str()
+    };
+    let iface_id = names::pod_port_name(&request.pod_name, &request.pod_namespace, provider);
+    let external_ids = BTreeMap::from([
+        ("iface-id".to_owned(), iface_id.clone()),
+        ("vendor".to_owned(), "kube-ovn".to_owned()),
+        ("pod_name".to_owned(), request.pod_name.clone()),
+        ("pod_namespace".to_owned(), request.pod_namespace.clone()),
+        ("pod_netns".to_owned(), request.net_ns.clone()),
+        // Ours: which network the port belongs to, so CNI GC of one network leaves the
+        // others' ports alone.
+        ("provider".to_owned(), provider.to_owned()),
+    ]);
+    EarlyPort {
+        iface_id,
+        host_nic: host_nic_name(&request.container_id, &request.if_name),
+        ifname: request.if_name.clone(),
+        external_ids,
+    }
 }
 
 fn provider_is_ovn(provider: &str) -> bool {
@@ -251,49 +275,6 @@ fn missing(key: &str) -> AnnotationError {
         problem: kube_ovn_api::annotations::Problem::Empty,
         expected: "a MAC address written by the controller with ip_address",
     }
-}
-
-/// The rate limits the pod's annotations ask for (`ingress_rate`, `egress_rate` in Mbit/s,
-/// `egress_burst` in Mbit); malformed values are errors naming the key.
-pub fn qos_plan(
-    annotations: Option<&BTreeMap<String, String>>,
-    provider: &str,
-) -> Result<QosPlan, AnnotationError> {
-    let key = |name: &str| {
-        provider_key(provider, name).unwrap_or_else(|_| format!("{provider}.kubernetes.io/{name}"))
-    };
-    let rate = |name: &str| -> Result<Option<f64>, AnnotationError> {
-        let k = key(name);
-        match annotations.and_then(|a| a.get(&k)) {
-            None => Ok(None),
-            Some(v) if v.is_empty() => Ok(None),
-            Some(v) => match v.parse::<f64>() {
-                Ok(n) if n.is_finite() && n >= 0.0 => Ok(Some(n)),
-                _ => Err(AnnotationError {
-                    key: k,
-                    value: v.clone(),
-                    problem: kube_ovn_api::annotations::Problem::NotANumber(v.clone()),
-                    expected: "a rate in Mbit/s such as 10 or 2.5",
-                }),
-            },
-        }
-    };
-    let egress = rate("egress_rate")?.unwrap_or(0.0);
-    let burst = rate("egress_burst")?;
-    let ingress = rate("ingress_rate")?.filter(|r| *r > 0.0);
-    #[allow(clippy::cast_possible_truncation)] // rates are far below i64::MAX kbit/s
-    let kbit = |mbit: f64| (mbit * 1000.0).round() as i64;
-    let policing_rate_kbps = kbit(egress);
-    Ok(QosPlan {
-        policing_rate_kbps,
-        policing_burst_kb: if policing_rate_kbps == 0 {
-            0
-        } else {
-            burst.map_or(policing_rate_kbps * 8 / 10, kbit)
-        },
-        #[allow(clippy::cast_possible_truncation)]
-        htb_max_rate_bps: ingress.map(|r| (r * 1_000_000.0).round() as i64),
-    })
 }
 
 /// The daemon's answer to ADD, in Kube-OVN's JSON.
@@ -455,6 +436,21 @@ mod tests {
     }
 
     #[test]
+    fn the_early_port_is_the_plans_port_without_what_the_annotations_give() {
+        let req = request("eth0");
+        let early = early_port(&req);
+        let plan = ready(&annotations(&ROUTED), &req, None);
+        assert_eq!(
+            (&early.iface_id, &early.host_nic, &early.ifname),
+            (&plan.iface_id, &plan.host_nic, &plan.ifname)
+        );
+        let mut completed = early.external_ids.clone();
+        completed.insert("ip".into(), "10.16.0.5,fd00:10:16::5".into());
+        completed.insert("attached-mac".into(), "0a:00:00:10:00:05".into());
+        assert_eq!(completed, plan.external_ids);
+    }
+
+    #[test]
     fn annotated_routes_replace_the_default_of_their_family() {
         let mut ann = annotations(&ROUTED);
         ann.insert(
@@ -517,42 +513,5 @@ mod tests {
             let err = readiness(Some(&ann), &inputs).unwrap_err();
             assert_eq!(err.key, key, "{err}");
         }
-    }
-
-    #[test]
-    fn qos_turns_directions_around() {
-        let ann = annotations(&[
-            ("ovn.kubernetes.io/egress_rate", "5"),
-            ("ovn.kubernetes.io/ingress_rate", "10"),
-        ]);
-        let qos = qos_plan(Some(&ann), "ovn").unwrap();
-        assert_eq!(
-            qos,
-            QosPlan {
-                policing_rate_kbps: 5000,
-                policing_burst_kb: 4000,
-                htb_max_rate_bps: Some(10_000_000)
-            }
-        );
-        let ann = annotations(&[
-            ("ovn.kubernetes.io/egress_rate", "2.5"),
-            ("ovn.kubernetes.io/egress_burst", "1"),
-        ]);
-        let qos = qos_plan(Some(&ann), "ovn").unwrap();
-        assert_eq!(
-            (
-                qos.policing_rate_kbps,
-                qos.policing_burst_kb,
-                qos.htb_max_rate_bps
-            ),
-            (2500, 1000, None)
-        );
-        assert_eq!(qos_plan(None, "ovn").unwrap(), QosPlan::default());
-        let ann = annotations(&[("ovn.kubernetes.io/ingress_rate", "0")]);
-        assert_eq!(
-            qos_plan(Some(&ann), "ovn").unwrap().htb_max_rate_bps,
-            None,
-            "0 means no limit"
-        );
     }
 }

@@ -11,7 +11,8 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::post;
+use k8s_openapi::api::core::v1::Pod;
 use kube_ovn_api::wire::{ADD_PATH, CniRequest, DEL_PATH, ErrorResponse};
 use tracing::Instrument;
 
@@ -33,24 +34,13 @@ pub fn cni_router(node: Arc<Node>) -> Router {
         .with_state(node)
 }
 
-/// `/metrics`, `/healthz`, `/readyz`.
-pub fn metrics_router(node: Arc<Node>) -> Router {
-    Router::new()
-        .route(
-            "/metrics",
-            get(|State(n): Shared| async move { n.metrics.encode() }),
-        )
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route(
-            "/readyz",
-            get(|State(n): Shared| async move {
-                match n.status() {
-                    Ok(()) => (StatusCode::OK, "ok\n".to_owned()),
-                    Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
-                }
-            }),
-        )
-        .with_state(node)
+/// `/metrics`, `/healthz`, `/livez`, `/readyz` (ready when ADD can be served: CNI STATUS).
+pub fn metrics_endpoints(node: Arc<Node>) -> kube_ovn_support::endpoints::Endpoints {
+    let scraped = node.clone();
+    kube_ovn_support::endpoints::Endpoints::new(
+        move || std::future::ready(scraped.metrics.encode()),
+        move || node.status().map_err(|e| e.to_string()),
+    )
 }
 
 fn pod_key(request: &CniRequest) -> String {
@@ -115,8 +105,8 @@ async fn add(State(node): Shared, Json(request): Json<CniRequest>) -> Response {
             }
         }
         n.check_provider(&request.provider)?;
-        let plan = n.wait_for_plan(&request).await?;
-        n.add_nic(&plan, &request.net_ns).await?;
+        let plan = n.add_pod_nic(&request).await?;
+        n.recheck_qos(format!("{}/{}", request.pod_namespace, request.pod_name));
         Ok((StatusCode::OK, Json(plan::response(&plan, &request))).into_response())
     })
     .await
@@ -228,7 +218,7 @@ impl Node {
     }
 
     /// The plan from the cached pod as it is now; `None` while annotations are incomplete.
-    fn plan_now(&self, request: &CniRequest) -> Result<Option<plan::NicPlan>, DaemonError> {
+    pub(super) fn plan_now(&self, request: &CniRequest) -> Result<Option<plan::NicPlan>, DaemonError> {
         Ok(match self.readiness_now(request)? {
             Some(Readiness::Ready(plan)) => Some(*plan),
             _ => None,
@@ -258,73 +248,122 @@ impl Node {
         }
     }
 
-    /// Waits (on the pod watch, not a poll) for the controller's annotations, bounded by
-    /// `--wait-address-timeout`; the timeout says what was missing.
-    async fn wait_for_plan(&self, request: &CniRequest) -> Result<plan::NicPlan, DaemonError> {
-        let pod_id = format!("{}/{}", request.pod_namespace, request.pod_name);
-        let timeout = self.config.flags.wait_address_timeout;
-        let started = Instant::now();
-        let deadline = tokio::time::Instant::now() + timeout;
+    /// Re-evaluates `step` on the cached pod at once and after every pod event, until it gives
+    /// a value or `deadline` passes (`Ok(None)`).
+    async fn on_pod_changes<T>(
+        &self,
+        request: &CniRequest,
+        deadline: tokio::time::Instant,
+        mut step: impl FnMut() -> Result<Option<T>, DaemonError>,
+    ) -> Result<Option<T>, DaemonError> {
         let mut changes = self.pods.changes();
-        let mut waiting_for: Option<WaitingFor> = None;
-        let mut address_seen_at = None;
         loop {
-            let pod = self.pods.get(&request.pod_name, Some(&request.pod_namespace));
-            if pod
-                .as_ref()
-                .is_some_and(|p| p.metadata.deletion_timestamp.is_some())
-            {
-                return Err(DaemonError::PodGone(pod_id));
+            if let Some(value) = step()? {
+                return Ok(Some(value));
             }
-            // One reading of the annotations per wake-up: the plan, or what is still missing.
-            match self.readiness_now(request)? {
-                Some(Readiness::Ready(plan)) => {
-                    let now = started.elapsed();
-                    let address_at = address_seen_at.unwrap_or(now);
-                    self.metrics.wait("address", address_at);
-                    self.metrics.wait("route", now.saturating_sub(address_at));
-                    return Ok(*plan);
+            match tokio::time::timeout_at(deadline, changes.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => {
+                    return Err(DaemonError::Timeout {
+                        pod: format!("{}/{}", request.pod_namespace, request.pod_name),
+                        what: "the pod watch stopped; the daemon is shutting down".into(),
+                    });
                 }
-                Some(Readiness::Waiting(w)) => {
-                    if w == WaitingFor::Route && address_seen_at.is_none() {
-                        address_seen_at = Some(started.elapsed());
-                    }
-                    waiting_for = Some(w);
-                }
-                None => {}
-            }
-            let woke = tokio::time::timeout_at(deadline, changes.changed()).await;
-            if let Ok(Err(_)) = woke {
-                return Err(DaemonError::Timeout {
-                    pod: pod_id,
-                    what: "the pod watch stopped; the daemon is shutting down".into(),
-                });
-            }
-            if woke.is_err() {
-                let what = match waiting_for {
-                    None => format!(
-                        "not seen on node {} within {timeout:?}; is it scheduled here?",
-                        self.config.flags.node_name
-                    ),
-                    Some(WaitingFor::Address) => format!(
-                        "no address allocated within {timeout:?} (annotation {}.kubernetes.io/allocated); see kube-ovn-controller logs",
-                        if request.provider.is_empty() {
-                            "ovn"
-                        } else {
-                            &request.provider
-                        }
-                    ),
-                    Some(WaitingFor::Route) => format!(
-                        "route is not ready within {timeout:?} (annotation {}.kubernetes.io/routed); see kube-ovn-controller logs",
-                        if request.provider.is_empty() {
-                            "ovn"
-                        } else {
-                            &request.provider
-                        }
-                    ),
-                };
-                return Err(DaemonError::Timeout { pod: pod_id, what });
+                Err(_) => return Ok(None),
             }
         }
+    }
+
+    /// The cached pod, failing when it is being deleted.
+    fn live_pod(&self, request: &CniRequest) -> Result<Option<Arc<Pod>>, DaemonError> {
+        let pod = self.pods.get(&request.pod_name, Some(&request.pod_namespace));
+        if pod
+            .as_ref()
+            .is_some_and(|p| p.metadata.deletion_timestamp.is_some())
+        {
+            return Err(DaemonError::PodGone(format!(
+                "{}/{}",
+                request.pod_namespace, request.pod_name
+            )));
+        }
+        Ok(pod)
+    }
+
+    fn not_seen(&self, request: &CniRequest) -> DaemonError {
+        DaemonError::Timeout {
+            pod: format!("{}/{}", request.pod_namespace, request.pod_name),
+            what: format!(
+                "not seen on node {} within {:?}; is it scheduled here?",
+                self.config.flags.node_name, self.config.flags.wait_address_timeout
+            ),
+        }
+    }
+
+    /// Waits until the pod is in this node's cache (so it is scheduled here) and alive.
+    pub(super) async fn wait_for_pod(
+        &self,
+        request: &CniRequest,
+        deadline: tokio::time::Instant,
+    ) -> Result<(), DaemonError> {
+        self.on_pod_changes(request, deadline, || Ok(self.live_pod(request)?.map(drop)))
+            .await?
+            .ok_or_else(|| self.not_seen(request))
+    }
+
+    /// Waits (on the pod watch, not a poll) for the controller's annotations, until
+    /// `deadline`; the timeout says what was missing.
+    pub(super) async fn wait_for_plan(
+        &self,
+        request: &CniRequest,
+        deadline: tokio::time::Instant,
+    ) -> Result<plan::NicPlan, DaemonError> {
+        let started = Instant::now();
+        let mut waiting_for: Option<WaitingFor> = None;
+        let mut address_seen_at = None;
+        let plan = self
+            .on_pod_changes(request, deadline, || {
+                self.live_pod(request)?;
+                // One reading of the annotations per wake-up: the plan, or what is missing.
+                match self.readiness_now(request)? {
+                    Some(Readiness::Ready(plan)) => {
+                        let now = started.elapsed();
+                        let address_at = address_seen_at.unwrap_or(now);
+                        self.metrics.wait("address", address_at);
+                        self.metrics.wait("route", now.saturating_sub(address_at));
+                        return Ok(Some(*plan));
+                    }
+                    Some(Readiness::Waiting(w)) => {
+                        if w == WaitingFor::Route && address_seen_at.is_none() {
+                            address_seen_at = Some(started.elapsed());
+                        }
+                        waiting_for = Some(w);
+                    }
+                    None => {}
+                }
+                Ok(None)
+            })
+            .await?;
+        if let Some(plan) = plan {
+            return Ok(plan);
+        }
+        let timeout = self.config.flags.wait_address_timeout;
+        let provider = if request.provider.is_empty() {
+            "ovn"
+        } else {
+            &request.provider
+        };
+        let what = match waiting_for {
+            None => return Err(self.not_seen(request)),
+            Some(WaitingFor::Address) => format!(
+                "no address allocated within {timeout:?} (annotation {provider}.kubernetes.io/allocated); see kube-ovn-controller logs"
+            ),
+            Some(WaitingFor::Route) => format!(
+                "route is not ready within {timeout:?} (annotation {provider}.kubernetes.io/routed); see kube-ovn-controller logs"
+            ),
+        };
+        Err(DaemonError::Timeout {
+            pod: format!("{}/{}", request.pod_namespace, request.pod_name),
+            what,
+        })
     }
 }

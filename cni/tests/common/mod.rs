@@ -9,7 +9,7 @@
 pub mod runtime;
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -32,6 +32,9 @@ pub use kube_ovn_testkit::init_logging;
 /// One node: its OVS, its daemon, and the runtime's dirs.
 pub struct TestNode {
     pub name: String,
+    /// The Node's InternalIPs, present on the node namespace's interfaces as on a real host.
+    pub internal_ip: Ipv4Addr,
+    pub internal_ipv6: Option<Ipv6Addr>,
     pub ovs: OvsNode,
     pub daemon: Daemon,
     pub dir: tempfile::TempDir,
@@ -90,10 +93,40 @@ pub fn underlay_ip(index: usize) -> Ipv4Addr {
     Ipv4Addr::new(172, 30, 0, u8::try_from(index + 1).unwrap())
 }
 
+/// A dual-stack node's IPv6 InternalIP.
+pub fn node_ipv6(index: usize) -> Ipv6Addr {
+    Ipv6Addr::new(0xfd00, 0x172, 0x30, 0, 0, 0, 0, u16::try_from(index + 1).unwrap())
+}
+
+/// How to start a [`Cluster`].
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// How many nodes (two are joined by an underlay).
+    pub nodes: usize,
+    /// Flags for every daemon.
+    pub daemon_flags: Vec<String>,
+    /// Extra flags per node, by index (nodes beyond the list get none).
+    pub node_flags: Vec<Vec<String>>,
+    /// Extra controller flags (`--default-cidr=…,…` for dual stack, say).
+    pub controller_flags: Vec<String>,
+    /// Give every node an IPv6 InternalIP as well.
+    pub dual_stack: bool,
+}
+
 impl Cluster {
     /// Emulator, OVN central, controller, and `nodes` nodes with daemons (joined by an
     /// underlay when more than one). `daemon_flags` go to every daemon.
     pub async fn start(nodes: usize, daemon_flags: &[&str]) -> Result<Self> {
+        Self::start_with(Options {
+            nodes,
+            daemon_flags: daemon_flags.iter().map(|f| (*f).to_owned()).collect(),
+            ..Options::default()
+        })
+        .await
+    }
+
+    /// [`start`](Self::start) with every option.
+    pub async fn start_with(options: Options) -> Result<Self> {
         init_logging();
         let api = ApiServer::new(ApiServerConfig::default()).context("API emulator")?;
         let kube = api.client();
@@ -112,13 +145,15 @@ impl Cluster {
         let kubeconfig = kubeconfig_dir.path().join("kubeconfig");
         std::fs::write(&kubeconfig, kube_ovn_lab::apiserver::kubeconfig(addr))?;
 
-        let flags = <kube_ovn_controller::config::Flags as clap::Parser>::try_parse_from([
+        let mut controller_args = vec![
             "kube-ovn-controller".to_owned(),
             format!("--ovn-nb-addr={}", ovn.nb_remote()),
             "--bind-address=127.0.0.1".into(),
             "--pprof-port=0".into(),
             "--leader-elect=false".into(),
-        ])?;
+        ];
+        controller_args.extend(options.controller_flags.iter().cloned());
+        let flags = <kube_ovn_controller::config::Flags as clap::Parser>::try_parse_from(controller_args)?;
         let config = flags.validate()?;
         let metrics = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let controller_kube = kube.clone();
@@ -145,23 +180,49 @@ impl Cluster {
             kubeconfig,
         };
         let mut ovs_nodes = Vec::new();
-        for _ in 0..nodes {
+        for _ in 0..options.nodes {
             ovs_nodes.push(tokio::task::spawn_blocking(|| OvsNode::start("cn")).await??);
         }
-        if nodes == 2 {
+        if options.nodes == 2 {
             OvsNode::connect_underlay(&ovs_nodes[0], underlay_ip(0), &ovs_nodes[1], underlay_ip(1), 24)?;
         }
         for (i, ovs) in ovs_nodes.into_iter().enumerate() {
-            let node = cluster.start_node(i, ovs, daemon_flags).await?;
+            let mut flags = options.daemon_flags.clone();
+            flags.extend(options.node_flags.get(i).cloned().unwrap_or_default());
+            let ipv6 = options.dual_stack.then(|| node_ipv6(i));
+            let node = cluster.start_node(i, ovs, &flags, ipv6).await?;
             cluster.nodes.push(node);
         }
         Ok(cluster)
     }
 
-    async fn start_node(&self, index: usize, mut ovs: OvsNode, daemon_flags: &[&str]) -> Result<TestNode> {
+    async fn start_node(
+        &self,
+        index: usize,
+        mut ovs: OvsNode,
+        daemon_flags: &[String],
+        ipv6: Option<Ipv6Addr>,
+    ) -> Result<TestNode> {
         let name = format!("node{index}-{}", ovs.name());
+        let internal_ip = underlay_ip(index);
+        let mut addresses = vec![json!({"type": "InternalIP", "address": internal_ip.to_string()})];
+        // The addresses are the host's own, as kubelet reports them: without an underlay (one
+        // node) the IPv4 one goes on `lo`, the IPv6 one always does (the underlay is IPv4).
+        if !ovs
+            .netns()
+            .ip(&["-4", "addr", "show"])?
+            .contains(&format!("inet {internal_ip}/"))
+        {
+            ovs.netns()
+                .ip(&["addr", "add", &format!("{internal_ip}/32"), "dev", "lo"])?;
+        }
+        if let Some(v6) = ipv6 {
+            addresses.push(json!({"type": "InternalIP", "address": v6.to_string()}));
+            ovs.netns()
+                .ip(&["addr", "add", &format!("{v6}/128"), "dev", "lo", "nodad"])?;
+        }
         let node: Node = serde_json::from_value(json!({"metadata": {"name": name},
-            "status": {"addresses": [{"type": "InternalIP", "address": underlay_ip(index).to_string()}]}}))?;
+            "status": {"addresses": addresses}}))?;
         Api::<Node>::all(self.kube.clone())
             .create(&PostParams::default(), &node)
             .await?;
@@ -190,11 +251,13 @@ impl Cluster {
             "--metrics-address=127.0.0.1".into(),
             format!("--system-id-file={}", dir.path().join("no-system-id").display()),
         ];
-        args.extend(daemon_flags.iter().map(|s| (*s).to_owned()));
+        args.extend(daemon_flags.iter().cloned());
         let log = dir.path().join("daemon.log");
         let daemon = Daemon::spawn(&name, env!("CARGO_BIN_EXE_kube-ovn-daemon"), &args, &log, &[])?;
         let mut test_node = TestNode {
             name: name.clone(),
+            internal_ip,
+            internal_ipv6: ipv6,
             ovs: {
                 // ovn-controller reads the chassis settings the daemon writes; started after
                 // them so its first connection is to the right southbound.
@@ -384,5 +447,29 @@ impl TestNode {
         let mut out = String::new();
         s.read_to_string(&mut out)?;
         Ok(out)
+    }
+}
+
+/// Holds the controller back: the northbound ovsdb-server is stopped (SIGSTOP) until this is
+/// dropped, so the controller's logical-port write, and with it the pod's annotations, waits.
+pub struct NorthboundPaused {
+    pid: nix::unistd::Pid,
+}
+
+impl NorthboundPaused {
+    pub fn new(ovn: &OvnCentral) -> Result<Self> {
+        let pid = ovn
+            .nb
+            .pid()
+            .context("the northbound ovsdb-server is not running")?;
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(pid)?);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP)?;
+        Ok(Self { pid })
+    }
+}
+
+impl Drop for NorthboundPaused {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(self.pid, nix::sys::signal::Signal::SIGCONT);
     }
 }

@@ -4,7 +4,9 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
@@ -163,6 +165,10 @@ impl Runtime {
     }
 }
 
+/// How long one plugin run may take: above the daemon's own bounds (address and `ovn-installed`
+/// waits) in every test, so it only fires when something hangs.
+pub const PLUGIN_TIMEOUT: Duration = Duration::from_mins(3);
+
 /// Runs one plugin binary with exactly `env` (no inherited CNI_ variables) and `stdin`.
 pub fn run_plugin(binary: &Path, env: &[(&str, &str)], stdin: &[u8]) -> Result<PluginRun> {
     let mut child = Command::new(binary)
@@ -175,10 +181,31 @@ pub fn run_plugin(binary: &Path, env: &[(&str, &str)], stdin: &[u8]) -> Result<P
         .spawn()
         .with_context(|| format!("run {}", binary.display()))?;
     child.stdin.take().context("stdin")?.write_all(stdin)?;
-    let out = child.wait_with_output()?;
+    let out = output_within(child, PLUGIN_TIMEOUT, &binary.display().to_string())?;
     Ok(PluginRun {
         success: out.status.success(),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     })
+}
+
+/// The child's output once it exits, or an error naming `what` after `limit`, when a watchdog
+/// kills it (by its PID, which stays the child's until it is reaped here). The exit is not
+/// polled, so the timing of a run is not rounded up to a poll interval.
+pub fn output_within(child: Child, limit: Duration, what: &str) -> Result<Output> {
+    let pid = child.id().to_string();
+    let (finished, watch) = mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        let timed_out = watch.recv_timeout(limit) == Err(mpsc::RecvTimeoutError::Timeout);
+        if timed_out {
+            let _ = Command::new("kill").args(["-KILL", &pid]).status();
+        }
+        timed_out
+    });
+    let out = child.wait_with_output();
+    let _ = finished.send(());
+    if watchdog.join().unwrap_or(false) {
+        bail!("{what} did not finish within {limit:?}; killed");
+    }
+    Ok(out?)
 }

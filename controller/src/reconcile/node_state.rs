@@ -1,22 +1,11 @@
 //! What a Node object says that several reconcilers read: its own addresses and whether it may
 //! carry traffic. Pure: no I/O.
 
-use std::net::IpAddr;
-
 use k8s_openapi::api::core::v1::Node;
 
 /// The node's own addresses (`InternalIP`): the node policy (30000) matches them, no pod is given
-/// one, and no default-VPC subnet may hold one.
-pub fn internal_ips(node: &Node) -> Vec<IpAddr> {
-    node.status
-        .as_ref()
-        .and_then(|s| s.addresses.as_ref())
-        .into_iter()
-        .flatten()
-        .filter(|a| a.type_ == "InternalIP")
-        .filter_map(|a| a.address.parse().ok())
-        .collect()
-}
+/// one, and no default-VPC subnet may hold one. Read as the node daemon reads them.
+pub use kube_ovn_api::node::internal_ips;
 
 /// Whether a node may carry gateway traffic: its `Ready` condition is not `False` or `Unknown` and
 /// its network is not unavailable. Kube-OVN also requires `Ready` to be present; we take a node

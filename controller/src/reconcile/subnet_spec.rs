@@ -173,8 +173,16 @@ pub fn effective(subnet: &Subnet, cluster_router: &str) -> Result<Effective> {
     })
 }
 
+/// The first address after the network address, Kube-OVN's default gateway (`fd00:10:16::1` for
+/// `fd00:10:16::/64`). ipnet's `hosts()` starts IPv6 networks at the network address itself (the
+/// subnet-router anycast address), so it is not used for IPv6; /31, /32, /127 and /128 have no
+/// network address to skip.
 fn first_usable(c: &IpNet) -> Option<IpAddr> {
-    c.hosts().next()
+    match c {
+        IpNet::V4(n) => n.hosts().next().map(IpAddr::V4),
+        IpNet::V6(n) if n.prefix_len() >= 127 => Some(IpAddr::V6(n.network())),
+        IpNet::V6(n) => n.hosts().nth(1).map(IpAddr::V6),
+    }
 }
 
 /// The spec fields defaulting changed, as a merge patch; `None` when the spec is already normal.
@@ -206,4 +214,28 @@ pub fn spec_patch(subnet: &Subnet, eff: &Effective) -> Option<serde_json::Value>
         set("gatewayType", json!(eff.gateway_type));
     }
     (!patch.is_empty()).then(|| json!({"spec": patch}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(cidr: &str) -> Effective {
+        let s: Subnet =
+            serde_json::from_value(json!({"metadata": {"name": "s"}, "spec": {"cidrBlock": cidr}})).unwrap();
+        effective(&s, "ovn-cluster").unwrap()
+    }
+
+    #[test]
+    fn default_gateway_is_the_first_address_after_the_network_in_both_families() {
+        assert_eq!(spec("10.16.0.0/16").gateway(), "10.16.0.1");
+        assert_eq!(spec("fd00:10:16::/64").gateway(), "fd00:10:16::1");
+        assert_eq!(
+            spec("fd00:10:16::/64,10.16.0.0/16").gateway(),
+            "10.16.0.1,fd00:10:16::1"
+        );
+        assert_eq!(spec("10.0.0.4/31").gateway(), "10.0.0.4");
+        assert_eq!(spec("fd00::4/127").gateway(), "fd00::4");
+        assert_eq!(spec("fd00::/64").exclude_ips, ["fd00::1"]);
+    }
 }

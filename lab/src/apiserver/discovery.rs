@@ -93,6 +93,13 @@ pub fn resources(store: &Store, group: &str, version: &str) -> Result<Value, Api
                              "kind": r.kind, "verbs": ["get", "patch", "update"]}),
             );
         }
+        // The polymorphic scale client (`kubectl scale`) finds the Scale kind here.
+        if r.scale_subresource {
+            list.push(
+                json!({"name": format!("{}/scale", r.plural), "singularName": "", "namespaced": r.namespaced,
+                       "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"]}),
+            );
+        }
     }
     if list.is_empty() {
         let gv = if group.is_empty() {

@@ -16,7 +16,7 @@ use super::registry::Resource;
 use super::selectors::{FieldSelector, LabelSelector};
 use super::store::{DeleteOptions, Propagation, Store, WatchRequest, WatchStart, WriteOptions};
 use super::watch_stream::WatchOptions;
-use super::{ServerState, discovery, managed, openapi, patch, table, watch_stream};
+use super::{ServerState, content, discovery, managed, openapi, patch, scale, table, watch_stream};
 
 /// A resource request, from its URL.
 #[derive(Debug)]
@@ -24,8 +24,10 @@ pub struct Target {
     pub resource: Arc<Resource>,
     pub namespace: Option<String>,
     pub name: Option<String>,
-    /// `status` is the only subresource served.
+    /// `…/status`.
     pub status: bool,
+    /// `…/scale` (served by `scale`).
+    pub scale: bool,
 }
 
 pub type Query = HashMap<String, String>;
@@ -61,6 +63,9 @@ pub async fn handle(
     body: Bytes,
 ) -> Response {
     let span = tracing::debug_span!("request", %method, path = uri.path());
+    if !content::accepts_json(&headers) {
+        return error_response(&content::not_acceptable(&headers));
+    }
     let mut warnings = Vec::new();
     let routed = span.in_scope(|| route(&state, &method, &uri, &headers, &body, &mut warnings));
     match routed {
@@ -172,10 +177,11 @@ fn route(
             format!("the server could not find the requested resource ({gv} {resource_name})"),
         )
     })?;
-    let status = match sub {
-        None => false,
-        Some("status") if resource.status_subresource => true,
-        Some("finalize") if resource.plural == "namespaces" => false,
+    let (status, scale) = match sub {
+        None => (false, false),
+        Some("status") if resource.status_subresource => (true, false),
+        Some("scale") if resource.scale_subresource => (false, true),
+        Some("finalize") if resource.plural == "namespaces" => (false, false),
         Some(other) => {
             return Err(ApiError::new(
                 404,
@@ -206,14 +212,19 @@ fn route(
         namespace,
         name: name.map(str::to_owned),
         status,
+        scale,
     };
     let q = query(uri);
+    if target.scale {
+        let (code, body) = scale::serve(store, &target, method, headers, body, &write_options(&q))?;
+        return Ok(Reply::Json(code, body));
+    }
     match *method {
         Method::GET => get(store, &target, &q, headers),
         Method::POST => create(store, &target, &q, headers, body, warnings),
         Method::PUT => update(store, &target, &q, headers, body, warnings),
         Method::PATCH => patch_object(store, &target, &q, headers, body, warnings),
-        Method::DELETE => delete(store, &target, &q, body),
+        Method::DELETE => delete(store, &target, &q, headers, body),
         _ => Err(ApiError::method_not_allowed(format!(
             "method {method} is not supported"
         ))),
@@ -310,33 +321,6 @@ fn get(store: &Store, target: &Target, q: &Query, headers: &HeaderMap) -> Result
     ))
 }
 
-/// Parses a JSON or YAML body.
-fn parse_body(headers: &HeaderMap, body: &[u8], allowed: &[&str]) -> Result<(Value, String), ApiError> {
-    let ct = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|c| c.to_str().ok())
-        .unwrap_or("application/json");
-    let mime = ct
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_lowercase();
-    if !allowed.contains(&mime.as_str()) {
-        return Err(ApiError::unsupported_media_type(ct));
-    }
-    let text =
-        std::str::from_utf8(body).map_err(|_| ApiError::bad_request("the request body is not UTF-8"))?;
-    let value = if mime.ends_with("yaml") {
-        serde_saphyr::from_str::<Value>(text)
-            .map_err(|e| ApiError::bad_request(format!("the request body is not valid YAML: {e}")))?
-    } else {
-        serde_json::from_str::<Value>(text)
-            .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))?
-    };
-    Ok((value, mime))
-}
-
 fn write_options(q: &Query) -> WriteOptions {
     WriteOptions {
         dry_run: q.get("dryRun").is_some_and(|d| d == "All"),
@@ -344,8 +328,6 @@ fn write_options(q: &Query) -> WriteOptions {
         managed_by_apply: false,
     }
 }
-
-const OBJECT_TYPES: &[&str] = &["application/json", "application/yaml"];
 
 fn create(
     store: &Store,
@@ -360,7 +342,7 @@ fn create(
             "POST names a collection, not an object",
         ));
     }
-    let (obj, _) = parse_body(headers, body, OBJECT_TYPES)?;
+    let (obj, _) = content::parse(headers, body, content::OBJECT_TYPES, &target.resource)?;
     field_validation(q)?.check(&target.resource, &obj, warnings)?;
     let created = store.create(
         &target.resource,
@@ -383,7 +365,7 @@ fn update(
         .name
         .as_deref()
         .ok_or_else(|| ApiError::method_not_allowed("PUT needs an object name"))?;
-    let (obj, _) = parse_body(headers, body, OBJECT_TYPES)?;
+    let (obj, _) = content::parse(headers, body, content::OBJECT_TYPES, &target.resource)?;
     field_validation(q)?.check(&target.resource, &obj, warnings)?;
     let updated = store.update(
         &target.resource,
@@ -395,13 +377,6 @@ fn update(
     )?;
     Ok(Reply::Json(StatusCode::OK, (*updated).clone()))
 }
-
-const PATCH_TYPES: &[&str] = &[
-    "application/json-patch+json",
-    "application/merge-patch+json",
-    "application/strategic-merge-patch+json",
-    "application/apply-patch+yaml",
-];
 
 fn patch_object(
     store: &Store,
@@ -415,7 +390,7 @@ fn patch_object(
         .name
         .as_deref()
         .ok_or_else(|| ApiError::method_not_allowed("PATCH needs an object name"))?;
-    let (patch_body, mime) = parse_body(headers, body, PATCH_TYPES)?;
+    let (patch_body, mime) = content::parse(headers, body, content::PATCH_TYPES, &target.resource)?;
     let validation = field_validation(q)?;
     let res = target.resource.clone();
     let mut opts = write_options(q);
@@ -487,13 +462,14 @@ fn meta_now() -> String {
     super::meta::now()
 }
 
-fn delete(store: &Store, target: &Target, q: &Query, body: &[u8]) -> Result<Reply, ApiError> {
-    let options: Value = if body.is_empty() {
-        json!({})
-    } else {
-        serde_json::from_slice(body)
-            .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
-    };
+fn delete(
+    store: &Store,
+    target: &Target,
+    q: &Query,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Reply, ApiError> {
+    let options = content::delete_options(headers, body)?;
     let policy = q.get("propagationPolicy").cloned().or_else(|| {
         options
             .get("propagationPolicy")

@@ -5,14 +5,17 @@
 //!   kube::Client / kubectl (TCP) ──────┴─▶ http::handle ─▶ Store (Mutex) ─▶ history ring ─▶ watchers
 //!                                            │                 │                    (watch_stream)
 //!                                            │                 └─▶ state file (persist)
+//!                                            ├─ content, protobuf (request bodies, Accept)
 //!                                            ├─ discovery, openapi, table (kubectl)
+//!                                            ├─ scale (the /scale subresource)
 //!                                            ├─ patch, managed (apply, strategic merge)
 //!                                            └─ schema, field_validation (CRD admission),
-//!                                               strategy (built-in create rules)
+//!                                               strategy (built-in create rules, defaults)
 //! ```
 //!
 //! What it covers and what it does not is in `docs/testing.md`.
 
+pub mod content;
 pub mod discovery;
 pub mod errors;
 pub mod field_validation;
@@ -21,7 +24,9 @@ pub mod managed;
 pub mod meta;
 pub mod openapi;
 pub mod patch;
+pub mod protobuf;
 pub mod registry;
+pub mod scale;
 pub mod schema;
 pub mod selectors;
 pub mod store;

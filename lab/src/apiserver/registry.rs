@@ -22,6 +22,9 @@ pub struct Resource {
     pub namespaced: bool,
     pub short_names: Vec<String>,
     pub status_subresource: bool,
+    /// Whether `/scale` is served (autoscaling/v1 Scale over `spec.replicas`, `status.replicas`
+    /// and `spec.selector`): the built-in workloads; not custom resources (not yet).
+    pub scale_subresource: bool,
     /// `openAPIV3Schema` of a custom resource; `None` for built-ins (stored as given).
     pub schema: Option<Value>,
     /// `additionalPrinterColumns` of a custom resource, or the columns we print for a built-in
@@ -83,6 +86,7 @@ struct Builtin {
     namespaced: bool,
     short: &'static [&'static str],
     status: bool,
+    scale: bool,
     fields: &'static [&'static str],
     generation: bool,
     /// (name, type, JSONPath, priority): the main columns of the real server's printer for the
@@ -128,6 +132,7 @@ const BUILTINS: &[Builtin] = &[
         namespaced: false,
         short: &["ns"],
         status: true,
+        scale: false,
         fields: &["status.phase"],
         generation: false,
         columns: &[("Status", "string", ".status.phase", 0), AGE],
@@ -140,6 +145,7 @@ const BUILTINS: &[Builtin] = &[
         namespaced: true,
         short: &["po"],
         status: true,
+        scale: false,
         fields: POD_FIELDS,
         generation: false,
         columns: &[
@@ -157,6 +163,7 @@ const BUILTINS: &[Builtin] = &[
         namespaced: false,
         short: &["no"],
         status: true,
+        scale: false,
         fields: &["spec.unschedulable"],
         generation: false,
         columns: &[AGE, ("Version", "string", ".status.nodeInfo.kubeletVersion", 0)],
@@ -169,6 +176,7 @@ const BUILTINS: &[Builtin] = &[
         namespaced: true,
         short: &["svc"],
         status: true,
+        scale: false,
         fields: &[],
         generation: false,
         columns: &[
@@ -185,6 +193,7 @@ const BUILTINS: &[Builtin] = &[
         namespaced: true,
         short: &["cm"],
         status: false,
+        scale: false,
         fields: &[],
         generation: false,
         columns: &[],
@@ -197,6 +206,7 @@ const BUILTINS: &[Builtin] = &[
         namespaced: true,
         short: &[],
         status: false,
+        scale: false,
         fields: &["type"],
         generation: false,
         columns: &[("Type", "string", ".type", 0), AGE],
@@ -209,6 +219,7 @@ const BUILTINS: &[Builtin] = &[
         namespaced: true,
         short: &["sa"],
         status: false,
+        scale: false,
         fields: &[],
         generation: false,
         columns: &[],
@@ -221,6 +232,7 @@ const BUILTINS: &[Builtin] = &[
         namespaced: true,
         short: &["ev"],
         status: false,
+        scale: false,
         fields: EVENT_FIELDS,
         generation: false,
         columns: &[("Type", "string", ".type", 0), ("Reason", "string", ".reason", 0)],
@@ -233,6 +245,7 @@ const BUILTINS: &[Builtin] = &[
         namespaced: true,
         short: &["ev"],
         status: false,
+        scale: false,
         fields: &[],
         generation: false,
         columns: &[("Type", "string", ".type", 0), ("Reason", "string", ".reason", 0)],
@@ -245,6 +258,7 @@ const BUILTINS: &[Builtin] = &[
         namespaced: true,
         short: &[],
         status: false,
+        scale: false,
         fields: &[],
         generation: true,
         columns: &[("AddressType", "string", ".addressType", 0), AGE],
@@ -257,9 +271,29 @@ const BUILTINS: &[Builtin] = &[
         namespaced: true,
         short: &["netpol"],
         status: false,
+        scale: false,
         fields: &[],
         generation: true,
         columns: &[],
+    },
+    // Stored only, like StatefulSets: no controller creates ReplicaSets or pods for it. What
+    // `kubectl create deployment`, `expose` and `scale` work on.
+    Builtin {
+        group: "apps",
+        version: "v1",
+        plural: "deployments",
+        kind: "Deployment",
+        namespaced: true,
+        short: &["deploy"],
+        status: true,
+        scale: true,
+        fields: &[],
+        generation: true,
+        columns: &[
+            ("Up-to-date", "integer", ".status.updatedReplicas", 0),
+            ("Available", "integer", ".status.availableReplicas", 0),
+            AGE,
+        ],
     },
     // Stored only: no controller creates pods for it. Kube-OVN reads StatefulSets to decide
     // whether a deleted pod's address is kept for its successor.
@@ -271,6 +305,7 @@ const BUILTINS: &[Builtin] = &[
         namespaced: true,
         short: &["sts"],
         status: true,
+        scale: true,
         fields: &[],
         generation: true,
         columns: &[AGE],
@@ -283,6 +318,7 @@ const BUILTINS: &[Builtin] = &[
         namespaced: true,
         short: &[],
         status: false,
+        scale: false,
         fields: &[],
         generation: false,
         columns: &[("Holder", "string", ".spec.holderIdentity", 0), AGE],
@@ -295,6 +331,7 @@ const BUILTINS: &[Builtin] = &[
         namespaced: false,
         short: &["crd", "crds"],
         status: true,
+        scale: false,
         fields: &[],
         generation: true,
         columns: &[],
@@ -318,6 +355,7 @@ impl Registry {
                 namespaced: b.namespaced,
                 short_names: b.short.iter().map(|s| (*s).to_owned()).collect(),
                 status_subresource: b.status,
+                scale_subresource: b.scale,
                 schema: None,
                 printer_columns: b
                     .columns
@@ -426,6 +464,7 @@ impl Registry {
                 namespaced,
                 short_names: short_names.clone(),
                 status_subresource: v.pointer("/subresources/status").is_some(),
+                scale_subresource: false,
                 schema: v.pointer("/schema/openAPIV3Schema").cloned(),
                 printer_columns: v
                     .get("additionalPrinterColumns")
@@ -476,6 +515,8 @@ mod tests {
         assert!(r.groups().contains_key("events.k8s.io"));
         let sts = r.lookup("apps", "v1", "sts").unwrap();
         assert!(sts.kind == "StatefulSet" && sts.namespaced && sts.tracks_generation);
+        let deploy = r.lookup("apps", "v1", "deploy").unwrap();
+        assert!(deploy.kind == "Deployment" && deploy.scale_subresource && deploy.status_subresource);
     }
 
     #[test]

@@ -1,5 +1,7 @@
-//! What the real API server's per-kind strategies do to a built-in object on create
-//! (`PrepareForCreate`), for the kinds where clients can see it.
+//! What the real API server does to a built-in object on create, for the kinds where clients can
+//! see it: the per-kind strategies' `PrepareForCreate`, and the defaults of the versioned types
+//! (`SetDefaults_*`) that do not depend on anything running (no ClusterIP allocation: a Service
+//! gets none). Defaults apply on create only; a real server also applies them on update.
 //!
 //! Pure: no I/O. Nothing runs behind these kinds (no kubelet, no namespace controller beyond
 //! deletion): a test that wants a running Pod writes its status through `/status`, as a kubelet
@@ -11,6 +13,10 @@ use super::registry::Resource;
 
 /// Applies the create-time rules of `res`'s kind to `obj`.
 pub fn prepare_for_create(res: &Resource, obj: &mut Value) {
+    if res.group == "apps" && res.plural == "deployments" {
+        default_deployment(obj);
+        return;
+    }
     if !res.group.is_empty() {
         return;
     }
@@ -36,8 +42,70 @@ pub fn prepare_for_create(res: &Resource, obj: &mut Value) {
             obj["status"] = json!({"phase": "Pending", "qosClass": qos});
         }
         // svcStrategy: status (load balancer ingress) is the cloud provider's.
-        "services" => obj["status"] = json!({"loadBalancer": {}}),
+        "services" => {
+            default_service(obj);
+            obj["status"] = json!({"loadBalancer": {}});
+        }
+        // SetDefaults_Secret.
+        "secrets" if obj.get("type").and_then(Value::as_str).is_none_or(str::is_empty) => {
+            obj["type"] = json!("Opaque");
+        }
         _ => {}
+    }
+}
+
+/// Sets `obj[key]` to `value` when it is absent or null.
+fn default_field(obj: &mut Value, key: &str, value: Value) {
+    if obj.get(key).is_none_or(Value::is_null) {
+        obj[key] = value;
+    }
+}
+
+/// apps/v1 `SetDefaults_Deployment`: one replica, a 25 %/25 % rolling update, ten old
+/// ReplicaSets kept, ten minutes to make progress.
+fn default_deployment(obj: &mut Value) {
+    if !obj.get("spec").is_some_and(Value::is_object) {
+        obj["spec"] = json!({});
+    }
+    let spec = &mut obj["spec"];
+    default_field(spec, "replicas", json!(1));
+    default_field(spec, "revisionHistoryLimit", json!(10));
+    default_field(spec, "progressDeadlineSeconds", json!(600));
+    default_field(spec, "strategy", json!({}));
+    let strategy = &mut spec["strategy"];
+    default_field(strategy, "type", json!("RollingUpdate"));
+    if strategy["type"] == "RollingUpdate" {
+        default_field(strategy, "rollingUpdate", json!({}));
+        default_field(&mut strategy["rollingUpdate"], "maxUnavailable", json!("25%"));
+        default_field(&mut strategy["rollingUpdate"], "maxSurge", json!("25%"));
+    }
+}
+
+/// core/v1 `SetDefaults_Service`: type ClusterIP, no session affinity, TCP ports whose target is
+/// the port itself, cluster-wide internal traffic.
+fn default_service(obj: &mut Value) {
+    if !obj.get("spec").is_some_and(Value::is_object) {
+        obj["spec"] = json!({});
+    }
+    let spec = &mut obj["spec"];
+    default_field(spec, "type", json!("ClusterIP"));
+    default_field(spec, "sessionAffinity", json!("None"));
+    if spec["type"] != "ExternalName" {
+        default_field(spec, "internalTrafficPolicy", json!("Cluster"));
+    }
+    for port in spec
+        .get_mut("ports")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        default_field(port, "protocol", json!("TCP"));
+        if port
+            .get("targetPort")
+            .is_none_or(|t| t.is_null() || *t == json!(0) || *t == json!(""))
+        {
+            port["targetPort"] = port.get("port").cloned().unwrap_or(Value::Null);
+        }
     }
 }
 
@@ -99,6 +167,36 @@ mod tests {
             pod["status"],
             json!({"phase": "Pending", "qosClass": "BestEffort"})
         );
+    }
+
+    #[test]
+    fn deployments_services_and_secrets_get_their_defaults() {
+        let r = Registry::with_builtins();
+        let mut d = json!({"spec": {"replicas": 0, "strategy": {"type": "Recreate"}}});
+        prepare_for_create(&r.lookup("apps", "v1", "deployments").unwrap(), &mut d);
+        assert_eq!(
+            d["spec"],
+            json!({"replicas": 0, "strategy": {"type": "Recreate"}, "revisionHistoryLimit": 10, "progressDeadlineSeconds": 600})
+        );
+        let mut d = json!({});
+        prepare_for_create(&r.lookup("apps", "v1", "deployments").unwrap(), &mut d);
+        assert_eq!(d["spec"]["replicas"], 1);
+        assert_eq!(
+            d["spec"]["strategy"],
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}})
+        );
+        let mut svc =
+            json!({"spec": {"ports": [{"port": 80}, {"port": 53, "protocol": "UDP", "targetPort": "dns"}]}});
+        prepare_for_create(&r.lookup("", "v1", "services").unwrap(), &mut svc);
+        assert_eq!(
+            svc["spec"],
+            json!({"type": "ClusterIP", "sessionAffinity": "None", "internalTrafficPolicy": "Cluster",
+                   "ports": [{"port": 80, "protocol": "TCP", "targetPort": 80},
+                             {"port": 53, "protocol": "UDP", "targetPort": "dns"}]})
+        );
+        let mut secret = json!({"data": {}});
+        prepare_for_create(&r.lookup("", "v1", "secrets").unwrap(), &mut secret);
+        assert_eq!(secret["type"], "Opaque");
     }
 
     #[test]

@@ -256,6 +256,7 @@ mod tests {
             namespaced: false,
             short_names: vec![],
             status_subresource: true,
+            scale_subresource: false,
             schema: None,
             printer_columns: vec![json!({"name": "CIDR", "type": "string", "jsonPath": ".spec.cidrBlock"})],
             tracks_generation: true,

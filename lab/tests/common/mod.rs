@@ -19,9 +19,24 @@ use nix::unistd::Pid;
 use serde_json::Value;
 use tower::ServiceExt;
 
+pub mod kubectl;
+
 /// How long any single condition may take before a test fails. Generous: the machine has two
 /// cores and may be running a benchmark at the same time.
 pub const WAIT: Duration = Duration::from_secs(30);
+
+/// The next item of a stream of results within [`WAIT`], `None` when the stream ended; fails the
+/// test naming `what` when nothing comes in time or the stream reports an error.
+pub async fn next_within<S, T, E>(stream: &mut S, what: &str) -> Option<T>
+where
+    S: futures::Stream<Item = Result<T, E>> + Unpin,
+    E: std::fmt::Debug,
+{
+    tokio::time::timeout(WAIT, futures::TryStreamExt::try_next(stream))
+        .await
+        .unwrap_or_else(|_| panic!("no {what} within {WAIT:?}"))
+        .unwrap_or_else(|e| panic!("{what}: the stream failed: {e:?}"))
+}
 
 /// The seed of a random test: `LAB_TEST_SEED` when set, else `default`; printed, so a failure
 /// can be replayed.

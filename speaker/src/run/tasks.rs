@@ -137,6 +137,16 @@ pub fn metrics_router(rt: Arc<Runtime>, peers: Arc<PeerSet>) -> axum::Router {
     let scrape = move || {
         let (rt, peers) = (rt.clone(), peers.clone());
         async move {
+            // Reading the namespace's counters enters it on a short-lived thread and joins it:
+            // blocking work, kept off the async workers.
+            let netns = rt.place.netns.clone();
+            let md5 = tokio::task::spawn_blocking(move || {
+                kube_ovn_dataplane::tcp_md5::Md5Counters::read_in(&netns)
+            })
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default();
             let all = peers.all();
             let snapshot = Snapshot {
                 peers: all
@@ -149,7 +159,7 @@ pub fn metrics_router(rt: Arc<Runtime>, peers: Arc<PeerSet>) -> axum::Router {
                         )
                     })
                     .collect(),
-                md5: kube_ovn_dataplane::tcp_md5::Md5Counters::read_in(&rt.place.netns).unwrap_or_default(),
+                md5,
                 bfd_server: all
                     .iter()
                     .any(|p| p.bfd.is_some())
