@@ -3,7 +3,7 @@
 //! and the collector deletes. Reservations (user-created IP CRs) are the IP reconciler's,
 //! [`super::ip_cr`].
 
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use kube_ovn_api::annotations::{is_true, keys};
 use kube_ovn_api::crd::Ip;
@@ -13,7 +13,7 @@ use crate::context::Context;
 use crate::error::{Doing, Result};
 use crate::ipam::Allocation;
 
-/// The field manager of the controller's server-side applies.
+/// The field manager the controller's writes of IP CRs name.
 pub const FIELD_MANAGER: &str = "kube-ovn-controller";
 
 /// One allocation as an IP CR.
@@ -98,37 +98,64 @@ pub fn is_reserved(ip: &Ip) -> bool {
 }
 
 /// Creates or updates the IP CR, skipping the write when the cached one already says the same.
-/// A reservation stays one (its label is kept).
+/// A reservation stays one (its label is kept). A new record is created (a plain POST, cheaper
+/// for the API server than an apply); a changed one is merge-patched, dropping the label of the
+/// subnet it named before (Kube-OVN labels a record with its subnet's name).
 pub async fn upsert_ip(ctx: &Context, record: &IpRecord<'_>) -> Result<()> {
     let spec = record.spec();
     let existing = ctx.stores.ips.get(&ObjectRef::new(record.name));
     let labels = record.labels(existing.as_deref().is_some_and(is_reserved));
-    if let Some(existing) = &existing {
-        let have = serde_json::to_value(&existing.spec).unwrap_or_default();
-        let same_spec = without_empty(&spec) == without_empty(&have);
-        let have_labels = existing.metadata.labels.clone().unwrap_or_default();
-        let same_labels = labels.as_object().is_some_and(|want| {
-            want.iter()
-                .all(|(k, v)| have_labels.get(k).map(String::as_str) == v.as_str())
-        });
-        if same_spec && same_labels {
-            return Ok(());
+    let api: Api<Ip> = Api::all(ctx.kube.clone());
+    let mut label_patch = labels.as_object().cloned().unwrap_or_default();
+    match &existing {
+        Some(existing) => {
+            let have = serde_json::to_value(&existing.spec).unwrap_or_default();
+            let same_spec = without_empty(&spec) == without_empty(&have);
+            let have_labels = existing.metadata.labels.clone().unwrap_or_default();
+            let same_labels = label_patch
+                .iter()
+                .all(|(k, v)| have_labels.get(k).map(String::as_str) == v.as_str());
+            if same_spec && same_labels {
+                return Ok(());
+            }
+            if let Some(old) = existing.spec.subnet.as_deref()
+                && old != record.subnet
+                && have_labels.contains_key(old)
+            {
+                label_patch.insert(old.to_owned(), serde_json::Value::Null);
+            }
+        }
+        None => {
+            let ip: Ip = serde_json::from_value(json!({
+                "apiVersion": "kubeovn.io/v1",
+                "kind": "IP",
+                "metadata": {"name": record.name, "labels": labels},
+                "spec": spec,
+            }))
+            .map_err(|e| crate::error::Error::Invalid(format!("IP {}: {e}", record.name)))?;
+            let params = PostParams {
+                field_manager: Some(FIELD_MANAGER.to_owned()),
+                ..PostParams::default()
+            };
+            match api.create(&params, &ip).await {
+                Ok(_) => return Ok(()),
+                // Written meanwhile (the cache lags): updated below.
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => return Err(e).doing(format_args!("create IP {}", record.name)),
+            }
         }
     }
-    let api: Api<Ip> = Api::all(ctx.kube.clone());
-    let body = json!({
-        "apiVersion": "kubeovn.io/v1",
-        "kind": "IP",
-        "metadata": {"name": record.name, "labels": labels},
-        "spec": spec,
-    });
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PatchParams::default()
+    };
     api.patch(
         record.name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(body),
+        &params,
+        &Patch::Merge(json!({"metadata": {"labels": label_patch}, "spec": spec})),
     )
     .await
-    .doing(format_args!("write IP {}", record.name))?;
+    .doing(format_args!("update IP {}", record.name))?;
     Ok(())
 }
 
