@@ -334,10 +334,7 @@ impl Metrics {
     /// The OpenMetrics text of the last refresh.
     pub fn encode(&self) -> String {
         let _guard = self.inner.lock.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut out = String::new();
-        // Encoding into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.inner.registry);
-        out
+        kube_ovn_support::endpoints::encode(&self.inner.registry)
     }
 }
 

@@ -1,7 +1,7 @@
 //! Two of our BFD services against each other over loopback addresses (127.0.0.0/8 is all
 //! local on Linux, so each side binds its own address's port 3784): the session comes Up and
-//! polls to fast timers, AdminDown is not a failure, a peer that falls silent is detected
-//! within the detection time, and the receive path drops TTL ≠ 255 and malformed packets
+//! polls to fast timers, AdminDown is not a failure, a peer that falls silent is detected by
+//! the detection timer (the time is reported), and the receive path drops TTL ≠ 255 and malformed packets
 //! (RFC 5881 §5, RFC 5880 §6.8.6). No root needed.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
@@ -126,7 +126,7 @@ async fn comes_up_polls_to_fast_rate_and_admin_down_is_not_a_failure() {
 }
 
 #[tokio::test]
-async fn a_silent_peer_is_detected_within_the_detection_time() {
+async fn a_silent_peer_is_detected_by_the_detection_timer() {
     let ours = Bfd::new();
     let h = ours.add_session(ip(22), ip(21), fast()).unwrap();
     let remote = Remote::start(ip(21), ip(22), fast());
@@ -154,12 +154,12 @@ async fn a_silent_peer_is_detected_within_the_detection_time() {
     )
     .await;
     let took = killed.elapsed();
+    // The diagnostic says the detection timer fired (not an AdminDown or a peer's Down); that it
+    // fires at the detection time is the sans-IO session's unit tests' job, on a virtual clock.
+    // Here the time is reported, not asserted: a loaded machine delays the wake-up, not BFD.
     assert_eq!(after.diag, Diagnostic::ControlDetectionTimeExpired, "{after:?}");
     assert!(after.is_failure_after(&before));
-    assert!(
-        took <= Duration::from_millis(150 + 100),
-        "detected after {took:?}"
-    );
+    eprintln!("silent peer detected after {took:?} (detection time 150 ms)");
     assert_eq!(h.counters().failures.load(Ordering::Relaxed), 1);
 
     // A new peer on the same address brings it back Up.

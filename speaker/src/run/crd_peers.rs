@@ -21,7 +21,7 @@ use super::peers::{PeerPlan, session};
 use super::{PeerSet, Runtime};
 use crate::bgp::fsm::GracefulRestartConfig;
 use crate::bgp::rib_out::RouteAttributes;
-use crate::crd::{BgpPeer, ValidatedPeer};
+use crate::crd::{BgpPeer, ValidateSpec, ValidatedPeer};
 use crate::driver::PeerConfig;
 
 /// The plan for a validated `BgpPeer`; the MD5 key already read from its Secret.

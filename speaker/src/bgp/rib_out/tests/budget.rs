@@ -177,9 +177,16 @@ fn passes_hold_partial_updates_back_without_starving_small_groups() {
     let mut peer = PeerTable::default();
     peer.apply(&updates);
     assert_eq!((peer.0.len(), rib.sent_count()), (70_000, 70_000));
-    // As few UPDATEs as one pass would have made: ⌈50000 / 810⌉ = 62 for the shared set, one per
-    // singleton, two End-of-RIBs.
-    assert_eq!(updates.len(), 62 + 20_000 + 2);
+    // One pass would make ⌈50000 / 810⌉ = 62 UPDATEs for the shared set, one per singleton and
+    // two End-of-RIBs. Passes take at most 16,384 prefixes (five here) in the table's hash order;
+    // a pass holds its partial UPDATEs back for the next one, except a pass whose UPDATEs are all
+    // partial (singletons and a few shared), which sends them: at most one extra per later pass.
+    let one_pass = 62 + 20_000 + 2;
+    assert!(
+        (one_pass..=one_pass + 4).contains(&updates.len()),
+        "{} UPDATEs, one pass would make {one_pass}",
+        updates.len()
+    );
     assert_eq!(rib.pending_count(), 0);
 }
 
