@@ -15,9 +15,7 @@ pub mod ipam;
 pub mod metrics;
 pub mod ovn;
 pub mod reconcile;
-pub mod server;
 pub mod stores;
-pub mod task;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -33,7 +31,8 @@ use crate::metrics::Metrics;
 use crate::ovn::Nb;
 use crate::reconcile::controllers::Controllers;
 use crate::stores::Informers;
-use crate::task::AbortOnDrop;
+use kube_ovn_support::AbortOnDrop;
+use kube_ovn_support::endpoints::Endpoints;
 
 /// The northbound tables the controller reads and writes.
 const NB_TABLES: &[&str] = &[
@@ -84,14 +83,31 @@ pub async fn run_with_listener(
 ) -> Result<()> {
     let metrics = Metrics::new();
     let ready = Arc::new(AtomicBool::new(false));
-    let health = server::Health {
-        metrics: metrics.clone(),
-        ready: ready.clone(),
-        enable_metrics: config.enable_metrics,
+    let endpoints = {
+        let (metrics, ready) = (metrics.clone(), ready.clone());
+        let endpoints = Endpoints::new(
+            move || {
+                let metrics = metrics.clone();
+                async move { metrics.encode() }
+            },
+            move || {
+                // A follower is alive (`/healthz`) but idle; readiness says which replica works.
+                if ready.load(Ordering::Relaxed) {
+                    Ok(())
+                } else {
+                    Err("not the leader, or the caches are not synced yet".to_owned())
+                }
+            },
+        );
+        if config.enable_metrics {
+            endpoints
+        } else {
+            endpoints.without_metrics()
+        }
     };
     // Dies with this future, also when it is aborted.
     let _server = AbortOnDrop::spawn(async move {
-        if let Err(e) = server::serve(listener, health).await {
+        if let Err(e) = endpoints.serve(listener).await {
             tracing::error!(error = %e, "metrics endpoint failed");
         }
     });

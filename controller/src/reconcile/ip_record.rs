@@ -107,42 +107,39 @@ pub async fn upsert_ip(ctx: &Context, record: &IpRecord<'_>) -> Result<()> {
     let labels = record.labels(existing.as_deref().is_some_and(is_reserved));
     let api: Api<Ip> = Api::all(ctx.kube.clone());
     let mut label_patch = labels.as_object().cloned().unwrap_or_default();
-    match &existing {
-        Some(existing) => {
-            let have = serde_json::to_value(&existing.spec).unwrap_or_default();
-            let same_spec = without_empty(&spec) == without_empty(&have);
-            let have_labels = existing.metadata.labels.clone().unwrap_or_default();
-            let same_labels = label_patch
-                .iter()
-                .all(|(k, v)| have_labels.get(k).map(String::as_str) == v.as_str());
-            if same_spec && same_labels {
-                return Ok(());
-            }
-            if let Some(old) = existing.spec.subnet.as_deref()
-                && old != record.subnet
-                && have_labels.contains_key(old)
-            {
-                label_patch.insert(old.to_owned(), serde_json::Value::Null);
-            }
+    if let Some(existing) = &existing {
+        let have = serde_json::to_value(&existing.spec).unwrap_or_default();
+        let same_spec = without_empty(&spec) == without_empty(&have);
+        let have_labels = existing.metadata.labels.clone().unwrap_or_default();
+        let same_labels = label_patch
+            .iter()
+            .all(|(k, v)| have_labels.get(k).map(String::as_str) == v.as_str());
+        if same_spec && same_labels {
+            return Ok(());
         }
-        None => {
-            let ip: Ip = serde_json::from_value(json!({
-                "apiVersion": "kubeovn.io/v1",
-                "kind": "IP",
-                "metadata": {"name": record.name, "labels": labels},
-                "spec": spec,
-            }))
-            .map_err(|e| crate::error::Error::Invalid(format!("IP {}: {e}", record.name)))?;
-            let params = PostParams {
-                field_manager: Some(FIELD_MANAGER.to_owned()),
-                ..PostParams::default()
-            };
-            match api.create(&params, &ip).await {
-                Ok(_) => return Ok(()),
-                // Written meanwhile (the cache lags): updated below.
-                Err(kube::Error::Api(s)) if s.code == 409 => {}
-                Err(e) => return Err(e).doing(format_args!("create IP {}", record.name)),
-            }
+        if let Some(old) = existing.spec.subnet.as_deref()
+            && old != record.subnet
+            && have_labels.contains_key(old)
+        {
+            label_patch.insert(old.to_owned(), serde_json::Value::Null);
+        }
+    } else {
+        let ip: Ip = serde_json::from_value(json!({
+            "apiVersion": "kubeovn.io/v1",
+            "kind": "IP",
+            "metadata": {"name": record.name, "labels": labels},
+            "spec": spec,
+        }))
+        .map_err(|e| crate::error::Error::Invalid(format!("IP {}: {e}", record.name)))?;
+        let params = PostParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PostParams::default()
+        };
+        match api.create(&params, &ip).await {
+            Ok(_) => return Ok(()),
+            // Written meanwhile (the cache lags): updated below.
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(e).doing(format_args!("create IP {}", record.name)),
         }
     }
     let params = PatchParams {

@@ -8,7 +8,7 @@
 //! it; a release removes
 //! the port, then the IP CR, then frees the address. Every step checks before it writes, so a run
 //! with nothing to do writes nothing. One pod key is handled by one task at a time
-//! ([`crate::context::KeyLocks`]).
+//! ([`kube_ovn_support::KeyLocks`]).
 
 use std::sync::Arc;
 use std::time::Duration;

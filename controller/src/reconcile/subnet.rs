@@ -25,7 +25,6 @@ use kube_ovn_ovsdb::tables::nb::{
 };
 use kube_ovn_ovsdb::{DbCache, Table};
 
-use super::binding::selector_matches;
 use super::node_state::{internal_ips, node_ready};
 use super::pod_state::port_name;
 use super::subnet_acl::subnet_acls;
@@ -41,6 +40,7 @@ use crate::ovn::priority::{POLICY_GATEWAY, POLICY_SUBNET_ALLOW};
 use crate::ovn::topology::{
     Attachment, add_to_port_group, ensure_port_group, ensure_router_attachment, ensure_switch,
 };
+use kube_ovn_api::selector::Selector;
 
 pub const KIND: &str = "Subnet";
 
@@ -423,7 +423,7 @@ fn validate(ctx: &Context, subnet: &Subnet, eff: &Effective) -> Result<(), Strin
         }
     }
     for (i, sel) in subnet.spec.namespace_selectors.iter().flatten().enumerate() {
-        selector_matches(sel, &BTreeMap::new()).map_err(|e| format!("spec.namespaceSelectors[{i}]: {e}"))?;
+        Selector::parse(Some(sel), &format!("spec.namespaceSelectors[{i}]")).map_err(|e| e.to_string())?;
     }
     if let Some(other) = overlapping(ctx, subnet, eff) {
         return Err(format!(

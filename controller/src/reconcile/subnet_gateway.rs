@@ -22,11 +22,11 @@ use kube_ovn_api::annotations::{GatewayNodes, parse};
 use kube_ovn_api::crd::SubnetSpec;
 use kube_ovn_api::names;
 
-use super::binding::selector_matches;
 use super::subnet_spec::Effective;
 use crate::ovn::owned::PolicySpec;
 use crate::ovn::plan::owned_ids;
 use crate::ovn::priority::POLICY_GATEWAY;
+use kube_ovn_api::selector::Selector;
 
 /// What the gateway logic needs to know of a node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,18 +87,17 @@ pub fn gateway_candidates(spec: &SubnetSpec, nodes: &[NodeView]) -> Result<Vec<S
             "a centralized subnet needs gatewayNode or gatewayNodeSelectors".to_owned(),
         ));
     }
-    let mut out = Vec::new();
-    for n in nodes {
-        let mut selected = false;
-        for (i, sel) in selectors.iter().enumerate() {
-            if selector_matches(sel, &n.labels).map_err(|e| (format!("spec.gatewayNodeSelectors[{i}]"), e))? {
-                selected = true;
-            }
-        }
-        if selected {
-            out.push(n.name.clone());
-        }
-    }
+    let selectors = selectors
+        .iter()
+        .enumerate()
+        .map(|(i, sel)| Selector::parse(Some(sel), &format!("spec.gatewayNodeSelectors[{i}]")))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| (e.field, e.problem))?;
+    let mut out: Vec<String> = nodes
+        .iter()
+        .filter(|n| selectors.iter().any(|s| s.matches(&n.labels)))
+        .map(|n| n.name.clone())
+        .collect();
     out.sort();
     Ok(out)
 }
