@@ -27,11 +27,13 @@ use kube_ovn_api::names;
 use kube_ovn_ovsdb::Table;
 use kube_ovn_ovsdb::tables::nb::{LogicalSwitchPort, PortGroup};
 
-use super::ip_cr::{delete_ip, is_reserved};
-use super::pod::{deleted, is_alive, release_key};
+use super::ip_record::{delete_ip, is_reserved};
+use super::pod::{deleted, release_key};
+use super::pod_state::is_alive;
 use super::statefulset;
 use crate::context::Context;
-use crate::error::Result;
+use crate::error::{Doing, Result};
+use crate::informer::Changes;
 use crate::ovn::owned::sync_policies;
 use crate::ovn::plan::{Plan, is_owned_by};
 use crate::ovn::topology::remove_switch_port;
@@ -80,7 +82,6 @@ fn kept(ip: Option<&Ip>, statefulsets: &BTreeMap<(String, String), StatefulSet>)
 
 /// Removes what belongs to pods and nodes that no longer exist.
 pub async fn collect(ctx: &Context) -> Result<Collected> {
-    ctx.ready().await?;
     let mut out = Collected::default();
     let join = ctx.config.node_subnet.name.clone();
     // 1. What might be garbage, read before the owners.
@@ -120,7 +121,8 @@ pub async fn collect(ctx: &Context) -> Result<Collected> {
     let nodes: BTreeSet<String> = ctx.stores.nodes.state().iter().map(|n| n.name_any()).collect();
     let statefulsets: BTreeMap<(String, String), StatefulSet> = Api::<StatefulSet>::all(ctx.kube.clone())
         .list(&ListParams::default())
-        .await?
+        .await
+        .doing("list StatefulSets")?
         .items
         .into_iter()
         .map(|s| ((s.namespace().unwrap_or_default(), s.name_any()), s))
@@ -222,7 +224,10 @@ pub async fn node_gone(ctx: &Context, node: &str) -> Result<()> {
         }
         plan
     });
-    ctx.nb.apply(plan, "node-delete").await?;
+    ctx.nb
+        .apply(plan, "node-delete")
+        .await
+        .doing(format_args!("remove the rows of node {node}"))?;
     delete_ip(ctx, &port).await?;
     let join = ctx.config.node_subnet.name.clone();
     ctx.ipam().release(&join, &port);
@@ -278,11 +283,6 @@ where
     F: Fn(Arc<Context>, Event<K>) -> Fut,
     Fut: Future<Output = ()>,
 {
-    // A release before IPAM is rebuilt would be undone by the rebuild (it may still see the
-    // released IP CR in its cache): wait for it.
-    if ctx.ready().await.is_err() {
-        return;
-    }
     let api: Api<K> = Api::all(ctx.kube.clone());
     watcher::watcher(api, watcher::Config::default())
         .default_backoff()
@@ -304,20 +304,40 @@ where
         .await;
 }
 
+/// A deletion to act on.
+enum Gone {
+    Pod(Arc<Pod>),
+    Node(Arc<Node>),
+    /// Deletions were dropped (the handler fell behind): a collection finds what they left.
+    Missed,
+}
+
 /// Cleans up after pods, nodes and StatefulSets as their deletions (and scale-downs) arrive.
-pub async fn watch_deletions(ctx: Arc<Context>) {
-    let pods = each_event::<Pod, _, _>(&ctx, |ctx, event| async move {
-        if let Event::Delete(pod) = event
-            && let Err(e) = deleted(&ctx, &pod).await
-        {
-            tracing::warn!(pod = %pod.name_any(), error = %e, "cleanup after pod deletion failed; the collector will retry");
-        }
-    });
-    let nodes = each_event::<Node, _, _>(&ctx, |ctx, event| async move {
-        if let Event::Delete(node) = event
-            && let Err(e) = node_gone(&ctx, &node.name_any()).await
-        {
-            tracing::warn!(node = %node.name_any(), error = %e, "cleanup after node deletion failed; the collector will retry");
+/// Pods and nodes come from the controller's shared watches; StatefulSets, which only this
+/// reads, from a watch of its own.
+pub async fn watch_deletions(ctx: Arc<Context>, pods: Changes<Pod>, nodes: Changes<Node>) {
+    let pods = pods.map(|c| c.deleted().cloned().map(Gone::Pod), || Some(Gone::Missed));
+    let nodes = nodes.map(|c| c.deleted().cloned().map(Gone::Node), || Some(Gone::Missed));
+    let gone = futures::stream::select(pods, nodes).for_each_concurrent(16, |gone| {
+        let ctx = ctx.clone();
+        async move {
+            match gone {
+                Gone::Pod(pod) => {
+                    if let Err(e) = deleted(&ctx, &pod).await {
+                        tracing::warn!(pod = %pod.name_any(), error = %e, "cleanup after pod deletion failed; the collector will retry");
+                    }
+                }
+                Gone::Node(node) => {
+                    if let Err(e) = node_gone(&ctx, &node.name_any()).await {
+                        tracing::warn!(node = %node.name_any(), error = %e, "cleanup after node deletion failed; the collector will retry");
+                    }
+                }
+                Gone::Missed => {
+                    if let Err(e) = collect(&ctx).await {
+                        tracing::warn!(error = %e, "collection after missed deletions failed; the next one will retry");
+                    }
+                }
+            }
         }
     });
     let sts = each_event::<StatefulSet, _, _>(&ctx, |ctx, event| async move {
@@ -327,5 +347,5 @@ pub async fn watch_deletions(ctx: Arc<Context>) {
             tracing::warn!(statefulset = %s.name_any(), error = %e, "releasing addresses kept for a StatefulSet failed; the collector will retry");
         }
     });
-    futures::join!(pods, nodes, sts);
+    futures::join!(gone, sts);
 }
