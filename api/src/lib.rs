@@ -1,6 +1,6 @@
-//! Kube-OVN's API, in Rust: the `kubeovn.io/v1` custom resources ([`crd`]), the
-//! `ovn.kubernetes.io/*` annotation and label keys with typed parsing and formatting of their
-//! values ([`annotations`]), the names Kube-OVN gives OVN objects ([`names`]), what a Node says
+//! Kube-OVN's API, in Rust: the `kubeovn.io/v1` custom resources ([`crd`]) and our own BgpPeer
+//! ([`bgp_peer`]), the `ovn.kubernetes.io/*` annotation and label keys with typed parsing and
+//! formatting of their values ([`annotations`]), the names Kube-OVN gives OVN objects ([`names`]), what a Node says
 //! about its machine ([`node`]), Kubernetes label selectors ([`selector`]), and the JSON the CNI
 //! shim and the node daemon exchange ([`wire`]).
 //!
@@ -8,10 +8,11 @@
 //! controller, daemon, speaker and CNI shim can share it and test against it directly.
 
 pub mod annotations;
+pub mod bgp_peer;
 pub mod crd;
 pub mod names;
 pub mod node;
 pub mod selector;
 pub mod wire;
 
-pub use crd::crds;
+pub use crd::{crds, extension_crds};

@@ -52,8 +52,16 @@ fn writes_one_faithful_file_per_crd_deterministically() {
         files.sort();
         files
     };
-    let crds = kube_ovn_api::crds();
+    // Kube-OVN's and ours (BgpPeer), one file each, sorted by file name.
+    let mut crds = kube_ovn_api::crds();
+    crds.extend(kube_ovn_api::extension_crds());
+    crds.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     assert_eq!(first.len(), crds.len());
+    assert!(
+        first
+            .iter()
+            .any(|(name, _)| name == "bgppeers.bgp.kube-ovn-rs.io.yaml")
+    );
     for ((name, content), crd) in first.iter().zip(&crds) {
         assert_eq!(*name, format!("{}.yaml", crd.metadata.name.as_deref().unwrap()));
         let parsed: CustomResourceDefinition = serde_saphyr::from_str(content).unwrap();
@@ -91,6 +99,7 @@ fn check_names_changed_missing_and_stale_files() {
     text.push_str("# hand edit\n");
     std::fs::write(&edited, text).unwrap();
     std::fs::remove_file(path.join("vips.kubeovn.io.yaml")).unwrap();
+    std::fs::remove_file(path.join("bgppeers.bgp.kube-ovn-rs.io.yaml")).unwrap();
     std::fs::write(
         path.join("old-kind.kubeovn.io.yaml"),
         "kind: CustomResourceDefinition\n",
@@ -104,6 +113,7 @@ fn check_names_changed_missing_and_stale_files() {
     let err = stderr(&out);
     assert!(err.contains("subnets.kubeovn.io.yaml: differs"), "{err}");
     assert!(err.contains("vips.kubeovn.io.yaml: missing"), "{err}");
+    assert!(err.contains("bgppeers.bgp.kube-ovn-rs.io.yaml: missing"), "{err}");
     assert!(err.contains("old-kind.kubeovn.io.yaml: stale"), "{err}");
     assert!(!err.contains("kustomization"), "{err}");
 

@@ -14,13 +14,16 @@ use std::time::Duration;
 use common::gate::{Traffic, Verb};
 use common::{Env, ann, remains_in_cluster, remains_of};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, ListParams};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::api::{Api, DeleteParams};
+use kube::runtime::reflector::ObjectRef;
 use kube_ovn_api::names;
-use kube_ovn_controller::context::{Context, Stores};
+use kube_ovn_controller::context::Context;
+use kube_ovn_controller::informer::OwnWrites;
 use kube_ovn_controller::metrics::Metrics;
 use kube_ovn_controller::ovn::Nb;
+use kube_ovn_controller::reconcile::ipam_rebuild::rebuild_ipam;
+use kube_ovn_controller::stores::Informers;
+use kube_ovn_support::AbortOnDrop;
 use kube_ovn_testkit::wait_until_async;
 use netkit::{http_get, metric};
 
@@ -140,26 +143,6 @@ async fn a_pod_deleted_while_the_watch_is_down_is_released_after_the_relist() {
     controller.task.abort();
 }
 
-/// A cache filled by one list, and its writer, so the test decides what the cache sees next.
-async fn listed<K>(kube: &kube::Client) -> (Store<K>, reflector::store::Writer<K>)
-where
-    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
-{
-    let (reader, mut writer) = reflector::store();
-    let items = Api::<K>::all(kube.clone())
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items;
-    writer.apply_watcher_event(&watcher::Event::Init);
-    for item in items {
-        writer.apply_watcher_event(&watcher::Event::InitApply(item));
-    }
-    writer.apply_watcher_event(&watcher::Event::InitDone);
-    (reader, writer)
-}
-
 /// A reconcile is handed the cache's copy of `pa`; before it gets to run, `pa` is deleted, the
 /// cache drops it and its release runs to the end. Then the reconcile runs with its copy. Before
 /// the fix it wrote the port and the address back for a pod that no longer existed (the copy
@@ -171,34 +154,43 @@ async fn a_reconcile_holding_a_copy_from_before_the_deletion_writes_nothing_back
     let ip_a = routed_pod(&env, "pa").await;
     env.kill_controller().await;
 
-    // A controller context of the test's own, over caches it fills and changes itself.
+    // A controller context of the test's own, over watches of its own, and no reconciler: the
+    // test decides when the reconcile runs.
     let config = env.flags().validate().unwrap();
     let nb = Nb::new(
         kube_ovn_controller::connect_nb(&config).await.unwrap(),
         Metrics::new(),
     );
     let kube = env.kube.clone();
-    let (pods, mut pods_writer) = listed::<Pod>(&kube).await;
-    let stores = Stores {
-        pods,
-        nodes: listed(&kube).await.0,
-        subnet_nodes: listed(&kube).await.0,
-        namespaces: listed(&kube).await.0,
-        subnets: listed(&kube).await.0,
-        vpcs: listed(&kube).await.0,
-        ippools: listed(&kube).await.0,
-        ips: listed(&kube).await.0,
-        synced: Vec::new(),
-    };
-    let ctx = Arc::new(Context::new(config, kube, nb, Metrics::new(), stores));
-    ctx.ready().await.unwrap();
+    let informers = Informers::new(&kube);
+    let stores = informers.stores();
+    let _watches = AbortOnDrop::spawn(informers.run());
+    tokio::time::timeout(Duration::from_mins(1), stores.synced())
+        .await
+        .expect("the test's caches listed within a minute")
+        .unwrap();
+    let (ipam, _) = rebuild_ipam(&config, &stores, &nb);
+    let ctx = Arc::new(Context::new(
+        config,
+        kube,
+        nb,
+        Metrics::new(),
+        stores,
+        ipam,
+        Arc::new(OwnWrites::default()),
+    ));
     let key = format!("pa.{NS}");
     let holds = |ctx: &Context| ctx.ipam().keys(SUBNET).contains(&key);
     assert!(holds(&ctx), "IPAM rebuilt with pa's address");
 
-    let copy = ctx.stores.pods.get(&ObjectRef::new("pa").within(NS)).unwrap();
+    let pa = ObjectRef::new("pa").within(NS);
+    let copy = ctx.stores.pods.get(&pa).unwrap();
     delete(&env, "pa").await;
-    pods_writer.apply_watcher_event(&watcher::Event::Delete((*copy).clone()));
+    wait_until_async("the pod cache to drop pa", Duration::from_secs(30), || async {
+        Ok(ctx.stores.pods.get(&pa).is_none())
+    })
+    .await
+    .unwrap();
     kube_ovn_controller::reconcile::pod::deleted(&ctx, &copy)
         .await
         .unwrap();

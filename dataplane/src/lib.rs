@@ -1,6 +1,8 @@
 //! The only crate that talks to the kernel below std (DESIGN.md "Boundaries"): network
 //! namespace handles, links (veth pairs across namespaces), addresses, routes, sysctls and the
-//! one ethtool setting the userspace datapath needs; TCP MD5 keys on BGP sockets.
+//! one ethtool setting the userspace datapath needs; for the speaker's sockets, TCP MD5 keys,
+//! TTL / hop limit, `IPV6_V6ONLY` and the received TTL (`socket`). Callers make sockets with
+//! std or tokio and lend their file descriptors here.
 //!
 //! Everything is reached through [`Netns`] handles rather than by entering namespaces on the
 //! caller's thread: `setns` is per thread, and a tokio worker that entered a pod's namespace
@@ -18,6 +20,7 @@ pub mod ethtool;
 mod link;
 mod netns;
 mod route;
+pub mod socket;
 pub mod tcp_md5;
 
 pub use error::{Error, Result};

@@ -11,7 +11,11 @@
 //! - Services with `bgp: "true"` (the literal, as Kube-OVN): ClusterIPs when
 //!   `--announce-cluster-ip` is set; LoadBalancer ingress IPs and `spec.externalIPs` always.
 //! - IptablesEIPs with `bgp: "true"` that are ready: `spec.v4ip`/`spec.v6ip`, from the speaker
-//!   on the node running the EIP's NAT gateway pod.
+//!   on the node where a Running pod of the EIP's NAT gateway (`spec.natGwDp`) is: Kube-OVN's
+//!   `--node-route-eip-mode`, always on here. The gateway pod is found by its label
+//!   `ovn.kubernetes.io/vpc-nat-gw=true` and annotation `ovn.kubernetes.io/vpc_nat_gw=<gw>`, in
+//!   any namespace (Kube-OVN looks up `vpc-nat-gw-<gw>-0` in `--vpc-nat-gw-namespace`, which
+//!   misses Deployment-style gateways and gateways in other namespaces).
 //!
 //! Deviation (documented): Kube-OVN skips every pod of a subnet that has no annotations at all,
 //! even a pod annotated itself; here the pod's annotation is honoured.
@@ -254,18 +258,32 @@ pub fn desired(objects: &Objects<'_>, scope: &Scope<'_>) -> Desired {
     out
 }
 
-/// Whether the NAT gateway `gateway`'s pod (label `ovn.kubernetes.io/vpc-nat-gw-name`, as
-/// Kube-OVN labels its StatefulSet) is alive on this node.
+/// Whether a pod of the NAT gateway `gateway` runs on this node. Kube-OVN's gateway pods (the
+/// StatefulSet `vpc-nat-gw-<gw>`, or a Deployment when it has several replicas) carry the label
+/// `ovn.kubernetes.io/vpc-nat-gw=true` and the annotation `ovn.kubernetes.io/vpc_nat_gw=<gw>`.
+/// Their `app=<prefix>-<gw>` label depends on a configurable prefix, so it is not used; the
+/// `vpc-nat-gw-name` label is on the IptablesEIP and its rules, not on the pod. As in
+/// Kube-OVN's node-route EIP mode, only a Running pod counts: the EIP is configured inside it.
 fn nat_gateway_here(pods: &[Arc<Pod>], gateway: &str, node: &str) -> bool {
     !gateway.is_empty()
         && pods.iter().any(|p| {
-            p.metadata
+            let labelled = p
+                .metadata
                 .labels
                 .as_ref()
-                .and_then(|l| l.get("ovn.kubernetes.io/vpc-nat-gw-name"))
-                .is_some_and(|g| g == gateway)
+                .and_then(|l| l.get(keys::VPC_NAT_GW_LABEL))
+                .is_some_and(|v| v == "true");
+            let of_gateway = p
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(keys::VPC_NAT_GW))
+                .is_some_and(|g| g == gateway);
+            let running = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+            labelled
+                && of_gateway
+                && running
                 && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
-                && pod_alive(p)
         })
 }
 
@@ -464,57 +482,70 @@ mod tests {
         );
     }
 
+    /// An IptablesEIP as Kube-OVN's controller writes it (labels, spec, status) for gateway gw1.
+    fn kube_ovn_eip(ready: bool) -> Arc<IptablesEIP> {
+        obj(json!({"apiVersion": "kubeovn.io/v1", "kind": "IptablesEIP",
+            "metadata": {"name": "eip1", "annotations": {"ovn.kubernetes.io/bgp": "true"},
+                "finalizers": ["kubeovn.io/kube-ovn-controller"],
+                "labels": {"ovn.kubernetes.io/subnet": "ovn-vpc-external-network",
+                    "ovn.kubernetes.io/eip_v4_ip": "203.0.113.5",
+                    "ovn.kubernetes.io/vpc-nat-gw-name": "gw1"}},
+            "spec": {"natGwDp": "gw1", "v4ip": "203.0.113.5", "macAddress": "00:00:00:5e:00:01",
+                "externalSubnet": "ovn-vpc-external-network"},
+            "status": {"ready": ready, "ip": "203.0.113.5", "nat": "fip"}}))
+    }
+
+    /// The gateway's pod as Kube-OVN's StatefulSet makes it: `vpc-nat-gw-<gw>-0`, labels
+    /// `app=vpc-nat-gw-<gw>` and `ovn.kubernetes.io/vpc-nat-gw=true`, annotation
+    /// `ovn.kubernetes.io/vpc_nat_gw=<gw>`.
+    fn kube_ovn_gateway_pod(node: &str, phase: &str) -> Arc<Pod> {
+        obj(
+            json!({"metadata": {"name": "vpc-nat-gw-gw1-0", "namespace": "kube-system",
+                "labels": {"app": "vpc-nat-gw-gw1", "ovn.kubernetes.io/vpc-nat-gw": "true",
+                    "statefulset.kubernetes.io/pod-name": "vpc-nat-gw-gw1-0"},
+                "annotations": {"ovn.kubernetes.io/vpc_nat_gw": "gw1",
+                    "k8s.v1.cni.cncf.io/networks": "kube-system/ovn-vpc-external-network",
+                    "ovn.kubernetes.io/logical_switch": "vpc1-subnet1",
+                    "ovn.kubernetes.io/ip_address": "10.0.1.254"}},
+            "spec": {"nodeName": node, "containers": []}, "status": {"phase": phase}}),
+        )
+    }
+
+    fn eip_prefixes(pods: &[Arc<Pod>], eips: &[Arc<IptablesEIP>]) -> Vec<String> {
+        prefixes(&desired(
+            &Objects {
+                pods,
+                eips,
+                ..Objects::default()
+            },
+            &HERE,
+        ))
+    }
+
     #[test]
     fn eips_go_out_from_the_node_of_their_nat_gateway() {
-        let eip = |ready: bool| -> Arc<IptablesEIP> {
-            obj(json!({"apiVersion": "kubeovn.io/v1", "kind": "IptablesEIP",
-                "metadata": {"name": "eip1", "annotations": {"ovn.kubernetes.io/bgp": "true"}},
-                "spec": {"natGwDp": "gw1", "v4ip": "203.0.113.5"}, "status": {"ready": ready}}))
-        };
-        let gw_pod = |node: &str| -> Arc<Pod> {
-            obj(
-                json!({"metadata": {"name": "vpc-nat-gw-gw1-0", "namespace": "kube-system", "labels": {"ovn.kubernetes.io/vpc-nat-gw-name": "gw1"}},
-                "spec": {"nodeName": node, "containers": []}, "status": {"phase": "Running"}}),
-            )
-        };
-        let here = [gw_pod("n1")];
-        let there = [gw_pod("n2")];
-        let eips = [eip(true)];
+        let ready = [kube_ovn_eip(true)];
         assert_eq!(
-            prefixes(&desired(
-                &Objects {
-                    pods: &here,
-                    eips: &eips,
-                    ..Objects::default()
-                },
-                &HERE
-            )),
+            eip_prefixes(&[kube_ovn_gateway_pod("n1", "Running")], &ready),
             ["203.0.113.5/32"]
         );
         assert!(
-            desired(
-                &Objects {
-                    pods: &there,
-                    eips: &eips,
-                    ..Objects::default()
-                },
-                &HERE
-            )
-            .prefixes
-            .is_empty()
+            eip_prefixes(&[kube_ovn_gateway_pod("n2", "Running")], &ready).is_empty(),
+            "the gateway runs on another node"
         );
-        let unready = [eip(false)];
         assert!(
-            desired(
-                &Objects {
-                    pods: &here,
-                    eips: &unready,
-                    ..Objects::default()
-                },
-                &HERE
-            )
-            .prefixes
-            .is_empty()
+            eip_prefixes(&[kube_ovn_gateway_pod("n1", "Pending")], &ready).is_empty(),
+            "the gateway is not running yet"
         );
+        assert!(
+            eip_prefixes(&[kube_ovn_gateway_pod("n1", "Running")], &[kube_ovn_eip(false)]).is_empty(),
+            "the EIP is not ready"
+        );
+        // The IptablesEIP's own label names the gateway; a pod carrying only that label (and
+        // no gateway annotation) is not a gateway pod.
+        let impostor: Arc<Pod> = obj(json!({"metadata": {"name": "x", "namespace": "kube-system",
+                "labels": {"ovn.kubernetes.io/vpc-nat-gw-name": "gw1"}},
+            "spec": {"nodeName": "n1", "containers": []}, "status": {"phase": "Running"}}));
+        assert!(eip_prefixes(&[impostor], &ready).is_empty());
     }
 }

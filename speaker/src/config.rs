@@ -33,9 +33,17 @@ pub struct Flags {
     /// IPv6 peers, comma-separated.
     #[arg(long, env = "NEIGHBOR_IPV6_ADDRESS", value_delimiter = ',')]
     pub neighbor_ipv6_address: Vec<String>,
-    /// BGP identifier (IPv4); else the first IPv4 of `POD_IPS`/`POD_IP`.
+    /// BGP identifier (IPv4); else the first IPv4 of `--pod-ips`.
     #[arg(long, env = "ROUTER_ID", default_value = "")]
     pub router_id: String,
+    /// This pod's addresses, comma-separated (the downward API's `status.podIPs`, as Kube-OVN's
+    /// manifests set `POD_IPS`): the default router ID, and a source address that calls for
+    /// `--node-ips` as the next hop.
+    #[arg(long, env = "POD_IPS", value_delimiter = ',')]
+    pub pod_ips: Vec<String>,
+    /// The single-address form (`status.podIP`), used when `--pod-ips` is empty.
+    #[arg(long, env = "POD_IP", default_value = "")]
+    pub pod_ip: String,
     /// Node addresses to use as next hop when the speaker runs without host networking.
     #[arg(long, env = "NODE_IPS", value_delimiter = ',')]
     pub node_ips: Vec<String>,
@@ -123,6 +131,8 @@ pub struct Config {
     pub router_id: Ipv4Addr,
     /// `--node-ips`.
     pub node_ips: Vec<IpAddr>,
+    /// `--pod-ips`, else `--pod-ip`.
+    pub pod_ips: Vec<IpAddr>,
     /// `--allowed-source-addresses` and the IPv6 list together.
     pub allowed_sources: Vec<IpAddr>,
 }
@@ -146,9 +156,8 @@ fn ip_list(flag: &'static str, values: &[String], v6: Option<bool>) -> Result<Ve
 }
 
 impl Flags {
-    /// Checks every flag and their combinations. `pod_ips` is `POD_IPS` (or `POD_IP`) for the
-    /// default router ID.
-    pub fn validate(self, pod_ips: &str) -> Result<Config, FlagError> {
+    /// Checks every flag and their combinations.
+    pub fn validate(self) -> Result<Config, FlagError> {
         if self.cluster_as == 0 {
             return Err(bad("cluster-as", "required (the local AS number)"));
         }
@@ -170,10 +179,18 @@ impl Flags {
                 "required (or NODE_NAME): the `local` policy needs it",
             ));
         }
+        let pod_ips = if self.pod_ips.iter().any(|v| !v.trim().is_empty()) {
+            ip_list("pod-ips", &self.pod_ips, None)?
+        } else {
+            ip_list("pod-ip", std::slice::from_ref(&self.pod_ip), None)?
+        };
         let router_id = if self.router_id.is_empty() {
             pod_ips
-                .split(',')
-                .find_map(|s| s.trim().parse::<Ipv4Addr>().ok())
+                .iter()
+                .find_map(|ip| match ip {
+                    IpAddr::V4(v4) => Some(*v4),
+                    IpAddr::V6(_) => None,
+                })
                 .unwrap_or(Ipv4Addr::UNSPECIFIED)
         } else {
             self.router_id.parse().map_err(|_| {
@@ -187,7 +204,7 @@ impl Flags {
             // RFC 6286 §2.1: the identifier must be non-zero.
             return Err(bad(
                 "router-id",
-                "required when POD_IPS has no IPv4 address (must not be 0.0.0.0)",
+                "required when --pod-ips (POD_IPS) has no IPv4 address (must not be 0.0.0.0)",
             ));
         }
         let secs = self.holdtime.as_secs_f64();
@@ -240,6 +257,7 @@ impl Flags {
             neighbors,
             router_id,
             node_ips,
+            pod_ips,
             allowed_sources,
         })
     }
@@ -257,10 +275,18 @@ mod tests {
 
     #[test]
     fn kube_ovn_defaults() {
-        let c = flags(&["--neighbor-address=10.0.0.1", "--neighbor-as=65001"])
-            .validate("10.1.0.5,fd00::5")
-            .unwrap();
+        let c = flags(&[
+            "--neighbor-address=10.0.0.1",
+            "--neighbor-as=65001",
+            "--pod-ips=fd00::5,10.1.0.5",
+        ])
+        .validate()
+        .unwrap();
         assert_eq!(c.router_id, Ipv4Addr::new(10, 1, 0, 5));
+        assert_eq!(
+            c.pod_ips,
+            ["fd00::5".parse::<IpAddr>().unwrap(), "10.1.0.5".parse().unwrap()]
+        );
         assert_eq!(c.flags.holdtime, Duration::from_secs(90));
         assert_eq!(c.flags.graceful_restart_deferral_time, Duration::from_mins(6));
         assert_eq!(c.flags.pprof_port, 10667);
@@ -271,15 +297,21 @@ mod tests {
             "--neighbor-as=65001",
             "--graceful-restart",
             "--passivemode",
+            "--pod-ip=10.1.0.6",
         ])
-        .validate("10.1.0.5")
+        .validate()
         .unwrap();
         assert!(c.flags.graceful_restart && c.flags.passivemode);
+        assert_eq!(
+            c.router_id,
+            Ipv4Addr::new(10, 1, 0, 6),
+            "POD_IP when POD_IPS is empty"
+        );
     }
 
     #[test]
     fn bad_values_and_combinations_name_the_flag() {
-        for (args, pod_ips, flag) in [
+        for (mut args, pod_ips, flag) in [
             (vec!["--neighbor-address=10.0.0.1"], "10.1.0.5", "--neighbor-as"),
             (
                 vec!["--neighbor-address=fd00::1", "--neighbor-as=1"],
@@ -302,13 +334,16 @@ mod tests {
             (vec!["--ebgp-multihop=0"], "10.1.0.5", "--ebgp-multihop"),
             (vec!["--enable-bfd", "--bfd-min-tx=0"], "10.1.0.5", "--bfd-min-tx"),
             (vec!["--node-ips=nope"], "10.1.0.5", "--node-ips"),
+            (vec![], "10.1.0.5,bad", "--pod-ips"),
         ] {
-            let err = flags(&args).validate(pod_ips).unwrap_err().to_string();
+            let pod_ips = format!("--pod-ips={pod_ips}");
+            args.push(&pod_ips);
+            let err = flags(&args).validate().unwrap_err().to_string();
             assert!(err.starts_with(flag), "{args:?}: {err}");
         }
-        let no_as = Flags::try_parse_from(["kube-ovn-speaker", "--node-name=n1"])
+        let no_as = Flags::try_parse_from(["kube-ovn-speaker", "--node-name=n1", "--pod-ips=10.1.0.5"])
             .unwrap()
-            .validate("10.1.0.5")
+            .validate()
             .unwrap_err();
         assert!(no_as.to_string().starts_with("--cluster-as"));
     }

@@ -13,7 +13,9 @@
 //! - `bgp_peer_session_state` uses GoBGP's numbering, as Kube-OVN does: Idle 1, Connect 2,
 //!   Active 3, OpenSent 4, OpenConfirm 5, Established 6.
 //! - `bgp_peer_out_queue` is in bytes written to the session but not yet taken by the kernel
-//!   (GoBGP counts queued messages instead).
+//!   (GoBGP counts queued messages instead); it stays below 1 MiB plus one message, and what
+//!   does not fit waits as `bgp_peer_prefixes_pending` (ours, with
+//!   `bgp_peer_prefixes_unsendable`).
 //! - `bfd_peer_session_state` and `bfd_peer_remote_session_state` use the state field of the
 //!   BFD Control packet (RFC 5880 §4.1): AdminDown 0, Down 1, Init 2, Up 3.
 //! - `bfd_server_received_drop` counts datagrams dropped for a TTL other than 255 (RFC 5881 §5)
@@ -119,6 +121,8 @@ struct Bgp {
     received: Family<MessageLabels, Count>,
     sent: Family<MessageLabels, Count>,
     prefixes: PeerCount,
+    pending: PeerCount,
+    unsendable: PeerCount,
 }
 
 #[derive(Default)]
@@ -200,6 +204,16 @@ impl Metrics {
             "bgp_peer_prefixes_announced",
             "Prefixes the peer holds from this speaker",
             bgp.prefixes.clone(),
+        );
+        sub.register(
+            "bgp_peer_prefixes_pending",
+            "Prefixes whose change has not gone out to the peer yet (a slow peer, or no session)",
+            bgp.pending.clone(),
+        );
+        sub.register(
+            "bgp_peer_prefixes_unsendable",
+            "Prefixes not announced because their attributes cannot be encoded in one UPDATE",
+            bgp.unsendable.clone(),
         );
         sub.register(
             "tcp_md5_failures",
@@ -320,10 +334,7 @@ impl Metrics {
     /// The OpenMetrics text of the last refresh.
     pub fn encode(&self) -> String {
         let _guard = self.inner.lock.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut out = String::new();
-        // Encoding into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.inner.registry);
-        out
+        kube_ovn_support::endpoints::encode(&self.inner.registry)
     }
 }
 
@@ -336,6 +347,8 @@ impl Bgp {
         self.received.clear();
         self.sent.clear();
         self.prefixes.clear();
+        self.pending.clear();
+        self.unsendable.clear();
     }
 
     fn set(&self, peer: &PeerLabels, status: &PeerStatus) {
@@ -348,6 +361,12 @@ impl Bgp {
             .get_or_create(peer)
             .set(status.out_queue_bytes as u64);
         self.prefixes.get_or_create(peer).set(status.prefixes_sent as u64);
+        self.pending
+            .get_or_create(peer)
+            .set(status.prefixes_pending as u64);
+        self.unsendable
+            .get_or_create(peer)
+            .set(status.prefixes_unsendable as u64);
         for (family, counts) in [
             (&self.received, &status.messages_received),
             (&self.sent, &status.messages_sent),

@@ -20,6 +20,9 @@ fn bfd(state: BfdState, remote_state: BfdState) -> BfdStatus {
         remote_state,
         local_discriminator: 1,
         remote_discriminator: 2,
+        poll_in_progress: false,
+        tx_interval: None,
+        detection_time: None,
     }
 }
 
@@ -36,6 +39,8 @@ fn names_labels_and_values() {
     let mut up = peer(A, State::Established);
     up.flaps = 2;
     up.prefixes_sent = 1000;
+    up.prefixes_pending = 12;
+    up.prefixes_unsendable = 1;
     up.out_queue_bytes = 4096;
     up.messages_sent.update = 7;
     up.messages_sent.keepalive = 3;
@@ -81,6 +86,8 @@ fn names_labels_and_values() {
         ("kube_ovn_speaker_bgp_peer_flap_count", a, "2"),
         ("kube_ovn_speaker_bgp_peer_out_queue", a, "4096"),
         ("kube_ovn_speaker_bgp_peer_prefixes_announced", a, "1000"),
+        ("kube_ovn_speaker_bgp_peer_prefixes_pending", a, "12"),
+        ("kube_ovn_speaker_bgp_peer_prefixes_unsendable", a, "1"),
         ("kube_ovn_speaker_bgp_peer_prefixes_announced", b, "0"),
         (
             "kube_ovn_speaker_bgp_peer_sent_messages",

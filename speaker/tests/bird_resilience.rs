@@ -145,19 +145,10 @@ fn graceful_restart_keeps_stale_routes_until_end_of_rib() {
 fn hold_timer_expires_when_the_peer_goes_silent() {
     init_tracing();
     let lab = Lab::direct().unwrap();
-    let spec = PeerSpec {
-        hold_time: 3,
-        ..PeerSpec::new(TOR_V4, NODE_V4)
-    };
-    let bird = Bird::start(&lab.tor, &spec).unwrap();
+    let (bird, speaker_with_peer) = tor_and_speaker_with_hold(&lab, 3).unwrap();
     lab.on_node(|rt| {
         let _enter = rt.enter();
-        let speaker = Speaker::new(SpeakerConfig::default()).unwrap();
-        let mut config = session(false);
-        config.hold_time = 3;
-        let peer = speaker
-            .add_peer(PeerConfig::new(IpAddr::V4(TOR_V4), config))
-            .unwrap();
+        let (_speaker, peer) = speaker_with_peer();
         peer.set_ready().unwrap();
         block(
             rt,

@@ -111,6 +111,9 @@ async fn session_routes_bfd_seam_and_shutdown_notification() {
             .contains("BFD down (6/10)"),
         "{down:?}"
     );
+    // What is checked is that nothing happens: the session must not come back on its own
+    // although its idle hold (1 s) runs out meanwhile. No event marks "still nothing", so this
+    // waits 2.5 idle holds and then looks.
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let held = a.status();
     assert!(held.bfd_down && held.state == State::Idle, "{held:?}");

@@ -6,7 +6,7 @@
 mod common;
 
 use anyhow::{Context, Result};
-use common::k8s::{Cluster, speaker};
+use common::k8s::{Cluster, speaker, wait_route};
 use common::peers::{Bird, PeerSpec};
 use common::{Lab, NODE_AS, NODE_V4, TOR_V4};
 use k8s_openapi::api::core::v1::{Pod, Service};
@@ -16,14 +16,6 @@ use kube_ovn_testkit::wait_until;
 use serde_json::{Value, json};
 
 const WAIT: std::time::Duration = std::time::Duration::from_secs(30);
-
-fn wait_route(bird: &Bird, speaker: &common::k8s::Speaker, prefix: &str, present: bool) -> Result<()> {
-    let what = format!(
-        "{prefix} {} in the ToR's table",
-        if present { "present" } else { "absent" }
-    );
-    wait_until(&what, WAIT, || Ok(bird.has(prefix)? == present)).with_context(|| speaker.log_tail(20))
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_bgp_annotation_decides_what_the_tor_learns() -> Result<()> {

@@ -134,7 +134,15 @@ impl Network {
             return;
         }
         let bytes = encode(message, self.sides[me].encode).unwrap();
-        self.events.push_back(Event::Bytes(1 - me, link, bytes));
+        self.send_bytes(me, id, bytes);
+    }
+
+    /// Bytes already encoded (the Adj-RIB-Out's output).
+    fn send_bytes(&mut self, me: usize, id: ConnectionId, bytes: Vec<u8>) {
+        let link = link_of(me, id);
+        if self.open[link] && !bytes.is_empty() {
+            self.events.push_back(Event::Bytes(1 - me, link, bytes));
+        }
     }
 
     fn act(&mut self, me: usize, action: Action) {
@@ -166,9 +174,8 @@ impl Network {
                 side.encode = negotiated.encode_context();
                 side.decode = negotiated.decode_context(UpdateMode::Full);
                 side.rib.session_up(&negotiated);
-                for update in side.rib.take_updates().unwrap() {
-                    self.send(me, id, &Message::Update(Box::new(update)));
-                }
+                let output = side.rib.take_output(usize::MAX);
+                self.send_bytes(me, id, output.bytes);
             }
             Action::UpdateReceived(update) => {
                 self.sides[me].received_routes +=
@@ -270,9 +277,8 @@ fn restarting_side_holds_routes_until_ready_then_sends_end_of_rib() {
     );
     net.sides[0].rib.set_ready();
     let (id, _) = net.sides[0].session.established_connection().unwrap();
-    for update in net.sides[0].rib.take_updates().unwrap() {
-        net.send(0, id, &Message::Update(Box::new(update)));
-    }
+    let output = net.sides[0].rib.take_output(usize::MAX);
+    net.send_bytes(0, id, output.bytes);
     net.run();
     assert_eq!(net.sides[1].received_routes, 1);
     assert_eq!(

@@ -113,7 +113,7 @@ pub const DHCP_V6_OPTIONS: &str = "ovn.kubernetes.io/dhcp-v6-options";
 pub const VF_REPRESENTOR: &str = "ovn.kubernetes.io/vf_representor";
 /// Pod: SR-IOV VF index, cni → cni. Per provider.
 pub const VF: &str = "ovn.kubernetes.io/vf";
-/// Pod: the VpcNatGateway this pod implements, ctl → ctl.
+/// Pod: the VpcNatGateway this pod implements, ctl → ctl, spk (which node announces its EIPs).
 pub const VPC_NAT_GW: &str = "ovn.kubernetes.io/vpc_nat_gw";
 /// Pod: NAT gateway initialised, ctl → ctl.
 pub const VPC_NAT_GW_INIT: &str = "ovn.kubernetes.io/vpc_nat_gw_init";
@@ -193,9 +193,10 @@ pub const VPC_LABEL: &str = "ovn.kubernetes.io/vpc";
 pub const NODE_NAME_LABEL: &str = "ovn.kubernetes.io/node-name";
 /// Label on IPs: `"true"` for user-reserved IP CRs (kept after the pod goes), ctl.
 pub const IP_RESERVED_LABEL: &str = "ovn.kubernetes.io/ip_reserved";
-/// Label on NAT gateway workloads, ctl.
+/// Label `"true"` on NAT gateway pods (beside `app=vpc-nat-gw-<gw>`), ctl → spk.
 pub const VPC_NAT_GW_LABEL: &str = "ovn.kubernetes.io/vpc-nat-gw";
-/// Label on IptablesEIPs: their VpcNatGateway; the NAT-gateway speaker selects on it. ctl → spk.
+/// Label on IptablesEIPs and their FIP/SNAT/DNAT rules (not on pods): their VpcNatGateway;
+/// Kube-OVN's speaker inside a gateway pod (`--nat-gw-mode`) selects its EIPs on it. ctl.
 pub const VPC_NAT_GW_NAME_LABEL: &str = "ovn.kubernetes.io/vpc-nat-gw-name";
 /// Label on VPC egress gateway workloads, ctl.
 pub const VPC_EGRESS_GATEWAY_LABEL: &str = "ovn.kubernetes.io/vpc-egress-gateway";

@@ -188,27 +188,41 @@ pub(crate) fn normalize(
     mut crd: CustomResourceDefinition,
     status_subresource: bool,
 ) -> CustomResourceDefinition {
-    for version in &mut crd.spec.versions {
-        if !status_subresource {
-            // kube-derive adds the status subresource whenever the kind has a status; Vip has a
-            // status field but Kube-OVN registers it without the subresource.
+    if !status_subresource {
+        // kube-derive adds the status subresource whenever the kind has a status; Vip has a
+        // status field but Kube-OVN registers it without the subresource.
+        for version in &mut crd.spec.versions {
             version.subresources = None;
         }
+    }
+    clean(crd, |root| {
+        root.remove("required");
+        if let Some(Value::Object(props)) = root.get_mut("properties") {
+            props.insert("apiVersion".into(), serde_json::json!({ "type": "string" }));
+            props.insert("kind".into(), serde_json::json!({ "type": "string" }));
+            props.insert("metadata".into(), serde_json::json!({ "type": "object" }));
+        }
+    })
+}
+
+/// What every CRD of ours (Kube-OVN's kinds and our own) gets after the derive: no `nullable`
+/// (the API server would store explicit `null`s instead of pruning them), no invented `title`s,
+/// no `null` in `enum` lists; then `edit_root` may change each version's root schema.
+pub fn clean(
+    mut crd: CustomResourceDefinition,
+    edit_root: impl Fn(&mut serde_json::Map<String, Value>),
+) -> CustomResourceDefinition {
+    for version in &mut crd.spec.versions {
         let Some(schema) = version.schema.as_mut().and_then(|s| s.open_api_v3_schema.take()) else {
             continue;
         };
         let mut value = serde_json::to_value(schema).expect("JSONSchemaProps serializes");
         strip(&mut value);
         if let Value::Object(root) = &mut value {
-            root.remove("required");
-            if let Some(Value::Object(props)) = root.get_mut("properties") {
-                props.insert("apiVersion".into(), serde_json::json!({ "type": "string" }));
-                props.insert("kind".into(), serde_json::json!({ "type": "string" }));
-                props.insert("metadata".into(), serde_json::json!({ "type": "object" }));
-            }
+            edit_root(root);
         }
         let schema: JSONSchemaProps =
-            serde_json::from_value(value).expect("normalized schema is still a schema");
+            serde_json::from_value(value).expect("a cleaned schema is still a schema");
         if let Some(validation) = version.schema.as_mut() {
             validation.open_api_v3_schema = Some(schema);
         }

@@ -14,6 +14,7 @@
 
 pub mod owned;
 pub mod plan;
+pub mod priority;
 pub mod topology;
 
 use std::ops::Range;
@@ -29,6 +30,10 @@ use crate::metrics::Metrics;
 /// Operations per merged transaction, at most: big enough to amortise a round trip, small enough
 /// that one transaction does not hold the server for long.
 const MAX_BATCH_OPS: usize = 4000;
+
+/// How long a batch waits for more plans while plans keep coming (see [`batcher`]); a plan that
+/// arrives when the batcher has been idle goes out at once.
+const LINGER: std::time::Duration = std::time::Duration::from_millis(20);
 
 type Reply = oneshot::Sender<Result<Vec<OperationResult>, kube_ovn_ovsdb::Error>>;
 
@@ -100,22 +105,33 @@ impl Nb {
 }
 
 async fn batcher(client: Client, metrics: Metrics, mut rx: mpsc::UnboundedReceiver<Job>) {
+    // When the last transaction ended; plans arriving soon after it are a stream, and waiting a
+    // moment for more of them costs each little and saves the server and ovn-northd a round.
+    let mut last_end: Option<Instant> = None;
     while let Some(first) = rx.recv().await {
         let mut jobs = vec![first];
         let mut ops = jobs[0].plan.len();
+        let busy = last_end.is_some_and(|t| t.elapsed() < LINGER);
+        let deadline = tokio::time::Instant::now() + LINGER;
         while ops < MAX_BATCH_OPS {
-            match rx.try_recv() {
-                Ok(job) => {
-                    ops += job.plan.len();
-                    jobs.push(job);
+            let job = match rx.try_recv() {
+                Ok(job) => job,
+                Err(mpsc::error::TryRecvError::Empty) if busy => {
+                    match tokio::time::timeout_at(deadline, rx.recv()).await {
+                        Ok(Some(job)) => job,
+                        _ => break,
+                    }
                 }
                 Err(_) => break,
-            }
+            };
+            ops += job.plan.len();
+            jobs.push(job);
         }
         crate::crash_point::reached(crate::crash_point::NB_SUBMITTED);
         if jobs.len() == 1 {
             let job = jobs.pop().expect("one job");
             let result = transact(&client, &metrics, job.plan, job.what).await;
+            last_end = Some(Instant::now());
             let _ = job.reply.send(result);
             continue;
         }
@@ -131,7 +147,9 @@ async fn batcher(client: Client, metrics: Metrics, mut rx: mpsc::UnboundedReceiv
             merged.extend(plan);
             ranges.push(start..merged.len());
         }
-        match transact(&client, &metrics, merged, "batch").await {
+        let result = transact(&client, &metrics, merged, "batch").await;
+        last_end = Some(Instant::now());
+        match result {
             Ok(results) => {
                 for (job, range) in jobs.into_iter().zip(ranges) {
                     let _ = job.reply.send(Ok(results[range].to_vec()));

@@ -1,7 +1,7 @@
 //! Garbage collection: switch ports, IP CRs and addresses whose pod or node is gone — deleted
 //! while the controller was down (the collection at start finds those) — and reacting to
 //! deletions as they happen (a deleted object is never reconciled again, so its cleanup starts
-//! here): pods and nodes as they leave the reconcilers' caches ([`super::departures`]: a watch
+//! here): pods and nodes as they leave the reconcilers' caches ([`crate::informer`]: a watch
 //! `Delete`, or missing from a relist), and StatefulSets (scaled down or deleted after their pods
 //! went, so the addresses kept for them go too). Between them, a pod deleted at any moment is
 //! released once: gone before the caches listed at start, the start-up collection finds it;
@@ -31,13 +31,14 @@ use kube_ovn_api::crd::Ip;
 use kube_ovn_api::names;
 use kube_ovn_ovsdb::Table;
 use kube_ovn_ovsdb::tables::nb::{LogicalSwitchPort, PortGroup};
-use tokio::sync::mpsc;
 
-use super::ip_cr::{delete_ip, is_reserved};
-use super::pod::{deleted, is_alive, release_key};
+use super::ip_record::{delete_ip, is_reserved};
+use super::pod::{deleted, release_key};
+use super::pod_state::is_alive;
 use super::statefulset;
 use crate::context::Context;
-use crate::error::Result;
+use crate::error::{Doing, Result};
+use crate::informer::Changes;
 use crate::ovn::owned::sync_policies;
 use crate::ovn::plan::{Plan, is_owned_by};
 use crate::ovn::topology::remove_switch_port;
@@ -86,7 +87,6 @@ fn kept(ip: Option<&Ip>, statefulsets: &BTreeMap<(String, String), StatefulSet>)
 
 /// Removes what belongs to pods and nodes that no longer exist.
 pub async fn collect(ctx: &Context) -> Result<Collected> {
-    ctx.ready().await?;
     let mut out = Collected::default();
     let join = ctx.config.node_subnet.name.clone();
     // 1. What might be garbage, read before the owners.
@@ -126,7 +126,8 @@ pub async fn collect(ctx: &Context) -> Result<Collected> {
     let nodes: BTreeSet<String> = ctx.stores.nodes.state().iter().map(|n| n.name_any()).collect();
     let statefulsets: BTreeMap<(String, String), StatefulSet> = Api::<StatefulSet>::all(ctx.kube.clone())
         .list(&ListParams::default())
-        .await?
+        .await
+        .doing("list StatefulSets")?
         .items
         .into_iter()
         .map(|s| ((s.namespace().unwrap_or_default(), s.name_any()), s))
@@ -228,7 +229,10 @@ pub async fn node_gone(ctx: &Context, node: &str) -> Result<()> {
         }
         plan
     });
-    ctx.nb.apply(plan, "node-delete").await?;
+    ctx.nb
+        .apply(plan, "node-delete")
+        .await
+        .doing(format_args!("remove the rows of node {node}"))?;
     delete_ip(ctx, &port).await?;
     let join = ctx.config.node_subnet.name.clone();
     ctx.ipam().release(&join, &port);
@@ -284,11 +288,6 @@ where
     F: Fn(Arc<Context>, Event<K>) -> Fut,
     Fut: Future<Output = ()>,
 {
-    // A release before IPAM is rebuilt would be undone by the rebuild (it may still see the
-    // released IP CR in its cache): wait for it.
-    if ctx.ready().await.is_err() {
-        return;
-    }
     let api: Api<K> = Api::all(ctx.kube.clone());
     watcher::watcher(api, watcher::Config::default())
         .default_backoff()
@@ -310,64 +309,63 @@ where
         .await;
 }
 
-/// Runs `f` for every object that left a controller's cache, up to 16 at a time, once IPAM is
-/// rebuilt (departures wait in the channel until then); a failure is retried with backoff until
-/// it succeeds or the controller stops, so a deletion seen is a deletion acted on, not one left
-/// to the next periodic collection.
-async fn each_departure<K, F, Fut>(ctx: &Arc<Context>, gone: mpsc::UnboundedReceiver<Arc<K>>, f: F)
-where
-    K: kube::Resource,
-    K::DynamicType: Default,
-    F: Fn(Arc<Context>, Arc<K>) -> Fut,
-    Fut: Future<Output = Result<()>>,
-{
-    // A release before IPAM is rebuilt would be undone by the rebuild (it may still see the
-    // released IP CR in its cache): wait for it.
-    if ctx.ready().await.is_err() {
-        return;
-    }
-    let mut gone = gone;
-    futures::stream::poll_fn(move |cx| gone.poll_recv(cx))
-        .for_each_concurrent(16, |obj| {
-            let ctx = ctx.clone();
-            let f = &f;
-            async move {
-                let mut backoff = Duration::from_millis(100);
-                while let Err(e) = f(ctx.clone(), obj.clone()).await {
-                    tracing::warn!(
-                        kind = K::kind(&K::DynamicType::default()).as_ref(),
-                        name = obj.meta().name.as_deref().unwrap_or_default(),
-                        namespace = obj.meta().namespace.as_deref().unwrap_or_default(),
-                        error = %e,
-                        "cleanup after deletion failed; retrying"
-                    );
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
-                }
-            }
-        })
-        .await;
+/// A deletion to act on.
+enum Gone {
+    Pod(Arc<Pod>),
+    Node(Arc<Node>),
+    /// Deletions were dropped (the handler fell behind): a collection finds what they left.
+    Missed,
 }
 
-/// Cleans up after pods and nodes as they leave the controllers' caches (`pods_gone`,
-/// `nodes_gone`: see [`super::departures`]) and after StatefulSets as they change or go.
-pub async fn watch_deletions(
-    ctx: Arc<Context>,
-    pods_gone: mpsc::UnboundedReceiver<Arc<Pod>>,
-    nodes_gone: mpsc::UnboundedReceiver<Arc<Node>>,
-) {
-    let pods = each_departure(
-        &ctx,
-        pods_gone,
-        |ctx, pod| async move { deleted(&ctx, &pod).await },
-    );
-    let nodes = each_departure(&ctx, nodes_gone, |ctx, node| async move {
-        // A node of that name in the cache again (created anew, or back in a relist under
-        // another UID) owns the name's join port and IP CR now: its reconciler keeps them.
-        if ctx.stores.nodes.get(&ObjectRef::new(&node.name_any())).is_some() {
-            return Ok(());
+impl std::fmt::Display for Gone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Gone::Pod(pod) => write!(
+                f,
+                "pod {}/{}",
+                pod.namespace().unwrap_or_default(),
+                pod.name_any()
+            ),
+            Gone::Node(node) => write!(f, "node {}", node.name_any()),
+            Gone::Missed => f.write_str("missed deletions"),
         }
-        node_gone(&ctx, &node.name_any()).await
+    }
+}
+
+async fn clean_up(ctx: &Context, gone: &Gone) -> Result<()> {
+    match gone {
+        Gone::Pod(pod) => deleted(ctx, pod).await,
+        Gone::Node(node) => {
+            // A node of that name in the cache again (created anew, or back in a relist under
+            // another UID) owns the name's join port and IP CR now: its reconciler keeps them.
+            if ctx.stores.nodes.get(&ObjectRef::new(&node.name_any())).is_some() {
+                return Ok(());
+            }
+            node_gone(ctx, &node.name_any()).await
+        }
+        Gone::Missed => collect(ctx).await.map(drop),
+    }
+}
+
+/// Cleans up after pods, nodes and StatefulSets as their deletions (and scale-downs) arrive.
+/// Pods and nodes come from the controller's shared watches, each sent once the cache no longer
+/// holds it (a watch `Delete`, or missing from a relist); StatefulSets, which only this reads,
+/// from a watch of its own. Up to 16 at a time; a failure is retried with backoff until it
+/// succeeds or the controller stops, so a deletion seen is a deletion acted on, not one left to
+/// the next periodic collection.
+pub async fn watch_deletions(ctx: Arc<Context>, pods: Changes<Pod>, nodes: Changes<Node>) {
+    let pods = pods.map(|c| c.deleted().cloned().map(Gone::Pod), || Some(Gone::Missed));
+    let nodes = nodes.map(|c| c.deleted().cloned().map(Gone::Node), || Some(Gone::Missed));
+    let gone = futures::stream::select(pods, nodes).for_each_concurrent(16, |gone| {
+        let ctx = ctx.clone();
+        async move {
+            let mut backoff = Duration::from_millis(100);
+            while let Err(e) = clean_up(&ctx, &gone).await {
+                tracing::warn!(object = %gone, error = %e, "cleanup after deletion failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+            }
+        }
     });
     let sts = each_event::<StatefulSet, _, _>(&ctx, |ctx, event| async move {
         if let Event::Apply(s) | Event::Delete(s) = event
@@ -376,5 +374,5 @@ pub async fn watch_deletions(
             tracing::warn!(statefulset = %s.name_any(), error = %e, "releasing addresses kept for a StatefulSet failed; the collector will retry");
         }
     });
-    futures::join!(pods, nodes, sts);
+    futures::join!(gone, sts);
 }

@@ -8,6 +8,7 @@ pub mod process;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use clap::Parser;
@@ -35,6 +36,9 @@ pub struct Env {
     /// Where the running controller serves `/metrics` and the health endpoints.
     pub metrics_addr: Option<SocketAddr>,
     pub extra_flags: Vec<String>,
+    /// Every request the controllers started by [`Env::spawn_controller`] sent, as
+    /// `METHOD path?query`, in order.
+    pub requests: Arc<Mutex<Vec<String>>>,
 }
 
 /// A controller task and the address of its metrics and health endpoints.
@@ -74,6 +78,7 @@ impl Env {
             controller: None,
             metrics_addr: None,
             extra_flags: flags.iter().map(|s| (*s).to_owned()).collect(),
+            requests: Arc::default(),
         }
     }
 
@@ -100,10 +105,34 @@ impl Env {
         Flags::try_parse_from(args).unwrap()
     }
 
+    /// A client of the emulator that records every request in [`Env::requests`].
+    pub fn recording_client(&self) -> kube::Client {
+        use tower::ServiceExt as _;
+        let log = self.requests.clone();
+        let service = self
+            .api
+            .router()
+            .map_request(move |r: axum::http::Request<kube::client::Body>| {
+                log.lock().unwrap_or_else(PoisonError::into_inner).push(format!(
+                    "{} {}",
+                    r.method(),
+                    r.uri()
+                ));
+                r.map(axum::body::Body::new)
+            });
+        kube::Client::new(service, "default")
+    }
+
+    /// The recorded requests that satisfy `f`.
+    pub fn requests_where(&self, f: impl Fn(&str) -> bool) -> Vec<String> {
+        let log = self.requests.lock().unwrap_or_else(PoisonError::into_inner);
+        log.iter().filter(|r| f(r)).cloned().collect()
+    }
+
     /// Starts a controller in this process with extra flags, its metrics endpoint on a port of
-    /// its own.
+    /// its own; its requests are recorded.
     pub fn spawn_controller(&self, extra: &[&str]) -> Controller {
-        self.spawn_controller_on(self.kube.clone(), extra)
+        self.spawn_controller_on(self.recording_client(), extra)
     }
 
     /// [`Env::spawn_controller`] with the controller's requests going through `kube` (e.g. a
@@ -134,7 +163,9 @@ impl Env {
     pub async fn kill_controller(&mut self) {
         if let Some(h) = self.controller.take() {
             h.abort();
-            let _ = h.await;
+            let _ = tokio::time::timeout(WAIT, h)
+                .await
+                .expect("the aborted controller's task to end");
         }
     }
 

@@ -1,12 +1,14 @@
 //! Label and field selectors, as the Kubernetes API parses and applies them to lists and watches.
 //!
-//! Pure: no I/O. Label selectors have the full syntax (`k=v`, `k==v`, `k!=v`, `k in (a,b)`,
+//! Pure: no I/O. Label selectors parse to [`kube_ovn_api::selector::Selector`], so they match
+//! as every selector of ours does. They have the full syntax (`k=v`, `k==v`, `k!=v`, `k in (a,b)`,
 //! `k notin (a,b)`, `k`, `!k`); `!=` and `notin` match objects that lack the key, as upstream.
 //! Field selectors support `=`, `==`, `!=` on the fields each resource allows; any other field is
 //! a 400 naming it, as the real API server answers ("field label not supported").
 
 use std::collections::BTreeMap;
 
+use kube_ovn_api::selector::{Operator, Requirement, Selector};
 use serde_json::Value;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -19,26 +21,11 @@ pub enum SelectorError {
     UnsupportedField(String),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Op {
-    Equals(String),
-    NotEquals(String),
-    In(Vec<String>),
-    NotIn(Vec<String>),
-    Exists,
-    DoesNotExist,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Requirement {
-    key: String,
-    op: Op,
-}
-
 /// A parsed label selector; the empty selector matches everything.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LabelSelector {
-    requirements: Vec<Requirement>,
+    /// The requirements, matched as every selector of ours is ([`Selector::matches`]).
+    selector: Selector,
 }
 
 impl LabelSelector {
@@ -54,25 +41,17 @@ impl LabelSelector {
             }
             requirements.push(parse_requirement(part)?);
         }
-        Ok(Self { requirements })
+        Ok(Self {
+            selector: Selector { requirements },
+        })
     }
 
     pub fn is_empty(&self) -> bool {
-        self.requirements.is_empty()
+        self.selector.requirements.is_empty()
     }
 
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.requirements.iter().all(|r| {
-            let value = labels.get(&r.key);
-            match &r.op {
-                Op::Equals(v) => value == Some(v),
-                Op::NotEquals(v) => value != Some(v),
-                Op::In(vs) => value.is_some_and(|x| vs.contains(x)),
-                Op::NotIn(vs) => value.is_none_or(|x| !vs.contains(x)),
-                Op::Exists => value.is_some(),
-                Op::DoesNotExist => value.is_none(),
-            }
-        })
+        self.selector.matches(labels)
     }
 
     /// Matches an object's `metadata.labels`.
@@ -118,24 +97,15 @@ fn parse_requirement(part: &str) -> Result<Requirement, SelectorError> {
     if let Some(key) = part.strip_prefix('!') {
         let key = key.trim();
         validate_key(key).map_err(|e| bad(&e))?;
-        return Ok(Requirement {
-            key: key.to_owned(),
-            op: Op::DoesNotExist,
-        });
+        return Ok(requirement(key, Operator::DoesNotExist, []));
     }
-    for (token, ctor) in [
-        ("!=", Op::NotEquals as fn(String) -> Op),
-        ("==", Op::Equals),
-        ("=", Op::Equals),
-    ] {
+    // `k!=v` is `k notin (v)` and `k=v` is `k in (v)`: `!=` holds for objects without the key.
+    for (token, operator) in [("!=", Operator::NotIn), ("==", Operator::In), ("=", Operator::In)] {
         if let Some((key, value)) = part.split_once(token) {
             let (key, value) = (key.trim(), value.trim());
             validate_key(key).map_err(|e| bad(&e))?;
             validate_value(value).map_err(|e| bad(&e))?;
-            return Ok(Requirement {
-                key: key.to_owned(),
-                op: ctor(value.to_owned()),
-            });
+            return Ok(requirement(key, operator, [value.to_owned()]));
         }
     }
     let words: Vec<&str> = part.splitn(2, char::is_whitespace).collect();
@@ -159,21 +129,19 @@ fn parse_requirement(part: &str) -> Result<Requirement, SelectorError> {
         for v in &values {
             validate_value(v).map_err(|e| bad(&e))?;
         }
-        let op = if negated {
-            Op::NotIn(values)
-        } else {
-            Op::In(values)
-        };
-        return Ok(Requirement {
-            key: key.to_owned(),
-            op,
-        });
+        let operator = if negated { Operator::NotIn } else { Operator::In };
+        return Ok(requirement(key, operator, values));
     }
     validate_key(part).map_err(|e| bad(&e))?;
-    Ok(Requirement {
-        key: part.to_owned(),
-        op: Op::Exists,
-    })
+    Ok(requirement(part, Operator::Exists, []))
+}
+
+fn requirement(key: &str, operator: Operator, values: impl IntoIterator<Item = String>) -> Requirement {
+    Requirement {
+        key: key.to_owned(),
+        operator,
+        values: values.into_iter().collect(),
+    }
 }
 
 /// A qualified name: an optional DNS-subdomain prefix and `/`, then 1–63 characters of

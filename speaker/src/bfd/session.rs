@@ -121,6 +121,13 @@ pub struct Status {
     pub remote_state: State,
     pub local_discriminator: u32,
     pub remote_discriminator: u32,
+    /// A Poll Sequence is outstanding (RFC 5880 §6.5): new intervals wait for the peer's Final.
+    pub poll_in_progress: bool,
+    /// The interval our periodic packets go at now, before jitter (§6.8.7: the larger of our
+    /// Desired Min TX in force and the peer's Required Min RX); `None` while none are sent.
+    pub tx_interval: Option<Duration>,
+    /// The detection time in force (§6.8.4), once the peer has been heard.
+    pub detection_time: Option<Duration>,
 }
 
 impl Status {
@@ -209,6 +216,9 @@ impl Session {
             remote_state: self.remote_state,
             local_discriminator: self.local_discr,
             remote_discriminator: self.remote_discr,
+            poll_in_progress: self.poll.is_some(),
+            tx_interval: self.tx_interval,
+            detection_time: self.detection_time(),
         }
     }
 

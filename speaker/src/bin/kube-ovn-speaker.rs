@@ -8,10 +8,7 @@ use kube_ovn_speaker::run::{self, BgpPlace};
 
 fn main() -> anyhow::Result<()> {
     kube_ovn_support::init_json_logs();
-    let pod_ips = std::env::var("POD_IPS")
-        .or_else(|_| std::env::var("POD_IP"))
-        .unwrap_or_default();
-    let config = Flags::parse().validate(&pod_ips)?;
+    let config = Flags::parse().validate()?;
     // BGP's sockets must be made by threads inside the node's namespace: a runtime built on a
     // thread that entered it spawns its workers there (threads inherit the namespace).
     let netns = if config.flags.bgp_netns.is_empty() {

@@ -2,7 +2,6 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, SystemTime};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use serde_json::{Value, json};
 
 use super::*;
@@ -225,56 +224,6 @@ fn communities_parse_by_rfc_1997_and_8092() {
     );
     for bad in ["1:2", "1:2:", "1:2:3:", "a:b:c", "1:-2:3", "4294967296:0:0"] {
         assert_eq!(parse_large_community(bad), None, "{bad:?}");
-    }
-}
-
-fn requirement(key: &str, operator: &str, values: &[&str]) -> LabelSelectorRequirement {
-    LabelSelectorRequirement {
-        key: key.into(),
-        operator: operator.into(),
-        values: (!values.is_empty()).then(|| values.iter().map(|v| (*v).to_owned()).collect()),
-    }
-}
-
-#[test]
-fn selectors_follow_kubernetes_semantics() {
-    let selector = LabelSelector {
-        match_labels: Some(labels(&[("rack", "r1")])),
-        match_expressions: Some(vec![
-            requirement("zone", "In", &["a", "b"]),
-            requirement("tier", "NotIn", &["edge"]),
-            requirement("ovn.kubernetes.io/bgp", "Exists", &[]),
-            requirement("drain", "DoesNotExist", &[]),
-        ]),
-    };
-    let s = Selector::parse(Some(&selector), "spec.nodeSelector").unwrap();
-    let base = [("rack", "r1"), ("zone", "a"), ("ovn.kubernetes.io/bgp", "true")];
-    assert!(s.selects(&labels(&base)));
-    let plus = |extra: (&'static str, &'static str)| {
-        let mut l = labels(&base);
-        l.insert(extra.0.into(), extra.1.into());
-        s.selects(&l)
-    };
-    assert!(plus(("tier", "core")), "NotIn holds for another value");
-    assert!(!plus(("tier", "edge")), "NotIn fails for a listed value");
-    assert!(
-        !plus(("drain", "")),
-        "DoesNotExist fails for a present key, even empty"
-    );
-    assert!(!plus(("rack", "r2")), "matchLabels is equality");
-    assert!(!plus(("zone", "c")), "In fails for another value");
-    assert!(
-        !s.selects(&labels(&[("rack", "r1"), ("ovn.kubernetes.io/bgp", "true")])),
-        "In needs the key"
-    );
-    assert!(
-        !s.selects(&labels(&[("rack", "r1"), ("zone", "b")])),
-        "Exists needs the key"
-    );
-    // Absent and empty selectors take every node.
-    for empty in [None, Some(LabelSelector::default())] {
-        let s = Selector::parse(empty.as_ref(), "f").unwrap();
-        assert!(s.selects(&labels(&[])) && s.selects(&labels(&[("a", "b")])));
     }
 }
 

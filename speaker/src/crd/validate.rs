@@ -1,11 +1,12 @@
-//! [`BgpPeerSpec::validate`]: what the schema cannot say, checked once, with errors that name
+//! [`ValidateSpec::validate`]: what the schema cannot say, checked once, with errors that name
 //! the field (`spec.communities[2]: "65536:1" is not a valid community ...`), so the speaker can
 //! put them in the peer's status as they are.
 
 use std::net::IpAddr;
 use std::time::Duration;
 
-use super::selector::Selector;
+use kube_ovn_api::selector::{Selector, SelectorError};
+
 use super::{BgpPeerSpec, DEFAULT_PASSWORD_KEY};
 use crate::bfd::Timers;
 use crate::bgp::wire::{Family, LargeCommunity};
@@ -75,7 +76,7 @@ pub struct PasswordRef {
 impl ValidatedPeer {
     /// True when a node with these labels peers with this router.
     pub fn selects(&self, node_labels: &std::collections::BTreeMap<String, String>) -> bool {
-        self.selector.selects(node_labels)
+        self.selector.matches(node_labels)
     }
 
     /// Our ASN toward the peer, `cluster_as` (the speaker's `--cluster-as`) unless the spec names
@@ -96,7 +97,36 @@ impl ValidatedPeer {
     }
 }
 
-impl BgpPeerSpec {
+impl From<SelectorError> for CrdError {
+    fn from(e: SelectorError) -> Self {
+        CrdError::new(e.field, e.problem)
+    }
+}
+
+/// What the speaker checks of a BgpPeer's spec beyond its schema (the kind lives in `api`).
+pub trait ValidateSpec {
+    /// The spec checked and parsed, or the first field that cannot be used.
+    fn validate(&self) -> Result<ValidatedPeer, CrdError>;
+}
+
+impl ValidateSpec for BgpPeerSpec {
+    fn validate(&self) -> Result<ValidatedPeer, CrdError> {
+        Checked(self).validate()
+    }
+}
+
+/// The spec under check; reads its fields through `Deref`.
+struct Checked<'a>(&'a BgpPeerSpec);
+
+impl std::ops::Deref for Checked<'_> {
+    type Target = BgpPeerSpec;
+
+    fn deref(&self) -> &BgpPeerSpec {
+        self.0
+    }
+}
+
+impl Checked<'_> {
     /// Checks the spec and parses it; the first problem found is the error.
     pub fn validate(&self) -> Result<ValidatedPeer, CrdError> {
         let selector = Selector::parse(self.node_selector.as_ref(), "spec.nodeSelector")?;

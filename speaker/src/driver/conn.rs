@@ -2,6 +2,12 @@
 //! MD5 key), a reader task that forwards raw bytes to the peer task, and a writer task that
 //! drains a queue of encoded messages.
 //!
+//! The queue is bounded by its user, not by the channel: the peer task takes UPDATEs from the
+//! Adj-RIB-Out only while fewer than [`MAX_IN_FLIGHT`] bytes wait here, and the writer wakes it
+//! when the queue falls below [`LOW_WATER`]. A peer that stops reading therefore holds at most
+//! that much of our memory, and changes made meanwhile wait in the Adj-RIB-Out, where a newer
+//! one replaces an older one instead of queueing behind it.
+//!
 //! The reader does not decode: the peer task splits and decodes frames one at a time, each
 //! handled before the next, because the KEEPALIVE that makes a session Established changes how
 //! the UPDATEs behind it in the same read are decoded (see [`crate::bgp::fsm`]).
@@ -13,11 +19,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use socket2::{Domain, Protocol, SockRef, Socket, Type};
+use kube_ovn_dataplane::socket::{IpVersion, set_ttl as set_socket_ttl};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::sync::mpsc;
+use tokio::net::{TcpSocket, TcpStream};
+use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 
 use crate::bgp::fsm::ConnectionId;
@@ -31,6 +37,14 @@ use super::config::PeerConfig;
 const LINGER_AFTER_CLOSE: Duration = Duration::from_secs(3);
 /// Read buffer size: 64 KiB takes a burst of UPDATEs in one call.
 const READ_CHUNK: usize = 64 * 1024;
+/// Bytes queued for the socket beyond which the peer task takes no more UPDATEs from the
+/// Adj-RIB-Out (control messages still go). 1 MiB per connection is little for a speaker with a
+/// few peers, and enough that the peer still has a backlog to read while the next refill is
+/// being built: with 256 KiB, a million routes reached BIRD in about twice the time (BIRD sat
+/// idle between refills; see docs/benchmarks.md).
+pub const MAX_IN_FLIGHT: usize = 1024 * 1024;
+/// The writer wakes the peer task when its queue falls below this.
+pub(crate) const LOW_WATER: usize = MAX_IN_FLIGHT / 4;
 
 /// What connection tasks tell the peer task. `generation` tells a live connection from an
 /// earlier one in the same slot whose task had not stopped yet.
@@ -53,36 +67,30 @@ pub(crate) enum ConnEvent {
 }
 
 /// Sets the TTL (IPv6: unicast hop limit) on a socket of either family.
-pub(crate) fn set_ttl(socket: &SockRef<'_>, is_v4: bool, ttl: u8) -> io::Result<()> {
-    if is_v4 {
-        socket.set_ttl_v4(u32::from(ttl))
-    } else {
-        socket.set_unicast_hops_v6(u32::from(ttl))
-    }
+pub(crate) fn set_ttl(socket: &impl AsFd, is_v4: bool, ttl: u8) -> io::Result<()> {
+    let version = if is_v4 { IpVersion::V4 } else { IpVersion::V6 };
+    set_socket_ttl(socket, version, ttl).map_err(io::Error::other)
 }
 
 /// Opens our connection to the peer: the source address, TTL and MD5 key are set before
 /// `connect()`, since the SYN must already carry them (RFC 2385 §2: every segment is signed).
 pub(crate) async fn connect(config: &PeerConfig) -> io::Result<TcpStream> {
     let remote = SocketAddr::new(config.address, config.port);
-    let domain = if remote.is_ipv4() {
-        Domain::IPV4
+    let socket = if remote.is_ipv4() {
+        TcpSocket::new_v4()?
     } else {
-        Domain::IPV6
+        TcpSocket::new_v6()?
     };
-    let socket = Socket::new(domain, Type::STREAM, Some(Protocol::TCP))?;
-    socket.set_nonblocking(true)?;
     if let Some(ttl) = config.effective_ttl() {
-        set_ttl(&SockRef::from(&socket), remote.is_ipv4(), ttl)?;
+        set_ttl(&socket, remote.is_ipv4(), ttl)?;
     }
     if let Some(local) = config.local_address {
-        socket.bind(&SocketAddr::new(local, 0).into())?;
+        socket.bind(SocketAddr::new(local, 0))?;
     }
     if let Some(key) = &config.md5_key {
         kube_ovn_dataplane::tcp_md5::set_md5_key(socket.as_fd(), remote.ip(), key)
             .map_err(io::Error::other)?;
     }
-    let socket = tokio::net::TcpSocket::from_std_stream(socket.into());
     let stream = socket.connect(remote).await?;
     stream.set_nodelay(true)?;
     Ok(stream)
@@ -96,6 +104,21 @@ pub(crate) fn canonical(ip: IpAddr) -> IpAddr {
     }
 }
 
+/// What the writer task shares with the peer task.
+#[derive(Debug, Default)]
+pub(crate) struct OutQueue {
+    /// The most that was ever queued on any connection of the peer.
+    peak: AtomicUsize,
+    /// Signalled when a connection's queue falls below [`LOW_WATER`], and when it empties.
+    pub writable: Notify,
+}
+
+impl OutQueue {
+    pub fn peak(&self) -> usize {
+        self.peak.load(Ordering::Relaxed)
+    }
+}
+
 /// A live connection held in one of the peer task's two slots.
 pub(crate) struct Conn {
     pub generation: u64,
@@ -104,7 +127,9 @@ pub(crate) struct Conn {
     pub decode: DecodeContext,
     pub encode: EncodeContext,
     queue: Option<mpsc::UnboundedSender<Vec<u8>>>,
-    out_queue: Arc<AtomicUsize>,
+    /// This connection's queued bytes.
+    queued: Arc<AtomicUsize>,
+    shared: Arc<OutQueue>,
     reader: Option<JoinHandle<()>>,
     writer: Option<JoinHandle<()>>,
 }
@@ -115,13 +140,14 @@ impl Conn {
         id: ConnectionId,
         generation: u64,
         events: mpsc::Sender<ConnEvent>,
+        shared: Arc<OutQueue>,
     ) -> Conn {
         let local = stream.local_addr().ok();
         let (read, write) = stream.into_split();
         let (queue, rx) = mpsc::unbounded_channel();
-        let out_queue = Arc::new(AtomicUsize::new(0));
+        let queued = Arc::new(AtomicUsize::new(0));
         let reader = tokio::spawn(read_loop(read, id, generation, events));
-        let writer = tokio::spawn(write_loop(write, rx, out_queue.clone()));
+        let writer = tokio::spawn(write_loop(write, rx, queued.clone(), shared.clone()));
         Conn {
             generation,
             local,
@@ -129,7 +155,8 @@ impl Conn {
             decode: DecodeContext::default(),
             encode: EncodeContext::default(),
             queue: Some(queue),
-            out_queue,
+            queued,
+            shared,
             reader: Some(reader),
             writer: Some(writer),
         }
@@ -138,28 +165,32 @@ impl Conn {
     /// Queues bytes for the writer task.
     pub fn send(&self, bytes: Vec<u8>) {
         if let Some(queue) = &self.queue {
-            self.out_queue.fetch_add(bytes.len(), Ordering::Relaxed);
+            let now = self.queued.fetch_add(bytes.len(), Ordering::Relaxed) + bytes.len();
+            self.shared.peak.fetch_max(now, Ordering::Relaxed);
             // The writer is gone only after a write error; the reader reports the close.
             let _ = queue.send(bytes);
         }
     }
 
     pub fn out_queue_bytes(&self) -> usize {
-        self.out_queue.load(Ordering::Relaxed)
+        self.queued.load(Ordering::Relaxed)
     }
 
     /// Flushes what is queued, then sends FIN; the reader drains for a moment so the close
-    /// is a FIN and not a reset, then both tasks end.
+    /// is a FIN and not a reset. After that moment both tasks end, the writer too if the peer
+    /// still takes nothing (a stopped peer would otherwise hold the socket and its queue).
     pub fn close(mut self) {
         self.queue = None;
-        if let Some(reader) = self.reader.take() {
-            tokio::spawn(async move {
-                tokio::time::sleep(LINGER_AFTER_CLOSE).await;
-                reader.abort();
-            });
-        }
-        // The writer ends by itself once the queue is drained.
-        self.writer = None;
+        let tasks: Vec<JoinHandle<()>> = [self.reader.take(), self.writer.take()]
+            .into_iter()
+            .flatten()
+            .collect();
+        tokio::spawn(async move {
+            tokio::time::sleep(LINGER_AFTER_CLOSE).await;
+            for task in tasks {
+                task.abort();
+            }
+        });
     }
 }
 
@@ -207,18 +238,31 @@ async fn read_loop(
         .await;
 }
 
+/// Writes the queue out, counting bytes as the kernel takes them (so a half-written buffer
+/// counts only its rest), and signals the peer task each time the queue falls below
+/// [`LOW_WATER`] and when it is empty.
 async fn write_loop(
     mut write: OwnedWriteHalf,
     mut queue: mpsc::UnboundedReceiver<Vec<u8>>,
-    out_queue: Arc<AtomicUsize>,
+    queued: Arc<AtomicUsize>,
+    shared: Arc<OutQueue>,
 ) {
     while let Some(bytes) = queue.recv().await {
-        let len = bytes.len();
-        let result = write.write_all(&bytes).await;
-        out_queue.fetch_sub(len, Ordering::Relaxed);
-        if result.is_err() {
-            // The reader sees the broken connection too and reports it.
-            return;
+        let mut rest = &bytes[..];
+        while !rest.is_empty() {
+            let n = match write.write(rest).await {
+                Ok(0) => return,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                // The reader sees the broken connection too and reports it.
+                Err(_) => return,
+            };
+            rest = &rest[n..];
+            let before = queued.fetch_sub(n, Ordering::Relaxed);
+            // Below the low water there is room for more; at zero the status says so.
+            if (before >= LOW_WATER && before - n < LOW_WATER) || before == n {
+                shared.writable.notify_one();
+            }
         }
     }
     let _ = write.shutdown().await;

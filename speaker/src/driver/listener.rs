@@ -10,16 +10,15 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use ipnet::IpNet;
-use socket2::{Domain, Protocol, Socket, Type};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
+use super::command::Command;
 use super::conn::canonical;
-use super::peer::Command;
 
 /// How many connections the kernel queues before we accept them.
-const BACKLOG: i32 = 128;
+const BACKLOG: u32 = 128;
 
 /// The peers a connection can be handed to, by address.
 #[derive(Debug, Default)]
@@ -42,21 +41,18 @@ impl Registry {
 /// Binds `addr` for BGP. `[::]` also takes IPv4 (as mapped addresses), so one listener serves
 /// both families unless a specific address is given.
 pub(crate) fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
-    let domain = if addr.is_ipv4() {
-        Domain::IPV4
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
     } else {
-        Domain::IPV6
+        let socket = TcpSocket::new_v6()?;
+        kube_ovn_dataplane::socket::set_v6_only(&socket, !addr.ip().is_unspecified())
+            .map_err(io::Error::other)?;
+        socket
     };
-    let socket = Socket::new(domain, Type::STREAM, Some(Protocol::TCP))?;
-    if addr.is_ipv6() {
-        socket.set_only_v6(!addr.ip().is_unspecified())?;
-    }
     // A restarted speaker must get its port back while the old connections sit in TIME_WAIT.
-    socket.set_reuse_address(true)?;
-    socket.set_nonblocking(true)?;
-    socket.bind(&addr.into())?;
-    socket.listen(BACKLOG)?;
-    TcpListener::from_std(socket.into())
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(BACKLOG)
 }
 
 pub(crate) async fn accept_loop(

@@ -29,6 +29,7 @@
 //! Dropping the [`Speaker`] ends every task at once, as a crash would: sockets close with no
 //! NOTIFICATION, so peers in graceful restart helper mode keep our routes.
 
+mod command;
 mod config;
 mod conn;
 mod listener;
@@ -48,17 +49,19 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 pub use config::{BGP_PORT, PeerConfig, SpeakerConfig};
+pub use conn::MAX_IN_FLIGHT;
 pub use status::{MessageCounts, PeerStatus};
 
 use crate::bgp::fsm::{ConfigError, StopReason};
 use crate::bgp::rib_out::{RibOutError, RouteAttributes, check_unicast};
+use command::Command;
 use listener::{Entry, Registry};
-use peer::{Command, PeerTask};
+use peer::PeerTask;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DriverError {
-    #[error(transparent)]
-    InvalidConfig(#[from] ConfigError),
+    #[error("peer {peer}: {source}")]
+    InvalidConfig { peer: IpAddr, source: ConfigError },
     #[error("peer {0} is configured already")]
     PeerExists(IpAddr),
     #[error("no peer {0}")]
@@ -76,8 +79,8 @@ pub enum DriverError {
         listener: String,
         source: Box<kube_ovn_dataplane::Error>,
     },
-    #[error(transparent)]
-    Route(#[from] RibOutError),
+    #[error("peer {peer}: {source}")]
+    Route { peer: IpAddr, source: RibOutError },
     #[error("peer {peer}: no {what} within {after:?}")]
     Timeout {
         peer: IpAddr,
@@ -127,8 +130,11 @@ impl Speaker {
 
     /// Starts a peer task; its session starts at once (connecting unless passive).
     pub fn add_peer(&self, config: PeerConfig) -> Result<PeerHandle, DriverError> {
-        config.validate()?;
         let address = config.address;
+        config.validate().map_err(|source| DriverError::InvalidConfig {
+            peer: address,
+            source,
+        })?;
         let mut peers = self
             .peers
             .lock()
@@ -255,6 +261,17 @@ impl PeerHandle {
         self.address
     }
 
+    /// Refuses routes the Adj-RIB-Out would refuse, before anything is queued.
+    fn check(&self, routes: &[(IpNet, RouteAttributes)]) -> Result<(), DriverError> {
+        for (prefix, _) in routes {
+            check_unicast(prefix).map_err(|source| DriverError::Route {
+                peer: self.address,
+                source,
+            })?;
+        }
+        Ok(())
+    }
+
     fn send(&self, command: Command) -> Result<(), DriverError> {
         self.commands
             .send(command)
@@ -272,9 +289,7 @@ impl PeerHandle {
         routes: impl IntoIterator<Item = (IpNet, RouteAttributes)>,
     ) -> Result<(), DriverError> {
         let routes: Vec<_> = routes.into_iter().collect();
-        for (prefix, _) in &routes {
-            check_unicast(prefix)?;
-        }
+        self.check(&routes)?;
         self.send(Command::Announce(routes))
     }
 
@@ -292,9 +307,7 @@ impl PeerHandle {
         routes: impl IntoIterator<Item = (IpNet, RouteAttributes)>,
     ) -> Result<(), DriverError> {
         let routes: Vec<_> = routes.into_iter().collect();
-        for (prefix, _) in &routes {
-            check_unicast(prefix)?;
-        }
+        self.check(&routes)?;
         self.send(Command::ReplaceAll(routes))
     }
 

@@ -7,17 +7,20 @@
 //!   listener ──Command::Inbound───────┤
 //!   connect task ──Connected─────────┼──► PeerTask::run ──► Session::handle ──► Actions
 //!   reader task ×2 ──Bytes / Closed──┤          │                                 │
-//!   timers (one sleep_until, earliest)┘          └── watch<PeerStatus>            ▼
-//!                                                          writer task ×2 ◄── encoded bytes
+//!   writer: queue below low water ───┤          └── watch<PeerStatus>            ▼
+//!   timers (one sleep_until, earliest)┘            writer task ×2 ◄── encoded bytes (bounded)
 //! ```
+//!
+//! Commands only change the Adj-RIB-Out's desired state; UPDATEs are taken from it while the
+//! Established connection has room (see `conn.rs`), so under a slow peer the latest state goes
+//! out, not a backlog of every change. A burst of commands is taken whole, and a full
+//! replacement in it makes the route changes queued before it moot.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use ipnet::IpNet;
-use socket2::SockRef;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
@@ -26,27 +29,13 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::bgp::fsm::{Action, ConnectionId, DownReason, Input, Session, StopReason, Timer};
-use crate::bgp::rib_out::{AdjRibOut, RouteAttributes};
-use crate::bgp::wire::{self, EncodeContext, Message, Update, UpdateMode, decode_frame};
+use crate::bgp::rib_out::AdjRibOut;
+use crate::bgp::wire::{self, EncodeContext, Message, UpdateMode, decode_frame};
 
+use super::command::{Command, superseded_dropped};
 use super::config::PeerConfig;
-use super::conn::{self, Conn, ConnEvent};
+use super::conn::{self, Conn, ConnEvent, MAX_IN_FLIGHT, OutQueue};
 use super::status::PeerStatus;
-
-/// What a [`super::PeerHandle`] (or the listener) asks of the peer task.
-#[derive(Debug)]
-pub(crate) enum Command {
-    Announce(Vec<(IpNet, RouteAttributes)>),
-    Withdraw(Vec<IpNet>),
-    ReplaceAll(Vec<(IpNet, RouteAttributes)>),
-    SetReady,
-    SetLocalAddresses(Option<Ipv4Addr>, Option<Ipv6Addr>),
-    Inbound(TcpStream),
-    BfdDown,
-    BfdUp,
-    Reset,
-    Shutdown(StopReason),
-}
 
 const CONNECTION_LOST: &str = "connection lost";
 
@@ -74,6 +63,8 @@ pub(crate) struct PeerTask {
     events_tx: mpsc::Sender<ConnEvent>,
     status: PeerStatus,
     status_tx: watch::Sender<PeerStatus>,
+    /// Shared with the connections' writers: the wake-up when there is room, the peak.
+    out_queue: Arc<OutQueue>,
     /// Next hops the caller set; the connection's own address fills a family left unset.
     explicit_v4: Option<Ipv4Addr>,
     explicit_v6: Option<Ipv6Addr>,
@@ -102,6 +93,7 @@ impl PeerTask {
             events,
             events_tx,
             status_tx,
+            out_queue: Arc::default(),
             explicit_v4: None,
             explicit_v6: None,
             ready_deadline,
@@ -120,19 +112,24 @@ impl PeerTask {
         while !self.finished {
             self.publish();
             let deadline = self.next_deadline();
+            let out_queue = self.out_queue.clone();
             tokio::select! {
                 command = self.commands.recv() => {
                     // Every handle is gone: nobody can ever change the routes again.
                     let command = command.unwrap_or(Command::Shutdown(StopReason::PeerDeconfigured));
-                    self.command(command);
                     // Take a burst of changes whole, so 100,000 announces become packed UPDATEs
                     // rather than one each.
+                    let mut burst = vec![command];
                     while let Ok(command) = self.commands.try_recv() {
+                        burst.push(command);
+                    }
+                    for command in superseded_dropped(burst) {
                         self.command(command);
                     }
                     self.flush_updates();
                 }
                 Some(event) = self.events.recv() => self.conn_event(event),
+                () = out_queue.writable.notified() => self.flush_updates(),
                 () = sleep_until(deadline) => self.fire_timers(),
             }
         }
@@ -150,7 +147,11 @@ impl PeerTask {
     fn publish(&mut self) {
         self.status.prefixes_sent = self.rib.sent_count();
         self.status.prefixes_desired = self.rib.desired_count();
+        self.status.prefixes_pending = self.rib.pending_count();
+        self.status.prefixes_unsendable = self.rib.unsendable_count();
+        self.status.initial_table_sent = self.rib.initial_table_sent();
         self.status.out_queue_bytes = self.conns.iter().flatten().map(Conn::out_queue_bytes).sum();
+        self.status.out_queue_peak_bytes = self.out_queue.peak();
         let status = &self.status;
         self.status_tx.send_if_modified(|current| {
             if current == status {
@@ -206,7 +207,7 @@ impl PeerTask {
             Command::Withdraw(prefixes) => prefixes.into_iter().for_each(|p| self.rib.withdraw(p)),
             Command::ReplaceAll(routes) => {
                 if let Err(error) = self.rib.replace_all(routes) {
-                    warn!(%error, "replace_all stopped at a prefix that cannot be announced");
+                    warn!(%error, "replace_all refused whole: a prefix cannot be announced");
                 }
             }
             Command::SetReady => {
@@ -251,7 +252,7 @@ impl PeerTask {
         let rejected = actions.iter().any(|a| matches!(a, Action::RejectInbound(_)));
         if !rejected && let Some(stream) = stream.take() {
             if let Some(ttl) = self.config.effective_ttl()
-                && let Err(error) = conn::set_ttl(&SockRef::from(&stream), self.config.address.is_ipv4(), ttl)
+                && let Err(error) = conn::set_ttl(&stream, self.config.address.is_ipv4(), ttl)
             {
                 warn!(%error, "cannot set the TTL of an accepted connection");
             }
@@ -274,7 +275,13 @@ impl PeerTask {
     fn install(&mut self, id: ConnectionId, stream: TcpStream) -> u64 {
         self.next_generation += 1;
         let generation = self.next_generation;
-        let conn = Conn::start(stream, id, generation, self.events_tx.clone());
+        let conn = Conn::start(
+            stream,
+            id,
+            generation,
+            self.events_tx.clone(),
+            self.out_queue.clone(),
+        );
         if let Some(old) = self.conns[slot(id)].replace(conn) {
             old.close();
         }
@@ -416,22 +423,15 @@ impl PeerTask {
                 info!(reason = %why, "session down");
                 self.status.flaps += 1;
                 self.status.established_at = None;
-                self.status.initial_table_sent = false;
                 self.status.local_address = None;
                 self.status.last_error = Some(why);
                 self.rib.session_down();
             }
-            Action::RouteRefreshRequested(family) => match self.rib.route_refresh(family) {
-                Ok(updates) => {
-                    info!(
-                        ?family,
-                        routes = self.rib.sent_count(),
-                        "route refresh: re-sending"
-                    );
-                    self.send_updates(updates);
-                }
-                Err(error) => warn!(%error, "route refresh"),
-            },
+            Action::RouteRefreshRequested(family) => {
+                let routes = self.rib.route_refresh(family);
+                info!(?family, routes, "route refresh: re-sending");
+                self.flush_updates();
+            }
             Action::PeerRestarting => info!("the peer restarted (R bit)"),
             Action::EndOfRibReceived(family) => debug!(?family, "End-of-RIB received"),
         }
@@ -474,39 +474,37 @@ impl PeerTask {
         self.rib.set_local_addresses(v4, v6);
     }
 
+    /// Takes UPDATEs from the Adj-RIB-Out while the Established connection has room; the
+    /// writer's wake-up brings us back when it drains.
     fn flush_updates(&mut self) {
-        if self.session.established_connection().is_none() {
-            return;
-        }
-        match self.rib.take_updates() {
-            Ok(updates) => self.send_updates(updates),
-            Err(error) => warn!(%error, "building UPDATEs"),
-        }
-        self.status.initial_table_sent = self.status.ready;
-    }
-
-    /// Writes UPDATEs on the Established connection as one buffer.
-    fn send_updates(&mut self, updates: Vec<Update>) {
         let Some((id, _)) = self.session.established_connection() else {
             return;
         };
         let Some(conn) = self.conns[slot(id)].as_ref() else {
             return;
         };
-        let mut bytes = Vec::new();
-        let mut sent = 0u64;
-        for update in updates {
-            let message = Message::Update(Box::new(update));
-            match wire::encode_into(&message, conn.encode, &mut bytes) {
-                Ok(()) => sent += 1,
-                Err(error) => warn!(%error, "cannot encode an UPDATE"),
+        loop {
+            let queued = conn.out_queue_bytes();
+            if queued >= MAX_IN_FLIGHT {
+                break;
             }
+            let output = self.rib.take_output(MAX_IN_FLIGHT - queued);
+            if output.bytes.is_empty() {
+                break;
+            }
+            debug!(updates = output.updates, bytes = output.bytes.len(), "sending");
+            self.status.messages_sent.update += output.updates;
+            conn.send(output.bytes);
         }
-        if !bytes.is_empty() {
-            debug!(updates = sent, bytes = bytes.len(), "sending");
-            conn.send(bytes);
+        for failure in self.rib.take_failures() {
+            let first = failure.prefixes.first().map(ToString::to_string);
+            warn!(
+                error = %failure.error,
+                prefixes = failure.prefixes.len(),
+                first,
+                "cannot encode an UPDATE: these prefixes are not announced"
+            );
         }
-        self.status.messages_sent.update += sent;
     }
 
     fn send(&mut self, id: ConnectionId, message: &Message) {

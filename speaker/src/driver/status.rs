@@ -49,8 +49,16 @@ pub struct PeerStatus {
     pub prefixes_desired: usize,
     pub messages_sent: MessageCounts,
     pub messages_received: MessageCounts,
+    /// Prefixes whose change has not gone out yet (the peer is slow, or nothing is up).
+    pub prefixes_pending: usize,
+    /// Prefixes whose route cannot be encoded (attributes too large for one UPDATE); not
+    /// announced until their route changes.
+    pub prefixes_unsendable: usize,
     /// Bytes written to the session's socket queue but not yet taken by the kernel.
     pub out_queue_bytes: usize,
+    /// The most bytes ever queued on a connection of this peer: bounded by the driver's
+    /// in-flight limit plus one message, however slow the peer.
+    pub out_queue_peak_bytes: usize,
     /// Why the last session ended or the last connection attempt failed.
     pub last_error: Option<String>,
     /// Our address on the Established connection.
@@ -76,7 +84,10 @@ impl PeerStatus {
             prefixes_desired: 0,
             messages_sent: MessageCounts::default(),
             messages_received: MessageCounts::default(),
+            prefixes_pending: 0,
+            prefixes_unsendable: 0,
             out_queue_bytes: 0,
+            out_queue_peak_bytes: 0,
             last_error: None,
             local_address: None,
             ready: false,

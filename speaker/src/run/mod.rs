@@ -30,7 +30,7 @@ use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::Api;
 use kube_ovn_api::crd::{IptablesEIP, Subnet};
 use kube_ovn_dataplane::{Netlink, Netns};
-use kube_ovn_support::Watched;
+use kube_ovn_support::{AbortOnDrop, Watched};
 use tokio::runtime::Handle;
 use tokio::sync::watch;
 
@@ -108,15 +108,6 @@ pub struct Runtime {
     pub metrics: Metrics,
 }
 
-/// Aborts the task when dropped, so a removed peer takes its helpers with it.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 /// A running peer as the run loop keeps it.
 pub struct RunningPeer {
     /// The driver handle.
@@ -125,7 +116,9 @@ pub struct RunningPeer {
     pub plan: PeerPlan,
     /// Its BFD session, when BFD is on for it (dropping it tells the peer AdminDown).
     pub bfd: Option<BfdHandle>,
-    _tasks: Vec<AbortOnDrop>,
+    /// Its helpers (BFD follower, status writer), aborted with it, so a removed peer takes them
+    /// along.
+    _tasks: Vec<AbortOnDrop<()>>,
 }
 
 /// The peers now configured, from flags and from BgpPeers; tasks iterate it on every pass and
@@ -182,19 +175,19 @@ impl PeerSet {
                     peer: address,
                     source,
                 })?;
-            tasks.push(AbortOnDrop(tokio::spawn(tasks::bfd(
+            tasks.push(AbortOnDrop::spawn(tasks::bfd(
                 handle.clone(),
                 address,
                 session.subscribe(),
-            ))));
+            )));
             bfd = Some(session);
         }
         if let Some(name) = crd_name {
             let status = handle.watch_status();
             let (kube, node) = (rt.kube.clone(), rt.config.flags.node_name.clone());
-            tasks.push(AbortOnDrop(tokio::spawn(crd_peers::status_task(
+            tasks.push(AbortOnDrop::spawn(crd_peers::status_task(
                 kube, name, node, status,
-            ))));
+            )));
         }
         tracing::info!(peer = %address, source = %plan.source, "peer added");
         let peer = Arc::new(RunningPeer {
@@ -314,16 +307,22 @@ pub async fn run(
         })?;
 
     let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn(tasks::routes(config.clone(), peers.clone(), watched));
+    let tables_handed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    tasks.spawn(tasks::routes(
+        config.clone(),
+        peers.clone(),
+        watched,
+        tables_handed.clone(),
+    ));
     tasks.spawn(nexthop::task(config.clone(), peers.clone(), netlink.clone()));
     tasks.spawn(crd_peers::task(rt.clone(), peers.clone(), bgp_peers, nodes));
     tasks.spawn(state::heartbeat(flags.state_dir.clone()));
     for side in side_tasks {
         tasks.spawn(side);
     }
-    let app = tasks::metrics_router(rt.clone(), peers.clone());
+    let endpoints = tasks::metrics_endpoints(rt.clone(), peers.clone(), tables_handed);
     tasks.spawn(async move {
-        if let Err(e) = axum::serve(metrics_listener, app).await {
+        if let Err(e) = endpoints.serve(metrics_listener).await {
             tracing::error!(error = %e, "metrics server stopped");
         }
     });

@@ -32,12 +32,6 @@ pub fn choose(
 
 /// Follows the kernel's choice for every peer.
 pub async fn task(config: Config, peers: Arc<PeerSet>, netlink: Netlink) {
-    let pod_ips: Vec<IpAddr> = std::env::var("POD_IPS")
-        .or_else(|_| std::env::var("POD_IP"))
-        .unwrap_or_default()
-        .split(',')
-        .filter_map(|s| s.trim().parse().ok())
-        .collect();
     let mut current: std::collections::BTreeMap<IpAddr, Option<IpAddr>> = std::collections::BTreeMap::new();
     loop {
         let all = peers.all();
@@ -52,7 +46,12 @@ pub async fn task(config: Config, peers: Arc<PeerSet>, netlink: Netlink) {
                     continue;
                 }
             };
-            let next = choose(source, peer.plan.config.local_address, &pod_ips, &config.node_ips);
+            let next = choose(
+                source,
+                peer.plan.config.local_address,
+                &config.pod_ips,
+                &config.node_ips,
+            );
             if next != *last {
                 let (v4, v6) = match next {
                     Some(IpAddr::V4(a)) => (Some(a), None),

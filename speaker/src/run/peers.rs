@@ -134,9 +134,10 @@ mod tests {
             "--holdtime=30s",
             "--enable-bfd",
             "--bfd-min-tx=300",
+            "--pod-ips=10.1.0.5",
         ])
         .unwrap()
-        .validate("10.1.0.5")
+        .validate()
         .unwrap();
         let peers = from_flags(&config, true, |p| {
             p.is_ipv4().then(|| "10.0.0.2".parse().unwrap())
@@ -166,9 +167,10 @@ mod tests {
             "--cluster-as=65000",
             "--neighbor-as=65000",
             "--neighbor-address=10.0.0.1",
+            "--pod-ips=10.1.0.5",
         ])
         .unwrap()
-        .validate("10.1.0.5")
+        .validate()
         .unwrap();
         let peers = from_flags(&config, true, |_| None);
         assert!(!peers[0].config.session.restarting && peers[0].config.session.graceful_restart.is_none());

@@ -3,6 +3,7 @@
 
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, Service};
@@ -38,7 +39,8 @@ fn family(prefix: &ipnet::IpNet) -> Family {
 /// hands each peer the whole set; the Adj-RIB-Out sends only the difference. A burst of events
 /// is one pass: the tick receivers only say "changed since you last looked". Nothing is
 /// marked ready (so no End-of-RIB goes out) before every cache has its first list.
-pub async fn routes(config: Config, peers: Arc<PeerSet>, objects: Objects) {
+/// `tables_handed` turns true after that first pass (`/readyz`).
+pub async fn routes(config: Config, peers: Arc<PeerSet>, objects: Objects, tables_handed: Arc<AtomicBool>) {
     let Objects {
         pods,
         subnets,
@@ -102,6 +104,7 @@ pub async fn routes(config: Config, peers: Arc<PeerSet>, objects: Objects) {
                 prefixes = desired.prefixes.len(),
                 "caches synced; initial table handed to every peer"
             );
+            tables_handed.store(true, Ordering::Relaxed);
             first = false;
         }
         tokio::select! {
@@ -132,11 +135,26 @@ pub async fn bfd(handle: PeerHandle, peer: IpAddr, mut status: watch::Receiver<c
     }
 }
 
-/// `/metrics` (refreshed from every peer at each scrape), `/healthz`.
-pub fn metrics_router(rt: Arc<Runtime>, peers: Arc<PeerSet>) -> axum::Router {
+/// `/metrics` (refreshed from every peer at each scrape), `/healthz`, `/livez`, and `/readyz`
+/// (ready once the caches synced and every peer was handed its initial table).
+pub fn metrics_endpoints(
+    rt: Arc<Runtime>,
+    peers: Arc<PeerSet>,
+    tables_handed: Arc<AtomicBool>,
+) -> kube_ovn_support::endpoints::Endpoints {
     let scrape = move || {
         let (rt, peers) = (rt.clone(), peers.clone());
         async move {
+            // Reading the namespace's counters enters it on a short-lived thread and joins it:
+            // blocking work, kept off the async workers.
+            let netns = rt.place.netns.clone();
+            let md5 = tokio::task::spawn_blocking(move || {
+                kube_ovn_dataplane::tcp_md5::Md5Counters::read_in(&netns)
+            })
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default();
             let all = peers.all();
             let snapshot = Snapshot {
                 peers: all
@@ -149,7 +167,7 @@ pub fn metrics_router(rt: Arc<Runtime>, peers: Arc<PeerSet>) -> axum::Router {
                         )
                     })
                     .collect(),
-                md5: kube_ovn_dataplane::tcp_md5::Md5Counters::read_in(&rt.place.netns).unwrap_or_default(),
+                md5,
                 bfd_server: all
                     .iter()
                     .any(|p| p.bfd.is_some())
@@ -167,7 +185,11 @@ pub fn metrics_router(rt: Arc<Runtime>, peers: Arc<PeerSet>) -> axum::Router {
             rt.metrics.encode()
         }
     };
-    axum::Router::new()
-        .route("/metrics", axum::routing::get(scrape))
-        .route("/healthz", axum::routing::get(|| async { "ok\n" }))
+    kube_ovn_support::endpoints::Endpoints::new(scrape, move || {
+        if tables_handed.load(Ordering::Relaxed) {
+            Ok(())
+        } else {
+            Err("caches not synced yet: no routes handed to the peers".to_owned())
+        }
+    })
 }

@@ -69,6 +69,8 @@ impl BirdCtl {
             {
                 return Ok(now - at);
             }
+            // BIRD's control socket has no "tell me when" for imports: poll it, until the
+            // deadline. The 10 ms step bounds the bench's timing error.
             std::thread::sleep(Duration::from_millis(10));
         }
         bail!("BIRD protocol {protocol} did not import {n} routes in time")

@@ -30,7 +30,9 @@ pub struct Cluster {
     _api: ApiServer,
     pub kube: kube::Client,
     pub kubeconfig: PathBuf,
-    _dir: tempfile::TempDir,
+    /// Where the emulator listens.
+    pub addr: std::net::SocketAddr,
+    dir: tempfile::TempDir,
     server: tokio::task::JoinHandle<()>,
 }
 
@@ -61,9 +63,17 @@ impl Cluster {
             _api: api,
             kube,
             kubeconfig,
-            _dir: dir,
+            addr,
+            dir,
             server,
         })
+    }
+
+    /// A kubeconfig in this cluster's directory that points at `server` instead (a proxy).
+    pub fn kubeconfig_for(&self, server: std::net::SocketAddr) -> Result<PathBuf> {
+        let path = self.dir.path().join(format!("kubeconfig-{}", server.port()));
+        std::fs::write(&path, kube_ovn_lab::apiserver::kubeconfig(server))?;
+        Ok(path)
     }
 
     pub async fn subnet(&self, name: &str, cidr: &str, bgp: &str) -> Result<()> {
@@ -123,9 +133,19 @@ pub fn speaker_without_peers(
     dir: &std::path::Path,
     extra: &[&str],
 ) -> Result<Speaker> {
+    speaker_via(&cluster.kubeconfig, lab, dir, extra)
+}
+
+/// The speaker with no flag peers, reaching the API server through `kubeconfig`.
+pub fn speaker_via(
+    kubeconfig: &std::path::Path,
+    lab: &Lab,
+    dir: &std::path::Path,
+    extra: &[&str],
+) -> Result<Speaker> {
     let port = free_port();
     let mut args = vec![
-        format!("--kubeconfig={}", cluster.kubeconfig.display()),
+        format!("--kubeconfig={}", kubeconfig.display()),
         "--node-name=n1".into(),
         format!("--cluster-as={NODE_AS}"),
         format!("--router-id={NODE_V4}"),
@@ -148,6 +168,18 @@ pub fn speaker_without_peers(
     })
 }
 
+/// Waits (30 s at most) until `prefix` is in the ToR's table, or gone from it.
+pub fn wait_route(bird: &super::peers::Bird, speaker: &Speaker, prefix: &str, present: bool) -> Result<()> {
+    let what = format!(
+        "{prefix} {} in the ToR's table",
+        if present { "present" } else { "absent" }
+    );
+    kube_ovn_testkit::wait_until(&what, std::time::Duration::from_secs(30), || {
+        Ok(bird.has(prefix)? == present)
+    })
+    .with_context(|| speaker.log_tail(20))
+}
+
 /// A speaker process and where its metrics are.
 pub struct Speaker {
     pub daemon: Daemon,
@@ -161,5 +193,96 @@ impl Speaker {
 
     pub fn metrics(&self) -> Result<String> {
         metrics(self.metrics_port)
+    }
+}
+
+/// A TCP proxy in front of the emulator that a test can take away and bring back on the same
+/// address: while it is down, every connection through it is cut, and each new one is closed
+/// after its request line is read (and counted when it writes a status), as when the API server
+/// is unreachable.
+pub struct ApiProxy {
+    pub addr: std::net::SocketAddr,
+    down: tokio::sync::watch::Sender<bool>,
+    refused_status_writes: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for ApiProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Reads the request line of a connection the proxy refuses; true for a status write.
+async fn is_status_write(mut client: tokio::net::TcpStream) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut line = Vec::new();
+    let mut buf = [0u8; 512];
+    let read = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        while !line.windows(2).any(|w| w == b"\r\n") && line.len() < 8192 {
+            match client.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => line.extend_from_slice(&buf[..n]),
+            }
+        }
+    });
+    let _ = read.await;
+    let line = String::from_utf8_lossy(&line);
+    let first = line.lines().next().unwrap_or_default();
+    first.starts_with("PATCH ") && first.contains("/status")
+}
+
+impl ApiProxy {
+    pub async fn start(upstream: std::net::SocketAddr) -> Result<Self> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let (down, watch) = tokio::sync::watch::channel(false);
+        let refused = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = refused.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                if *watch.borrow() {
+                    let counter = counter.clone();
+                    tokio::spawn(async move {
+                        if is_status_write(client).await {
+                            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        }
+                    });
+                    continue;
+                }
+                let mut watch = watch.clone();
+                tokio::spawn(async move {
+                    let Ok(server) = tokio::net::TcpStream::connect(upstream).await else {
+                        return;
+                    };
+                    let (mut client, mut server) = (client, server);
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        _ = watch.wait_for(|down| *down) => {}
+                    }
+                });
+            }
+        });
+        Ok(Self {
+            addr,
+            down,
+            refused_status_writes: refused,
+            task,
+        })
+    }
+
+    /// Cuts every connection and refuses new ones until [`ApiProxy::up`].
+    pub fn down(&self) {
+        self.down.send_replace(true);
+    }
+
+    pub fn up(&self) {
+        self.down.send_replace(false);
+    }
+
+    /// Status writes (`PATCH .../status`) refused while down, so far.
+    pub fn refused_status_writes(&self) -> usize {
+        self.refused_status_writes
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 }

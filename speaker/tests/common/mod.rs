@@ -19,6 +19,7 @@ use std::time::Duration;
 use kube_ovn_speaker::bgp::fsm::{GracefulRestartConfig, SessionConfig};
 use kube_ovn_speaker::bgp::rib_out::RouteAttributes;
 use kube_ovn_speaker::bgp::wire::Family;
+use kube_ovn_speaker::driver::{PeerConfig, PeerHandle, Speaker, SpeakerConfig};
 use kube_ovn_testkit::Netns;
 
 pub const NODE_V4: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 2);
@@ -182,6 +183,29 @@ pub fn session(passive: bool) -> SessionConfig {
     }
 }
 
+/// BIRD on the ToR, and our speaker (to be called on the node's runtime) with the ToR as its
+/// one peer over IPv4, both with hold time `hold`.
+pub fn tor_and_speaker_with_hold(
+    lab: &Lab,
+    hold: u16,
+) -> anyhow::Result<(peers::Bird, impl FnOnce() -> (Speaker, PeerHandle))> {
+    let spec = peers::PeerSpec {
+        hold_time: hold,
+        ..peers::PeerSpec::new(TOR_V4, NODE_V4)
+    };
+    let bird = peers::Bird::start(&lab.tor, &spec)?;
+    let speaker = move || {
+        let speaker = Speaker::new(SpeakerConfig::default()).expect("speaker");
+        let mut config = session(false);
+        config.hold_time = hold;
+        let peer = speaker
+            .add_peer(PeerConfig::new(IpAddr::V4(TOR_V4), config))
+            .expect("peer");
+        (speaker, peer)
+    };
+    Ok((bird, speaker))
+}
+
 pub fn with_gr(mut session: SessionConfig, restarting: bool) -> SessionConfig {
     session.graceful_restart = Some(GracefulRestartConfig {
         restart_time: 120,
@@ -211,7 +235,7 @@ pub const V6_PREFIX: &str = "fd00:10:16::/64";
 
 /// 100 IPv4 host routes and one IPv6 prefix, ready to go. IPv6 routes on an IPv4 session need
 /// an IPv6 next hop from the caller; IPv4 ones take the session's own source address.
-pub fn announce_both_families(peer: &kube_ovn_speaker::driver::PeerHandle) {
+pub fn announce_both_families(peer: &PeerHandle) {
     peer.announce_many(hosts(100)).unwrap();
     peer.announce(v6_prefix(), RouteAttributes::default()).unwrap();
     peer.set_local_addresses(None, Some(NODE_V6)).unwrap();

@@ -142,6 +142,14 @@ impl Bird {
         ])?))
     }
 
+    /// Routes from us in `table` that pass BIRD's filter expression `condition`.
+    pub fn count_where(&self, table: &str, condition: &str) -> anyhow::Result<usize> {
+        let mut args = vec!["show", "route", "table", table, "protocol", "node", "where"];
+        args.extend(condition.split_whitespace());
+        args.push("count");
+        Ok(count_routes(&self.birdc(&args)?))
+    }
+
     #[allow(
         clippy::unnecessary_wraps,
         reason = "the same shape as the other checks, for wait_until"

@@ -42,11 +42,10 @@ pub enum BfdError {
     Duplicate { peer: IpAddr, local: IpAddr },
     #[error("BFD: bind {addr}: {source}")]
     Bind { addr: SocketAddr, source: io::Error },
-    #[error("BFD: set {option} on the socket bound to {addr}: {source}")]
-    SockOpt {
-        option: &'static str,
+    #[error("BFD: the socket bound to {addr}: {source}")]
+    Socket {
         addr: SocketAddr,
-        source: io::Error,
+        source: Box<kube_ovn_dataplane::Error>,
     },
     #[error("BFD: no free UDP source port in 49152-65535 on {local}: {source}")]
     NoSourcePort { local: IpAddr, source: io::Error },

@@ -4,11 +4,9 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::AsRawFd;
 
-use nix::sys::socket::{
-    ControlMessageOwned, MsgFlags, SockaddrLike, SockaddrStorage, recvmsg, setsockopt, sockopt,
-};
+pub use kube_ovn_dataplane::socket::recv_with_ttl;
+use kube_ovn_dataplane::socket::{IpVersion, set_recv_ttl, set_ttl};
 use tokio::net::UdpSocket;
 
 use super::BfdError;
@@ -20,11 +18,10 @@ pub const SOURCE_PORTS: std::ops::RangeInclusive<u16> = 49152..=65535;
 /// The TTL / Hop Limit sent and required on receipt (RFC 5881 §5, the GTSM rule).
 pub const TTL: u8 = 255;
 
-fn sockopt_error(option: &'static str, addr: SocketAddr) -> impl FnOnce(nix::Error) -> BfdError {
-    move |e| BfdError::SockOpt {
-        option,
+fn socket_error(addr: SocketAddr) -> impl FnOnce(kube_ovn_dataplane::Error) -> BfdError {
+    move |source| BfdError::Socket {
         addr,
-        source: io::Error::from(e),
+        source: Box::new(source),
     }
 }
 
@@ -39,12 +36,7 @@ pub fn bind_receiver(local: IpAddr) -> Result<UdpSocket, BfdError> {
     let addr = SocketAddr::new(local, CONTROL_PORT);
     let std = bind_std(addr).map_err(|source| BfdError::Bind { addr, source })?;
     let sock = UdpSocket::from_std(std).map_err(|source| BfdError::Bind { addr, source })?;
-    if local.is_ipv4() {
-        setsockopt(&sock, sockopt::Ipv4RecvTtl, &true).map_err(sockopt_error("IP_RECVTTL", addr))?;
-    } else {
-        setsockopt(&sock, sockopt::Ipv6RecvHopLimit, &true)
-            .map_err(sockopt_error("IPV6_RECVHOPLIMIT", addr))?;
-    }
+    set_recv_ttl(&sock, IpVersion::of(&addr)).map_err(socket_error(addr))?;
     Ok(sock)
 }
 
@@ -60,13 +52,7 @@ pub fn bind_sender(local: IpAddr, random: u64) -> Result<UdpSocket, BfdError> {
         match bind_std(addr) {
             Ok(std) => {
                 let sock = UdpSocket::from_std(std).map_err(|source| BfdError::Bind { addr, source })?;
-                if local.is_ipv4() {
-                    setsockopt(&sock, sockopt::Ipv4Ttl, &i32::from(TTL))
-                        .map_err(sockopt_error("IP_TTL", addr))?;
-                } else {
-                    setsockopt(&sock, sockopt::Ipv6Ttl, &i32::from(TTL))
-                        .map_err(sockopt_error("IPV6_UNICAST_HOPS", addr))?;
-                }
+                set_ttl(&sock, IpVersion::of(&addr), TTL).map_err(socket_error(addr))?;
                 return Ok(sock);
             }
             Err(e) if e.kind() == io::ErrorKind::AddrInUse => last_error = Some(e),
@@ -76,50 +62,5 @@ pub fn bind_sender(local: IpAddr, random: u64) -> Result<UdpSocket, BfdError> {
     Err(BfdError::NoSourcePort {
         local,
         source: last_error.unwrap_or_else(|| io::Error::from(io::ErrorKind::AddrInUse)),
-    })
-}
-
-/// One datagram: its length in the buffer, its source, and the TTL / Hop Limit it arrived with
-/// (None if the kernel gave none, which the caller treats as a failed check).
-pub struct Datagram {
-    pub len: usize,
-    pub source: SocketAddr,
-    pub ttl: Option<u8>,
-}
-
-fn to_std(addr: &SockaddrStorage) -> Option<SocketAddr> {
-    if let Some(v4) = addr.as_sockaddr_in() {
-        return Some(SocketAddr::V4((*v4).into()));
-    }
-    addr.as_sockaddr_in6().map(|v6| SocketAddr::V6((*v6).into()))
-}
-
-/// A non-blocking recvmsg(2) that reads the IP_TTL / IPV6_HOPLIMIT control message; for use
-/// inside [`UdpSocket::async_io`].
-pub fn recv_with_ttl(sock: &UdpSocket, buf: &mut [u8]) -> io::Result<Datagram> {
-    let mut iov = [io::IoSliceMut::new(buf)];
-    let mut cmsg = nix::cmsg_space!(i32);
-    let msg = recvmsg::<SockaddrStorage>(
-        sock.as_raw_fd(),
-        &mut iov,
-        Some(&mut cmsg),
-        MsgFlags::MSG_DONTWAIT,
-    )?;
-    let mut ttl = None;
-    for c in msg.cmsgs()? {
-        if let ControlMessageOwned::Ipv4Ttl(t) | ControlMessageOwned::Ipv6HopLimit(t) = c {
-            ttl = u8::try_from(t).ok();
-        }
-    }
-    let source = msg
-        .address
-        .as_ref()
-        .filter(|a| a.len() > 0)
-        .and_then(to_std)
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "datagram without a source address"))?;
-    Ok(Datagram {
-        len: msg.bytes,
-        source,
-        ttl,
     })
 }

@@ -173,4 +173,11 @@ async fn apply(t: &mut SessionTask, deadlines: &mut Deadlines, actions: Vec<Acti
             }
         }
     }
+    // Intervals and the Poll Sequence change without a state change; watchers see them too.
+    let now = t.session.status();
+    t.status.send_if_modified(|published| {
+        let changed = *published != now;
+        *published = now;
+        changed
+    });
 }

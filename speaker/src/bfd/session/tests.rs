@@ -543,3 +543,37 @@ mod prop {
         }
     }
 }
+
+#[test]
+fn status_shows_the_poll_and_the_negotiated_intervals() {
+    let mut h = H::up_and_running(timers(50, 50, 3));
+    let slow = h.s.status();
+    assert_eq!(
+        (slow.poll_in_progress, slow.tx_interval, slow.detection_time),
+        (false, Some(ms(1000)), None),
+        "the one-second floor while not Up, nothing heard yet"
+    );
+    let mut fast_peer = peer(State::Down, 0);
+    fast_peer.desired_min_tx = ms(50);
+    fast_peer.required_min_rx = ms(50);
+    h.at(10, rx(fast_peer));
+    fast_peer.state = State::Up;
+    fast_peer.your_discriminator = LOCAL;
+    h.at(20, rx(fast_peer));
+    let polling = h.s.status();
+    assert_eq!(polling.state, State::Up);
+    assert!(polling.poll_in_progress, "Up starts a Poll to the fast rate");
+    // The faster TX applies at once (safe direction); the detection time is 3 × 50 ms.
+    assert_eq!(
+        (polling.tx_interval, polling.detection_time),
+        (Some(ms(50)), Some(ms(150)))
+    );
+    fast_peer.final_ = true;
+    h.at(30, rx(fast_peer));
+    let done = h.s.status();
+    assert!(!done.poll_in_progress);
+    assert_eq!(
+        (done.tx_interval, done.detection_time),
+        (Some(ms(50)), Some(ms(150)))
+    );
+}

@@ -1,13 +1,20 @@
-//! Adj-RIB-Out for one peer (RFC 4271 §3.2): the prefixes we want the peer to have, what it was
-//! sent, and the UPDATEs that take it from one to the other. Pure: the driver feeds changes and
-//! session events in and writes the [`Update`]s that come out.
+//! Adj-RIB-Out for one peer (RFC 4271 §3.2) as desired-versus-sent state: the routes we want
+//! the peer to have, the routes it was sent, and the UPDATEs that take it from one to the
+//! other. Pure: the driver feeds changes and session events in and writes the encoded bytes
+//! that come out.
 //!
 //! - Desired routes change by [`AdjRibOut::announce`], [`AdjRibOut::withdraw`] or
-//!   [`AdjRibOut::replace_all`]; [`AdjRibOut::take_updates`] returns only the differences from
-//!   what the peer holds, prefixes grouped by identical attributes and packed into UPDATEs of at
-//!   most 4096 bytes (see `pack.rs`).
+//!   [`AdjRibOut::replace_all`]; a change only marks the prefix. [`AdjRibOut::take_output`]
+//!   computes the difference from what the peer holds when the socket can take more, within a
+//!   byte budget, so a change superseded before it went out never reaches the wire: a slow peer
+//!   gets the latest state, not every intermediate one. Prefixes are grouped by identical
+//!   attributes and packed into UPDATEs of at most 4096 bytes (see `pack.rs`).
+//! - Sent is only what was encoded: an UPDATE that cannot be encoded (attributes too large for
+//!   one message) leaves its prefixes out of the sent state, reported by
+//!   [`AdjRibOut::take_failures`]; a version the peer already holds is withdrawn rather than
+//!   left stale. The prefix is tried again when its route changes or a new session starts.
 //! - Nothing is sent until the session is up ([`AdjRibOut::session_up`]) and the caller's data
-//!   is complete ([`AdjRibOut::set_ready`]). The first batch is the whole table followed by an
+//!   is complete ([`AdjRibOut::set_ready`]). The first output is the whole table followed by an
 //!   End-of-RIB per family (RFC 4724 §2). This is the restarting-speaker procedure of RFC 4724
 //!   §4.1 too: a peer keeping our stale routes replaces them at our End-of-RIB, so it must come
 //!   after the full table and not before.
@@ -16,24 +23,26 @@
 //!   [`AdjRibOut::set_local_addresses`]: when the node's source address changes, affected routes
 //!   are re-announced with the new one, and withdrawn if there is none.
 
+mod output;
 mod pack;
 
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use ipnet::IpNet;
 
+pub use output::{Output, Unsendable};
 pub use pack::{EMPTY_UPDATE_LEN, WireRoute, prefix_len};
 
 use crate::bgp::fsm::Negotiated;
 use crate::bgp::wire::{
     AsPathSegment, AsPathSegmentKind, EncodeContext, EncodeError, Family, LargeCommunity, Origin,
-    PathAttributes, Update,
+    PathAttributes,
 };
 
 /// LOCAL_PREF sent to internal peers when the route does not name one (RFC 4271 §5.1.5 leaves
@@ -65,8 +74,6 @@ pub enum RibOutError {
     /// netgauze refuses multicast (and IPv4 broadcast) prefixes as unicast NLRI, and so would a peer.
     #[error("prefix {prefix} is not a unicast prefix")]
     NotUnicast { prefix: IpNet },
-    #[error("encoding UPDATEs: {0}")]
-    Encode(#[from] EncodeError),
 }
 
 /// Shares equal values, so 100,000 routes with a handful of attribute sets hold a handful of
@@ -104,6 +111,9 @@ struct SessionView {
     external: bool,
     /// IPv4 routes may carry an IPv6 next hop (RFC 8950).
     ipv4_over_ipv6_next_hop: bool,
+    /// The initial table was taken from the desired routes (at the first output after the
+    /// session came up and the data was ready, so it holds everything announced until then).
+    initial_started: bool,
     /// The whole table and the End-of-RIBs went out.
     initial_sent: bool,
 }
@@ -117,6 +127,15 @@ pub struct AdjRibOut {
     sent: HashMap<IpNet, Arc<WireRoute>>,
     /// Prefixes whose desired route may differ from what was sent.
     dirty: HashSet<IpNet>,
+    /// The part of the initial table not yet sent; End-of-RIB goes when it is empty.
+    initial: Vec<IpNet>,
+    /// Prefixes to send again even though the peer has them as desired (route refresh).
+    refresh: HashSet<IpNet>,
+    /// Prefixes whose route could not be encoded, and why; treated as withdrawn until their
+    /// route changes or a new session starts.
+    unsendable: HashMap<IpNet, EncodeError>,
+    /// Encoding failures not yet collected by [`AdjRibOut::take_failures`].
+    failures: Vec<Unsendable>,
     route_attributes: Interner<RouteAttributes>,
     wire_routes: Interner<WireRoute>,
     session: Option<SessionView>,
@@ -132,6 +151,10 @@ impl AdjRibOut {
             desired: HashMap::new(),
             sent: HashMap::new(),
             dirty: HashSet::new(),
+            initial: Vec::new(),
+            refresh: HashSet::new(),
+            unsendable: HashMap::new(),
+            failures: Vec::new(),
             route_attributes: Interner::default(),
             wire_routes: Interner::default(),
             session: None,
@@ -148,12 +171,37 @@ impl AdjRibOut {
         self.desired.len()
     }
 
+    /// Prefixes marked for the next output (changed, or not yet sent on this session); some
+    /// may turn out to need nothing.
+    pub fn pending_count(&self) -> usize {
+        match &self.session {
+            Some(s) if !s.initial_started => self.desired.len(),
+            _ => self.initial.len() + self.dirty.len(),
+        }
+    }
+
+    /// Prefixes whose route could not be encoded.
+    pub fn unsendable_count(&self) -> usize {
+        self.unsendable.len()
+    }
+
+    /// Whether the whole table and the End-of-RIBs went out on the current session.
+    pub fn initial_table_sent(&self) -> bool {
+        self.session.as_ref().is_some_and(|s| s.initial_sent)
+    }
+
+    /// Marks a prefix for the next output; a changed route gets another chance to encode.
+    fn touch(&mut self, prefix: IpNet) {
+        self.dirty.insert(prefix);
+        self.unsendable.remove(&prefix);
+    }
+
     pub fn announce(&mut self, prefix: IpNet, attributes: RouteAttributes) -> Result<(), RibOutError> {
         let prefix = prefix.trunc();
         check_unicast(&prefix)?;
         let attributes = self.route_attributes.intern(normalized(attributes));
         if self.desired.insert(prefix, attributes.clone()).as_ref() != Some(&attributes) {
-            self.dirty.insert(prefix);
+            self.touch(prefix);
         }
         Ok(())
     }
@@ -161,17 +209,21 @@ impl AdjRibOut {
     pub fn withdraw(&mut self, prefix: IpNet) {
         let prefix = prefix.trunc();
         if self.desired.remove(&prefix).is_some() {
-            self.dirty.insert(prefix);
+            self.touch(prefix);
         }
     }
 
     /// Makes the desired set exactly `routes` (a periodic full reconcile); only differences
-    /// become UPDATEs.
+    /// become UPDATEs. A prefix that cannot be announced fails the call before anything changes.
     pub fn replace_all(
         &mut self,
         routes: impl IntoIterator<Item = (IpNet, RouteAttributes)>,
     ) -> Result<(), RibOutError> {
-        let mut keep = HashSet::new();
+        let routes: Vec<(IpNet, RouteAttributes)> = routes.into_iter().collect();
+        for (prefix, _) in &routes {
+            check_unicast(prefix)?;
+        }
+        let mut keep = HashSet::with_capacity(routes.len());
         for (prefix, attributes) in routes {
             self.announce(prefix, attributes)?;
             keep.insert(prefix.trunc());
@@ -205,27 +257,37 @@ impl AdjRibOut {
                     || matches!(prefix, IpNet::V6(_)) && v6_changed)
         });
         let affected: Vec<IpNet> = affected.map(|(prefix, _)| *prefix).collect();
-        self.dirty.extend(affected);
+        for prefix in affected {
+            self.touch(prefix);
+        }
     }
 
-    /// The session is Established: the peer holds nothing from us yet.
+    /// The session is Established: the peer holds nothing from us yet, and the whole table is
+    /// due.
     pub fn session_up(&mut self, negotiated: &Negotiated) {
-        self.sent.clear();
-        self.dirty.clear();
+        self.reset_session_state();
         self.session = Some(SessionView {
             families: negotiated.families.clone(),
             encode: negotiated.encode_context(),
             external: negotiated.external,
             ipv4_over_ipv6_next_hop: !negotiated.extended_next_hop.is_empty(),
+            initial_started: false,
             initial_sent: false,
         });
-        self.wire_routes.collect();
     }
 
     pub fn session_down(&mut self) {
         self.session = None;
+        self.reset_session_state();
+    }
+
+    fn reset_session_state(&mut self) {
         self.sent.clear();
         self.dirty.clear();
+        self.initial.clear();
+        self.refresh.clear();
+        // The next session may negotiate another encoding (4-octet AS): try everything again.
+        self.unsendable.clear();
         self.wire_routes.collect();
     }
 
@@ -235,59 +297,37 @@ impl AdjRibOut {
         self.ready = true;
     }
 
-    /// The UPDATEs to send now: nothing before the session is up and the data ready; then the
-    /// whole table and an End-of-RIB per family; afterwards only differences.
-    pub fn take_updates(&mut self) -> Result<Vec<Update>, RibOutError> {
-        let Some(session) = self.session.clone() else {
-            return Ok(Vec::new());
-        };
-        if !self.ready {
-            return Ok(Vec::new());
-        }
-        let mut out = Vec::new();
-        if !session.initial_sent {
-            self.dirty.clear();
-            let all: Vec<IpNet> = self.desired.keys().copied().collect();
-            self.send_differences(&session, all, &mut out)?;
-            for family in &session.families {
-                out.push(Update::end_of_rib(*family));
-            }
-            if let Some(view) = self.session.as_mut() {
-                view.initial_sent = true;
-            }
-        } else if !self.dirty.is_empty() {
-            let dirty: Vec<IpNet> = self.dirty.drain().collect();
-            self.send_differences(&session, dirty, &mut out)?;
-        }
-        self.route_attributes.collect();
-        Ok(out)
-    }
-
-    /// Everything the peer holds of `family`, again (RFC 2918 §4). Empty before the initial
-    /// table went out: that table answers the request.
-    pub fn route_refresh(&mut self, family: Family) -> Result<Vec<Update>, RibOutError> {
+    /// Everything the peer holds of `family` goes out again with the next outputs (RFC 2918
+    /// §4); returns how many prefixes. Nothing before the initial table went out: that table
+    /// answers the request.
+    pub fn route_refresh(&mut self, family: Family) -> usize {
         let Some(session) = &self.session else {
-            return Ok(Vec::new());
+            return 0;
         };
         if !session.initial_sent || !session.families.contains(&family) {
-            return Ok(Vec::new());
+            return 0;
         }
-        let mut groups: BTreeMap<Arc<WireRoute>, Vec<IpNet>> = BTreeMap::new();
-        for (prefix, route) in &self.sent {
-            if Family::of(prefix) == family {
-                groups.entry(route.clone()).or_default().push(*prefix);
-            }
-        }
-        let mut out = Vec::new();
-        for (route, mut prefixes) in groups {
-            prefixes.sort_unstable();
-            pack::pack_announce(&route, &prefixes, session.encode, &mut out)?;
-        }
-        Ok(out)
+        let prefixes: Vec<IpNet> = self
+            .sent
+            .keys()
+            .filter(|p| Family::of(p) == family)
+            .copied()
+            .collect();
+        self.refresh.extend(prefixes.iter().copied());
+        self.dirty.extend(prefixes.iter().copied());
+        prefixes.len()
+    }
+
+    /// Encoding failures since the last call, for the caller's logs.
+    pub fn take_failures(&mut self) -> Vec<Unsendable> {
+        std::mem::take(&mut self.failures)
     }
 
     /// The route the peer should have for `prefix`, or `None` to withdraw it.
     fn resolve(&mut self, session: &SessionView, prefix: &IpNet) -> Option<Arc<WireRoute>> {
+        if self.unsendable.contains_key(prefix) {
+            return None;
+        }
         let attributes = self.desired.get(prefix)?.clone();
         let family = Family::of(prefix);
         let next_hop = match (attributes.next_hop, family) {
@@ -329,44 +369,6 @@ impl AdjRibOut {
             next_hop,
             attributes: path,
         }))
-    }
-
-    fn send_differences(
-        &mut self,
-        session: &SessionView,
-        prefixes: Vec<IpNet>,
-        out: &mut Vec<Update>,
-    ) -> Result<(), RibOutError> {
-        let mut announce: BTreeMap<Arc<WireRoute>, Vec<IpNet>> = BTreeMap::new();
-        let mut withdraw: BTreeMap<Family, Vec<IpNet>> = BTreeMap::new();
-        for prefix in prefixes {
-            let family = Family::of(&prefix);
-            if !session.families.contains(&family) {
-                continue;
-            }
-            let want = self.resolve(session, &prefix);
-            match (want, self.sent.get(&prefix)) {
-                (Some(want), Some(have)) if &want == have => {}
-                (Some(want), _) => {
-                    self.sent.insert(prefix, want.clone());
-                    announce.entry(want).or_default().push(prefix);
-                }
-                (None, Some(_)) => {
-                    self.sent.remove(&prefix);
-                    withdraw.entry(family).or_default().push(prefix);
-                }
-                (None, None) => {}
-            }
-        }
-        for (family, mut prefixes) in withdraw {
-            prefixes.sort_unstable();
-            pack::pack_withdraw(family, &prefixes, out);
-        }
-        for (route, mut prefixes) in announce {
-            prefixes.sort_unstable();
-            pack::pack_announce(&route, &prefixes, session.encode, out)?;
-        }
-        Ok(())
     }
 }
 

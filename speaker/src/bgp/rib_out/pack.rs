@@ -7,6 +7,7 @@
 //! octets once its value passes 255 octets (Extended Length, RFC 4271 §4.3).
 
 use std::net::IpAddr;
+use std::ops::Range;
 
 use ipnet::IpNet;
 
@@ -62,7 +63,8 @@ impl WireRoute {
         attributes
     }
 
-    fn update(&self, prefixes: Vec<IpNet>) -> Update {
+    /// The UPDATE announcing `prefixes` with these attributes.
+    pub fn update(&self, prefixes: Vec<IpNet>) -> Update {
         let attributes = self.path_attributes();
         if self.uses_own_nlri_field() {
             let nlri = prefixes
@@ -104,15 +106,16 @@ fn to_nlri(family: Family, prefixes: Vec<IpNet>) -> Nlri {
     }
 }
 
-/// Appends the UPDATEs announcing `prefixes` with `route`'s attributes, each at most 4096 bytes.
-pub fn pack_announce(
+/// Splits `prefixes` (sorted, announced with `route`'s attributes) into runs that each fill one
+/// UPDATE of at most 4096 bytes. Fails when the attributes alone, or with a single prefix, do
+/// not fit (or cannot be encoded at all): then no prefix of the group can be sent.
+pub fn split_announce(
     route: &WireRoute,
     prefixes: &[IpNet],
     context: EncodeContext,
-    out: &mut Vec<Update>,
-) -> Result<(), EncodeError> {
+) -> Result<Vec<Range<usize>>, EncodeError> {
     if prefixes.is_empty() {
-        return Ok(());
+        return Ok(Vec::new());
     }
     // The attributes other than MP_REACH_NLRI, measured by encoding them once: exact by
     // construction, whatever AS_PATH/AS4_PATH form the peer needs.
@@ -136,50 +139,48 @@ pub fn pack_announce(
             length: size(prefix_len(&prefixes[0])),
         });
     }
-    let mut start = 0;
-    let mut nlri_bytes = 0;
-    for (index, prefix) in prefixes.iter().enumerate() {
-        let len = prefix_len(prefix);
-        if size(nlri_bytes + len) > MAX_MESSAGE_LEN {
-            out.push(route.update(prefixes[start..index].to_vec()));
-            start = index;
-            nlri_bytes = 0;
-        }
-        nlri_bytes += len;
-    }
-    out.push(route.update(prefixes[start..].to_vec()));
-    Ok(())
+    Ok(runs(prefixes, size))
 }
 
-/// Appends the UPDATEs withdrawing `prefixes` of one family.
-pub fn pack_withdraw(family: Family, prefixes: &[IpNet], out: &mut Vec<Update>) {
-    let size = |nlri_bytes: usize| match family {
+/// Splits `prefixes` (sorted, one family) into runs that each fill one withdrawing UPDATE.
+pub fn split_withdraw(family: Family, prefixes: &[IpNet]) -> Vec<Range<usize>> {
+    runs(prefixes, |nlri_bytes| match family {
         Family::Ipv4Unicast => EMPTY_UPDATE_LEN + nlri_bytes,
         // MP_UNREACH_NLRI value: AFI, SAFI, then the prefixes.
         Family::Ipv6Unicast => EMPTY_UPDATE_LEN + attribute_len(3 + nlri_bytes),
-    };
-    let emit = |chunk: &[IpNet], out: &mut Vec<Update>| match to_nlri(family, chunk.to_vec()) {
-        Nlri::Ipv4(withdrawn) => out.push(Update {
-            withdrawn,
-            ..Update::default()
-        }),
-        nlri @ Nlri::Ipv6(_) => out.push(Update {
-            mp_unreach: Some(nlri),
-            ..Update::default()
-        }),
-    };
+    })
+}
+
+/// Greedy runs: each as long as `size` of its NLRI bytes stays within 4096.
+fn runs(prefixes: &[IpNet], size: impl Fn(usize) -> usize) -> Vec<Range<usize>> {
+    let mut out = Vec::new();
     let mut start = 0;
     let mut nlri_bytes = 0;
     for (index, prefix) in prefixes.iter().enumerate() {
         let len = prefix_len(prefix);
-        if size(nlri_bytes + len) > MAX_MESSAGE_LEN {
-            emit(&prefixes[start..index], out);
+        if index > start && size(nlri_bytes + len) > MAX_MESSAGE_LEN {
+            out.push(start..index);
             start = index;
             nlri_bytes = 0;
         }
         nlri_bytes += len;
     }
     if start < prefixes.len() {
-        emit(&prefixes[start..], out);
+        out.push(start..prefixes.len());
+    }
+    out
+}
+
+/// The UPDATE withdrawing `prefixes` of one family.
+pub fn withdraw_update(family: Family, prefixes: Vec<IpNet>) -> Update {
+    match to_nlri(family, prefixes) {
+        Nlri::Ipv4(withdrawn) => Update {
+            withdrawn,
+            ..Update::default()
+        },
+        nlri @ Nlri::Ipv6(_) => Update {
+            mp_unreach: Some(nlri),
+            ..Update::default()
+        },
     }
 }

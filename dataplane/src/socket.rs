@@ -1,0 +1,175 @@
+//! Socket options and ancillary data that std and tokio do not cover, for the speaker's BGP and
+//! BFD sockets: the TTL / IPv6 hop limit a socket sends with (eBGP single hop and multihop,
+//! BFD's 255), `IPV6_V6ONLY` on a listener, and receiving the TTL / hop limit each datagram
+//! arrived with (the RFC 5881 §5 check). All of it goes through nix's safe wrappers; the
+//! sockets themselves are made by std or tokio and lent here by file descriptor.
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, AsRawFd};
+
+use nix::sys::socket::{
+    ControlMessageOwned, MsgFlags, SockaddrLike, SockaddrStorage, recvmsg, setsockopt, sockopt,
+};
+
+use crate::error::{Error, Result};
+
+/// Which IP version a socket speaks: the options differ (`IP_*` or `IPV6_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IpVersion {
+    V4,
+    V6,
+}
+
+impl IpVersion {
+    pub fn of(addr: &SocketAddr) -> IpVersion {
+        if addr.is_ipv4() {
+            IpVersion::V4
+        } else {
+            IpVersion::V6
+        }
+    }
+}
+
+fn failed(op: String) -> impl FnOnce(nix::Error) -> Error {
+    move |errno| Error::Io {
+        op,
+        source: io::Error::from(errno),
+    }
+}
+
+/// The TTL (IPv4, `IP_TTL`) or unicast hop limit (IPv6, `IPV6_UNICAST_HOPS`) of what the socket
+/// sends.
+pub fn set_ttl(socket: &impl AsFd, version: IpVersion, ttl: u8) -> Result<()> {
+    let value = i32::from(ttl);
+    match version {
+        IpVersion::V4 => {
+            setsockopt(socket, sockopt::Ipv4Ttl, &value).map_err(failed(format!("set IP_TTL {ttl}")))
+        }
+        IpVersion::V6 => setsockopt(socket, sockopt::Ipv6Ttl, &value)
+            .map_err(failed(format!("set IPV6_UNICAST_HOPS {ttl}"))),
+    }
+}
+
+/// `IPV6_V6ONLY`: whether an IPv6 socket refuses IPv4 (mapped) peers. Set before `bind()`.
+pub fn set_v6_only(socket: &impl AsFd, only: bool) -> Result<()> {
+    setsockopt(socket, sockopt::Ipv6V6Only, &only).map_err(failed(format!("set IPV6_V6ONLY {only}")))
+}
+
+/// Asks the kernel for each received datagram's TTL (`IP_RECVTTL`) or hop limit
+/// (`IPV6_RECVHOPLIMIT`), which [`recv_with_ttl`] then reports.
+pub fn set_recv_ttl(socket: &impl AsFd, version: IpVersion) -> Result<()> {
+    match version {
+        IpVersion::V4 => {
+            setsockopt(socket, sockopt::Ipv4RecvTtl, &true).map_err(failed("set IP_RECVTTL".into()))
+        }
+        IpVersion::V6 => setsockopt(socket, sockopt::Ipv6RecvHopLimit, &true)
+            .map_err(failed("set IPV6_RECVHOPLIMIT".into())),
+    }
+}
+
+/// One datagram: its length in the buffer, its source, and the TTL / hop limit it arrived with
+/// (`None` when the kernel gave none: [`set_recv_ttl`] was not called).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Datagram {
+    pub len: usize,
+    pub source: SocketAddr,
+    pub ttl: Option<u8>,
+}
+
+fn to_std(addr: &SockaddrStorage) -> Option<SocketAddr> {
+    if let Some(v4) = addr.as_sockaddr_in() {
+        return Some(SocketAddr::V4((*v4).into()));
+    }
+    addr.as_sockaddr_in6().map(|v6| SocketAddr::V6((*v6).into()))
+}
+
+/// A non-blocking `recvmsg(2)` that reads the TTL / hop limit control message. The error is
+/// the OS's own (`WouldBlock` included), so it fits inside tokio's `UdpSocket::async_io`.
+pub fn recv_with_ttl(socket: &impl AsRawFd, buf: &mut [u8]) -> io::Result<Datagram> {
+    let mut iov = [io::IoSliceMut::new(buf)];
+    let mut cmsg = nix::cmsg_space!(i32);
+    let msg = recvmsg::<SockaddrStorage>(
+        socket.as_raw_fd(),
+        &mut iov,
+        Some(&mut cmsg),
+        MsgFlags::MSG_DONTWAIT,
+    )?;
+    let mut ttl = None;
+    for c in msg.cmsgs()? {
+        if let ControlMessageOwned::Ipv4Ttl(t) | ControlMessageOwned::Ipv6HopLimit(t) = c {
+            ttl = u8::try_from(t).ok();
+        }
+    }
+    let source = msg
+        .address
+        .as_ref()
+        .filter(|a| a.len() > 0)
+        .and_then(to_std)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "datagram without a source address"))?;
+    Ok(Datagram {
+        len: msg.bytes,
+        source,
+        ttl,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{Ipv4Addr, UdpSocket};
+
+    use super::*;
+
+    #[test]
+    fn a_datagram_reports_the_ttl_it_was_sent_with() {
+        let receiver = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        set_recv_ttl(&receiver, IpVersion::V4).unwrap();
+        let sender = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        set_ttl(&sender, IpVersion::V4, 77).unwrap();
+        sender.send_to(b"hello", receiver.local_addr().unwrap()).unwrap();
+        receiver
+            .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        // Blocking wait (with the timeout above) for the datagram, then the non-blocking read.
+        let mut peek = [0u8; 8];
+        receiver.peek(&mut peek).unwrap();
+        let mut buf = [0u8; 16];
+        let got = recv_with_ttl(&receiver, &mut buf).unwrap();
+        assert_eq!(
+            (got.len, got.source, got.ttl),
+            (5, sender.local_addr().unwrap(), Some(77))
+        );
+        assert_eq!(&buf[..5], b"hello");
+    }
+
+    #[test]
+    fn ipv6_hop_limit_and_v6_only() {
+        let Ok(receiver) = UdpSocket::bind("[::1]:0") else {
+            panic!("IPv6 loopback is needed for this test");
+        };
+        set_recv_ttl(&receiver, IpVersion::V6).unwrap();
+        let sender = UdpSocket::bind("[::1]:0").unwrap();
+        set_ttl(&sender, IpVersion::V6, 255).unwrap();
+        sender.send_to(b"x", receiver.local_addr().unwrap()).unwrap();
+        receiver
+            .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let mut peek = [0u8; 1];
+        receiver.peek(&mut peek).unwrap();
+        let mut buf = [0u8; 4];
+        assert_eq!(recv_with_ttl(&receiver, &mut buf).unwrap().ttl, Some(255));
+        let error = set_v6_only(&receiver, true).unwrap_err();
+        assert!(
+            error.to_string().contains("IPV6_V6ONLY"),
+            "a bound socket refuses it, and the error names the option: {error}"
+        );
+    }
+
+    #[test]
+    fn recv_on_an_empty_socket_would_block() {
+        let socket = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let mut buf = [0u8; 4];
+        let error = recv_with_ttl(&socket, &mut buf).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::WouldBlock);
+    }
+}
