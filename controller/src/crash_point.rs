@@ -23,54 +23,44 @@ pub const POD_PORT_REMOVED: &str = "pod-port-removed";
 pub const ENV: &str = "KUBE_OVN_CRASH_AT";
 
 #[cfg(feature = "crash-points")]
-mod armed {
-    use std::sync::OnceLock;
-    use std::sync::atomic::{AtomicU64, Ordering};
+struct Armed {
+    point: String,
+    at: u64,
+    seen: std::sync::atomic::AtomicU64,
+}
 
-    struct Armed {
-        point: String,
-        at: u64,
-        seen: AtomicU64,
-    }
-
-    fn armed() -> Option<&'static Armed> {
-        static ARMED: OnceLock<Option<Armed>> = OnceLock::new();
-        ARMED
-            .get_or_init(|| {
-                let spec = std::env::var(super::ENV).ok()?;
-                let (point, at) = spec.rsplit_once(':').unwrap_or((spec.as_str(), "1"));
-                let at = at.parse().unwrap_or_else(|_| {
-                    panic!("{}={spec}: the count after ':' must be a number", super::ENV)
-                });
-                assert!(
-                    super::POINTS.contains(&point),
-                    "{}={spec}: no crash point {point}; points: {:?}",
-                    super::ENV,
-                    super::POINTS
-                );
-                Some(Armed {
-                    point: point.to_owned(),
-                    at,
-                    seen: AtomicU64::new(0),
-                })
+#[cfg(feature = "crash-points")]
+fn armed() -> Option<&'static Armed> {
+    static ARMED: std::sync::OnceLock<Option<Armed>> = std::sync::OnceLock::new();
+    ARMED
+        .get_or_init(|| {
+            let spec = std::env::var(ENV).ok()?;
+            let (point, at) = spec.rsplit_once(':').unwrap_or((spec.as_str(), "1"));
+            let at = at
+                .parse()
+                .unwrap_or_else(|_| panic!("{ENV}={spec}: the count after ':' must be a number"));
+            assert!(
+                POINTS.contains(&point),
+                "{ENV}={spec}: no crash point {point}; points: {POINTS:?}"
+            );
+            Some(Armed {
+                point: point.to_owned(),
+                at,
+                seen: std::sync::atomic::AtomicU64::new(0),
             })
-            .as_ref()
-    }
-
-    pub fn reached(point: &'static str) {
-        let Some(a) = armed() else { return };
-        if a.point == point && a.seen.fetch_add(1, Ordering::SeqCst) + 1 == a.at {
-            // The drill reads this line to know where the process died.
-            eprintln!("crash point {point} reached ({} time); aborting", a.at);
-            std::process::abort();
-        }
-    }
+        })
+        .as_ref()
 }
 
 /// Marks `point`; a `crash-points` build armed for it may die here (see the module doc).
 #[cfg(feature = "crash-points")]
 pub fn reached(point: &'static str) {
-    armed::reached(point);
+    let Some(a) = armed() else { return };
+    if a.point == point && a.seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == a.at {
+        // The drill reads this line to know where the process died.
+        eprintln!("crash point {point} reached ({} time); aborting", a.at);
+        std::process::abort();
+    }
 }
 
 /// Marks `point`; a `crash-points` build armed for it may die here (see the module doc).

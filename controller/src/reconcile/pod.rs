@@ -432,10 +432,9 @@ pub async fn release_key(ctx: &Context, key: &str, keep_address: bool) -> Result
     // A write of this key's port that timed out may still be committed by a slow server; the
     // plan below is read from the replica, which must show it first, or the port comes back
     // after the release with nothing left to remove it.
-    ctx.nb
-        .barrier()
-        .await
-        .doing(format_args!("wait for the northbound server before releasing pod {key}"))?;
+    ctx.nb.barrier().await.doing(format_args!(
+        "wait for the northbound server before releasing pod {key}"
+    ))?;
     let plan = ctx.nb.read(|cache| {
         let mut plan = Plan::new();
         remove_switch_port(&mut plan, cache, key);
