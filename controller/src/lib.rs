@@ -9,6 +9,8 @@
 
 pub mod config;
 pub mod context;
+pub mod crash_point;
+pub mod debug_ipam;
 pub mod error;
 pub mod informer;
 pub mod ipam;
@@ -83,6 +85,8 @@ pub async fn run_with_listener(
 ) -> Result<()> {
     let metrics = Metrics::new();
     let ready = Arc::new(AtomicBool::new(false));
+    let ipam_view = debug_ipam::IpamView::default();
+    let debug = debug_ipam::router(ipam_view.clone(), ready.clone());
     let endpoints = {
         let (metrics, ready) = (metrics.clone(), ready.clone());
         let endpoints = Endpoints::new(
@@ -107,7 +111,7 @@ pub async fn run_with_listener(
     };
     // Dies with this future, also when it is aborted.
     let _server = AbortOnDrop::spawn(async move {
-        if let Err(e) = endpoints.serve(listener).await {
+        if let Err(e) = endpoints.serve_with(listener, debug).await {
             tracing::error!(error = %e, "metrics endpoint failed");
         }
     });
@@ -131,7 +135,7 @@ pub async fn run_with_listener(
         }
     };
     let result = tokio::select! {
-        r = Box::pin(run_inner(config, kube, nb, metrics, ready)) => r,
+        r = Box::pin(run_inner(config, kube, nb, metrics, ready, ipam_view)) => r,
         () = lost => Err(Error::Lease("leadership lost".into())),
         () = &mut shutdown => Ok(()),
     };
@@ -147,6 +151,7 @@ async fn run_inner(
     nb: Nb,
     metrics: Metrics,
     ready: Arc<AtomicBool>,
+    ipam_view: debug_ipam::IpamView,
 ) -> Result<()> {
     reconcile::startup::init(&config, &kube, &nb).await?;
 
@@ -164,14 +169,27 @@ async fn run_inner(
         stores.synced().await?;
         let (ipam, _) = reconcile::ipam_rebuild::rebuild_ipam(&config, &stores, &nb);
         let ctx = Arc::new(Context::new(config, kube, nb, metrics, stores, ipam, pod_writes));
+        let weak = Arc::downgrade(&ctx);
+        let _ = ipam_view.set(Box::new(move || {
+            weak.upgrade()
+                .map(|ctx| ctx.ipam().allocations())
+                .unwrap_or_default()
+        }));
         ready.store(true, Ordering::Relaxed);
         tracing::info!("kube-ovn-controller running");
         let c = ctx.clone();
         let gc_loop = async move {
+            // At start, always: deletions made while no controller watched are found only here.
+            let mut backoff = std::time::Duration::from_secs(1);
+            while let Err(e) = reconcile::gc::collect(&c).await {
+                tracing::warn!(error = %e, "garbage collection at start failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(std::time::Duration::from_secs(30));
+            }
             let Some(every) = c.config.gc_interval else {
                 return std::future::pending::<()>().await;
             };
-            let mut tick = tokio::time::interval(every);
+            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
             loop {
                 tick.tick().await;
                 if let Err(e) = reconcile::gc::collect(&c).await {

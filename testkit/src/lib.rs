@@ -8,6 +8,7 @@
 //! here skips.
 
 mod daemon;
+pub mod drill;
 mod netns;
 mod ovn;
 mod ovs_node;

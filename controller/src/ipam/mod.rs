@@ -309,6 +309,17 @@ impl Ipam {
             .map(|(n, _)| n.as_str())
     }
 
+    /// Every allocation, by subnet and NIC key (what `/debug/ipam` shows).
+    pub fn allocations(&self) -> BTreeMap<String, BTreeMap<String, Allocation>> {
+        self.subnets
+            .iter()
+            .map(|(name, s)| {
+                let nics = s.nics.iter().map(|(k, a)| (k.clone(), a.clone())).collect();
+                (name.clone(), nics)
+            })
+            .collect()
+    }
+
     /// Every NIC key with an allocation in `subnet`.
     pub fn keys(&self, subnet: &str) -> Vec<String> {
         self.subnets

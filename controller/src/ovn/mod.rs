@@ -85,6 +85,25 @@ impl Nb {
     }
 }
 
+impl Nb {
+    /// Returns once every transaction sent before it has been answered — also one whose caller
+    /// stopped waiting (`--ovn-timeout`) while the server, slow, may still commit it — so the
+    /// replica then shows that transaction's outcome. The server answers one connection's
+    /// transactions in order; this sends an empty one behind them (merged with whatever else is
+    /// queued, so it costs nothing under load).
+    pub async fn barrier(&self) -> Result<(), kube_ovn_ovsdb::Error> {
+        let (reply, rx) = oneshot::channel();
+        self.jobs
+            .send(Job {
+                plan: Plan::new(),
+                what: "barrier",
+                reply,
+            })
+            .map_err(|_| kube_ovn_ovsdb::Error::Closed)?;
+        rx.await.map_err(|_| kube_ovn_ovsdb::Error::Closed)?.map(drop)
+    }
+}
+
 async fn batcher(client: Client, metrics: Metrics, mut rx: mpsc::UnboundedReceiver<Job>) {
     // When the last transaction ended; plans arriving soon after it are a stream, and waiting a
     // moment for more of them costs each little and saves the server and ovn-northd a round.
@@ -108,6 +127,7 @@ async fn batcher(client: Client, metrics: Metrics, mut rx: mpsc::UnboundedReceiv
             ops += job.plan.len();
             jobs.push(job);
         }
+        crate::crash_point::reached(crate::crash_point::NB_SUBMITTED);
         if jobs.len() == 1 {
             let job = jobs.pop().expect("one job");
             let result = transact(&client, &metrics, job.plan, job.what).await;
@@ -156,6 +176,9 @@ async fn transact(
     let start = Instant::now();
     let result = client.transact(plan.into_ops()).await;
     metrics.ovsdb_transaction(what, result.is_ok(), start.elapsed());
+    if result.is_ok() {
+        crate::crash_point::reached(crate::crash_point::NB_COMMITTED);
+    }
     match &result {
         Ok(_) => tracing::debug!(
             what,

@@ -1,7 +1,11 @@
 //! Garbage collection: switch ports, IP CRs and addresses whose pod or node is gone — deleted
-//! while the controller was down, or missed — and reacting to deletions as they happen (a deleted
-//! object is never reconciled again, so its cleanup starts here): pods, nodes, and StatefulSets
-//! (scaled down or deleted after their pods went, so the addresses kept for them go too).
+//! while the controller was down (the collection at start finds those) — and reacting to
+//! deletions as they happen (a deleted object is never reconciled again, so its cleanup starts
+//! here): pods and nodes as they leave the reconcilers' caches ([`crate::informer`]: a watch
+//! `Delete`, or missing from a relist), and StatefulSets (scaled down or deleted after their pods
+//! went, so the addresses kept for them go too). Between them, a pod deleted at any moment is
+//! released once: gone before the caches listed at start, the start-up collection finds it;
+//! gone after, its departure does.
 //!
 //! Snapshots are taken owners-last: what to collect is read first, the living owners after, so an
 //! object created in between is seen alive and its fresh port is never collected. Each pod key is
@@ -13,6 +17,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -312,31 +317,53 @@ enum Gone {
     Missed,
 }
 
+impl std::fmt::Display for Gone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Gone::Pod(pod) => write!(
+                f,
+                "pod {}/{}",
+                pod.namespace().unwrap_or_default(),
+                pod.name_any()
+            ),
+            Gone::Node(node) => write!(f, "node {}", node.name_any()),
+            Gone::Missed => f.write_str("missed deletions"),
+        }
+    }
+}
+
+async fn clean_up(ctx: &Context, gone: &Gone) -> Result<()> {
+    match gone {
+        Gone::Pod(pod) => deleted(ctx, pod).await,
+        Gone::Node(node) => {
+            // A node of that name in the cache again (created anew, or back in a relist under
+            // another UID) owns the name's join port and IP CR now: its reconciler keeps them.
+            if ctx.stores.nodes.get(&ObjectRef::new(&node.name_any())).is_some() {
+                return Ok(());
+            }
+            node_gone(ctx, &node.name_any()).await
+        }
+        Gone::Missed => collect(ctx).await.map(drop),
+    }
+}
+
 /// Cleans up after pods, nodes and StatefulSets as their deletions (and scale-downs) arrive.
-/// Pods and nodes come from the controller's shared watches; StatefulSets, which only this
-/// reads, from a watch of its own.
+/// Pods and nodes come from the controller's shared watches, each sent once the cache no longer
+/// holds it (a watch `Delete`, or missing from a relist); StatefulSets, which only this reads,
+/// from a watch of its own. Up to 16 at a time; a failure is retried with backoff until it
+/// succeeds or the controller stops, so a deletion seen is a deletion acted on, not one left to
+/// the next periodic collection.
 pub async fn watch_deletions(ctx: Arc<Context>, pods: Changes<Pod>, nodes: Changes<Node>) {
     let pods = pods.map(|c| c.deleted().cloned().map(Gone::Pod), || Some(Gone::Missed));
     let nodes = nodes.map(|c| c.deleted().cloned().map(Gone::Node), || Some(Gone::Missed));
     let gone = futures::stream::select(pods, nodes).for_each_concurrent(16, |gone| {
         let ctx = ctx.clone();
         async move {
-            match gone {
-                Gone::Pod(pod) => {
-                    if let Err(e) = deleted(&ctx, &pod).await {
-                        tracing::warn!(pod = %pod.name_any(), error = %e, "cleanup after pod deletion failed; the collector will retry");
-                    }
-                }
-                Gone::Node(node) => {
-                    if let Err(e) = node_gone(&ctx, &node.name_any()).await {
-                        tracing::warn!(node = %node.name_any(), error = %e, "cleanup after node deletion failed; the collector will retry");
-                    }
-                }
-                Gone::Missed => {
-                    if let Err(e) = collect(&ctx).await {
-                        tracing::warn!(error = %e, "collection after missed deletions failed; the next one will retry");
-                    }
-                }
+            let mut backoff = Duration::from_millis(100);
+            while let Err(e) = clean_up(&ctx, &gone).await {
+                tracing::warn!(object = %gone, error = %e, "cleanup after deletion failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(10));
             }
         }
     });

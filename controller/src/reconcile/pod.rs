@@ -165,6 +165,15 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     }
     let key = port_name(&pod);
     let _lock = ctx.pod_locks.lock(&key).await;
+    // The copy this run was handed may predate the pod's deletion, and that deletion's release
+    // may have run while this waited (for the lock, or at start-up for IPAM): acting on it would
+    // write the port, IP CR and address back for a pod that is gone, with nothing left to remove
+    // them. The release runs only once the cache has dropped the pod (crate::informer), so
+    // under the lock the cache says which pod, if any, is current.
+    let Some(pod) = current(&ctx, &pod) else {
+        tracing::debug!(pod = %key, "gone since this reconcile was queued; nothing to do");
+        return Ok(Action::await_change());
+    };
     if !is_alive(&pod) {
         release(&ctx, &pod).await?;
         return Ok(Action::await_change());
@@ -189,6 +198,15 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     let action = result?;
     // A pod being deleted still uses its address until its grace period ends; look again then.
     Ok(grace_left(&pod).map_or(action, |left| Action::requeue(left + Duration::from_millis(100))))
+}
+
+/// The cache's copy of `pod`, if the cache still holds that pod (not one of the same name created
+/// since: another UID).
+fn current(ctx: &Context, pod: &Pod) -> Option<Arc<Pod>> {
+    ctx.stores
+        .pods
+        .get(&ObjectRef::from_obj(pod))
+        .filter(|p| p.metadata.uid == pod.metadata.uid)
 }
 
 async fn apply(pod: &Pod, ctx: &Context, key: &str) -> Result<Action> {
@@ -287,6 +305,7 @@ async fn apply(pod: &Pod, ctx: &Context, key: &str) -> Result<Action> {
     let (port_written, ip_written) = tokio::join!(ctx.nb.apply(plan, "pod"), upsert_ip(ctx, &record));
     port_written.doing(format_args!("write the port of pod {ns}/{name}"))?;
     ip_written?;
+    crate::crash_point::reached(crate::crash_point::POD_PORT_WRITTEN);
     // The port no longer names an address the key held in another subnet: free it now.
     let moved = ctx.ipam().release_elsewhere(key, &subnet_name);
     if !moved.is_empty() {
@@ -410,6 +429,12 @@ pub struct Released {
 /// Releases a pod NIC key: the port always; unless `keep_address`, the IP CR and the address.
 /// The caller holds the key's lock.
 pub async fn release_key(ctx: &Context, key: &str, keep_address: bool) -> Result<Released> {
+    // A write of this key's port that timed out may still be committed by a slow server; the
+    // plan below is read from the replica, which must show it first, or the port comes back
+    // after the release with nothing left to remove it.
+    ctx.nb.barrier().await.doing(format_args!(
+        "wait for the northbound server before releasing pod {key}"
+    ))?;
     let plan = ctx.nb.read(|cache| {
         let mut plan = Plan::new();
         remove_switch_port(&mut plan, cache, key);
@@ -420,6 +445,9 @@ pub async fn release_key(ctx: &Context, key: &str, keep_address: bool) -> Result
         .apply(plan, "pod-delete")
         .await
         .doing(format_args!("remove the port of pod {key}"))?;
+    if port {
+        crate::crash_point::reached(crate::crash_point::POD_PORT_REMOVED);
+    }
     if keep_address {
         return Ok(Released { port, address: false });
     }

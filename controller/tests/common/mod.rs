@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod gate;
 pub mod process;
 
 use std::collections::BTreeMap;
@@ -131,8 +132,13 @@ impl Env {
     /// Starts a controller in this process with extra flags, its metrics endpoint on a port of
     /// its own; its requests are recorded.
     pub fn spawn_controller(&self, extra: &[&str]) -> Controller {
+        self.spawn_controller_on(self.recording_client(), extra)
+    }
+
+    /// [`Env::spawn_controller`] with the controller's requests going through `kube` (e.g. a
+    /// [`gate::Traffic`] client).
+    pub fn spawn_controller_on(&self, kube: kube::Client, extra: &[&str]) -> Controller {
         let config = self.flags_with(extra).validate().unwrap();
-        let kube = self.recording_client();
         let std_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         std_listener.set_nonblocking(true).unwrap();
         let metrics_addr = std_listener.local_addr().unwrap();
@@ -277,4 +283,75 @@ pub fn icmp(src: &Pod, dst_mac: &str, dst_ip: &str) -> String {
         ann(src, "mac_address"),
         ann(src, "ip_address")
     )
+}
+
+/// Addresses in a status range string such as `10.99.0.2-10.99.0.9,10.99.0.12`.
+pub fn range_addresses(ranges: &str) -> anyhow::Result<std::collections::BTreeSet<std::net::IpAddr>> {
+    let mut out = std::collections::BTreeSet::new();
+    for part in ranges.split(',').filter(|p| !p.is_empty()) {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        match (a.parse()?, b.parse()?) {
+            (std::net::IpAddr::V4(a), std::net::IpAddr::V4(b)) => {
+                out.extend((u32::from(a)..=u32::from(b)).map(|x| std::net::IpAddr::V4(x.into())));
+            }
+            (a, b) if a == b => {
+                out.insert(a);
+            }
+            _ => anyhow::bail!("range {part}: only IPv4 ranges are expanded"),
+        }
+    }
+    Ok(out)
+}
+
+/// What is left of a pod NIC `key` (`<pod>.<ns>`) in the cluster: its northbound port, the port
+/// groups holding that port, and its IP CR.
+pub async fn remains_in_cluster(env: &Env, key: &str) -> anyhow::Result<Vec<String>> {
+    use kube_ovn_api::crd::Ip;
+    let mut left = Vec::new();
+    let uuid = env.ovn.nbctl(&[
+        "--bare",
+        "--columns=_uuid",
+        "find",
+        "Logical_Switch_Port",
+        &format!("name=\"{key}\""),
+    ])?;
+    let uuid = uuid.trim();
+    if !uuid.is_empty() {
+        left.push(format!("northbound port {key}"));
+        let groups = env.ovn.nbctl(&[
+            "--bare",
+            "--columns=name",
+            "find",
+            "Port_Group",
+            &format!("ports{{>=}}{uuid}"),
+        ])?;
+        left.extend(
+            groups
+                .split_whitespace()
+                .map(|g| format!("membership of port group {g}")),
+        );
+    }
+    if Api::<Ip>::all(env.kube.clone()).get_opt(key).await?.is_some() {
+        left.push(format!("IP CR {key}"));
+    }
+    Ok(left)
+}
+
+/// [`remains_in_cluster`], and the address `ip` if IPAM still holds it in `subnet` (as the
+/// running controller reports it in the subnet's `status.v4usingIPrange`). Empty once all of
+/// the NIC is released.
+pub async fn remains_of(env: &Env, key: &str, subnet: &str, ip: &str) -> anyhow::Result<Vec<String>> {
+    let mut left = remains_in_cluster(env, key).await?;
+    let status = Api::<Subnet>::all(env.kube.clone())
+        .get(subnet)
+        .await?
+        .status
+        .unwrap_or_default();
+    let using = range_addresses(status.v4_using_ip_range.as_deref().unwrap_or_default())?;
+    if using.contains(&ip.parse()?) {
+        left.push(format!(
+            "address {ip} held in IPAM of {subnet} (status.v4usingIPrange)"
+        ));
+    }
+    Ok(left)
 }
