@@ -309,8 +309,7 @@ async fn host_network_pods_are_ignored() {
     let env = Env::start().await;
     let metrics = env.metrics_addr.expect("the controller serves metrics").port();
     env.node("node1", "172.18.0.2").await;
-    let pod_reconciles =
-        |text: &str| netkit::metric(text, "kube_ovn_controller_reconcile_total", &["kind=\"Pod\""]);
+    let pod_reconciles = |text: &str| netkit::reconciles(text, "Pod");
     // No other pod exists: every Pod reconcile from now on is of the host-network pod.
     let before = pod_reconciles(&netkit::metrics(metrics).await.unwrap());
     create_pod(

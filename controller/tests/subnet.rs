@@ -563,13 +563,7 @@ async fn reconciling_again_writes_nothing() {
             &[],
         )
     };
-    let reconciles = |text: &str, kind: &str| {
-        netkit::metric(
-            text,
-            "kube_ovn_controller_reconcile_total",
-            &[&format!("kind=\"{kind}\"")],
-        )
-    };
+    let reconciles = netkit::reconciles;
     let before = netkit::metrics(port).await.unwrap();
     // Touch every subnet and VPC (a node change re-reconciles all subnets; the VPCs by hand).
     set_node_ready(&env, "node2", "True").await;

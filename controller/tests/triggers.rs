@@ -103,13 +103,7 @@ async fn subnet_status_changes_trigger_nothing() {
     }
     let using = |s: &kube_ovn_api::crd::Subnet| s.status.as_ref().and_then(|st| st.v4_using_ips).map(|c| c.0);
     let first = using(&env.subnet_ready("ovn-default").await).unwrap_or_default();
-    let reconciles = |text: &str, kind: &str| {
-        netkit::metric(
-            text,
-            "kube_ovn_controller_reconcile_total",
-            &[&format!("kind=\"{kind}\"")],
-        )
-    };
+    let reconciles = netkit::reconciles;
     let before = netkit::metrics(port).await.unwrap();
 
     // Pods come in waves; after each, the counters loop writes the subnet's status once more
@@ -152,8 +146,7 @@ async fn a_pod_costs_one_patch_and_no_reconcile_for_its_own_write() {
     // A first pod, routed: the node's port groups exist from here on.
     env.pod("once", "first", "node1", &[]).await;
     env.routed("once", "first").await;
-    let pod_reconciles =
-        |text: &str| netkit::metric(text, "kube_ovn_controller_reconcile_total", &["kind=\"Pod\""]);
+    let pod_reconciles = |text: &str| netkit::reconciles(text, "Pod");
     let before = pod_reconciles(&netkit::metrics(port).await.unwrap());
     for i in 0..PODS {
         env.pod("once", &format!("p{i}"), "node1", &[]).await;

@@ -11,12 +11,13 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{Rng, WAIT};
+use common::WAIT;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube_ovn_lab::apiserver::{ApiServer, ApiServerConfig};
+use kube_ovn_testkit::drill::Rng;
 use kube_ovn_testkit::wait_until_async;
 use serde_json::json;
 use tokio::sync::watch;

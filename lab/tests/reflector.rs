@@ -13,13 +13,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::{Rng, WAIT, object_key, server_objects};
+use common::{WAIT, object_key, server_objects};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher;
 use kube_ovn_lab::apiserver::{ApiServer, ApiServerConfig};
+use kube_ovn_testkit::drill::Rng;
 use kube_ovn_testkit::wait_until_async;
 use serde_json::{Value, json};
 
@@ -121,7 +122,7 @@ async fn reflectors_stay_equal_to_the_store_through_random_writes() {
         let obj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
         namespaces.create(&PostParams::default(), &obj).await.unwrap();
     }
-    let mut rng = Rng::from_env(0x5eed_0001);
+    let mut rng = Rng::new(common::seed(0x5eed_0001));
     // What this test believes exists, with the last object the server returned for it.
     let mut live: BTreeMap<(String, String), ConfigMap> = BTreeMap::new();
     // Some objects exist before the reflectors start, so their initial lists have pages.

@@ -12,8 +12,9 @@ use std::path::Path;
 
 use axum::body::Body;
 use axum::http::Request;
-use common::{Rng, assert_status, install_crds, raw};
+use common::{assert_status, install_crds, raw};
 use kube_ovn_lab::apiserver::{ApiServer, ApiServerConfig};
+use kube_ovn_testkit::drill::Rng;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
@@ -323,7 +324,7 @@ async fn schema_violations_are_422_naming_the_field() {
 async fn garbage_never_panics_and_always_gets_a_status() {
     let s = server();
     install_crds(&s.client()).await.unwrap();
-    let mut rng = Rng::from_env(0x6a7b_a6e0);
+    let mut rng = Rng::new(common::seed(0x6a7b_a6e0));
     let methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"];
     let segments = [
         "api",

@@ -5,6 +5,10 @@
 pub struct Rng(pub u64);
 
 impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
@@ -16,6 +20,11 @@ impl Rng {
     /// A number in `0..n`.
     pub fn below(&mut self, n: usize) -> usize {
         usize::try_from(self.next_u64() % n as u64).expect("below n, which is a usize")
+    }
+
+    /// One of `items`, which must not be empty.
+    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len())]
     }
 }
 

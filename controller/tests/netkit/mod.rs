@@ -196,6 +196,15 @@ pub async fn metrics(port: u16) -> anyhow::Result<String> {
 }
 
 /// The sum of the samples of `name` whose labels contain every one of `labels`.
+/// Reconciles of `kind` the controller has counted, from its `/metrics` text.
+pub fn reconciles(text: &str, kind: &str) -> f64 {
+    metric(
+        text,
+        "kube_ovn_controller_reconcile_total",
+        &[&format!("kind=\"{kind}\"")],
+    )
+}
+
 pub fn metric(text: &str, name: &str, labels: &[&str]) -> f64 {
     text.lines()
         .filter(|l| l.starts_with(name) && l[name.len()..].starts_with('{'))

@@ -49,38 +49,6 @@ pub fn seed(default: u64) -> u64 {
     seed
 }
 
-/// SplitMix64: small, seeded, and the same on every platform, so a failing random test replays
-/// with the seed it printed (`LAB_TEST_SEED=<n>`).
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    /// Seeded from `LAB_TEST_SEED` when set, else from `default`; prints the seed.
-    pub fn from_env(default: u64) -> Self {
-        Self(seed(default))
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `0..n`.
-    pub fn below(&mut self, n: usize) -> usize {
-        usize::try_from(self.next_u64() % n as u64).expect("below n")
-    }
-
-    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
-    }
-}
-
 /// The emulator's own objects of a resource, by `namespace/name` (or `name`), straight from its
 /// store: what every client view is compared with.
 pub fn server_objects(
