@@ -57,8 +57,11 @@ fn armed() -> Option<&'static Armed> {
 pub fn reached(point: &'static str) {
     let Some(a) = armed() else { return };
     if a.point == point && a.seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == a.at {
-        // The drill reads this line to know where the process died.
-        eprintln!("crash point {point} reached ({} time); aborting", a.at);
+        // The drill reads this line to know where the process died. One write of the whole
+        // line: `eprintln!` writes its pieces one by one to the unbuffered stderr, and the log
+        // lines other threads write meanwhile (to stdout, into the same file) landed in between.
+        let line = format!("crash point {point} reached ({} time); aborting\n", a.at);
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
         std::process::abort();
     }
 }
