@@ -129,7 +129,12 @@ mod tests {
         assert_eq!(err.code, ErrorCode::IncompatibleVersion);
         assert!(err.details.contains("1.1.0"), "{err}");
         assert!(err.msg.contains(r#"cniVersion "0.2.0""#), "{err}");
-        assert!(CniVersion::parse("").unwrap_err().msg.contains("cniVersion (none)"));
+        assert!(
+            CniVersion::parse("")
+                .unwrap_err()
+                .msg
+                .contains("cniVersion (none)")
+        );
     }
 
     #[test]

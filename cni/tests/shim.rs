@@ -415,7 +415,10 @@ fn add_answers_in_every_config_version() -> Result<()> {
         let got = run.json()?;
         assert_eq!(got["cniVersion"], version);
         let ip = &got["ips"][0];
-        assert_eq!((&ip["address"], &ip["interface"]), (&json!("10.16.0.5/16"), &json!(0)));
+        assert_eq!(
+            (&ip["address"], &ip["interface"]),
+            (&json!("10.16.0.5/16"), &json!(0))
+        );
         let has_ip_version = ip.get("version").is_some();
         assert_eq!(has_ip_version, version.starts_with("0."), "{version}: {got}");
         if has_ip_version {

@@ -47,6 +47,7 @@ pub fn install(config: &Config) -> std::io::Result<()> {
         .map_err(|e| std::io::Error::new(e.kind(), format!("read {}: {e}", source.display())))?;
     write_atomically(&flags.cni_bin_dir.join("kube-ovn"), &binary, 0o755)?;
     let portmap = flags.cni_bin_dir.join("portmap").exists();
-    let text = serde_json::to_vec_pretty(&conflist(&flags.bind_socket, config.cni_conf_version, portmap)).expect("JSON value");
+    let text = serde_json::to_vec_pretty(&conflist(&flags.bind_socket, config.cni_conf_version, portmap))
+        .expect("JSON value");
     write_atomically(&flags.cni_conf_dir.join(&flags.cni_conf_name), &text, 0o644)
 }
