@@ -6,12 +6,16 @@ use crate::ipam::IpamError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("Kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    #[error("OVN northbound: {0}")]
-    Ovn(#[from] kube_ovn_ovsdb::Error),
-    #[error("OVN northbound row: {0}")]
-    Decode(#[from] kube_ovn_ovsdb::DecodeError),
+    /// A Kubernetes API call failed: `doing` names the call and the object.
+    #[error("{doing}: Kubernetes API: {source}")]
+    Kube { doing: String, source: kube::Error },
+    /// A northbound transaction failed: `doing` names the change and its object.
+    #[error("{doing}: OVN northbound: {source}")]
+    Ovn {
+        doing: String,
+        /// Boxed: an OVSDB error is large, and every `Result` of the controller carries this type.
+        source: Box<kube_ovn_ovsdb::Error>,
+    },
     #[error(transparent)]
     Ipam(#[from] IpamError),
     #[error(transparent)]
@@ -34,3 +38,60 @@ pub enum Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Names what a failed call was doing and to which object, for the errors that carry no such
+/// context themselves (a Kubernetes API error names neither; an OVSDB one names a table and row,
+/// not the object they are for). Rows the controller cannot decode are skipped where they are read. `doing` is written only when there is an error.
+pub trait Doing<T> {
+    /// e.g. `.doing(format_args!("patch the annotations of pod {ns}/{name}"))`.
+    fn doing(self, doing: impl std::fmt::Display) -> Result<T>;
+}
+
+impl<T> Doing<T> for Result<T, kube::Error> {
+    fn doing(self, doing: impl std::fmt::Display) -> Result<T> {
+        self.map_err(|source| Error::Kube {
+            doing: doing.to_string(),
+            source,
+        })
+    }
+}
+
+impl<T> Doing<T> for Result<T, kube_ovn_ovsdb::Error> {
+    fn doing(self, doing: impl std::fmt::Display) -> Result<T> {
+        self.map_err(|source| Error::Ovn {
+            doing: doing.to_string(),
+            source: Box::new(source),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_name_their_object_and_what_was_being_done() {
+        let api = kube::Error::Api(
+            kube::core::Status::failure("pods \"p\" is forbidden", "Forbidden")
+                .with_code(403)
+                .boxed(),
+        );
+        let e = Err::<(), _>(api)
+            .doing(format_args!("patch the annotations of pod {}/{}", "ns", "p"))
+            .unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.starts_with("patch the annotations of pod ns/p: Kubernetes API: ")
+                && text.contains("forbidden"),
+            "{text}"
+        );
+        let ovn = Err::<(), _>(kube_ovn_ovsdb::Error::Closed)
+            .doing("write the port of pod ns/p")
+            .unwrap_err();
+        assert!(
+            ovn.to_string()
+                .starts_with("write the port of pod ns/p: OVN northbound: "),
+            "{ovn}"
+        );
+    }
+}

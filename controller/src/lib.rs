@@ -9,33 +9,32 @@
 
 pub mod config;
 pub mod context;
+pub mod crash_point;
+pub mod debug_ipam;
 pub mod error;
+pub mod informer;
 pub mod ipam;
 pub mod metrics;
 pub mod ovn;
 pub mod reconcile;
-pub mod server;
-pub mod task;
+pub mod stores;
 
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
-use kube::ResourceExt;
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{WatchStreamExt, watcher};
-use kube_ovn_api::crd::{IPPool, Ip, Subnet, Vpc};
 use kube_ovn_ovsdb::{Client, ClientConfig, MonitorTables};
 
 use crate::config::Config;
-use crate::context::{Context, Stores};
-use crate::error::{Error, Result};
+use crate::context::Context;
+use crate::error::{Doing, Error, Result};
+use crate::informer::OwnWrites;
 use crate::metrics::Metrics;
 use crate::ovn::Nb;
-use crate::reconcile::{all_refs, controller, drive, error_policy, instrumented};
-use crate::task::AbortOnDrop;
+use crate::reconcile::controllers::Controllers;
+use crate::stores::Informers;
+use kube_ovn_support::AbortOnDrop;
+use kube_ovn_support::endpoints::Endpoints;
 
 /// The northbound tables the controller reads and writes.
 const NB_TABLES: &[&str] = &[
@@ -60,7 +59,9 @@ pub async fn connect_nb(config: &Config) -> Result<Client> {
     c.connect_timeout = config.ovsdb_connect_timeout;
     c.inactivity_probe = config.ovsdb_inactivity_probe;
     c.request_timeout = config.ovn_timeout;
-    Ok(Client::connect(c).await?)
+    Client::connect(c)
+        .await
+        .doing("connect to the OVN northbound database")
 }
 
 /// Runs the controller until `shutdown` resolves (or leadership is lost, which ends it with an
@@ -84,14 +85,33 @@ pub async fn run_with_listener(
 ) -> Result<()> {
     let metrics = Metrics::new();
     let ready = Arc::new(AtomicBool::new(false));
-    let health = server::Health {
-        metrics: metrics.clone(),
-        ready: ready.clone(),
-        enable_metrics: config.enable_metrics,
+    let ipam_view = debug_ipam::IpamView::default();
+    let debug = debug_ipam::router(ipam_view.clone(), ready.clone());
+    let endpoints = {
+        let (metrics, ready) = (metrics.clone(), ready.clone());
+        let endpoints = Endpoints::new(
+            move || {
+                let metrics = metrics.clone();
+                async move { metrics.encode() }
+            },
+            move || {
+                // A follower is alive (`/healthz`) but idle; readiness says which replica works.
+                if ready.load(Ordering::Relaxed) {
+                    Ok(())
+                } else {
+                    Err("not the leader, or the caches are not synced yet".to_owned())
+                }
+            },
+        );
+        if config.enable_metrics {
+            endpoints
+        } else {
+            endpoints.without_metrics()
+        }
     };
     // Dies with this future, also when it is aborted.
     let _server = AbortOnDrop::spawn(async move {
-        if let Err(e) = server::serve(listener, health).await {
+        if let Err(e) = endpoints.serve_with(listener, debug).await {
             tracing::error!(error = %e, "metrics endpoint failed");
         }
     });
@@ -115,7 +135,7 @@ pub async fn run_with_listener(
         }
     };
     let result = tokio::select! {
-        r = Box::pin(run_inner(config, kube, nb, metrics, ready)) => r,
+        r = Box::pin(run_inner(config, kube, nb, metrics, ready, ipam_view)) => r,
         () = lost => Err(Error::Lease("leadership lost".into())),
         () = &mut shutdown => Ok(()),
     };
@@ -131,203 +151,73 @@ async fn run_inner(
     nb: Nb,
     metrics: Metrics,
     ready: Arc<AtomicBool>,
+    ipam_view: debug_ipam::IpamView,
 ) -> Result<()> {
     reconcile::startup::init(&config, &kube, &nb).await?;
 
-    let workers = config.worker_num;
-    let (vpcs, vpcs_synced) = controller::<Vpc>(&kube, workers);
-    let (subnets, subnets_synced) = controller::<Subnet>(&kube, workers);
-    let (ippools, ippools_synced) = controller::<IPPool>(&kube, workers);
-    let (namespaces, namespaces_synced) = controller::<Namespace>(&kube, workers);
-    let (nodes, nodes_synced) = controller::<Node>(&kube, workers);
-    let (pods, pods_synced) = controller::<Pod>(&kube, config.pod_workers);
-    let (ips_ctl, ips_synced) = controller::<Ip>(&kube, 1);
-    let (subnet_nodes, subnet_nodes_writer) = kube::runtime::reflector::store::<Node>();
-    let stores = Stores {
-        pods: pods.store(),
-        nodes: nodes.store(),
-        subnet_nodes,
-        namespaces: namespaces.store(),
-        subnets: subnets.store(),
-        vpcs: vpcs.store(),
-        ippools: ippools.store(),
-        ips: ips_ctl.store(),
-        synced: vec![
-            vpcs_synced,
-            subnets_synced,
-            ippools_synced,
-            namespaces_synced,
-            nodes_synced,
-            pods_synced,
-            ips_synced,
-        ],
-    };
-    let ctx = Arc::new(Context::new(config, kube.clone(), nb, metrics, stores.clone()));
-
-    // Relations: who must look again when something else changes.
-    let (s2, s3, s4, s5) = (
-        stores.subnets.clone(),
-        stores.namespaces.clone(),
-        stores.namespaces.clone(),
-        stores.namespaces.clone(),
-    );
-    // A VPC's status lists its subnets, and its deletion waits for them.
-    let cluster_router = ctx.config.cluster_router.clone();
-    let vpcs = vpcs.watches(
-        kube::Api::<Subnet>::all(kube.clone()),
-        watcher::Config::default(),
-        move |subnet| Some(reconcile::vpc::vpc_of_subnet(&cluster_router, &subnet)),
-    );
-    // Every subnet looks again when a node changes (gateways, node port groups), reading nodes
-    // from the cache this very watch fills first.
-    let node_changes = kube::runtime::reflector(
-        subnet_nodes_writer,
-        watcher(
-            kube::Api::<Node>::all(kube.clone()),
-            watcher::Config::default().any_semantic(),
-        )
-        .default_backoff(),
-    )
-    .touched_objects()
-    .filter_map(|r| std::future::ready(r.ok().map(|_: Node| ())));
-    let subnets = subnets.reconcile_all_on(node_changes).watches(
-        kube::Api::<Vpc>::all(kube.clone()),
-        watcher::Config::default(),
-        move |_| all_refs(&s2),
-    );
-    let namespaces = namespaces
-        .watches(
-            kube::Api::<Subnet>::all(kube.clone()),
-            watcher::Config::default(),
-            move |_| all_refs(&s3),
-        )
-        .watches(
-            kube::Api::<IPPool>::all(kube.clone()),
-            watcher::Config::default(),
-            move |_| all_refs(&s4),
-        )
-        .watches(
-            kube::Api::<Vpc>::all(kube.clone()),
-            watcher::Config::default(),
-            move |_| all_refs(&s5),
-        );
-    let pods_by_subnet = stores.pods.clone();
-    let pods = pods.watches(
-        kube::Api::<Subnet>::all(kube.clone()),
-        watcher::Config::default(),
-        move |subnet| {
-            // Pods waiting for this subnet (their logical_switch names it, or none is set yet).
-            let name = subnet.name_any();
-            pods_by_subnet
-                .state()
-                .iter()
-                .filter(|p| {
-                    let ls = p
-                        .annotations()
-                        .get(kube_ovn_api::annotations::keys::LOGICAL_SWITCH);
-                    ls.is_none_or(|l| *l == name)
-                        && p.annotations()
-                            .get(kube_ovn_api::annotations::keys::ROUTED)
-                            .is_none()
-                })
-                .map(|p| ObjectRef::from_obj(&**p))
-                .collect::<Vec<_>>()
-        },
-    );
-
-    let c = ctx.clone();
-    let gc_loop = async move {
-        // A collection over caches still filling would take every pod for gone.
-        if c.ready().await.is_err() {
-            return;
-        }
+    let informers = Informers::new(&kube);
+    let stores = informers.stores();
+    // Everything that acts on changes subscribes now, before the watches start, so it misses
+    // nothing; what arrives before it runs waits in its queue (or, past the queue's bound, turns
+    // into "look at everything", which the first run does anyway).
+    let pod_writes = Arc::new(OwnWrites::default());
+    let controllers = Controllers::new(&config, &informers, &stores, pod_writes.clone());
+    let (pod_deletions, node_deletions) = (informers.pods.changes(), informers.nodes.changes());
+    let work = async move {
+        // A reconciler reading a cache still filling would take "absent" for "gone", and IPAM
+        // must hold every recorded address before anyone allocates or releases.
+        stores.synced().await?;
+        let (ipam, _) = reconcile::ipam_rebuild::rebuild_ipam(&config, &stores, &nb);
+        let ctx = Arc::new(Context::new(config, kube, nb, metrics, stores, ipam, pod_writes));
+        let weak = Arc::downgrade(&ctx);
+        let _ = ipam_view.set(Box::new(move || {
+            weak.upgrade()
+                .map(|ctx| ctx.ipam().allocations())
+                .unwrap_or_default()
+        }));
         ready.store(true, Ordering::Relaxed);
         tracing::info!("kube-ovn-controller running");
-        let Some(every) = c.config.gc_interval else {
-            return std::future::pending::<()>().await;
+        let c = ctx.clone();
+        let gc_loop = async move {
+            // At start, always: deletions made while no controller watched are found only here.
+            let mut backoff = std::time::Duration::from_secs(1);
+            while let Err(e) = reconcile::gc::collect(&c).await {
+                tracing::warn!(error = %e, "garbage collection at start failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(std::time::Duration::from_secs(30));
+            }
+            let Some(every) = c.config.gc_interval else {
+                return std::future::pending::<()>().await;
+            };
+            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            loop {
+                tick.tick().await;
+                if let Err(e) = reconcile::gc::collect(&c).await {
+                    tracing::warn!(error = %e, "garbage collection failed");
+                }
+            }
         };
-        let mut tick = tokio::time::interval(every);
-        loop {
-            tick.tick().await;
-            if let Err(e) = reconcile::gc::collect(&c).await {
-                tracing::warn!(error = %e, "garbage collection failed");
+        let c = ctx.clone();
+        let counters_loop = async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                if let Err(e) = reconcile::subnet_status::refresh_counters(&c).await {
+                    tracing::debug!(error = %e, "subnet counters not refreshed");
+                }
             }
-        }
-    };
-    let c = ctx.clone();
-    let counters_loop = async move {
-        let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
-        loop {
-            tick.tick().await;
-            if let Err(e) = reconcile::subnet_status::refresh_counters(&c).await {
-                tracing::debug!(error = %e, "subnet counters not refreshed");
-            }
-        }
-    };
-    let controllers = async {
+        };
         futures::join!(
-            drive(
-                "Vpc",
-                vpcs.run(
-                    |o, c| instrumented(reconcile::vpc::KIND, o, c, reconcile::vpc::reconcile),
-                    error_policy,
-                    ctx.clone()
-                )
-            ),
-            drive(
-                "Subnet",
-                subnets.run(
-                    |o, c| instrumented(reconcile::subnet::KIND, o, c, reconcile::subnet::reconcile),
-                    error_policy,
-                    ctx.clone()
-                )
-            ),
-            drive(
-                "IPPool",
-                ippools.run(
-                    |o, c| instrumented(reconcile::ippool::KIND, o, c, reconcile::ippool::reconcile),
-                    error_policy,
-                    ctx.clone()
-                )
-            ),
-            drive(
-                "Namespace",
-                namespaces.run(
-                    |o, c| instrumented(reconcile::namespace::KIND, o, c, reconcile::namespace::reconcile),
-                    error_policy,
-                    ctx.clone()
-                )
-            ),
-            drive(
-                "Node",
-                nodes.run(
-                    |o, c| instrumented(reconcile::node::KIND, o, c, reconcile::node::reconcile),
-                    error_policy,
-                    ctx.clone()
-                )
-            ),
-            drive(
-                "Pod",
-                pods.run(
-                    |o, c| instrumented(reconcile::pod::KIND, o, c, reconcile::pod::reconcile),
-                    error_policy,
-                    ctx.clone()
-                )
-            ),
-            drive(
-                "IP",
-                ips_ctl.run(
-                    |o, c| instrumented(reconcile::ip_cr::KIND, o, c, reconcile::ip_cr::reconcile),
-                    error_policy,
-                    ctx.clone()
-                )
-            ),
-            reconcile::gc::watch_deletions(ctx.clone()),
+            controllers.run(ctx.clone()),
+            reconcile::gc::watch_deletions(ctx.clone(), pod_deletions, node_deletions),
             gc_loop,
             counters_loop,
         );
+        Ok(())
     };
     // Boxed: the joined controllers are a large future, kept off the caller's stack.
-    Box::pin(controllers).await;
-    Ok(())
+    tokio::select! {
+        () = informers.run() => Err(Error::NotReady("the watches ended".into())),
+        r = Box::pin(work) => r,
+    }
 }

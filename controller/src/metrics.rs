@@ -172,9 +172,6 @@ impl Metrics {
 
     /// The OpenMetrics text.
     pub fn encode(&self) -> String {
-        let mut out = String::new();
-        // Encoding into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.inner.registry);
-        out
+        kube_ovn_support::endpoints::encode(&self.inner.registry)
     }
 }

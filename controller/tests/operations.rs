@@ -136,7 +136,9 @@ async fn one_leader_writes_and_a_follower_takes_over_after_a_crash() {
 
     // A crash: the leader's task is aborted, nothing is released.
     leader.task.abort();
-    let _ = leader.task.await;
+    let _ = tokio::time::timeout(WAIT, leader.task)
+        .await
+        .expect("the aborted leader's task to end");
     let killed = Instant::now();
     let last = leases(&env).get(LEASE).await.unwrap().spec.unwrap();
     assert_eq!(last.holder_identity.as_deref(), Some(leader_name.as_str()));

@@ -41,6 +41,11 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// The server answers but cannot serve us: a RAFT follower when the leader is wanted, a
+    /// member cut off from its cluster, or one whose log is behind what was already seen.
+    #[error("OVSDB {remote}: not usable: {reason}")]
+    NotUsable { remote: String, reason: String },
+
     #[error("OVSDB {remote}: protocol error: {source}")]
     Protocol {
         remote: String,

@@ -87,8 +87,18 @@ impl Endpoints {
 
     /// Serves on a bound listener until the future is dropped.
     pub async fn serve(self, listener: tokio::net::TcpListener) -> std::io::Result<()> {
+        self.serve_with(listener, axum::Router::new()).await
+    }
+
+    /// [`Self::serve`], with a daemon's own routes beside the common ones (the controller's
+    /// `/debug/ipam`).
+    pub async fn serve_with(
+        self,
+        listener: tokio::net::TcpListener,
+        extra: axum::Router,
+    ) -> std::io::Result<()> {
         tracing::info!(addr = %listener.local_addr()?, "metrics and health endpoints");
-        axum::serve(listener, self.router()).await
+        axum::serve(listener, self.router().merge(extra)).await
     }
 }
 

@@ -16,6 +16,7 @@ pub mod containerd;
 #[cfg(feature = "cri")]
 pub mod cri;
 mod daemon;
+pub mod drill;
 mod netns;
 mod ovn;
 mod ovs_node;

@@ -41,6 +41,9 @@ pub struct TestNode {
     pub runtime: Runtime,
     pub socket: PathBuf,
     pub metrics_port: u16,
+    /// How the daemon was started, to start it again ([`TestNode::restart_daemon`]).
+    pub daemon_args: Vec<String>,
+    pub daemon_log: PathBuf,
 }
 
 /// A pod attached through the shim.
@@ -276,6 +279,8 @@ impl Cluster {
             dir,
             socket,
             metrics_port,
+            daemon_args: args,
+            daemon_log: log,
         };
         test_node.daemon.check_alive()?;
         let api = Api::<Node>::all(self.kube.clone());
@@ -400,6 +405,25 @@ impl Cluster {
 }
 
 impl TestNode {
+    /// Starts the daemon again with the same flags (after a crash: the old process is gone or
+    /// is killed first), and waits until it answers on its socket and its metrics port.
+    pub fn restart_daemon(&mut self) -> Result<()> {
+        self.daemon.kill();
+        self.daemon = Daemon::spawn(
+            &self.name,
+            env!("CARGO_BIN_EXE_kube-ovn-daemon"),
+            &self.daemon_args,
+            &self.daemon_log,
+            &[],
+        )?;
+        wait_until(
+            &format!("restarted daemon of {} to serve", self.name),
+            WAIT,
+            || Ok(std::os::unix::net::UnixStream::connect(&self.socket).is_ok() && self.metrics().is_ok()),
+        )
+        .with_context(|| self.daemon.log_tail(30))
+    }
+
     /// Links in the node's namespace whose name ends in `_h` (host ends of pod veths).
     pub fn pod_veths(&self) -> Result<Vec<String>> {
         let out = self.ovs.netns().ip(&["-o", "link", "show"])?;

@@ -140,6 +140,24 @@ pub struct Request {
     pub skip: Vec<IpAddr>,
 }
 
+impl Request {
+    /// Exactly these addresses (the last of each family counts) and, if given, this MAC: what a
+    /// recorded allocation asks for again.
+    pub fn pinned(addrs: impl IntoIterator<Item = IpAddr>, mac: Option<MacAddr>) -> Self {
+        let mut r = Self {
+            mac,
+            ..Self::default()
+        };
+        for ip in addrs {
+            match ip {
+                IpAddr::V4(v) => r.v4 = Some(v),
+                IpAddr::V6(v) => r.v6 = Some(v),
+            }
+        }
+        r
+    }
+}
+
 /// A subnet as IPAM needs it, from the Subnet CR after Kube-OVN's defaulting.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SubnetConfig {
@@ -289,6 +307,17 @@ impl Ipam {
             .iter()
             .find(|(_, s)| s.contains(ip))
             .map(|(n, _)| n.as_str())
+    }
+
+    /// Every allocation, by subnet and NIC key (what `/debug/ipam` shows).
+    pub fn allocations(&self) -> BTreeMap<String, BTreeMap<String, Allocation>> {
+        self.subnets
+            .iter()
+            .map(|(name, s)| {
+                let nics = s.nics.iter().map(|(k, a)| (k.clone(), a.clone())).collect();
+                (name.clone(), nics)
+            })
+            .collect()
     }
 
     /// Every NIC key with an allocation in `subnet`.

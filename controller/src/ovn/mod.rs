@@ -14,6 +14,7 @@
 
 pub mod owned;
 pub mod plan;
+pub mod priority;
 pub mod topology;
 
 use std::ops::Range;
@@ -29,6 +30,10 @@ use crate::metrics::Metrics;
 /// Operations per merged transaction, at most: big enough to amortise a round trip, small enough
 /// that one transaction does not hold the server for long.
 const MAX_BATCH_OPS: usize = 4000;
+
+/// How long a batch waits for more plans while plans keep coming (see [`batcher`]); a plan that
+/// arrives when the batcher has been idle goes out at once.
+const LINGER: std::time::Duration = std::time::Duration::from_millis(20);
 
 type Reply = oneshot::Sender<Result<Vec<OperationResult>, kube_ovn_ovsdb::Error>>;
 
@@ -80,22 +85,53 @@ impl Nb {
     }
 }
 
+impl Nb {
+    /// Returns once every transaction sent before it has been answered — also one whose caller
+    /// stopped waiting (`--ovn-timeout`) while the server, slow, may still commit it — so the
+    /// replica then shows that transaction's outcome. The server answers one connection's
+    /// transactions in order; this sends an empty one behind them (merged with whatever else is
+    /// queued, so it costs nothing under load).
+    pub async fn barrier(&self) -> Result<(), kube_ovn_ovsdb::Error> {
+        let (reply, rx) = oneshot::channel();
+        self.jobs
+            .send(Job {
+                plan: Plan::new(),
+                what: "barrier",
+                reply,
+            })
+            .map_err(|_| kube_ovn_ovsdb::Error::Closed)?;
+        rx.await.map_err(|_| kube_ovn_ovsdb::Error::Closed)?.map(drop)
+    }
+}
+
 async fn batcher(client: Client, metrics: Metrics, mut rx: mpsc::UnboundedReceiver<Job>) {
+    // When the last transaction ended; plans arriving soon after it are a stream, and waiting a
+    // moment for more of them costs each little and saves the server and ovn-northd a round.
+    let mut last_end: Option<Instant> = None;
     while let Some(first) = rx.recv().await {
         let mut jobs = vec![first];
         let mut ops = jobs[0].plan.len();
+        let busy = last_end.is_some_and(|t| t.elapsed() < LINGER);
+        let deadline = tokio::time::Instant::now() + LINGER;
         while ops < MAX_BATCH_OPS {
-            match rx.try_recv() {
-                Ok(job) => {
-                    ops += job.plan.len();
-                    jobs.push(job);
+            let job = match rx.try_recv() {
+                Ok(job) => job,
+                Err(mpsc::error::TryRecvError::Empty) if busy => {
+                    match tokio::time::timeout_at(deadline, rx.recv()).await {
+                        Ok(Some(job)) => job,
+                        _ => break,
+                    }
                 }
                 Err(_) => break,
-            }
+            };
+            ops += job.plan.len();
+            jobs.push(job);
         }
+        crate::crash_point::reached(crate::crash_point::NB_SUBMITTED);
         if jobs.len() == 1 {
             let job = jobs.pop().expect("one job");
             let result = transact(&client, &metrics, job.plan, job.what).await;
+            last_end = Some(Instant::now());
             let _ = job.reply.send(result);
             continue;
         }
@@ -111,7 +147,9 @@ async fn batcher(client: Client, metrics: Metrics, mut rx: mpsc::UnboundedReceiv
             merged.extend(plan);
             ranges.push(start..merged.len());
         }
-        match transact(&client, &metrics, merged, "batch").await {
+        let result = transact(&client, &metrics, merged, "batch").await;
+        last_end = Some(Instant::now());
+        match result {
             Ok(results) => {
                 for (job, range) in jobs.into_iter().zip(ranges) {
                     let _ = job.reply.send(Ok(results[range].to_vec()));
@@ -138,6 +176,9 @@ async fn transact(
     let start = Instant::now();
     let result = client.transact(plan.into_ops()).await;
     metrics.ovsdb_transaction(what, result.is_ok(), start.elapsed());
+    if result.is_ok() {
+        crate::crash_point::reached(crate::crash_point::NB_COMMITTED);
+    }
     match &result {
         Ok(_) => tracing::debug!(
             what,

@@ -14,7 +14,7 @@ use kube_ovn_ovsdb::{Condition, DbCache, Operation, Table, Uuid};
 use super::plan::{Plan, RowRef, is_owned_by, owned_ids};
 
 /// A router policy: Kube-OVN's priorities are 31000 (cluster-internal allow), 30000 (node),
-/// 29250 (north gateway), 29000 (gateway reroute).
+/// 29250 (north gateway), 29000 (gateway reroute); those we write are in [`super::priority`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PolicySpec {
     pub priority: i64,

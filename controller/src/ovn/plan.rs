@@ -90,7 +90,11 @@ impl Plan {
     }
 
     /// Makes the row of `T` named `name` look like `desired` in `columns`: updates the columns
-    /// that differ, or inserts it (guarded by a `wait` so two writers cannot both create it).
+    /// that differ, or inserts it so that two writers cannot both create it: the server's unique
+    /// index on `name` refuses the second (Logical_Switch_Port, Port_Group, Address_Set), or, for
+    /// tables without one (Logical_Switch, Logical_Router), a `wait` on the name guards the insert.
+    /// The `wait` is not added where the index does the job: ovsdb-server answers it by comparing
+    /// the name of every row of the table, which made each pod's port cost O(ports).
     pub fn ensure<T: Table>(&mut self, cache: &DbCache, name: &str, desired: &T, columns: &[&str]) -> RowRef {
         let want = desired.partial_row(columns);
         if let Some(uuid) = cache.uuids_by_name(T::NAME, name).first() {
@@ -105,14 +109,16 @@ impl Plan {
             return RowRef::Existing(*uuid);
         }
         let uuid_name = self.fresh_name();
-        self.push(Operation::Wait {
-            table: T::NAME.into(),
-            conditions: vec![Condition::eq("name", name)],
-            columns: vec!["name".into()],
-            until: WaitUntil::Equal,
-            rows: Vec::new(),
-            timeout_ms: Some(0),
-        });
+        if !name_is_unique(cache, T::NAME) {
+            self.push(Operation::Wait {
+                table: T::NAME.into(),
+                conditions: vec![Condition::eq("name", name)],
+                columns: vec!["name".into()],
+                until: WaitUntil::Equal,
+                rows: Vec::new(),
+                timeout_ms: Some(0),
+            });
+        }
         let mut row = desired.to_row();
         row.insert("name".into(), Value::from(name));
         self.push(Operation::insert_named(T::NAME, row, uuid_name.clone()));
@@ -282,4 +288,56 @@ pub fn is_owned_by(external_ids: &BTreeMap<String, String>, owner: &[(&str, &str
         && owner
             .iter()
             .all(|(k, v)| external_ids.get(*k).is_some_and(|x| x == v))
+}
+
+/// Whether the server's schema has a unique index on `table`'s `name` alone (unknown schema: no).
+fn name_is_unique(cache: &DbCache, table: &str) -> bool {
+    cache
+        .schema()
+        .and_then(|s| s.table(table))
+        .is_some_and(|t| t.indexes.iter().any(|i| i.len() == 1 && i[0] == "name"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use kube_ovn_ovsdb::DatabaseSchema;
+    use kube_ovn_ovsdb::tables::nb::{LogicalSwitch, LogicalSwitchPort};
+
+    use super::*;
+
+    fn cache() -> DbCache {
+        // The two tables as OVN's NB schema has them: ports unique by name, switches not.
+        let schema: DatabaseSchema = serde_json::from_str(
+            r#"{"name": "OVN_Northbound", "version": "7.0.0", "tables": {
+                "Logical_Switch_Port": {"columns": {"name": {"type": "string"}}, "isRoot": false, "indexes": [["name"]]},
+                "Logical_Switch": {"columns": {"name": {"type": "string"}}, "isRoot": true}}}"#,
+        )
+        .unwrap();
+        DbCache::new(Some(Arc::new(schema)))
+    }
+
+    fn op_names(plan: &Plan) -> Vec<&'static str> {
+        plan.ops().iter().map(Operation::name).collect()
+    }
+
+    #[test]
+    fn a_named_insert_is_guarded_by_the_index_or_by_a_wait() {
+        let cache = cache();
+        let mut plan = Plan::new();
+        plan.ensure(&cache, "p.ns", &LogicalSwitchPort::default(), &["name"]);
+        assert_eq!(
+            op_names(&plan),
+            ["insert"],
+            "the unique index refuses a second port of that name"
+        );
+        let mut plan = Plan::new();
+        plan.ensure(&cache, "s1", &LogicalSwitch::default(), &["name"]);
+        assert_eq!(
+            op_names(&plan),
+            ["wait", "insert"],
+            "switch names are not unique in the schema"
+        );
+    }
 }

@@ -10,43 +10,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use kube::{Resource, ResourceExt};
 use kube_ovn_api::crd::{Subnet, Vpc};
-
-/// Whether `labels` satisfy a label selector (`matchLabels` and `matchExpressions` with `In`,
-/// `NotIn`, `Exists`, `DoesNotExist`, as Kubernetes defines them). An empty selector selects
-/// everything. An unknown operator is an error naming it.
-pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> Result<bool, String> {
-    if let Some(want) = &selector.match_labels
-        && !want.iter().all(|(k, v)| labels.get(k) == Some(v))
-    {
-        return Ok(false);
-    }
-    for req in selector.match_expressions.iter().flatten() {
-        if !requirement_matches(req, labels)? {
-            return Ok(false);
-        }
-    }
-    Ok(true)
-}
-
-fn requirement_matches(
-    req: &LabelSelectorRequirement,
-    labels: &BTreeMap<String, String>,
-) -> Result<bool, String> {
-    let values = req.values.as_deref().unwrap_or_default();
-    let have = labels.get(&req.key);
-    match req.operator.as_str() {
-        "In" => Ok(have.is_some_and(|v| values.contains(v))),
-        "NotIn" => Ok(have.is_none_or(|v| !values.contains(v))),
-        "Exists" => Ok(have.is_some()),
-        "DoesNotExist" => Ok(have.is_none()),
-        other => Err(format!(
-            "label selector operator {other:?} is not one of In, NotIn, Exists, DoesNotExist"
-        )),
-    }
-}
+use kube_ovn_api::selector;
 
 /// Whether a subnet binds the namespace, by name or by one of its selectors. A selector with a
 /// bad operator binds nothing (the subnet reconciler reports it).
@@ -61,7 +27,7 @@ pub fn subnet_binds(subnet: &Subnet, namespace: &str, labels: &BTreeMap<String, 
             .namespace_selectors
             .iter()
             .flatten()
-            .any(|sel| selector_matches(sel, labels).unwrap_or(false))
+            .any(|sel| selector::matches(sel, "spec.namespaceSelectors", labels).unwrap_or(false))
 }
 
 /// Whether any subnet selects namespaces by label (then a namespace's labels must be known
@@ -132,28 +98,8 @@ mod tests {
             .collect()
     }
 
-    fn selector(v: serde_json::Value) -> LabelSelector {
-        serde_json::from_value(v).unwrap()
-    }
-
     fn subnet(v: serde_json::Value) -> Arc<Subnet> {
         Arc::new(serde_json::from_value(v).unwrap())
-    }
-
-    #[test]
-    fn selectors_follow_kubernetes_semantics() {
-        let l = labels(&[("team", "blue"), ("env", "prod")]);
-        assert!(selector_matches(&selector(json!({})), &l).unwrap());
-        assert!(selector_matches(&selector(json!({"matchLabels": {"team": "blue"}})), &l).unwrap());
-        assert!(!selector_matches(&selector(json!({"matchLabels": {"team": "red"}})), &l).unwrap());
-        let expr = |op: &str, values: &[&str]| {
-            selector(json!({"matchExpressions": [{"key": "env", "operator": op, "values": values}]}))
-        };
-        assert!(selector_matches(&expr("In", &["prod", "dev"]), &l).unwrap());
-        assert!(!selector_matches(&expr("NotIn", &["prod"]), &l).unwrap());
-        assert!(selector_matches(&expr("Exists", &[]), &l).unwrap());
-        assert!(!selector_matches(&expr("DoesNotExist", &[]), &l).unwrap());
-        assert!(selector_matches(&expr("Gt", &[]), &l).is_err());
     }
 
     #[test]

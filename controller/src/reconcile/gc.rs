@@ -1,7 +1,11 @@
 //! Garbage collection: switch ports, IP CRs and addresses whose pod or node is gone — deleted
-//! while the controller was down, or missed — and reacting to deletions as they happen (a deleted
-//! object is never reconciled again, so its cleanup starts here): pods, nodes, and StatefulSets
-//! (scaled down or deleted after their pods went, so the addresses kept for them go too).
+//! while the controller was down (the collection at start finds those) — and reacting to
+//! deletions as they happen (a deleted object is never reconciled again, so its cleanup starts
+//! here): pods and nodes as they leave the reconcilers' caches ([`crate::informer`]: a watch
+//! `Delete`, or missing from a relist), and StatefulSets (scaled down or deleted after their pods
+//! went, so the addresses kept for them go too). Between them, a pod deleted at any moment is
+//! released once: gone before the caches listed at start, the start-up collection finds it;
+//! gone after, its departure does.
 //!
 //! Snapshots are taken owners-last: what to collect is read first, the living owners after, so an
 //! object created in between is seen alive and its fresh port is never collected. Each pod key is
@@ -13,6 +17,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -27,11 +32,13 @@ use kube_ovn_api::names;
 use kube_ovn_ovsdb::Table;
 use kube_ovn_ovsdb::tables::nb::{LogicalSwitchPort, PortGroup};
 
-use super::ip_cr::{delete_ip, is_reserved};
-use super::pod::{deleted, is_alive, release_key};
+use super::ip_record::{delete_ip, is_reserved};
+use super::pod::{deleted, release_key};
+use super::pod_state::is_alive;
 use super::statefulset;
 use crate::context::Context;
-use crate::error::Result;
+use crate::error::{Doing, Result};
+use crate::informer::Changes;
 use crate::ovn::owned::sync_policies;
 use crate::ovn::plan::{Plan, is_owned_by};
 use crate::ovn::topology::remove_switch_port;
@@ -80,7 +87,6 @@ fn kept(ip: Option<&Ip>, statefulsets: &BTreeMap<(String, String), StatefulSet>)
 
 /// Removes what belongs to pods and nodes that no longer exist.
 pub async fn collect(ctx: &Context) -> Result<Collected> {
-    ctx.ready().await?;
     let mut out = Collected::default();
     let join = ctx.config.node_subnet.name.clone();
     // 1. What might be garbage, read before the owners.
@@ -120,7 +126,8 @@ pub async fn collect(ctx: &Context) -> Result<Collected> {
     let nodes: BTreeSet<String> = ctx.stores.nodes.state().iter().map(|n| n.name_any()).collect();
     let statefulsets: BTreeMap<(String, String), StatefulSet> = Api::<StatefulSet>::all(ctx.kube.clone())
         .list(&ListParams::default())
-        .await?
+        .await
+        .doing("list StatefulSets")?
         .items
         .into_iter()
         .map(|s| ((s.namespace().unwrap_or_default(), s.name_any()), s))
@@ -222,7 +229,10 @@ pub async fn node_gone(ctx: &Context, node: &str) -> Result<()> {
         }
         plan
     });
-    ctx.nb.apply(plan, "node-delete").await?;
+    ctx.nb
+        .apply(plan, "node-delete")
+        .await
+        .doing(format_args!("remove the rows of node {node}"))?;
     delete_ip(ctx, &port).await?;
     let join = ctx.config.node_subnet.name.clone();
     ctx.ipam().release(&join, &port);
@@ -278,11 +288,6 @@ where
     F: Fn(Arc<Context>, Event<K>) -> Fut,
     Fut: Future<Output = ()>,
 {
-    // A release before IPAM is rebuilt would be undone by the rebuild (it may still see the
-    // released IP CR in its cache): wait for it.
-    if ctx.ready().await.is_err() {
-        return;
-    }
     let api: Api<K> = Api::all(ctx.kube.clone());
     watcher::watcher(api, watcher::Config::default())
         .default_backoff()
@@ -304,20 +309,62 @@ where
         .await;
 }
 
-/// Cleans up after pods, nodes and StatefulSets as their deletions (and scale-downs) arrive.
-pub async fn watch_deletions(ctx: Arc<Context>) {
-    let pods = each_event::<Pod, _, _>(&ctx, |ctx, event| async move {
-        if let Event::Delete(pod) = event
-            && let Err(e) = deleted(&ctx, &pod).await
-        {
-            tracing::warn!(pod = %pod.name_any(), error = %e, "cleanup after pod deletion failed; the collector will retry");
+/// A deletion to act on.
+enum Gone {
+    Pod(Arc<Pod>),
+    Node(Arc<Node>),
+    /// Deletions were dropped (the handler fell behind): a collection finds what they left.
+    Missed,
+}
+
+impl std::fmt::Display for Gone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Gone::Pod(pod) => write!(
+                f,
+                "pod {}/{}",
+                pod.namespace().unwrap_or_default(),
+                pod.name_any()
+            ),
+            Gone::Node(node) => write!(f, "node {}", node.name_any()),
+            Gone::Missed => f.write_str("missed deletions"),
         }
-    });
-    let nodes = each_event::<Node, _, _>(&ctx, |ctx, event| async move {
-        if let Event::Delete(node) = event
-            && let Err(e) = node_gone(&ctx, &node.name_any()).await
-        {
-            tracing::warn!(node = %node.name_any(), error = %e, "cleanup after node deletion failed; the collector will retry");
+    }
+}
+
+async fn clean_up(ctx: &Context, gone: &Gone) -> Result<()> {
+    match gone {
+        Gone::Pod(pod) => deleted(ctx, pod).await,
+        Gone::Node(node) => {
+            // A node of that name in the cache again (created anew, or back in a relist under
+            // another UID) owns the name's join port and IP CR now: its reconciler keeps them.
+            if ctx.stores.nodes.get(&ObjectRef::new(&node.name_any())).is_some() {
+                return Ok(());
+            }
+            node_gone(ctx, &node.name_any()).await
+        }
+        Gone::Missed => collect(ctx).await.map(drop),
+    }
+}
+
+/// Cleans up after pods, nodes and StatefulSets as their deletions (and scale-downs) arrive.
+/// Pods and nodes come from the controller's shared watches, each sent once the cache no longer
+/// holds it (a watch `Delete`, or missing from a relist); StatefulSets, which only this reads,
+/// from a watch of its own. Up to 16 at a time; a failure is retried with backoff until it
+/// succeeds or the controller stops, so a deletion seen is a deletion acted on, not one left to
+/// the next periodic collection.
+pub async fn watch_deletions(ctx: Arc<Context>, pods: Changes<Pod>, nodes: Changes<Node>) {
+    let pods = pods.map(|c| c.deleted().cloned().map(Gone::Pod), || Some(Gone::Missed));
+    let nodes = nodes.map(|c| c.deleted().cloned().map(Gone::Node), || Some(Gone::Missed));
+    let gone = futures::stream::select(pods, nodes).for_each_concurrent(16, |gone| {
+        let ctx = ctx.clone();
+        async move {
+            let mut backoff = Duration::from_millis(100);
+            while let Err(e) = clean_up(&ctx, &gone).await {
+                tracing::warn!(object = %gone, error = %e, "cleanup after deletion failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+            }
         }
     });
     let sts = each_event::<StatefulSet, _, _>(&ctx, |ctx, event| async move {
@@ -327,5 +374,5 @@ pub async fn watch_deletions(ctx: Arc<Context>) {
             tracing::warn!(statefulset = %s.name_any(), error = %e, "releasing addresses kept for a StatefulSet failed; the collector will retry");
         }
     });
-    futures::join!(pods, nodes, sts);
+    futures::join!(gone, sts);
 }

@@ -1,5 +1,7 @@
-//! IP CRs: the cluster-visible record of every allocation (`kubectl get ips`), named like the
-//! switch port (`<pod>.<ns>`, `node-<node>`), and one of the sources IPAM is rebuilt from.
+//! The IP reconciler: IP CRs are the cluster-visible record of every allocation (`kubectl get
+//! ips`), named like the switch port (`<pod>.<ns>`, `node-<node>`), and one of the sources IPAM is
+//! rebuilt from. The pod and node reconcilers write theirs through [`super::ip_record`]; this
+//! reconciler acts on the ones users create.
 //!
 //! Records the controller writes for pods and nodes carry `ovn.kubernetes.io/ip_reserved=false`.
 //! An IP CR a user creates without that label reserves an address for a pod that does not exist
@@ -14,144 +16,30 @@
 //! its address, which its port records). IP CRs that carry the finalizer (reserved ones, and
 //! those Kube-OVN left behind) are released through it.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
-use kube_ovn_api::annotations::{MacAddr, is_true, keys, parse};
+use kube_ovn_api::annotations::{MacAddr, keys, parse};
 use kube_ovn_api::crd::{FINALIZER, Ip};
 use kube_ovn_api::names;
 use serde_json::json;
 
-use super::subnet::effective;
+use super::ip_record::{addresses, is_controller_record};
+use super::pod_state::{is_alive, port_name};
+use super::subnet_spec::effective;
 use crate::context::Context;
-use crate::error::{Error, Result};
-use crate::ipam::{Allocation, Request};
+use crate::error::{Doing, Error, Result};
+use crate::ipam::Request;
 use crate::ovn::plan::Plan;
 use crate::ovn::topology::remove_switch_port;
 
 pub const KIND: &str = "IP";
-pub const FIELD_MANAGER: &str = "kube-ovn-controller";
-
-/// One allocation as an IP CR.
-pub struct IpRecord<'a> {
-    pub name: &'a str,
-    pub pod: &'a str,
-    pub namespace: &'a str,
-    pub subnet: &'a str,
-    pub node: &'a str,
-    pub alloc: &'a Allocation,
-    /// `StatefulSet`, `VirtualMachine` or empty.
-    pub pod_type: &'a str,
-}
-
-fn addresses(alloc: &Allocation) -> (String, String, String) {
-    let v4 = alloc.v4.map(|a| a.to_string()).unwrap_or_default();
-    let v6 = alloc.v6.map(|a| a.to_string()).unwrap_or_default();
-    let both = [v4.as_str(), v6.as_str()]
-        .into_iter()
-        .filter(|s| !s.is_empty())
-        .collect::<Vec<_>>()
-        .join(",");
-    (both, v4, v6)
-}
-
-impl IpRecord<'_> {
-    fn spec(&self) -> serde_json::Value {
-        let (ip_address, v4, v6) = addresses(self.alloc);
-        json!({
-            "podName": self.pod,
-            "namespace": self.namespace,
-            "subnet": self.subnet,
-            "nodeName": self.node,
-            "ipAddress": ip_address,
-            "v4IpAddress": v4,
-            "v6IpAddress": v6,
-            "macAddress": self.alloc.mac.to_string(),
-            "podType": self.pod_type,
-            "attachIps": [],
-            "attachMacs": [],
-            "attachSubnets": [],
-        })
-    }
-
-    fn labels(&self, reserved: bool) -> serde_json::Value {
-        json!({
-            keys::SUBNET_LABEL: self.subnet,
-            keys::NODE_NAME_LABEL: self.node,
-            self.subnet: "",
-            keys::IP_RESERVED_LABEL: if reserved { "true" } else { "false" },
-        })
-    }
-}
-
-/// Whether a user reserved this IP CR's address (label `ip_reserved=true`).
-pub fn is_reserved(ip: &Ip) -> bool {
-    is_true(ip.metadata.labels.as_ref(), keys::IP_RESERVED_LABEL)
-}
-
-/// Creates or updates the IP CR, skipping the write when the cached one already says the same.
-/// A reservation stays one (its label is kept).
-pub async fn upsert_ip(ctx: &Context, record: &IpRecord<'_>) -> Result<()> {
-    let spec = record.spec();
-    let existing = ctx.stores.ips.get(&ObjectRef::new(record.name));
-    let labels = record.labels(existing.as_deref().is_some_and(is_reserved));
-    if let Some(existing) = &existing {
-        let have = serde_json::to_value(&existing.spec).unwrap_or_default();
-        let same_spec = without_empty(&spec) == without_empty(&have);
-        let have_labels = existing.metadata.labels.clone().unwrap_or_default();
-        let same_labels = labels.as_object().is_some_and(|want| {
-            want.iter()
-                .all(|(k, v)| have_labels.get(k).map(String::as_str) == v.as_str())
-        });
-        if same_spec && same_labels {
-            return Ok(());
-        }
-    }
-    let api: Api<Ip> = Api::all(ctx.kube.clone());
-    let body = json!({
-        "apiVersion": "kubeovn.io/v1",
-        "kind": "IP",
-        "metadata": {"name": record.name, "labels": labels},
-        "spec": spec,
-    });
-    api.patch(
-        record.name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(body),
-    )
-    .await?;
-    Ok(())
-}
-
-/// An object's members without empty strings and lists: an absent field reads the same.
-fn without_empty(v: &serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
-    v.as_object()
-        .map(|m| {
-            m.iter()
-                .filter(|(_, v)| {
-                    !(v.as_str() == Some("") || v.as_array().is_some_and(Vec::is_empty) || v.is_null())
-                })
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Deletes an IP CR; gone already is fine.
-pub async fn delete_ip(ctx: &Context, name: &str) -> Result<()> {
-    let api: Api<Ip> = Api::all(ctx.kube.clone());
-    match api.delete(name, &DeleteParams::default()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
 
 /// A live pod that holds the IP CR's key (its address is the pod's, not the reservation's).
 fn live_pod(ctx: &Context, ip: &Ip) -> Option<Arc<Pod>> {
@@ -159,7 +47,7 @@ fn live_pod(ctx: &Context, ip: &Ip) -> Option<Arc<Pod>> {
     ctx.stores
         .pods
         .get(&ObjectRef::new(pod).within(ns))
-        .filter(|p| super::pod::is_alive(p) && super::pod::port_name(p) == ip.name_any())
+        .filter(|p| is_alive(p) && port_name(p) == ip.name_any())
 }
 
 pub async fn reconcile(ip: Arc<Ip>, ctx: Arc<Context>) -> Result<Action> {
@@ -172,8 +60,8 @@ pub async fn reconcile(ip: Arc<Ip>, ctx: Arc<Context>) -> Result<Action> {
         }
         return Ok(Action::await_change());
     }
-    // Records the controller wrote for pods and nodes say `false`.
-    if ip.labels().get(keys::IP_RESERVED_LABEL).map(String::as_str) == Some("false") {
+    // Records the controller wrote for pods and nodes (its trigger passes them over too).
+    if is_controller_record(&ip) {
         return Ok(Action::await_change());
     }
     let _lock = ctx.pod_locks.lock(&name).await;
@@ -288,7 +176,8 @@ async fn reserve(ip: &Ip, ctx: &Context, has_finalizer: bool) -> Result<Action> 
                 "resourceVersion": ip.resource_version(),
             }})),
         )
-        .await?;
+        .await
+        .doing(format_args!("add the finalizer to IP {name}"))?;
     }
     let alloc = match live_pod(ctx, ip) {
         // The pod has the address already; IPAM is the pod path's to change.
@@ -333,7 +222,8 @@ async fn reserve(ip: &Ip, ctx: &Context, has_finalizer: bool) -> Result<Action> 
             &PatchParams::default(),
             &Patch::Merge(json!({"metadata": {"labels": label_patch}, "spec": patch})),
         )
-        .await?;
+        .await
+        .doing(format_args!("write the reservation into IP {name}"))?;
         tracing::info!(ip = %name, subnet = %subnet_name, "address reserved");
     }
     Ok(Action::await_change())
@@ -349,7 +239,10 @@ async fn released(ctx: &Context, ip: &Ip) -> Result<()> {
             remove_switch_port(&mut plan, cache, &name);
             plan
         });
-        ctx.nb.apply(plan, "ip-delete").await?;
+        ctx.nb
+            .apply(plan, "ip-delete")
+            .await
+            .doing(format_args!("remove the port of IP {name}"))?;
         let released = ctx.ipam().release_everywhere(&name);
         if !released.is_empty() {
             tracing::info!(ip = %name, "reserved address released");
@@ -369,15 +262,6 @@ async fn released(ctx: &Context, ip: &Ip) -> Result<()> {
     {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
+        Err(e) => Err(e).doing(format_args!("remove the finalizer from IP {name}")),
     }
-}
-
-/// The addresses an IP CR records.
-pub fn recorded_addresses(ip: &Ip) -> Vec<IpAddr> {
-    [ip.spec.v4_ip_address.as_deref(), ip.spec.v6_ip_address.as_deref()]
-        .into_iter()
-        .flatten()
-        .filter_map(|a| a.parse().ok())
-        .collect()
 }

@@ -24,7 +24,7 @@ use kube_ovn_ovsdb::Table;
 use kube_ovn_ovsdb::tables::nb::AddressSet;
 
 use crate::context::Context;
-use crate::error::{Error, Result};
+use crate::error::{Doing, Error, Result};
 use crate::ovn::plan::{Plan, is_owned_by, owned_ids};
 
 pub const KIND: &str = "IPPool";
@@ -34,6 +34,7 @@ const OWNER_KEY: &str = "ippool";
 const REFRESH: Duration = Duration::from_secs(10);
 
 pub async fn reconcile(pool: Arc<IPPool>, ctx: Arc<Context>) -> Result<Action> {
+    let name = pool.name_any();
     let api: Api<IPPool> = Api::all(ctx.kube.clone());
     let c = ctx.clone();
     finalizer(&api, FINALIZER, pool, |event| async move {
@@ -43,11 +44,7 @@ pub async fn reconcile(pool: Arc<IPPool>, ctx: Arc<Context>) -> Result<Action> {
         }
     })
     .await
-    .map_err(|e| match e {
-        kube::runtime::finalizer::Error::ApplyFailed(e)
-        | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
-        other => Error::Invalid(format!("finalizer: {other}")),
-    })
+    .map_err(super::finalizer_error::<IPPool>(&name))
 }
 
 fn ranges(pool: &IPPool) -> Result<Vec<IpRange>> {
@@ -136,7 +133,7 @@ async fn apply(pool: &IPPool, ctx: &Context) -> Result<Action> {
     let (reason, message) = match &outcome {
         Ok(()) => ("UpdateIPAMSucceeded", String::new()),
         Err(Error::NotReady(_)) => return outcome.map(|()| Action::requeue(REFRESH)),
-        Err(e @ Error::Ovn(_)) => ("ReconcileAddressSetFailed", e.to_string()),
+        Err(e @ Error::Ovn { .. }) => ("ReconcileAddressSetFailed", e.to_string()),
         Err(e) => ("UpdateIPAMFailed", e.to_string()),
     };
     set_status(ctx, pool, reason, &message).await?;
@@ -167,7 +164,8 @@ async fn update(pool: &IPPool, ctx: &Context, name: &str, subnet: &str) -> Resul
         .map_err(|e| Error::Invalid(format!("IP pool {name}: spec.ips: {e}")))?;
     ctx.nb
         .apply(address_set_plan(ctx, name, entries.as_deref()), "ippool")
-        .await?;
+        .await
+        .doing(format_args!("write the address set of IP pool {name}"))?;
     Ok(())
 }
 
@@ -238,7 +236,8 @@ async fn cleanup(pool: &IPPool, ctx: &Context) -> Result<Action> {
     let name = pool.name_any();
     ctx.nb
         .apply(address_set_plan(ctx, &name, None), "ippool-delete")
-        .await?;
+        .await
+        .doing(format_args!("remove the address set of IP pool {name}"))?;
     ctx.ipam()
         .remove_pool(pool.spec.subnet.as_deref().unwrap_or_default(), &name);
     Ok(Action::await_change())

@@ -26,7 +26,7 @@ use tokio::sync::watch;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::task::AbortOnDrop;
+use kube_ovn_support::AbortOnDrop;
 
 pub const LEASE_NAME: &str = "kube-ovn-controller";
 

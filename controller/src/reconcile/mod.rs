@@ -2,18 +2,19 @@
 //!
 //! ```text
 //!   start ─▶ NB client ─▶ leader lease ─▶ startup::init (router, default VPC, join + default
-//!           subnets as CRs) ─▶ caches filled ─▶ startup::rebuild_ipam from them (IP CRs, NB
-//!           ports, pods, nodes), before the first reconcile (Context::ready)
-//!        ─▶ Controllers (each: watch ─▶ queue ─▶ reconcilers: --worker-num per kind,
-//!           --pod-workers for pods, one for IP CRs):
+//!           subnets as CRs)
+//!        ─▶ one watch per kind (Informers) fills the caches; controllers and deletion handlers
+//!           are subscribed before it starts
+//!        ─▶ every cache listed (Stores::synced) ─▶ ipam_rebuild from them (IP CRs, NB ports,
+//!           pods, nodes) ─▶ Context
+//!        ─▶ Controllers (each: shared watch ─▶ triggers ─▶ queue ─▶ reconcilers: --worker-num
+//!           per kind, --pod-workers for pods, one for IP CRs; see controllers.rs, triggers.rs):
 //!             Vpc (+Subnets) ─ Subnet (+Nodes, +VPCs) ─ IPPool
-//!             Namespace (+Subnets, +IPPools, +VPCs) ─ Node (+Subnets) ─ Pod (+Subnets)
+//!             Namespace (+Subnets, +IPPools, +VPCs) ─ Node ─ Pod (+Subnets)
 //!             IP (reserved addresses)
-//!        ─▶ deletion watches (pods, nodes, StatefulSets) release at once
+//!        ─▶ deletions (pods, nodes from the shared watches; StatefulSets) release at once
 //!        ─▶ gc loop every --gc-interval, subnet address counters every second
 //!        ─▶ runs until shutdown or leadership is lost
-//!
-//!   Every reconciler first waits until all caches have listed once.
 //! ```
 //!
 //! Reconcilers are level-triggered: each computes the desired northbound rows and Kubernetes
@@ -21,14 +22,19 @@
 //! the next run.
 
 pub mod binding;
+pub mod controllers;
 pub mod gc;
 pub mod ip_cr;
+pub mod ip_record;
+pub mod ipam_rebuild;
 pub mod ippool;
 pub mod leader;
 pub mod namespace;
 pub mod node;
+pub mod node_state;
 pub mod pod;
 pub mod pod_request;
+pub mod pod_state;
 pub mod startup;
 pub mod statefulset;
 pub mod subnet;
@@ -36,6 +42,7 @@ pub mod subnet_acl;
 pub mod subnet_gateway;
 pub mod subnet_spec;
 pub mod subnet_status;
+pub mod triggers;
 pub mod vpc;
 pub mod vpc_spec;
 
@@ -47,13 +54,11 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use kube::runtime::controller::{self, Action};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher::{self, watcher};
-use kube::runtime::{Controller, WatchStreamExt, reflector};
+use kube::runtime::{reflector, watcher};
 use kube::{Api, Resource};
-use tokio::sync::watch;
 
 use crate::context::Context;
-use crate::error::Error;
+use crate::error::{Doing, Error};
 
 /// How long to wait before retrying after an error: short for "not ready yet", longer for input
 /// that needs a human.
@@ -80,8 +85,6 @@ where
     let name = obj.meta().name.clone().unwrap_or_default();
     let namespace = obj.meta().namespace.clone().unwrap_or_default();
     let span = tracing::info_span!("reconcile", kind, %name, %namespace);
-    // Reconcilers read each other's caches; none runs before all are filled and IPAM is rebuilt.
-    ctx.ready().await?;
     let start = Instant::now();
     let metrics = ctx.metrics.clone();
     let result = tracing::Instrument::instrument(f(obj, ctx), span.clone()).await;
@@ -101,6 +104,29 @@ where
 
 pub fn error_policy<K>(_obj: Arc<K>, error: &Error, _ctx: Arc<Context>) -> Action {
     Action::requeue(retry_after(error))
+}
+
+/// What a reconcile run behind Kube-OVN's finalizer failed at: the reconciler's own error, or
+/// adding or removing the finalizer, naming the object.
+pub fn finalizer_error<K: Resource<DynamicType = ()>>(
+    name: &str,
+) -> impl FnOnce(kube::runtime::finalizer::Error<Error>) -> Error + '_ {
+    use kube::runtime::finalizer::Error as F;
+    move |e| {
+        let kind = K::kind(&());
+        match e {
+            F::ApplyFailed(e) | F::CleanupFailed(e) => e,
+            F::AddFinalizer(source) => Error::Kube {
+                doing: format!("add the finalizer to {kind} {name}"),
+                source,
+            },
+            F::RemoveFinalizer(source) => Error::Kube {
+                doing: format!("remove the finalizer from {kind} {name}"),
+                source,
+            },
+            other => Error::Invalid(format!("{kind} {name}: finalizer: {other}")),
+        }
+    }
 }
 
 /// Every object of the kind in `store`, as references (for "everything of kind K" mappers).
@@ -130,36 +156,6 @@ where
         .await;
 }
 
-/// Builds a controller for `K` on all namespaces with the configured concurrency, and a signal
-/// that turns `true` once its cache holds the first full list.
-///
-/// The signal is ours because `Store::wait_until_ready` wakes only its most recent waiter (a
-/// single oneshot underneath): the controller itself waits on its store, and a second waiter
-/// could take that wake-up and leave the controller idle for good.
-pub fn controller<K>(kube: &kube::Client, workers: u16) -> (Controller<K>, watch::Receiver<bool>)
-where
-    K: Resource + Clone + Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Debug + Unpin,
-{
-    let (reader, writer) = reflector::store();
-    let (synced_tx, synced) = watch::channel(false);
-    let trigger = watcher(
-        Api::<K>::all(kube.clone()),
-        watcher::Config::default().any_semantic(),
-    )
-    .reflect(writer)
-    .inspect(move |event| {
-        // After `reflect`: the store has applied the list when this is seen.
-        if let Ok(watcher::Event::InitDone) = event {
-            synced_tx.send_replace(true);
-        }
-    })
-    .applied_objects();
-    let c = Controller::for_stream(trigger, reader)
-        .with_config(controller::Config::default().concurrency(workers));
-    (c, synced)
-}
-
 /// Writes a cluster-scoped object's status with a merge patch (the status subresource).
 pub async fn merge_status<K>(
     kube: &kube::Client,
@@ -167,8 +163,10 @@ pub async fn merge_status<K>(
     status: &impl serde::Serialize,
 ) -> crate::error::Result<()>
 where
-    K: Resource<Scope = kube::core::ClusterResourceScope> + Clone + Debug + serde::de::DeserializeOwned,
-    K::DynamicType: Default,
+    K: Resource<Scope = kube::core::ClusterResourceScope, DynamicType = ()>
+        + Clone
+        + Debug
+        + serde::de::DeserializeOwned,
 {
     let api: Api<K> = Api::all(kube.clone());
     api.patch_status(
@@ -176,6 +174,37 @@ where
         &kube::api::PatchParams::default(),
         &kube::api::Patch::Merge(serde_json::json!({ "status": status })),
     )
-    .await?;
+    .await
+    .doing(format_args!("write the status of {} {name}", K::kind(&())))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use kube_ovn_api::crd::Subnet;
+
+    use super::*;
+
+    #[test]
+    fn a_finalizer_failure_names_the_object() {
+        let forbidden = || {
+            kube::Error::Api(
+                kube::core::Status::failure("no", "Forbidden")
+                    .with_code(403)
+                    .boxed(),
+            )
+        };
+        let add = finalizer_error::<Subnet>("s1")(kube::runtime::finalizer::Error::AddFinalizer(forbidden()));
+        assert!(
+            add.to_string().starts_with("add the finalizer to Subnet s1: "),
+            "{add}"
+        );
+        let ours = finalizer_error::<Subnet>("s1")(kube::runtime::finalizer::Error::ApplyFailed(
+            Error::NotReady("x".into()),
+        ));
+        assert!(
+            matches!(ours, Error::NotReady(_)),
+            "the reconciler's own error passes through"
+        );
+    }
 }

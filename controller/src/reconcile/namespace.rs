@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use super::binding::{bound_subnets, fallback_subnet};
 use crate::context::Context;
-use crate::error::Result;
+use crate::error::{Doing, Result};
 
 pub const KIND: &str = "Namespace";
 
@@ -82,7 +82,8 @@ pub async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Context>) -> Result<Action> 
             &PatchParams::default(),
             &Patch::Merge(json!({"metadata": {"annotations": patch}})),
         )
-        .await?;
+        .await
+        .doing(format_args!("patch the annotations of namespace {name}"))?;
     }
     Ok(Action::await_change())
 }

@@ -3,7 +3,6 @@
 //! `node.<node>`, an IP CR, and the annotations the node daemon waits for.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
@@ -16,19 +15,17 @@ use kube_ovn_ovsdb::Table;
 use kube_ovn_ovsdb::tables::nb::{LogicalSwitch, LogicalSwitchPort};
 use serde_json::json;
 
-use super::ip_cr::{IpRecord, upsert_ip};
-use super::subnet::PRIORITY_NODE;
+use super::ip_record::{IpRecord, upsert_ip};
+use super::node_state::internal_ips;
 use crate::context::Context;
-use crate::error::{Error, Result};
+use crate::error::{Doing, Error, Result};
 use crate::ipam::{Allocation, Request};
 use crate::ovn::owned::{PolicySpec, sync_policies};
 use crate::ovn::plan::{Plan, RowRef, owned_ids};
+use crate::ovn::priority::POLICY_NODE;
 use crate::ovn::topology::{add_to_port_group, ensure_port_group, ensure_switch_port};
 
 pub const KIND: &str = "Node";
-
-/// The node's own addresses (`InternalIP`), which the 30000 policy matches.
-pub use kube_ovn_api::node::internal_ips;
 
 /// What the node asked for before (its annotations), so a restart keeps its join address.
 fn request_of(node: &Node) -> Request {
@@ -38,17 +35,7 @@ fn request_of(node: &Node) -> Request {
     }
     let ips = get::<IpPair>(ann, keys::IP_ADDRESS).ok().flatten();
     let mac = get::<MacAddr>(ann, keys::MAC_ADDRESS).ok().flatten();
-    let mut req = Request {
-        mac,
-        ..Request::default()
-    };
-    for ip in ips.iter().flat_map(IpPair::addrs) {
-        match ip {
-            IpAddr::V4(v4) => req.v4 = Some(v4),
-            IpAddr::V6(v6) => req.v6 = Some(v6),
-        }
-    }
-    req
+    Request::pinned(ips.iter().flat_map(IpPair::addrs), mac)
 }
 
 pub async fn reconcile(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
@@ -105,7 +92,7 @@ pub async fn reconcile(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
             };
             let v = if node_ip.is_ipv4() { "ip4" } else { "ip6" };
             policies.push(PolicySpec {
-                priority: PRIORITY_NODE,
+                priority: POLICY_NODE,
                 r#match: format!("{v}.dst == {node_ip}"),
                 action: "reroute".into(),
                 nexthops: vec![join_ip.to_string()],
@@ -114,7 +101,10 @@ pub async fn reconcile(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
         sync_policies(&mut plan, cache, &router, &[("node", name.as_str())], &policies);
         Ok::<_, Error>(plan)
     })?;
-    ctx.nb.apply(plan, "node").await?;
+    ctx.nb
+        .apply(plan, "node")
+        .await
+        .doing(format_args!("write the port and policies of node {name}"))?;
     upsert_ip(
         &ctx,
         &IpRecord {
@@ -160,6 +150,7 @@ async fn annotate(ctx: &Context, node: &Node, alloc: &Allocation) -> Result<()> 
         &PatchParams::default(),
         &Patch::Merge(json!({"metadata": {"annotations": want}})),
     )
-    .await?;
+    .await
+    .doing(format_args!("patch the annotations of node {}", node.name_any()))?;
     Ok(())
 }

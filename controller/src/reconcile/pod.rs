@@ -8,7 +8,7 @@
 //! it; a release removes
 //! the port, then the IP CR, then frees the address. Every step checks before it writes, so a run
 //! with nothing to do writes nothing. One pod key is handled by one task at a time
-//! ([`crate::context::KeyLocks`]).
+//! ([`kube_ovn_support::KeyLocks`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,51 +27,20 @@ use kube_ovn_ovsdb::{Atom, DbCache, Table, Value};
 use serde_json::json;
 
 use super::binding;
-use super::ip_cr::{IpRecord, delete_ip, is_reserved, upsert_ip};
+use super::ip_record::{IpRecord, delete_ip, is_reserved, upsert_ip};
 use super::pod_request::{
     allocate, handshake, namespace_pool, static_addresses, uses_namespace_pools, validate,
 };
+use super::pod_state::{grace_left, is_alive, port_name};
 use super::statefulset;
-use super::subnet::effective;
+use super::subnet_spec::effective;
 use crate::context::Context;
-use crate::error::{Error, Result};
+use crate::error::{Doing, Error, Result};
 use crate::ipam::IpamError;
 use crate::ovn::plan::{Plan, RowRef, owned_ids};
 use crate::ovn::topology::{add_to_port_group, ensure_switch_port, remove_switch_port};
 
 pub const KIND: &str = "Pod";
-const PROVIDER: &str = "ovn";
-
-/// The pod's NIC key: its switch port's and IP CR's name, `<pod>.<ns>`.
-pub fn port_name(pod: &Pod) -> String {
-    names::pod_port_name(&pod.name_any(), &pod.namespace().unwrap_or_default(), PROVIDER)
-}
-
-/// Whether the pod still needs its network (Kube-OVN's `isPodAlive`): a finished pod that will
-/// not restart, an evicted one, or one past its deletion grace period does not.
-pub fn is_alive(pod: &Pod) -> bool {
-    let status = pod.status.as_ref();
-    let phase = status.and_then(|s| s.phase.as_deref()).unwrap_or_default();
-    let restart = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.restart_policy.as_deref())
-        .unwrap_or("Always");
-    let finished = (phase == "Succeeded" && restart != "Always")
-        || (phase == "Failed" && restart == "Never")
-        || (phase == "Failed" && status.and_then(|s| s.reason.as_deref()) == Some("Evicted"));
-    !finished && grace_left(pod).is_none_or(|left| !left.is_zero())
-}
-
-/// Time left until a deleted pod's grace period ends (`None`: not being deleted).
-fn grace_left(pod: &Pod) -> Option<Duration> {
-    let deleted = pod.metadata.deletion_timestamp.as_ref()?;
-    let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(0);
-    let end = deleted.0 + k8s_openapi::jiff::SignedDuration::from_secs(grace);
-    let left = end.duration_since(k8s_openapi::jiff::Timestamp::now());
-    Some(Duration::try_from(left).unwrap_or(Duration::ZERO))
-}
-
 /// The subnet a pod goes in, in Kube-OVN's order: the pod's `logical_switch`, the subnet of a named
 /// `ip_pool`, the subnet of an IP CR reserved for it, then the subnets bound to its namespace (the
 /// first with a namespace IP pool that has room, else the first with free addresses or holding
@@ -196,6 +165,15 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     }
     let key = port_name(&pod);
     let _lock = ctx.pod_locks.lock(&key).await;
+    // The copy this run was handed may predate the pod's deletion, and that deletion's release
+    // may have run while this waited (for the lock, or at start-up for IPAM): acting on it would
+    // write the port, IP CR and address back for a pod that is gone, with nothing left to remove
+    // them. The release runs only once the cache has dropped the pod (crate::informer), so
+    // under the lock the cache says which pod, if any, is current.
+    let Some(pod) = current(&ctx, &pod) else {
+        tracing::debug!(pod = %key, "gone since this reconcile was queued; nothing to do");
+        return Ok(Action::await_change());
+    };
     if !is_alive(&pod) {
         release(&ctx, &pod).await?;
         return Ok(Action::await_change());
@@ -220,6 +198,15 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     let action = result?;
     // A pod being deleted still uses its address until its grace period ends; look again then.
     Ok(grace_left(&pod).map_or(action, |left| Action::requeue(left + Duration::from_millis(100))))
+}
+
+/// The cache's copy of `pod`, if the cache still holds that pod (not one of the same name created
+/// since: another UID).
+fn current(ctx: &Context, pod: &Pod) -> Option<Arc<Pod>> {
+    ctx.stores
+        .pods
+        .get(&ObjectRef::from_obj(pod))
+        .filter(|p| p.metadata.uid == pod.metadata.uid)
 }
 
 async fn apply(pod: &Pod, ctx: &Context, key: &str) -> Result<Action> {
@@ -316,8 +303,9 @@ async fn apply(pod: &Pod, ctx: &Context, key: &str) -> Result<Action> {
     // The port and the IP CR are independent records of the same allocation (either one is
     // enough for a restarted controller to keep the address), so both are written at once.
     let (port_written, ip_written) = tokio::join!(ctx.nb.apply(plan, "pod"), upsert_ip(ctx, &record));
-    port_written?;
+    port_written.doing(format_args!("write the port of pod {ns}/{name}"))?;
     ip_written?;
+    crate::crash_point::reached(crate::crash_point::POD_PORT_WRITTEN);
     // The port no longer names an address the key held in another subnet: free it now.
     let moved = ctx.ipam().release_elsewhere(key, &subnet_name);
     if !moved.is_empty() {
@@ -368,46 +356,53 @@ fn leave_others(plan: &mut Plan, cache: &DbCache, port: kube_ovn_ovsdb::Uuid, su
     }
 }
 
-/// The handshake: first everything but `routed`, then `routed=true` once the port is in its
-/// groups (two patches, so a daemon never sees `routed` without an address). `false` when the
-/// pod no longer exists.
+/// The handshake: everything but `routed`, and `routed=true` once the port is in its groups — in
+/// one patch when both are due (a daemon then sees the address and `routed` together), else in
+/// order, so a daemon never sees `routed` without an address. `false` when the pod no longer
+/// exists.
 async fn annotate(
     ctx: &Context,
     pod: &Pod,
     want: &std::collections::BTreeMap<&'static str, String>,
     routed: bool,
 ) -> Result<bool> {
-    let have = pod.metadata.annotations.clone().unwrap_or_default();
+    let have = pod.metadata.annotations.as_ref();
+    let addressed = want.iter().all(|(k, v)| have.and_then(|h| h.get(*k)) == Some(v));
+    let route = routed && !is_true(have, keys::ROUTED);
+    if addressed && !route {
+        return Ok(true);
+    }
+    let mut patch = if addressed {
+        serde_json::Map::new()
+    } else {
+        want.iter().map(|(k, v)| ((*k).to_owned(), json!(v))).collect()
+    };
+    if route {
+        patch.insert(keys::ROUTED.to_owned(), json!("true"));
+    }
     let api: Api<Pod> = Api::namespaced(ctx.kube.clone(), &pod.namespace().unwrap_or_default());
-    let name = pod.name_any();
-    if !want.iter().all(|(k, v)| have.get(*k) == Some(v))
-        && !merge(&api, &name, json!({"metadata": {"annotations": want}})).await?
-    {
-        return Ok(false);
+    match merge(&api, pod, json!({"metadata": {"annotations": patch}})).await? {
+        Some(written) => {
+            ctx.pod_writes.wrote(&written);
+            Ok(true)
+        }
+        None => Ok(false),
     }
-    if routed
-        && !is_true(Some(&have), keys::ROUTED)
-        && !merge(
-            &api,
-            &name,
-            json!({"metadata": {"annotations": {keys::ROUTED: "true"}}}),
-        )
-        .await?
-    {
-        return Ok(false);
-    }
-    Ok(true)
 }
 
-/// A merge patch; `false` when the object is gone.
-async fn merge(api: &Api<Pod>, name: &str, body: serde_json::Value) -> Result<bool> {
+/// A merge patch of the pod's annotations: the pod it made, or `None` when the pod is gone.
+async fn merge(api: &Api<Pod>, pod: &Pod, body: serde_json::Value) -> Result<Option<Pod>> {
     match api
-        .patch(name, &PatchParams::default(), &Patch::Merge(body))
+        .patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(body))
         .await
     {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
-        Err(e) => Err(e.into()),
+        Ok(written) => Ok(Some(written)),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+        Err(e) => Err(e).doing(format_args!(
+            "patch the annotations of pod {}/{}",
+            pod.namespace().unwrap_or_default(),
+            pod.name_any()
+        )),
     }
 }
 
@@ -434,13 +429,25 @@ pub struct Released {
 /// Releases a pod NIC key: the port always; unless `keep_address`, the IP CR and the address.
 /// The caller holds the key's lock.
 pub async fn release_key(ctx: &Context, key: &str, keep_address: bool) -> Result<Released> {
+    // A write of this key's port that timed out may still be committed by a slow server; the
+    // plan below is read from the replica, which must show it first, or the port comes back
+    // after the release with nothing left to remove it.
+    ctx.nb.barrier().await.doing(format_args!(
+        "wait for the northbound server before releasing pod {key}"
+    ))?;
     let plan = ctx.nb.read(|cache| {
         let mut plan = Plan::new();
         remove_switch_port(&mut plan, cache, key);
         plan
     });
     let port = !plan.is_empty();
-    ctx.nb.apply(plan, "pod-delete").await?;
+    ctx.nb
+        .apply(plan, "pod-delete")
+        .await
+        .doing(format_args!("remove the port of pod {key}"))?;
+    if port {
+        crate::crash_point::reached(crate::crash_point::POD_PORT_REMOVED);
+    }
     if keep_address {
         return Ok(Released { port, address: false });
     }
@@ -463,7 +470,8 @@ async fn reserved(ctx: &Context, key: &str) -> Result<bool> {
         return Ok(is_reserved(&ip));
     }
     let api: Api<Ip> = Api::all(ctx.kube.clone());
-    Ok(api.get_opt(key).await?.is_some_and(|ip| is_reserved(&ip)))
+    let ip = api.get_opt(key).await.doing(format_args!("read IP {key}"))?;
+    Ok(ip.is_some_and(|ip| is_reserved(&ip)))
 }
 
 /// A pod's deletion arrived (no reconcile follows a deletion): release, unless a pod of the same
@@ -475,7 +483,11 @@ pub async fn deleted(ctx: &Context, pod: &Pod) -> Result<()> {
     let key = port_name(pod);
     let _lock = ctx.pod_locks.lock(&key).await;
     let api: Api<Pod> = Api::namespaced(ctx.kube.clone(), &pod.namespace().unwrap_or_default());
-    if let Some(successor) = api.get_opt(&pod.name_any()).await?
+    let successor = api
+        .get_opt(&pod.name_any())
+        .await
+        .doing(format_args!("read pod {key}"))?;
+    if let Some(successor) = successor
         && successor.metadata.uid != pod.metadata.uid
     {
         return Ok(());

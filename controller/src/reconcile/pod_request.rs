@@ -17,6 +17,7 @@ use kube_ovn_api::annotations::{
 };
 use kube_ovn_api::crd::IPPool;
 
+use super::node_state::internal_ips;
 use super::statefulset;
 use crate::context::Context;
 use crate::error::{Error, Result};
@@ -154,7 +155,7 @@ pub fn requests(ctx: &Context, pod: &Pod, subnet: &str) -> Result<Vec<Request>> 
             .nodes
             .state()
             .iter()
-            .flat_map(|n| super::node::internal_ips(n))
+            .flat_map(|n| internal_ips(n))
             .collect(),
         ..Request::default()
     };

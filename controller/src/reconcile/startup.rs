@@ -1,27 +1,17 @@
-//! Start-up, as Kube-OVN's controller does it: the default VPC and its router, the join and default
-//! subnets as CRs (from the flags), and IPAM rebuilt from what is authoritative — IP CRs, then the
-//! northbound ports (the one record a crash between port and annotations leaves), then the pods'
-//! and nodes' annotations.
+//! Start-up, as Kube-OVN's controller does it: the default VPC and its router, NB_Global's
+//! options, and the join and default subnets as CRs (from the flags). IPAM is rebuilt later, once
+//! the caches are filled ([`super::ipam_rebuild`]).
 
-use std::collections::BTreeMap;
-use std::net::IpAddr;
-
-use kube::ResourceExt;
 use kube::api::{Api, PostParams};
-use kube_ovn_api::annotations::{IpPair, IpRange, MacAddr, get, is_true, keys, parse};
 use kube_ovn_api::crd::{Subnet, Vpc};
-use kube_ovn_api::names;
-use kube_ovn_ovsdb::tables::nb::{LogicalSwitchPort, NbGlobal};
+use kube_ovn_ovsdb::tables::nb::NbGlobal;
 use kube_ovn_ovsdb::{Condition, Mutation, Operation, Table, Value};
 use serde_json::json;
 
-use super::subnet::effective;
 use crate::config::{Config, DefaultSubnet};
-use crate::context::Stores;
-use crate::error::Result;
-use crate::ipam::{Ipam, Request};
+use crate::error::{Doing, Error, Result};
 use crate::ovn::Nb;
-use crate::ovn::plan::{Plan, is_owned_by};
+use crate::ovn::plan::Plan;
 use crate::ovn::topology::ensure_router;
 
 /// NB_Global options Kube-OVN sets (those OVN 23.03 knows; unknown keys are ignored by northd).
@@ -29,13 +19,22 @@ const NB_GLOBAL_OPTIONS: &[(&str, &str)] = &[("use_ct_inv_match", "false"), ("ls
 
 async fn create_if_absent<K>(api: &Api<K>, obj: serde_json::Value) -> Result<()>
 where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
 {
-    let obj: K = serde_json::from_value(obj).map_err(|e| crate::error::Error::Invalid(e.to_string()))?;
+    let what = format!(
+        "{} {}",
+        K::kind(&()),
+        obj["metadata"]["name"].as_str().unwrap_or_default()
+    );
+    let obj: K = serde_json::from_value(obj).map_err(|e| Error::Invalid(format!("{what}: {e}")))?;
     match api.create(&PostParams::default(), &obj).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
+        Err(e) => Err(e).doing(format_args!("create {what}")),
     }
 }
 
@@ -90,7 +89,9 @@ pub async fn init(config: &Config, kube: &kube::Client, nb: &Nb) -> Result<()> {
         }
         plan
     });
-    nb.apply(plan, "init").await?;
+    nb.apply(plan, "init")
+        .await
+        .doing(format_args!("create router {router} and NB_Global's options"))?;
     create_if_absent(
         &Api::<Vpc>::all(kube.clone()),
         json!({"apiVersion": "kubeovn.io/v1", "kind": "Vpc", "metadata": {"name": router}, "spec": {}}),
@@ -116,151 +117,4 @@ pub async fn init(config: &Config, kube: &kube::Client, nb: &Nb) -> Result<()> {
     )
     .await?;
     Ok(())
-}
-
-/// What a rebuild reserved, and what it could not (a conflict between two sources is logged, and
-/// the later claimant gets a fresh address when it is reconciled).
-#[derive(Debug, Default)]
-pub struct Rebuilt {
-    pub reserved: usize,
-    pub conflicts: Vec<String>,
-}
-
-fn request(ips: &[IpAddr], mac: Option<MacAddr>) -> Request {
-    let mut r = Request {
-        mac,
-        ..Request::default()
-    };
-    for ip in ips {
-        match ip {
-            IpAddr::V4(v) => r.v4 = Some(*v),
-            IpAddr::V6(v) => r.v6 = Some(*v),
-        }
-    }
-    r
-}
-
-/// Rebuilds IPAM from the filled caches and the northbound replica, before any reconciler runs.
-/// No I/O: the caller waits for the caches.
-pub fn rebuild_ipam(config: &Config, stores: &Stores, nb: &Nb) -> (Ipam, Rebuilt) {
-    let mut ipam = Ipam::new();
-    let mut out = Rebuilt::default();
-    for s in &stores.subnets.state() {
-        if let Ok(eff) = effective(s, &config.cluster_router)
-            && let Ok(cfg) = eff.ipam_config()
-            && let Err(e) = ipam.add_or_update_subnet(&s.name_any(), &cfg)
-        {
-            out.conflicts.push(format!("subnet {}: {e}", s.name_any()));
-        }
-    }
-    for p in stores.ippools.state() {
-        let ranges: Vec<IpRange> = p
-            .spec
-            .ips
-            .iter()
-            .flatten()
-            .filter_map(|r| parse::<IpRange>("spec.ips", r).ok())
-            .collect();
-        if let Err(e) = ipam.add_or_update_pool(
-            p.spec.subnet.as_deref().unwrap_or_default(),
-            &p.name_any(),
-            &ranges,
-        ) {
-            out.conflicts.push(format!("ippool {}: {e}", p.name_any()));
-        }
-    }
-    let mut claims: Vec<(String, String, Request, &'static str)> = Vec::new();
-    for ip in stores.ips.state() {
-        let s = &ip.spec;
-        let addrs: Vec<IpAddr> = [s.v4_ip_address.as_deref(), s.v6_ip_address.as_deref()]
-            .into_iter()
-            .flatten()
-            .filter_map(|a| a.parse().ok())
-            .collect();
-        let mac = s
-            .mac_address
-            .as_deref()
-            .and_then(|m| parse::<MacAddr>("spec.macAddress", m).ok());
-        if let Some(subnet) = s.subnet.clone().filter(|s| !s.is_empty())
-            && !addrs.is_empty()
-        {
-            claims.push((subnet, ip.name_any(), request(&addrs, mac), "IP CR"));
-        }
-    }
-    let ports: Vec<(String, String, Request)> = nb.read(|cache| {
-        cache
-            .table(LogicalSwitchPort::NAME)
-            .filter_map(|(u, r)| LogicalSwitchPort::from_row(*u, r).ok())
-            .filter(|p| is_owned_by(&p.external_ids, &[]) && p.external_ids.contains_key("pod"))
-            .filter_map(|p| {
-                let subnet = p.external_ids.get("ls")?.clone();
-                let mut words = p.addresses.first()?.split_whitespace();
-                let mac = words.next().and_then(|m| parse::<MacAddr>("addresses", m).ok());
-                let ips: Vec<IpAddr> = words.filter_map(|w| w.parse().ok()).collect();
-                // A port without addresses claims none (an empty request would take a new one).
-                (!ips.is_empty()).then(|| (subnet, p.name, request(&ips, mac)))
-            })
-            .collect()
-    });
-    claims.extend(ports.into_iter().map(|(s, k, r)| (s, k, r, "northbound port")));
-    for pod in stores.pods.state() {
-        let ann = pod.metadata.annotations.as_ref();
-        if !is_true(ann, keys::ALLOCATED) {
-            continue;
-        }
-        let (Some(subnet), Ok(Some(ips))) = (
-            ann.and_then(|a| a.get(keys::LOGICAL_SWITCH)).cloned(),
-            get::<IpPair>(ann, keys::IP_ADDRESS),
-        ) else {
-            continue;
-        };
-        let mac = get::<MacAddr>(ann, keys::MAC_ADDRESS).ok().flatten();
-        let key = names::pod_port_name(&pod.name_any(), &pod.namespace().unwrap_or_default(), "ovn");
-        claims.push((
-            subnet,
-            key,
-            request(&ips.addrs().collect::<Vec<_>>(), mac),
-            "pod annotation",
-        ));
-    }
-    for node in stores.nodes.state() {
-        let ann = node.metadata.annotations.as_ref();
-        if let (true, Ok(Some(ips))) = (
-            is_true(ann, keys::ALLOCATED),
-            get::<IpPair>(ann, keys::IP_ADDRESS),
-        ) {
-            let mac = get::<MacAddr>(ann, keys::MAC_ADDRESS).ok().flatten();
-            claims.push((
-                config.node_subnet.name.clone(),
-                names::node_port_name(&node.name_any()),
-                request(&ips.addrs().collect::<Vec<_>>(), mac),
-                "node annotation",
-            ));
-        }
-    }
-    let mut seen: BTreeMap<String, String> = BTreeMap::new();
-    for (subnet, key, req, source) in claims {
-        // The same NIC seen again from a later source: the first (more authoritative) one holds.
-        if let Some(first) = seen.get(&key)
-            && first == &subnet
-        {
-            continue;
-        }
-        match ipam.allocate(&subnet, &key, &req) {
-            Ok(_) => {
-                out.reserved += 1;
-                seen.insert(key, subnet);
-            }
-            Err(e) => out.conflicts.push(format!("{source} {key}: {e}")),
-        }
-    }
-    for c in &out.conflicts {
-        tracing::warn!(conflict = %c, "IPAM rebuild");
-    }
-    tracing::info!(
-        reserved = out.reserved,
-        conflicts = out.conflicts.len(),
-        "IPAM rebuilt"
-    );
-    (ipam, out)
 }

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::Api;
 
-use crate::error::Result;
+use crate::error::{Doing, Result};
 
 /// A pod's owning StatefulSet, as Kube-OVN recognises one: an `apps/*` owner reference of kind
 /// StatefulSet whose name prefixes the pod's.
@@ -80,7 +80,10 @@ pub fn wants(sts: Option<&StatefulSet>, owner: &Owner, pod: &str) -> bool {
 /// Reads the StatefulSet and decides whether the address of `pod` (in `namespace`) is kept.
 pub async fn keeps_address(kube: &kube::Client, namespace: &str, pod: &str, owner: &Owner) -> Result<bool> {
     let api: Api<StatefulSet> = Api::namespaced(kube.clone(), namespace);
-    let sts = api.get_opt(&owner.name).await?;
+    let sts = api
+        .get_opt(&owner.name)
+        .await
+        .doing(format_args!("read StatefulSet {namespace}/{}", owner.name))?;
     let keep = wants(sts.as_ref(), owner, pod);
     tracing::debug!(%namespace, %pod, statefulset = %owner.name, keep, "StatefulSet pod address");
     Ok(keep)

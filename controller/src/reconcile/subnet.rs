@@ -25,27 +25,27 @@ use kube_ovn_ovsdb::tables::nb::{
 };
 use kube_ovn_ovsdb::{DbCache, Table};
 
-use super::binding::selector_matches;
+use super::node_state::{internal_ips, node_ready};
+use super::pod_state::port_name;
 use super::subnet_acl::subnet_acls;
-pub use super::subnet_gateway::PRIORITY_GATEWAY;
-use super::subnet_gateway::{GatewayPlan, NodeView, gateway_plan, node_ready};
+use super::subnet_gateway::{GatewayPlan, NodeView, gateway_plan};
 use super::subnet_spec::spec_patch;
-pub use super::subnet_spec::{Effective, effective};
+use super::subnet_spec::{Effective, effective};
 use super::subnet_status::{Outcome, set_status};
 use crate::context::Context;
-use crate::error::{Error, Result};
+use crate::error::{Doing, Error, Result};
 use crate::ovn::owned::{Claim, Parent, PolicySpec, sync_acls, sync_policies, sync_policies_claimed};
 use crate::ovn::plan::{Plan, RowRef, owned_ids};
+use crate::ovn::priority::{POLICY_GATEWAY, POLICY_SUBNET_ALLOW};
 use crate::ovn::topology::{
     Attachment, add_to_port_group, ensure_port_group, ensure_router_attachment, ensure_switch,
 };
+use kube_ovn_api::selector::Selector;
 
 pub const KIND: &str = "Subnet";
-/// Router policy priorities (Kube-OVN `pkg/util/const.go`).
-pub const PRIORITY_SUBNET_ALLOW: i64 = 31000;
-pub const PRIORITY_NODE: i64 = 30000;
 
 pub async fn reconcile(subnet: Arc<Subnet>, ctx: Arc<Context>) -> Result<Action> {
+    let name = subnet.name_any();
     let api: Api<Subnet> = Api::all(ctx.kube.clone());
     let c = ctx.clone();
     finalizer(&api, kube_ovn_api::crd::FINALIZER, subnet, |event| async move {
@@ -55,11 +55,7 @@ pub async fn reconcile(subnet: Arc<Subnet>, ctx: Arc<Context>) -> Result<Action>
         }
     })
     .await
-    .map_err(|e| match e {
-        kube::runtime::finalizer::Error::ApplyFailed(e)
-        | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
-        other => Error::Invalid(format!("finalizer: {other}")),
-    })
+    .map_err(super::finalizer_error::<Subnet>(&name))
 }
 
 /// Reports bad input on the subnet's status and returns the error (nothing has been applied).
@@ -77,14 +73,9 @@ async fn apply(subnet: &Subnet, ctx: &Context) -> Result<Action> {
     if let Some(patch) = spec_patch(subnet, &eff) {
         let api: Api<Subnet> = Api::all(ctx.kube.clone());
         api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
-            .await?;
+            .await
+            .doing(format_args!("write the defaults into subnet {name}'s spec"))?;
         return Ok(Action::await_change());
-    }
-    // Validation, gateways and node port groups read the nodes: never plan them from a cache not
-    // yet filled (that would look like a cluster without nodes).
-    let filled = tokio::time::timeout(Duration::from_secs(5), ctx.stores.subnet_nodes.wait_until_ready());
-    if !matches!(filled.await, Ok(Ok(()))) {
-        return Err(Error::NotReady("the node cache is not filled yet".into()));
     }
     if let Err(why) = validate(ctx, subnet, &eff) {
         return refuse(ctx, subnet, format!("subnet {name}: {why}")).await;
@@ -147,7 +138,7 @@ async fn apply(subnet: &Subnet, ctx: &Context) -> Result<Action> {
             .map(|c| {
                 let v = if c.addr().is_ipv4() { "ip4" } else { "ip6" };
                 let allow = PolicySpec {
-                    priority: PRIORITY_SUBNET_ALLOW,
+                    priority: POLICY_SUBNET_ALLOW,
                     r#match: format!("{v}.dst == {c}"),
                     action: "allow".into(),
                     nexthops: vec![],
@@ -186,7 +177,9 @@ async fn apply(subnet: &Subnet, ctx: &Context) -> Result<Action> {
         Ok::<_, Error>((plan, mac))
     })?;
     ctx.ipam().set_gateway_mac(&name, mac)?;
-    ctx.nb.apply(plan, "subnet").await?;
+    ctx.nb.apply(plan, "subnet").await.doing(format_args!(
+        "write the switch, router port, policies and ACLs of subnet {name}"
+    ))?;
     finish(ctx, subnet, &eff, gateway.as_ref()).await
 }
 
@@ -239,9 +232,7 @@ fn gateway_policies(
     lr.policies
         .iter()
         .filter_map(|u| cache.get::<LogicalRouterPolicy>(u).ok().flatten())
-        .filter(|p| {
-            p.priority == PRIORITY_GATEWAY && p.external_ids.get("subnet").is_some_and(|s| s == subnet)
-        })
+        .filter(|p| p.priority == POLICY_GATEWAY && p.external_ids.get("subnet").is_some_and(|s| s == subnet))
         .map(|p| {
             let spec = PolicySpec {
                 priority: p.priority,
@@ -273,7 +264,7 @@ fn pod_ports_by_node(ctx: &Context, subnet: &str) -> BTreeMap<String, Vec<String
         {
             continue;
         }
-        let port = names::pod_port_name(&pod.name_any(), &pod.namespace().unwrap_or_default(), "ovn");
+        let port = port_name(&pod);
         out.entry(node).or_default().push(port);
     }
     out
@@ -351,7 +342,7 @@ fn node_views(ctx: &Context) -> Vec<NodeView> {
     let joins = node_join_addresses(ctx);
     let mut nodes: Vec<NodeView> = ctx
         .stores
-        .subnet_nodes
+        .nodes
         .state()
         .iter()
         .filter(|n| n.meta().deletion_timestamp.is_none())
@@ -372,7 +363,7 @@ fn node_views(ctx: &Context) -> Vec<NodeView> {
 pub fn node_join_addresses(ctx: &Context) -> BTreeMap<String, Vec<IpAddr>> {
     use kube_ovn_api::annotations::{IpPair, get};
     ctx.stores
-        .subnet_nodes
+        .nodes
         .state()
         .iter()
         .filter(|n| {
@@ -432,7 +423,7 @@ fn validate(ctx: &Context, subnet: &Subnet, eff: &Effective) -> Result<(), Strin
         }
     }
     for (i, sel) in subnet.spec.namespace_selectors.iter().flatten().enumerate() {
-        selector_matches(sel, &BTreeMap::new()).map_err(|e| format!("spec.namespaceSelectors[{i}]: {e}"))?;
+        Selector::parse(Some(sel), &format!("spec.namespaceSelectors[{i}]")).map_err(|e| e.to_string())?;
     }
     if let Some(other) = overlapping(ctx, subnet, eff) {
         return Err(format!(
@@ -442,8 +433,8 @@ fn validate(ctx: &Context, subnet: &Subnet, eff: &Effective) -> Result<(), Strin
         ));
     }
     if eff.vpc == ctx.config.cluster_router {
-        for node in ctx.stores.subnet_nodes.state() {
-            let inside = super::node::internal_ips(&node)
+        for node in ctx.stores.nodes.state() {
+            let inside = internal_ips(&node)
                 .into_iter()
                 .find(|ip| eff.cidrs.iter().any(|c| c.contains(ip)));
             if let Some(ip) = inside {
@@ -516,7 +507,10 @@ async fn cleanup(subnet: &Subnet, ctx: &Context) -> Result<Action> {
         }
         plan
     });
-    ctx.nb.apply(plan, "subnet-delete").await?;
+    ctx.nb
+        .apply(plan, "subnet-delete")
+        .await
+        .doing(format_args!("remove the rows of subnet {name}"))?;
     ctx.ipam().delete_subnet(&name);
     ctx.metrics.forget_subnet(&name);
     Ok(Action::await_change())

@@ -23,11 +23,7 @@ use kube_ovn_api::crd::SubnetSpec;
 use super::subnet_spec::Effective;
 use crate::ovn::owned::AclSpec;
 use crate::ovn::plan::owned_ids;
-
-pub const PRIORITY_DEFAULT_DROP: i64 = 1000;
-pub const PRIORITY_SUBNET_ALLOW: i64 = 1001;
-pub const PRIORITY_ALLOW_EW: i64 = 1900;
-pub const PRIORITY_NODE_ALLOW: i64 = 3000;
+use crate::ovn::priority::{ACL_ALLOW_EAST_WEST, ACL_DEFAULT_DROP, ACL_NODE_ALLOW, ACL_SUBNET_ALLOW};
 
 const ACTIONS: &[&str] = &[
     "allow",
@@ -83,7 +79,7 @@ pub fn subnet_acls(
                 name: Some(acl_name(subnet)),
                 log: true,
                 severity: Some("warning".into()),
-                ..AclSpec::new("to-lport", PRIORITY_DEFAULT_DROP, "ip", "drop")
+                ..AclSpec::new("to-lport", ACL_DEFAULT_DROP, "ip", "drop")
             },
             private_ids.clone(),
         ));
@@ -92,7 +88,7 @@ pub fn subnet_acls(
             out.push((
                 AclSpec::new(
                     "to-lport",
-                    PRIORITY_SUBNET_ALLOW,
+                    ACL_SUBNET_ALLOW,
                     format!("{s}.src == {cidr} && {s}.dst == {cidr}"),
                     "allow-related",
                 ),
@@ -102,7 +98,7 @@ pub fn subnet_acls(
                 out.push((
                     AclSpec::new(
                         "to-lport",
-                        PRIORITY_NODE_ALLOW,
+                        ACL_NODE_ALLOW,
                         format!("{s}.src == {node}"),
                         "allow-related",
                     ),
@@ -113,7 +109,7 @@ pub fn subnet_acls(
                 out.push((
                     AclSpec::new(
                         "to-lport",
-                        PRIORITY_SUBNET_ALLOW,
+                        ACL_SUBNET_ALLOW,
                         format!(
                             "({s}.src == {cidr} && {s}.dst == {a}) || ({s}.src == {a} && {s}.dst == {cidr})"
                         ),
@@ -133,7 +129,7 @@ pub fn subnet_acls(
                 out.push((
                     AclSpec::new(
                         direction,
-                        PRIORITY_ALLOW_EW,
+                        ACL_ALLOW_EAST_WEST,
                         format!("{s}.src == {cidr} && {s}.dst == {cidr}"),
                         "allow",
                     ),

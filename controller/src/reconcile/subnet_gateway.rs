@@ -18,45 +18,25 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use k8s_openapi::api::core::v1::Node;
 use kube_ovn_api::annotations::{GatewayNodes, parse};
 use kube_ovn_api::crd::SubnetSpec;
 use kube_ovn_api::names;
 
-use super::binding::selector_matches;
 use super::subnet_spec::Effective;
 use crate::ovn::owned::PolicySpec;
 use crate::ovn::plan::owned_ids;
-
-/// Kube-OVN's `GatewayRouterPolicyPriority`.
-pub const PRIORITY_GATEWAY: i64 = 29000;
+use crate::ovn::priority::POLICY_GATEWAY;
+use kube_ovn_api::selector::Selector;
 
 /// What the gateway logic needs to know of a node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeView {
     pub name: String,
     pub labels: BTreeMap<String, String>,
-    /// Ready to carry traffic: see [`node_ready`].
+    /// Ready to carry traffic: see [`super::node_state::node_ready`].
     pub ready: bool,
     /// Its join addresses, once the node reconciler has finished it.
     pub joins: Vec<IpAddr>,
-}
-
-/// Whether a node may carry gateway traffic: its `Ready` condition is not `False` or `Unknown` and
-/// its network is not unavailable. Kube-OVN also requires `Ready` to be present; we take a node
-/// without one (no kubelet has reported yet, or none runs, as in tests) as ready, and rely on the
-/// node lifecycle controller, which sets `Unknown` when a kubelet stops reporting.
-pub fn node_ready(node: &Node) -> bool {
-    let conditions = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_deref())
-        .unwrap_or_default();
-    conditions.iter().all(|c| match c.type_.as_str() {
-        "Ready" => c.status == "True",
-        "NetworkUnavailable" => c.status != "True",
-        _ => true,
-    })
 }
 
 /// The gateway rows and status of one subnet.
@@ -107,18 +87,17 @@ pub fn gateway_candidates(spec: &SubnetSpec, nodes: &[NodeView]) -> Result<Vec<S
             "a centralized subnet needs gatewayNode or gatewayNodeSelectors".to_owned(),
         ));
     }
-    let mut out = Vec::new();
-    for n in nodes {
-        let mut selected = false;
-        for (i, sel) in selectors.iter().enumerate() {
-            if selector_matches(sel, &n.labels).map_err(|e| (format!("spec.gatewayNodeSelectors[{i}]"), e))? {
-                selected = true;
-            }
-        }
-        if selected {
-            out.push(n.name.clone());
-        }
-    }
+    let selectors = selectors
+        .iter()
+        .enumerate()
+        .map(|(i, sel)| Selector::parse(Some(sel), &format!("spec.gatewayNodeSelectors[{i}]")))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| (e.field, e.problem))?;
+    let mut out: Vec<String> = nodes
+        .iter()
+        .filter(|n| selectors.iter().any(|s| s.matches(&n.labels)))
+        .map(|n| n.name.clone())
+        .collect();
     out.sort();
     Ok(out)
 }
@@ -146,7 +125,7 @@ pub fn gateway_plan(
                 ids.insert("node".into(), n.name.clone());
                 plan.policies.push((
                     PolicySpec {
-                        priority: PRIORITY_GATEWAY,
+                        priority: POLICY_GATEWAY,
                         // OVN gives every port group address sets `$<pg>_ip4` / `$<pg>_ip6`.
                         r#match: format!("{v}.src == ${pg}_{v}"),
                         action: "reroute".into(),
@@ -203,7 +182,7 @@ pub fn gateway_plan(
         let v = if v4 { "ip4" } else { "ip6" };
         plan.policies.push((
             PolicySpec {
-                priority: PRIORITY_GATEWAY,
+                priority: POLICY_GATEWAY,
                 r#match: format!("{v}.src == {cidr}"),
                 action: "reroute".into(),
                 nexthops,

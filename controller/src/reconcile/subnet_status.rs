@@ -15,7 +15,7 @@ use serde_json::json;
 
 use super::subnet_spec::{Effective, effective};
 use crate::context::Context;
-use crate::error::Result;
+use crate::error::{Doing, Result};
 
 /// What a reconcile concluded.
 #[derive(Debug, Clone, Copy)]
@@ -174,7 +174,8 @@ pub async fn refresh_counters(ctx: &Context) -> Result<()> {
             "v6usingIPrange": status.v6_using_ip_range,
         }});
         api.patch_status(&name, &PatchParams::default(), &Patch::Merge(counters))
-            .await?;
+            .await
+            .doing(format_args!("write the address counters of subnet {name}"))?;
     }
     Ok(())
 }

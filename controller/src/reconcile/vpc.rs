@@ -27,10 +27,10 @@ use kube_ovn_ovsdb::Table;
 use kube_ovn_ovsdb::tables::nb::{LogicalRouter, LogicalSwitch};
 use serde_json::json;
 
-use super::subnet::effective;
+use super::subnet_spec::effective;
 use super::vpc_spec::{VpcRows, join_default_routes, vpc_rows};
 use crate::context::Context;
-use crate::error::{Error, Result};
+use crate::error::{Doing, Error, Result};
 use crate::ovn::owned::{Claim, sync_policies_claimed, sync_routes};
 use crate::ovn::plan::{Plan, owned_ids};
 use crate::ovn::topology::{ensure_peer_port, ensure_vpc_router, remove_stale_peer_ports};
@@ -43,6 +43,7 @@ pub const KIND: &str = "Vpc";
 const OTHER_POLICY_OWNERS: &[&str] = &["subnet", "node", "vpc-egress-gateway", "isU2ORoutePolicy"];
 
 pub async fn reconcile(vpc: Arc<Vpc>, ctx: Arc<Context>) -> Result<Action> {
+    let name = vpc.name_any();
     let api: Api<Vpc> = Api::all(ctx.kube.clone());
     let c = ctx.clone();
     finalizer(&api, FINALIZER, vpc, |event| async move {
@@ -52,11 +53,7 @@ pub async fn reconcile(vpc: Arc<Vpc>, ctx: Arc<Context>) -> Result<Action> {
         }
     })
     .await
-    .map_err(|e| match e {
-        kube::runtime::finalizer::Error::ApplyFailed(e)
-        | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
-        other => Error::Invalid(format!("finalizer: {other}")),
-    })
+    .map_err(super::finalizer_error::<Vpc>(&name))
 }
 
 /// The subnets of a VPC (by `spec.vpc`, defaulting to the default VPC), sorted; subnets being
@@ -150,7 +147,9 @@ async fn apply(vpc: &Vpc, ctx: &Context) -> Result<Action> {
         sync_policies_claimed(&mut plan, cache, &name, Some(lr), claim, &tagged);
         plan
     });
-    ctx.nb.apply(plan, "vpc").await?;
+    ctx.nb.apply(plan, "vpc").await.doing(format_args!(
+        "write the router, routes, policies and peerings of VPC {name}"
+    ))?;
     let remotes: Vec<String> = peerings.into_iter().map(|(r, _)| r).collect();
     set_status(ctx, vpc, &Outcome::Ready(remotes)).await?;
     Ok(Action::await_change())
@@ -263,18 +262,9 @@ async fn cleanup(vpc: &Vpc, ctx: &Context) -> Result<Action> {
         }
         plan
     });
-    ctx.nb.apply(plan, "vpc-delete").await?;
+    ctx.nb
+        .apply(plan, "vpc-delete")
+        .await
+        .doing(format_args!("remove the router of VPC {name}"))?;
     Ok(Action::await_change())
-}
-
-/// The VPCs to look at again when a subnet changes: its own (status `subnets`, default subnet).
-pub fn vpc_of_subnet(cluster_router: &str, subnet: &kube_ovn_api::crd::Subnet) -> ObjectRef<Vpc> {
-    ObjectRef::new(
-        subnet
-            .spec
-            .vpc
-            .as_deref()
-            .filter(|v| !v.is_empty())
-            .unwrap_or(cluster_router),
-    )
 }

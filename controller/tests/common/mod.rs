@@ -3,10 +3,12 @@
 
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod gate;
 pub mod process;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use clap::Parser;
@@ -34,6 +36,9 @@ pub struct Env {
     /// Where the running controller serves `/metrics` and the health endpoints.
     pub metrics_addr: Option<SocketAddr>,
     pub extra_flags: Vec<String>,
+    /// Every request the controllers started by [`Env::spawn_controller`] sent, as
+    /// `METHOD path?query`, in order.
+    pub requests: Arc<Mutex<Vec<String>>>,
 }
 
 /// A controller task and the address of its metrics and health endpoints.
@@ -73,6 +78,7 @@ impl Env {
             controller: None,
             metrics_addr: None,
             extra_flags: flags.iter().map(|s| (*s).to_owned()).collect(),
+            requests: Arc::default(),
         }
     }
 
@@ -99,11 +105,40 @@ impl Env {
         Flags::try_parse_from(args).unwrap()
     }
 
+    /// A client of the emulator that records every request in [`Env::requests`].
+    pub fn recording_client(&self) -> kube::Client {
+        use tower::ServiceExt as _;
+        let log = self.requests.clone();
+        let service = self
+            .api
+            .router()
+            .map_request(move |r: axum::http::Request<kube::client::Body>| {
+                log.lock().unwrap_or_else(PoisonError::into_inner).push(format!(
+                    "{} {}",
+                    r.method(),
+                    r.uri()
+                ));
+                r.map(axum::body::Body::new)
+            });
+        kube::Client::new(service, "default")
+    }
+
+    /// The recorded requests that satisfy `f`.
+    pub fn requests_where(&self, f: impl Fn(&str) -> bool) -> Vec<String> {
+        let log = self.requests.lock().unwrap_or_else(PoisonError::into_inner);
+        log.iter().filter(|r| f(r)).cloned().collect()
+    }
+
     /// Starts a controller in this process with extra flags, its metrics endpoint on a port of
-    /// its own.
+    /// its own; its requests are recorded.
     pub fn spawn_controller(&self, extra: &[&str]) -> Controller {
+        self.spawn_controller_on(self.recording_client(), extra)
+    }
+
+    /// [`Env::spawn_controller`] with the controller's requests going through `kube` (e.g. a
+    /// [`gate::Traffic`] client).
+    pub fn spawn_controller_on(&self, kube: kube::Client, extra: &[&str]) -> Controller {
         let config = self.flags_with(extra).validate().unwrap();
-        let kube = self.kube.clone();
         let std_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         std_listener.set_nonblocking(true).unwrap();
         let metrics_addr = std_listener.local_addr().unwrap();
@@ -128,7 +163,9 @@ impl Env {
     pub async fn kill_controller(&mut self) {
         if let Some(h) = self.controller.take() {
             h.abort();
-            let _ = h.await;
+            let _ = tokio::time::timeout(WAIT, h)
+                .await
+                .expect("the aborted controller's task to end");
         }
     }
 
@@ -246,4 +283,75 @@ pub fn icmp(src: &Pod, dst_mac: &str, dst_ip: &str) -> String {
         ann(src, "mac_address"),
         ann(src, "ip_address")
     )
+}
+
+/// Addresses in a status range string such as `10.99.0.2-10.99.0.9,10.99.0.12`.
+pub fn range_addresses(ranges: &str) -> anyhow::Result<std::collections::BTreeSet<std::net::IpAddr>> {
+    let mut out = std::collections::BTreeSet::new();
+    for part in ranges.split(',').filter(|p| !p.is_empty()) {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        match (a.parse()?, b.parse()?) {
+            (std::net::IpAddr::V4(a), std::net::IpAddr::V4(b)) => {
+                out.extend((u32::from(a)..=u32::from(b)).map(|x| std::net::IpAddr::V4(x.into())));
+            }
+            (a, b) if a == b => {
+                out.insert(a);
+            }
+            _ => anyhow::bail!("range {part}: only IPv4 ranges are expanded"),
+        }
+    }
+    Ok(out)
+}
+
+/// What is left of a pod NIC `key` (`<pod>.<ns>`) in the cluster: its northbound port, the port
+/// groups holding that port, and its IP CR.
+pub async fn remains_in_cluster(env: &Env, key: &str) -> anyhow::Result<Vec<String>> {
+    use kube_ovn_api::crd::Ip;
+    let mut left = Vec::new();
+    let uuid = env.ovn.nbctl(&[
+        "--bare",
+        "--columns=_uuid",
+        "find",
+        "Logical_Switch_Port",
+        &format!("name=\"{key}\""),
+    ])?;
+    let uuid = uuid.trim();
+    if !uuid.is_empty() {
+        left.push(format!("northbound port {key}"));
+        let groups = env.ovn.nbctl(&[
+            "--bare",
+            "--columns=name",
+            "find",
+            "Port_Group",
+            &format!("ports{{>=}}{uuid}"),
+        ])?;
+        left.extend(
+            groups
+                .split_whitespace()
+                .map(|g| format!("membership of port group {g}")),
+        );
+    }
+    if Api::<Ip>::all(env.kube.clone()).get_opt(key).await?.is_some() {
+        left.push(format!("IP CR {key}"));
+    }
+    Ok(left)
+}
+
+/// [`remains_in_cluster`], and the address `ip` if IPAM still holds it in `subnet` (as the
+/// running controller reports it in the subnet's `status.v4usingIPrange`). Empty once all of
+/// the NIC is released.
+pub async fn remains_of(env: &Env, key: &str, subnet: &str, ip: &str) -> anyhow::Result<Vec<String>> {
+    let mut left = remains_in_cluster(env, key).await?;
+    let status = Api::<Subnet>::all(env.kube.clone())
+        .get(subnet)
+        .await?
+        .status
+        .unwrap_or_default();
+    let using = range_addresses(status.v4_using_ip_range.as_deref().unwrap_or_default())?;
+    if using.contains(&ip.parse()?) {
+        left.push(format!(
+            "address {ip} held in IPAM of {subnet} (status.v4usingIPrange)"
+        ));
+    }
+    Ok(left)
 }

@@ -84,13 +84,27 @@ impl Binary {
     /// Starts a controller process named `name` (its Lease identity, `--pod-name`) with `extra`
     /// flags, and waits until it serves its endpoints.
     pub async fn spawn(&mut self, name: &str, extra: &[&str]) -> Process {
+        self.spawn_with_env(name, extra, &[]).await
+    }
+
+    /// [`Binary::spawn`] with environment variables set for the process (e.g. the crash drill's
+    /// `KUBE_OVN_CRASH_AT`).
+    pub async fn spawn_with_env(&mut self, name: &str, extra: &[&str], envs: &[(&str, &str)]) -> Process {
         self.spawned += 1;
         let log = self.dir.path().join(format!("{name}-{}.log", self.spawned));
         let mut args = self.flags.clone();
         args.push(format!("--pod-name={name}"));
         args.extend(extra.iter().map(|s| (*s).to_owned()));
-        let mut daemon =
-            Daemon::spawn(name, env!("CARGO_BIN_EXE_kube-ovn-controller"), &args, &log, &[]).unwrap();
+        let envs: Vec<(&str, &std::path::Path)> =
+            envs.iter().map(|(k, v)| (*k, std::path::Path::new(*v))).collect();
+        let mut daemon = Daemon::spawn(
+            name,
+            env!("CARGO_BIN_EXE_kube-ovn-controller"),
+            &args,
+            &log,
+            &envs,
+        )
+        .unwrap();
         let mut addr = None;
         let waited = wait_until_async(
             &format!("controller process {name} to serve /metrics"),
@@ -142,6 +156,47 @@ impl Process {
             self.log_tail(30)
         );
         running
+    }
+
+    /// SIGKILL for a process armed with a crash point (see [`Process::crashed_at`]), which may
+    /// have reached it just before: `true` if it died at `point` by itself, `false` if the
+    /// SIGKILL ended it, an error if it ended any other way.
+    pub fn kill_armed(mut self, point: &str) -> anyhow::Result<bool> {
+        use std::os::unix::process::ExitStatusExt;
+        const SIGKILL: i32 = 9;
+        let status = self.daemon.kill();
+        if status.and_then(|s| s.signal()) == Some(SIGKILL) {
+            return Ok(false);
+        }
+        self.aborted_at(status, point).map(|()| true)
+    }
+
+    /// Whether the process has exited by itself.
+    pub fn has_exited(&mut self) -> bool {
+        !self.daemon.is_running()
+    }
+
+    /// Reaps a process that exited by itself, and checks that it died at `point` of the crash
+    /// drill (aborted: SIGABRT, after saying so).
+    pub fn crashed_at(mut self, point: &str) -> anyhow::Result<()> {
+        let status = self.daemon.kill();
+        self.aborted_at(status, point)
+    }
+
+    fn aborted_at(&self, status: Option<std::process::ExitStatus>, point: &str) -> anyhow::Result<()> {
+        use std::os::unix::process::ExitStatusExt;
+        const SIGABRT: i32 = 6;
+        anyhow::ensure!(
+            status.and_then(|s| s.signal()) == Some(SIGABRT)
+                && self
+                    .daemon
+                    .log()
+                    .contains(&format!("crash point {point} reached")),
+            "{} ended ({status:?}) without aborting at {point}; log:\n{}",
+            self.name,
+            self.log_tail(30)
+        );
+        Ok(())
     }
 
     /// SIGTERM by PID: a clean stop. Fails (with the log) unless the process exits by itself,

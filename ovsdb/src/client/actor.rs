@@ -28,6 +28,44 @@ const MONITOR_ID: &str = "kube-ovn-rs";
 const SERVER_MONITOR_ID: &str = "kube-ovn-rs-server";
 /// `monitor_cond_since` with this id asks for everything.
 const ZERO_TXN_ID: &str = "00000000-0000-0000-0000-000000000000";
+/// While a remote keeps failing the same way, its warning is repeated at most this often (every
+/// attempt is logged at debug).
+const REPEAT_WARNING_EVERY: std::time::Duration = std::time::Duration::from_mins(1);
+
+/// Which unusable remotes were reported at `warn`, so an operator sees the first failure and its
+/// cause at once and then a reminder now and then, not one line per retry.
+#[derive(Default)]
+struct Complaints {
+    /// Per remote: when its failure was last warned about, and how many attempts failed since.
+    last: HashMap<String, (Instant, u64)>,
+}
+
+impl Complaints {
+    /// A remote failed at `now`: `Some(n)` when it should be warned about, `n` being the failures
+    /// since the last warning (0 the first time).
+    fn failed(&mut self, remote: &str, now: Instant) -> Option<u64> {
+        match self.last.get_mut(remote) {
+            Some((at, since)) if now.duration_since(*at) < REPEAT_WARNING_EVERY => {
+                *since += 1;
+                None
+            }
+            Some((at, since)) => {
+                let repeats = *since;
+                (*at, *since) = (now, 0);
+                Some(repeats)
+            }
+            None => {
+                self.last.insert(remote.to_owned(), (now, 0));
+                Some(0)
+            }
+        }
+    }
+
+    /// The remote worked: a later failure is news again. `true` when it had been reported.
+    fn recovered(&mut self, remote: &str) -> bool {
+        self.last.remove(remote).is_some()
+    }
+}
 
 pub(super) fn spawn(shared: Arc<Shared>, commands: mpsc::UnboundedReceiver<Command>) {
     let span = info_span!("ovsdb", db = %shared.config.database);
@@ -39,6 +77,7 @@ pub(super) fn spawn(shared: Arc<Shared>, commands: mpsc::UnboundedReceiver<Comma
         have_replica: false,
         highest_index: 0,
         next_remote: 0,
+        complaints: Complaints::default(),
     };
     tokio::spawn(actor.run().instrument(span));
 }
@@ -56,6 +95,7 @@ struct Actor {
     /// The highest RAFT log index any server has reported; servers behind it are stale.
     highest_index: i64,
     next_remote: usize,
+    complaints: Complaints,
 }
 
 /// Why a session ended.
@@ -83,6 +123,8 @@ impl Actor {
         let mut backoff = config.backoff_min;
         loop {
             let mut served = false;
+            // Remotes that could not serve in this round, reported once the round is over.
+            let mut failures: Vec<(&Remote, Error)> = Vec::new();
             for k in 0..config.remotes.len() {
                 let idx = (self.next_remote + k) % config.remotes.len();
                 let remote = &config.remotes[idx];
@@ -92,6 +134,9 @@ impl Actor {
                     .await;
                 match setup {
                     Ok((session, server)) => {
+                        if self.complaints.recovered(&remote.to_string()) {
+                            info!(%remote, "OVSDB remote usable again");
+                        }
                         self.next_remote = idx;
                         backoff = config.backoff_min;
                         served = true;
@@ -106,12 +151,13 @@ impl Actor {
                         }
                         break;
                     }
-                    Err(e) => debug!(%remote, error = %e, "OVSDB remote not usable"),
+                    Err(e) => failures.push((remote, e)),
                 }
                 if self.commands.is_closed() && self.queued.is_empty() {
                     return self.stop();
                 }
             }
+            self.report(failures, served);
             if served {
                 continue;
             }
@@ -119,6 +165,29 @@ impl Actor {
                 return self.stop();
             }
             backoff = (backoff * 2).min(config.backoff_max);
+        }
+    }
+
+    /// Logs why remotes could not serve: at `warn` (the first time, then at most every
+    /// [`REPEAT_WARNING_EVERY`]) a remote that cannot be reached or speaks wrongly, and a server
+    /// that is not usable when no remote was; at `debug` every attempt. A follower passed over on
+    /// the way to the leader is normal and stays at `debug`.
+    fn report(&mut self, failures: Vec<(&Remote, Error)>, served: bool) {
+        for (remote, e) in failures {
+            let news = !(served && matches!(e, Error::NotUsable { .. }));
+            match news
+                .then(|| self.complaints.failed(&remote.to_string(), Instant::now()))
+                .flatten()
+            {
+                Some(0) => warn!(%remote, error = %e, "OVSDB remote not usable; retrying"),
+                Some(failures) => warn!(
+                    %remote,
+                    error = %e,
+                    failures_since_last_warning = failures,
+                    "OVSDB remote still not usable; retrying"
+                ),
+                None => debug!(%remote, error = %e, "OVSDB remote not usable"),
+            }
         }
     }
 
@@ -184,9 +253,9 @@ impl Actor {
             })?;
             status
                 .usable(config.leader_only, self.highest_index)
-                .map_err(|reason| Error::Io {
+                .map_err(|reason| Error::NotUsable {
                     remote: remote.to_string(),
-                    source: std::io::Error::other(reason),
+                    reason,
                 })?;
             self.highest_index = self.highest_index.max(status.index);
             let params = json!(["_Server", SERVER_MONITOR_ID, server_monitor_request(db)]);
@@ -345,7 +414,9 @@ impl Actor {
     /// Fails every in-flight request: whether a transaction committed is unknown to us.
     fn lose(pending: HashMap<u64, Pending>, error: Error) -> End {
         let remote = match &error {
-            Error::Io { remote, .. } | Error::Protocol { remote, .. } => remote.clone(),
+            Error::Io { remote, .. } | Error::Protocol { remote, .. } | Error::NotUsable { remote, .. } => {
+                remote.clone()
+            }
             _ => String::new(),
         };
         for (_, p) in pending {
@@ -529,9 +600,9 @@ impl Actor {
         self.highest_index = self.highest_index.max(status.index);
         status
             .usable(self.shared.config.leader_only, 0)
-            .map_err(|reason| Error::Io {
+            .map_err(|reason| Error::NotUsable {
                 remote: remote.to_string(),
-                source: std::io::Error::other(format!("{}: {reason}", self.shared.config.database)),
+                reason: format!("{}: {reason}", self.shared.config.database),
             })
     }
 }
@@ -548,4 +619,32 @@ fn decode<T: serde::de::DeserializeOwned>(remote: &Remote, text: &str, what: &st
         remote: remote.to_string(),
         source: ProtocolError::Json(format!("{what}: {e}")),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failing_remote_is_warned_about_once_then_now_and_then() {
+        let mut c = Complaints::default();
+        let t0 = Instant::now();
+        assert_eq!(c.failed("tcp:a:1", t0), Some(0), "the first failure is news");
+        for s in 1..=5 {
+            assert_eq!(c.failed("tcp:a:1", t0 + std::time::Duration::from_secs(s)), None);
+        }
+        assert_eq!(c.failed("tcp:b:1", t0), Some(0), "each remote is its own news");
+        assert_eq!(
+            c.failed("tcp:a:1", t0 + REPEAT_WARNING_EVERY),
+            Some(5),
+            "a reminder counts the failures it did not report"
+        );
+        assert!(c.recovered("tcp:a:1"));
+        assert!(!c.recovered("tcp:a:1"));
+        assert_eq!(
+            c.failed("tcp:a:1", t0 + REPEAT_WARNING_EVERY),
+            Some(0),
+            "after recovering, news again"
+        );
+    }
 }

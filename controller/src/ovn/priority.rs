@@ -1,0 +1,23 @@
+//! Kube-OVN's priorities for the rows the controller writes (its `pkg/util/const.go`), in one
+//! place: a router policy and an ACL live in different tables with different ranges, and before
+//! they were gathered here two different constants shared a name.
+//!
+//! Router policies on a VPC's router (`Logical_Router_Policy.priority`, 0..32767; higher first):
+
+/// `SubnetRouterPolicyPriority`: allow traffic to a subnet's CIDR, so it is never rerouted.
+pub const POLICY_SUBNET_ALLOW: i64 = 31000;
+/// `NodeRouterPolicyPriority`: traffic for a node's own address goes to its join address.
+pub const POLICY_NODE: i64 = 30000;
+/// `GatewayRouterPolicyPriority`: a default-VPC subnet's traffic leaving through its gateway.
+pub const POLICY_GATEWAY: i64 = 29000;
+
+// ACLs on a subnet's switch (`ACL.priority`, 0..32767; higher first):
+
+/// `DefaultDropPriority`: a private subnet drops what nothing above allows.
+pub const ACL_DEFAULT_DROP: i64 = 1000;
+/// `SubnetAllowPriority`: a private subnet allows its own and its `allowSubnets` traffic.
+pub const ACL_SUBNET_ALLOW: i64 = 1001;
+/// `AllowEWTrafficPriority`: `allowEWTraffic` allows traffic within the subnet.
+pub const ACL_ALLOW_EAST_WEST: i64 = 1900;
+/// `NodeAllowPriority`: a private subnet still lets the nodes (the join subnet) in.
+pub const ACL_NODE_ALLOW: i64 = 3000;

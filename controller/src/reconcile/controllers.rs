@@ -1,0 +1,245 @@
+//! One `kube::runtime::Controller` per kind, each fed by the shared watches: its own objects when
+//! they change in what its reconciler reads, and the objects of its kind that another kind's
+//! change concerns ([`super::triggers`]).
+//!
+//! ```text
+//!   Vpc        ◀─ its own changes but status; Subnets (spec, deletion) → their VPCs, old and new
+//!   Subnet     ◀─ its own changes but status; Nodes (labels, readiness, addresses, join) and
+//!                 VPCs (spec, router, deletion) → every subnet
+//!   IPPool     ◀─ its own changes but status
+//!   Namespace  ◀─ its own; Subnets, IPPools (spec, deletion), VPCs (+ default subnet) → every namespace
+//!   Node, IP   ◀─ their own
+//!   Pod        ◀─ its own; a Subnet's spec, deletion or turning ready → the pods waiting for it
+//! ```
+
+use std::future::Future;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::ResourceExt;
+use kube::runtime::Controller;
+use kube::runtime::controller;
+use kube::runtime::reflector::ObjectRef;
+use kube_ovn_api::annotations::keys;
+use kube_ovn_api::crd::{IPPool, Ip, Subnet, Vpc};
+
+use super::ip_record::wants_reconcile;
+use super::triggers::{self, waits_for};
+use super::{all_refs, drive, error_policy, instrumented};
+use crate::config::Config;
+use crate::context::Context;
+use crate::informer::{Cache, Informer, OwnWrites};
+use crate::stores::{Informers, Stores};
+
+/// The controllers, built (and subscribed to their triggers) before the watches start.
+pub struct Controllers {
+    vpcs: Controller<Vpc>,
+    subnets: Controller<Subnet>,
+    ippools: Controller<IPPool>,
+    namespaces: Controller<Namespace>,
+    nodes: Controller<Node>,
+    pods: Controller<Pod>,
+    ips: Controller<Ip>,
+}
+
+/// A controller of `K` over the shared watch, reconciling objects that change in what `differs`
+/// compares, `workers` at a time.
+fn own<K>(informer: &Informer<K>, differs: fn(&K, &K) -> bool, workers: u16) -> Controller<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    Controller::for_shared_stream(informer.changes().objects(differs), informer.cache().store())
+        .with_config(controller::Config::default().concurrency(workers))
+}
+
+/// Every object of the cache, as references.
+fn every<K>(cache: &Cache<K>) -> impl Fn() -> Vec<ObjectRef<K>> + Clone + Send + 'static
+where
+    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    let cache = cache.clone();
+    move || all_refs(&cache)
+}
+
+impl Controllers {
+    /// `pod_writes` are the pod versions the pod reconciler's own patches produced.
+    pub fn new(
+        config: &Config,
+        informers: &Informers,
+        stores: &Stores,
+        pod_writes: Arc<OwnWrites<Pod>>,
+    ) -> Self {
+        let workers = config.worker_num;
+        let router = config.cluster_router.clone();
+        let vpcs = own(&informers.vpcs, triggers::vpc_beyond_status, workers).reconcile_on(
+            informers.subnets.changes().when(
+                triggers::subnet_spec,
+                move |c| triggers::vpcs_of(&router, c),
+                every(&stores.vpcs),
+            ),
+        );
+        let subnets = own(&informers.subnets, triggers::subnet_beyond_status, workers)
+            .reconcile_on(
+                informers
+                    .nodes
+                    .changes()
+                    .when_all(triggers::node_for_subnets, every(&stores.subnets)),
+            )
+            .reconcile_on(
+                informers
+                    .vpcs
+                    .changes()
+                    .when_all(triggers::vpc_for_subnets, every(&stores.subnets)),
+            );
+        let namespaces = own(&informers.namespaces, triggers::any, workers)
+            .reconcile_on(
+                informers
+                    .subnets
+                    .changes()
+                    .when_all(triggers::subnet_spec, every(&stores.namespaces)),
+            )
+            .reconcile_on(
+                informers
+                    .ippools
+                    .changes()
+                    .when_all(triggers::ippool_spec, every(&stores.namespaces)),
+            )
+            .reconcile_on(
+                informers
+                    .vpcs
+                    .changes()
+                    .when_all(triggers::vpc_for_namespaces, every(&stores.namespaces)),
+            );
+        let (waiting, unrouted) = (stores.pods.clone(), stores.pods.clone());
+        let pods = Controller::for_shared_stream(
+            informers
+                .pods
+                .changes()
+                .objects_not_from(triggers::any, pod_writes),
+            informers.pods.cache().store(),
+        )
+        .with_config(controller::Config::default().concurrency(config.pod_workers))
+        .reconcile_on(informers.subnets.changes().when(
+            triggers::subnet_for_pods,
+            move |c| {
+                let name = c
+                    .new
+                    .as_ref()
+                    .or(c.old.as_ref())
+                    .map(|s| s.name_any())
+                    .unwrap_or_default();
+                waiting
+                    .state()
+                    .iter()
+                    .filter(|p| waits_for(p, &name))
+                    .map(|p| ObjectRef::from_obj(&**p))
+                    .collect()
+            },
+            move || {
+                unrouted
+                    .state()
+                    .iter()
+                    .filter(|p| !p.annotations().contains_key(keys::ROUTED))
+                    .map(|p| ObjectRef::from_obj(&**p))
+                    .collect()
+            },
+        ));
+        Self {
+            vpcs,
+            subnets,
+            ippools: own(&informers.ippools, triggers::ippool_beyond_status, workers),
+            namespaces,
+            nodes: own(&informers.nodes, triggers::any, workers),
+            pods,
+            // One at a time: reservations of one subnet must not race for the same address. The
+            // records the controller writes for every pod need no reconcile.
+            ips: Controller::for_shared_stream(
+                informers
+                    .ips
+                    .changes()
+                    .objects_where(triggers::any, wants_reconcile),
+                informers.ips.cache().store(),
+            )
+            .with_config(controller::Config::default().concurrency(1)),
+        }
+    }
+
+    /// Runs every controller until the watches end.
+    pub fn run(self, ctx: Arc<Context>) -> impl Future<Output = ()> {
+        let Self {
+            vpcs,
+            subnets,
+            ippools,
+            namespaces,
+            nodes,
+            pods,
+            ips,
+        } = self;
+        async move {
+            futures::join!(
+                drive(
+                    "Vpc",
+                    vpcs.run(
+                        |o, c| instrumented(super::vpc::KIND, o, c, super::vpc::reconcile),
+                        error_policy,
+                        ctx.clone()
+                    )
+                ),
+                drive(
+                    "Subnet",
+                    subnets.run(
+                        |o, c| instrumented(super::subnet::KIND, o, c, super::subnet::reconcile),
+                        error_policy,
+                        ctx.clone()
+                    )
+                ),
+                drive(
+                    "IPPool",
+                    ippools.run(
+                        |o, c| instrumented(super::ippool::KIND, o, c, super::ippool::reconcile),
+                        error_policy,
+                        ctx.clone()
+                    )
+                ),
+                drive(
+                    "Namespace",
+                    namespaces.run(
+                        |o, c| instrumented(super::namespace::KIND, o, c, super::namespace::reconcile),
+                        error_policy,
+                        ctx.clone()
+                    )
+                ),
+                drive(
+                    "Node",
+                    nodes.run(
+                        |o, c| instrumented(super::node::KIND, o, c, super::node::reconcile),
+                        error_policy,
+                        ctx.clone()
+                    )
+                ),
+                drive(
+                    "Pod",
+                    pods.run(
+                        |o, c| instrumented(super::pod::KIND, o, c, super::pod::reconcile),
+                        error_policy,
+                        ctx.clone()
+                    )
+                ),
+                drive(
+                    "IP",
+                    ips.run(
+                        |o, c| instrumented(super::ip_cr::KIND, o, c, super::ip_cr::reconcile),
+                        error_policy,
+                        ctx.clone()
+                    )
+                ),
+            );
+        }
+    }
+}

@@ -1,0 +1,285 @@
+//! IPAM rebuilt at start-up from what is authoritative — IP CRs, then the northbound ports (the
+//! one record a crash between port and annotations leaves), then the pods' and nodes'
+//! annotations — read from the filled caches and the northbound replica, before any reconciler
+//! allocates or releases.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube_ovn_api::crd::{IPPool, Ip, Subnet};
+
+use kube::ResourceExt;
+use kube_ovn_api::annotations::{IpPair, IpRange, MacAddr, get, is_true, keys, parse};
+use kube_ovn_api::names;
+use kube_ovn_ovsdb::Table;
+use kube_ovn_ovsdb::tables::nb::LogicalSwitchPort;
+
+use super::pod_state::port_name;
+use super::subnet_spec::effective;
+use crate::config::Config;
+use crate::ipam::{Ipam, Request};
+use crate::ovn::Nb;
+use crate::ovn::plan::is_owned_by;
+use crate::stores::Stores;
+
+/// What a rebuild reserved, and what it could not: a conflict between two sources (the later
+/// claimant gets a fresh address when it is reconciled), and records it could not read (their
+/// addresses are not reserved; each is logged naming the object and field).
+#[derive(Debug, Default)]
+pub struct Rebuilt {
+    pub reserved: usize,
+    pub conflicts: Vec<String>,
+    pub unreadable: Vec<String>,
+}
+
+/// The records IPAM is rebuilt from, as the caches and the northbound replica hold them.
+#[derive(Default)]
+pub struct Records {
+    pub subnets: Vec<Arc<Subnet>>,
+    pub ippools: Vec<Arc<IPPool>>,
+    pub ips: Vec<Arc<Ip>>,
+    /// The controller's pod ports.
+    pub ports: Vec<LogicalSwitchPort>,
+    pub pods: Vec<Arc<Pod>>,
+    pub nodes: Vec<Arc<Node>>,
+}
+
+/// Rebuilds IPAM from the filled caches and the northbound replica, before any reconciler runs,
+/// and logs what it could not reserve. No I/O: the caller waits for the caches.
+pub fn rebuild_ipam(config: &Config, stores: &Stores, nb: &Nb) -> (Ipam, Rebuilt) {
+    let ports = nb.read(|cache| {
+        cache
+            .table(LogicalSwitchPort::NAME)
+            .filter_map(|(u, r)| LogicalSwitchPort::from_row(*u, r).ok())
+            .filter(|p| is_owned_by(&p.external_ids, &[]) && p.external_ids.contains_key("pod"))
+            .collect()
+    });
+    let records = Records {
+        subnets: stores.subnets.state(),
+        ippools: stores.ippools.state(),
+        ips: stores.ips.state(),
+        ports,
+        pods: stores.pods.state(),
+        nodes: stores.nodes.state(),
+    };
+    let (ipam, out) = rebuild(&config.cluster_router, &config.node_subnet.name, &records);
+    for u in &out.unreadable {
+        tracing::warn!(record = %u, "IPAM rebuild: a record could not be read; its address is not reserved");
+    }
+    for c in &out.conflicts {
+        tracing::warn!(conflict = %c, "IPAM rebuild");
+    }
+    tracing::info!(
+        reserved = out.reserved,
+        conflicts = out.conflicts.len(),
+        unreadable = out.unreadable.len(),
+        "IPAM rebuilt"
+    );
+    (ipam, out)
+}
+
+/// Parses what a record holds, noting what does not parse (`what` names record and field).
+fn readable<T, E: std::fmt::Display>(
+    unreadable: &mut Vec<String>,
+    what: impl FnOnce() -> String,
+    r: Result<T, E>,
+) -> Option<T> {
+    r.map_err(|e| unreadable.push(format!("{}: {e}", what()))).ok()
+}
+
+/// An annotation's value, if present and readable.
+fn annotation<T: kube_ovn_api::annotations::AnnotationValue>(
+    unreadable: &mut Vec<String>,
+    object: &str,
+    ann: Option<&BTreeMap<String, String>>,
+    key: &str,
+) -> Option<T> {
+    readable(unreadable, || object.to_owned(), get::<T>(ann, key)).flatten()
+}
+
+/// The rebuild itself: subnets and IP pools from their CRs, then every recorded allocation in
+/// order of authority (IP CRs, northbound ports, pods' then nodes' annotations); the first claim
+/// of a NIC in a subnet holds.
+pub fn rebuild(cluster_router: &str, join_subnet: &str, records: &Records) -> (Ipam, Rebuilt) {
+    let mut ipam = Ipam::new();
+    let mut out = Rebuilt::default();
+    let bad = &mut out.unreadable;
+    for s in &records.subnets {
+        let name = s.name_any();
+        let Some(cfg) = readable(
+            bad,
+            || format!("subnet {name}"),
+            effective(s, cluster_router).and_then(|e| e.ipam_config()),
+        ) else {
+            continue;
+        };
+        if let Err(e) = ipam.add_or_update_subnet(&name, &cfg) {
+            out.conflicts.push(format!("subnet {name}: {e}"));
+        }
+    }
+    for p in &records.ippools {
+        let name = p.name_any();
+        let ranges: Vec<IpRange> = p
+            .spec
+            .ips
+            .iter()
+            .flatten()
+            .filter_map(|r| readable(bad, || format!("IP pool {name}"), parse::<IpRange>("spec.ips", r)))
+            .collect();
+        if let Err(e) = ipam.add_or_update_pool(p.spec.subnet.as_deref().unwrap_or_default(), &name, &ranges)
+        {
+            out.conflicts.push(format!("IP pool {name}: {e}"));
+        }
+    }
+    let mut claims: Vec<(String, String, Request, &'static str)> = Vec::new();
+    for ip in &records.ips {
+        let (name, s) = (ip.name_any(), &ip.spec);
+        let addrs: Vec<IpAddr> = [
+            ("spec.v4IpAddress", &s.v4_ip_address),
+            ("spec.v6IpAddress", &s.v6_ip_address),
+        ]
+        .into_iter()
+        .filter_map(|(field, a)| Some((field, a.as_deref().filter(|a| !a.is_empty())?)))
+        .filter_map(|(field, a)| readable(bad, || format!("IP {name}: {field} {a:?}"), a.parse::<IpAddr>()))
+        .collect();
+        let mac = s.mac_address.as_deref().filter(|m| !m.is_empty()).and_then(|m| {
+            readable(
+                bad,
+                || format!("IP {name}"),
+                parse::<MacAddr>("spec.macAddress", m),
+            )
+        });
+        if let Some(subnet) = s.subnet.clone().filter(|s| !s.is_empty())
+            && !addrs.is_empty()
+        {
+            claims.push((subnet, name, Request::pinned(addrs, mac), "IP CR"));
+        }
+    }
+    for p in &records.ports {
+        let Some(subnet) = p.external_ids.get("ls") else {
+            continue;
+        };
+        let Some(mut words) = p.addresses.first().map(|a| a.split_whitespace()) else {
+            continue;
+        };
+        let what = || format!("northbound port {}: addresses {:?}", p.name, p.addresses[0]);
+        let mac = words
+            .next()
+            .and_then(|m| readable(bad, what, parse::<MacAddr>("addresses", m)));
+        let ips: Vec<IpAddr> = words
+            .filter_map(|w| readable(bad, what, w.parse::<IpAddr>()))
+            .collect();
+        // A port without addresses claims none (an empty request would take a new one).
+        if !ips.is_empty() {
+            claims.push((
+                subnet.clone(),
+                p.name.clone(),
+                Request::pinned(ips, mac),
+                "northbound port",
+            ));
+        }
+    }
+    for pod in &records.pods {
+        let ann = pod.metadata.annotations.as_ref();
+        if !is_true(ann, keys::ALLOCATED) {
+            continue;
+        }
+        let key = port_name(pod);
+        let object = format!("pod {}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
+        let (Some(subnet), Some(ips)) = (
+            ann.and_then(|a| a.get(keys::LOGICAL_SWITCH)).cloned(),
+            annotation::<IpPair>(bad, &object, ann, keys::IP_ADDRESS),
+        ) else {
+            continue;
+        };
+        let mac = annotation::<MacAddr>(bad, &object, ann, keys::MAC_ADDRESS);
+        claims.push((subnet, key, Request::pinned(ips.addrs(), mac), "pod annotation"));
+    }
+    for node in &records.nodes {
+        let ann = node.metadata.annotations.as_ref();
+        if !is_true(ann, keys::ALLOCATED) {
+            continue;
+        }
+        let object = format!("node {}", node.name_any());
+        if let Some(ips) = annotation::<IpPair>(bad, &object, ann, keys::IP_ADDRESS) {
+            let mac = annotation::<MacAddr>(bad, &object, ann, keys::MAC_ADDRESS);
+            claims.push((
+                join_subnet.to_owned(),
+                names::node_port_name(&node.name_any()),
+                Request::pinned(ips.addrs(), mac),
+                "node annotation",
+            ));
+        }
+    }
+    let mut seen: BTreeMap<String, String> = BTreeMap::new();
+    for (subnet, key, req, source) in claims {
+        // The same NIC seen again from a later source: the first (more authoritative) one holds.
+        if let Some(first) = seen.get(&key)
+            && first == &subnet
+        {
+            continue;
+        }
+        match ipam.allocate(&subnet, &key, &req) {
+            Ok(_) => {
+                out.reserved += 1;
+                seen.insert(key, subnet);
+            }
+            Err(e) => out.conflicts.push(format!("{source} {key}: {e}")),
+        }
+    }
+    (ipam, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn obj<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> Arc<T> {
+        Arc::new(serde_json::from_value(v).unwrap())
+    }
+
+    #[test]
+    fn unreadable_records_are_named_not_dropped_silently() {
+        let records = Records {
+            subnets: vec![obj(
+                json!({"metadata": {"name": "s1"}, "spec": {"cidrBlock": "10.0.0.0/24", "protocol": "IPv4"}}),
+            )],
+            ippools: vec![obj(
+                json!({"metadata": {"name": "pool1"}, "spec": {"subnet": "s1", "ips": ["10.0.0.10..10.0.0.20", "10.0.0.x"]}}),
+            )],
+            ips: vec![
+                obj(
+                    json!({"metadata": {"name": "a.ns"}, "spec": {"subnet": "s1", "v4IpAddress": "10.0.0.300"}}),
+                ),
+                obj(
+                    json!({"metadata": {"name": "b.ns"}, "spec": {"subnet": "s1", "v4IpAddress": "10.0.0.5"}}),
+                ),
+            ],
+            pods: vec![obj(
+                json!({"metadata": {"name": "c", "namespace": "ns", "annotations": {
+                "ovn.kubernetes.io/allocated": "true", "ovn.kubernetes.io/logical_switch": "s1",
+                "ovn.kubernetes.io/ip_address": "nope"}}}),
+            )],
+            ..Records::default()
+        };
+        let (ipam, out) = rebuild("ovn-cluster", "join", &records);
+        let said = out.unreadable.join("\n");
+        for words in [
+            ["IP pool pool1", "10.0.0.x"],
+            ["IP a.ns", "10.0.0.300"],
+            ["pod ns/c", "ip_address"],
+        ] {
+            assert!(
+                out.unreadable.iter().any(|u| words.iter().all(|w| u.contains(w))),
+                "no report naming {words:?} in:\n{said}"
+            );
+        }
+        assert_eq!(out.unreadable.len(), 3, "{said}");
+        assert_eq!(out.reserved, 1, "the readable IP CR is reserved");
+        assert!(ipam.allocation("s1", "b.ns").is_some());
+    }
+}

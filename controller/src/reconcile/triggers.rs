@@ -1,0 +1,247 @@
+//! Who looks again when something changes, and which changes count. A reconciler reads other
+//! kinds' caches, so it must run again when what it read changes — but only then: a subnet's
+//! address counters change with every pod, and if every such status write re-queued every
+//! namespace, the subnet's VPC and the subnet itself, the controller would spend its time
+//! re-checking what nothing changed.
+//!
+//! Each `*_for_*` function says whether a change of one object matters to the reconciler named
+//! (appearing and going always matter; see [`Change::matters`]). Pure: no I/O.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::ResourceExt;
+use kube::runtime::reflector::ObjectRef;
+use kube_ovn_api::annotations::{is_true, keys};
+use kube_ovn_api::crd::condition::{READY, find_condition};
+use kube_ovn_api::crd::{IPPool, Subnet, Vpc};
+
+use super::node_state::{internal_ips, node_ready};
+use crate::informer::Change;
+
+fn deleting(m: &ObjectMeta) -> bool {
+    m.deletion_timestamp.is_some()
+}
+
+/// What users and other controllers change in an object's metadata (not what the server sets on
+/// every write: resourceVersion, managedFields, generation).
+fn metadata_differs(a: &ObjectMeta, b: &ObjectMeta) -> bool {
+    a.labels != b.labels
+        || a.annotations != b.annotations
+        || a.finalizers != b.finalizers
+        || a.owner_references != b.owner_references
+        || a.deletion_timestamp != b.deletion_timestamp
+        || a.uid != b.uid
+}
+
+/// Any change (kinds whose reconciler reads more of the object than its spec: pods' status,
+/// nodes' addresses, namespaces' labels, IP CRs' labels).
+pub fn any<K>(_: &K, _: &K) -> bool {
+    true
+}
+
+/// A subnet's own reconciler: anything but its status, which it writes itself (and the
+/// counters loop writes every second while pods come and go).
+pub fn subnet_beyond_status(a: &Subnet, b: &Subnet) -> bool {
+    a.spec != b.spec || metadata_differs(&a.metadata, &b.metadata)
+}
+
+/// A VPC's own reconciler: anything but its status, which it writes itself.
+pub fn vpc_beyond_status(a: &Vpc, b: &Vpc) -> bool {
+    a.spec != b.spec || metadata_differs(&a.metadata, &b.metadata)
+}
+
+/// An IP pool's own reconciler: anything but its status, which it writes itself.
+pub fn ippool_beyond_status(a: &IPPool, b: &IPPool) -> bool {
+    a.spec != b.spec || metadata_differs(&a.metadata, &b.metadata)
+}
+
+/// A subnet, to the VPCs (their status lists their subnets; deletion waits for them) and the
+/// namespaces (bound by name, selector or VPC; their annotations carry CIDRs and exclusions):
+/// its spec and whether it is being deleted.
+pub fn subnet_spec(a: &Subnet, b: &Subnet) -> bool {
+    a.spec != b.spec || deleting(&a.metadata) != deleting(&b.metadata)
+}
+
+/// A subnet, to the pods waiting for it: its spec, deletion, and its turning ready (its switch
+/// and IPAM entry exist once the reconciler says so).
+pub fn subnet_for_pods(a: &Subnet, b: &Subnet) -> bool {
+    subnet_spec(a, b) || subnet_is_ready(a) != subnet_is_ready(b)
+}
+
+fn subnet_is_ready(s: &Subnet) -> bool {
+    s.status
+        .as_ref()
+        .and_then(|st| find_condition(st.conditions.as_deref()?, READY))
+        .is_some_and(|c| c.status == kube_ovn_api::crd::condition::ConditionStatus::True)
+}
+
+/// A node, to the subnets (gateways, `<subnet>.<node>` port groups, the check that no
+/// default-VPC CIDR holds a node's address): its labels, readiness, join address and own
+/// addresses, and its deletion. Not its heartbeats.
+pub fn node_for_subnets(a: &Node, b: &Node) -> bool {
+    let join = |n: &Node| {
+        let ann = n.metadata.annotations.as_ref();
+        (
+            is_true(ann, keys::ALLOCATED),
+            ann.and_then(|a| a.get(keys::IP_ADDRESS)).cloned(),
+        )
+    };
+    let addrs = |n: &Node| internal_ips(n).into_iter().collect::<BTreeSet<IpAddr>>();
+    a.metadata.labels != b.metadata.labels
+        || node_ready(a) != node_ready(b)
+        || join(a) != join(b)
+        || addrs(a) != addrs(b)
+        || deleting(&a.metadata) != deleting(&b.metadata)
+}
+
+/// A VPC, to the subnets (their router, and which namespaces a custom VPC claims): its spec,
+/// its router and its deletion.
+pub fn vpc_for_subnets(a: &Vpc, b: &Vpc) -> bool {
+    let router = |v: &Vpc| v.status.as_ref().and_then(|s| s.router.clone());
+    a.spec != b.spec || router(a) != router(b) || deleting(&a.metadata) != deleting(&b.metadata)
+}
+
+/// A VPC, to the namespaces (the namespaces it lists, its default subnet): its spec, its
+/// `defaultLogicalSwitch` and its deletion.
+pub fn vpc_for_namespaces(a: &Vpc, b: &Vpc) -> bool {
+    let default = |v: &Vpc| v.status.as_ref().and_then(|s| s.default_logical_switch.clone());
+    a.spec != b.spec || default(a) != default(b) || deleting(&a.metadata) != deleting(&b.metadata)
+}
+
+/// An IP pool, to the namespaces (which pools are bound to them): its spec and deletion.
+pub fn ippool_spec(a: &IPPool, b: &IPPool) -> bool {
+    a.spec != b.spec || deleting(&a.metadata) != deleting(&b.metadata)
+}
+
+/// The VPC a subnet belongs to (`spec.vpc`, else the default VPC).
+pub fn vpc_of_subnet(cluster_router: &str, subnet: &Subnet) -> ObjectRef<Vpc> {
+    ObjectRef::new(
+        subnet
+            .spec
+            .vpc
+            .as_deref()
+            .filter(|v| !v.is_empty())
+            .unwrap_or(cluster_router),
+    )
+}
+
+/// The VPCs a subnet's change concerns: the one it was in and the one it is in.
+pub fn vpcs_of(cluster_router: &str, change: &Change<Subnet>) -> Vec<ObjectRef<Vpc>> {
+    let mut out: Vec<ObjectRef<Vpc>> = Vec::new();
+    for s in change.old.iter().chain(change.new.iter()) {
+        let vpc = vpc_of_subnet(cluster_router, s);
+        if !out.contains(&vpc) {
+            out.push(vpc);
+        }
+    }
+    out
+}
+
+/// Whether a pod waits for subnet `subnet`: not yet routed, and its `logical_switch` names that
+/// subnet or none is set yet.
+pub fn waits_for(pod: &Pod, subnet: &str) -> bool {
+    let ann = pod.annotations();
+    ann.get(keys::LOGICAL_SWITCH).is_none_or(|l| l == subnet) && !ann.contains_key(keys::ROUTED)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn subnet(v: serde_json::Value) -> Subnet {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn a_subnet_status_write_matters_to_nobody_but_its_readers() {
+        let a = subnet(
+            json!({"metadata": {"name": "s", "resourceVersion": "1"}, "spec": {"cidrBlock": "10.0.0.0/24"},
+            "status": {"v4usingIPs": 1}}),
+        );
+        let b = subnet(
+            json!({"metadata": {"name": "s", "resourceVersion": "2"}, "spec": {"cidrBlock": "10.0.0.0/24"},
+            "status": {"v4usingIPs": 2}}),
+        );
+        assert!(!subnet_beyond_status(&a, &b));
+        assert!(!subnet_spec(&a, &b));
+        assert!(!subnet_for_pods(&a, &b));
+        let ready = subnet(
+            json!({"metadata": {"name": "s", "resourceVersion": "3"}, "spec": {"cidrBlock": "10.0.0.0/24"},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
+        );
+        assert!(
+            subnet_for_pods(&a, &ready),
+            "turning ready wakes the waiting pods"
+        );
+        let moved =
+            subnet(json!({"metadata": {"name": "s"}, "spec": {"cidrBlock": "10.0.0.0/24", "vpc": "v1"}}));
+        assert!(subnet_spec(&a, &moved));
+        assert!(subnet_beyond_status(&a, &moved));
+        let labelled = subnet(
+            json!({"metadata": {"name": "s", "labels": {"x": "y"}}, "spec": {"cidrBlock": "10.0.0.0/24"}}),
+        );
+        assert!(
+            subnet_beyond_status(&a, &labelled),
+            "its own reconciler looks at any edit but status"
+        );
+    }
+
+    #[test]
+    fn a_subnet_moving_vpc_concerns_both() {
+        let a = Arc::new(subnet(json!({"metadata": {"name": "s"}, "spec": {"vpc": "v1"}})));
+        let b = Arc::new(subnet(json!({"metadata": {"name": "s"}, "spec": {}})));
+        let change = Change {
+            old: Some(a),
+            new: Some(b),
+        };
+        assert_eq!(
+            vpcs_of("ovn-cluster", &change),
+            [ObjectRef::new("v1"), ObjectRef::new("ovn-cluster")]
+        );
+    }
+
+    #[test]
+    fn a_node_heartbeat_matters_not_to_subnets() {
+        let node = |heartbeat: &str, ready: &str, ip: &str| -> Node {
+            serde_json::from_value(json!({"metadata": {"name": "n1"}, "status": {
+                "addresses": [{"type": "InternalIP", "address": ip}],
+                "conditions": [{"type": "Ready", "status": ready, "lastHeartbeatTime": heartbeat}]}}))
+            .unwrap()
+        };
+        let a = node("2026-01-01T00:00:00Z", "True", "172.18.0.2");
+        assert!(!node_for_subnets(
+            &a,
+            &node("2026-01-01T00:00:10Z", "True", "172.18.0.2")
+        ));
+        assert!(node_for_subnets(
+            &a,
+            &node("2026-01-01T00:00:10Z", "False", "172.18.0.2")
+        ));
+        assert!(node_for_subnets(
+            &a,
+            &node("2026-01-01T00:00:00Z", "True", "172.18.0.3")
+        ));
+    }
+
+    #[test]
+    fn appearing_and_going_always_matter() {
+        let s = Arc::new(subnet(json!({"metadata": {"name": "s"}, "spec": {}})));
+        let new = Change {
+            old: None,
+            new: Some(s.clone()),
+        };
+        let gone = Change {
+            old: Some(s),
+            new: None,
+        };
+        assert!(new.matters(subnet_spec) && gone.matters(subnet_spec));
+        assert!(gone.deleted().is_some() && new.deleted().is_none());
+    }
+}

@@ -1,0 +1,110 @@
+//! The caches of the watched kinds, one watch each ([`Informers`]), read by every reconciler.
+//!
+//! Which caches must have listed before anything runs is not a separate list to keep in step:
+//! [`Stores::synced`] names every field of [`Stores`] (a field it does not name fails to compile),
+//! and each field is a [`Cache`], which only an [`Informer`] makes, with its sync signal.
+
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube_ovn_api::crd::{IPPool, Ip, Subnet, Vpc};
+
+use crate::error::Result;
+use crate::informer::{Cache, Informer};
+
+/// Read-only caches of the watched kinds.
+#[derive(Clone)]
+pub struct Stores {
+    pub pods: Cache<Pod>,
+    pub nodes: Cache<Node>,
+    pub namespaces: Cache<Namespace>,
+    pub subnets: Cache<Subnet>,
+    pub vpcs: Cache<Vpc>,
+    pub ippools: Cache<IPPool>,
+    pub ips: Cache<Ip>,
+}
+
+impl Stores {
+    /// Waits until every cache has its first full list. A reconciler that read a cache before
+    /// then would take "absent" for "gone": choose the default subnet for a pod whose namespace
+    /// is bound to another, or collect a live pod's port.
+    pub async fn synced(&self) -> Result<()> {
+        // Every field by name, without `..`: a cache added to `Stores` must be added here.
+        let Self {
+            pods,
+            nodes,
+            namespaces,
+            subnets,
+            vpcs,
+            ippools,
+            ips,
+        } = self;
+        futures::try_join!(
+            pods.synced(),
+            nodes.synced(),
+            namespaces.synced(),
+            subnets.synced(),
+            vpcs.synced(),
+            ippools.synced(),
+            ips.synced(),
+        )?;
+        Ok(())
+    }
+}
+
+/// One watch per cached kind. Subscribe to their changes before [`Informers::run`].
+pub struct Informers {
+    pub pods: Informer<Pod>,
+    pub nodes: Informer<Node>,
+    pub namespaces: Informer<Namespace>,
+    pub subnets: Informer<Subnet>,
+    pub vpcs: Informer<Vpc>,
+    pub ippools: Informer<IPPool>,
+    pub ips: Informer<Ip>,
+}
+
+impl Informers {
+    pub fn new(kube: &kube::Client) -> Self {
+        Self {
+            pods: Informer::new(kube),
+            nodes: Informer::new(kube),
+            namespaces: Informer::new(kube),
+            subnets: Informer::new(kube),
+            vpcs: Informer::new(kube),
+            ippools: Informer::new(kube),
+            ips: Informer::new(kube),
+        }
+    }
+
+    pub fn stores(&self) -> Stores {
+        Stores {
+            pods: self.pods.cache(),
+            nodes: self.nodes.cache(),
+            namespaces: self.namespaces.cache(),
+            subnets: self.subnets.cache(),
+            vpcs: self.vpcs.cache(),
+            ippools: self.ippools.cache(),
+            ips: self.ips.cache(),
+        }
+    }
+
+    /// Runs every watch until dropped.
+    pub async fn run(self) {
+        let Self {
+            pods,
+            nodes,
+            namespaces,
+            subnets,
+            vpcs,
+            ippools,
+            ips,
+        } = self;
+        futures::join!(
+            pods.run(),
+            nodes.run(),
+            namespaces.run(),
+            subnets.run(),
+            vpcs.run(),
+            ippools.run(),
+            ips.run(),
+        );
+    }
+}
