@@ -187,11 +187,6 @@ impl Containerd {
         self.daemon.log_tail(n)
     }
 
-    /// The directory the sandboxes' network namespaces are mounted in.
-    pub fn netns_dir(&self) -> PathBuf {
-        self.dir.path().join("state/io.containerd.grpc.v1.cri")
-    }
-
     /// Stops and removes every sandbox through the CRI (so the network plugin's DEL runs and the
     /// shims exit), then stops containerd by its PID, then any shim still running, by the PID it
     /// wrote into the state dir.
