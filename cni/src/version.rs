@@ -44,16 +44,43 @@ impl CniVersion {
         }
     }
 
-    /// Parses a `cniVersion`; code 1 for anything we do not speak, with the list in details.
+    /// Parses a `cniVersion`; code 1 for anything we do not speak, naming the field, with the
+    /// list in details.
     pub fn parse(s: &str) -> Result<Self, CniError> {
-        SUPPORTED.into_iter().find(|v| v.as_str() == s).ok_or_else(|| {
-            let shown = if s.is_empty() { "(none)" } else { s };
-            CniError::new(
-                ErrorCode::IncompatibleVersion,
-                format!("incompatible CNI version {shown}"),
-            )
-            .with_details(format!("supported versions: {}", supported_list().join(", ")))
+        s.parse().map_err(|e: UnsupportedVersion| {
+            CniError::new(ErrorCode::IncompatibleVersion, e.to_string())
+                .with_details(format!("supported versions: {}", supported_list().join(", ")))
         })
+    }
+}
+
+/// A `cniVersion` we do not speak.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("incompatible CNI version: cniVersion {} is not one kube-ovn speaks ({})", shown(.0), supported_list().join(", "))]
+pub struct UnsupportedVersion(pub String);
+
+fn shown(version: &str) -> String {
+    if version.is_empty() {
+        "(none)".to_owned()
+    } else {
+        format!("{version:?}")
+    }
+}
+
+impl std::str::FromStr for CniVersion {
+    type Err = UnsupportedVersion;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        SUPPORTED
+            .into_iter()
+            .find(|v| v.as_str() == s)
+            .ok_or_else(|| UnsupportedVersion(s.to_owned()))
+    }
+}
+
+impl std::fmt::Display for CniVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -101,7 +128,13 @@ mod tests {
         let err = CniVersion::parse("0.2.0").unwrap_err();
         assert_eq!(err.code, ErrorCode::IncompatibleVersion);
         assert!(err.details.contains("1.1.0"), "{err}");
-        assert!(CniVersion::parse("").unwrap_err().msg.contains("(none)"));
+        assert!(err.msg.contains(r#"cniVersion "0.2.0""#), "{err}");
+        assert!(
+            CniVersion::parse("")
+                .unwrap_err()
+                .msg
+                .contains("cniVersion (none)")
+        );
     }
 
     #[test]

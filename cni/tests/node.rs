@@ -22,8 +22,10 @@ async fn add_gives_a_pod_that_pings_then_del_leaves_nothing() -> Result<()> {
     let a = cluster.pod("default", "a", 0, &[]).await?;
     let b = cluster.pod("default", "b", 0, &[]).await?;
 
-    // The result carries what the controller allocated, in the runtime's CNI version.
-    assert_eq!(a.result["cniVersion"], "1.1.0");
+    // The result carries what the controller allocated, in the version of the conflist the
+    // daemon installed (1.0.0 unless --cni-conf-version says otherwise).
+    assert_eq!(node.runtime.conflist()?["cniVersion"], "1.0.0");
+    assert_eq!(a.result["cniVersion"], "1.0.0");
     let pod_api: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(cluster.kube.clone(), "default");
     let ann = pod_api.get("a").await?.metadata.annotations.unwrap_or_default();
     assert_eq!(a.ip().to_string(), ann["ovn.kubernetes.io/ip_address"]);
@@ -118,7 +120,8 @@ async fn add_gives_a_pod_that_pings_then_del_leaves_nothing() -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_detects_a_removed_address_and_gc_drops_unknown_sandboxes() -> Result<()> {
-    let cluster = Cluster::start(1, &[]).await?;
+    // GC needs a 1.1.0 conflist, which a runtime on libcni 1.2 or later reads.
+    let cluster = Cluster::start(1, &["--cni-conf-version=1.1.0"]).await?;
     let node = &cluster.nodes[0];
     let a = cluster.pod("default", "a", 0, &[]).await?;
     let b = cluster.pod("default", "b", 0, &[]).await?;

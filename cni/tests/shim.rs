@@ -250,7 +250,7 @@ fn bad_inputs_give_spec_errors() -> Result<()> {
             full.clone(),
             config("0.2.0", &absent),
             1,
-            "0.2.0",
+            r#"cniVersion "0.2.0""#,
         ),
         (
             "not our type",
@@ -390,6 +390,44 @@ fn add_and_del_against_a_fake_daemon() -> Result<()> {
     ] {
         assert_eq!(sent[key], want, "{key} in {sent}");
     }
+    Ok(())
+}
+
+/// The binary answers ADD in the version the config asks for, for every version it speaks:
+/// `ips[].version` up to 0.4.0, `interfaces[].mtu` from 1.1.0 only.
+#[test]
+fn add_answers_in_every_config_version() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let answer = json!({
+        "ips": [{"protocol": "IPv4", "ip": "10.16.0.5", "cidr": "10.16.0.0/16", "gateway": "10.16.0.1"}],
+        "mac_address": "00:00:00:aa:bb:cc", "routes": null, "mtu": 1400, "nicname": "eth0",
+        "dns": {}, "error": ""
+    })
+    .to_string();
+    let versions = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
+    let daemon = FakeDaemon::start(
+        dir.path(),
+        versions.iter().map(|_| ("200 OK", answer.clone())).collect(),
+    )?;
+    for version in versions {
+        let run = run_shim(&add_env(), &config(version, &daemon.socket))?;
+        assert_eq!(run.status, 0, "{version}: {run:?}");
+        let got = run.json()?;
+        assert_eq!(got["cniVersion"], version);
+        let ip = &got["ips"][0];
+        assert_eq!(
+            (&ip["address"], &ip["interface"]),
+            (&json!("10.16.0.5/16"), &json!(0))
+        );
+        let has_ip_version = ip.get("version").is_some();
+        assert_eq!(has_ip_version, version.starts_with("0."), "{version}: {got}");
+        if has_ip_version {
+            assert_eq!(ip["version"], "4");
+        }
+        let mtu = got["interfaces"][0].get("mtu").cloned();
+        assert_eq!(mtu, (version == "1.1.0").then(|| json!(1400)), "{version}: {got}");
+    }
+    assert_eq!(daemon.requests()?.len(), versions.len());
     Ok(())
 }
 

@@ -12,7 +12,7 @@
 use std::fs::File;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -75,21 +75,14 @@ impl Netns {
 
     /// One ping with a 1 s deadline from inside the namespace.
     pub fn ping(&self, ip: impl Into<IpAddr>) -> bool {
-        let ip = ip.into().to_string();
-        self.exec(&["ping", "-c1", "-W1", "-q", &ip]).is_ok()
+        ping_from(&self.path(), ip)
     }
 
     /// Pings until one answer comes back, or fails after `timeout`. For links that need a moment
     /// (ARP, OVS learning, ovn-controller installing flows), not for links that are expected to be
     /// down.
     pub fn wait_ping(&self, ip: impl Into<IpAddr>, timeout: Duration) -> anyhow::Result<()> {
-        let ip = ip.into();
-        // `ping` itself waits up to 1 s per try; the poll interval of wait_until adds little.
-        wait_until(
-            &format!("{ip} to answer ping from netns {}", self.name),
-            timeout,
-            || Ok(self.ping(ip)),
-        )
+        wait_ping_from(&self.path(), ip, timeout)
     }
 
     /// Runs `f` inside the namespace on a dedicated thread and returns what it returns; a panic
@@ -135,6 +128,25 @@ impl Drop for Netns {
             let _ = run("ip", &["netns", "del", &self.name]);
         }
     }
+}
+
+/// One ping with a 1 s deadline from inside the network namespace mounted at `netns` (ours, or
+/// one a container runtime made for a sandbox).
+pub fn ping_from(netns: &Path, ip: impl Into<IpAddr>) -> bool {
+    let ip = ip.into().to_string();
+    let net = format!("--net={}", netns.display());
+    run("nsenter", &[&net, "ping", "-c1", "-W1", "-q", &ip]).is_ok()
+}
+
+/// [`Netns::wait_ping`] from the namespace mounted at `netns`.
+pub fn wait_ping_from(netns: &Path, ip: impl Into<IpAddr>, timeout: Duration) -> anyhow::Result<()> {
+    let ip = ip.into();
+    // `ping` itself waits up to 1 s per try; the poll interval of wait_until adds little.
+    wait_until(
+        &format!("{ip} to answer ping from netns {}", netns.display()),
+        timeout,
+        || Ok(ping_from(netns, ip)),
+    )
 }
 
 /// Byte `i` of the stream [`tcp_transfer`] sends. 251 is prime, so the pattern never lines up

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use clap::Parser;
 
+use crate::version::CniVersion;
+
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "kube-ovn-daemon",
@@ -93,6 +95,12 @@ pub struct Flags {
     /// Its file name.
     #[arg(long, env = "CNI_CONF_NAME", default_value = "01-kube-ovn.conflist")]
     pub cni_conf_name: String,
+    /// The `cniVersion` the installed conflist declares. 1.0.0 by default: containerd 1.6 and
+    /// 1.7 (libcni 1.1) refuse a 1.1.0 result; 1.1.0 for runtimes on libcni 1.2 or later, which
+    /// then also send STATUS and GC. Ours (Kube-OVN's conflist says 0.3.1); the shim answers
+    /// 0.3.0 to 1.1.0 whatever this says.
+    #[arg(long, env = "CNI_CONF_VERSION", default_value = "1.0.0")]
+    pub cni_conf_version: String,
     /// Where the `kube-ovn` binary goes.
     #[arg(long, env = "CNI_BIN_DIR", default_value = "/opt/cni/bin")]
     pub cni_bin_dir: PathBuf,
@@ -145,6 +153,8 @@ pub struct Config {
     pub encap_ip: Option<IpAddr>,
     /// Pod MTU when the subnet has none.
     pub default_mtu: u32,
+    /// Parsed `--cni-conf-version`.
+    pub cni_conf_version: CniVersion,
 }
 
 pub use kube_ovn_support::FlagError;
@@ -201,11 +211,16 @@ impl Flags {
         if self.bind_socket.as_os_str().is_empty() {
             return Err(bad("bind-socket", "must not be empty"));
         }
+        let cni_conf_version = self
+            .cni_conf_version
+            .parse()
+            .map_err(|e: crate::version::UnsupportedVersion| bad("cni-conf-version", e.to_string()))?;
         Ok(Config {
             flags: self,
             datapath,
             encap_ip,
             default_mtu,
+            cni_conf_version,
         })
     }
 }
@@ -232,6 +247,9 @@ mod tests {
         assert_eq!(config.flags.wait_address_timeout, Duration::from_secs(20));
         assert_eq!(config.flags.pprof_port, 10665);
         assert!(config.flags.early_plug);
+        assert_eq!(config.cni_conf_version, CniVersion::V1_0_0);
+        let v11 = flags(&["--cni-conf-version", "1.1.0"]).validate().unwrap();
+        assert_eq!(v11.cni_conf_version, CniVersion::V1_1_0);
         assert!(!flags(&["--early-plug=false"]).early_plug);
     }
 
@@ -243,6 +261,7 @@ mod tests {
             (vec!["--encap-ip", "1.2.3"], "--encap-ip"),
             (vec!["--mtu", "40"], "--mtu"),
             (vec!["--ovn-sb-addr", "tcp:1.1.1.1:6642"], "--encap-ip"),
+            (vec!["--cni-conf-version", "0.2.0"], "--cni-conf-version"),
         ] {
             let err = flags(&args).validate().unwrap_err().to_string();
             assert!(err.starts_with(flag), "{args:?}: {err}");

@@ -4,10 +4,11 @@
 use std::path::{Path, PathBuf};
 
 use super::config::Config;
+use crate::version::CniVersion;
 
-/// The conflist for this daemon's socket. Kube-OVN chains `portmap` after `kube-ovn`; we do
-/// too when that plugin is installed beside ours.
-pub fn conflist(socket: &Path, with_portmap: bool) -> serde_json::Value {
+/// The conflist for this daemon's socket, declaring `version` (`--cni-conf-version`). Kube-OVN
+/// chains `portmap` after `kube-ovn`; we do too when that plugin is installed beside ours.
+pub fn conflist(socket: &Path, version: CniVersion, with_portmap: bool) -> serde_json::Value {
     let mut plugins = vec![serde_json::json!({
         "type": "kube-ovn",
         "server_socket": socket.display().to_string(),
@@ -16,7 +17,7 @@ pub fn conflist(socket: &Path, with_portmap: bool) -> serde_json::Value {
         plugins.push(serde_json::json!({"type": "portmap", "capabilities": {"portMappings": true}}));
     }
     serde_json::json!({
-        "cniVersion": "1.1.0",
+        "cniVersion": version.as_str(),
         "name": "kube-ovn",
         "plugins": plugins,
     })
@@ -46,6 +47,7 @@ pub fn install(config: &Config) -> std::io::Result<()> {
         .map_err(|e| std::io::Error::new(e.kind(), format!("read {}: {e}", source.display())))?;
     write_atomically(&flags.cni_bin_dir.join("kube-ovn"), &binary, 0o755)?;
     let portmap = flags.cni_bin_dir.join("portmap").exists();
-    let text = serde_json::to_vec_pretty(&conflist(&flags.bind_socket, portmap)).expect("JSON value");
+    let text = serde_json::to_vec_pretty(&conflist(&flags.bind_socket, config.cni_conf_version, portmap))
+        .expect("JSON value");
     write_atomically(&flags.cni_conf_dir.join(&flags.cni_conf_name), &text, 0o644)
 }
