@@ -1,6 +1,6 @@
 //! The node daemon's crash drill (issue 16): `kube-ovn-daemon` is SIGKILLed while 100 CNI ADDs
 //! are in flight (100 shim processes at once, a third of the pods with QoS), started again, and
-//! killed again while 100 DELs are in flight. The test is the runtime and does what containerd
+//! killed again while DELs are in flight (the node's database paused so that they are). The test is the runtime and does what containerd
 //! does: an ADD that failed is followed by a DEL of that sandbox, retried until it succeeds, and
 //! the pod gets a fresh sandbox and a new ADD; a DEL that failed is retried. Once every pod was
 //! attached, each has exactly one OVS port and one QoS row where it asked for one; at the end no
@@ -21,6 +21,8 @@ use common::Cluster;
 use common::runtime::{Runtime, Sandbox};
 use kube_ovn_testkit::drill::{Rng, seed};
 use kube_ovn_testkit::{Netns, wait_until};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 use serde_json::Value;
 
 const PODS: usize = 100;
@@ -75,6 +77,30 @@ where
         out.push(t.await?);
     }
     Ok((out, at_kill))
+}
+
+/// Resumes a SIGSTOPped process when dropped (also when the test fails meanwhile).
+struct Resume(Pid);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        let _ = kill(self.0, Signal::SIGCONT);
+    }
+}
+
+/// Connections the daemon holds on its socket: the server side of an accepted (or queued)
+/// connection is listed in `/proc/net/unix` under the listener's path, connected (state 03).
+fn connections_to(socket: &std::path::Path) -> Result<usize> {
+    let path = socket.to_string_lossy();
+    let table = std::fs::read_to_string("/proc/net/unix")?;
+    Ok(table
+        .lines()
+        .skip(1)
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() >= 8 && f[5] == "03" && f[7] == path
+        })
+        .count())
 }
 
 /// DEL until it succeeds, as a runtime retries it.
@@ -195,27 +221,62 @@ async fn a_daemon_killed_during_100_adds_and_100_dels_leaves_nothing_behind() ->
         );
     }
 
-    // 2. A hundred DELs; the daemon dies after some have finished. Failed ones are retried.
-    let kill_after = 5 + rng.below(60);
-    let (outcomes, at_kill) =
-        all_at_once_with_a_kill(&mut cluster, attached.clone(), kill_after, |rt, (sb, r)| {
-            rt.del(sb, Some(r))
+    // 2. A hundred DELs; the daemon dies with some done and the others in flight. DELs are
+    //    fast, so "in flight" is made certain rather than hoped for: after `done_first` DELs
+    //    have finished, the node's ovsdb-server is paused (SIGSTOP) and the remaining DELs are
+    //    all sent; once each is connected to the daemon (where its port removal waits for the
+    //    database), the daemon is SIGKILLed and the database resumed. Every DEL in flight must
+    //    fail, and be retried as a runtime retries it.
+    let done_first = 5 + rng.below(60);
+    let (first_dels, in_flight) = attached.split_at(done_first);
+    for (sandbox, result) in first_dels {
+        let rt = runtime.clone();
+        let (sb, r) = (sandbox.clone(), result.clone());
+        tokio::task::spawn_blocking(move || rt.del(&sb, Some(&r))).await??;
+    }
+    let ovsdb = Pid::from_raw(i32::try_from(
+        cluster.nodes[0]
+            .ovs
+            .ovsdb_pid()
+            .context("the node's ovsdb-server")?,
+    )?);
+    kill(ovsdb, Signal::SIGSTOP)?;
+    let resumed = Resume(ovsdb);
+    let tasks: Vec<_> = in_flight
+        .iter()
+        .map(|(sandbox, result)| {
+            let rt = runtime.clone();
+            let (sb, r) = (sandbox.clone(), result.clone());
+            tokio::task::spawn_blocking(move || rt.del(&sb, Some(&r)))
         })
-        .await?;
-    ensure!(
-        at_kill < PODS,
-        "every DEL had finished before the kill ({at_kill})"
-    );
+        .collect();
+    let socket = cluster.nodes[0].socket.clone();
+    wait_until(
+        &format!("the {} DELs to be connected to the daemon", in_flight.len()),
+        common::WAIT,
+        || Ok(connections_to(&socket)? >= in_flight.len()),
+    )?;
+    cluster.nodes[0].daemon.kill();
+    drop(resumed);
+    cluster.nodes[0].restart_daemon()?;
     let mut failed_dels = 0;
-    for ((sandbox, result), outcome) in attached.iter().zip(outcomes) {
-        if outcome.is_err() {
+    for ((sandbox, result), task) in in_flight.iter().zip(tasks) {
+        if task.await?.is_err() {
             failed_dels += 1;
             let rt = runtime.clone();
             let (sb, r) = (sandbox.clone(), result.clone());
             tokio::task::spawn_blocking(move || del_until_done(&rt, &sb, Some(&r))).await??;
         }
     }
-    eprintln!("seed {seed}: daemon killed with {at_kill} of {PODS} DELs done; {failed_dels} DELs retried");
+    eprintln!(
+        "seed {seed}: daemon killed with {done_first} of {PODS} DELs done and {} in flight; {failed_dels} DELs retried",
+        in_flight.len()
+    );
+    ensure!(
+        failed_dels == in_flight.len(),
+        "every DEL in flight when the daemon died must fail ({failed_dels} of {} did)",
+        in_flight.len()
+    );
 
     // 3. Nothing is left.
     let node = &cluster.nodes[0];

@@ -173,10 +173,13 @@ async fn a_speaker_killed_during_pod_churn_leaves_the_tor_with_exactly_the_live_
             kept.len()
         );
     }
-    let protocol = bird.birdc(&["show", "protocols", "all", "node"])?;
-    ensure!(
-        !protocol.contains("Restarting"),
-        "BIRD finished the restart: {protocol}"
-    );
+    // The exact route set can come before the End-of-RIB when no route was stale; BIRD then
+    // leaves its restart state when the End-of-RIB arrives, which is what is awaited here.
+    let mut protocol = String::new();
+    wait_until("BIRD to finish the graceful restart (End-of-RIB)", WAIT, || {
+        protocol = bird.birdc(&["show", "protocols", "all", "node"])?;
+        Ok(!protocol.contains("Restarting"))
+    })
+    .with_context(|| protocol.clone())?;
     Ok(())
 }

@@ -276,6 +276,11 @@ impl OvsNode {
         run("ovs-appctl", &full)
     }
 
+    /// The node's ovsdb-server (to pause it with SIGSTOP, say).
+    pub fn ovsdb_pid(&self) -> Option<u32> {
+        self.ovsdb.as_ref().and_then(Daemon::pid)
+    }
+
     pub fn ovn_controller_pid(&self) -> Option<u32> {
         self.ovn_controller.as_ref().and_then(Daemon::pid)
     }
