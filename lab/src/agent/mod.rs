@@ -1,8 +1,105 @@
 //! The lab's stand-ins for the Kubernetes components the emulator lacks. `kube-ovn-lab agent`
-//! runs them all in one process in the control-plane namespace (where the API is reachable).
+//! runs them all in one process in the control-plane namespace (where the API is reachable):
+//!
+//! ```text
+//!   scheduler ─── binds pods to Ready nodes (pods/binding)
+//!   kubelet × N ─ per node: Node registration, pod sandboxes through the node's CNI conflist,
+//!                 netexec servers, pod status
+//!   services ──── ClusterIPs from the service CIDR
+//!   endpointslices ─ EndpointSlices from Services' selectors and pod readiness
+//!   deployments ─ Deployment → Pods
+//! ```
+//!
+//! Each task watches what it needs and is level-triggered, so a restarted agent converges.
 
 pub mod deployments;
 pub mod endpointslices;
 pub mod kubelet;
 pub mod scheduler;
 pub mod services;
+
+use std::collections::BTreeMap;
+
+use crate::cluster::topology::{SERVICE_CIDR, Topology};
+
+/// What the agent runs.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    pub kubelets: Vec<kubelet::KubeletConfig>,
+    pub service_cidrs: String,
+}
+
+impl AgentConfig {
+    /// The agent of lab `t`: a kubelet per node, every node labelled for the speaker.
+    pub fn for_lab(t: &Topology) -> Self {
+        let kubelets = t
+            .nodes
+            .iter()
+            .map(|n| {
+                let dir = t.node_dir(&n.name);
+                kubelet::KubeletConfig {
+                    node_name: n.name.clone(),
+                    node_netns: std::path::Path::new("/run/netns").join(&n.netns),
+                    internal_ips: vec![n.ip.into()],
+                    labels: BTreeMap::from([("ovn.kubernetes.io/bgp".to_owned(), "true".to_owned())]),
+                    cni_conf_dir: dir.join("net.d"),
+                    cni_bin_dir: dir.join("bin"),
+                    netns_prefix: t.pod_netns_prefix(),
+                    sandbox_dir: t.sandbox_dir(),
+                }
+            })
+            .collect();
+        Self {
+            kubelets,
+            service_cidrs: SERVICE_CIDR.to_owned(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("kubelet of {node}: {source}")]
+    Kubelet { node: String, source: kubelet::Error },
+    #[error("{task}: {message}")]
+    Task { task: &'static str, message: String },
+}
+
+/// Runs every task until one fails (or the future is dropped).
+pub async fn run(client: kube::Client, config: AgentConfig) -> Result<(), AgentError> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for k in config.kubelets {
+        let client = client.clone();
+        tasks.spawn(async move {
+            let node = k.node_name.clone();
+            kubelet::run(client, k).await.map_err(|source| AgentError::Kubelet { node, source })
+        });
+    }
+    let task_err = |task: &'static str| move |e: &dyn std::fmt::Display| AgentError::Task { task, message: e.to_string() };
+    {
+        let client = client.clone();
+        tasks.spawn(async move { scheduler::run(client).await.map_err(|e| task_err("scheduler")(&e)) });
+    }
+    {
+        let client = client.clone();
+        let cidrs = config.service_cidrs.clone();
+        tasks.spawn(async move { services::run(client, &cidrs).await.map_err(|e| task_err("services")(&e)) });
+    }
+    {
+        let client = client.clone();
+        tasks.spawn(async move { endpointslices::run(client).await.map_err(|e| task_err("endpointslices")(&e)) });
+    }
+    tasks.spawn(async move { deployments::run(client).await.map_err(|e| task_err("deployments")(&e)) });
+    while let Some(done) = tasks.join_next().await {
+        match done {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(e) => {
+                return Err(AgentError::Task {
+                    task: "agent",
+                    message: e.to_string(),
+                });
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,98 +1,181 @@
-//! `kube-ovn-lab`: the lab's command line. `apiserver` runs the Kubernetes API emulator.
+//! `kube-ovn-lab`: the whole system on one machine (`up`, `status`, `down` and the verbs that
+//! poke at it), and the pieces it runs (`apiserver`, `agent`, `netexec`).
 
-use std::net::SocketAddr;
+mod apiserver;
+mod down;
+mod matrix;
+mod probe;
+mod status;
+mod up;
+mod verbs;
+
 use std::path::PathBuf;
-use std::time::Duration;
 
-use anyhow::Context;
 use clap::{Parser, Subcommand};
-use kube_ovn_lab::apiserver::{ApiServer, ApiServerConfig, StoreConfig, kubeconfig};
+use kube_ovn_lab::cluster::topology::TorKind;
 
 #[derive(Parser)]
 #[command(
     version,
-    about = "The kube-ovn-rs lab (test and lab infrastructure, not for production)"
+    about = "The kube-ovn-rs lab: the whole system on one machine, in network namespaces (test and lab infrastructure, not for production)"
 )]
 struct Cli {
+    /// The lab's name: part of every namespace it makes, so labs (and tests) can coexist.
+    #[arg(long, global = true, env = "KUBE_OVN_LAB_NAME", default_value = "lab")]
+    name: String,
+    /// Where labs keep their state, logs and sockets (one directory per lab).
+    #[arg(long, global = true, env = "KUBE_OVN_LAB_RUN_DIR", default_value = "/run/kube-ovn-lab")]
+    run_dir: PathBuf,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve the Kubernetes API emulator over HTTP.
-    Apiserver {
-        /// Address to listen on (use an address other network namespaces can reach).
-        #[arg(long, env = "KUBE_OVN_LAB_LISTEN", default_value = "127.0.0.1:6443")]
-        listen: SocketAddr,
-        /// Persist objects in this file, so a restart keeps them.
-        #[arg(long, env = "KUBE_OVN_LAB_STATE")]
-        state: Option<PathBuf>,
-        /// Write a kubeconfig for this server here.
-        #[arg(long, env = "KUBE_OVN_LAB_KUBECONFIG_OUT")]
-        kubeconfig_out: Option<PathBuf>,
-        /// Changes kept for watches; older resourceVersions get 410 Expired.
-        #[arg(long, env = "KUBE_OVN_LAB_HISTORY", default_value_t = 10_000)]
-        history: usize,
-        /// Seconds between watch bookmarks.
-        #[arg(long, env = "KUBE_OVN_LAB_BOOKMARK_SECONDS", default_value_t = 10)]
-        bookmark_seconds: u64,
+    /// Bring a lab up: namespaces, OVN, the controller, N nodes with their daemons and
+    /// speakers, a BGP ToR, an outside host; apply the examples; print a connectivity matrix.
+    Up(up::UpArgs),
+    /// Say which components run and which are unhealthy, and why.
+    Status,
+    /// Remove everything the lab made (processes by PID, namespaces, its directory).
+    Down,
+    /// Run the connectivity matrix again and print it.
+    Matrix,
+    /// kubectl against the lab's API.
+    #[command(allow_hyphen_values = true, trailing_var_arg = true)]
+    Kubectl { args: Vec<String> },
+    /// A command in a pod's network namespace: `exec NAMESPACE/POD -- CMD…`.
+    Exec {
+        pod: String,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
     },
+    /// A command on a node (its namespace, its OVS/OVN sockets): `node node1 -- ovs-vsctl show`.
+    Node {
+        node: String,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// A command on the ToR: `tor -- birdc show route` (or `vtysh -c 'show ip route'`).
+    Tor {
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// A command on the outside host: `outside -- curl http://<pod ip>/hostname`.
+    Outside {
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// A command in the control plane (its OVN sockets): `cp -- ovn-nbctl show`.
+    Cp {
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// A component's log (`controller`, `agent`, `apiserver`, `node1-daemon`, `tor-bird`, …;
+    /// with no name, the list).
+    Logs { component: Option<String> },
+    /// Serve the Kubernetes API emulator over HTTP.
+    Apiserver(apiserver::ApiserverArgs),
+    /// The lab's stand-ins for the scheduler, kubelets and controller-manager (run by `up`).
+    Agent(AgentArgs),
+    /// The server behind the image `kube-ovn-lab/netexec` (as agnhost's `netexec`).
+    Netexec(NetexecArgs),
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .json()
-        .flatten_event(true)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
-    match Cli::parse().command {
-        Command::Apiserver {
-            listen,
-            state,
-            kubeconfig_out,
-            history,
-            bookmark_seconds,
-        } => {
-            let config = ApiServerConfig {
-                store: StoreConfig {
-                    history_limit: history,
-                    state_file: state,
-                },
-                bookmark_interval: Duration::from_secs(bookmark_seconds),
-            };
-            let server = ApiServer::new(config).context("starting the API emulator")?;
-            let listener = tokio::net::TcpListener::bind(listen)
-                .await
-                .with_context(|| format!("binding {listen}"))?;
-            let addr = listener.local_addr()?;
-            if let Some(path) = kubeconfig_out {
-                write_atomically(&path, &kubeconfig(addr))?;
-            }
-            tracing::info!(%addr, "API emulator serving");
-            // SIGTERM is how the lab and tests stop it; every change is already in the state
-            // file (appended and flushed as it commits), so stopping needs no more than exiting.
-            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                .context("installing the SIGTERM handler")?;
-            tokio::select! {
-                r = server.serve(listener) => r.context("serving")?,
-                _ = tokio::signal::ctrl_c() => tracing::info!("interrupted; stopping"),
-                _ = term.recv() => tracing::info!("terminated; stopping"),
-            }
-            Ok(())
+#[derive(clap::Args)]
+struct AgentArgs {
+    /// The lab's API (a kubeconfig written by `up`).
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: PathBuf,
+}
+
+#[derive(clap::Args)]
+struct NetexecArgs {
+    /// What `/hostname` answers.
+    #[arg(long, env = "NETEXEC_HOSTNAME")]
+    hostname: String,
+    /// TCP ports to serve HTTP on (repeat or comma-separate).
+    #[arg(long = "http-port", env = "NETEXEC_HTTP_PORTS", value_delimiter = ',', default_value = "8080")]
+    http_ports: Vec<u16>,
+    /// UDP ports to answer on.
+    #[arg(long = "udp-port", env = "NETEXEC_UDP_PORTS", value_delimiter = ',')]
+    udp_ports: Vec<u16>,
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Apiserver(args) => runtime().and_then(|rt| rt.block_on(apiserver::run(args))),
+        Command::Agent(args) => runtime().and_then(|rt| rt.block_on(agent(&cli.name, &cli.run_dir, args))),
+        Command::Netexec(args) => runtime().and_then(|rt| rt.block_on(netexec(args))),
+        Command::Up(args) => up::up(&cli.name, &cli.run_dir, &args),
+        Command::Status => status::status(&cli.name, &cli.run_dir),
+        Command::Down => down::down(&cli.name, &cli.run_dir),
+        Command::Matrix => matrix::run_verb(&cli.name, &cli.run_dir),
+        Command::Kubectl { args } => verbs::kubectl(&cli.name, &cli.run_dir, &args),
+        Command::Exec { pod, command } => verbs::exec_pod(&cli.name, &cli.run_dir, &pod, &command),
+        Command::Node { node, command } => verbs::node(&cli.name, &cli.run_dir, &node, &command),
+        Command::Tor { command } => verbs::tor(&cli.name, &cli.run_dir, &command),
+        Command::Outside { command } => verbs::outside(&cli.name, &cli.run_dir, &command),
+        Command::Cp { command } => verbs::cp(&cli.name, &cli.run_dir, &command),
+        Command::Logs { component } => verbs::logs(&cli.name, &cli.run_dir, component.as_deref()),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("kube-ovn-lab: {e:#}");
+            std::process::ExitCode::FAILURE
         }
     }
 }
 
-/// Writes through a temporary file and a rename, so whoever waits for the file (a test, the lab
-/// script) never reads it half-written.
-fn write_atomically(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
+}
+
+fn init_logs() {
+    kube_ovn_support::init_json_logs();
+}
+
+async fn agent(name: &str, run_dir: &std::path::Path, args: AgentArgs) -> anyhow::Result<std::process::ExitCode> {
+    init_logs();
+    let topology = verbs::topology_of(name, run_dir)?;
+    let client = kube_ovn_support::kube_client(Some(&args.kubeconfig)).await?;
+    let config = kube_ovn_lab::agent::AgentConfig::for_lab(&topology);
+    tokio::select! {
+        r = kube_ovn_lab::agent::run(client, config) => r?,
+        () = kube_ovn_support::shutdown_signal()? => {}
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+async fn netexec(args: NetexecArgs) -> anyhow::Result<std::process::ExitCode> {
+    init_logs();
+    let config = kube_ovn_lab::netexec::NetexecConfig {
+        hostname: args.hostname,
+        http_ports: args.http_ports,
+        udp_ports: args.udp_ports,
+        address: std::net::IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+    };
+    tokio::select! {
+        r = kube_ovn_lab::netexec::run(config) => r?,
+        () = kube_ovn_support::shutdown_signal()? => {}
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// Which ToR a new lab gets.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum TorArg {
+    Bird,
+    Frr,
+}
+
+impl From<TorArg> for TorKind {
+    fn from(t: TorArg) -> Self {
+        match t {
+            TorArg::Bird => TorKind::Bird,
+            TorArg::Frr => TorKind::Frr,
+        }
+    }
 }

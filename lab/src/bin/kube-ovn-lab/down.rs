@@ -1,0 +1,125 @@
+//! `kube-ovn-lab down`: everything the lab made goes, and nothing else.
+//!
+//! 1. the recorded processes, newest first, by PID (SIGTERM to all, then SIGKILL to those still
+//!    there after 5 s); a PID whose start time differs belongs to someone else and is left alone;
+//! 2. any other process still inside one of the lab's namespaces (started by `exec`/`node`/… or
+//!    by a component), found by comparing `/proc/<pid>/ns/net` with the namespaces' inodes;
+//! 3. the namespaces: pods' (the prefix `kl_<lab>_p`, owned by this lab alone), then the lab's;
+//!    their veths go with them;
+//! 4. the lab's directory (state, logs, sockets).
+//!
+//! It works from the state file, so a lab whose `up` crashed halfway comes down the same way.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use kube_ovn_lab::cluster::net;
+use kube_ovn_lab::cluster::process;
+use kube_ovn_lab::cluster::state::Made;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+/// How long processes get after SIGTERM before SIGKILL.
+const GRACE: Duration = Duration::from_secs(5);
+
+pub fn down(name: &str, run_dir: &Path) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(nix::unistd::geteuid().is_root(), "down must run as root");
+    let (t, state) = super::verbs::lab(name, run_dir)?;
+    let started = Instant::now();
+
+    let recorded: Vec<(String, u32, u64)> = state
+        .processes()
+        .map(|(c, pid, start)| (c.to_owned(), pid, start))
+        .rev()
+        .collect();
+    let mut stopped = 0;
+    for (_, pid, start) in &recorded {
+        if process::alive(*pid, *start) {
+            let _ = kill(Pid::from_raw(i32::try_from(*pid)?), Signal::SIGTERM);
+            stopped += 1;
+        }
+    }
+    let deadline = Instant::now() + GRACE;
+    for (component, pid, start) in &recorded {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if process::stop(*pid, *start, left) {
+            println!("{component} (pid {pid}) did not stop within {GRACE:?} of SIGTERM: killed");
+        }
+    }
+
+    let mut namespaces: Vec<String> = list_netns(&t.netns_prefix())?;
+    // The lab's own first in the list only for the message; all are deleted.
+    for made in &state.made {
+        if let Made::Netns { name } = made
+            && !namespaces.contains(name)
+            && net::netns_exists(name)
+        {
+            namespaces.push(name.clone());
+        }
+    }
+    let strays = stop_processes_in(&namespaces)?;
+    for ns in &namespaces {
+        net::del_netns(ns).with_context(|| format!("deleting namespace {ns}"))?;
+    }
+    if t.dir.exists() {
+        std::fs::remove_dir_all(&t.dir).with_context(|| format!("removing {}", t.dir.display()))?;
+    }
+    println!(
+        "lab {name} is down in {:.1}s: {stopped} processes stopped{}, {} namespaces deleted, {} removed",
+        started.elapsed().as_secs_f64(),
+        if strays > 0 { format!(" (and {strays} others found in its namespaces)") } else { String::new() },
+        namespaces.len(),
+        t.dir.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Namespaces under `/run/netns` whose name starts with `prefix`.
+pub fn list_netns(prefix: &str) -> anyhow::Result<Vec<String>> {
+    let dir = Path::new("/run/netns");
+    if !dir.exists() {
+        return Ok(Vec::new());
+    }
+    let mut names: Vec<String> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with(prefix))
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// Stops, by PID, every process whose network namespace is one of `namespaces`; returns how
+/// many there were.
+fn stop_processes_in(namespaces: &[String]) -> anyhow::Result<usize> {
+    let inodes: Vec<u64> = namespaces
+        .iter()
+        .filter_map(|ns| std::fs::metadata(Path::new("/run/netns").join(ns)).ok())
+        .map(|m| m.ino())
+        .collect();
+    let me = std::process::id();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc")? {
+        let Some(pid) = entry.ok().and_then(|e| e.file_name().to_str()?.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(meta) = std::fs::metadata(format!("/proc/{pid}/ns/net")) else {
+            continue;
+        };
+        if inodes.contains(&meta.ino())
+            && let Ok(start) = process::start_time(pid)
+        {
+            found.push((pid, start));
+        }
+    }
+    let count = found.iter().filter(|(pid, start)| process::alive(*pid, *start)).count();
+    for (pid, start) in &found {
+        process::stop(*pid, *start, GRACE);
+    }
+    Ok(count)
+}

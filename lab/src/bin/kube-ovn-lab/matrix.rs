@@ -1,0 +1,154 @@
+//! The matrix measured: targets from the API, expectations from `cluster::matrix`, and every
+//! probe sent for real from the pod's (or the outside host's) own namespace, all at once.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::ListParams;
+use kube_ovn_api::annotations::keys;
+use kube_ovn_api::crd::Subnet;
+use kube_ovn_lab::cluster::matrix::{self, Check, Expect, Outcome, Report, Target};
+use kube_ovn_lab::cluster::topology::{OUTSIDE_PORT, Topology};
+use kube_ovn_lab::cluster::wait::wait_for;
+
+use super::probe;
+
+/// The image whose containers serve netexec.
+const NETEXEC_IMAGE: &str = "kube-ovn-lab/netexec";
+/// How long a probe that should be answered may take (a first packet through OVN can wait for
+/// flows and ARP), and one that should not.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(3);
+const BLOCKED_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The pods with a netexec server, with what the matrix needs to know of them.
+pub async fn targets(t: &Topology, client: &kube::Client) -> anyhow::Result<(Vec<Target>, Vec<PathBuf>)> {
+    let subnets: BTreeMap<String, Subnet> = Api::<Subnet>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .context("listing Subnets")?
+        .items
+        .into_iter()
+        .filter_map(|s| Some((s.metadata.name.clone()?, s)))
+        .collect();
+    let pods = Api::<Pod>::all(client.clone()).list(&ListParams::default()).await.context("listing Pods")?;
+    let mut targets = Vec::new();
+    let mut netns = Vec::new();
+    for pod in pods.items {
+        let (Some(namespace), Some(name)) = (pod.metadata.namespace.clone(), pod.metadata.name.clone()) else {
+            continue;
+        };
+        let Some(spec) = &pod.spec else { continue };
+        let Some(port) = spec
+            .containers
+            .iter()
+            .filter(|c| c.image.as_deref().is_some_and(|i| i.split(':').next() == Some(NETEXEC_IMAGE)))
+            .flat_map(|c| c.ports.iter().flatten())
+            .find(|p| p.protocol.as_deref().unwrap_or("TCP") == "TCP")
+            .and_then(|p| u16::try_from(p.container_port).ok())
+        else {
+            continue;
+        };
+        let ann = pod.metadata.annotations.clone().unwrap_or_default();
+        let Some(ip) = ann.get(keys::IP_ADDRESS).and_then(|v| v.split(',').next()).and_then(|v| v.parse::<IpAddr>().ok()) else {
+            continue;
+        };
+        let subnet_name = ann.get(keys::LOGICAL_SWITCH).cloned().unwrap_or_default();
+        let subnet = subnets.get(&subnet_name);
+        let announced = |a: &Option<BTreeMap<String, String>>| a.as_ref().and_then(|a| a.get(keys::BGP)).is_some_and(|v| matches!(v.as_str(), "true" | "cluster" | "local"));
+        targets.push(Target {
+            namespace: namespace.clone(),
+            name: name.clone(),
+            node: spec.node_name.clone().unwrap_or_default(),
+            ip,
+            port,
+            vpc: subnet.and_then(|s| s.spec.vpc.clone()).unwrap_or_else(|| matrix::DEFAULT_VPC.to_owned()),
+            announced: announced(&pod.metadata.annotations) || subnet.is_some_and(|s| announced(&s.metadata.annotations)),
+            nat_outgoing: subnet.and_then(|s| s.spec.nat_outgoing).unwrap_or(false),
+            subnet: subnet_name,
+        });
+        netns.push(Path::new("/run/netns").join(super::verbs::pod_netns(t, &namespace, &name)?));
+    }
+    Ok((targets, netns))
+}
+
+/// Waits until the ToR's kernel routes every announced pod address toward a node (BGP has
+/// converged), then probes everything.
+pub async fn measure(t: &Topology, client: &kube::Client, timeout: Duration) -> anyhow::Result<Report> {
+    let (targets, pod_netns) = targets(t, client).await?;
+    let announced: Vec<IpAddr> = targets.iter().filter(|x| x.announced && x.vpc == matrix::DEFAULT_VPC).map(|x| x.ip).collect();
+    let tor = t.tor_netns();
+    wait_for("the ToR to route every announced pod address to a node", timeout, Duration::from_millis(100), || {
+        let (tor, announced) = (tor.clone(), announced.clone());
+        async move {
+            let missing: Vec<String> = announced
+                .iter()
+                .filter(|ip| {
+                    !kube_ovn_lab::cluster::net::ip(&tor, &["route", "get", &ip.to_string()]).is_ok_and(|r| r.contains(" via 172.30.0."))
+                })
+                .map(ToString::to_string)
+                .collect();
+            if missing.is_empty() { Ok(true) } else { Err(anyhow::anyhow!("no route yet to {}", missing.join(", "))) }
+        }
+    })
+    .await?;
+    let outside_ns = Path::new("/run/netns").join(t.outside_netns());
+    let mut tasks = Vec::new();
+    for check in matrix::plan(&targets) {
+        let (from, to) = endpoints(&check, &targets, &pod_netns, &outside_ns);
+        tasks.push(tokio::task::spawn_blocking(move || {
+            let answer = probe_once(&check, &from, to);
+            Outcome { check, answer }
+        }));
+    }
+    let mut outcomes = Vec::new();
+    for task in tasks {
+        outcomes.push(task.await?);
+    }
+    Ok(Report { targets, outcomes })
+}
+
+fn endpoints(check: &Check, targets: &[Target], pod_netns: &[PathBuf], outside_ns: &Path) -> (PathBuf, SocketAddr) {
+    let from = check.from.map_or_else(|| outside_ns.to_owned(), |i| pod_netns[i].clone());
+    let to = check.to.map_or_else(
+        || SocketAddr::new(Topology::outside_ip().into(), OUTSIDE_PORT),
+        |j| SocketAddr::new(targets[j].ip, targets[j].port),
+    );
+    (from, to)
+}
+
+/// A probe that should be answered gets three tries (the first packets of a flow can be lost
+/// while OVN installs flows); one that should not gets one short try.
+fn probe_once(check: &Check, from: &Path, to: SocketAddr) -> Result<String, String> {
+    let (tries, timeout) = match check.expect {
+        Expect::Blocked | Expect::Pending(_) => (1, BLOCKED_TIMEOUT),
+        _ => (3, ANSWER_TIMEOUT),
+    };
+    let mut last = Err(String::new());
+    for _ in 0..tries {
+        last = probe::http_get(from, to, check.path, timeout).map_err(|e| e.to_string());
+        if last.as_ref().is_ok_and(|a| matrix::judge(&check.expect, Some(a))) {
+            break;
+        }
+    }
+    last
+}
+
+/// `kube-ovn-lab matrix`: measure again and print.
+pub fn run_verb(name: &str, run_dir: &Path) -> anyhow::Result<std::process::ExitCode> {
+    let t = super::verbs::topology_of(name, run_dir)?;
+    let cp = kube_ovn_dataplane::Netns::open(Path::new("/run/netns").join(t.cp_netns()))?;
+    let report = cp.run(|| -> anyhow::Result<Report> {
+        let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+        rt.block_on(async {
+            let client = kube_ovn_support::kube_client(Some(&t.admin_kubeconfig())).await?;
+            measure(&t, &client, Duration::from_secs(30)).await
+        })
+    })??;
+    println!("{}", report.render());
+    Ok(if report.healthy() { std::process::ExitCode::SUCCESS } else { std::process::ExitCode::FAILURE })
+}

@@ -1,0 +1,435 @@
+//! `kube-ovn-lab up`: from nothing to a lab with a green connectivity matrix.
+//!
+//! Order (each step waits for what the next needs, never for a fixed time):
+//! 1. packages (the project's install script), binaries, the state file;
+//! 2. namespaces and wires (`cluster::net`), recorded before each is made;
+//! 3. in the control plane's namespace: OVN NB/SB and northd, the API emulator, CRDs and RBAC,
+//!    the controller and the lab's agent (which registers the nodes);
+//! 4. the nodes: OVS, `br-ul` with the node's address, the daemon, ovn-controller, the speaker;
+//! 5. the ToR and the outside host;
+//! 6. the examples (`kubectl apply`), then the wait for pods and routes, and the matrix.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Api;
+use kube::api::{ListParams, PostParams};
+use kube_ovn_lab::cluster::components::{self, Binaries, NB_SCHEMA, SB_SCHEMA, VSWITCH_SCHEMA};
+use kube_ovn_lab::cluster::net::{self, run};
+use kube_ovn_lab::cluster::process::{self, Launch};
+use kube_ovn_lab::cluster::state::{LabState, Made};
+use kube_ovn_lab::cluster::topology::{NodePlan, Topology};
+use kube_ovn_lab::cluster::tor;
+use kube_ovn_lab::cluster::wait::wait_for;
+
+use super::TorArg;
+
+#[derive(clap::Args)]
+pub struct UpArgs {
+    /// How many nodes (`node1` … `nodeN`).
+    #[arg(long, env = "KUBE_OVN_LAB_NODES", default_value_t = 2)]
+    pub nodes: usize,
+    /// The ToR's routing daemon.
+    #[arg(long, env = "KUBE_OVN_LAB_TOR", value_enum, default_value = "bird")]
+    pub tor: TorArg,
+    /// Objects to apply once the lab runs (`kubectl apply -R -f`); default: the repository's
+    /// `examples/lab`.
+    #[arg(long, env = "KUBE_OVN_LAB_EXAMPLES")]
+    pub examples: Option<PathBuf>,
+    /// Apply no examples (an empty cluster).
+    #[arg(long, env = "KUBE_OVN_LAB_NO_EXAMPLES", conflicts_with = "examples")]
+    pub no_examples: bool,
+    /// Where the binaries are (`kube-ovn-controller`, `kube-ovn-daemon`, `kube-ovn`,
+    /// `kube-ovn-speaker`); default: beside this one, built first when missing.
+    #[arg(long, env = "KUBE_OVN_LAB_BIN_DIR")]
+    pub bin_dir: Option<PathBuf>,
+    /// Do not run the project's install script (the packages are known to be there).
+    #[arg(long, env = "KUBE_OVN_LAB_NO_INSTALL")]
+    pub no_install: bool,
+    /// How long each wait of `up` may take (Go duration).
+    #[arg(long, env = "KUBE_OVN_LAB_TIMEOUT", default_value = "120s", value_parser = parse_timeout)]
+    pub timeout: Duration,
+}
+
+fn parse_timeout(text: &str) -> Result<Duration, String> {
+    kube_ovn_support::parse_duration(text).map_err(|e| e.to_string())
+}
+
+/// The repository this binary was built from, when it is still there (for the install script,
+/// the examples and building missing binaries).
+pub fn workspace() -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).parent()?.to_owned();
+    dir.join("Cargo.toml").is_file().then_some(dir)
+}
+
+/// What `up` made so far, saved after every addition (see `cluster::state`).
+#[derive(Clone)]
+pub struct Recorder {
+    state: Arc<Mutex<LabState>>,
+    path: PathBuf,
+}
+
+impl Recorder {
+    pub fn record(&self, made: Made) -> anyhow::Result<()> {
+        let mut state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        state.made.push(made);
+        state.save(&self.path)?;
+        Ok(())
+    }
+
+    fn finish(&self) -> anyhow::Result<()> {
+        let mut state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        state.up_finished = true;
+        state.save(&self.path)?;
+        Ok(())
+    }
+
+    /// Starts a process and records it at once.
+    pub fn start(&self, launch: &Launch) -> anyhow::Result<(u32, u64)> {
+        let (pid, start_time) = process::spawn(launch)?;
+        self.record(Made::Process {
+            component: launch.component.clone(),
+            pid,
+            start_time,
+        })?;
+        Ok((pid, start_time))
+    }
+}
+
+/// Prints a step with the time since `up` began.
+struct Clock(Instant);
+
+impl Clock {
+    fn step(&self, what: &str) {
+        println!("[{:6.2}s] {what}", self.0.elapsed().as_secs_f64());
+    }
+}
+
+pub fn up(name: &str, run_dir: &Path, args: &UpArgs) -> anyhow::Result<std::process::ExitCode> {
+    let clock = Clock(Instant::now());
+    anyhow::ensure!(nix::unistd::geteuid().is_root(), "up must run as root (network namespaces, OVS)");
+    let topology = Topology::new(name, args.nodes, args.tor.into(), run_dir).map_err(anyhow::Error::msg)?;
+    if LabState::load(&topology.state_file())?.is_some() {
+        bail!(
+            "lab {name} is already up, or an earlier `up` of it did not finish: run `kube-ovn-lab --name {name} down` first"
+        );
+    }
+    if !args.no_install {
+        install_packages()?;
+    }
+    let bins = binaries(args.bin_dir.as_deref())?;
+    check_programs(&topology)?;
+    clock.step("packages and binaries present");
+
+    for dir in [topology.logs_dir(), topology.cp_dir(), topology.tor_dir(), topology.sandbox_dir(), topology.dir.join("kubeconfig")] {
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    for dir in tor::run_subdirs(&topology) {
+        std::fs::create_dir_all(&dir)?;
+    }
+    for node in &topology.nodes {
+        std::fs::create_dir_all(topology.node_dir(&node.name))?;
+    }
+    let state = LabState {
+        name: name.to_owned(),
+        nodes: args.nodes,
+        tor: topology.tor_kind,
+        bin_dir: bins.dir.clone(),
+        up_finished: false,
+        made: Vec::new(),
+    };
+    state.save(&topology.state_file())?;
+    let recorder = Recorder {
+        state: Arc::new(Mutex::new(state)),
+        path: topology.state_file(),
+    };
+
+    for ns in topology.netns_names() {
+        recorder.record(Made::Netns { name: ns.clone() })?;
+        net::add_netns(&ns)?;
+    }
+    net::wire_fabric(&topology)?;
+    for node in &topology.nodes {
+        net::wire_node(&topology, node)?;
+    }
+    super::verbs::write_kubeconfigs(&topology)?;
+    clock.step(&format!("namespaces and wires: {}", topology.netns_names().join(", ")));
+
+    // Everything from here talks to the API, which lives in the control plane's namespace: run
+    // it on a thread in that namespace (its runtime's threads are born there too).
+    let cp = kube_ovn_dataplane::Netns::open(Path::new("/run/netns").join(topology.cp_netns()))?;
+    let healthy = cp.run(|| -> anyhow::Result<bool> {
+        let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+        rt.block_on(bring_up(&topology, &bins, &recorder, args, &clock))
+    })??;
+    recorder.finish()?;
+    clock.step(if healthy { "the lab is up" } else { "the lab is up, but the matrix has failures (above)" });
+    println!(
+        "\nTry: kube-ovn-lab{} kubectl get pods -A -o wide   |   kube-ovn-lab{} tor -- {}   |   kube-ovn-lab{} down",
+        name_flag(name),
+        name_flag(name),
+        tor::routes_command(topology.tor_kind).join(" "),
+        name_flag(name)
+    );
+    Ok(if healthy {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::FAILURE
+    })
+}
+
+fn name_flag(name: &str) -> String {
+    if name == "lab" { String::new() } else { format!(" --name {name}") }
+}
+
+fn install_packages() -> anyhow::Result<()> {
+    let Some(ws) = workspace() else {
+        // An installed binary without its repository: the packages are the operator's job.
+        return Ok(());
+    };
+    let script = ws.join("scripts/install-deps.sh");
+    let status = std::process::Command::new(&script)
+        .status()
+        .with_context(|| format!("running {}", script.display()))?;
+    anyhow::ensure!(status.success(), "{} failed ({status})", script.display());
+    Ok(())
+}
+
+/// The binaries to run: `--bin-dir`, else beside this executable; missing ones are built
+/// from the repository with this binary's profile.
+fn binaries(bin_dir: Option<&Path>) -> anyhow::Result<Binaries> {
+    let dir = match bin_dir {
+        Some(d) => d.to_owned(),
+        None => std::env::current_exe()?
+            .parent()
+            .context("this executable has no directory")?
+            .to_owned(),
+    };
+    let bins = Binaries { dir };
+    let missing = bins.missing();
+    if missing.is_empty() {
+        return Ok(bins);
+    }
+    let ws = workspace().filter(|_| bin_dir.is_none()).with_context(|| {
+        format!("missing in {}: {} (build them: cargo build --release --workspace --bins)", bins.dir.display(), missing.join(", "))
+    })?;
+    println!("building {} …", missing.join(", "));
+    let mut cmd = std::process::Command::new("cargo");
+    cmd.current_dir(&ws).args(["build", "--bins", "-p", "kube-ovn-controller", "-p", "kube-ovn-cni", "-p", "kube-ovn-speaker"]);
+    if !cfg!(debug_assertions) {
+        cmd.arg("--release");
+    }
+    let status = cmd.status().context("running cargo")?;
+    anyhow::ensure!(status.success(), "cargo build failed ({status})");
+    let still = bins.missing();
+    anyhow::ensure!(still.is_empty(), "still missing after the build: {}", still.join(", "));
+    Ok(bins)
+}
+
+fn check_programs(t: &Topology) -> anyhow::Result<()> {
+    let mut programs = vec![
+        "ip", "ethtool", "sysctl", "nsenter", "unshare", "ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl",
+        "ovn-northd", "ovn-nbctl", "ovn-sbctl", "ovn-controller", "kubectl",
+    ];
+    programs.extend(match t.tor_kind {
+        kube_ovn_lab::cluster::topology::TorKind::Bird => ["bird", "birdc"],
+        kube_ovn_lab::cluster::topology::TorKind::Frr => ["/usr/lib/frr/bgpd", "vtysh"],
+    });
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let missing: Vec<&str> = programs
+        .into_iter()
+        .filter(|p| {
+            if p.starts_with('/') {
+                !Path::new(p).is_file()
+            } else {
+                !std::env::split_paths(&path).any(|d| d.join(p).is_file())
+            }
+        })
+        .collect();
+    anyhow::ensure!(missing.is_empty(), "not installed: {} (run scripts/install-deps.sh)", missing.join(", "));
+    for schema in [NB_SCHEMA, SB_SCHEMA, VSWITCH_SCHEMA] {
+        anyhow::ensure!(Path::new(schema).is_file(), "{schema} is missing (run scripts/install-deps.sh)");
+    }
+    Ok(())
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> anyhow::Result<T> + Send + 'static) -> anyhow::Result<T> {
+    tokio::task::spawn_blocking(f).await?
+}
+
+/// Waits until the process `started` (with `launch`) accepts connections on `path`; fails at
+/// once, with its log's last lines, if it exits meanwhile.
+async fn wait_serving(launch: &Launch, started: (u32, u64), path: PathBuf, timeout: Duration) -> anyhow::Result<()> {
+    let what = format!("{} to serve on {}", launch.component, path.display());
+    let log = launch.log.clone();
+    wait_for(&what, timeout, Duration::from_millis(10), || {
+        let (path, log) = (path.clone(), log.clone());
+        async move {
+            if tokio::net::UnixStream::connect(&path).await.is_ok() {
+                return Ok(true);
+            }
+            if process::alive(started.0, started.1) {
+                Ok(false)
+            } else {
+                Err(anyhow::anyhow!("it exited; its log ends:\n{}", process::log_tail(&log, 10)))
+            }
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+async fn bring_up(t: &Topology, bins: &Binaries, rec: &Recorder, args: &UpArgs, clock: &Clock) -> anyhow::Result<bool> {
+    let timeout = args.timeout;
+    // OVN central.
+    let cp = t.cp_dir();
+    for (schema, db) in [(NB_SCHEMA, "ovnnb_db.db"), (SB_SCHEMA, "ovnsb_db.db")] {
+        run("ovsdb-tool", &["create", &cp.join(db).to_string_lossy(), schema])?;
+    }
+    for (launch, (sock, ctl)) in components::ovn_databases(t).iter().zip([("ovnnb_db.sock", "ovn-nbctl"), ("ovnsb_db.sock", "ovn-sbctl")]) {
+        let started = rec.start(launch)?;
+        wait_serving(launch, started, cp.join(sock), timeout).await?;
+        run(ctl, &[&format!("--db=unix:{}", cp.join(sock).display()), "init"])?;
+    }
+    rec.start(&components::northd(t))?;
+    rec.start(&components::apiserver(t, bins, &[]))?;
+    let client = kube_ovn_support::kube_client(Some(&t.admin_kubeconfig())).await?;
+    wait_for("the API emulator to answer", timeout, Duration::from_millis(20), || {
+        let api: Api<Node> = Api::all(client.clone());
+        async move { api.list(&ListParams::default().limit(1)).await.map(|_| true) }
+    })
+    .await?;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in kube_ovn_api::crds().into_iter().chain(kube_ovn_api::extension_crds()) {
+        crds.create(&PostParams::default(), &crd).await.context("creating the CRDs")?;
+    }
+    clock.step("control plane: OVN NB/SB + northd, API emulator, CRDs");
+    rec.start(&components::controller(t, bins))?;
+    rec.start(&components::agent(t, bins, t.dir.parent().unwrap_or(Path::new("/"))))?;
+
+    // Nodes, side by side.
+    let mut tasks = Vec::new();
+    for node in t.nodes.clone() {
+        let (t, bins, rec, client) = (t.clone(), bins.clone(), rec.clone(), client.clone());
+        tasks.push(tokio::spawn(async move { start_node(&t, &bins, &rec, &client, &node, timeout).await }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    clock.step(&format!("{} nodes: OVS, daemon, ovn-controller, speaker", t.nodes.len()));
+
+    let (files, launches) = tor::plan(t);
+    for (path, text) in files {
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    for launch in &launches {
+        rec.start(launch)?;
+    }
+    rec.start(&components::outside_server(t, bins))?;
+    wait_nodes_ready(t, &client, timeout).await?;
+    clock.step("ToR and outside host started; nodes Ready with chassis and join addresses");
+
+    let examples = args.examples.clone().or_else(|| workspace().map(|w| w.join("examples/lab")));
+    if let Some(dir) = examples.filter(|_| !args.no_examples) {
+        let out = super::verbs::kubectl_output(t, &["apply", "-R", "-f", &dir.to_string_lossy()])?;
+        print!("{out}");
+        clock.step(&format!("applied {}", dir.display()));
+    }
+    wait_pods_running(&client, timeout).await?;
+    clock.step("every pod Running");
+    let report = super::matrix::measure(t, &client, timeout).await?;
+    println!("{}", super::status::overview(t, &client).await?);
+    println!("{}", report.render());
+    Ok(report.healthy())
+}
+
+async fn start_node(t: &Topology, bins: &Binaries, rec: &Recorder, client: &kube::Client, node: &NodePlan, timeout: Duration) -> anyhow::Result<()> {
+    let dir = t.node_dir(&node.name);
+    let conf = dir.join("conf.db");
+    run("ovsdb-tool", &["create", &conf.to_string_lossy(), VSWITCH_SCHEMA])?;
+    let ovs = components::node_ovs(t, node);
+    let started = rec.start(&ovs[0])?;
+    wait_serving(&ovs[0], started, dir.join("db.sock"), timeout).await?;
+    let db = format!("--db=unix:{}", dir.join("db.sock").display());
+    run("ovs-vsctl", &[&db, "--no-wait", "init"])?;
+    rec.start(&ovs[1])?;
+    // Without --no-wait, ovs-vsctl returns once ovs-vswitchd applied the change: the bridge
+    // and its ports exist, and vswitchd is connected.
+    let (node_c, db_c) = (node.clone(), db.clone());
+    blocking(move || {
+        run(
+            "ovs-vsctl",
+            &[
+                &db_c, "--timeout=60", "--may-exist", "add-br", "br-ul", "--", "set", "Bridge", "br-ul", "datapath_type=netdev", "--",
+                "--may-exist", "add-port", "br-ul", "eth0", "--", "set", "Interface", "br-ul", "mtu_request=1500",
+            ],
+        )?;
+        net::address_node(&node_c)?;
+        Ok(())
+    })
+    .await
+    .with_context(|| format!("{}: the underlay bridge br-ul", node.name))?;
+    // A node's daemon needs its Node, which the node's kubelet (in the agent) registers, as on
+    // a real cluster where DaemonSet pods run on registered nodes only.
+    let nodes: Api<Node> = Api::all(client.clone());
+    wait_for(&format!("{} to be registered by its kubelet", node.name), timeout, Duration::from_millis(20), || {
+        let (nodes, name) = (nodes.clone(), node.name.clone());
+        async move { nodes.get_opt(&name).await.map(|n| n.is_some()) }
+    })
+    .await?;
+    let daemon = components::node_daemon(t, bins, node);
+    let started = rec.start(&daemon)?;
+    wait_serving(&daemon, started, components::daemon_socket(t, &node.name), timeout).await?;
+    rec.start(&components::node_ovn_controller(t, node))?;
+    rec.start(&components::node_speaker(t, bins, node))?;
+    Ok(())
+}
+
+async fn wait_nodes_ready(t: &Topology, client: &kube::Client, timeout: Duration) -> anyhow::Result<()> {
+    let api: Api<Node> = Api::all(client.clone());
+    let names: Vec<String> = t.nodes.iter().map(|n| n.name.clone()).collect();
+    wait_for("every node Ready, with its chassis and join address", timeout, Duration::from_millis(50), || {
+        let (api, names) = (api.clone(), names.clone());
+        async move {
+            let nodes = api.list(&ListParams::default()).await?;
+            let missing: Vec<String> = names
+                .iter()
+                .filter(|name| {
+                    !nodes.items.iter().any(|n| {
+                        n.metadata.name.as_deref() == Some(name.as_str()) && {
+                            let ann = n.metadata.annotations.clone().unwrap_or_default();
+                            ann.contains_key("ovn.kubernetes.io/chassis") && ann.contains_key("ovn.kubernetes.io/ip_address")
+                        }
+                    })
+                })
+                .cloned()
+                .collect();
+            if missing.is_empty() { Ok(true) } else { Err(anyhow::anyhow!("not yet: {}", missing.join(", "))) }
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+async fn wait_pods_running(client: &kube::Client, timeout: Duration) -> anyhow::Result<()> {
+    let api: Api<Pod> = Api::all(client.clone());
+    wait_for("every pod Running", timeout, Duration::from_millis(100), || {
+        let api = api.clone();
+        async move {
+            let pods = api.list(&ListParams::default()).await?;
+            let waiting: Vec<String> = pods
+                .items
+                .iter()
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Running"))
+                .map(|p| format!("{}/{}", p.metadata.namespace.as_deref().unwrap_or(""), p.metadata.name.as_deref().unwrap_or("")))
+                .collect();
+            if waiting.is_empty() { Ok(true) } else { Err(anyhow::anyhow!("not Running: {}", waiting.join(", "))) }
+        }
+    })
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,147 @@
+//! The lab's wires: namespaces, the ToR's bridge, a veth per machine, addresses, routes and the
+//! sysctls, made with `ip`, `sysctl` and `ethtool` (the commands an operator would type, so the
+//! log of `up` reads as a recipe).
+//!
+//! Every veth is created with both ends already in their namespaces (one `ip link add … netns
+//! A … peer … netns B`), so no name ever appears in the host's namespace. TX checksum offload is
+//! off on every veth end outside OVS: ovs-vswitchd's userspace datapath reads its ports with
+//! AF_PACKET and drops TCP and UDP whose checksum the sender left to "hardware"
+//! (`../shared/reference/dataplane.md` §5.6), and packets from the control plane, the ToR and the
+//! outside host all end in a node's OVS bridge.
+
+use std::process::Command;
+
+use super::topology::{FABRIC_PREFIX, NodePlan, OUTSIDE_PREFIX, Topology};
+
+#[derive(Debug, thiserror::Error)]
+#[error("{command}: {message}")]
+pub struct CommandError {
+    pub command: String,
+    pub message: String,
+}
+
+/// Runs a command and returns its stdout; a failure carries the command line and stderr.
+pub fn run(program: &str, args: &[&str]) -> Result<String, CommandError> {
+    let command = format!("{program} {}", args.join(" "));
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .map_err(|e| CommandError {
+            command: command.clone(),
+            message: format!("{e} (is it installed? run scripts/install-deps.sh)"),
+        })?;
+    if !out.status.success() {
+        return Err(CommandError {
+            command,
+            message: format!(
+                "{}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `ip -n <ns> args…`
+pub fn ip(ns: &str, args: &[&str]) -> Result<String, CommandError> {
+    let mut full = vec!["-n", ns];
+    full.extend_from_slice(args);
+    run("ip", &full)
+}
+
+/// A program run inside `ns` (`ip netns exec`).
+pub fn exec(ns: &str, program: &str, args: &[&str]) -> Result<String, CommandError> {
+    let mut full = vec!["netns", "exec", ns, program];
+    full.extend_from_slice(args);
+    run("ip", &full)
+}
+
+fn sysctl(ns: &str, setting: &str) -> Result<(), CommandError> {
+    exec(ns, "sysctl", &["-q", "-w", setting]).map(drop)
+}
+
+fn tx_off(ns: &str, dev: &str) -> Result<(), CommandError> {
+    exec(ns, "ethtool", &["-K", dev, "tx", "off"]).map(drop)
+}
+
+pub fn netns_exists(name: &str) -> bool {
+    std::path::Path::new("/run/netns").join(name).exists()
+}
+
+/// Creates namespace `name` with `lo` up.
+pub fn add_netns(name: &str) -> Result<(), CommandError> {
+    run("ip", &["netns", "add", name])?;
+    ip(name, &["link", "set", "lo", "up"]).map(drop)
+}
+
+/// Deletes namespace `name` if it exists (its veths go with it, their peers too).
+pub fn del_netns(name: &str) -> Result<(), CommandError> {
+    if !netns_exists(name) {
+        return Ok(());
+    }
+    run("ip", &["netns", "del", name]).map(drop)
+}
+
+/// A veth `a_dev` in `a_ns` joined to `b_dev` in `b_ns`, both up, MTU 1500, TX offload off.
+fn veth(a_ns: &str, a_dev: &str, b_ns: &str, b_dev: &str) -> Result<(), CommandError> {
+    run(
+        "ip",
+        &[
+            "link", "add", a_dev, "netns", a_ns, "mtu", "1500", "type", "veth", "peer", "name",
+            b_dev, "netns", b_ns, "mtu", "1500",
+        ],
+    )?;
+    for (ns, dev) in [(a_ns, a_dev), (b_ns, b_dev)] {
+        tx_off(ns, dev)?;
+        ip(ns, &["link", "set", dev, "up"])?;
+    }
+    Ok(())
+}
+
+/// The ToR's bridge and its routing, the control plane's and the outside host's links. The
+/// namespaces exist already.
+pub fn wire_fabric(t: &Topology) -> Result<(), CommandError> {
+    let tor = t.tor_netns();
+    let fabric = format!("{}/{FABRIC_PREFIX}", Topology::tor_ip());
+    ip(&tor, &["link", "add", "fabric", "type", "bridge"])?;
+    ip(&tor, &["addr", "add", &fabric, "dev", "fabric"])?;
+    ip(&tor, &["link", "set", "fabric", "up"])?;
+    sysctl(&tor, "net.ipv4.ip_forward=1")?;
+
+    let cp = t.cp_netns();
+    veth(&cp, "eth0", &tor, "cp")?;
+    ip(&tor, &["link", "set", "cp", "master", "fabric"])?;
+    ip(&cp, &["addr", "add", &format!("{}/{FABRIC_PREFIX}", Topology::cp_ip()), "dev", "eth0"])?;
+    ip(&cp, &["route", "add", "default", "via", &Topology::tor_ip().to_string()])?;
+
+    let outside = t.outside_netns();
+    veth(&outside, "eth0", &tor, "out0")?;
+    ip(&tor, &["addr", "add", &format!("{}/{OUTSIDE_PREFIX}", Topology::tor_outside_ip()), "dev", "out0"])?;
+    ip(&outside, &["addr", "add", &format!("{}/{OUTSIDE_PREFIX}", Topology::outside_ip()), "dev", "eth0"])?;
+    ip(&outside, &["route", "add", "default", "via", &Topology::tor_outside_ip().to_string()])?;
+    Ok(())
+}
+
+/// A node's link to the ToR (its `eth0`, which becomes a port of the node's OVS bridge `br-ul`
+/// once OVS runs: see [`address_node`]) and its forwarding sysctls.
+pub fn wire_node(t: &Topology, node: &NodePlan) -> Result<(), CommandError> {
+    veth(&node.netns, "eth0", &t.tor_netns(), &node.tor_port)?;
+    ip(&t.tor_netns(), &["link", "set", &node.tor_port, "master", "fabric"])?;
+    // The node forwards between its fabric address and ovn0 (outside → pod over BGP routes)
+    // and, later, for egress NAT; reverse-path filtering would drop the asymmetric halves of
+    // ECMP'd flows.
+    sysctl(&node.netns, "net.ipv4.ip_forward=1")?;
+    sysctl(&node.netns, "net.ipv4.conf.all.rp_filter=0")?;
+    sysctl(&node.netns, "net.ipv4.conf.default.rp_filter=0")?;
+    Ok(())
+}
+
+/// The node's address on `br-ul` (where ovs-vswitchd's userspace tunnels look for the route to
+/// other nodes, `dataplane.md` §5.4) and its default route through the ToR. `br-ul` exists.
+pub fn address_node(node: &NodePlan) -> Result<(), CommandError> {
+    let ns = &node.netns;
+    ip(ns, &["addr", "add", &format!("{}/{FABRIC_PREFIX}", node.ip), "dev", "br-ul"])?;
+    ip(ns, &["link", "set", "br-ul", "up"])?;
+    ip(ns, &["route", "add", "default", "via", &Topology::tor_ip().to_string()]).map(drop)
+}

@@ -1,0 +1,267 @@
+//! Where everything of one lab lives: namespace names, addresses, AS numbers, ports and paths.
+//! Pure: the same inputs give the same plan, so `up`, `status`, `down` and the other verbs agree
+//! on names without asking each other.
+//!
+//! ```text
+//!                     outside (198.51.100.10)
+//!                        │ out0
+//!                        │ 198.51.100.0/24
+//!                     ┌──┴──────────────────────────────┐
+//!                     │ tor: bridge `fabric` 172.30.0.1 │  BIRD or FRR, AS 65001
+//!                     └──┬──────────┬──────────┬────────┘
+//!        172.30.0.0/24   │          │          │
+//!                  cp 172.30.0.2  node1 .11  node2 .12 …  (each node: eth0 in OVS bridge br-ul,
+//!     API :6443, NB :6641, SB :6642                        its address on br-ul; speakers AS 65000)
+//! ```
+//!
+//! Address spaces are per lab (every lab has its own namespaces), so two labs use the same
+//! addresses without meeting; only namespace names and the state directory must be unique, and
+//! both carry the lab's name. Namespaces are `kl_<lab>_<role>`: lab names have no `_`, so the
+//! prefix `kl_<lab>_` belongs to one lab only (`kl_a_` is not a prefix of `kl_a-b_…`).
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::path::PathBuf;
+
+/// The ToR's routing daemon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TorKind {
+    Bird,
+    Frr,
+}
+
+impl std::fmt::Display for TorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Bird => "bird",
+            Self::Frr => "frr",
+        })
+    }
+}
+
+/// The most nodes a lab may have: node addresses are `.11` upwards in one /24.
+pub const MAX_NODES: usize = 200;
+/// The speakers' AS (Kube-OVN's `--cluster-as`) and the ToR's (`--neighbor-as`).
+pub const CLUSTER_AS: u32 = 65000;
+pub const TOR_AS: u32 = 65001;
+pub const FABRIC_PREFIX: u8 = 24;
+pub const OUTSIDE_PREFIX: u8 = 24;
+pub const API_PORT: u16 = 6443;
+pub const NB_PORT: u16 = 6641;
+pub const SB_PORT: u16 = 6642;
+/// Port of the controller's health and metrics endpoints (Kube-OVN's `--pprof-port`).
+pub const CONTROLLER_METRICS_PORT: u16 = 10660;
+pub const DAEMON_METRICS_PORT: u16 = 10665;
+pub const SPEAKER_METRICS_PORT: u16 = 10667;
+/// Services' ClusterIPs come from here (kube-apiserver's default range).
+pub const SERVICE_CIDR: &str = "10.96.0.0/12";
+/// The port the outside host's netexec server listens on (TCP and UDP).
+pub const OUTSIDE_PORT: u16 = 80;
+
+/// A lab's name must be usable in namespace names and paths.
+pub fn validate_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 20 {
+        return Err(format!(
+            "lab name {name:?}: 1 to 20 characters (it is part of network namespace names)"
+        ));
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        || name.starts_with('-')
+    {
+        return Err(format!(
+            "lab name {name:?}: lower-case letters, digits and '-', not starting with '-'"
+        ));
+    }
+    Ok(())
+}
+
+/// One node's plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodePlan {
+    /// `node1`, `node2`, …: the Kubernetes Node name and the name in every verb.
+    pub name: String,
+    pub netns: String,
+    /// Its address on the fabric: the Node's InternalIP, the tunnel endpoint, the BGP next hop.
+    pub ip: Ipv4Addr,
+    /// The ToR's end of the node's link.
+    pub tor_port: String,
+}
+
+/// Everything of one lab that follows from its name, its node count and its ToR.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Topology {
+    pub name: String,
+    pub dir: PathBuf,
+    pub tor_kind: TorKind,
+    pub nodes: Vec<NodePlan>,
+}
+
+impl Topology {
+    /// The plan for lab `name` with `nodes` nodes under `run_dir` (`/run/kube-ovn-lab`).
+    pub fn new(
+        name: &str,
+        nodes: usize,
+        tor_kind: TorKind,
+        run_dir: &std::path::Path,
+    ) -> Result<Self, String> {
+        validate_name(name)?;
+        if nodes == 0 || nodes > MAX_NODES {
+            return Err(format!("--nodes {nodes}: between 1 and {MAX_NODES}"));
+        }
+        let nodes = (1..=nodes)
+            .map(|i| NodePlan {
+                name: format!("node{i}"),
+                netns: format!("kl_{name}_node{i}"),
+                ip: Ipv4Addr::new(172, 30, 0, u8::try_from(10 + i).unwrap_or(u8::MAX)),
+                tor_port: format!("n{i}"),
+            })
+            .collect();
+        Ok(Self {
+            name: name.to_owned(),
+            dir: run_dir.join(name),
+            tor_kind,
+            nodes,
+        })
+    }
+
+    /// The prefix of every network namespace of this lab (pods' included).
+    pub fn netns_prefix(&self) -> String {
+        format!("kl_{}_", self.name)
+    }
+
+    /// Pods' namespaces are `<this><hash>`.
+    pub fn pod_netns_prefix(&self) -> String {
+        format!("kl_{}_p", self.name)
+    }
+
+    pub fn cp_netns(&self) -> String {
+        format!("kl_{}_cp", self.name)
+    }
+
+    pub fn tor_netns(&self) -> String {
+        format!("kl_{}_tor", self.name)
+    }
+
+    pub fn outside_netns(&self) -> String {
+        format!("kl_{}_outside", self.name)
+    }
+
+    pub fn tor_ip() -> Ipv4Addr {
+        Ipv4Addr::new(172, 30, 0, 1)
+    }
+
+    pub fn cp_ip() -> Ipv4Addr {
+        Ipv4Addr::new(172, 30, 0, 2)
+    }
+
+    /// The ToR's address toward the outside host.
+    pub fn tor_outside_ip() -> Ipv4Addr {
+        Ipv4Addr::new(198, 51, 100, 1)
+    }
+
+    pub fn outside_ip() -> Ipv4Addr {
+        Ipv4Addr::new(198, 51, 100, 10)
+    }
+
+    pub fn api_addr() -> SocketAddr {
+        SocketAddr::V4(SocketAddrV4::new(Self::cp_ip(), API_PORT))
+    }
+
+    pub fn nb_remote() -> String {
+        format!("tcp:{}:{NB_PORT}", Self::cp_ip())
+    }
+
+    pub fn sb_remote() -> String {
+        format!("tcp:{}:{SB_PORT}", Self::cp_ip())
+    }
+
+    pub fn node(&self, name: &str) -> Option<&NodePlan> {
+        self.nodes.iter().find(|n| n.name == name)
+    }
+
+    /// Every namespace `up` creates itself (pods' namespaces are the kubelet stand-in's).
+    pub fn netns_names(&self) -> Vec<String> {
+        let mut names = vec![self.cp_netns(), self.tor_netns(), self.outside_netns()];
+        names.extend(self.nodes.iter().map(|n| n.netns.clone()));
+        names
+    }
+
+    // Paths inside the state directory.
+
+    pub fn state_file(&self) -> PathBuf {
+        self.dir.join("state.json")
+    }
+
+    pub fn logs_dir(&self) -> PathBuf {
+        self.dir.join("logs")
+    }
+
+    pub fn cp_dir(&self) -> PathBuf {
+        self.dir.join("cp")
+    }
+
+    pub fn node_dir(&self, node: &str) -> PathBuf {
+        self.dir.join("nodes").join(node)
+    }
+
+    pub fn tor_dir(&self) -> PathBuf {
+        self.dir.join("tor")
+    }
+
+    /// What the ToR's processes see as `/run` (so `birdc` and `vtysh` find their sockets at the
+    /// default paths, inside `tor -- …`, without touching the host's `/run/bird` or `/run/frr`).
+    pub fn tor_run_dir(&self) -> PathBuf {
+        self.tor_dir().join("run")
+    }
+
+    pub fn sandbox_dir(&self) -> PathBuf {
+        self.dir.join("sandboxes")
+    }
+
+    /// The administrator's kubeconfig (`kube-ovn-lab kubectl` uses it).
+    pub fn admin_kubeconfig(&self) -> PathBuf {
+        self.dir.join("admin.kubeconfig")
+    }
+
+    /// A component's kubeconfig (its own ServiceAccount token).
+    pub fn kubeconfig(&self, component: &str) -> PathBuf {
+        self.dir.join("kubeconfig").join(component)
+    }
+
+    pub fn log(&self, component: &str) -> PathBuf {
+        self.logs_dir().join(format!("{component}.log"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_carry_the_lab_name() {
+        let t = Topology::new("demo", 3, TorKind::Bird, std::path::Path::new("/run/x")).unwrap();
+        assert_eq!(t.cp_netns(), "kl_demo_cp");
+        assert_eq!(t.nodes[2].netns, "kl_demo_node3");
+        assert_eq!(t.nodes[2].ip, Ipv4Addr::new(172, 30, 0, 13));
+        assert_eq!(t.dir, PathBuf::from("/run/x/demo"));
+        assert!(t.netns_names().iter().all(|n| n.starts_with(&t.netns_prefix())));
+        assert!(t.pod_netns_prefix().starts_with(&t.netns_prefix()));
+        // No node's namespace can be mistaken for a pod's, nor one lab's for another's.
+        let other = Topology::new("demo-p", 1, TorKind::Bird, std::path::Path::new("/run/x")).unwrap();
+        assert!(other.netns_names().iter().all(|n| !n.starts_with(&t.netns_prefix())));
+        assert!(t.netns_names().iter().all(|n| !n.starts_with(&t.pod_netns_prefix())));
+    }
+
+    #[test]
+    fn bad_names_and_counts_are_refused() {
+        let run = std::path::Path::new("/run/x");
+        for bad in ["", "Lab", "a b", "-x", "a/b", "abcdefghijklmnopqrstu"] {
+            assert!(Topology::new(bad, 2, TorKind::Bird, run).is_err(), "{bad:?}");
+        }
+        assert!(Topology::new("ok", 0, TorKind::Bird, run).is_err());
+        assert!(Topology::new("ok", MAX_NODES + 1, TorKind::Bird, run).is_err());
+        assert!(Topology::new("ok-2", MAX_NODES, TorKind::Frr, run).is_ok());
+    }
+}
