@@ -2,6 +2,9 @@
 //! runs them all in one process in the control-plane namespace (where the API is reachable).
 
 pub mod deployments;
+pub mod events;
+mod informer;
+pub mod names;
 pub mod endpointslices;
 pub mod kubelet;
 pub mod scheduler;
