@@ -103,7 +103,7 @@ impl EventRecorder {
                 api.patch(
                     &name,
                     &PatchParams::default(),
-                    &Patch::Merge(json!({"count": count, "lastTimestamp": now.to_string()})),
+                    &Patch::Merge(json!({"count": count, "lastTimestamp": crate::apiserver::meta::now()})),
                 )
                 .await
                 .map(drop)

@@ -282,7 +282,7 @@ async fn mark_unschedulable(client: &Client, pod: &Pod, message: &str) -> Result
         .collect();
     conditions.push(json!({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                            "message": message, "lastProbeTime": null,
-                           "lastTransitionTime": jiff::Timestamp::now().to_string()}));
+                           "lastTransitionTime": crate::apiserver::meta::now()}));
     Api::<Pod>::namespaced(client.clone(), &ns)
         .patch_status(
             &name,
