@@ -67,20 +67,23 @@ fn conditions(pod: &Pod, ready: bool, now: &str) -> Vec<Value> {
     out
 }
 
+/// When the container started: from its running state, or its terminated one once stopped.
 fn started_at(pod: &Pod, container: &str) -> Option<Value> {
-    pod.status
+    let state = pod
+        .status
         .as_ref()?
         .container_statuses
         .as_ref()?
         .iter()
         .find(|c| c.name == container)?
         .state
-        .as_ref()?
-        .running
-        .as_ref()?
-        .started_at
-        .as_ref()
-        .and_then(|t| serde_json::to_value(t).ok())
+        .as_ref()?;
+    let since = match (&state.running, &state.terminated) {
+        (Some(running), _) => running.started_at.as_ref(),
+        (None, Some(terminated)) => terminated.started_at.as_ref(),
+        (None, None) => None,
+    };
+    since.and_then(|t| serde_json::to_value(t).ok())
 }
 
 /// The status of the running pod, or `None` if it already says so.
