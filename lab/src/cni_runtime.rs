@@ -129,7 +129,7 @@ impl Runtime {
         };
         let bytes = std::fs::read(file).map_err(|e| invalid(e.to_string()))?;
         let list: Value = serde_json::from_slice(&bytes).map_err(|e| invalid(e.to_string()))?;
-        if !list["plugins"].as_array().is_some_and(|p| !p.is_empty()) {
+        if list["plugins"].as_array().is_none_or(Vec::is_empty) {
             return Err(invalid("no plugins".into()));
         }
         if let Some(i) = list["plugins"]
@@ -184,7 +184,7 @@ impl Runtime {
     fn run_plugin(&self, kind: &str, env: &[(&str, &str)], conf: &Value) -> Result<PluginRun> {
         let stdin = serde_json::to_vec(conf).unwrap_or_default();
         let mut run = run_plugin_in(self.netns.as_ref(), &self.bin_dir.join(kind), env, &stdin)?;
-        run.plugin = kind.to_owned();
+        kind.clone_into(&mut run.plugin);
         Ok(run)
     }
 
@@ -360,7 +360,10 @@ mod tests {
         for (content, why) in [
             ("{", "EOF"),
             (r#"{"name":"n","plugins":[]}"#, "no plugins"),
-            (r#"{"name":"n","plugins":[{"type":"a"},{}]}"#, "plugins[1] has no type"),
+            (
+                r#"{"name":"n","plugins":[{"type":"a"},{}]}"#,
+                "plugins[1] has no type",
+            ),
         ] {
             let dir = conf_dir(content);
             let err = Runtime::new(dir.path(), "/nonexistent").conflist().unwrap_err();
@@ -401,9 +404,7 @@ mod tests {
             .args(["+x", &script.display().to_string()])
             .status()
             .unwrap();
-        let dir = conf_dir(
-            r#"{"name":"net","cniVersion":"1.0.0","plugins":[{"type":"echo-plugin","x":1}]}"#,
-        );
+        let dir = conf_dir(r#"{"name":"net","cniVersion":"1.0.0","plugins":[{"type":"echo-plugin","x":1}]}"#);
         let runtime = Runtime::new(dir.path(), bin.path());
         let sandbox = Sandbox {
             container_id: "c1".into(),
@@ -422,7 +423,9 @@ mod tests {
         runtime.del(&sandbox, Some(&result)).unwrap();
         let check = runtime.check(&sandbox, &result).unwrap();
         assert!(!check.success && check.json().unwrap()["code"] == 99);
-        let missing = Runtime::new(dir.path(), "/nonexistent-bin").add(&sandbox).unwrap_err();
+        let missing = Runtime::new(dir.path(), "/nonexistent-bin")
+            .add(&sandbox)
+            .unwrap_err();
         assert!(
             matches!(missing, Error::Spawn { ref binary, .. } if binary.ends_with("echo-plugin")),
             "{missing}"

@@ -184,10 +184,9 @@ async fn serve_connection(stream: tokio::net::TcpStream, client: SocketAddr, hos
     let (read, mut write) = stream.into_split();
     let mut reader = BufReader::new(read);
     loop {
-        let head = match tokio::time::timeout(IDLE, read_head(&mut reader)).await {
-            Ok(Ok(Some(head))) => head,
-            // EOF, idle, a broken or oversized head: the connection ends.
-            _ => return,
+        // EOF, idle, a broken or oversized head: the connection ends.
+        let Ok(Ok(Some(head))) = tokio::time::timeout(IDLE, read_head(&mut reader)).await else {
+            return;
         };
         let mut lines = head.lines();
         let request_line = lines.next().unwrap_or_default();
@@ -288,8 +287,7 @@ pub struct HttpAnswer {
 /// the answer. Blocking: run it in a namespace with `Netns::run`, or use [`http_get_in`].
 pub fn http_get(addr: SocketAddr, path: &str, timeout: Duration) -> Result<HttpAnswer, Error> {
     let client_error = |what| move |source| Error::Client { what, addr, source };
-    let mut stream =
-        TcpStream::connect_timeout(&addr, timeout).map_err(client_error("HTTP connect to"))?;
+    let mut stream = TcpStream::connect_timeout(&addr, timeout).map_err(client_error("HTTP connect to"))?;
     stream
         .set_read_timeout(Some(timeout))
         .and_then(|()| stream.set_write_timeout(Some(timeout)))
@@ -415,8 +413,14 @@ mod tests {
 
     #[test]
     fn udp_commands_answer_and_unknown_ones_are_ignored() {
-        assert_eq!(udp_answer("hostname", "pod-a", client()).as_deref(), Some("pod-a"));
-        assert_eq!(udp_answer("hostname\n", "pod-a", client()).as_deref(), Some("pod-a"));
+        assert_eq!(
+            udp_answer("hostname", "pod-a", client()).as_deref(),
+            Some("pod-a")
+        );
+        assert_eq!(
+            udp_answer("hostname\n", "pod-a", client()).as_deref(),
+            Some("pod-a")
+        );
         assert_eq!(udp_answer("echo a b", "p", client()).as_deref(), Some("a b"));
         assert_eq!(
             udp_answer("clientip", "p", client()).as_deref(),
@@ -428,7 +432,13 @@ mod tests {
     #[test]
     fn answers_parse_with_and_without_a_length() {
         let a = parse_answer(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi").unwrap();
-        assert_eq!(a, HttpAnswer { status: 200, body: "hi".into() });
+        assert_eq!(
+            a,
+            HttpAnswer {
+                status: 200,
+                body: "hi".into()
+            }
+        );
         let b = parse_answer(b"HTTP/1.0 404 Not Found\r\n\r\nnope").unwrap();
         assert_eq!((b.status, b.body.as_str()), (404, "nope"));
         assert!(parse_answer(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nhi").is_err());

@@ -32,7 +32,10 @@ fn readiness(client: &kube::Client, enabled: Arc<AtomicBool>) -> Task {
     let client = client.clone();
     spawn("readiness", async move {
         let api: Api<Pod> = Api::namespaced(client.clone(), "default");
-        let mut pods = watcher(api, watcher::Config::default()).default_backoff().applied_objects().boxed();
+        let mut pods = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .applied_objects()
+            .boxed();
         while let Some(pod) = pods.next().await {
             let Ok(pod) = pod else { continue };
             let ready = pod
@@ -50,18 +53,29 @@ fn readiness(client: &kube::Client, enabled: Arc<AtomicBool>) -> Task {
 
 /// The Deployment's live pods: (name, template hash, ready).
 async fn pods_of(api: &Api<Pod>, deploy: &str) -> Result<Vec<(String, String, bool)>, String> {
-    let list = api.list(&ListParams::default()).await.map_err(|e| e.to_string())?;
+    let list = api
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?;
     Ok(list
         .items
         .iter()
-        .filter(|p| p.owner_references().iter().any(|o| o.name == deploy && o.kind == "Deployment"))
+        .filter(|p| {
+            p.owner_references()
+                .iter()
+                .any(|o| o.name == deploy && o.kind == "Deployment")
+        })
         .map(|p| {
             let ready = p
                 .status
                 .as_ref()
                 .and_then(|s| s.conditions.as_ref())
                 .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-            (p.name_any(), p.labels().get(TEMPLATE_HASH_LABEL).cloned().unwrap_or_default(), ready)
+            (
+                p.name_any(),
+                p.labels().get(TEMPLATE_HASH_LABEL).cloned().unwrap_or_default(),
+                ready,
+            )
         })
         .collect())
 }
@@ -84,7 +98,10 @@ async fn settled(client: &kube::Client, deploy: &str, count: usize) -> (Vec<Stri
             && s.ready_replicas.unwrap_or(0) == i32::try_from(count).unwrap()
             && s.updated_replicas.unwrap_or(0) == i32::try_from(count).unwrap();
         if settled {
-            Ok((now.iter().map(|(n, _, _)| n.clone()).collect(), hashes.into_iter().next().cloned().unwrap_or_default()))
+            Ok((
+                now.iter().map(|(n, _, _)| n.clone()).collect(),
+                hashes.into_iter().next().cloned().unwrap_or_default(),
+            ))
         } else {
             Err(format!("pods {now:?}, status {s:?}"))
         }
@@ -107,7 +124,9 @@ async fn set_image(api: &Api<Deployment>, name: &str, image: &str) {
     api.patch(
         name,
         &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": image}]}}}})),
+        &Patch::Merge(
+            json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": image}]}}}}),
+        ),
     )
     .await
     .unwrap();
@@ -127,22 +146,36 @@ async fn deployments_create_scale_replace_and_roll_out_pods() {
     let (names, hash) = settled(&client, "web", 3).await;
     assert_eq!(hash.len(), 10);
     for name in &names {
-        let suffix = name.strip_prefix(&format!("web-{hash}-")).unwrap_or_else(|| panic!("{name}"));
+        let suffix = name
+            .strip_prefix(&format!("web-{hash}-"))
+            .unwrap_or_else(|| panic!("{name}"));
         assert_eq!(suffix.len(), 5, "{name}");
         let p = pods.get(name).await.unwrap();
         assert_eq!(p.labels()["app"], "web");
         assert_eq!(p.owner_references()[0].controller, Some(true));
-        assert_eq!(p.spec.unwrap().containers[0].image.as_deref(), Some("kube-ovn-lab/netexec:v1"));
+        assert_eq!(
+            p.spec.unwrap().containers[0].image.as_deref(),
+            Some("kube-ovn-lab/netexec:v1")
+        );
     }
     let status = deployments.get("web").await.unwrap().status.unwrap();
     assert_eq!(status.available_replicas, Some(3));
-    let available = status.conditions.unwrap().into_iter().find(|c| c.type_ == "Available").unwrap();
+    let available = status
+        .conditions
+        .unwrap()
+        .into_iter()
+        .find(|c| c.type_ == "Available")
+        .unwrap();
     assert_eq!(available.status, "True");
 
     // Scale through /scale (kubectl scale), up and down.
     for replicas in [5, 2] {
         deployments
-            .patch_scale("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": replicas}})))
+            .patch_scale(
+                "web",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+            )
             .await
             .unwrap();
         settled(&client, "web", replicas).await;
@@ -153,7 +186,11 @@ async fn deployments_create_scale_replace_and_roll_out_pods() {
     eventually("the deleted pod to be replaced", || async {
         let now = pods_of(&pods, "web").await?;
         let names: Vec<&String> = now.iter().map(|(n, _, _)| n).collect();
-        if now.len() == 2 && !names.contains(&&before[0]) { Ok(()) } else { Err(format!("{now:?}")) }
+        if now.len() == 2 && !names.contains(&&before[0]) {
+            Ok(())
+        } else {
+            Err(format!("{now:?}"))
+        }
     })
     .await;
 
@@ -162,7 +199,11 @@ async fn deployments_create_scale_replace_and_roll_out_pods() {
     set_image(&deployments, "web", "kube-ovn-lab/netexec:v2").await;
     let stuck = eventually("the rollout to surge one pod", || async {
         let now = pods_of(&pods, "web").await?;
-        if now.len() == 3 { Ok(now) } else { Err(format!("{now:?}")) }
+        if now.len() == 3 {
+            Ok(now)
+        } else {
+            Err(format!("{now:?}"))
+        }
     })
     .await;
     let hashes: BTreeSet<&String> = stuck.iter().map(|(_, h, _)| h).collect();
@@ -204,7 +245,11 @@ async fn deployments_create_scale_replace_and_roll_out_pods() {
     let mut seen = Vec::new();
     for _ in 0..2 {
         let first = tokio::time::timeout(common::WAIT, seen_rx.recv()).await;
-        seen.push(first.expect("the recorder to list batch's pods").expect("recorder running"));
+        seen.push(
+            first
+                .expect("the recorder to list batch's pods")
+                .expect("recorder running"),
+        );
     }
     set_image(&deployments, "batch", "kube-ovn-lab/netexec:v2").await;
     let (_, batch_hash) = settled(&client, "batch", 2).await;
@@ -216,9 +261,16 @@ async fn deployments_create_scale_replace_and_roll_out_pods() {
     let mut live_old: BTreeSet<String> = BTreeSet::new();
     for (name, live, hash) in seen {
         if hash == old_hash {
-            if live { live_old.insert(name); } else { live_old.remove(&name); }
+            if live {
+                live_old.insert(name);
+            } else {
+                live_old.remove(&name);
+            }
         } else if live {
-            assert!(live_old.is_empty(), "new pod {name} while old ones lived: {live_old:?}");
+            assert!(
+                live_old.is_empty(),
+                "new pod {name} while old ones lived: {live_old:?}"
+            );
         }
     }
 
@@ -231,14 +283,25 @@ async fn deployments_create_scale_replace_and_roll_out_pods() {
     create(&deployments, "probe", 1, json!({})).await;
     settled(&client, "probe", 1).await;
     let (names_after, _) = settled(&client, "web", 2).await;
-    assert_eq!(names_after.iter().collect::<BTreeSet<_>>(), names_before.iter().collect());
-    assert_eq!(deployments.get("web").await.unwrap().resource_version(), rv, "status unchanged");
+    assert_eq!(
+        names_after.iter().collect::<BTreeSet<_>>(),
+        names_before.iter().collect()
+    );
+    assert_eq!(
+        deployments.get("web").await.unwrap().resource_version(),
+        rv,
+        "status unchanged"
+    );
 
     // Deleting the Deployment deletes its pods (owner references).
     deployments.delete("web", &DeleteParams::default()).await.unwrap();
     eventually("web's pods to go", || async {
         let now = pods_of(&pods, "web").await?;
-        if now.is_empty() { Ok(()) } else { Err(format!("{now:?}")) }
+        if now.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{now:?}"))
+        }
     })
     .await;
 }

@@ -29,10 +29,19 @@ async fn view(api: &Api<EndpointSlice>, service: &str) -> Result<View, String> {
         .map_err(|e| e.to_string())?;
     let mut out = View::new();
     for s in list.items {
-        let port = s.ports.as_ref().and_then(|p| p.first()).and_then(|p| p.port).unwrap_or(0);
+        let port = s
+            .ports
+            .as_ref()
+            .and_then(|p| p.first())
+            .and_then(|p| p.port)
+            .unwrap_or(0);
         let entry = out.entry(port).or_default();
         for e in &s.endpoints {
-            let pod = e.target_ref.as_ref().and_then(|t| t.name.clone()).unwrap_or_default();
+            let pod = e
+                .target_ref
+                .as_ref()
+                .and_then(|t| t.name.clone())
+                .unwrap_or_default();
             entry.push((pod, e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(false)));
         }
         entry.sort();
@@ -47,7 +56,11 @@ async fn until(api: &Api<EndpointSlice>, service: &str, want: &[(i32, &[(&str, b
         .collect();
     eventually(&format!("slices of {service} to be {want:?}"), || async {
         let got = view(api, service).await?;
-        if got == want { Ok(()) } else { Err(format!("{got:?}")) }
+        if got == want {
+            Ok(())
+        } else {
+            Err(format!("{got:?}"))
+        }
     })
     .await;
 }
@@ -69,8 +82,10 @@ async fn slices_follow_readiness_labels_named_ports_and_selectors() {
     // No pods yet: one empty slice.
     until(&slices, "web", &[(0, &[])]).await;
 
-    let named = |port: i32| json!({"containers": [{"name": "c", "image": "kube-ovn-lab/netexec",
-                                                    "ports": [{"name": "http", "containerPort": port}]}]});
+    let named = |port: i32| {
+        json!({"containers": [{"name": "c", "image": "kube-ovn-lab/netexec",
+                                                    "ports": [{"name": "http", "containerPort": port}]}]})
+    };
     let pods = [
         ("a", "web", named(8080), "10.16.0.2"),
         ("b", "web", named(8080), "10.16.0.3"),
@@ -83,7 +98,12 @@ async fn slices_follow_readiness_labels_named_ports_and_selectors() {
         set_ready(&client, "default", name, true, Some(ip)).await;
     }
     // `d` lacks the named port, `e` does not match; `c` resolves it differently.
-    until(&slices, "web", &[(8080, &[("a", true), ("b", true)]), (9090, &[("c", true)])]).await;
+    until(
+        &slices,
+        "web",
+        &[(8080, &[("a", true), ("b", true)]), (9090, &[("c", true)])],
+    )
+    .await;
     let one = slices
         .list(&ListParams::default().labels(&format!("{SERVICE_NAME_LABEL}=web")))
         .await
@@ -96,23 +116,44 @@ async fn slices_follow_readiness_labels_named_ports_and_selectors() {
 
     // Readiness, labels, deletion.
     set_ready(&client, "default", "b", false, None).await;
-    until(&slices, "web", &[(8080, &[("a", true), ("b", false)]), (9090, &[("c", true)])]).await;
+    until(
+        &slices,
+        "web",
+        &[(8080, &[("a", true), ("b", false)]), (9090, &[("c", true)])],
+    )
+    .await;
     let pod_api: Api<Pod> = Api::namespaced(client.clone(), "default");
     pod_api
-        .patch("a", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"app": "other"}}})))
+        .patch(
+            "a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"app": "other"}}})),
+        )
         .await
         .unwrap();
     pod_api
-        .patch("e", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"app": "web"}}})))
+        .patch(
+            "e",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"app": "web"}}})),
+        )
         .await
         .unwrap();
-    until(&slices, "web", &[(8080, &[("b", false), ("e", true)]), (9090, &[("c", true)])]).await;
+    until(
+        &slices,
+        "web",
+        &[(8080, &[("b", false), ("e", true)]), (9090, &[("c", true)])],
+    )
+    .await;
     pod_api.delete("c", &DeleteParams::default()).await.unwrap();
     until(&slices, "web", &[(8080, &[("b", false), ("e", true)])]).await;
 
     // A slice of ours deleted by hand comes back.
     for s in slices.list(&ListParams::default()).await.unwrap().items {
-        slices.delete(&s.name_any(), &DeleteParams::default()).await.unwrap();
+        slices
+            .delete(&s.name_any(), &DeleteParams::default())
+            .await
+            .unwrap();
     }
     until(&slices, "web", &[(8080, &[("b", false), ("e", true)])]).await;
 
@@ -131,7 +172,11 @@ async fn slices_follow_readiness_labels_named_ports_and_selectors() {
     slices.create(&PostParams::default(), &user_slice).await.unwrap();
     // The selector goes from `web`: its slices go; `manual` keeps only the user's.
     services
-        .patch("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"selector": null}})))
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"selector": null}})),
+        )
         .await
         .unwrap();
     until(&slices, "web", &[]).await;

@@ -49,7 +49,8 @@ impl TestNode {
             Path::new(CNI_BIN).join("bridge").exists() && Path::new(CNI_BIN).join("host-local").exists(),
             "{CNI_BIN}/bridge and host-local are needed (Debian's containernetworking-plugins)"
         );
-        let netns = kube_ovn_testkit::Netns::create("kol-kl-node").expect("root: creating the node's namespace");
+        let netns =
+            kube_ovn_testkit::Netns::create("kol-kl-node").expect("root: creating the node's namespace");
         let dir = tempfile::tempdir().unwrap();
         let conf_dir = dir.path().join("net.d");
         std::fs::create_dir(&conf_dir).unwrap();
@@ -61,7 +62,11 @@ impl TestNode {
                 labels: BTreeMap::from([("ovn.kubernetes.io/bgp".into(), "true".into())]),
                 cni_conf_dir: conf_dir,
                 cni_bin_dir: CNI_BIN.into(),
-                netns_prefix: format!("kol-kt{}x{}-p", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)),
+                netns_prefix: format!(
+                    "kol-kt{}x{}-p",
+                    std::process::id(),
+                    NEXT.fetch_add(1, Ordering::Relaxed)
+                ),
                 sandbox_dir: dir.path().join("sandboxes"),
             },
             _netns: netns,
@@ -113,7 +118,11 @@ impl TestNode {
 
     fn records(&self) -> Vec<String> {
         let mut files: Vec<String> = std::fs::read_dir(&self.config.sandbox_dir)
-            .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
             .unwrap_or_default();
         files.sort();
         files
@@ -127,11 +136,15 @@ impl TestNode {
 /// A failed test leaves no pod namespaces behind (the node's own goes with `_netns`).
 impl Drop for TestNode {
     fn drop(&mut self) {
-        let Ok(entries) = std::fs::read_dir(kubelet::NETNS_DIR) else { return };
+        let Ok(entries) = std::fs::read_dir(kubelet::NETNS_DIR) else {
+            return;
+        };
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             if name.starts_with(&self.config.netns_prefix) {
-                let _ = std::process::Command::new("ip").args(["netns", "del", &name]).status();
+                let _ = std::process::Command::new("ip")
+                    .args(["netns", "del", &name])
+                    .status();
             }
         }
     }
@@ -153,7 +166,9 @@ async fn running(api: &Api<Pod>, name: &str) -> (Pod, IpAddr) {
             .flatten()
             .any(|c| c.type_ == "Ready" && c.status == "True");
         match (status.phase.as_deref(), ready, status.pod_ip.as_deref()) {
-            (Some("Running"), true, Some(ip)) => Ok((p.clone(), ip.parse::<IpAddr>().map_err(|e| e.to_string())?)),
+            (Some("Running"), true, Some(ip)) => {
+                Ok((p.clone(), ip.parse::<IpAddr>().map_err(|e| e.to_string())?))
+            }
             other => Err(format!("{other:?}")),
         }
     })
@@ -163,7 +178,13 @@ async fn running(api: &Api<Pod>, name: &str) -> (Pod, IpAddr) {
 async fn gone(what: &str, path: PathBuf) {
     eventually(what, || {
         let path = path.clone();
-        async move { if path.exists() { Err(format!("{} exists", path.display())) } else { Ok(()) } }
+        async move {
+            if path.exists() {
+                Err(format!("{} exists", path.display()))
+            } else {
+                Ok(())
+            }
+        }
     })
     .await;
 }
@@ -178,10 +199,15 @@ async fn pods_get_sandboxes_answer_each_other_and_are_cleaned_up_also_across_res
 
     // The Node.
     let registered = eventually("node1 to be registered Ready", || async {
-        let n = Api::<Node>::all(client.clone()).get("node1").await.map_err(|e| e.to_string())?;
-        let ready = n.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| {
-            cs.iter().any(|c| c.type_ == "Ready" && c.status == "True")
-        });
+        let n = Api::<Node>::all(client.clone())
+            .get("node1")
+            .await
+            .map_err(|e| e.to_string())?;
+        let ready = n
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
         if ready { Ok(n) } else { Err("not Ready".into()) }
     })
     .await;
@@ -189,7 +215,10 @@ async fn pods_get_sandboxes_answer_each_other_and_are_cleaned_up_also_across_res
     assert_eq!(registered.labels()["kubernetes.io/os"], "linux");
     assert_eq!(registered.labels()["ovn.kubernetes.io/bgp"], "true");
     let addresses = registered.status.unwrap().addresses.unwrap();
-    assert_eq!((addresses[0].type_.as_str(), addresses[0].address.as_str()), ("InternalIP", "172.30.0.11"));
+    assert_eq!(
+        (addresses[0].type_.as_str(), addresses[0].address.as_str()),
+        ("InternalIP", "172.30.0.11")
+    );
 
     // Two pods on the bridge.
     pod(&client, "default", "a", json!({}), netexec_pod()).await;
@@ -219,14 +248,30 @@ async fn pods_get_sandboxes_answer_each_other_and_are_cleaned_up_also_across_res
     let to_b = SocketAddr::new(b_ip, 8080);
     let answer = netexec::http_get_in(&a_ns, to_b, "/hostname", T).await.unwrap();
     assert_eq!(answer.body, "b");
-    let seen = netexec::http_get_in(&a_ns, to_b, "/clientip", T).await.unwrap().body;
-    assert_eq!(seen.rsplit_once(':').unwrap().0, a_ip.to_string(), "b saw a's address");
-    let udp = netexec::udp_request_in(&a_ns, SocketAddr::new(b_ip, 8081), "hostname", T).await.unwrap();
+    let seen = netexec::http_get_in(&a_ns, to_b, "/clientip", T)
+        .await
+        .unwrap()
+        .body;
+    assert_eq!(
+        seen.rsplit_once(':').unwrap().0,
+        a_ip.to_string(),
+        "b saw a's address"
+    );
+    let udp = netexec::udp_request_in(&a_ns, SocketAddr::new(b_ip, 8081), "hostname", T)
+        .await
+        .unwrap();
     assert_eq!(udp, "b");
     drop(a_ns);
 
     // A hostNetwork pod: the node's address, no sandbox.
-    pod(&client, "default", "host", json!({}), json!({"nodeName": "node1", "hostNetwork": true})).await;
+    pod(
+        &client,
+        "default",
+        "host",
+        json!({}),
+        json!({"nodeName": "node1", "hostNetwork": true}),
+    )
+    .await;
     let (_, host_ip) = running(&pods, "host").await;
     assert_eq!(host_ip.to_string(), "172.30.0.11");
     assert_eq!(node.records().len(), 2);
@@ -248,21 +293,40 @@ async fn pods_get_sandboxes_answer_each_other_and_are_cleaned_up_also_across_res
     let mut held = netexec_pod();
     held["containers"][0]["ports"] = json!([]);
     pod(&client, "default", "held", json!({}), held).await;
-    pods.patch("held", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": ["test/hold"]}})))
-        .await
-        .unwrap();
+    pods.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": ["test/hold"]}})),
+    )
+    .await
+    .unwrap();
     let (held_pod, _) = running(&pods, "held").await;
     pods.delete("held", &DeleteParams::default()).await.unwrap();
     gone("held's namespace to go", node.pod_netns(&held_pod)).await;
     eventually("held to be reported not Ready", || async {
         let p = pods.get("held").await.map_err(|e| e.to_string())?;
-        let ready = p.status.unwrap().conditions.unwrap().into_iter().find(|c| c.type_ == "Ready").unwrap();
-        if ready.status == "False" { Ok(()) } else { Err(ready.status) }
+        let ready = p
+            .status
+            .unwrap()
+            .conditions
+            .unwrap()
+            .into_iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap();
+        if ready.status == "False" {
+            Ok(())
+        } else {
+            Err(ready.status)
+        }
     })
     .await;
-    pods.patch("held", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}})))
-        .await
-        .unwrap();
+    pods.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
 
     // The kubelet goes away; b is deleted and c is created meanwhile; d stays.
     pod(&client, "default", "d", json!({}), netexec_pod()).await;
@@ -330,15 +394,24 @@ async fn a_failing_add_is_reported_undone_and_retried_until_it_works() {
             .list(&ListParams::default().fields("involvedObject.name=second,reason=FailedCreatePodSandBox"))
             .await
             .map_err(|e| e.to_string())?;
-        list.items.into_iter().find_map(|e| e.message).ok_or_else(|| "none".to_owned())
+        list.items
+            .into_iter()
+            .find_map(|e| e.message)
+            .ok_or_else(|| "none".to_owned())
     })
     .await;
-    assert!(message.starts_with("Failed to create pod sandbox: CNI ADD"), "{message}");
+    assert!(
+        message.starts_with("Failed to create pod sandbox: CNI ADD"),
+        "{message}"
+    );
     assert!(message.contains("no IP addresses available"), "{message}");
     // Undone: no namespace, no record beside first's, and still Pending.
     assert!(!node.pod_netns(&second).exists(), "the failed sandbox was undone");
     assert_eq!(node.records().len(), 1, "{:?}", node.records());
-    assert_eq!(pods.get("second").await.unwrap().status.unwrap().phase.as_deref(), Some("Pending"));
+    assert_eq!(
+        pods.get("second").await.unwrap().status.unwrap().phase.as_deref(),
+        Some("Pending")
+    );
     // The address comes free: a later attempt (after the backoff) works and gets it.
     pods.delete("first", &DeleteParams::default()).await.unwrap();
     let (_, second_ip) = running(&pods, "second").await;

@@ -17,7 +17,13 @@ fn local(port: u16) -> SocketAddr {
 }
 
 /// An HTTP and a UDP server for `hostname` on loopback ports of this namespace.
-fn servers(hostname: &str) -> (SocketAddr, SocketAddr, tokio::task::JoinSet<Result<(), netexec::Error>>) {
+fn servers(
+    hostname: &str,
+) -> (
+    SocketAddr,
+    SocketAddr,
+    tokio::task::JoinSet<Result<(), netexec::Error>>,
+) {
     let tcp = netexec::bind_tcp(local(0)).unwrap();
     let udp = netexec::bind_udp(local(0)).unwrap();
     let (http_addr, udp_addr) = (tcp.local_addr().unwrap(), udp.local_addr().unwrap());
@@ -61,7 +67,10 @@ async fn every_endpoint_answers_over_real_sockets() {
     assert_eq!(udp(udp_addr, "echo a b c").await.unwrap(), "a b c");
     let seen = udp(udp_addr, "clientip").await.unwrap();
     assert!(seen.starts_with("127.0.0.1:"), "{seen}");
-    assert!(udp(udp_addr, "reboot").await.is_err(), "unknown commands get no answer");
+    assert!(
+        udp(udp_addr, "reboot").await.is_err(),
+        "unknown commands get no answer"
+    );
 }
 
 #[tokio::test]
@@ -71,8 +80,10 @@ async fn connections_are_kept_alive_unless_the_client_closes() {
         let mut s = TcpStream::connect(http).unwrap();
         s.set_read_timeout(Some(T)).unwrap();
         // Two requests on one connection (the first with a body to skip), then close.
-        s.write_all(b"POST /echo?msg=1 HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc").unwrap();
-        s.write_all(b"GET /hostname HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+        s.write_all(b"POST /echo?msg=1 HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc")
+            .unwrap();
+        s.write_all(b"GET /hostname HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .unwrap();
         let mut out = String::new();
         s.read_to_string(&mut out).unwrap();
         // HTTP/1.0 closes after one answer.
@@ -87,14 +98,24 @@ async fn connections_are_kept_alive_unless_the_client_closes() {
     .unwrap();
     let (both, one) = raw;
     assert_eq!(both.matches("HTTP/1.1 200 OK").count(), 2, "{both}");
-    assert!(both.contains("\r\n\r\n1HTTP/1.1") && both.ends_with("pod-b"), "{both}");
-    assert!(one.ends_with("\r\n\r\n10") && one.contains("Connection: close"), "{one}");
+    assert!(
+        both.contains("\r\n\r\n1HTTP/1.1") && both.ends_with("pod-b"),
+        "{both}"
+    );
+    assert!(
+        one.ends_with("\r\n\r\n10") && one.contains("Connection: close"),
+        "{one}"
+    );
 }
 
 #[tokio::test]
 async fn the_standalone_server_serves_its_ports() {
     // Ports just freed; the server binds them again at once.
-    let http_port = std::net::TcpListener::bind(local(0)).unwrap().local_addr().unwrap().port();
+    let http_port = std::net::TcpListener::bind(local(0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let udp_port = UdpSocket::bind(local(0)).unwrap().local_addr().unwrap().port();
     let server = tokio::spawn(netexec::run(NetexecConfig {
         hostname: "outside".into(),
@@ -135,9 +156,13 @@ async fn servers_bound_in_a_namespace_answer_there_only() {
     let name: Arc<str> = Arc::from("pod-in-ns");
     let http_task = tokio::spawn(netexec::serve_http(tcp.unwrap(), name.clone()));
     let udp_task = tokio::spawn(netexec::serve_udp(udp_socket.unwrap(), name));
-    let answer = netexec::http_get_in(&handle, local(8080), "/hostname", T).await.unwrap();
+    let answer = netexec::http_get_in(&handle, local(8080), "/hostname", T)
+        .await
+        .unwrap();
     assert_eq!(answer.body, "pod-in-ns");
-    let answer = netexec::udp_request_in(&handle, local(8081), "hostname", T).await.unwrap();
+    let answer = netexec::udp_request_in(&handle, local(8081), "hostname", T)
+        .await
+        .unwrap();
     assert_eq!(answer, "pod-in-ns");
     // From this namespace the port is someone else's (or nobody's): never the pod's.
     let here = tokio::task::spawn_blocking(|| http_get(local(8080), "/hostname", Duration::from_millis(300)))

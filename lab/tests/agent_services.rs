@@ -77,19 +77,31 @@ async fn services_get_unique_addresses_that_are_freed_and_rebuilt() {
     assert_eq!(kubernetes.spec.unwrap().ports.unwrap()[0].port, 443);
     assert_eq!(cluster_ips(&api, "early").await, ["10.96.0.2"]);
     let early = api.get("early").await.unwrap().spec.unwrap();
-    assert_eq!(early.ip_families.as_deref(), Some(&["IPv4".to_owned()][..]), "completed");
+    assert_eq!(
+        early.ip_families.as_deref(),
+        Some(&["IPv4".to_owned()][..]),
+        "completed"
+    );
 
     for i in 0..5 {
         create(&api, &format!("s{i}"), json!({})).await;
     }
     create(&api, "dual", json!({"ipFamilyPolicy": "PreferDualStack"})).await;
     create(&api, "headless", json!({"clusterIP": "None"})).await;
-    create(&api, "external", json!({"type": "ExternalName", "externalName": "example.com"})).await;
+    create(
+        &api,
+        "external",
+        json!({"type": "ExternalName", "externalName": "example.com"}),
+    )
+    .await;
     let mut all = BTreeSet::new();
     for i in 0..5 {
         let ips = cluster_ips(&api, &format!("s{i}")).await;
         assert_eq!(ips.len(), 1);
-        assert!(ips[0].starts_with("10.96.0.") && ips[0] != "10.96.0.1" && ips[0] != "10.96.0.2", "{ips:?}");
+        assert!(
+            ips[0].starts_with("10.96.0.") && ips[0] != "10.96.0.1" && ips[0] != "10.96.0.2",
+            "{ips:?}"
+        );
         assert!(all.insert(ips[0].clone()), "{} given twice", ips[0]);
         let spec = api.get(&format!("s{i}")).await.unwrap().spec.unwrap();
         assert_eq!(spec.ip_family_policy.as_deref(), Some("SingleStack"));
@@ -103,7 +115,10 @@ async fn services_get_unique_addresses_that_are_freed_and_rebuilt() {
     );
     for name in ["headless", "external"] {
         let spec = api.get(name).await.unwrap().spec.unwrap();
-        assert!(spec.cluster_ips.is_none() && spec.ip_families.is_none(), "{name} left alone: {spec:?}");
+        assert!(
+            spec.cluster_ips.is_none() && spec.ip_families.is_none(),
+            "{name} left alone: {spec:?}"
+        );
     }
 
     // Given addresses: taken, or out of range, get a Warning and stay as given.
@@ -122,13 +137,16 @@ async fn services_get_unique_addresses_that_are_freed_and_rebuilt() {
     })
     .await;
     assert!(outside[0].contains("not in the valid range"), "{outside:?}");
-    assert_eq!(api.get("dup").await.unwrap().spec.unwrap().cluster_ip.as_deref(), Some(taken.as_str()));
+    assert_eq!(
+        api.get("dup").await.unwrap().spec.unwrap().cluster_ip.as_deref(),
+        Some(taken.as_str())
+    );
 
     // Freed, then handed out again.
     let s2 = api.get("s2").await.unwrap().spec.unwrap().cluster_ip.unwrap();
     api.delete("s2", &DeleteParams::default()).await.unwrap();
     create(&api, "after", json!({})).await;
-    assert_eq!(cluster_ips(&api, "after").await, [s2.clone()], "the lowest free address");
+    assert_eq!(cluster_ips(&api, "after").await, [s2], "the lowest free address");
 
     // A restart: changes made while it was away are read back, nothing is given twice.
     drop(allocator);

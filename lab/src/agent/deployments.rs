@@ -58,7 +58,11 @@ fn resolve(value: Option<&IntOrString>, replicas: i32, round_up: bool) -> i32 {
         Some(IntOrString::String(s)) => {
             let percent: i64 = s.trim_end_matches('%').parse().unwrap_or(25);
             let scaled = percent * i64::from(replicas);
-            let n = if round_up { (scaled + 99) / 100 } else { scaled / 100 };
+            let n = if round_up {
+                (scaled + 99) / 100
+            } else {
+                scaled / 100
+            };
             i32::try_from(n).unwrap_or(i32::MAX)
         }
     }
@@ -152,7 +156,9 @@ pub fn plan(replicas: i32, strategy: Strategy, hash: &str, pods: &[PodView]) -> 
             max_unavailable,
         } => {
             let total = count(new.len() + old.len());
-            let create = (replicas - count(new.len())).min(replicas + max_surge - total).max(0);
+            let create = (replicas - count(new.len()))
+                .min(replicas + max_surge - total)
+                .max(0);
             let available = count(pods.iter().filter(|p| p.ready).count());
             // Old pods that are not ready cost no availability; ready ones as the budget allows.
             let mut budget = (available - (replicas - max_unavailable)).max(0);
@@ -208,7 +214,12 @@ pub fn status(deploy: &Deployment, hash: &str, pods: &[PodView], now: &str) -> V
                "lastTransitionTime": since, "lastUpdateTime": updated_at})
     };
     let available_condition = if minimum {
-        condition("Available", true, "MinimumReplicasAvailable", "Deployment has minimum availability.".into())
+        condition(
+            "Available",
+            true,
+            "MinimumReplicasAvailable",
+            "Deployment has minimum availability.".into(),
+        )
     } else {
         condition(
             "Available",
@@ -246,7 +257,11 @@ pub fn status(deploy: &Deployment, hash: &str, pods: &[PodView], now: &str) -> V
 
 /// A new pod of the Deployment from its template.
 pub fn new_pod(deploy: &Deployment, hash: &str, suffix: &str) -> Pod {
-    let template = deploy.spec.as_ref().map(|s| s.template.clone()).unwrap_or_default();
+    let template = deploy
+        .spec
+        .as_ref()
+        .map(|s| s.template.clone())
+        .unwrap_or_default();
     let meta = template.metadata.unwrap_or_default();
     let mut labels = meta.labels.unwrap_or_default();
     labels.insert(TEMPLATE_HASH_LABEL.into(), hash.into());
@@ -321,7 +336,11 @@ struct Expectations {
 
 /// Keeps Deployments' pods until dropped.
 pub async fn run(client: Client) -> Result<(), Error> {
-    let deployments = informer(Api::<Deployment>::all(client.clone()), watcher::Config::default(), "Deployment");
+    let deployments = informer(
+        Api::<Deployment>::all(client.clone()),
+        watcher::Config::default(),
+        "Deployment",
+    );
     let pods = informer(Api::<Pod>::all(client.clone()), watcher::Config::default(), "Pod");
     let mut controller = Controller {
         client,
@@ -445,7 +464,11 @@ impl Controller {
                 want["unavailableReplicas"] = Value::Null;
             }
             Api::<Deployment>::namespaced(self.client.clone(), &ns)
-                .patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({"status": want})))
+                .patch_status(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": want})),
+                )
                 .await
                 .map_err(fail("writing status".into()))?;
         }
@@ -458,7 +481,8 @@ impl Controller {
 fn same_status(have: &Value, want: &Value) -> bool {
     want.as_object().is_some_and(|w| {
         w.iter().all(|(k, v)| have.get(k) == Some(v))
-            && (w.contains_key("unavailableReplicas") || have.get("unavailableReplicas").is_none_or(|u| u == 0))
+            && (w.contains_key("unavailableReplicas")
+                || have.get("unavailableReplicas").is_none_or(|u| u == 0))
     })
 }
 

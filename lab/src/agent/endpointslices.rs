@@ -59,7 +59,9 @@ fn pod_ips(pod: &Pod) -> Vec<IpAddr> {
         .filter_map(|p| p.ip.parse().ok())
         .collect();
     if ips.is_empty()
-        && let Some(ip) = status.and_then(|s| s.pod_ip.as_deref()).and_then(|ip| ip.parse().ok())
+        && let Some(ip) = status
+            .and_then(|s| s.pod_ip.as_deref())
+            .and_then(|ip| ip.parse().ok())
     {
         ips.push(ip);
     }
@@ -99,22 +101,29 @@ fn families(svc: &Service, pods: &[&Pod]) -> Vec<String> {
 /// container ports.
 fn resolve_ports(svc: &Service, pod: &Pod) -> Option<Vec<EndpointPort>> {
     let mut ports = Vec::new();
-    for port in svc.spec.as_ref().and_then(|s| s.ports.as_ref()).into_iter().flatten() {
+    for port in svc
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.as_ref())
+        .into_iter()
+        .flatten()
+    {
         let protocol = port.protocol.clone().unwrap_or_else(|| "TCP".into());
         let number = match &port.target_port {
             None => port.port,
             Some(IntOrString::Int(n)) => *n,
-            Some(IntOrString::String(name)) => pod
-                .spec
-                .as_ref()?
-                .containers
-                .iter()
-                .flat_map(|c| c.ports.iter().flatten())
-                .find(|cp| {
-                    cp.name.as_deref() == Some(name.as_str())
-                        && cp.protocol.as_deref().unwrap_or("TCP") == protocol
-                })?
-                .container_port,
+            Some(IntOrString::String(name)) => {
+                pod.spec
+                    .as_ref()?
+                    .containers
+                    .iter()
+                    .flat_map(|c| c.ports.iter().flatten())
+                    .find(|cp| {
+                        cp.name.as_deref() == Some(name.as_str())
+                            && cp.protocol.as_deref().unwrap_or("TCP") == protocol
+                    })?
+                    .container_port
+            }
         };
         ports.push(EndpointPort {
             name: Some(port.name.clone().unwrap_or_default()),
@@ -223,7 +232,11 @@ fn slice(
     if svc.spec.as_ref().and_then(|s| s.cluster_ip.as_deref()) == Some("None") {
         labels.insert(HEADLESS_LABEL.to_owned(), String::new());
     }
-    let suffix = if chunk == 0 { String::new() } else { format!("-{chunk}") };
+    let suffix = if chunk == 0 {
+        String::new()
+    } else {
+        format!("-{chunk}")
+    };
     EndpointSlice {
         metadata: ObjectMeta {
             name: Some(format!(
@@ -266,7 +279,11 @@ pub enum Error {
 
 /// Keeps slices in step until dropped.
 pub async fn run(client: Client) -> Result<(), Error> {
-    let services = informer(Api::<Service>::all(client.clone()), watcher::Config::default(), "Service");
+    let services = informer(
+        Api::<Service>::all(client.clone()),
+        watcher::Config::default(),
+        "Service",
+    );
     let pods = informer(Api::<Pod>::all(client.clone()), watcher::Config::default(), "Pod");
     let slices = informer(
         Api::<EndpointSlice>::all(client.clone()),
@@ -300,7 +317,10 @@ impl Passes for Controller {
         let pods = self.pods.state();
         let mut by_namespace: HashMap<String, Vec<&Pod>> = HashMap::new();
         for pod in &pods {
-            by_namespace.entry(pod.namespace().unwrap_or_default()).or_default().push(pod);
+            by_namespace
+                .entry(pod.namespace().unwrap_or_default())
+                .or_default()
+                .push(pod);
         }
         // Our slices by (namespace, name).
         let mut existing: HashMap<(String, String), Arc<EndpointSlice>> = self

@@ -2,7 +2,7 @@ use serde_json::json;
 
 use super::*;
 
-fn service(selector: serde_json::Value, ports: serde_json::Value, families: &[&str]) -> Service {
+fn service(selector: &serde_json::Value, ports: &serde_json::Value, families: &[&str]) -> Service {
     serde_json::from_value(json!({
         "metadata": {"name": "web", "namespace": "a", "uid": "svc-uid"},
         "spec": {"selector": selector, "ports": ports, "ipFamilies": families,
@@ -11,7 +11,7 @@ fn service(selector: serde_json::Value, ports: serde_json::Value, families: &[&s
     .unwrap()
 }
 
-fn pod(name: &str, labels: serde_json::Value, ips: &[&str], ready: bool, ports: serde_json::Value) -> Pod {
+fn pod(name: &str, labels: &serde_json::Value, ips: &[&str], ready: bool, ports: &serde_json::Value) -> Pod {
     let ips: Vec<_> = ips.iter().map(|ip| json!({"ip": ip})).collect();
     serde_json::from_value(json!({
         "metadata": {"name": name, "namespace": "a", "uid": format!("uid-{name}"), "labels": labels},
@@ -37,11 +37,15 @@ fn addresses(slice: &EndpointSlice) -> Vec<(String, bool)> {
 
 #[test]
 fn matching_pods_with_addresses_are_endpoints_with_their_readiness() {
-    let svc = service(json!({"app": "web"}), json!([{"port": 80, "targetPort": 8080}]), &["IPv4"]);
-    let a = pod("a", json!({"app": "web"}), &["10.16.0.2"], true, json!([]));
-    let b = pod("b", json!({"app": "web"}), &["10.16.0.3"], false, json!([]));
-    let other = pod("c", json!({"app": "db"}), &["10.16.0.4"], true, json!([]));
-    let pending = pod("d", json!({"app": "web"}), &[], true, json!([]));
+    let svc = service(
+        &json!({"app": "web"}),
+        &json!([{"port": 80, "targetPort": 8080}]),
+        &["IPv4"],
+    );
+    let a = pod("a", &json!({"app": "web"}), &["10.16.0.2"], true, &json!([]));
+    let b = pod("b", &json!({"app": "web"}), &["10.16.0.3"], false, &json!([]));
+    let other = pod("c", &json!({"app": "db"}), &["10.16.0.4"], true, &json!([]));
+    let pending = pod("d", &json!({"app": "web"}), &[], true, &json!([]));
     let slices = desired_slices(&svc, &[&b, &a, &other, &pending]);
     assert_eq!(slices.len(), 1);
     let s = &slices[0];
@@ -66,8 +70,8 @@ fn matching_pods_with_addresses_are_endpoints_with_their_readiness() {
 
 #[test]
 fn terminating_pods_are_serving_but_not_ready() {
-    let svc = service(json!({"app": "web"}), json!([{"port": 80}]), &["IPv4"]);
-    let mut a = pod("a", json!({"app": "web"}), &["10.16.0.2"], true, json!([]));
+    let svc = service(&json!({"app": "web"}), &json!([{"port": 80}]), &["IPv4"]);
+    let mut a = pod("a", &json!({"app": "web"}), &["10.16.0.2"], true, &json!([]));
     a.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
         jiff::Timestamp::UNIX_EPOCH,
     ));
@@ -82,23 +86,21 @@ fn terminating_pods_are_serving_but_not_ready() {
 #[test]
 fn named_ports_resolve_per_pod_into_separate_slices_and_pods_without_them_are_left_out() {
     let svc = service(
-        json!({"app": "web"}),
-        json!([{"name": "http", "port": 80, "targetPort": "web"}, {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": "dns"}]),
+        &json!({"app": "web"}),
+        &json!([{"name": "http", "port": 80, "targetPort": "web"}, {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": "dns"}]),
         &["IPv4"],
     );
-    let named = |port: i32| {
-        json!([{"name": "web", "containerPort": port}, {"name": "dns", "containerPort": 5353, "protocol": "UDP"}])
-    };
-    let a = pod("a", json!({"app": "web"}), &["10.16.0.2"], true, named(8080));
-    let b = pod("b", json!({"app": "web"}), &["10.16.0.3"], true, named(9090));
-    let c = pod("c", json!({"app": "web"}), &["10.16.0.4"], true, named(8080));
+    let named = |port: i32| json!([{"name": "web", "containerPort": port}, {"name": "dns", "containerPort": 5353, "protocol": "UDP"}]);
+    let a = pod("a", &json!({"app": "web"}), &["10.16.0.2"], true, &named(8080));
+    let b = pod("b", &json!({"app": "web"}), &["10.16.0.3"], true, &named(9090));
+    let c = pod("c", &json!({"app": "web"}), &["10.16.0.4"], true, &named(8080));
     // "dns" only over TCP: no UDP port of that name, so it is left out.
     let d = pod(
         "d",
-        json!({"app": "web"}),
+        &json!({"app": "web"}),
         &["10.16.0.5"],
         true,
-        json!([{"name": "web", "containerPort": 8080}, {"name": "dns", "containerPort": 53}]),
+        &json!([{"name": "web", "containerPort": 8080}, {"name": "dns", "containerPort": 53}]),
     );
     let slices = desired_slices(&svc, &[&a, &b, &c, &d]);
     let mut got: Vec<(Vec<Option<i32>>, Vec<String>)> = slices
@@ -114,7 +116,10 @@ fn named_ports_resolve_per_pod_into_separate_slices_and_pods_without_them_are_le
     assert_eq!(
         got,
         [
-            (vec![Some(8080), Some(5353)], vec!["10.16.0.2".into(), "10.16.0.4".into()]),
+            (
+                vec![Some(8080), Some(5353)],
+                vec!["10.16.0.2".into(), "10.16.0.4".into()]
+            ),
             (vec![Some(9090), Some(5353)], vec!["10.16.0.3".into()]),
         ]
     );
@@ -123,8 +128,14 @@ fn named_ports_resolve_per_pod_into_separate_slices_and_pods_without_them_are_le
 
 #[test]
 fn each_family_has_its_slices_and_empty_ones_stay_as_placeholders() {
-    let svc = service(json!({"app": "web"}), json!([{"port": 80}]), &["IPv4", "IPv6"]);
-    let a = pod("a", json!({"app": "web"}), &["10.16.0.2", "fd00::2"], true, json!([]));
+    let svc = service(&json!({"app": "web"}), &json!([{"port": 80}]), &["IPv4", "IPv6"]);
+    let a = pod(
+        "a",
+        &json!({"app": "web"}),
+        &["10.16.0.2", "fd00::2"],
+        true,
+        &json!([]),
+    );
     let slices = desired_slices(&svc, &[&a]);
     let families: Vec<(&str, Vec<(String, bool)>)> = slices
         .iter()
@@ -141,21 +152,21 @@ fn each_family_has_its_slices_and_empty_ones_stay_as_placeholders() {
     assert_eq!(empty.len(), 2);
     assert!(empty.iter().all(|s| s.endpoints.is_empty()));
     // No selector: not ours to manage.
-    let manual = service(json!({}), json!([{"port": 80}]), &["IPv4"]);
+    let manual = service(&json!({}), &json!([{"port": 80}]), &["IPv4"]);
     assert!(desired_slices(&manual, &[&a]).is_empty());
 }
 
 #[test]
 fn more_than_a_slice_full_is_split() {
-    let svc = service(json!({"app": "web"}), json!([{"port": 80}]), &["IPv4"]);
+    let svc = service(&json!({"app": "web"}), &json!([{"port": 80}]), &["IPv4"]);
     let pods: Vec<Pod> = (0..250)
         .map(|i| {
             pod(
                 &format!("p{i:03}"),
-                json!({"app": "web"}),
+                &json!({"app": "web"}),
                 &[&format!("10.16.{}.{}", i / 200, i % 200 + 1)],
                 true,
-                json!([]),
+                &json!([]),
             )
         })
         .collect();
@@ -163,7 +174,7 @@ fn more_than_a_slice_full_is_split() {
     let slices = desired_slices(&svc, &refs);
     let sizes: Vec<usize> = slices.iter().map(|s| s.endpoints.len()).collect();
     assert_eq!(sizes, [100, 100, 50]);
-    let mut names: Vec<_> = slices.iter().map(|s| s.name_any()).collect();
+    let mut names: Vec<_> = slices.iter().map(ResourceExt::name_any).collect();
     names.dedup();
     assert_eq!(names.len(), 3);
 }

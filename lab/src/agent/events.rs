@@ -61,10 +61,7 @@ impl EventRecorder {
     ) -> Result<(), kube::Error> {
         let object = involved.name.clone().unwrap_or_default();
         // Events of cluster-scoped objects (Nodes) live in `default`, as the recorder puts them.
-        let namespace = involved
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into());
+        let namespace = involved.namespace.clone().unwrap_or_else(|| "default".into());
         let key = format!(
             "{}\n{}\n{reason}\n{message}",
             involved.uid.as_deref().unwrap_or(&object),

@@ -80,7 +80,7 @@ pub enum Error {
     #[error("kubelet of node {node}: the node's network namespace: {source}")]
     NodeNetns {
         node: String,
-        source: kube_ovn_dataplane::Error,
+        source: Box<kube_ovn_dataplane::Error>,
     },
     #[error("kubelet of node {node}: sandbox dir {}: {source}", dir.display())]
     SandboxDir {
@@ -119,7 +119,10 @@ impl KubeletConfig {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
         {
-            return invalid("netns_prefix", "letters, digits, '-', '_' and '.' only, not empty");
+            return invalid(
+                "netns_prefix",
+                "letters, digits, '-', '_' and '.' only, not empty",
+            );
         }
         Ok(())
     }
@@ -139,7 +142,11 @@ struct Shared {
 
 impl Shared {
     fn pod(&self, key: &str) -> Option<Arc<Pod>> {
-        self.pods.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(key).cloned()
+        self.pods
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(key)
+            .cloned()
     }
 }
 
@@ -152,7 +159,7 @@ pub async fn run(client: Client, config: KubeletConfig) -> Result<(), Error> {
     config.check()?;
     let node_netns = Netns::open(&config.node_netns).map_err(|source| Error::NodeNetns {
         node: config.node_name.clone(),
-        source,
+        source: Box::new(source),
     })?;
     let sandboxes = SandboxDir::open(&config.sandbox_dir).map_err(|source| Error::SandboxDir {
         node: config.node_name.clone(),
@@ -304,7 +311,10 @@ async fn supervise(shared: Arc<Shared>) {
 
 /// Replaces the known pods with a relist's; the keys that changed (or went).
 fn replace_pods(shared: &Shared, fresh: HashMap<String, Arc<Pod>>) -> Vec<String> {
-    let mut pods = shared.pods.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut pods = shared
+        .pods
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut changed: Vec<String> = fresh
         .iter()
         .filter(|(k, p)| pods.get(*k).map(|o| o.resource_version()) != Some(p.resource_version()))

@@ -2,10 +2,10 @@
 //! runs them all in one process in the control-plane namespace (where the API is reachable).
 
 pub mod deployments;
+pub mod endpointslices;
 pub mod events;
 mod informer;
-pub mod names;
-pub mod endpointslices;
 pub mod kubelet;
+pub mod names;
 pub mod scheduler;
 pub mod services;

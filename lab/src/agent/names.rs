@@ -59,6 +59,9 @@ mod tests {
         assert!(s.bytes().all(|b| ALPHABET.contains(&b)), "{s}");
         assert_ne!(random_suffix(20), random_suffix(20));
         let id = container_id();
-        assert!(id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+        assert!(
+            id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{id}"
+        );
     }
 }

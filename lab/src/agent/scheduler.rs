@@ -12,8 +12,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
@@ -58,7 +58,11 @@ fn occupies_node(pod: &Pod) -> bool {
 }
 
 /// The node for `pod` among `nodes`, given how many pods each already has.
-pub fn pick_node(pod: &Pod, nodes: &[Arc<Node>], bound: &HashMap<String, usize>) -> Result<String, Unschedulable> {
+pub fn pick_node<S: std::hash::BuildHasher>(
+    pod: &Pod,
+    nodes: &[Arc<Node>],
+    bound: &HashMap<String, usize, S>,
+) -> Result<String, Unschedulable> {
     let selector: BTreeMap<String, String> = pod
         .spec
         .as_ref()
@@ -91,7 +95,9 @@ pub fn pick_node(pod: &Pod, nodes: &[Arc<Node>], bound: &HashMap<String, usize>)
     }
     let mut reasons = Vec::new();
     if mismatched > 0 {
-        reasons.push(format!("{mismatched} node(s) didn't match Pod's node affinity/selector"));
+        reasons.push(format!(
+            "{mismatched} node(s) didn't match Pod's node affinity/selector"
+        ));
     }
     if not_ready > 0 {
         reasons.push(format!("{not_ready} node(s) were not ready"));
@@ -136,7 +142,11 @@ pub enum Error {
 /// Binds pods until dropped.
 pub async fn run(client: Client) -> Result<(), Error> {
     let pods = informer(Api::<Pod>::all(client.clone()), watcher::Config::default(), "Pod");
-    let nodes = informer(Api::<Node>::all(client.clone()), watcher::Config::default(), "Node");
+    let nodes = informer(
+        Api::<Node>::all(client.clone()),
+        watcher::Config::default(),
+        "Node",
+    );
     let mut scheduler = Scheduler {
         events: EventRecorder::new(client.clone(), SCHEDULER_NAME, None),
         client,
@@ -191,7 +201,10 @@ impl Passes for Scheduler {
         for pod in pending {
             let key = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
             let span = tracing::info_span!("schedule", pod = %key);
-            let result = self.schedule(pod, &nodes, &mut counts).instrument(span.clone()).await;
+            let result = self
+                .schedule(pod, &nodes, &mut counts)
+                .instrument(span.clone())
+                .await;
             match result {
                 Ok(()) => {}
                 // Bound by someone else meanwhile, or gone: the cache will say so.
@@ -239,7 +252,11 @@ impl Scheduler {
                     tracing::info!(%message, "unschedulable");
                     mark_unschedulable(&self.client, pod, &message).await?;
                     self.events
-                        .warning(&EventRecorder::reference(pod.as_ref()), "FailedScheduling", &message)
+                        .warning(
+                            &EventRecorder::reference(pod.as_ref()),
+                            "FailedScheduling",
+                            &message,
+                        )
                         .await;
                     self.reported.insert(uid, message);
                 }
@@ -280,9 +297,11 @@ async fn mark_unschedulable(client: &Client, pod: &Pod, message: &str) -> Result
         .filter(|c| c.type_ != "PodScheduled")
         .map(|c| serde_json::to_value(c).unwrap_or_default())
         .collect();
-    conditions.push(json!({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+    conditions.push(
+        json!({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                            "message": message, "lastProbeTime": null,
-                           "lastTransitionTime": crate::apiserver::meta::now()}));
+                           "lastTransitionTime": crate::apiserver::meta::now()}),
+    );
     Api::<Pod>::namespaced(client.clone(), &ns)
         .patch_status(
             &name,
@@ -295,6 +314,12 @@ async fn mark_unschedulable(client: &Client, pod: &Pod, message: &str) -> Result
             pod: format!("{ns}/{name}"),
             source,
         })
+}
+
+/// The lead spawns the controllers with `tokio::spawn`: their futures must be `Send`.
+#[allow(dead_code)]
+fn run_is_send(client: Client) -> impl Send {
+    run(client)
 }
 
 #[cfg(test)]
@@ -359,10 +384,4 @@ mod tests {
         p.status = Some(serde_json::from_value(json!({"phase": "Succeeded"})).unwrap());
         assert!(bound_counts([&p]).is_empty(), "finished pods do not count");
     }
-}
-
-/// The lead spawns the controllers with `tokio::spawn`: their futures must be `Send`.
-#[allow(dead_code)]
-fn run_is_send(client: Client) -> impl Send {
-    run(client)
 }

@@ -73,7 +73,9 @@ pub fn parse_ranges(text: &str) -> Result<Vec<IpNet>, Error> {
         [] => Err(invalid("no range".into())),
         [_] => Ok(ranges),
         [a, b] if family(&a.addr()) != family(&b.addr()) => Ok(ranges),
-        [_, _] => Err(invalid("two ranges of one family; dual-stack needs one IPv4 and one IPv6".into())),
+        [_, _] => Err(invalid(
+            "two ranges of one family; dual-stack needs one IPv4 and one IPv6".into(),
+        )),
         _ => Err(invalid("more than two ranges".into())),
     }
 }
@@ -151,10 +153,10 @@ impl ServiceView {
 
     /// The addresses the Service holds or asks for.
     fn requested(&self) -> Vec<String> {
-        if !self.cluster_ips.is_empty() {
-            self.cluster_ips.clone()
-        } else {
+        if self.cluster_ips.is_empty() {
             self.cluster_ip.iter().cloned().collect()
+        } else {
+            self.cluster_ips.clone()
         }
     }
 }
@@ -171,12 +173,20 @@ pub enum Decision {
         ip_family_policy: String,
     },
     /// Leave it, and say why in a Warning Event.
-    Warn { key: String, uid: String, message: String },
+    Warn {
+        key: String,
+        uid: String,
+        message: String,
+    },
 }
 
 /// The decisions for `services` (in the order to honour claims: oldest first), given addresses
 /// already handed out whose Services the cache does not show yet (`pending`, by uid).
-pub fn plan(ranges: &[IpNet], services: &[ServiceView], pending: &HashMap<String, Vec<IpAddr>>) -> Vec<Decision> {
+pub fn plan<S: std::hash::BuildHasher>(
+    ranges: &[IpNet],
+    services: &[ServiceView],
+    pending: &HashMap<String, Vec<IpAddr>, S>,
+) -> Vec<Decision> {
     let mut used: HashMap<IpAddr, String> = HashMap::new();
     for ips in pending.values() {
         for ip in ips {
@@ -185,7 +195,11 @@ pub fn plan(ranges: &[IpNet], services: &[ServiceView], pending: &HashMap<String
     }
     let mut decisions = Vec::new();
     let mut to_allocate = Vec::new();
-    let range_text = ranges.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
+    let range_text = ranges
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
     for svc in services.iter().filter(|s| s.wants_cluster_ip()) {
         if pending.contains_key(&svc.uid) {
             continue;
@@ -216,7 +230,11 @@ pub fn plan(ranges: &[IpNet], services: &[ServiceView], pending: &HashMap<String
                      The range of valid IPs is {range_text}"
                 )));
             } else if let Some(owner) = used.get(&ip).filter(|o| **o != svc.key) {
-                let by = if owner.is_empty() { String::new() } else { format!(" (by {owner})") };
+                let by = if owner.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (by {owner})")
+                };
                 decisions.push(warn(format!(
                     "spec.clusterIPs[{i}]: Invalid value: {text:?}: provided IP is already allocated{by}"
                 )));
@@ -227,7 +245,12 @@ pub fn plan(ranges: &[IpNet], services: &[ServiceView], pending: &HashMap<String
         // Given addresses: complete the fields that go with them, as the server defaults them.
         let families: Vec<String> = parsed.iter().map(|ip| family(ip).to_owned()).collect();
         let policy = svc.ip_family_policy.clone().unwrap_or_else(|| {
-            if parsed.len() > 1 { "RequireDualStack" } else { "SingleStack" }.to_owned()
+            if parsed.len() > 1 {
+                "RequireDualStack"
+            } else {
+                "SingleStack"
+            }
+            .to_owned()
         });
         let complete = svc.cluster_ips.len() == parsed.len()
             && svc.cluster_ip.as_deref() == requested.first().map(String::as_str)
@@ -285,7 +308,9 @@ fn allocate(ranges: &[IpNet], svc: &ServiceView, used: &mut HashMap<IpAddr, Stri
     };
     match (policy.as_str(), families.len()) {
         ("SingleStack", n) if n > 1 => {
-            return warn("spec.ipFamilies: Invalid value: more than one family for a SingleStack Service".into());
+            return warn(
+                "spec.ipFamilies: Invalid value: more than one family for a SingleStack Service".into(),
+            );
         }
         ("RequireDualStack", n) if n < 2 => {
             return warn(
@@ -307,7 +332,9 @@ fn allocate(ranges: &[IpNet], svc: &ServiceView, used: &mut HashMap<IpAddr, Stri
             continue;
         };
         let Some(ip) = lowest_free(range, used) else {
-            return warn(format!("failed to allocate a ClusterIP: the range {range} is full"));
+            return warn(format!(
+                "failed to allocate a ClusterIP: the range {range} is full"
+            ));
         };
         ips.push(ip);
     }
@@ -347,7 +374,11 @@ pub async fn run(client: Client, config: ServicesConfig) -> Result<(), Error> {
     if config.cluster_ip_ranges.is_empty() {
         return Err(Error::NoRanges);
     }
-    let services = informer(Api::<Service>::all(client.clone()), watcher::Config::default(), "Service");
+    let services = informer(
+        Api::<Service>::all(client.clone()),
+        watcher::Config::default(),
+        "Service",
+    );
     let mut allocator = Allocator {
         events: EventRecorder::new(client.clone(), "kube-ovn-lab-services", None),
         client,
@@ -412,14 +443,20 @@ impl Passes for Allocator {
                         "spec": {"clusterIP": ips.first(), "clusterIPs": ips, "ipFamilies": ip_families,
                                  "ipFamilyPolicy": ip_family_policy},
                     });
-                    let api: Api<Service> = Api::namespaced(self.client.clone(), &svc.namespace().unwrap_or_default());
+                    let api: Api<Service> =
+                        Api::namespaced(self.client.clone(), &svc.namespace().unwrap_or_default());
                     match api
                         .patch(&svc.name_any(), &PatchParams::default(), &Patch::Merge(patch))
                         .await
                     {
                         Ok(_) => {
                             span.in_scope(|| tracing::info!(cluster_ips = ?ips, "ClusterIP set"));
-                            if svc.spec.as_ref().and_then(|s| s.cluster_ip.as_deref()).is_none_or(str::is_empty) {
+                            if svc
+                                .spec
+                                .as_ref()
+                                .and_then(|s| s.cluster_ip.as_deref())
+                                .is_none_or(str::is_empty)
+                            {
                                 self.pending.insert(uid, cluster_ips);
                             }
                         }
@@ -438,7 +475,11 @@ impl Passes for Allocator {
                     tracing::warn!(service = %key, %message, "ClusterIP left as given");
                     if let Some(svc) = services.iter().find(|s| s.uid().as_deref() == Some(uid.as_str())) {
                         self.events
-                            .warning(&EventRecorder::reference(svc.as_ref()), "ClusterIPNotAllocated", &message)
+                            .warning(
+                                &EventRecorder::reference(svc.as_ref()),
+                                "ClusterIPNotAllocated",
+                                &message,
+                            )
                             .await;
                     }
                 }
@@ -539,7 +580,10 @@ mod tests {
             ("", "not a CIDR"),
         ] {
             let e = parse_ranges(bad).unwrap_err().to_string();
-            assert!(e.contains("--service-cluster-ip-range") && e.contains(why), "{bad}: {e}");
+            assert!(
+                e.contains("--service-cluster-ip-range") && e.contains(why),
+                "{bad}: {e}"
+            );
         }
         assert_eq!(kubernetes_address(&r[0]).to_string(), "10.96.0.1");
         assert_eq!(kubernetes_address(&r[1]).to_string(), "fd00:10:96::1");
@@ -557,7 +601,16 @@ mod tests {
         }
         let decisions = plan(&ranges, &services, &HashMap::new());
         let got: Vec<Vec<String>> = decisions.iter().map(ips).collect();
-        assert_eq!(got, [["10.96.0.2"], ["10.96.0.3"], ["10.96.0.4"], ["10.96.0.5"], ["10.96.0.6"]]);
+        assert_eq!(
+            got,
+            [
+                ["10.96.0.2"],
+                ["10.96.0.3"],
+                ["10.96.0.4"],
+                ["10.96.0.5"],
+                ["10.96.0.6"]
+            ]
+        );
         // All taken: the next one is told the range is full.
         let mut full: Vec<ServiceView> = services[..1].to_vec();
         for (i, ip) in got.iter().enumerate() {
@@ -575,7 +628,10 @@ mod tests {
         // One goes: its address is the one handed out next; pending ones stay taken.
         full.remove(2); // 10.96.0.3
         let pending = HashMap::from([("x".to_owned(), vec!["10.96.0.3".parse().unwrap()])]);
-        assert!(matches!(&plan(&ranges, &full, &pending)[..], [Decision::Warn { .. }]));
+        assert!(matches!(
+            &plan(&ranges, &full, &pending)[..],
+            [Decision::Warn { .. }]
+        ));
         assert_eq!(ips(&plan(&ranges, &full, &HashMap::new())[0]), ["10.96.0.3"]);
     }
 
@@ -616,7 +672,10 @@ mod tests {
         let mut s = svc("a/s", "1", &[]);
         assert_eq!(ips(&plan(&dual, &[s.clone()], &HashMap::new())[0]), ["fd00::2"]);
         s.ip_family_policy = Some("PreferDualStack".into());
-        assert_eq!(ips(&plan(&dual, &[s.clone()], &HashMap::new())[0]), ["fd00::2", "10.96.0.2"]);
+        assert_eq!(
+            ips(&plan(&dual, &[s.clone()], &HashMap::new())[0]),
+            ["fd00::2", "10.96.0.2"]
+        );
         s.ip_families = vec!["IPv4".into()];
         let d = plan(&dual, &[s.clone()], &HashMap::new());
         assert_eq!(ips(&d[0]), ["10.96.0.2", "fd00::2"]);
@@ -624,9 +683,13 @@ mod tests {
         let single = parse_ranges("10.96.0.0/24").unwrap();
         s.ip_family_policy = Some("RequireDualStack".into());
         s.ip_families = vec![];
-        assert!(matches!(&plan(&single, &[s.clone()], &HashMap::new())[0], Decision::Warn { message, .. } if message.contains("RequireDualStack")));
+        assert!(
+            matches!(&plan(&single, &[s.clone()], &HashMap::new())[0], Decision::Warn { message, .. } if message.contains("RequireDualStack"))
+        );
         s.ip_family_policy = None;
         s.ip_families = vec!["IPv6".into()];
-        assert!(matches!(&plan(&single, &[s], &HashMap::new())[0], Decision::Warn { message, .. } if message.contains("spec.ipFamilies[0]")));
+        assert!(
+            matches!(&plan(&single, &[s], &HashMap::new())[0], Decision::Warn { message, .. } if message.contains("spec.ipFamilies[0]"))
+        );
     }
 }

@@ -75,14 +75,18 @@ pub fn bind(name: &str, old: &Value, binding: &Value, node: &str, now: &str) -> 
         )));
     }
     if old.pointer("/metadata/deletionTimestamp").is_some() {
-        return Err(conflict(format!("pod {name} is being deleted, cannot be assigned to a host")));
+        return Err(conflict(format!(
+            "pod {name} is being deleted, cannot be assigned to a host"
+        )));
     }
     if let Some(bound) = old
         .pointer("/spec/nodeName")
         .and_then(Value::as_str)
         .filter(|n| !n.is_empty())
     {
-        return Err(conflict(format!("pod {name} is already assigned to node {bound:?}")));
+        return Err(conflict(format!(
+            "pod {name} is already assigned to node {bound:?}"
+        )));
     }
     let mut new = old.clone();
     new["spec"]["nodeName"] = json!(node);
@@ -127,7 +131,9 @@ pub fn serve(
     let (binding, _) = content::parse(headers, body, &["application/json", "application/yaml"], res)?;
     let node = target_node(name, &binding)?;
     let now = meta::now();
-    store.patch(res, ns, name, false, opts, |old| bind(name, old, &binding, &node, &now))?;
+    store.patch(res, ns, name, false, opts, |old| {
+        bind(name, old, &binding, &node, &now)
+    })?;
     // The main resource ignores status (a subresource): the condition is a second write.
     store.patch(res, ns, name, true, opts, |old| {
         let mut new = old.clone();
@@ -192,12 +198,19 @@ mod tests {
         );
         let again = bind("p", &bound, &binding("n2"), "n2", "x").unwrap_err();
         assert_eq!(again.code, 409);
-        assert!(again.message.contains("already assigned to node \"n1\""), "{}", again.message);
+        assert!(
+            again.message.contains("already assigned to node \"n1\""),
+            "{}",
+            again.message
+        );
         let mut stale = binding("n1");
         stale["metadata"]["uid"] = json!("u0");
         assert_eq!(bind("p", &pod, &stale, "n1", "x").unwrap_err().code, 409);
         let mut deleting = pod.clone();
         deleting["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
-        assert_eq!(bind("p", &deleting, &binding("n1"), "n1", "x").unwrap_err().code, 409);
+        assert_eq!(
+            bind("p", &deleting, &binding("n1"), "n1", "x").unwrap_err().code,
+            409
+        );
     }
 }

@@ -101,8 +101,10 @@ pub fn resources(store: &Store, group: &str, version: &str) -> Result<Value, Api
             );
         }
         if r.group.is_empty() && r.plural == "pods" {
-            list.push(json!({"name": "pods/binding", "singularName": "", "namespaced": true,
-                             "kind": "Binding", "verbs": ["create"]}));
+            list.push(
+                json!({"name": "pods/binding", "singularName": "", "namespaced": true,
+                             "kind": "Binding", "verbs": ["create"]}),
+            );
         }
     }
     if list.is_empty() {

@@ -16,9 +16,7 @@ use super::registry::Resource;
 use super::selectors::{FieldSelector, LabelSelector};
 use super::store::{DeleteOptions, Propagation, Store, WatchRequest, WatchStart, WriteOptions};
 use super::watch_stream::WatchOptions;
-use super::{
-    ServerState, binding, content, discovery, managed, openapi, patch, scale, table, watch_stream,
-};
+use super::{ServerState, binding, content, discovery, managed, openapi, patch, scale, table, watch_stream};
 
 /// A resource request, from its URL.
 #[derive(Debug)]

@@ -41,9 +41,11 @@ pub fn spawn<E: std::fmt::Display>(
 /// Creates a Node and sets its `Ready` condition (through status, as a kubelet does).
 pub async fn node(client: &kube::Client, name: &str, ready: bool, labels: Value, spec: Value) {
     let api: Api<Node> = Api::all(client.clone());
-    let node: Node = serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}, "spec": spec})).unwrap();
+    let node: Node =
+        serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}, "spec": spec})).unwrap();
     api.create(&PostParams::default(), &node).await.unwrap();
-    let status = json!({"status": {"conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"}}]}});
+    let status =
+        json!({"status": {"conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"}}]}});
     api.patch_status(name, &PatchParams::default(), &Patch::Merge(status))
         .await
         .unwrap();
@@ -54,7 +56,8 @@ pub async fn pod(client: &kube::Client, namespace: &str, name: &str, labels: Val
     if spec.get("containers").is_none() {
         spec["containers"] = json!([{"name": "c", "image": "kube-ovn-lab/netexec"}]);
     }
-    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}, "spec": spec})).unwrap();
+    let pod: Pod =
+        serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}, "spec": spec})).unwrap();
     Api::<Pod>::namespaced(client.clone(), namespace)
         .create(&PostParams::default(), &pod)
         .await
@@ -87,7 +90,9 @@ where
     loop {
         match check().await {
             Ok(v) => return v,
-            Err(last) if start.elapsed() > WAIT => panic!("timed out after {WAIT:?} waiting for {what}; last: {last}"),
+            Err(last) if start.elapsed() > WAIT => {
+                panic!("timed out after {WAIT:?} waiting for {what}; last: {last}")
+            }
             Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
         }
     }

@@ -38,8 +38,7 @@ impl HostFacts {
         let os_image = read_trimmed("/etc/os-release")
             .lines()
             .find_map(|l| l.strip_prefix("PRETTY_NAME="))
-            .map(|v| v.trim_matches('"').to_owned())
-            .unwrap_or_else(|| "Linux".into());
+            .map_or_else(|| "Linux".into(), |v| v.trim_matches('"').to_owned());
         let memory_kib = read_trimmed("/proc/meminfo")
             .lines()
             .find_map(|l| l.strip_prefix("MemTotal:"))
@@ -94,9 +93,24 @@ pub fn status(config: &KubeletConfig, current: Option<&Value>, facts: &HostFacts
         .cloned()
         .unwrap_or_default();
     let ours = [
-        ("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-        ("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-        ("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+        (
+            "MemoryPressure",
+            "False",
+            "KubeletHasSufficientMemory",
+            "kubelet has sufficient memory available",
+        ),
+        (
+            "DiskPressure",
+            "False",
+            "KubeletHasNoDiskPressure",
+            "kubelet has no disk pressure",
+        ),
+        (
+            "PIDPressure",
+            "False",
+            "KubeletHasSufficientPID",
+            "kubelet has sufficient PID available",
+        ),
         ("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
     ];
     let mut conditions: Vec<Value> = old
@@ -110,8 +124,10 @@ pub fn status(config: &KubeletConfig, current: Option<&Value>, facts: &HostFacts
             .find(|c| c["type"] == type_ && c["status"] == status)
             .and_then(|c| c.get("lastTransitionTime").cloned())
             .unwrap_or_else(|| json!(now));
-        conditions.push(json!({"type": type_, "status": status, "reason": reason, "message": message,
-                               "lastHeartbeatTime": now, "lastTransitionTime": since}));
+        conditions.push(
+            json!({"type": type_, "status": status, "reason": reason, "message": message,
+                               "lastHeartbeatTime": now, "lastTransitionTime": since}),
+        );
     }
     let resources = json!({"cpu": facts.cpus.to_string(), "memory": format!("{}Ki", facts.memory_kib),
                            "pods": "110", "ephemeral-storage": "10Gi"});
@@ -135,19 +151,18 @@ pub fn status(config: &KubeletConfig, current: Option<&Value>, facts: &HostFacts
 pub async fn register(client: &Client, config: &KubeletConfig) -> Result<(), kube::Error> {
     let api: Api<Node> = Api::all(client.clone());
     let labels = labels(config);
-    let node = match api.get_opt(&config.node_name).await? {
-        Some(node) => node,
-        None => {
-            let node: Node = serde_json::from_value(json!({
-                "metadata": {"name": config.node_name, "labels": labels},
-            }))
-            .map_err(kube::Error::SerdeError)?;
-            match api.create(&PostParams::default(), &node).await {
-                Ok(node) => node,
-                // Made meanwhile (another kubelet of the same name?): take it as it is.
-                Err(kube::Error::Api(s)) if s.code == 409 => api.get(&config.node_name).await?,
-                Err(e) => return Err(e),
-            }
+    let node = if let Some(node) = api.get_opt(&config.node_name).await? {
+        node
+    } else {
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": config.node_name, "labels": labels},
+        }))
+        .map_err(kube::Error::SerdeError)?;
+        match api.create(&PostParams::default(), &node).await {
+            Ok(node) => node,
+            // Made meanwhile (another kubelet of the same name?): take it as it is.
+            Err(kube::Error::Api(s)) if s.code == 409 => api.get(&config.node_name).await?,
+            Err(e) => return Err(e),
         }
     };
     let params = PatchParams::default();
@@ -162,8 +177,12 @@ pub async fn register(client: &Client, config: &KubeletConfig) -> Result<(), kub
     let current = node.status.as_ref().and_then(|s| serde_json::to_value(s).ok());
     let now = crate::apiserver::meta::now();
     let status = status(config, current.as_ref(), &HostFacts::of_this_host(), &now);
-    api.patch_status(&config.node_name, &params, &Patch::Merge(json!({"status": status})))
-        .await?;
+    api.patch_status(
+        &config.node_name,
+        &params,
+        &Patch::Merge(json!({"status": status})),
+    )
+    .await?;
     Ok(())
 }
 
@@ -198,8 +217,16 @@ mod tests {
                    {"type": "InternalIP", "address": "fd00:30::11"},
                    {"type": "Hostname", "address": "node1"}])
         );
-        let ready = s["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap();
-        assert_eq!((&ready["status"], &ready["reason"]), (&json!("True"), &json!("KubeletReady")));
+        let ready = s["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .unwrap();
+        assert_eq!(
+            (&ready["status"], &ready["reason"]),
+            (&json!("True"), &json!("KubeletReady"))
+        );
         // Again later: the transition time stays, the heartbeat moves, others' conditions stay.
         let mut current = s.clone();
         current["conditions"]

@@ -123,7 +123,10 @@ impl SandboxDir {
         let mut records = Vec::new();
         for entry in entries.flatten() {
             let file = entry.file_name().to_string_lossy().into_owned();
-            if !file.starts_with(prefix) || !file.ends_with(".json") {
+            let json = Path::new(&file)
+                .extension()
+                .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+            if !file.starts_with(prefix) || !json {
                 continue;
             }
             let path = entry.path();
@@ -133,7 +136,9 @@ impl SandboxDir {
             {
                 Ok(record) => records.push(record),
                 // Not ours to guess about: say so and leave the file for a person.
-                Err(e) => tracing::error!(file = %path.display(), error = %e, "unreadable sandbox record; ignored"),
+                Err(e) => {
+                    tracing::error!(file = %path.display(), error = %e, "unreadable sandbox record; ignored");
+                }
             }
         }
         records.sort_by(|a, b| a.created.cmp(&b.created));
@@ -227,7 +232,10 @@ pub async fn cni_add(runtime: &Runtime, record: &SandboxRecord) -> Result<Value,
             command: "ADD",
             message: e.to_string(),
         })?
-        .map_err(|source| SandboxError::Cni { command: "ADD", source })
+        .map_err(|source| SandboxError::Cni {
+            command: "ADD",
+            source,
+        })
 }
 
 /// CNI DEL for the sandbox, with its ADD result as `prevResult` when there is one.
@@ -239,7 +247,10 @@ pub async fn cni_del(runtime: &Runtime, record: &SandboxRecord) -> Result<(), Sa
             command: "DEL",
             message: e.to_string(),
         })?
-        .map_err(|source| SandboxError::Cni { command: "DEL", source })
+        .map_err(|source| SandboxError::Cni {
+            command: "DEL",
+            source,
+        })
 }
 
 /// Makes a sandbox for the pod: record, namespace, ADD, record completed. On failure what was
@@ -277,7 +288,11 @@ pub async fn set_up(
 
 /// Removes a sandbox: DEL, namespace, record, in that order, so a failure leaves the record
 /// for the next attempt.
-pub async fn tear_down(dir: &SandboxDir, runtime: &Runtime, record: &SandboxRecord) -> Result<(), SandboxError> {
+pub async fn tear_down(
+    dir: &SandboxDir,
+    runtime: &Runtime,
+    record: &SandboxRecord,
+) -> Result<(), SandboxError> {
     cni_del(runtime, record).await?;
     delete_netns(&record.netns).await?;
     dir.remove(record).map_err(|source| SandboxError::Record {

@@ -37,8 +37,15 @@ pub fn is_netexec(image: &str) -> bool {
 pub fn served_ports(pod: &Pod) -> (Vec<ServedPort>, Vec<String>) {
     let mut ports = BTreeSet::new();
     let mut problems = Vec::new();
-    let containers = pod.spec.as_ref().map(|s| s.containers.as_slice()).unwrap_or_default();
-    for c in containers.iter().filter(|c| c.image.as_deref().is_some_and(is_netexec)) {
+    let containers = pod
+        .spec
+        .as_ref()
+        .map(|s| s.containers.as_slice())
+        .unwrap_or_default();
+    for c in containers
+        .iter()
+        .filter(|c| c.image.as_deref().is_some_and(is_netexec))
+    {
         for p in c.ports.iter().flatten() {
             let Ok(port) = u16::try_from(p.container_port) else {
                 problems.push(format!(
@@ -122,7 +129,12 @@ mod tests {
         ] {
             assert!(is_netexec(image), "{image}");
         }
-        for image in ["nginx", "kube-ovn-lab/netexec2", "registry:5000/kube-ovn-lab/netexec", "x/kube-ovn-lab/netexec"] {
+        for image in [
+            "nginx",
+            "kube-ovn-lab/netexec2",
+            "registry:5000/kube-ovn-lab/netexec",
+            "x/kube-ovn-lab/netexec",
+        ] {
             assert!(!is_netexec(image), "{image}");
         }
         let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": {"containers": [

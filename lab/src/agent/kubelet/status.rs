@@ -88,7 +88,11 @@ fn started_at(pod: &Pod, container: &str) -> Option<Value> {
 
 /// The status of the running pod, or `None` if it already says so.
 pub fn running(pod: &Pod, running: &Running<'_>, now: &str) -> Option<Value> {
-    let containers = pod.spec.as_ref().map(|s| s.containers.as_slice()).unwrap_or_default();
+    let containers = pod
+        .spec
+        .as_ref()
+        .map(|s| s.containers.as_slice())
+        .unwrap_or_default();
     let statuses: Vec<Value> = containers
         .iter()
         .map(|c| {
@@ -99,7 +103,11 @@ pub fn running(pod: &Pod, running: &Running<'_>, now: &str) -> Option<Value> {
                    "state": {"running": {"startedAt": since}}, "lastState": {}})
         })
         .collect();
-    let ips = |list: &[IpAddr]| list.iter().map(|ip| json!({"ip": ip.to_string()})).collect::<Vec<_>>();
+    let ips = |list: &[IpAddr]| {
+        list.iter()
+            .map(|ip| json!({"ip": ip.to_string()}))
+            .collect::<Vec<_>>()
+    };
     let start = pod
         .status
         .as_ref()
@@ -122,7 +130,11 @@ pub fn running(pod: &Pod, running: &Running<'_>, now: &str) -> Option<Value> {
 /// The status of a pod whose containers were stopped because it is being deleted, or `None` if
 /// it already says so.
 pub fn stopped(pod: &Pod, now: &str) -> Option<Value> {
-    let old = pod.status.as_ref().and_then(|s| s.container_statuses.clone()).unwrap_or_default();
+    let old = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.clone())
+        .unwrap_or_default();
     let statuses: Vec<Value> = pod
         .spec
         .as_ref()
@@ -185,7 +197,7 @@ mod tests {
         .unwrap()
     }
 
-    fn apply(pod: &mut Pod, status: Value) {
+    fn apply(pod: &mut Pod, status: &Value) {
         let mut whole = serde_json::to_value(&pod.status).unwrap();
         for (k, v) in status.as_object().unwrap() {
             whole[k] = v.clone();
@@ -213,17 +225,36 @@ mod tests {
         let scheduled = conditions.iter().find(|c| c["type"] == "PodScheduled").unwrap();
         assert_eq!(scheduled["lastTransitionTime"], T1, "kept");
         let container = &status["containerStatuses"][0];
-        assert_eq!((&container["ready"], &container["image"]), (&json!(true), &json!("kube-ovn-lab/netexec")));
+        assert_eq!(
+            (&container["ready"], &container["image"]),
+            (&json!(true), &json!("kube-ovn-lab/netexec"))
+        );
         assert_eq!(container["state"]["running"]["startedAt"], T2);
-        apply(&mut p, status);
-        assert_eq!(running(&p, &info, "2026-01-01T00:00:09Z"), None, "nothing new to say");
+        apply(&mut p, &status);
+        assert_eq!(
+            running(&p, &info, "2026-01-01T00:00:09Z"),
+            None,
+            "nothing new to say"
+        );
         // Deleted: not ready, containers terminated, once.
         let stop = stopped(&p, "2026-01-01T00:00:03Z").expect("a change");
-        let ready = stop["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap().clone();
-        assert_eq!((&ready["status"], &ready["lastTransitionTime"]), (&json!("False"), &json!("2026-01-01T00:00:03Z")));
-        assert_eq!(stop["containerStatuses"][0]["state"]["terminated"]["startedAt"], T2);
+        let ready = stop["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .unwrap()
+            .clone();
+        assert_eq!(
+            (&ready["status"], &ready["lastTransitionTime"]),
+            (&json!("False"), &json!("2026-01-01T00:00:03Z"))
+        );
+        assert_eq!(
+            stop["containerStatuses"][0]["state"]["terminated"]["startedAt"],
+            T2
+        );
         assert_eq!(stop["containerStatuses"][0]["containerID"], "kube-ovn-lab://abc");
-        apply(&mut p, stop);
+        apply(&mut p, &stop);
         assert_eq!(stopped(&p, "2026-01-01T00:00:04Z"), None);
     }
 }

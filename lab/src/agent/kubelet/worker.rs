@@ -67,7 +67,11 @@ impl Worker {
         move |source| Error::Pod { pod, step, source }
     }
 
-    pub(super) async fn run(mut self, mut rx: watch::Receiver<u64>, finished: mpsc::UnboundedSender<(String, u64)>) {
+    pub(super) async fn run(
+        mut self,
+        mut rx: watch::Receiver<u64>,
+        finished: mpsc::UnboundedSender<(String, u64)>,
+    ) {
         let mut backoff = BACKOFF_FIRST;
         loop {
             let epoch = *rx.borrow_and_update();
@@ -106,7 +110,11 @@ impl Worker {
         let live_uid = live.and_then(|p| p.uid());
         let is_live = live.is_some();
         // Servers first: their sockets keep a namespace alive.
-        if self.servers.as_ref().is_some_and(|s| Some(&s.uid) != live_uid.as_ref()) {
+        if self
+            .servers
+            .as_ref()
+            .is_some_and(|s| Some(&s.uid) != live_uid.as_ref())
+        {
             self.servers = None;
         }
         // Sandboxes of no live pod, and any whose ADD never finished, go.
@@ -125,7 +133,11 @@ impl Worker {
         }
         self.records = keep;
         let Some(pod) = pod.clone() else {
-            return Ok(if self.records.is_empty() { Step::Gone } else { Step::Idle });
+            return Ok(if self.records.is_empty() {
+                Step::Gone
+            } else {
+                Step::Idle
+            });
         };
         if pod.metadata.deletion_timestamp.is_some() {
             self.finish_deletion(&pod).await?;
@@ -138,10 +150,15 @@ impl Worker {
         let host_network = pod.spec.as_ref().and_then(|s| s.host_network).unwrap_or(false);
         let (pod_ips, netns, container_id) = if host_network {
             let id = crate::agent::names::short_hash(uid.as_bytes(), 16);
-            (self.shared.config.internal_ips.clone(), self.shared.node_netns.clone(), id)
+            (
+                self.shared.config.internal_ips.clone(),
+                self.shared.node_netns.clone(),
+                id,
+            )
         } else {
             let record = self.sandbox(&pod, &uid).await?;
-            let netns = Netns::open(record.netns_path()).map_err(|e| self.fail("opening the pod's namespace")(e.into()))?;
+            let netns = Netns::open(record.netns_path())
+                .map_err(|e| self.fail("opening the pod's namespace")(e.into()))?;
             (record.ips(), netns, record.container_id.clone())
         };
         self.ensure_servers(&pod, &uid, &netns).await?;
@@ -185,9 +202,10 @@ impl Worker {
 
     async fn ensure_servers(&mut self, pod: &Pod, uid: &str, netns: &Netns) -> Result<(), Error> {
         let (ports, problems) = servers::served_ports(pod);
-        let running = self.servers.as_ref().is_some_and(|s| {
-            s.uid == uid && s.ports == ports && s.tasks.len() == ports.len()
-        });
+        let running = self
+            .servers
+            .as_ref()
+            .is_some_and(|s| s.uid == uid && s.ports == ports && s.tasks.len() == ports.len());
         if running {
             return Ok(());
         }
