@@ -328,19 +328,28 @@ async fn pods_get_sandboxes_answer_each_other_and_are_cleaned_up_also_across_res
     .await
     .unwrap();
 
-    // The kubelet goes away; b is deleted and c is created meanwhile; d stays.
+    // The kubelet goes away; meanwhile b is deleted, c created, e replaced by a pod of the same
+    // name (another uid); d stays.
     pod(&client, "default", "d", json!({}), netexec_pod()).await;
     let (d, d_ip) = running(&pods, "d").await;
+    pod(&client, "default", "e", json!({}), netexec_pod()).await;
+    let (old_e, old_e_ip) = running(&pods, "e").await;
     drop(kubelet);
     pods.delete("b", &DeleteParams::default()).await.unwrap();
+    pods.delete("e", &DeleteParams::default()).await.unwrap();
+    pod(&client, "default", "e", json!({}), netexec_pod()).await;
     pod(&client, "default", "c", json!({}), netexec_pod()).await;
     assert!(node.pod_netns(&b).exists(), "nobody tore b down yet");
     let _kubelet = node.start(&client);
     gone("the orphan b's namespace to go", node.pod_netns(&b)).await;
+    gone("the replaced e's namespace to go", node.pod_netns(&old_e)).await;
     let (c, _) = running(&pods, "c").await;
-    eventually("b's record and address to go", || async {
+    let (new_e, _) = running(&pods, "e").await;
+    assert!(node.pod_netns(&new_e).exists() && new_e.uid() != old_e.uid());
+    eventually("b's and the old e's records and addresses to go", || async {
         let allocated = node.allocated();
-        if !allocated.contains(&b_ip.to_string()) && node.records().len() == 2 {
+        let freed = !allocated.contains(&b_ip.to_string()) && !allocated.contains(&old_e_ip.to_string());
+        if freed && allocated.len() == 3 && node.records().len() == 3 {
             Ok(())
         } else {
             Err(format!("records {:?}, allocated {allocated:?}", node.records()))
@@ -361,11 +370,12 @@ async fn pods_get_sandboxes_answer_each_other_and_are_cleaned_up_also_across_res
     drop(c_ns);
 
     // Everything goes with its pods.
-    for name in ["c", "d", "host"] {
+    for name in ["c", "d", "e", "host"] {
         pods.delete(name, &DeleteParams::default()).await.unwrap();
     }
     gone("c's namespace to go", node.pod_netns(&c)).await;
     gone("d's namespace to go", node.pod_netns(&d)).await;
+    gone("e's namespace to go", node.pod_netns(&new_e)).await;
     eventually("every record and address to go", || async {
         if node.records().is_empty() && node.allocated().is_empty() {
             Ok(())

@@ -130,7 +130,7 @@ pub fn status(config: &KubeletConfig, current: Option<&Value>, facts: &HostFacts
         );
     }
     let resources = json!({"cpu": facts.cpus.to_string(), "memory": format!("{}Ki", facts.memory_kib),
-                           "pods": "110", "ephemeral-storage": "10Gi"});
+                           "pods": "110"});
     json!({
         "addresses": addresses,
         "conditions": conditions,
