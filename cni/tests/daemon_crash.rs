@@ -146,7 +146,10 @@ async fn a_daemon_killed_during_100_adds_and_100_dels_leaves_nothing_behind() ->
     // 1. A hundred ADDs; the daemon dies after some have finished.
     let kill_after = 5 + rng.below(60);
     let (outcomes, at_kill) =
-        all_at_once_with_a_kill(&mut cluster, first.clone(), kill_after, |rt, (_, sb)| rt.add(sb)).await?;
+        all_at_once_with_a_kill(&mut cluster, first.clone(), kill_after, |rt, (_, sb)| {
+            Ok(rt.add(sb)?)
+        })
+        .await?;
     ensure!(
         at_kill < PODS,
         "every ADD had finished before the kill ({at_kill})"
@@ -177,7 +180,7 @@ async fn a_daemon_killed_during_100_adds_and_100_dels_leaves_nothing_behind() ->
                     sandbox = fresh;
                     let rt = runtime.clone();
                     let sb = sandbox.clone();
-                    outcome = tokio::task::spawn_blocking(move || rt.add(&sb)).await?;
+                    outcome = tokio::task::spawn_blocking(move || Ok(rt.add(&sb)?)).await?;
                 }
                 Err(e) => bail!("pod {i}: ADD still fails after {RETRIES} new sandboxes: {e:#}"),
             }

@@ -12,9 +12,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
-#[allow(dead_code)]
-#[path = "common/runtime.rs"]
-mod runtime;
+use kube_ovn_lab::cni_runtime as runtime;
 
 const SHIM: &str = env!("CARGO_BIN_EXE_kube-ovn");
 /// How long the fake daemon waits for the shim's connection and request.

@@ -6,7 +6,8 @@
 
 #![allow(dead_code)]
 
-pub mod runtime;
+/// The runtime side of CNI lives in the lab crate (the lab's kubelet stand-in runs plugins with it).
+pub use kube_ovn_lab::cni_runtime as runtime;
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -275,7 +276,7 @@ impl Cluster {
                 ovs
             },
             daemon,
-            runtime: Runtime { conf_dir, bin_dir },
+            runtime: Runtime::new(conf_dir, bin_dir),
             dir,
             socket,
             metrics_port,

@@ -1,1 +1,332 @@
-//! (to be written)
+//! A kubelet stand-in for one node of the lab (a network namespace).
+//!
+//! - Registers its Node: labels (`kubernetes.io/hostname`, `kubernetes.io/os=linux`, and the
+//!   configured ones), then status through the `status` subresource: InternalIP(s) and Hostname
+//!   addresses, `Ready=True` and the pressure conditions, capacity and nodeInfo ([`node`]).
+//! - Watches the pods bound to it (field selector `spec.nodeName`). For each pod that is not
+//!   `hostNetwork`: a network namespace `<netns_prefix><hash>`, CNI ADD through the first
+//!   conflist of `cni_conf_dir` run in the *node's* namespace as a container runtime runs it
+//!   ([`crate::cni_runtime`]), retried with a backoff on failure (each failure a Warning Event
+//!   `FailedCreatePodSandBox`); then the pod's status: Running, `podIP(s)`, `hostIP(s)`, Ready
+//!   ([`status`]). `hostNetwork` pods get the node's addresses and no sandbox. Containers of the
+//!   image `kube-ovn-lab/netexec` are "run": the netexec server on each `containerPort`, in the
+//!   pod's namespace, answering with the pod's name ([`servers`]).
+//! - When a pod goes (the emulator deletes at once), or is marked for deletion (then the kubelet
+//!   also deletes it with grace 0, as after its containers stopped): servers stopped, CNI DEL
+//!   with the ADD result as `prevResult`, namespace removed, record removed ([`sandbox`]).
+//! - Sandboxes are recorded in `sandbox_dir`, so a restarted kubelet tears down those of pods
+//!   that went (or were replaced: another uid) while it was away, and adopts the others
+//!   (restarting their servers).
+//!
+//! Each pod has its own task (a span named after the pod) that reconciles what is (records,
+//! servers) with what the pod asks, whenever the pod changes; pods are handled concurrently.
+
+mod node;
+pub mod sandbox;
+mod servers;
+mod status;
+mod worker;
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use kube_ovn_dataplane::Netns;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tracing::Instrument;
+
+pub use node::{HostFacts, KUBELET_VERSION};
+pub use sandbox::{NETNS_DIR, SandboxRecord, netns_name};
+pub use servers::{NETEXEC_IMAGE, is_netexec};
+
+use super::events::EventRecorder;
+use crate::cni_runtime::Runtime;
+use sandbox::SandboxDir;
+
+/// One node's kubelet.
+#[derive(Debug, Clone)]
+pub struct KubeletConfig {
+    pub node_name: String,
+    /// The node's network namespace file (`/run/netns/<node>`); CNI plugins run in it.
+    pub node_netns: PathBuf,
+    /// The node's InternalIP addresses (primary first).
+    pub internal_ips: Vec<IpAddr>,
+    /// Labels for the Node beyond the standard ones.
+    pub labels: BTreeMap<String, String>,
+    pub cni_conf_dir: PathBuf,
+    pub cni_bin_dir: PathBuf,
+    /// Pod network namespaces are named `<netns_prefix><10 hex>`.
+    pub netns_prefix: String,
+    /// One JSON record per pod sandbox.
+    pub sandbox_dir: PathBuf,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kubelet of node {node}: {field}: {why}")]
+    Config {
+        node: String,
+        field: &'static str,
+        why: String,
+    },
+    #[error("kubelet of node {node}: the node's network namespace: {source}")]
+    NodeNetns {
+        node: String,
+        source: Box<kube_ovn_dataplane::Error>,
+    },
+    #[error("kubelet of node {node}: sandbox dir {}: {source}", dir.display())]
+    SandboxDir {
+        node: String,
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    /// A step for one pod failed (it is retried; this is what the log shows).
+    #[error("pod {pod}: {step}: {source}")]
+    Pod {
+        pod: String,
+        step: String,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl KubeletConfig {
+    fn check(&self) -> Result<(), Error> {
+        let invalid = |field, why: &str| {
+            Err(Error::Config {
+                node: self.node_name.clone(),
+                field,
+                why: why.to_owned(),
+            })
+        };
+        if self.node_name.is_empty() {
+            return invalid("node_name", "empty");
+        }
+        if self.internal_ips.is_empty() {
+            return invalid("internal_ips", "at least one address is needed");
+        }
+        // Namespace names end up in paths and `ip netns` arguments.
+        if self.netns_prefix.is_empty()
+            || !self
+                .netns_prefix
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+        {
+            return invalid(
+                "netns_prefix",
+                "letters, digits, '-', '_' and '.' only, not empty",
+            );
+        }
+        Ok(())
+    }
+}
+
+/// What every pod task shares.
+struct Shared {
+    client: Client,
+    config: KubeletConfig,
+    node_netns: Netns,
+    runtime: Runtime,
+    sandboxes: SandboxDir,
+    events: EventRecorder,
+    /// The pods bound to this node, by `namespace/name`, as last seen.
+    pods: Mutex<HashMap<String, Arc<Pod>>>,
+}
+
+impl Shared {
+    fn pod(&self, key: &str) -> Option<Arc<Pod>> {
+        self.pods
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(key)
+            .cloned()
+    }
+}
+
+fn key_of(pod: &Pod) -> String {
+    format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any())
+}
+
+/// Runs the kubelet until dropped (or until its configuration proves unusable).
+pub async fn run(client: Client, config: KubeletConfig) -> Result<(), Error> {
+    config.check()?;
+    let node_netns = Netns::open(&config.node_netns).map_err(|source| Error::NodeNetns {
+        node: config.node_name.clone(),
+        source: Box::new(source),
+    })?;
+    let sandboxes = SandboxDir::open(&config.sandbox_dir).map_err(|source| Error::SandboxDir {
+        node: config.node_name.clone(),
+        dir: config.sandbox_dir.clone(),
+        source,
+    })?;
+    let span = tracing::info_span!("kubelet", node = %config.node_name);
+    let shared = Arc::new(Shared {
+        events: EventRecorder::new(client.clone(), "kubelet", Some(&config.node_name)),
+        runtime: Runtime::new(&config.cni_conf_dir, &config.cni_bin_dir).in_netns(node_netns.clone()),
+        client,
+        config,
+        node_netns,
+        sandboxes,
+        pods: Mutex::new(HashMap::new()),
+    });
+    async move {
+        register(&shared).await;
+        supervise(shared).await;
+        Ok(())
+    }
+    .instrument(span)
+    .await
+}
+
+/// Registers the Node, retrying until the API answers.
+async fn register(shared: &Shared) {
+    let mut delay = Duration::from_millis(200);
+    loop {
+        match node::register(&shared.client, &shared.config).await {
+            Ok(()) => {
+                tracing::info!("node registered");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "registering the node failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(10));
+            }
+        }
+    }
+}
+
+/// A pod task's handle: changes are announced by bumping `epoch`; dropping `tx` ends the task.
+struct Handle {
+    tx: watch::Sender<u64>,
+    epoch: u64,
+}
+
+/// The pod tasks of one kubelet.
+struct Workers {
+    shared: Arc<Shared>,
+    handles: HashMap<String, Handle>,
+    tasks: JoinSet<()>,
+    finished: mpsc::UnboundedSender<(String, u64)>,
+}
+
+impl Workers {
+    /// Tells the pod's task to look again, starting one if there is none (or it died).
+    fn notify(&mut self, key: &str) {
+        if let Some(handle) = self.handles.get_mut(key) {
+            handle.epoch += 1;
+            if handle.tx.send(handle.epoch).is_ok() {
+                return;
+            }
+            // Its task is gone (it panicked): start another, which reads the records again.
+            self.handles.remove(key);
+        }
+        let (tx, rx) = watch::channel(0);
+        let (namespace, name) = key.split_once('/').unwrap_or(("", key));
+        let worker = worker::Worker::new(self.shared.clone(), namespace, name);
+        let span = tracing::info_span!("pod", pod = %key);
+        self.tasks
+            .spawn(worker.run(rx, self.finished.clone()).instrument(span));
+        self.handles.insert(key.to_owned(), Handle { tx, epoch: 0 });
+    }
+
+    /// A task found nothing left to do at `epoch`: it ends unless it was told of a change since.
+    fn finished(&mut self, key: &str, epoch: u64) {
+        if self.handles.get(key).is_some_and(|h| h.epoch == epoch) {
+            self.handles.remove(key);
+        }
+    }
+}
+
+async fn supervise(shared: Arc<Shared>) {
+    let selector = format!("spec.nodeName={}", shared.config.node_name);
+    let api: Api<Pod> = Api::all(shared.client.clone());
+    let mut events = watcher(api, watcher::Config::default().fields(&selector))
+        .default_backoff()
+        .boxed();
+    let (finished_tx, mut finished_rx) = mpsc::unbounded_channel();
+    let mut workers = Workers {
+        shared: shared.clone(),
+        handles: HashMap::new(),
+        tasks: JoinSet::new(),
+        finished: finished_tx,
+    };
+    // A relist in progress, and whether the first one is done (until then nothing is known).
+    let mut relist: Option<HashMap<String, Arc<Pod>>> = None;
+    let mut synced = false;
+    loop {
+        tokio::select! {
+            event = events.next() => {
+                let Some(event) = event else { return };
+                match event {
+                    Err(e) => tracing::warn!(error = %e, "watching pods failed; retrying"),
+                    Ok(watcher::Event::Init) => relist = Some(HashMap::new()),
+                    Ok(watcher::Event::InitApply(pod)) => {
+                        relist.get_or_insert_with(HashMap::new).insert(key_of(&pod), Arc::new(pod));
+                    }
+                    Ok(watcher::Event::InitDone) => {
+                        let fresh = relist.take().unwrap_or_default();
+                        let mut changed = replace_pods(&shared, fresh);
+                        if !synced {
+                            synced = true;
+                            // Sandboxes from before a restart: their pods may be gone or new.
+                            changed.extend(shared.sandboxes.load_all().iter().map(SandboxRecord::key));
+                        }
+                        changed.sort();
+                        changed.dedup();
+                        for key in changed {
+                            workers.notify(&key);
+                        }
+                    }
+                    Ok(watcher::Event::Apply(pod)) => {
+                        let key = key_of(&pod);
+                        shared.pods.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key.clone(), Arc::new(pod));
+                        workers.notify(&key);
+                    }
+                    Ok(watcher::Event::Delete(pod)) => {
+                        let key = key_of(&pod);
+                        shared.pods.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&key);
+                        workers.notify(&key);
+                    }
+                }
+            }
+            Some((key, epoch)) = finished_rx.recv() => workers.finished(&key, epoch),
+            Some(joined) = workers.tasks.join_next(), if !workers.tasks.is_empty() => {
+                if let Err(e) = joined
+                    && e.is_panic()
+                {
+                    tracing::error!(error = %e, "a pod task panicked; the next change of the pod starts another");
+                }
+            }
+        }
+    }
+}
+
+/// Replaces the known pods with a relist's; the keys that changed (or went).
+fn replace_pods(shared: &Shared, fresh: HashMap<String, Arc<Pod>>) -> Vec<String> {
+    let mut pods = shared
+        .pods
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut changed: Vec<String> = fresh
+        .iter()
+        .filter(|(k, p)| pods.get(*k).map(|o| o.resource_version()) != Some(p.resource_version()))
+        .map(|(k, _)| k.clone())
+        .collect();
+    changed.extend(pods.keys().filter(|k| !fresh.contains_key(*k)).cloned());
+    *pods = fresh;
+    changed
+}
+
+/// The lead spawns the kubelets with `tokio::spawn`: the future must be `Send`.
+#[allow(dead_code)]
+fn run_is_send(client: Client, config: KubeletConfig) -> impl Send {
+    run(client, config)
+}

@@ -14,7 +14,10 @@
 
 pub mod deployments;
 pub mod endpointslices;
+pub mod events;
+mod informer;
 pub mod kubelet;
+pub mod names;
 pub mod scheduler;
 pub mod services;
 
@@ -26,7 +29,7 @@ use crate::cluster::topology::{SERVICE_CIDR, Topology};
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
     pub kubelets: Vec<kubelet::KubeletConfig>,
-    pub service_cidrs: String,
+    pub services: services::ServicesConfig,
 }
 
 impl AgentConfig {
@@ -51,7 +54,10 @@ impl AgentConfig {
             .collect();
         Self {
             kubelets,
-            service_cidrs: SERVICE_CIDR.to_owned(),
+            services: services::ServicesConfig {
+                cluster_ip_ranges: services::parse_ranges(SERVICE_CIDR).expect("the lab's service CIDR is valid"),
+                apiserver: Some(Topology::api_addr()),
+            },
         }
     }
 }
@@ -81,8 +87,8 @@ pub async fn run(client: kube::Client, config: AgentConfig) -> Result<(), AgentE
     }
     {
         let client = client.clone();
-        let cidrs = config.service_cidrs.clone();
-        tasks.spawn(async move { services::run(client, &cidrs).await.map_err(|e| task_err("services")(&e)) });
+        let services = config.services.clone();
+        tasks.spawn(async move { services::run(client, services).await.map_err(|e| task_err("services")(&e)) });
     }
     {
         let client = client.clone();

@@ -100,6 +100,12 @@ pub fn resources(store: &Store, group: &str, version: &str) -> Result<Value, Api
                        "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"]}),
             );
         }
+        if r.group.is_empty() && r.plural == "pods" {
+            list.push(
+                json!({"name": "pods/binding", "singularName": "", "namespaced": true,
+                             "kind": "Binding", "verbs": ["create"]}),
+            );
+        }
     }
     if list.is_empty() {
         let gv = if group.is_empty() {

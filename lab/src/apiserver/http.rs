@@ -16,7 +16,7 @@ use super::registry::Resource;
 use super::selectors::{FieldSelector, LabelSelector};
 use super::store::{DeleteOptions, Propagation, Store, WatchRequest, WatchStart, WriteOptions};
 use super::watch_stream::WatchOptions;
-use super::{ServerState, content, discovery, managed, openapi, patch, scale, table, watch_stream};
+use super::{ServerState, binding, content, discovery, managed, openapi, patch, scale, table, watch_stream};
 
 /// A resource request, from its URL.
 #[derive(Debug)]
@@ -28,6 +28,8 @@ pub struct Target {
     pub status: bool,
     /// `…/scale` (served by `scale`).
     pub scale: bool,
+    /// `pods/{name}/binding` (served by `binding`).
+    pub binding: bool,
 }
 
 pub type Query = HashMap<String, String>;
@@ -177,11 +179,13 @@ fn route(
             format!("the server could not find the requested resource ({gv} {resource_name})"),
         )
     })?;
+    let binding = sub == Some("binding") && resource.group.is_empty() && resource.plural == "pods";
     let (status, scale) = match sub {
         None => (false, false),
         Some("status") if resource.status_subresource => (true, false),
         Some("scale") if resource.scale_subresource => (false, true),
         Some("finalize") if resource.plural == "namespaces" => (false, false),
+        Some("binding") if binding => (false, false),
         Some(other) => {
             return Err(ApiError::new(
                 404,
@@ -213,10 +217,15 @@ fn route(
         name: name.map(str::to_owned),
         status,
         scale,
+        binding,
     };
     let q = query(uri);
     if target.scale {
         let (code, body) = scale::serve(store, &target, method, headers, body, &write_options(&q))?;
+        return Ok(Reply::Json(code, body));
+    }
+    if target.binding {
+        let (code, body) = binding::serve(store, &target, method, headers, body, &write_options(&q))?;
         return Ok(Reply::Json(code, body));
     }
     match *method {

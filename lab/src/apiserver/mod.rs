@@ -8,6 +8,7 @@
 //!                                            ├─ content, protobuf (request bodies, Accept)
 //!                                            ├─ discovery, openapi, table (kubectl)
 //!                                            ├─ scale (the /scale subresource)
+//!                                            ├─ binding (pods/binding, for schedulers)
 //!                                            ├─ patch, managed (apply, strategic merge)
 //!                                            └─ schema, field_validation (CRD admission),
 //!                                               strategy (built-in create rules, defaults)
@@ -15,6 +16,7 @@
 //!
 //! What it covers and what it does not is in `docs/testing.md`.
 
+pub mod binding;
 pub mod content;
 pub mod discovery;
 pub mod errors;

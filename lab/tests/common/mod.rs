@@ -19,6 +19,7 @@ use nix::unistd::Pid;
 use serde_json::Value;
 use tower::ServiceExt;
 
+pub mod agent;
 pub mod kubectl;
 
 /// How long any single condition may take before a test fails. Generous: the machine has two

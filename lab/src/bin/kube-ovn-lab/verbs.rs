@@ -95,7 +95,12 @@ pub fn kubectl_output(t: &Topology, args: &[&str]) -> anyhow::Result<String> {
 
 /// The network namespace of pod `namespace/name`, from the kubelet stand-in's records.
 pub fn pod_netns(t: &Topology, namespace: &str, name: &str) -> anyhow::Result<String> {
-    kube_ovn_lab::agent::kubelet::sandbox_netns(&t.sandbox_dir(), namespace, name)
+    let dir = kube_ovn_lab::agent::kubelet::sandbox::SandboxDir::open(&t.sandbox_dir())
+        .with_context(|| format!("the lab's sandbox records in {}", t.sandbox_dir().display()))?;
+    dir.load_for(namespace, name)
+        .into_iter()
+        .find(|r| r.result.is_some())
+        .map(|r| r.netns)
         .with_context(|| format!("pod {namespace}/{name} has no sandbox in lab {} (is it scheduled and Running? `kubectl get pod -n {namespace} {name} -o wide`)", t.name))
 }
 

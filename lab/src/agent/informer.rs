@@ -1,0 +1,108 @@
+//! The shape shared by the scheduler, the ClusterIP allocator, the EndpointSlice and the
+//! Deployment controllers: reflector caches of the kinds a controller reads, and a *pass* over
+//! the whole cached state whenever any of them changed (level-triggered: a pass computes what
+//! should be from what is, so a missed event or a restart converges at the next pass). Events
+//! arriving while a pass runs are coalesced into one next pass. A pass that could not finish
+//! some write asks to be run again, with a backoff, even if nothing changes.
+//!
+//! The caches lag the controller's own writes; each controller keeps what it wrote until the
+//! cache shows it (the scheduler's assumed bindings, the allocator's pending addresses, the
+//! Deployment controller's expectations), and conflicts (409) from writes based on a stale
+//! cache are expected and retried by the next pass.
+
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::time::Duration;
+
+use futures::stream::BoxStream;
+use futures::{FutureExt, StreamExt};
+use kube::Resource;
+use kube::api::Api;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde::de::DeserializeOwned;
+
+/// A cache of one kind and the stream that fills it (yielding `()` per change).
+pub struct Informer<K: Resource + 'static>
+where
+    K::DynamicType: Hash + Eq,
+{
+    pub store: Store<K>,
+    pub changes: BoxStream<'static, ()>,
+}
+
+/// Starts nothing: the cache fills as the returned stream is polled (by [`run_passes`]).
+pub fn informer<K>(api: Api<K>, config: watcher::Config, what: &'static str) -> Informer<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let (store, writer) = reflector::store();
+    let changes = reflector::reflector(writer, watcher(api, config).default_backoff())
+        .filter_map(move |event| async move {
+            match event {
+                Ok(_) => Some(()),
+                Err(e) => {
+                    // The watcher retries with its backoff; the cache keeps its last state.
+                    tracing::warn!(kind = what, error = %e, "watch failed; retrying");
+                    None
+                }
+            }
+        })
+        .boxed();
+    Informer { store, changes }
+}
+
+/// Whether a cache has had its first complete list.
+pub fn ready<K>(store: &Store<K>) -> bool
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Hash + Eq + Clone,
+{
+    store.wait_until_ready().now_or_never().is_some()
+}
+
+/// What a pass reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pass {
+    /// Everything written (or nothing to do).
+    Done,
+    /// Some write failed: run again after a backoff.
+    Retry,
+}
+
+const RETRY_FIRST: Duration = Duration::from_millis(200);
+const RETRY_MAX: Duration = Duration::from_secs(10);
+
+/// A controller run by [`run_passes`].
+pub trait Passes: Send {
+    /// Whether every cache the pass reads has had its first list.
+    fn ready(&self) -> bool;
+    /// One pass over the cached state.
+    fn pass(&mut self) -> impl Future<Output = Pass> + Send;
+}
+
+/// Runs a pass after every burst of changes once the controller is ready, and again after a
+/// backoff while it asks to retry. Never returns (the watch streams do not end); drop it to stop.
+pub async fn run_passes(mut changes: BoxStream<'static, ()>, controller: &mut impl Passes) {
+    let mut retry: Option<Duration> = None;
+    loop {
+        let wait = retry.unwrap_or(Duration::MAX);
+        tokio::select! {
+            change = changes.next() => {
+                if change.is_none() {
+                    return;
+                }
+            }
+            () = tokio::time::sleep(wait), if retry.is_some() => {}
+        }
+        // Coalesce whatever else already arrived into this pass.
+        while let Some(Some(())) = changes.next().now_or_never() {}
+        if !controller.ready() {
+            continue;
+        }
+        retry = match controller.pass().await {
+            Pass::Done => None,
+            Pass::Retry => Some(retry.map_or(RETRY_FIRST, |d| (d * 2).min(RETRY_MAX))),
+        };
+    }
+}
