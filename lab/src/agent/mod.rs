@@ -55,7 +55,8 @@ impl AgentConfig {
         Self {
             kubelets,
             services: services::ServicesConfig {
-                cluster_ip_ranges: services::parse_ranges(SERVICE_CIDR).expect("the lab's service CIDR is valid"),
+                cluster_ip_ranges: services::parse_ranges(SERVICE_CIDR)
+                    .expect("the lab's service CIDR is valid"),
                 apiserver: Some(Topology::api_addr()),
             },
         }
@@ -77,24 +78,47 @@ pub async fn run(client: kube::Client, config: AgentConfig) -> Result<(), AgentE
         let client = client.clone();
         tasks.spawn(async move {
             let node = k.node_name.clone();
-            kubelet::run(client, k).await.map_err(|source| AgentError::Kubelet { node, source })
+            kubelet::run(client, k)
+                .await
+                .map_err(|source| AgentError::Kubelet { node, source })
         });
     }
-    let task_err = |task: &'static str| move |e: &dyn std::fmt::Display| AgentError::Task { task, message: e.to_string() };
+    let task_err = |task: &'static str| {
+        move |e: &dyn std::fmt::Display| AgentError::Task {
+            task,
+            message: e.to_string(),
+        }
+    };
     {
         let client = client.clone();
-        tasks.spawn(async move { scheduler::run(client).await.map_err(|e| task_err("scheduler")(&e)) });
+        tasks.spawn(async move {
+            scheduler::run(client)
+                .await
+                .map_err(|e| task_err("scheduler")(&e))
+        });
     }
     {
         let client = client.clone();
         let services = config.services.clone();
-        tasks.spawn(async move { services::run(client, services).await.map_err(|e| task_err("services")(&e)) });
+        tasks.spawn(async move {
+            services::run(client, services)
+                .await
+                .map_err(|e| task_err("services")(&e))
+        });
     }
     {
         let client = client.clone();
-        tasks.spawn(async move { endpointslices::run(client).await.map_err(|e| task_err("endpointslices")(&e)) });
+        tasks.spawn(async move {
+            endpointslices::run(client)
+                .await
+                .map_err(|e| task_err("endpointslices")(&e))
+        });
     }
-    tasks.spawn(async move { deployments::run(client).await.map_err(|e| task_err("deployments")(&e)) });
+    tasks.spawn(async move {
+        deployments::run(client)
+            .await
+            .map_err(|e| task_err("deployments")(&e))
+    });
     while let Some(done) = tasks.join_next().await {
         match done {
             Ok(Ok(())) => {}

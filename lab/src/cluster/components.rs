@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use super::process::{Enter, Launch};
 use super::topology::{
-    API_PORT, CLUSTER_AS, CONTROLLER_METRICS_PORT, DAEMON_METRICS_PORT, NB_PORT, NodePlan,
-    OUTSIDE_PORT, SB_PORT, SERVICE_CIDR, SPEAKER_METRICS_PORT, TOR_AS, Topology,
+    API_PORT, CLUSTER_AS, CONTROLLER_METRICS_PORT, DAEMON_METRICS_PORT, NB_PORT, NodePlan, OUTSIDE_PORT,
+    SB_PORT, SERVICE_CIDR, SPEAKER_METRICS_PORT, TOR_AS, Topology,
 };
 
 pub const NB_SCHEMA: &str = "/usr/share/ovn/ovn-nb.ovsschema";
@@ -51,13 +51,27 @@ fn ovs_logging() -> [String; 2] {
 /// (the `node` and `cp` verbs set the same variables).
 pub fn ovs_env(dir: &Path) -> Vec<(String, String)> {
     let d = dir.to_string_lossy().into_owned();
-    ["OVS_RUNDIR", "OVS_DBDIR", "OVS_LOGDIR", "OVN_RUNDIR", "OVN_DBDIR", "OVN_LOGDIR"]
-        .into_iter()
-        .map(|k| (k.to_owned(), d.clone()))
-        .collect()
+    [
+        "OVS_RUNDIR",
+        "OVS_DBDIR",
+        "OVS_LOGDIR",
+        "OVN_RUNDIR",
+        "OVN_DBDIR",
+        "OVN_LOGDIR",
+    ]
+    .into_iter()
+    .map(|k| (k.to_owned(), d.clone()))
+    .collect()
 }
 
-fn ovs_launch(t: &Topology, component: &str, netns: &str, dir: &Path, program: &str, args: Vec<String>) -> Launch {
+fn ovs_launch(
+    t: &Topology,
+    component: &str,
+    netns: &str,
+    dir: &Path,
+    program: &str,
+    args: Vec<String>,
+) -> Launch {
     let mut args = args;
     args.extend(ovs_logging());
     Launch {
@@ -158,7 +172,7 @@ pub fn agent(t: &Topology, bins: &Binaries, run_dir: &Path) -> Launch {
         args: vec![
             "agent".into(),
             format!("--name={}", t.name),
-            format!("--run-dir={}", run_dir.display()),
+            format!("--labs-dir={}", run_dir.display()),
             format!("--kubeconfig={}", t.kubeconfig("agent").display()),
         ],
         env: vec![],
@@ -294,13 +308,23 @@ mod tests {
 
     #[test]
     fn every_component_has_its_own_log_and_node_flags_name_the_node() {
-        let t = Topology::new("t", 2, TorKind::Bird, Path::new("/run/kube-ovn-lab")).unwrap();
+        let t = Topology::new("t", 2, TorKind::Bird, Path::new("/var/lib/kube-ovn-lab")).unwrap();
         let bins = Binaries { dir: "/b".into() };
         let mut launches = ovn_databases(&t);
-        launches.extend([northd(&t), apiserver(&t, &bins, &[]), controller(&t, &bins), agent(&t, &bins, Path::new("/run/kube-ovn-lab")), outside_server(&t, &bins)]);
+        launches.extend([
+            northd(&t),
+            apiserver(&t, &bins, &[]),
+            controller(&t, &bins),
+            agent(&t, &bins, Path::new("/var/lib/kube-ovn-lab")),
+            outside_server(&t, &bins),
+        ]);
         for n in &t.nodes {
             launches.extend(node_ovs(&t, n));
-            launches.extend([node_ovn_controller(&t, n), node_daemon(&t, &bins, n), node_speaker(&t, &bins, n)]);
+            launches.extend([
+                node_ovn_controller(&t, n),
+                node_daemon(&t, &bins, n),
+                node_speaker(&t, &bins, n),
+            ]);
         }
         let mut logs: Vec<_> = launches.iter().map(|l| l.log.clone()).collect();
         logs.sort();

@@ -82,7 +82,11 @@ pub fn plan(targets: &[Target]) -> Vec<Check> {
                 from: Some(i),
                 to: Some(j),
                 path: "/hostname",
-                expect: if a.vpc == b.vpc { Expect::Answer(b.name.clone()) } else { Expect::Blocked },
+                expect: if a.vpc == b.vpc {
+                    Expect::Answer(b.name.clone())
+                } else {
+                    Expect::Blocked
+                },
             });
         }
     }
@@ -93,7 +97,11 @@ pub fn plan(targets: &[Target]) -> Vec<Check> {
             from: None,
             to: Some(i),
             path: "/clientip",
-            expect: if routed { Expect::ClientIp(super::topology::Topology::outside_ip().into()) } else { Expect::Blocked },
+            expect: if routed {
+                Expect::ClientIp(super::topology::Topology::outside_ip().into())
+            } else {
+                Expect::Blocked
+            },
         });
         checks.push(Check {
             kind: Kind::PodToOutside,
@@ -159,7 +167,11 @@ impl Report {
     }
 
     fn cell(&self, kind: Kind, from: Option<usize>, to: Option<usize>) -> &'static str {
-        let Some(o) = self.outcomes.iter().find(|o| o.check.kind == kind && o.check.from == from && o.check.to == to) else {
+        let Some(o) = self
+            .outcomes
+            .iter()
+            .find(|o| o.check.kind == kind && o.check.from == from && o.check.to == to)
+        else {
             return "";
         };
         match (&o.check.expect, o.passed()) {
@@ -180,8 +192,17 @@ impl Report {
     pub fn render(&self) -> String {
         let mut out = String::new();
         let n = self.targets.len();
-        let width = self.targets.iter().map(|t| t.label().len()).max().unwrap_or(7).max(9);
-        let _ = writeln!(out, "connectivity, measured with real traffic (HTTP to each pod's netexec server):");
+        let width = self
+            .targets
+            .iter()
+            .map(|t| t.label().len())
+            .max()
+            .unwrap_or(7)
+            .max(9);
+        let _ = writeln!(
+            out,
+            "connectivity, measured with real traffic (HTTP to each pod's netexec server):"
+        );
         let _ = writeln!(out, "  pods ({n} with a server):");
         for (i, t) in self.targets.iter().enumerate() {
             let _ = writeln!(
@@ -204,7 +225,11 @@ impl Report {
         for i in 0..n {
             let _ = write!(out, "    {:>5}", format!("[{i}]"));
             for j in 0..n {
-                let cell = if i == j { "-" } else { self.cell(Kind::PodToPod, Some(i), Some(j)) };
+                let cell = if i == j {
+                    "-"
+                } else {
+                    self.cell(Kind::PodToPod, Some(i), Some(j))
+                };
                 let _ = write!(out, " {cell:>8}");
             }
             out.push('\n');
@@ -281,13 +306,27 @@ mod tests {
             target("c", "vpc1", false, false),
         ];
         let checks = plan(&targets);
-        let find = |kind, from, to| checks.iter().find(|c| c.kind == kind && c.from == from && c.to == to).unwrap();
-        assert_eq!(find(Kind::PodToPod, Some(0), Some(1)).expect, Expect::Answer("b".into()));
+        let find = |kind, from, to| {
+            checks
+                .iter()
+                .find(|c| c.kind == kind && c.from == from && c.to == to)
+                .unwrap()
+        };
+        assert_eq!(
+            find(Kind::PodToPod, Some(0), Some(1)).expect,
+            Expect::Answer("b".into())
+        );
         assert_eq!(find(Kind::PodToPod, Some(0), Some(2)).expect, Expect::Blocked);
         assert_eq!(find(Kind::PodToPod, Some(2), Some(1)).expect, Expect::Blocked);
-        assert!(matches!(find(Kind::OutsideToPod, None, Some(0)).expect, Expect::ClientIp(_)));
+        assert!(matches!(
+            find(Kind::OutsideToPod, None, Some(0)).expect,
+            Expect::ClientIp(_)
+        ));
         assert_eq!(find(Kind::OutsideToPod, None, Some(1)).expect, Expect::Blocked);
-        assert!(matches!(find(Kind::PodToOutside, Some(1), None).expect, Expect::Pending(_)));
+        assert!(matches!(
+            find(Kind::PodToOutside, Some(1), None).expect,
+            Expect::Pending(_)
+        ));
         assert_eq!(find(Kind::PodToOutside, Some(2), None).expect, Expect::Blocked);
         assert_eq!(checks.len(), 3 * 2 + 3 * 2);
     }
@@ -298,21 +337,34 @@ mod tests {
         assert!(!judge(&Expect::Answer("a".into()), Some("b")));
         assert!(!judge(&Expect::Answer("a".into()), None));
         assert!(judge(&Expect::Blocked, None));
-        assert!(!judge(&Expect::Blocked, Some("a")), "an answer where none should come is a failure");
+        assert!(
+            !judge(&Expect::Blocked, Some("a")),
+            "an answer where none should come is a failure"
+        );
         let ip: IpAddr = "198.51.100.10".parse().unwrap();
         assert!(judge(&Expect::ClientIp(ip), Some("198.51.100.10:41234")));
-        assert!(!judge(&Expect::ClientIp(ip), Some("172.30.0.11:41234")), "a NATed source is not the client's");
+        assert!(
+            !judge(&Expect::ClientIp(ip), Some("172.30.0.11:41234")),
+            "a NATed source is not the client's"
+        );
         assert_eq!(client_ip("[fd00::1]:80"), Some("fd00::1".parse().unwrap()));
     }
 
     #[test]
     fn the_rendering_names_failures() {
-        let targets = vec![target("a", DEFAULT_VPC, true, false), target("c", "vpc1", false, false)];
+        let targets = vec![
+            target("a", DEFAULT_VPC, true, false),
+            target("c", "vpc1", false, false),
+        ];
         let checks = plan(&targets);
         let outcomes = checks
             .into_iter()
             .map(|check| {
-                let answer = if check.kind == Kind::PodToPod && check.from == Some(0) { Ok("c".to_owned()) } else { Err("no answer".to_owned()) };
+                let answer = if check.kind == Kind::PodToPod && check.from == Some(0) {
+                    Ok("c".to_owned())
+                } else {
+                    Err("no answer".to_owned())
+                };
                 Outcome { check, answer }
             })
             .collect();

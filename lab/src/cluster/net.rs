@@ -33,11 +33,7 @@ pub fn run(program: &str, args: &[&str]) -> Result<String, CommandError> {
     if !out.status.success() {
         return Err(CommandError {
             command,
-            message: format!(
-                "{}: {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            ),
+            message: format!("{}: {}", out.status, String::from_utf8_lossy(&out.stderr).trim()),
         });
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
@@ -88,8 +84,8 @@ fn veth(a_ns: &str, a_dev: &str, b_ns: &str, b_dev: &str) -> Result<(), CommandE
     run(
         "ip",
         &[
-            "link", "add", a_dev, "netns", a_ns, "mtu", "1500", "type", "veth", "peer", "name",
-            b_dev, "netns", b_ns, "mtu", "1500",
+            "link", "add", a_dev, "netns", a_ns, "mtu", "1500", "type", "veth", "peer", "name", b_dev,
+            "netns", b_ns, "mtu", "1500",
         ],
     )?;
     for (ns, dev) in [(a_ns, a_dev), (b_ns, b_dev)] {
@@ -112,14 +108,53 @@ pub fn wire_fabric(t: &Topology) -> Result<(), CommandError> {
     let cp = t.cp_netns();
     veth(&cp, "eth0", &tor, "cp")?;
     ip(&tor, &["link", "set", "cp", "master", "fabric"])?;
-    ip(&cp, &["addr", "add", &format!("{}/{FABRIC_PREFIX}", Topology::cp_ip()), "dev", "eth0"])?;
-    ip(&cp, &["route", "add", "default", "via", &Topology::tor_ip().to_string()])?;
+    ip(
+        &cp,
+        &[
+            "addr",
+            "add",
+            &format!("{}/{FABRIC_PREFIX}", Topology::cp_ip()),
+            "dev",
+            "eth0",
+        ],
+    )?;
+    ip(
+        &cp,
+        &["route", "add", "default", "via", &Topology::tor_ip().to_string()],
+    )?;
 
     let outside = t.outside_netns();
     veth(&outside, "eth0", &tor, "out0")?;
-    ip(&tor, &["addr", "add", &format!("{}/{OUTSIDE_PREFIX}", Topology::tor_outside_ip()), "dev", "out0"])?;
-    ip(&outside, &["addr", "add", &format!("{}/{OUTSIDE_PREFIX}", Topology::outside_ip()), "dev", "eth0"])?;
-    ip(&outside, &["route", "add", "default", "via", &Topology::tor_outside_ip().to_string()])?;
+    ip(
+        &tor,
+        &[
+            "addr",
+            "add",
+            &format!("{}/{OUTSIDE_PREFIX}", Topology::tor_outside_ip()),
+            "dev",
+            "out0",
+        ],
+    )?;
+    ip(
+        &outside,
+        &[
+            "addr",
+            "add",
+            &format!("{}/{OUTSIDE_PREFIX}", Topology::outside_ip()),
+            "dev",
+            "eth0",
+        ],
+    )?;
+    ip(
+        &outside,
+        &[
+            "route",
+            "add",
+            "default",
+            "via",
+            &Topology::tor_outside_ip().to_string(),
+        ],
+    )?;
     Ok(())
 }
 
@@ -127,7 +162,10 @@ pub fn wire_fabric(t: &Topology) -> Result<(), CommandError> {
 /// once OVS runs: see [`address_node`]) and its forwarding sysctls.
 pub fn wire_node(t: &Topology, node: &NodePlan) -> Result<(), CommandError> {
     veth(&node.netns, "eth0", &t.tor_netns(), &node.tor_port)?;
-    ip(&t.tor_netns(), &["link", "set", &node.tor_port, "master", "fabric"])?;
+    ip(
+        &t.tor_netns(),
+        &["link", "set", &node.tor_port, "master", "fabric"],
+    )?;
     // The node forwards between its fabric address and ovn0 (outside → pod over BGP routes)
     // and, later, for egress NAT; reverse-path filtering would drop the asymmetric halves of
     // ECMP'd flows.
@@ -141,7 +179,20 @@ pub fn wire_node(t: &Topology, node: &NodePlan) -> Result<(), CommandError> {
 /// other nodes, `dataplane.md` §5.4) and its default route through the ToR. `br-ul` exists.
 pub fn address_node(node: &NodePlan) -> Result<(), CommandError> {
     let ns = &node.netns;
-    ip(ns, &["addr", "add", &format!("{}/{FABRIC_PREFIX}", node.ip), "dev", "br-ul"])?;
+    ip(
+        ns,
+        &[
+            "addr",
+            "add",
+            &format!("{}/{FABRIC_PREFIX}", node.ip),
+            "dev",
+            "br-ul",
+        ],
+    )?;
     ip(ns, &["link", "set", "br-ul", "up"])?;
-    ip(ns, &["route", "add", "default", "via", &Topology::tor_ip().to_string()]).map(drop)
+    ip(
+        ns,
+        &["route", "add", "default", "via", &Topology::tor_ip().to_string()],
+    )
+    .map(drop)
 }

@@ -162,15 +162,9 @@ pub fn spawn(launch: &Launch) -> Result<(u32, u64), ProcessError> {
 fn stat(pid: u32) -> Result<(char, u64), String> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).map_err(|e| e.to_string())?;
     // The command name (field 2) is in parentheses and may hold spaces: split after the last ')'.
-    let rest = text
-        .rsplit_once(')')
-        .map(|(_, r)| r)
-        .ok_or("no ')' in stat")?;
+    let rest = text.rsplit_once(')').map(|(_, r)| r).ok_or("no ')' in stat")?;
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    let state = fields
-        .first()
-        .and_then(|s| s.chars().next())
-        .ok_or("no state")?;
+    let state = fields.first().and_then(|s| s.chars().next()).ok_or("no state")?;
     // After ')' the fields start at number 3, so field 22 is index 19.
     let start = fields
         .get(19)
@@ -247,7 +241,16 @@ mod tests {
         };
         assert_eq!(
             command_line(&launch),
-            ("ip".into(), vec!["netns".into(), "exec".into(), "ns1".into(), "/bin/prog".into(), "-a".into()])
+            (
+                "ip".into(),
+                vec![
+                    "netns".into(),
+                    "exec".into(),
+                    "ns1".into(),
+                    "/bin/prog".into(),
+                    "-a".into()
+                ]
+            )
         );
         launch.enter = Enter::NetOnly("ns1".into());
         assert_eq!(command_line(&launch).0, "nsenter");
@@ -274,7 +277,11 @@ mod tests {
     #[test]
     fn a_process_is_stopped_by_pid_and_its_zombie_counts_as_gone() {
         // Not reaped by us until the end: after SIGTERM it is a zombie, which must read as gone.
-        let mut child = Command::new("/bin/sleep").arg("600").process_group(0).spawn().unwrap();
+        let mut child = Command::new("/bin/sleep")
+            .arg("600")
+            .process_group(0)
+            .spawn()
+            .unwrap();
         let pid = child.id();
         let start = start_time(pid).unwrap();
         assert!(alive(pid, start));

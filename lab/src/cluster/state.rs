@@ -40,20 +40,14 @@ pub struct LabState {
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
     #[error("reading the lab's state file {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Read { path: PathBuf, source: std::io::Error },
     #[error("the lab's state file {path} is not valid: {source}")]
     Parse {
         path: PathBuf,
         source: serde_json::Error,
     },
     #[error("writing the lab's state file {path}: {source}")]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Write { path: PathBuf, source: std::io::Error },
 }
 
 impl LabState {
@@ -124,7 +118,9 @@ mod tests {
             bin_dir: "/b".into(),
             up_finished: false,
             made: vec![
-                Made::Netns { name: "kl_x_cp".into() },
+                Made::Netns {
+                    name: "kl_x_cp".into(),
+                },
                 Made::Process {
                     component: "apiserver".into(),
                     pid: 42,

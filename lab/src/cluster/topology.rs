@@ -99,7 +99,7 @@ pub struct Topology {
 }
 
 impl Topology {
-    /// The plan for lab `name` with `nodes` nodes under `run_dir` (`/run/kube-ovn-lab`).
+    /// The plan for lab `name` with `nodes` nodes under `run_dir` (`/var/lib/kube-ovn-lab`).
     pub fn new(
         name: &str,
         nodes: usize,
@@ -107,6 +107,12 @@ impl Topology {
         run_dir: &std::path::Path,
     ) -> Result<Self, String> {
         validate_name(name)?;
+        if run_dir.starts_with("/run") || run_dir.starts_with("/var/run") {
+            return Err(format!(
+                "labs directory {}: not under /run (the ToR's daemons run with a /run of their own, where the lab's files would not be)",
+                run_dir.display()
+            ));
+        }
         if nodes == 0 || nodes > MAX_NODES {
             return Err(format!("--nodes {nodes}: between 1 and {MAX_NODES}"));
         }
@@ -241,27 +247,37 @@ mod tests {
 
     #[test]
     fn names_carry_the_lab_name() {
-        let t = Topology::new("demo", 3, TorKind::Bird, std::path::Path::new("/run/x")).unwrap();
+        let t = Topology::new("demo", 3, TorKind::Bird, std::path::Path::new("/var/lib/x")).unwrap();
         assert_eq!(t.cp_netns(), "kl_demo_cp");
         assert_eq!(t.nodes[2].netns, "kl_demo_node3");
         assert_eq!(t.nodes[2].ip, Ipv4Addr::new(172, 30, 0, 13));
-        assert_eq!(t.dir, PathBuf::from("/run/x/demo"));
+        assert_eq!(t.dir, PathBuf::from("/var/lib/x/demo"));
         assert!(t.netns_names().iter().all(|n| n.starts_with(&t.netns_prefix())));
         assert!(t.pod_netns_prefix().starts_with(&t.netns_prefix()));
         // No node's namespace can be mistaken for a pod's, nor one lab's for another's.
-        let other = Topology::new("demo-p", 1, TorKind::Bird, std::path::Path::new("/run/x")).unwrap();
-        assert!(other.netns_names().iter().all(|n| !n.starts_with(&t.netns_prefix())));
-        assert!(t.netns_names().iter().all(|n| !n.starts_with(&t.pod_netns_prefix())));
+        let other = Topology::new("demo-p", 1, TorKind::Bird, std::path::Path::new("/var/lib/x")).unwrap();
+        assert!(
+            other
+                .netns_names()
+                .iter()
+                .all(|n| !n.starts_with(&t.netns_prefix()))
+        );
+        assert!(
+            t.netns_names()
+                .iter()
+                .all(|n| !n.starts_with(&t.pod_netns_prefix()))
+        );
     }
 
     #[test]
     fn bad_names_and_counts_are_refused() {
-        let run = std::path::Path::new("/run/x");
+        let run = std::path::Path::new("/var/lib/x");
         for bad in ["", "Lab", "a b", "-x", "a/b", "abcdefghijklmnopqrstu"] {
             assert!(Topology::new(bad, 2, TorKind::Bird, run).is_err(), "{bad:?}");
         }
         assert!(Topology::new("ok", 0, TorKind::Bird, run).is_err());
         assert!(Topology::new("ok", MAX_NODES + 1, TorKind::Bird, run).is_err());
         assert!(Topology::new("ok-2", MAX_NODES, TorKind::Frr, run).is_ok());
+        assert!(Topology::new("ok", 1, TorKind::Bird, std::path::Path::new("/run/labs")).is_err());
     }
 }

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use super::process::{Enter, Launch};
-use super::topology::{CLUSTER_AS, TOR_AS, TorKind, Topology};
+use super::topology::{CLUSTER_AS, TOR_AS, Topology, TorKind};
 
 /// BIRD 2's configuration for the lab's ToR.
 pub fn bird_config(topology: &Topology, log: &Path) -> String {
@@ -36,14 +36,13 @@ pub fn bird_config(topology: &Topology, log: &Path) -> String {
 }
 
 /// FRR's bgpd configuration for the lab's ToR.
-pub fn frr_bgpd_config(topology: &Topology, log: &Path) -> String {
+pub fn frr_bgpd_config(topology: &Topology) -> String {
     let mut text = format!(
         "! kube-ovn-lab {name}: the ToR (FRR bgpd). Written by `kube-ovn-lab up`.\n\
-         frr defaults datacenter\nhostname tor\nlog file {log} informational\n!\n\
+         frr defaults datacenter\nhostname tor\nlog stdout informational\n!\n\
          router bgp {TOR_AS}\n bgp router-id {tor}\n no bgp ebgp-requires-policy\n \
          bgp graceful-restart\n",
         name = topology.name,
-        log = log.display(),
         tor = Topology::tor_ip(),
     );
     for node in &topology.nodes {
@@ -52,14 +51,16 @@ pub fn frr_bgpd_config(topology: &Topology, log: &Path) -> String {
     text.push_str(" address-family ipv4 unicast\n  maximum-paths 64\n");
     for node in &topology.nodes {
         let _ = writeln!(text, "  neighbor {} activate", node.ip);
+        // Learn from the speakers, announce nothing to them (BIRD's `export none`).
+        let _ = writeln!(text, "  neighbor {} route-map ANNOUNCE-NOTHING out", node.ip);
     }
-    text.push_str(" exit-address-family\n!\n");
+    text.push_str(" exit-address-family\n!\nroute-map ANNOUNCE-NOTHING deny 10\n!\n");
     text
 }
 
 /// FRR's zebra configuration (zebra installs bgpd's routes in the kernel).
-pub fn frr_zebra_config(log: &Path) -> String {
-    format!("hostname tor\nlog file {} informational\n!\n", log.display())
+pub fn frr_zebra_config() -> String {
+    "hostname tor\nlog stdout informational\n!\n".to_owned()
 }
 
 /// The files to write and the processes to start for the ToR: `(path, contents)` and launches.
@@ -90,25 +91,19 @@ pub fn plan(topology: &Topology) -> (Vec<(PathBuf, String)>, Vec<Launch>) {
             let zebra = dir.join("zebra.conf");
             let bgpd = dir.join("bgpd.conf");
             let files = vec![
-                (zebra.clone(), frr_zebra_config(&topology.log("tor-zebra"))),
-                (bgpd.clone(), frr_bgpd_config(topology, &topology.log("tor-bgpd"))),
+                (zebra.clone(), frr_zebra_config()),
+                (bgpd.clone(), frr_bgpd_config(topology)),
             ];
-            // Default socket and PID paths under /run/frr, which is the ToR's own; as root, so
-            // they can write the lab's directories (FRR drops to user frr by default).
+            // Default socket and PID paths under /run/frr, which is the ToR's own (`up` gives
+            // it to user frr, as the package's runtime directory is); FRR drops to that user,
+            // so it logs to stdout, which the lab keeps as the daemon's log.
             let daemon = |component: &str, program: &str, conf: &Path| Launch {
                 component: component.into(),
                 enter: enter.clone(),
                 program: program.into(),
-                args: vec![
-                    "-f".into(),
-                    conf.to_string_lossy().into_owned(),
-                    "-u".into(),
-                    "root".into(),
-                    "-g".into(),
-                    "root".into(),
-                ],
+                args: vec!["-f".into(), conf.to_string_lossy().into_owned()],
                 env: vec![],
-                log: topology.log(&format!("{component}.stdout")),
+                log: topology.log(component),
             };
             let launches = vec![
                 daemon("tor-zebra", "/usr/lib/frr/zebra", &zebra),
@@ -158,24 +153,29 @@ pub fn sessions(kind: TorKind, topology: &Topology, cli_output: &str) -> Vec<(St
 pub fn sessions_command(kind: TorKind) -> Vec<String> {
     match kind {
         TorKind::Bird => vec!["birdc".into(), "show".into(), "protocols".into()],
-        TorKind::Frr => vec![
-            "vtysh".into(),
-            "-c".into(),
-            "show bgp summary json".into(),
-        ],
+        TorKind::Frr => vec!["vtysh".into(), "-c".into(), "show bgp summary json".into()],
     }
+}
+
+/// A command as an operator would type it (arguments with spaces quoted).
+pub fn shell_words(command: &[String]) -> String {
+    command
+        .iter()
+        .map(|w| {
+            if w.contains(' ') {
+                format!("'{w}'")
+            } else {
+                w.clone()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// The command that prints the routes the ToR learnt.
 pub fn routes_command(kind: TorKind) -> Vec<String> {
     match kind {
-        TorKind::Bird => vec![
-            "birdc".into(),
-            "show".into(),
-            "route".into(),
-            "protocol".into(),
-            "node*".into(),
-        ],
+        TorKind::Bird => vec!["birdc".into(), "show route where source = RTS_BGP".into()],
         TorKind::Frr => vec!["vtysh".into(), "-c".into(), "show ip route bgp".into()],
     }
 }
@@ -185,7 +185,7 @@ mod tests {
     use super::*;
 
     fn topo(kind: TorKind) -> Topology {
-        Topology::new("t", 2, kind, Path::new("/run/kube-ovn-lab")).unwrap()
+        Topology::new("t", 2, kind, Path::new("/var/lib/kube-ovn-lab")).unwrap()
     }
 
     #[test]
@@ -201,7 +201,7 @@ mod tests {
     #[test]
     fn frr_peers_with_every_node_and_allows_ecmp() {
         let t = topo(TorKind::Frr);
-        let text = frr_bgpd_config(&t, Path::new("/l/bgpd.log"));
+        let text = frr_bgpd_config(&t);
         assert!(text.contains(" neighbor 172.30.0.11 remote-as 65000\n"));
         assert!(text.contains("  neighbor 172.30.0.12 activate\n"));
         assert!(text.contains("maximum-paths"));

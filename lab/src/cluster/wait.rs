@@ -12,7 +12,12 @@ pub struct Timeout {
 }
 
 /// Checks every `every` until `check` answers `Ok(true)`, or fails after `timeout`.
-pub async fn wait_for<F, Fut, E>(what: &str, timeout: Duration, every: Duration, mut check: F) -> Result<(), Timeout>
+pub async fn wait_for<F, Fut, E>(
+    what: &str,
+    timeout: Duration,
+    every: Duration,
+    mut check: F,
+) -> Result<(), Timeout>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<bool, E>>,

@@ -70,7 +70,11 @@ pub fn down(name: &str, run_dir: &Path) -> anyhow::Result<ExitCode> {
     println!(
         "lab {name} is down in {:.1}s: {stopped} processes stopped{}, {} namespaces deleted, {} removed",
         started.elapsed().as_secs_f64(),
-        if strays > 0 { format!(" (and {strays} others found in its namespaces)") } else { String::new() },
+        if strays > 0 {
+            format!(" (and {strays} others found in its namespaces)")
+        } else {
+            String::new()
+        },
         namespaces.len(),
         t.dir.display()
     );
@@ -102,7 +106,10 @@ fn stop_processes_in(namespaces: &[String]) -> anyhow::Result<usize> {
     let me = std::process::id();
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc")? {
-        let Some(pid) = entry.ok().and_then(|e| e.file_name().to_str()?.parse::<u32>().ok()) else {
+        let Some(pid) = entry
+            .ok()
+            .and_then(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        else {
             continue;
         };
         if pid == me {
@@ -117,7 +124,10 @@ fn stop_processes_in(namespaces: &[String]) -> anyhow::Result<usize> {
             found.push((pid, start));
         }
     }
-    let count = found.iter().filter(|(pid, start)| process::alive(*pid, *start)).count();
+    let count = found
+        .iter()
+        .filter(|(pid, start)| process::alive(*pid, *start))
+        .count();
     for (pid, start) in &found {
         process::stop(*pid, *start, GRACE);
     }

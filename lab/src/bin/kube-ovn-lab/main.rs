@@ -23,8 +23,14 @@ struct Cli {
     /// The lab's name: part of every namespace it makes, so labs (and tests) can coexist.
     #[arg(long, global = true, env = "KUBE_OVN_LAB_NAME", default_value = "lab")]
     name: String,
-    /// Where labs keep their state, logs and sockets (one directory per lab).
-    #[arg(long, global = true, env = "KUBE_OVN_LAB_RUN_DIR", default_value = "/run/kube-ovn-lab")]
+    /// Where labs keep their state, logs and sockets (one directory per lab). Not under /run:
+    /// the ToR's daemons see a /run of their own.
+    #[arg(
+        long = "labs-dir",
+        global = true,
+        env = "KUBE_OVN_LAB_DIR",
+        default_value = "/var/lib/kube-ovn-lab"
+    )]
     run_dir: PathBuf,
     #[command(subcommand)]
     command: Command,
@@ -95,7 +101,12 @@ struct NetexecArgs {
     #[arg(long, env = "NETEXEC_HOSTNAME")]
     hostname: String,
     /// TCP ports to serve HTTP on (repeat or comma-separate).
-    #[arg(long = "http-port", env = "NETEXEC_HTTP_PORTS", value_delimiter = ',', default_value = "8080")]
+    #[arg(
+        long = "http-port",
+        env = "NETEXEC_HTTP_PORTS",
+        value_delimiter = ',',
+        default_value = "8080"
+    )]
     http_ports: Vec<u16>,
     /// UDP ports to answer on.
     #[arg(long = "udp-port", env = "NETEXEC_UDP_PORTS", value_delimiter = ',')]
@@ -137,7 +148,11 @@ fn init_logs() {
     kube_ovn_support::init_json_logs();
 }
 
-async fn agent(name: &str, run_dir: &std::path::Path, args: AgentArgs) -> anyhow::Result<std::process::ExitCode> {
+async fn agent(
+    name: &str,
+    run_dir: &std::path::Path,
+    args: AgentArgs,
+) -> anyhow::Result<std::process::ExitCode> {
     init_logs();
     let topology = verbs::topology_of(name, run_dir)?;
     let client = kube_ovn_support::kube_client(Some(&args.kubeconfig)).await?;

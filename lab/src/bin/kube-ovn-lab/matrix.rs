@@ -35,18 +35,26 @@ pub async fn targets(t: &Topology, client: &kube::Client) -> anyhow::Result<(Vec
         .into_iter()
         .filter_map(|s| Some((s.metadata.name.clone()?, s)))
         .collect();
-    let pods = Api::<Pod>::all(client.clone()).list(&ListParams::default()).await.context("listing Pods")?;
+    let pods = Api::<Pod>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .context("listing Pods")?;
     let mut targets = Vec::new();
     let mut netns = Vec::new();
     for pod in pods.items {
-        let (Some(namespace), Some(name)) = (pod.metadata.namespace.clone(), pod.metadata.name.clone()) else {
+        let (Some(namespace), Some(name)) = (pod.metadata.namespace.clone(), pod.metadata.name.clone())
+        else {
             continue;
         };
         let Some(spec) = &pod.spec else { continue };
         let Some(port) = spec
             .containers
             .iter()
-            .filter(|c| c.image.as_deref().is_some_and(|i| i.split(':').next() == Some(NETEXEC_IMAGE)))
+            .filter(|c| {
+                c.image
+                    .as_deref()
+                    .is_some_and(|i| i.split(':').next() == Some(NETEXEC_IMAGE))
+            })
             .flat_map(|c| c.ports.iter().flatten())
             .find(|p| p.protocol.as_deref().unwrap_or("TCP") == "TCP")
             .and_then(|p| u16::try_from(p.container_port).ok())
@@ -54,20 +62,31 @@ pub async fn targets(t: &Topology, client: &kube::Client) -> anyhow::Result<(Vec
             continue;
         };
         let ann = pod.metadata.annotations.clone().unwrap_or_default();
-        let Some(ip) = ann.get(keys::IP_ADDRESS).and_then(|v| v.split(',').next()).and_then(|v| v.parse::<IpAddr>().ok()) else {
+        let Some(ip) = ann
+            .get(keys::IP_ADDRESS)
+            .and_then(|v| v.split(',').next())
+            .and_then(|v| v.parse::<IpAddr>().ok())
+        else {
             continue;
         };
         let subnet_name = ann.get(keys::LOGICAL_SWITCH).cloned().unwrap_or_default();
         let subnet = subnets.get(&subnet_name);
-        let announced = |a: &Option<BTreeMap<String, String>>| a.as_ref().and_then(|a| a.get(keys::BGP)).is_some_and(|v| matches!(v.as_str(), "true" | "cluster" | "local"));
+        let announced = |a: &Option<BTreeMap<String, String>>| {
+            a.as_ref()
+                .and_then(|a| a.get(keys::BGP))
+                .is_some_and(|v| matches!(v.as_str(), "true" | "cluster" | "local"))
+        };
         targets.push(Target {
             namespace: namespace.clone(),
             name: name.clone(),
             node: spec.node_name.clone().unwrap_or_default(),
             ip,
             port,
-            vpc: subnet.and_then(|s| s.spec.vpc.clone()).unwrap_or_else(|| matrix::DEFAULT_VPC.to_owned()),
-            announced: announced(&pod.metadata.annotations) || subnet.is_some_and(|s| announced(&s.metadata.annotations)),
+            vpc: subnet
+                .and_then(|s| s.spec.vpc.clone())
+                .unwrap_or_else(|| matrix::DEFAULT_VPC.to_owned()),
+            announced: announced(&pod.metadata.annotations)
+                || subnet.is_some_and(|s| announced(&s.metadata.annotations)),
             nat_outgoing: subnet.and_then(|s| s.spec.nat_outgoing).unwrap_or(false),
             subnet: subnet_name,
         });
@@ -80,21 +99,35 @@ pub async fn targets(t: &Topology, client: &kube::Client) -> anyhow::Result<(Vec
 /// converged), then probes everything.
 pub async fn measure(t: &Topology, client: &kube::Client, timeout: Duration) -> anyhow::Result<Report> {
     let (targets, pod_netns) = targets(t, client).await?;
-    let announced: Vec<IpAddr> = targets.iter().filter(|x| x.announced && x.vpc == matrix::DEFAULT_VPC).map(|x| x.ip).collect();
+    let announced: Vec<IpAddr> = targets
+        .iter()
+        .filter(|x| x.announced && x.vpc == matrix::DEFAULT_VPC)
+        .map(|x| x.ip)
+        .collect();
     let tor = t.tor_netns();
-    wait_for("the ToR to route every announced pod address to a node", timeout, Duration::from_millis(100), || {
-        let (tor, announced) = (tor.clone(), announced.clone());
-        async move {
-            let missing: Vec<String> = announced
-                .iter()
-                .filter(|ip| {
-                    !kube_ovn_lab::cluster::net::ip(&tor, &["route", "get", &ip.to_string()]).is_ok_and(|r| r.contains(" via 172.30.0."))
-                })
-                .map(ToString::to_string)
-                .collect();
-            if missing.is_empty() { Ok(true) } else { Err(anyhow::anyhow!("no route yet to {}", missing.join(", "))) }
-        }
-    })
+    wait_for(
+        "the ToR to route every announced pod address to a node",
+        timeout,
+        Duration::from_millis(100),
+        || {
+            let (tor, announced) = (tor.clone(), announced.clone());
+            async move {
+                let missing: Vec<String> = announced
+                    .iter()
+                    .filter(|ip| {
+                        !kube_ovn_lab::cluster::net::ip(&tor, &["route", "get", &ip.to_string()])
+                            .is_ok_and(|r| r.contains(" via 172.30.0."))
+                    })
+                    .map(ToString::to_string)
+                    .collect();
+                if missing.is_empty() {
+                    Ok(true)
+                } else {
+                    Err(anyhow::anyhow!("no route yet to {}", missing.join(", ")))
+                }
+            }
+        },
+    )
     .await?;
     let outside_ns = Path::new("/run/netns").join(t.outside_netns());
     let mut tasks = Vec::new();
@@ -112,8 +145,15 @@ pub async fn measure(t: &Topology, client: &kube::Client, timeout: Duration) -> 
     Ok(Report { targets, outcomes })
 }
 
-fn endpoints(check: &Check, targets: &[Target], pod_netns: &[PathBuf], outside_ns: &Path) -> (PathBuf, SocketAddr) {
-    let from = check.from.map_or_else(|| outside_ns.to_owned(), |i| pod_netns[i].clone());
+fn endpoints(
+    check: &Check,
+    targets: &[Target],
+    pod_netns: &[PathBuf],
+    outside_ns: &Path,
+) -> (PathBuf, SocketAddr) {
+    let from = check
+        .from
+        .map_or_else(|| outside_ns.to_owned(), |i| pod_netns[i].clone());
     let to = check.to.map_or_else(
         || SocketAddr::new(Topology::outside_ip().into(), OUTSIDE_PORT),
         |j| SocketAddr::new(targets[j].ip, targets[j].port),
@@ -150,5 +190,9 @@ pub fn run_verb(name: &str, run_dir: &Path) -> anyhow::Result<std::process::Exit
         })
     })??;
     println!("{}", report.render());
-    Ok(if report.healthy() { std::process::ExitCode::SUCCESS } else { std::process::ExitCode::FAILURE })
+    Ok(if report.healthy() {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::FAILURE
+    })
 }

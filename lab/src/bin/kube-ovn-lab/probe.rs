@@ -50,12 +50,18 @@ fn classify(e: &std::io::Error) -> ProbeError {
 pub fn get(to: SocketAddr, path: &str, timeout: Duration) -> Result<String, ProbeError> {
     let mut stream = TcpStream::connect_timeout(&to, timeout).map_err(|e| classify(&e))?;
     stream.set_read_timeout(Some(timeout)).map_err(|e| classify(&e))?;
-    stream.set_write_timeout(Some(timeout)).map_err(|e| classify(&e))?;
+    stream
+        .set_write_timeout(Some(timeout))
+        .map_err(|e| classify(&e))?;
     let host = match to {
         SocketAddr::V4(a) => a.ip().to_string(),
         SocketAddr::V6(a) => format!("[{}]", a.ip()),
     };
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").map_err(|e| classify(&e))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| classify(&e))?;
     let mut response = Vec::new();
     stream.read_to_end(&mut response).map_err(|e| classify(&e))?;
     let text = String::from_utf8_lossy(&response);

@@ -13,7 +13,9 @@ use kube::Api;
 use kube::api::ListParams;
 use kube_ovn_lab::cluster::process;
 use kube_ovn_lab::cluster::state::LabState;
-use kube_ovn_lab::cluster::topology::{CONTROLLER_METRICS_PORT, DAEMON_METRICS_PORT, SPEAKER_METRICS_PORT, Topology};
+use kube_ovn_lab::cluster::topology::{
+    CONTROLLER_METRICS_PORT, DAEMON_METRICS_PORT, SPEAKER_METRICS_PORT, Topology,
+};
 use kube_ovn_lab::cluster::tor;
 
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
@@ -36,7 +38,13 @@ fn latest(state: &LabState) -> Vec<(String, u32, u64)> {
         }
         newest.insert(c.to_owned(), (pid, start));
     }
-    order.into_iter().map(|c| { let (p, s) = newest[&c]; (c, p, s) }).collect()
+    order
+        .into_iter()
+        .map(|c| {
+            let (p, s) = newest[&c];
+            (c, p, s)
+        })
+        .collect()
 }
 
 /// Where a component answers `/readyz`, if it has one.
@@ -61,12 +69,18 @@ async fn check(t: &Topology, state: &LabState) -> Vec<Line> {
     let mut lines = Vec::new();
     for (component, pid, start) in latest(state) {
         let running = process::alive(pid, start);
-        let mut line = Line { component: component.clone(), pid, healthy: running, detail: String::new() };
+        let mut line = Line {
+            component: component.clone(),
+            pid,
+            healthy: running,
+            detail: String::new(),
+        };
         if !running {
             let tail = process::log_tail(&t.log(&component), 3);
             line.detail = format!("not running; its log ends: {}", tail.replace('\n', " | "));
         } else if let Some(addr) = readyz(t, &component) {
-            let answer = tokio::task::spawn_blocking(move || super::probe::get(addr, "/readyz", HEALTH_TIMEOUT)).await;
+            let answer =
+                tokio::task::spawn_blocking(move || super::probe::get(addr, "/readyz", HEALTH_TIMEOUT)).await;
             match answer {
                 Ok(Ok(_)) => line.detail = format!("ready ({addr}/readyz)"),
                 Ok(Err(e)) => {
@@ -107,26 +121,46 @@ pub async fn overview(t: &Topology, client: &kube::Client) -> anyhow::Result<Str
 /// The nodes with their pods, and the routes the ToR learnt.
 pub async fn cluster_view(t: &Topology, client: &kube::Client) -> anyhow::Result<String> {
     let mut out = String::new();
-    let nodes = Api::<Node>::all(client.clone()).list(&ListParams::default()).await?;
-    let pods = Api::<Pod>::all(client.clone()).list(&ListParams::default()).await?;
+    let nodes = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await?;
+    let pods = Api::<Pod>::all(client.clone())
+        .list(&ListParams::default())
+        .await?;
     let _ = writeln!(out, "nodes and their pods:");
     for node in &nodes.items {
         let name = node.metadata.name.clone().unwrap_or_default();
-        let ready = node.status.as_ref().and_then(|s| s.conditions.as_ref()).and_then(|c| c.iter().find(|c| c.type_ == "Ready")).is_some_and(|c| c.status == "True");
+        let ready = node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+            .is_some_and(|c| c.status == "True");
         let _ = writeln!(out, "  {name} ({}):", if ready { "Ready" } else { "NotReady" });
-        for pod in pods.items.iter().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str())) {
+        for pod in pods
+            .items
+            .iter()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str()))
+        {
             let status = pod.status.clone().unwrap_or_default();
+            let label = format!(
+                "{}/{}",
+                pod.metadata.namespace.as_deref().unwrap_or(""),
+                pod.metadata.name.as_deref().unwrap_or("")
+            );
             let _ = writeln!(
                 out,
-                "    {}/{:24} {:15} {}",
-                pod.metadata.namespace.as_deref().unwrap_or(""),
-                pod.metadata.name.as_deref().unwrap_or(""),
+                "    {label:32} {:15} {}",
                 status.pod_ip.unwrap_or_default(),
                 status.phase.unwrap_or_default()
             );
         }
     }
-    let _ = writeln!(out, "routes the ToR learnt ({}):", tor::routes_command(t.tor_kind).join(" "));
+    let _ = writeln!(
+        out,
+        "routes the ToR learnt ({}):",
+        tor::shell_words(&tor::routes_command(t.tor_kind))
+    );
     match super::verbs::tor_output(t, &tor::routes_command(t.tor_kind)) {
         Ok(text) => {
             for line in text.lines().filter(|l| !l.trim().is_empty()) {
@@ -142,8 +176,9 @@ pub async fn cluster_view(t: &Topology, client: &kube::Client) -> anyhow::Result
 
 pub fn status(name: &str, run_dir: &Path) -> anyhow::Result<ExitCode> {
     let (t, state) = super::verbs::lab(name, run_dir)?;
-    let cp = kube_ovn_dataplane::Netns::open(Path::new("/run/netns").join(t.cp_netns()))
-        .map_err(|e| anyhow::anyhow!("lab {name}: its control-plane namespace is gone ({e}); run `down` and `up` again"))?;
+    let cp = kube_ovn_dataplane::Netns::open(Path::new("/run/netns").join(t.cp_netns())).map_err(|e| {
+        anyhow::anyhow!("lab {name}: its control-plane namespace is gone ({e}); run `down` and `up` again")
+    })?;
     let (lines, api) = cp.run(|| -> anyhow::Result<(Vec<Line>, Result<String, String>)> {
         let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
         rt.block_on(async {
@@ -156,16 +191,35 @@ pub fn status(name: &str, run_dir: &Path) -> anyhow::Result<ExitCode> {
         })
     })??;
     let mut healthy = true;
-    println!("lab {name}: {} nodes, ToR {}{}", state.nodes, state.tor, if state.up_finished { "" } else { " (up did not finish)" });
+    println!(
+        "lab {name}: {} nodes, ToR {}{}",
+        state.nodes,
+        state.tor,
+        if state.up_finished {
+            ""
+        } else {
+            " (up did not finish)"
+        }
+    );
     for l in &lines {
         healthy &= l.healthy;
-        println!("  {:24} pid {:7}  {}  {}", l.component, l.pid, if l.healthy { "ok  " } else { "FAIL" }, l.detail);
+        println!(
+            "  {:24} pid {:7}  {}  {}",
+            l.component,
+            l.pid,
+            if l.healthy { "ok  " } else { "FAIL" },
+            l.detail
+        );
     }
     match tor_sessions(&t) {
         Ok(sessions) => {
             for (node, up) in sessions {
                 healthy &= up;
-                println!("  BGP {node:<20}          {}  session with the ToR {}", if up { "ok  " } else { "FAIL" }, if up { "Established" } else { "not Established" });
+                println!(
+                    "  BGP {node:<20}          {}  session with the ToR {}",
+                    if up { "ok  " } else { "FAIL" },
+                    if up { "Established" } else { "not Established" }
+                );
             }
         }
         Err(e) => {
@@ -180,5 +234,9 @@ pub fn status(name: &str, run_dir: &Path) -> anyhow::Result<ExitCode> {
             println!("  the API does not answer: {e}");
         }
     }
-    Ok(if healthy { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if healthy {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }

@@ -75,14 +75,20 @@ pub struct Recorder {
 
 impl Recorder {
     pub fn record(&self, made: Made) -> anyhow::Result<()> {
-        let mut state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         state.made.push(made);
         state.save(&self.path)?;
         Ok(())
     }
 
     fn finish(&self) -> anyhow::Result<()> {
-        let mut state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         state.up_finished = true;
         state.save(&self.path)?;
         Ok(())
@@ -111,7 +117,10 @@ impl Clock {
 
 pub fn up(name: &str, run_dir: &Path, args: &UpArgs) -> anyhow::Result<std::process::ExitCode> {
     let clock = Clock(Instant::now());
-    anyhow::ensure!(nix::unistd::geteuid().is_root(), "up must run as root (network namespaces, OVS)");
+    anyhow::ensure!(
+        nix::unistd::geteuid().is_root(),
+        "up must run as root (network namespaces, OVS)"
+    );
     let topology = Topology::new(name, args.nodes, args.tor.into(), run_dir).map_err(anyhow::Error::msg)?;
     if LabState::load(&topology.state_file())?.is_some() {
         bail!(
@@ -125,11 +134,24 @@ pub fn up(name: &str, run_dir: &Path, args: &UpArgs) -> anyhow::Result<std::proc
     check_programs(&topology)?;
     clock.step("packages and binaries present");
 
-    for dir in [topology.logs_dir(), topology.cp_dir(), topology.tor_dir(), topology.sandbox_dir(), topology.dir.join("kubeconfig")] {
+    for dir in [
+        topology.logs_dir(),
+        topology.cp_dir(),
+        topology.tor_dir(),
+        topology.sandbox_dir(),
+        topology.dir.join("kubeconfig"),
+    ] {
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     for dir in tor::run_subdirs(&topology) {
         std::fs::create_dir_all(&dir)?;
+    }
+    if topology.tor_kind == kube_ovn_lab::cluster::topology::TorKind::Frr {
+        // FRR's daemons run as user frr and keep their sockets and PID files in /run/frr.
+        run(
+            "chown",
+            &["frr:frr", &topology.tor_run_dir().join("frr").to_string_lossy()],
+        )?;
     }
     for node in &topology.nodes {
         std::fs::create_dir_all(topology.node_dir(&node.name))?;
@@ -157,7 +179,10 @@ pub fn up(name: &str, run_dir: &Path, args: &UpArgs) -> anyhow::Result<std::proc
         net::wire_node(&topology, node)?;
     }
     super::verbs::write_kubeconfigs(&topology)?;
-    clock.step(&format!("namespaces and wires: {}", topology.netns_names().join(", ")));
+    clock.step(&format!(
+        "namespaces and wires: {}",
+        topology.netns_names().join(", ")
+    ));
 
     // Everything from here talks to the API, which lives in the control plane's namespace: run
     // it on a thread in that namespace (its runtime's threads are born there too).
@@ -167,12 +192,16 @@ pub fn up(name: &str, run_dir: &Path, args: &UpArgs) -> anyhow::Result<std::proc
         rt.block_on(bring_up(&topology, &bins, &recorder, args, &clock))
     })??;
     recorder.finish()?;
-    clock.step(if healthy { "the lab is up" } else { "the lab is up, but the matrix has failures (above)" });
+    clock.step(if healthy {
+        "the lab is up"
+    } else {
+        "the lab is up, but the matrix has failures (above)"
+    });
     println!(
         "\nTry: kube-ovn-lab{} kubectl get pods -A -o wide   |   kube-ovn-lab{} tor -- {}   |   kube-ovn-lab{} down",
         name_flag(name),
         name_flag(name),
-        tor::routes_command(topology.tor_kind).join(" "),
+        tor::shell_words(&tor::routes_command(topology.tor_kind)),
         name_flag(name)
     );
     Ok(if healthy {
@@ -183,7 +212,11 @@ pub fn up(name: &str, run_dir: &Path, args: &UpArgs) -> anyhow::Result<std::proc
 }
 
 fn name_flag(name: &str) -> String {
-    if name == "lab" { String::new() } else { format!(" --name {name}") }
+    if name == "lab" {
+        String::new()
+    } else {
+        format!(" --name {name}")
+    }
 }
 
 fn install_packages() -> anyhow::Result<()> {
@@ -215,25 +248,54 @@ fn binaries(bin_dir: Option<&Path>) -> anyhow::Result<Binaries> {
         return Ok(bins);
     }
     let ws = workspace().filter(|_| bin_dir.is_none()).with_context(|| {
-        format!("missing in {}: {} (build them: cargo build --release --workspace --bins)", bins.dir.display(), missing.join(", "))
+        format!(
+            "missing in {}: {} (build them: cargo build --release --workspace --bins)",
+            bins.dir.display(),
+            missing.join(", ")
+        )
     })?;
     println!("building {} …", missing.join(", "));
     let mut cmd = std::process::Command::new("cargo");
-    cmd.current_dir(&ws).args(["build", "--bins", "-p", "kube-ovn-controller", "-p", "kube-ovn-cni", "-p", "kube-ovn-speaker"]);
+    cmd.current_dir(&ws).args([
+        "build",
+        "--bins",
+        "-p",
+        "kube-ovn-controller",
+        "-p",
+        "kube-ovn-cni",
+        "-p",
+        "kube-ovn-speaker",
+    ]);
     if !cfg!(debug_assertions) {
         cmd.arg("--release");
     }
     let status = cmd.status().context("running cargo")?;
     anyhow::ensure!(status.success(), "cargo build failed ({status})");
     let still = bins.missing();
-    anyhow::ensure!(still.is_empty(), "still missing after the build: {}", still.join(", "));
+    anyhow::ensure!(
+        still.is_empty(),
+        "still missing after the build: {}",
+        still.join(", ")
+    );
     Ok(bins)
 }
 
 fn check_programs(t: &Topology) -> anyhow::Result<()> {
     let mut programs = vec![
-        "ip", "ethtool", "sysctl", "nsenter", "unshare", "ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl",
-        "ovn-northd", "ovn-nbctl", "ovn-sbctl", "ovn-controller", "kubectl",
+        "ip",
+        "ethtool",
+        "sysctl",
+        "nsenter",
+        "unshare",
+        "ovsdb-tool",
+        "ovsdb-server",
+        "ovs-vswitchd",
+        "ovs-vsctl",
+        "ovn-northd",
+        "ovn-nbctl",
+        "ovn-sbctl",
+        "ovn-controller",
+        "kubectl",
     ];
     programs.extend(match t.tor_kind {
         kube_ovn_lab::cluster::topology::TorKind::Bird => ["bird", "birdc"],
@@ -250,20 +312,34 @@ fn check_programs(t: &Topology) -> anyhow::Result<()> {
             }
         })
         .collect();
-    anyhow::ensure!(missing.is_empty(), "not installed: {} (run scripts/install-deps.sh)", missing.join(", "));
+    anyhow::ensure!(
+        missing.is_empty(),
+        "not installed: {} (run scripts/install-deps.sh)",
+        missing.join(", ")
+    );
     for schema in [NB_SCHEMA, SB_SCHEMA, VSWITCH_SCHEMA] {
-        anyhow::ensure!(Path::new(schema).is_file(), "{schema} is missing (run scripts/install-deps.sh)");
+        anyhow::ensure!(
+            Path::new(schema).is_file(),
+            "{schema} is missing (run scripts/install-deps.sh)"
+        );
     }
     Ok(())
 }
 
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> anyhow::Result<T> + Send + 'static) -> anyhow::Result<T> {
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> anyhow::Result<T> + Send + 'static,
+) -> anyhow::Result<T> {
     tokio::task::spawn_blocking(f).await?
 }
 
 /// Waits until the process `started` (with `launch`) accepts connections on `path`; fails at
 /// once, with its log's last lines, if it exits meanwhile.
-async fn wait_serving(launch: &Launch, started: (u32, u64), path: PathBuf, timeout: Duration) -> anyhow::Result<()> {
+async fn wait_serving(
+    launch: &Launch,
+    started: (u32, u64),
+    path: PathBuf,
+    timeout: Duration,
+) -> anyhow::Result<()> {
     let what = format!("{} to serve on {}", launch.component, path.display());
     let log = launch.log.clone();
     wait_for(&what, timeout, Duration::from_millis(10), || {
@@ -275,7 +351,10 @@ async fn wait_serving(launch: &Launch, started: (u32, u64), path: PathBuf, timeo
             if process::alive(started.0, started.1) {
                 Ok(false)
             } else {
-                Err(anyhow::anyhow!("it exited; its log ends:\n{}", process::log_tail(&log, 10)))
+                Err(anyhow::anyhow!(
+                    "it exited; its log ends:\n{}",
+                    process::log_tail(&log, 10)
+                ))
             }
         }
     })
@@ -283,14 +362,23 @@ async fn wait_serving(launch: &Launch, started: (u32, u64), path: PathBuf, timeo
     Ok(())
 }
 
-async fn bring_up(t: &Topology, bins: &Binaries, rec: &Recorder, args: &UpArgs, clock: &Clock) -> anyhow::Result<bool> {
+async fn bring_up(
+    t: &Topology,
+    bins: &Binaries,
+    rec: &Recorder,
+    args: &UpArgs,
+    clock: &Clock,
+) -> anyhow::Result<bool> {
     let timeout = args.timeout;
     // OVN central.
     let cp = t.cp_dir();
     for (schema, db) in [(NB_SCHEMA, "ovnnb_db.db"), (SB_SCHEMA, "ovnsb_db.db")] {
         run("ovsdb-tool", &["create", &cp.join(db).to_string_lossy(), schema])?;
     }
-    for (launch, (sock, ctl)) in components::ovn_databases(t).iter().zip([("ovnnb_db.sock", "ovn-nbctl"), ("ovnsb_db.sock", "ovn-sbctl")]) {
+    for (launch, (sock, ctl)) in components::ovn_databases(t)
+        .iter()
+        .zip([("ovnnb_db.sock", "ovn-nbctl"), ("ovnsb_db.sock", "ovn-sbctl")])
+    {
         let started = rec.start(launch)?;
         wait_serving(launch, started, cp.join(sock), timeout).await?;
         run(ctl, &[&format!("--db=unix:{}", cp.join(sock).display()), "init"])?;
@@ -298,29 +386,48 @@ async fn bring_up(t: &Topology, bins: &Binaries, rec: &Recorder, args: &UpArgs, 
     rec.start(&components::northd(t))?;
     rec.start(&components::apiserver(t, bins, &[]))?;
     let client = kube_ovn_support::kube_client(Some(&t.admin_kubeconfig())).await?;
-    wait_for("the API emulator to answer", timeout, Duration::from_millis(20), || {
-        let api: Api<Node> = Api::all(client.clone());
-        async move { api.list(&ListParams::default().limit(1)).await.map(|_| true) }
-    })
+    wait_for(
+        "the API emulator to answer",
+        timeout,
+        Duration::from_millis(20),
+        || {
+            let api: Api<Node> = Api::all(client.clone());
+            async move { api.list(&ListParams::default().limit(1)).await.map(|_| true) }
+        },
+    )
     .await?;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in kube_ovn_api::crds().into_iter().chain(kube_ovn_api::extension_crds()) {
-        crds.create(&PostParams::default(), &crd).await.context("creating the CRDs")?;
+    for crd in kube_ovn_api::crds()
+        .into_iter()
+        .chain(kube_ovn_api::extension_crds())
+    {
+        crds.create(&PostParams::default(), &crd)
+            .await
+            .context("creating the CRDs")?;
     }
     clock.step("control plane: OVN NB/SB + northd, API emulator, CRDs");
     rec.start(&components::controller(t, bins))?;
-    rec.start(&components::agent(t, bins, t.dir.parent().unwrap_or(Path::new("/"))))?;
+    rec.start(&components::agent(
+        t,
+        bins,
+        t.dir.parent().unwrap_or(Path::new("/")),
+    ))?;
 
     // Nodes, side by side.
     let mut tasks = Vec::new();
     for node in t.nodes.clone() {
         let (t, bins, rec, client) = (t.clone(), bins.clone(), rec.clone(), client.clone());
-        tasks.push(tokio::spawn(async move { start_node(&t, &bins, &rec, &client, &node, timeout).await }));
+        tasks.push(tokio::spawn(async move {
+            start_node(&t, &bins, &rec, &client, &node, timeout).await
+        }));
     }
     for task in tasks {
         task.await??;
     }
-    clock.step(&format!("{} nodes: OVS, daemon, ovn-controller, speaker", t.nodes.len()));
+    clock.step(&format!(
+        "{} nodes: OVS, daemon, ovn-controller, speaker",
+        t.nodes.len()
+    ));
 
     let (files, launches) = tor::plan(t);
     for (path, text) in files {
@@ -333,7 +440,10 @@ async fn bring_up(t: &Topology, bins: &Binaries, rec: &Recorder, args: &UpArgs, 
     wait_nodes_ready(t, &client, timeout).await?;
     clock.step("ToR and outside host started; nodes Ready with chassis and join addresses");
 
-    let examples = args.examples.clone().or_else(|| workspace().map(|w| w.join("examples/lab")));
+    let examples = args
+        .examples
+        .clone()
+        .or_else(|| workspace().map(|w| w.join("examples/lab")));
     if let Some(dir) = examples.filter(|_| !args.no_examples) {
         let out = super::verbs::kubectl_output(t, &["apply", "-R", "-f", &dir.to_string_lossy()])?;
         print!("{out}");
@@ -347,7 +457,14 @@ async fn bring_up(t: &Topology, bins: &Binaries, rec: &Recorder, args: &UpArgs, 
     Ok(report.healthy())
 }
 
-async fn start_node(t: &Topology, bins: &Binaries, rec: &Recorder, client: &kube::Client, node: &NodePlan, timeout: Duration) -> anyhow::Result<()> {
+async fn start_node(
+    t: &Topology,
+    bins: &Binaries,
+    rec: &Recorder,
+    client: &kube::Client,
+    node: &NodePlan,
+    timeout: Duration,
+) -> anyhow::Result<()> {
     let dir = t.node_dir(&node.name);
     let conf = dir.join("conf.db");
     run("ovsdb-tool", &["create", &conf.to_string_lossy(), VSWITCH_SCHEMA])?;
@@ -364,8 +481,26 @@ async fn start_node(t: &Topology, bins: &Binaries, rec: &Recorder, client: &kube
         run(
             "ovs-vsctl",
             &[
-                &db_c, "--timeout=60", "--may-exist", "add-br", "br-ul", "--", "set", "Bridge", "br-ul", "datapath_type=netdev", "--",
-                "--may-exist", "add-port", "br-ul", "eth0", "--", "set", "Interface", "br-ul", "mtu_request=1500",
+                &db_c,
+                "--timeout=60",
+                "--may-exist",
+                "add-br",
+                "br-ul",
+                "--",
+                "set",
+                "Bridge",
+                "br-ul",
+                "datapath_type=netdev",
+                "--",
+                "--may-exist",
+                "add-port",
+                "br-ul",
+                "eth0",
+                "--",
+                "set",
+                "Interface",
+                "br-ul",
+                "mtu_request=1500",
             ],
         )?;
         net::address_node(&node_c)?;
@@ -376,14 +511,25 @@ async fn start_node(t: &Topology, bins: &Binaries, rec: &Recorder, client: &kube
     // A node's daemon needs its Node, which the node's kubelet (in the agent) registers, as on
     // a real cluster where DaemonSet pods run on registered nodes only.
     let nodes: Api<Node> = Api::all(client.clone());
-    wait_for(&format!("{} to be registered by its kubelet", node.name), timeout, Duration::from_millis(20), || {
-        let (nodes, name) = (nodes.clone(), node.name.clone());
-        async move { nodes.get_opt(&name).await.map(|n| n.is_some()) }
-    })
+    wait_for(
+        &format!("{} to be registered by its kubelet", node.name),
+        timeout,
+        Duration::from_millis(20),
+        || {
+            let (nodes, name) = (nodes.clone(), node.name.clone());
+            async move { nodes.get_opt(&name).await.map(|n| n.is_some()) }
+        },
+    )
     .await?;
     let daemon = components::node_daemon(t, bins, node);
     let started = rec.start(&daemon)?;
-    wait_serving(&daemon, started, components::daemon_socket(t, &node.name), timeout).await?;
+    wait_serving(
+        &daemon,
+        started,
+        components::daemon_socket(t, &node.name),
+        timeout,
+    )
+    .await?;
     rec.start(&components::node_ovn_controller(t, node))?;
     rec.start(&components::node_speaker(t, bins, node))?;
     Ok(())
@@ -392,25 +538,35 @@ async fn start_node(t: &Topology, bins: &Binaries, rec: &Recorder, client: &kube
 async fn wait_nodes_ready(t: &Topology, client: &kube::Client, timeout: Duration) -> anyhow::Result<()> {
     let api: Api<Node> = Api::all(client.clone());
     let names: Vec<String> = t.nodes.iter().map(|n| n.name.clone()).collect();
-    wait_for("every node Ready, with its chassis and join address", timeout, Duration::from_millis(50), || {
-        let (api, names) = (api.clone(), names.clone());
-        async move {
-            let nodes = api.list(&ListParams::default()).await?;
-            let missing: Vec<String> = names
-                .iter()
-                .filter(|name| {
-                    !nodes.items.iter().any(|n| {
-                        n.metadata.name.as_deref() == Some(name.as_str()) && {
-                            let ann = n.metadata.annotations.clone().unwrap_or_default();
-                            ann.contains_key("ovn.kubernetes.io/chassis") && ann.contains_key("ovn.kubernetes.io/ip_address")
-                        }
+    wait_for(
+        "every node Ready, with its chassis and join address",
+        timeout,
+        Duration::from_millis(50),
+        || {
+            let (api, names) = (api.clone(), names.clone());
+            async move {
+                let nodes = api.list(&ListParams::default()).await?;
+                let missing: Vec<String> = names
+                    .iter()
+                    .filter(|name| {
+                        !nodes.items.iter().any(|n| {
+                            n.metadata.name.as_deref() == Some(name.as_str()) && {
+                                let ann = n.metadata.annotations.clone().unwrap_or_default();
+                                ann.contains_key("ovn.kubernetes.io/chassis")
+                                    && ann.contains_key("ovn.kubernetes.io/ip_address")
+                            }
+                        })
                     })
-                })
-                .cloned()
-                .collect();
-            if missing.is_empty() { Ok(true) } else { Err(anyhow::anyhow!("not yet: {}", missing.join(", "))) }
-        }
-    })
+                    .cloned()
+                    .collect();
+                if missing.is_empty() {
+                    Ok(true)
+                } else {
+                    Err(anyhow::anyhow!("not yet: {}", missing.join(", ")))
+                }
+            }
+        },
+    )
     .await?;
     Ok(())
 }
@@ -425,9 +581,19 @@ async fn wait_pods_running(client: &kube::Client, timeout: Duration) -> anyhow::
                 .items
                 .iter()
                 .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Running"))
-                .map(|p| format!("{}/{}", p.metadata.namespace.as_deref().unwrap_or(""), p.metadata.name.as_deref().unwrap_or("")))
+                .map(|p| {
+                    format!(
+                        "{}/{}",
+                        p.metadata.namespace.as_deref().unwrap_or(""),
+                        p.metadata.name.as_deref().unwrap_or("")
+                    )
+                })
                 .collect();
-            if waiting.is_empty() { Ok(true) } else { Err(anyhow::anyhow!("not Running: {}", waiting.join(", "))) }
+            if waiting.is_empty() {
+                Ok(true)
+            } else {
+                Err(anyhow::anyhow!("not Running: {}", waiting.join(", ")))
+            }
         }
     })
     .await?;

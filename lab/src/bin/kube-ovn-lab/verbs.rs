@@ -23,7 +23,11 @@ pub fn lab(name: &str, run_dir: &Path) -> anyhow::Result<(Topology, LabState)> {
         bail!(
             "lab {name} is not up (no {}); start it with `kube-ovn-lab{} up`",
             probe.state_file().display(),
-            if name == "lab" { String::new() } else { format!(" --name {name}") }
+            if name == "lab" {
+                String::new()
+            } else {
+                format!(" --name {name}")
+            }
         );
     };
     let topology = Topology::new(name, state.nodes, state.tor, run_dir).map_err(anyhow::Error::msg)?;
@@ -45,7 +49,8 @@ pub fn write_kubeconfigs(t: &Topology) -> anyhow::Result<()> {
     std::fs::write(t.admin_kubeconfig(), kubeconfig_text("admin"))?;
     for component in ["controller", "daemon", "speaker", "agent"] {
         let path = t.kubeconfig(component);
-        std::fs::write(&path, kubeconfig_text(component)).with_context(|| format!("writing {}", path.display()))?;
+        std::fs::write(&path, kubeconfig_text(component))
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
 }
@@ -57,11 +62,16 @@ fn netns_path(ns: &str) -> PathBuf {
 /// Runs `program args` in namespace `ns` with the terminal's stdio and returns its exit code.
 fn interactive(mut cmd: Command) -> anyhow::Result<ExitCode> {
     let status = cmd.status().with_context(|| format!("running {cmd:?}"))?;
-    Ok(ExitCode::from(u8::try_from(status.code().unwrap_or(1)).unwrap_or(1)))
+    Ok(ExitCode::from(
+        u8::try_from(status.code().unwrap_or(1)).unwrap_or(1),
+    ))
 }
 
 fn in_netns(ns: &str, command: &[String], env: &[(String, String)]) -> anyhow::Result<ExitCode> {
-    anyhow::ensure!(Path::new("/run/netns").join(ns).exists(), "network namespace {ns} is gone: is the lab up? (`status`)");
+    anyhow::ensure!(
+        Path::new("/run/netns").join(ns).exists(),
+        "network namespace {ns} is gone: is the lab up? (`status`)"
+    );
     let mut cmd = Command::new("ip");
     cmd.args(["netns", "exec", ns]).args(command);
     cmd.envs(env.iter().map(|(k, v)| (k, v)));
@@ -116,7 +126,14 @@ pub fn exec_pod(name: &str, run_dir: &Path, pod: &str, command: &[String]) -> an
 pub fn node(name: &str, run_dir: &Path, node: &str, command: &[String]) -> anyhow::Result<ExitCode> {
     let t = topology_of(name, run_dir)?;
     let plan = t.node(node).with_context(|| {
-        format!("lab {name} has no node {node:?} (nodes: {})", t.nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>().join(", "))
+        format!(
+            "lab {name} has no node {node:?} (nodes: {})",
+            t.nodes
+                .iter()
+                .map(|n| n.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
     })?;
     in_netns(&plan.netns, command, &ovs_env(&t.node_dir(node)))
 }
@@ -134,19 +151,25 @@ pub fn outside(name: &str, run_dir: &Path, command: &[String]) -> anyhow::Result
 /// The ToR's commands run where its daemons run: its namespace with its own `/run`.
 pub fn tor_command(t: &Topology, command: &[String]) -> Command {
     let mut cmd = Command::new("ip");
-    cmd.args(private_run_prefix(&t.tor_netns(), &t.tor_run_dir())).args(command);
+    cmd.args(private_run_prefix(&t.tor_netns(), &t.tor_run_dir()))
+        .args(command);
     cmd
 }
 
 pub fn tor(name: &str, run_dir: &Path, command: &[String]) -> anyhow::Result<ExitCode> {
     let t = topology_of(name, run_dir)?;
-    anyhow::ensure!(netns_path(&t.tor_netns()).exists(), "the ToR's namespace is gone: is the lab up? (`status`)");
+    anyhow::ensure!(
+        netns_path(&t.tor_netns()).exists(),
+        "the ToR's namespace is gone: is the lab up? (`status`)"
+    );
     interactive(tor_command(&t, command))
 }
 
 /// The ToR command's output, or its error.
 pub fn tor_output(t: &Topology, command: &[String]) -> anyhow::Result<String> {
-    let out = tor_command(t, command).output().context("running a command on the ToR")?;
+    let out = tor_command(t, command)
+        .output()
+        .context("running a command on the ToR")?;
     anyhow::ensure!(
         out.status.success(),
         "{} on the ToR failed: {}",
@@ -160,7 +183,13 @@ pub fn logs(name: &str, run_dir: &Path, component: Option<&str>) -> anyhow::Resu
     let t = topology_of(name, run_dir)?;
     let Some(component) = component else {
         let mut names: Vec<String> = std::fs::read_dir(t.logs_dir())?
-            .filter_map(|e| e.ok()?.file_name().to_str()?.strip_suffix(".log").map(str::to_owned))
+            .filter_map(|e| {
+                e.ok()?
+                    .file_name()
+                    .to_str()?
+                    .strip_suffix(".log")
+                    .map(str::to_owned)
+            })
             .collect();
         names.sort();
         println!("{}", names.join("\n"));
@@ -168,7 +197,10 @@ pub fn logs(name: &str, run_dir: &Path, component: Option<&str>) -> anyhow::Resu
     };
     let path = t.log(component);
     let text = std::fs::read_to_string(&path).with_context(|| {
-        format!("no log for {component:?} in lab {name} ({}); `kube-ovn-lab logs` lists them", path.display())
+        format!(
+            "no log for {component:?} in lab {name} ({}); `kube-ovn-lab logs` lists them",
+            path.display()
+        )
     })?;
     print!("{text}");
     Ok(ExitCode::SUCCESS)

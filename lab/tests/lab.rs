@@ -1,0 +1,357 @@
+//! The lab end to end, driven as a user drives it: the `kube-ovn-lab` binary's verbs, and what
+//! they leave on the machine. Each test brings up a lab of its own (its own name, so its
+//! namespaces are its own, and its own labs directory), on the real components: OVN, OVS with
+//! the userspace datapath, our controller, daemons and speakers, BIRD or FRR as the ToR.
+//!
+//! The other binaries must be beside `kube-ovn-lab` (`cargo test --workspace` builds them all;
+//! alone, `cargo build --workspace --bins` first). Needs root and the packages of
+//! `scripts/install-deps.sh`; fails, never skips.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use kube_ovn_lab::cluster::process;
+use kube_ovn_lab::cluster::state::LabState;
+use kube_ovn_testkit::wait_until;
+
+const WAIT: Duration = Duration::from_mins(1);
+
+struct Lab {
+    name: String,
+    dir: tempfile::TempDir,
+}
+
+impl Lab {
+    fn new(suffix: &str) -> Self {
+        Self {
+            name: format!("t{}{suffix}", std::process::id() % 100_000),
+            dir: tempfile::Builder::new()
+                .prefix("kube-ovn-lab-test")
+                .tempdir()
+                .expect("a temporary labs directory"),
+        }
+    }
+
+    fn bin() -> &'static str {
+        env!("CARGO_BIN_EXE_kube-ovn-lab")
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(Self::bin());
+        cmd.arg("--name")
+            .arg(&self.name)
+            .arg("--labs-dir")
+            .arg(self.dir.path())
+            .args(args);
+        cmd
+    }
+
+    fn run(&self, args: &[&str]) -> Result<Output> {
+        self.command(args)
+            .output()
+            .with_context(|| format!("running kube-ovn-lab {}", args.join(" ")))
+    }
+
+    /// Runs a verb that must succeed; its stdout.
+    fn ok(&self, args: &[&str]) -> Result<String> {
+        let out = self.run(args)?;
+        ensure!(
+            out.status.success(),
+            "kube-ovn-lab {} failed ({}):\n{}\n{}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    fn up(&self, extra: &[&str]) -> Result<String> {
+        let bins = Path::new(Self::bin())
+            .parent()
+            .context("the binary's directory")?
+            .to_owned();
+        for b in [
+            "kube-ovn-controller",
+            "kube-ovn-daemon",
+            "kube-ovn",
+            "kube-ovn-speaker",
+        ] {
+            ensure!(
+                bins.join(b).is_file(),
+                "{b} is not in {} (run the tests with `cargo test --workspace`, or `cargo build --workspace --bins` first)",
+                bins.display()
+            );
+        }
+        let bin_dir = bins.to_string_lossy().into_owned();
+        let mut args = vec!["up", "--no-install", "--bin-dir", &bin_dir];
+        args.extend_from_slice(extra);
+        self.ok(&args)
+    }
+
+    fn state(&self) -> Result<LabState> {
+        LabState::load(&self.dir.path().join(&self.name).join("state.json"))?.context("no state file")
+    }
+
+    fn netns_prefix(&self) -> String {
+        format!("kl_{}_", self.name)
+    }
+
+    fn namespaces(&self) -> Result<Vec<String>> {
+        let out = String::from_utf8(Command::new("ip").args(["netns", "list"]).output()?.stdout)?;
+        Ok(out
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .filter(|n| n.starts_with(&self.netns_prefix()))
+            .map(str::to_owned)
+            .collect())
+    }
+
+    /// `down`, then nothing of the lab may remain: no namespace, no process, no directory.
+    fn down_and_check_clean(&self, state: &LabState) -> Result<()> {
+        let out = self.ok(&["down"])?;
+        ensure!(out.contains("is down"), "{out}");
+        ensure!(
+            self.namespaces()?.is_empty(),
+            "namespaces left: {:?}",
+            self.namespaces()?
+        );
+        let alive: Vec<String> = state
+            .processes()
+            .filter(|(_, pid, start)| process::alive(*pid, *start))
+            .map(|(c, pid, _)| format!("{c} ({pid})"))
+            .collect();
+        ensure!(alive.is_empty(), "processes left: {alive:?}");
+        let dir: PathBuf = self.dir.path().join(&self.name);
+        ensure!(!dir.exists(), "{} is still there", dir.display());
+        Ok(())
+    }
+}
+
+impl Drop for Lab {
+    /// A failed test still takes its lab down.
+    fn drop(&mut self) {
+        if self.dir.path().join(&self.name).exists() {
+            let _ = self.run(&["down"]);
+        }
+    }
+}
+
+fn not_up(lab: &Lab, args: &[&str]) -> Result<()> {
+    let out = lab.run(args)?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        !out.status.success(),
+        "{args:?} succeeded on a lab that is not up"
+    );
+    ensure!(err.contains("is not up"), "{args:?} says: {err}");
+    Ok(())
+}
+
+#[test]
+fn the_lab_comes_up_green_is_usable_and_goes_down_clean() -> Result<()> {
+    let lab = Lab::new("b");
+    for verb in [
+        &["status"][..],
+        &["down"],
+        &["kubectl", "get", "pods"],
+        &["tor", "--", "true"],
+        &["exec", "demo/web-1", "--", "true"],
+        &["logs"],
+    ] {
+        not_up(&lab, verb)?;
+    }
+    let out = lab.up(&[])?;
+    println!("{out}");
+    ensure!(
+        out.contains("checks as expected") && !out.contains("FAIL"),
+        "the matrix is not green:\n{out}"
+    );
+    for want in [
+        "outside → pod: ok",
+        "blocked",
+        "10.17.0.100/32",
+        "node1 (Ready)",
+        "node2 (Ready)",
+    ] {
+        ensure!(out.contains(want), "up's report lacks {want:?}:\n{out}");
+    }
+    let again = lab.run(&["up", "--no-install"])?;
+    ensure!(
+        !again.status.success() && String::from_utf8_lossy(&again.stderr).contains("already up"),
+        "a second up must be refused"
+    );
+
+    let status = lab.ok(&["status"])?;
+    ensure!(!status.contains("FAIL"), "{status}");
+
+    // The verbs, as the README shows them.
+    let pods = lab.ok(&["kubectl", "get", "pods", "-A", "-o", "wide"])?;
+    ensure!(pods.contains("fixed") && pods.contains("10.17.0.100"), "{pods}");
+    let addr = lab.ok(&["exec", "bgp/fixed", "--", "ip", "-br", "addr", "show", "eth0"])?;
+    ensure!(addr.contains("10.17.0.100/16"), "{addr}");
+    let routes = lab.ok(&["tor", "--", "birdc", "show", "route"])?;
+    ensure!(routes.contains("10.17.0.100/32"), "{routes}");
+    let ports = lab.ok(&["node", "node1", "--", "ovs-vsctl", "list-ports", "br-int"])?;
+    ensure!(ports.contains("ovn0"), "{ports}");
+    let switches = lab.ok(&["cp", "--", "ovn-nbctl", "ls-list"])?;
+    ensure!(
+        switches.contains("(bgp-local)") && switches.contains("(vpc1-net)"),
+        "{switches}"
+    );
+    let logs = lab.ok(&["logs"])?;
+    ensure!(
+        logs.contains("controller") && logs.contains("node2-speaker"),
+        "{logs}"
+    );
+
+    // A Deployment and a Service made with plain kubectl get pods, a ClusterIP and endpoints.
+    lab.ok(&[
+        "kubectl",
+        "-n",
+        "demo",
+        "create",
+        "deployment",
+        "web",
+        "--image=kube-ovn-lab/netexec",
+        "--replicas=2",
+        "--port=8080",
+    ])?;
+    lab.ok(&[
+        "kubectl",
+        "-n",
+        "demo",
+        "expose",
+        "deployment",
+        "web",
+        "--port=80",
+        "--target-port=8080",
+    ])?;
+    wait_until("the Deployment's 2 pods to be ready", WAIT, || {
+        let ready = lab.ok(&[
+            "kubectl",
+            "-n",
+            "demo",
+            "get",
+            "deployment",
+            "web",
+            "-o",
+            "jsonpath={.status.readyReplicas}",
+        ])?;
+        Ok(ready.trim() == "2")
+    })?;
+    wait_until("the Service's EndpointSlice to list both pods", WAIT, || {
+        let eps = lab.ok(&[
+            "kubectl",
+            "-n",
+            "demo",
+            "get",
+            "endpointslices",
+            "-l",
+            "kubernetes.io/service-name=web",
+            "-o",
+            "jsonpath={.items[*].endpoints[*].addresses[0]}",
+        ])?;
+        Ok(eps.split_whitespace().count() == 2)
+    })?;
+    let cluster_ip = lab.ok(&[
+        "kubectl",
+        "-n",
+        "demo",
+        "get",
+        "service",
+        "web",
+        "-o",
+        "jsonpath={.spec.clusterIP}",
+    ])?;
+    ensure!(
+        cluster_ip.starts_with("10.9") || cluster_ip.starts_with("10.10"),
+        "ClusterIP {cluster_ip:?} is not from 10.96.0.0/12"
+    );
+
+    // A deleted pod's sandbox goes, and so does its route at the ToR.
+    let ip = lab.ok(&[
+        "kubectl",
+        "-n",
+        "bgp",
+        "get",
+        "pod",
+        "announced-1",
+        "-o",
+        "jsonpath={.status.podIP}",
+    ])?;
+    lab.ok(&["kubectl", "-n", "bgp", "delete", "pod", "announced-1"])?;
+    wait_until("the deleted pod's route to leave the ToR", WAIT, || {
+        Ok(!lab
+            .ok(&["tor", "--", "birdc", "show", "route"])?
+            .contains(&format!("{ip}/32")))
+    })?;
+    let gone = lab.run(&["exec", "bgp/announced-1", "--", "true"])?;
+    ensure!(!gone.status.success(), "exec into a deleted pod must fail");
+
+    // `status` names a component that died, and why.
+    let state = lab.state()?;
+    let (pid, start) = state
+        .process("node1-daemon")
+        .context("node1-daemon in the state")?;
+    ensure!(process::stop(pid, start, Duration::from_secs(5)) || !process::alive(pid, start));
+    let broken = lab.run(&["status"])?;
+    let text = String::from_utf8_lossy(&broken.stdout);
+    ensure!(
+        !broken.status.success(),
+        "status must fail when a daemon is down:\n{text}"
+    );
+    ensure!(
+        text.lines()
+            .any(|l| l.contains("node1-daemon") && l.contains("FAIL") && l.contains("not running")),
+        "{text}"
+    );
+
+    lab.down_and_check_clean(&state)?;
+    not_up(&lab, &["status"])?;
+    Ok(())
+}
+
+#[test]
+fn an_frr_tor_learns_the_routes() -> Result<()> {
+    let lab = Lab::new("f");
+    let out = lab.up(&["--tor", "frr", "--nodes", "1"])?;
+    ensure!(
+        out.contains("checks as expected") && !out.contains("FAIL"),
+        "the matrix is not green:\n{out}"
+    );
+    let routes = lab.ok(&["tor", "--", "vtysh", "-c", "show ip route bgp"])?;
+    ensure!(routes.contains("10.17.0.100/32"), "{routes}");
+    let state = lab.state()?;
+    lab.down_and_check_clean(&state)
+}
+
+#[test]
+fn down_undoes_an_up_that_was_killed_halfway() -> Result<()> {
+    let lab = Lab::new("k");
+    let bins = Path::new(Lab::bin())
+        .parent()
+        .context("the binary's directory")?
+        .to_string_lossy()
+        .into_owned();
+    let mut up = lab
+        .command(&["up", "--no-install", "--bin-dir", &bins])
+        .stdout(std::process::Stdio::null())
+        .spawn()?;
+    // Killed once the control plane runs and the nodes are being made.
+    let state_file = lab.dir.path().join(&lab.name).join("state.json");
+    wait_until("up to start the controller", WAIT, || {
+        Ok(LabState::load(&state_file)
+            .ok()
+            .flatten()
+            .is_some_and(|s| s.process("controller").is_some()))
+    })?;
+    up.kill()?;
+    up.wait()?;
+    let state = lab.state()?;
+    ensure!(!state.up_finished);
+    ensure!(!lab.namespaces()?.is_empty(), "the killed up had made namespaces");
+    lab.down_and_check_clean(&state)
+}
