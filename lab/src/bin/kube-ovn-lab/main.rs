@@ -4,6 +4,7 @@
 mod apiserver;
 mod down;
 mod matrix;
+mod prepare;
 mod probe;
 mod status;
 mod up;

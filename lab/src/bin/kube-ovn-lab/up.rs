@@ -26,7 +26,7 @@ use kube_ovn_lab::cluster::topology::{NodePlan, Topology};
 use kube_ovn_lab::cluster::tor;
 use kube_ovn_lab::cluster::wait::wait_for;
 
-use super::TorArg;
+use super::{TorArg, prepare};
 
 #[derive(clap::Args)]
 pub struct UpArgs {
@@ -57,13 +57,6 @@ pub struct UpArgs {
 
 fn parse_timeout(text: &str) -> Result<Duration, String> {
     kube_ovn_support::parse_duration(text).map_err(|e| e.to_string())
-}
-
-/// The repository this binary was built from, when it is still there (for the install script,
-/// the examples and building missing binaries).
-pub fn workspace() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).parent()?.to_owned();
-    dir.join("Cargo.toml").is_file().then_some(dir)
 }
 
 /// What `up` made so far, saved after every addition (see `cluster::state`).
@@ -128,10 +121,10 @@ pub fn up(name: &str, run_dir: &Path, args: &UpArgs) -> anyhow::Result<std::proc
         );
     }
     if !args.no_install {
-        install_packages()?;
+        prepare::install_packages()?;
     }
-    let bins = binaries(args.bin_dir.as_deref())?;
-    check_programs(&topology)?;
+    let bins = prepare::binaries(args.bin_dir.as_deref())?;
+    prepare::check_programs(&topology)?;
     clock.step("packages and binaries present");
 
     for dir in [
@@ -217,113 +210,6 @@ fn name_flag(name: &str) -> String {
     } else {
         format!(" --name {name}")
     }
-}
-
-fn install_packages() -> anyhow::Result<()> {
-    let Some(ws) = workspace() else {
-        // An installed binary without its repository: the packages are the operator's job.
-        return Ok(());
-    };
-    let script = ws.join("scripts/install-deps.sh");
-    let status = std::process::Command::new(&script)
-        .status()
-        .with_context(|| format!("running {}", script.display()))?;
-    anyhow::ensure!(status.success(), "{} failed ({status})", script.display());
-    Ok(())
-}
-
-/// The binaries to run: `--bin-dir`, else beside this executable; missing ones are built
-/// from the repository with this binary's profile.
-fn binaries(bin_dir: Option<&Path>) -> anyhow::Result<Binaries> {
-    let dir = match bin_dir {
-        Some(d) => d.to_owned(),
-        None => std::env::current_exe()?
-            .parent()
-            .context("this executable has no directory")?
-            .to_owned(),
-    };
-    let bins = Binaries { dir };
-    let missing = bins.missing();
-    if missing.is_empty() {
-        return Ok(bins);
-    }
-    let ws = workspace().filter(|_| bin_dir.is_none()).with_context(|| {
-        format!(
-            "missing in {}: {} (build them: cargo build --release --workspace --bins)",
-            bins.dir.display(),
-            missing.join(", ")
-        )
-    })?;
-    println!("building {} …", missing.join(", "));
-    let mut cmd = std::process::Command::new("cargo");
-    cmd.current_dir(&ws).args([
-        "build",
-        "--bins",
-        "-p",
-        "kube-ovn-controller",
-        "-p",
-        "kube-ovn-cni",
-        "-p",
-        "kube-ovn-speaker",
-    ]);
-    if !cfg!(debug_assertions) {
-        cmd.arg("--release");
-    }
-    let status = cmd.status().context("running cargo")?;
-    anyhow::ensure!(status.success(), "cargo build failed ({status})");
-    let still = bins.missing();
-    anyhow::ensure!(
-        still.is_empty(),
-        "still missing after the build: {}",
-        still.join(", ")
-    );
-    Ok(bins)
-}
-
-fn check_programs(t: &Topology) -> anyhow::Result<()> {
-    let mut programs = vec![
-        "ip",
-        "ethtool",
-        "sysctl",
-        "nsenter",
-        "unshare",
-        "ovsdb-tool",
-        "ovsdb-server",
-        "ovs-vswitchd",
-        "ovs-vsctl",
-        "ovn-northd",
-        "ovn-nbctl",
-        "ovn-sbctl",
-        "ovn-controller",
-        "kubectl",
-    ];
-    programs.extend(match t.tor_kind {
-        kube_ovn_lab::cluster::topology::TorKind::Bird => ["bird", "birdc"],
-        kube_ovn_lab::cluster::topology::TorKind::Frr => ["/usr/lib/frr/bgpd", "vtysh"],
-    });
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let missing: Vec<&str> = programs
-        .into_iter()
-        .filter(|p| {
-            if p.starts_with('/') {
-                !Path::new(p).is_file()
-            } else {
-                !std::env::split_paths(&path).any(|d| d.join(p).is_file())
-            }
-        })
-        .collect();
-    anyhow::ensure!(
-        missing.is_empty(),
-        "not installed: {} (run scripts/install-deps.sh)",
-        missing.join(", ")
-    );
-    for schema in [NB_SCHEMA, SB_SCHEMA, VSWITCH_SCHEMA] {
-        anyhow::ensure!(
-            Path::new(schema).is_file(),
-            "{schema} is missing (run scripts/install-deps.sh)"
-        );
-    }
-    Ok(())
 }
 
 async fn blocking<T: Send + 'static>(
@@ -443,7 +329,7 @@ async fn bring_up(
     let examples = args
         .examples
         .clone()
-        .or_else(|| workspace().map(|w| w.join("examples/lab")));
+        .or_else(|| prepare::workspace().map(|w| w.join("examples/lab")));
     if let Some(dir) = examples.filter(|_| !args.no_examples) {
         let out = super::verbs::kubectl_output(t, &["apply", "-R", "-f", &dir.to_string_lossy()])?;
         print!("{out}");
