@@ -1,7 +1,8 @@
 //! containerd's CRI as the runtime: per node, our own containerd (1.6, Debian's) whose CNI dirs
 //! are the ones the node daemon installed into, asked for pod sandboxes over the CRI as a
-//! kubelet asks (`testkit::cri`). The runtime then runs `loopback` and our conflist itself, with
-//! its own CNI library decoding our results, which is what the shim-as-runtime tests cannot show.
+//! kubelet asks (`kube_ovn_lab::runtime`, which the lab's kubelet stand-in uses too). The runtime
+//! then runs `loopback` and our conflist itself, with its own CNI library decoding our results,
+//! which is what the shim-as-runtime tests cannot show.
 //!
 //! The rest of the cluster is the one the other daemon tests use (`common::Cluster`): the API
 //! emulator, OVN central, the controller, and per node OVS in a network namespace with the
@@ -17,18 +18,55 @@ use common::{Cluster, WAIT};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{DynamicObject, Patch, PatchParams};
-use kube_ovn_testkit::containerd::{CniDirs, Containerd};
-use kube_ovn_testkit::cri::{CriClient, PodRef, sandbox_ips, sandbox_netns};
-use kube_ovn_testkit::{wait_ping_from, wait_until, wait_until_async};
+use kube_ovn_lab::runtime::containerd::{self, CniDirs, Instance};
+use kube_ovn_lab::runtime::cri::{CriClient, PodRef, sandbox_ips, sandbox_netns};
+use kube_ovn_lab::runtime::images;
+use kube_ovn_testkit::{Daemon, wait_ping_from, wait_until, wait_until_async};
 use serde_json::{Value, json};
 
-/// A node's runtime: containerd and a CRI client on it.
+/// A node's runtime: containerd (our child, stopped by PID) and a CRI client on it.
 struct NodeRuntime {
-    containerd: Containerd,
+    instance: Instance,
+    daemon: Daemon,
     cri: CriClient,
+    _dir: tempfile::TempDir,
 }
 
-/// One containerd per node, on the CNI dirs that node's daemon installed into.
+impl NodeRuntime {
+    fn log_tail(&self, n: usize) -> String {
+        self.daemon.log_tail(n)
+    }
+}
+
+impl Drop for NodeRuntime {
+    /// Every sandbox stopped and removed through the CRI (DEL runs, the shims exit), then
+    /// containerd stopped by its PID, then any shim left, by the PID it wrote.
+    fn drop(&mut self) {
+        let socket = self.instance.socket();
+        // Drop may run inside a tokio runtime, where blocking on another one panics: a thread.
+        let cleaned = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(containerd::remove_all_sandboxes(&socket))
+                .map_err(anyhow::Error::from)
+        })
+        .join();
+        if !matches!(cleaned, Ok(Ok(_))) {
+            eprintln!("could not remove every sandbox before stopping containerd: {cleaned:?}");
+        }
+        self.daemon.stop();
+        for pid in self.instance.shim_pids() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX)),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+/// One containerd per node, on the CNI dirs that node's daemon installed into, with the pause
+/// image loaded.
 async fn start_runtimes(cluster: &Cluster) -> Result<Vec<NodeRuntime>> {
     let mut runtimes = Vec::new();
     for node in &cluster.nodes {
@@ -37,11 +75,34 @@ async fn start_runtimes(cluster: &Cluster) -> Result<Vec<NodeRuntime>> {
             conf_dir: node.runtime.conf_dir.clone(),
         };
         let name = format!("containerd-{}", node.name);
-        let containerd = tokio::task::spawn_blocking(move || Containerd::start(&name, &dirs)).await??;
-        let cri = containerd.client().await?;
-        runtimes.push(NodeRuntime { containerd, cri });
+        let (instance, daemon, dir) =
+            tokio::task::spawn_blocking(move || start_containerd(&name, dirs)).await??;
+        let cri = CriClient::connect(&instance.socket()).await?;
+        runtimes.push(NodeRuntime {
+            instance,
+            daemon,
+            cri,
+            _dir: dir,
+        });
     }
     Ok(runtimes)
+}
+
+fn start_containerd(name: &str, cni: CniDirs) -> Result<(Instance, Daemon, tempfile::TempDir)> {
+    let archive = images::pause_image_archive(&images::default_cache_root())?;
+    let dir = tempfile::Builder::new().prefix("containerd-").tempdir()?;
+    let instance = Instance::new(dir.path(), cni);
+    instance.prepare()?;
+    let (program, args) = instance.command();
+    let mut daemon = Daemon::spawn(name, &program, &args, &dir.path().join("containerd.log"), &[])?;
+    let socket = instance.socket();
+    wait_until(&format!("{name}: containerd's socket"), WAIT, || {
+        daemon.check_alive()?;
+        Ok(socket.exists())
+    })
+    .with_context(|| daemon.log_tail(30))?;
+    containerd::import(&socket, &archive).with_context(|| format!("{name}: import the pause image"))?;
+    Ok((instance, daemon, dir))
 }
 
 /// A sandbox the runtime made for a pod, with what the runtime reports about it.
@@ -86,15 +147,15 @@ async fn run_sandbox(
     let id = runtime.cri.run_pod_sandbox(&pod).await.map_err(|e| {
         anyhow::anyhow!(
             "RunPodSandbox {namespace}/{name}: {}\ncontainerd's log:\n{}",
-            e.message(),
-            runtime.containerd.log_tail(10)
+            e,
+            runtime.log_tail(10)
         )
     })?;
     let status = runtime.cri.pod_sandbox_status(&id).await?;
     let state = status.status.as_ref().map(|s| s.state);
     assert_eq!(
         state,
-        Some(kube_ovn_testkit::cri::api::PodSandboxState::SandboxReady.into()),
+        Some(kube_ovn_lab::runtime::cri::api::PodSandboxState::SandboxReady.into()),
         "{name}"
     );
     let ips = sandbox_ips(&status);
@@ -217,7 +278,7 @@ async fn a_pod_never_annotated_fails_with_our_error_and_the_retry_succeeds() -> 
         .await
         .expect_err("RunPodSandbox succeeded for a pod without an address");
     // What the kubelet would log: containerd's words around our plugin's message.
-    let message = error.message();
+    let message = error.to_string();
     for part in [
         r#"plugin type="kube-ovn""#,
         "pod default/late",

@@ -8,6 +8,8 @@
 //! - [`cni_runtime`]: a container runtime's side of CNI (conflist, plugin runs), used by the
 //!   kubelet stand-in and by the CNI tests.
 //! - [`netexec`]: the server behind the image `kube-ovn-lab/netexec` (as agnhost's `netexec`).
+//! - [`runtime`]: containerd with its CRI plugin and a CRI client, for `up --runtime containerd`
+//!   (the kubelet stand-in makes real sandboxes) and the CNI tests.
 //! - [`cluster`]: `up`, `status`, `down` and the other verbs: network namespaces, daemons, the ToR
 //!   and the outside host, recorded in a state file.
 
@@ -16,3 +18,4 @@ pub mod apiserver;
 pub mod cluster;
 pub mod cni_runtime;
 pub mod netexec;
+pub mod runtime;

@@ -4,17 +4,9 @@
 //! network namespaces with their own ovsdb-server, ovs-vswitchd (userspace datapath) and
 //! ovn-controller, joined by a veth underlay.
 //!
-//! With feature `cri`: containerd with its CRI plugin as a node's container runtime, the pause
-//! image it needs built locally, and a CRI client that asks for pod sandboxes as a kubelet does
-//! ([`containerd`], [`cri`]).
-//!
 //! A fixture whose program is missing fails loudly with the command that installs it; nothing
 //! here skips.
 
-#[cfg(feature = "cri")]
-pub mod containerd;
-#[cfg(feature = "cri")]
-pub mod cri;
 mod daemon;
 pub mod drill;
 mod netns;

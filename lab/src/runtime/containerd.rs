@@ -1,0 +1,244 @@
+//! One containerd 1.6 of our own with its CRI plugin: root, state, sockets and config in one
+//! directory, its CNI `bin_dir` and `conf_dir` the ones a node daemon installed into.
+//!
+//! Facts about our machines that the config encodes: lowering a process's OOM score is refused
+//! (`restrict_oom_score_adj = true`), and `snapshotter = "native"` needs no overlay mounts. The
+//! sandboxes' network namespaces go under the state dir (`netns_mounts_under_state_dir`), so two
+//! instances never see each other's and everything an instance makes is under its directory. The
+//! CRI plugin always runs the standard `loopback` plugin before the configured network, so
+//! [`Instance::prepare`] puts Debian's beside ours.
+//!
+//! Taking an instance down cleanly: [`remove_all_sandboxes`] through the CRI while the network
+//! plugin can still answer DEL, then containerd stopped by its PID, then any shim left by the
+//! PID it wrote into the state dir ([`Instance::shim_pids`]).
+
+use std::path::{Path, PathBuf};
+
+use super::cri::{CriClient, CriError};
+use super::images::PAUSE_IMAGE;
+use super::{INSTALL_HINT, RuntimeError, io_err};
+use crate::cluster::net::run;
+
+/// Where Debian's `containernetworking-plugins` puts the standard plugins.
+pub const STANDARD_CNI_PLUGINS: &str = "/usr/lib/cni";
+/// The containerd namespace the CRI plugin keeps its images, sandboxes and containers in.
+pub const CRI_NAMESPACE: &str = "k8s.io";
+/// A unix socket's path must fit `sun_path` (108 bytes with its NUL).
+const MAX_SOCKET_PATH: usize = 107;
+
+/// Where containerd finds CNI plugins and their config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CniDirs {
+    /// `bin_dir`: the node daemon installs `kube-ovn` here; `loopback` is copied beside it.
+    pub bin_dir: PathBuf,
+    /// `conf_dir`: the node daemon writes its conflist here.
+    pub conf_dir: PathBuf,
+}
+
+/// One containerd's files, all under `dir`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Instance {
+    pub dir: PathBuf,
+    pub cni: CniDirs,
+}
+
+impl Instance {
+    pub fn new(dir: impl Into<PathBuf>, cni: CniDirs) -> Self {
+        Self { dir: dir.into(), cni }
+    }
+
+    /// The CRI (and containerd) socket.
+    pub fn socket(&self) -> PathBuf {
+        self.dir.join("containerd.sock")
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.join("config.toml")
+    }
+
+    /// containerd's `state` (sockets of shims, sandboxes' network namespaces, rootfs mounts).
+    pub fn state_dir(&self) -> PathBuf {
+        self.dir.join("state")
+    }
+
+    /// The program and arguments that run this instance.
+    pub fn command(&self) -> (String, Vec<String>) {
+        (
+            "containerd".into(),
+            vec!["--config".into(), self.config_path().display().to_string()],
+        )
+    }
+
+    /// Creates the directories, puts `loopback` beside our plugin and writes the config. Fails
+    /// naming what is missing when containerd, runc or the standard plugins are not installed.
+    pub fn prepare(&self) -> Result<(), RuntimeError> {
+        for program in ["/usr/bin/containerd", "/usr/bin/ctr", "/usr/sbin/runc"] {
+            if !Path::new(program).is_file() {
+                return Err(RuntimeError::Missing {
+                    what: format!("{program} (Debian's containerd and runc)"),
+                    hint: INSTALL_HINT,
+                });
+            }
+        }
+        let socket = self.socket().display().to_string();
+        if socket.len() + ".ttrpc".len() > MAX_SOCKET_PATH {
+            return Err(RuntimeError::Other {
+                what: format!("containerd's socket {socket}"),
+                reason: format!(
+                    "longer than a unix socket path may be ({MAX_SOCKET_PATH} bytes with .ttrpc)"
+                ),
+            });
+        }
+        for dir in [&self.dir, &self.cni.bin_dir, &self.cni.conf_dir] {
+            std::fs::create_dir_all(dir).map_err(io_err("creating", dir))?;
+        }
+        let loopback = Path::new(STANDARD_CNI_PLUGINS).join("loopback");
+        if !loopback.is_file() {
+            return Err(RuntimeError::Missing {
+                what: format!("{} (Debian's containernetworking-plugins)", loopback.display()),
+                hint: INSTALL_HINT,
+            });
+        }
+        let to = self.cni.bin_dir.join("loopback");
+        std::fs::copy(&loopback, &to).map_err(io_err("copying loopback to", &to))?;
+        std::fs::write(self.config_path(), self.config_toml()).map_err(io_err("writing", self.config_path()))
+    }
+
+    /// containerd 1.6's config (version 2) for this instance.
+    pub fn config_toml(&self) -> String {
+        let d = self.dir.display();
+        let cri = r#"plugins."io.containerd.grpc.v1.cri""#;
+        format!(
+            r#"version = 2
+root = "{d}/root"
+state = "{d}/state"
+# Snapshotters that need kernel features or mounts we do not use.
+disabled_plugins = [
+  "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.overlayfs",
+]
+
+[grpc]
+  address = "{socket}"
+[ttrpc]
+  address = "{socket}.ttrpc"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{d}/opt"
+
+[{cri}]
+  sandbox_image = "{PAUSE_IMAGE}"
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  [{cri}.containerd]
+    snapshotter = "native"
+    default_runtime_name = "runc"
+    [{cri}.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [{cri}.containerd.runtimes.runc.options]
+        Root = "{d}/runc"
+  [{cri}.cni]
+    bin_dir = "{bin}"
+    conf_dir = "{conf}"
+    max_conf_num = 1
+"#,
+            socket = self.socket().display(),
+            bin = self.cni.bin_dir.display(),
+            conf = self.cni.conf_dir.display(),
+        )
+    }
+
+    /// PIDs in `shim.pid` files under the runtime v2 state dir (one per sandbox the shims
+    /// serve) that are still a containerd shim (a PID reused by another program is left alone).
+    pub fn shim_pids(&self) -> Vec<u32> {
+        let tasks = self.state_dir().join("io.containerd.runtime.v2.task");
+        let mut pids = Vec::new();
+        for namespace in std::fs::read_dir(tasks).into_iter().flatten().flatten() {
+            for task in std::fs::read_dir(namespace.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let Ok(text) = std::fs::read_to_string(task.path().join("shim.pid")) else {
+                    continue;
+                };
+                let Ok(pid) = text.trim().parse::<u32>() else {
+                    continue;
+                };
+                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+                if comm.starts_with("containerd-shim") && !pids.contains(&pid) {
+                    pids.push(pid);
+                }
+            }
+        }
+        pids
+    }
+}
+
+/// Loads a docker archive into the instance at `socket`, unpacked for the native snapshotter,
+/// where the CRI plugin finds it.
+pub fn import(socket: &Path, archive: &Path) -> Result<(), RuntimeError> {
+    let address = socket.display().to_string();
+    run(
+        "ctr",
+        &[
+            "--address",
+            &address,
+            "--namespace",
+            CRI_NAMESPACE,
+            "images",
+            "import",
+            "--snapshotter",
+            "native",
+            &archive.display().to_string(),
+        ],
+    )?;
+    Ok(())
+}
+
+/// Stops and removes every sandbox of the instance at `socket` through the CRI (so the network
+/// plugin's DEL runs and the shims exit); how many there were.
+pub async fn remove_all_sandboxes(socket: &Path) -> Result<usize, CriError> {
+    let client = CriClient::connect(socket).await?;
+    let sandboxes = client.list_pod_sandboxes().await?;
+    for sandbox in &sandboxes {
+        client.stop_and_remove(&sandbox.id).await?;
+    }
+    Ok(sandboxes.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_config_keeps_everything_under_the_instance_dir() {
+        let instance = Instance::new(
+            "/lab/nodes/node1/containerd",
+            CniDirs {
+                bin_dir: "/lab/nodes/node1/bin".into(),
+                conf_dir: "/lab/nodes/node1/net.d".into(),
+            },
+        );
+        let toml = instance.config_toml();
+        for line in [
+            r#"root = "/lab/nodes/node1/containerd/root""#,
+            r#"state = "/lab/nodes/node1/containerd/state""#,
+            r#"address = "/lab/nodes/node1/containerd/containerd.sock""#,
+            r#"bin_dir = "/lab/nodes/node1/bin""#,
+            r#"conf_dir = "/lab/nodes/node1/net.d""#,
+            "restrict_oom_score_adj = true",
+            "netns_mounts_under_state_dir = true",
+            r#"snapshotter = "native""#,
+        ] {
+            assert!(toml.contains(line), "{line} not in\n{toml}");
+        }
+        assert_eq!(
+            instance.command().1,
+            ["--config", "/lab/nodes/node1/containerd/config.toml"]
+        );
+        assert!(instance.shim_pids().is_empty());
+    }
+}

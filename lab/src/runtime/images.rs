@@ -1,0 +1,258 @@
+//! The images a runtime of ours needs, built on this machine (no registry is reachable): each is
+//! a `FROM scratch` image built with Debian's `podman` in a throwaway storage dir (nothing lands
+//! in the machine's image store), saved as a docker archive, and cached; `ctr images import`
+//! loads the archive into a containerd ([`super::containerd::import`]).
+//!
+//! - the pause image: Debian's static busybox running `sleep` (the runtime stops a sandbox with
+//!   SIGKILL, so PID 1 needs no signal handling);
+//! - `kube-ovn-lab/netexec`: the `kube-ovn-lab` binary, whose `netexec` subcommand is the server,
+//!   with the shared libraries `ldd` says it links, at the same paths.
+//!
+//! A cache entry is a directory holding the archive and the key of its inputs (the Containerfile
+//! and each input file's path, size and modification time); it is used only when the key is the
+//! current one, so a rebuilt binary or an upgraded busybox gives a new image.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use super::{INSTALL_HINT, RuntimeError, io_err};
+use crate::cluster::net::run;
+
+/// The pause image's name, as containerd's `sandbox_image` refers to it.
+pub const PAUSE_IMAGE: &str = "localhost/kube-ovn-rs/pause:1";
+/// The netexec image's name in the runtime. Pods ask for `kube-ovn-lab/netexec` with any tag;
+/// the kubelet stand-in runs this image for them (there is nothing to pull from).
+pub const NETEXEC_IMAGE: &str = "localhost/kube-ovn-lab/netexec:latest";
+/// Where the netexec image has the binary.
+pub const NETEXEC_BINARY: &str = "/kube-ovn-lab";
+
+/// Where Debian's `busybox-static` puts the binary.
+const BUSYBOX: &str = "/bin/busybox";
+
+/// The cache directory when the caller has none: `$KUBE_OVN_RS_CACHE`, else the temp dir.
+pub fn default_cache_root() -> PathBuf {
+    std::env::var_os("KUBE_OVN_RS_CACHE").map_or_else(std::env::temp_dir, PathBuf::from)
+}
+
+/// An image to build: its tag, its Containerfile, and files copied into the build context.
+struct ImageInputs {
+    /// The cache entry's directory name under the cache root.
+    cache_name: &'static str,
+    tag: &'static str,
+    containerfile: String,
+    /// (path in the build context, file on this machine).
+    files: Vec<(PathBuf, PathBuf)>,
+}
+
+impl ImageInputs {
+    /// What the cached archive must have been built from.
+    fn key(&self) -> Result<String, RuntimeError> {
+        let mut key = self.containerfile.clone();
+        for (at, from) in &self.files {
+            let meta = std::fs::metadata(from).map_err(io_err("image input", from))?;
+            let mtime = meta
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map(|d| d.as_nanos())
+                .unwrap_or_default();
+            key.push_str(&format!(
+                "\n{} <- {} {} {mtime}",
+                at.display(),
+                from.display(),
+                meta.len()
+            ));
+        }
+        Ok(key)
+    }
+}
+
+/// The pause image as a docker archive.
+pub fn pause_image_archive(cache_root: &Path) -> Result<PathBuf, RuntimeError> {
+    if !Path::new(BUSYBOX).is_file() {
+        return Err(RuntimeError::Missing {
+            what: format!("{BUSYBOX} (Debian's busybox-static) for the pause image"),
+            hint: INSTALL_HINT,
+        });
+    }
+    build_cached(
+        cache_root,
+        &ImageInputs {
+            cache_name: "kube-ovn-rs-pause-image",
+            tag: PAUSE_IMAGE,
+            containerfile:
+                "FROM scratch\nCOPY rootfs/ /\nENTRYPOINT [\"/bin/busybox\", \"sleep\", \"2147483647\"]\n"
+                    .into(),
+            files: vec![("rootfs/bin/busybox".into(), BUSYBOX.into())],
+        },
+    )
+}
+
+/// The netexec image as a docker archive, built from `binary` (a `kube-ovn-lab` executable).
+pub fn netexec_image_archive(cache_root: &Path, binary: &Path) -> Result<PathBuf, RuntimeError> {
+    let libraries = linked_libraries(binary)?;
+    let mut files = vec![(
+        Path::new("rootfs").join(NETEXEC_BINARY.trim_start_matches('/')),
+        binary.to_owned(),
+    )];
+    let mut dirs: Vec<String> = Vec::new();
+    for lib in &libraries {
+        let inside = lib.strip_prefix("/").unwrap_or(lib);
+        files.push((Path::new("rootfs").join(inside), lib.clone()));
+        if let Some(dir) = lib.parent().map(|d| d.display().to_string())
+            && !dirs.contains(&dir)
+        {
+            dirs.push(dir);
+        }
+    }
+    // The loader finds the libraries where ldd found them, whatever its built-in search path.
+    let env = if dirs.is_empty() {
+        String::new()
+    } else {
+        format!("ENV LD_LIBRARY_PATH={}\n", dirs.join(":"))
+    };
+    build_cached(
+        cache_root,
+        &ImageInputs {
+            cache_name: "kube-ovn-lab-netexec-image",
+            tag: NETEXEC_IMAGE,
+            containerfile: format!(
+                "FROM scratch\nCOPY rootfs/ /\n{env}ENTRYPOINT [\"{NETEXEC_BINARY}\", \"netexec\"]\n"
+            ),
+            files,
+        },
+    )
+}
+
+/// The shared libraries (the dynamic loader included) `binary` links, by `ldd`.
+fn linked_libraries(binary: &Path) -> Result<Vec<PathBuf>, RuntimeError> {
+    let path = binary.display().to_string();
+    let out = std::process::Command::new("ldd")
+        .arg(&path)
+        .output()
+        .map_err(io_err("running ldd on", binary))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        // A static binary needs nothing beside it.
+        if String::from_utf8_lossy(&out.stderr).contains("not a dynamic executable")
+            || text.contains("statically linked")
+        {
+            return Ok(Vec::new());
+        }
+        return Err(RuntimeError::Other {
+            what: format!("ldd {path}"),
+            reason: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        });
+    }
+    parse_ldd(&text).map_err(|reason| RuntimeError::Other {
+        what: format!("ldd {path}"),
+        reason,
+    })
+}
+
+/// The library paths in `ldd`'s output: `name => /path (addr)` and `/path/ld.so (addr)`; the
+/// vDSO has no file.
+pub fn parse_ldd(text: &str) -> Result<Vec<PathBuf>, String> {
+    let mut libs = Vec::new();
+    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let target = match line.split_once("=>") {
+            Some((name, rest)) => {
+                let rest = rest.trim();
+                if rest.starts_with("not found") {
+                    return Err(format!("{} is not found", name.trim()));
+                }
+                rest
+            }
+            None => line,
+        };
+        if let Some(path) = target.split_whitespace().next().filter(|p| p.starts_with('/')) {
+            libs.push(PathBuf::from(path));
+        }
+    }
+    Ok(libs)
+}
+
+/// The archive of `inputs`, from the cache or built now.
+fn build_cached(cache_root: &Path, inputs: &ImageInputs) -> Result<PathBuf, RuntimeError> {
+    // One build at a time in this process; other processes race safely (the rename below).
+    static BUILD: Mutex<()> = Mutex::new(());
+    let _one = BUILD.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let key = inputs.key()?;
+    let cache = cache_root.join(inputs.cache_name);
+    let archive = cache.join("image.tar");
+    if std::fs::read_to_string(cache.join("key")).is_ok_and(|k| k == key) && archive.is_file() {
+        return Ok(archive);
+    }
+    std::fs::create_dir_all(cache_root).map_err(io_err("creating the image cache", cache_root))?;
+    let work = tempfile::Builder::new()
+        .prefix(".image-build")
+        .tempdir_in(cache_root)
+        .map_err(io_err("creating a build dir in", cache_root))?;
+    let context = work.path().join("context");
+    for (at, from) in &inputs.files {
+        let to = context.join(at);
+        if let Some(dir) = to.parent() {
+            std::fs::create_dir_all(dir).map_err(io_err("creating", dir))?;
+        }
+        std::fs::copy(from, &to).map_err(io_err("copying into the image", from))?;
+    }
+    let containerfile = context.join("Containerfile");
+    std::fs::write(&containerfile, &inputs.containerfile).map_err(io_err("writing", &containerfile))?;
+    // podman's storage in the throwaway dir: nothing lands in the machine's image store.
+    let storage = |sub: &str| work.path().join(sub).display().to_string();
+    let podman = |args: &[&str]| {
+        let (root, runroot) = (storage("storage"), storage("run"));
+        let mut full = vec!["--root", &root, "--runroot", &runroot, "--storage-driver", "vfs"];
+        full.extend_from_slice(args);
+        run("podman", &full)
+    };
+    let context_dir = context.display().to_string();
+    podman(&["build", "--quiet", "--tag", inputs.tag, &context_dir])?;
+    let entry = work.path().join("entry");
+    std::fs::create_dir(&entry).map_err(io_err("creating", &entry))?;
+    let built = entry.join("image.tar");
+    podman(&[
+        "save",
+        "--format",
+        "docker-archive",
+        "--output",
+        &built.display().to_string(),
+        inputs.tag,
+    ])?;
+    std::fs::write(entry.join("key"), &key).map_err(io_err("writing the key of", &built))?;
+    // The entry becomes the cache by one rename; a process that renamed first wins, and its
+    // result is as good when its key is ours.
+    let _ = std::fs::remove_dir_all(&cache);
+    if std::fs::rename(&entry, &cache).is_err()
+        && !(std::fs::read_to_string(cache.join("key")).is_ok_and(|k| k == key) && archive.is_file())
+    {
+        return Err(RuntimeError::Other {
+            what: format!("image {}", inputs.tag),
+            reason: format!("cannot put the archive into {}", cache.display()),
+        });
+    }
+    Ok(archive)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ldd_output_gives_the_files_to_copy() {
+        let text = "\tlinux-vdso.so.1 (0x00007ffd)\n\
+            \tlibgcc_s.so.1 => /lib/x86_64-linux-gnu/libgcc_s.so.1 (0x00007f01)\n\
+            \tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f02)\n\
+            \t/lib64/ld-linux-x86-64.so.2 (0x00007f03)\n";
+        assert_eq!(
+            parse_ldd(text).unwrap(),
+            [
+                PathBuf::from("/lib/x86_64-linux-gnu/libgcc_s.so.1"),
+                "/lib/x86_64-linux-gnu/libc.so.6".into(),
+                "/lib64/ld-linux-x86-64.so.2".into()
+            ]
+        );
+        let err = parse_ldd("\tlibfoo.so.1 => not found\n").unwrap_err();
+        assert!(err.contains("libfoo.so.1"), "{err}");
+    }
+}
