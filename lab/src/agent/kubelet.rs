@@ -4,23 +4,31 @@
 //!   configured ones), then status through the `status` subresource: InternalIP(s) and Hostname
 //!   addresses, `Ready=True` and the pressure conditions, capacity and nodeInfo ([`node`]).
 //! - Watches the pods bound to it (field selector `spec.nodeName`). For each pod that is not
-//!   `hostNetwork`: a network namespace `<netns_prefix><hash>`, CNI ADD through the first
-//!   conflist of `cni_conf_dir` run in the *node's* namespace as a container runtime runs it
-//!   ([`crate::cni_runtime`]), retried with a backoff on failure (each failure a Warning Event
-//!   `FailedCreatePodSandBox`); then the pod's status: Running, `podIP(s)`, `hostIP(s)`, Ready
-//!   ([`status`]). `hostNetwork` pods get the node's addresses and no sandbox. Containers of the
-//!   image `kube-ovn-lab/netexec` are "run": the netexec server on each `containerPort`, in the
-//!   pod's namespace, answering with the pod's name ([`servers`]).
+//!   `hostNetwork`, a sandbox, made by the configured [`PodRuntime`]:
+//!   - direct (the default, fast): a network namespace `<netns_prefix><hash>`, CNI ADD through
+//!     the first conflist of `cni_conf_dir` run in the *node's* namespace as a container runtime
+//!     runs it ([`crate::cni_runtime`]); containers of the image `kube-ovn-lab/netexec` are
+//!     "run": the netexec server on each `containerPort`, in the pod's namespace, served from
+//!     this process and answering with the pod's name ([`servers`]);
+//!   - containerd: RunPodSandbox over its CRI (containerd runs the node's conflist), and a real
+//!     container per netexec container in the sandbox ([`cri_pods`]).
+//!
+//!   Failures are retried with a backoff (each a Warning Event `FailedCreatePodSandBox`); then
+//!   the pod's status: Running, `podIP(s)`, `hostIP(s)`, Ready ([`status`]). `hostNetwork` pods
+//!   get the node's addresses and no sandbox; their netexec servers run in the node's namespace
+//!   from this process with either runtime.
 //! - When a pod goes (the emulator deletes at once), or is marked for deletion (then the kubelet
 //!   also deletes it with grace 0, as after its containers stopped): servers stopped, CNI DEL
-//!   with the ADD result as `prevResult`, namespace removed, record removed ([`sandbox`]).
+//!   with the ADD result as `prevResult`, namespace removed, record removed ([`sandbox`]); or
+//!   StopPodSandbox and RemovePodSandbox.
 //! - Sandboxes are recorded in `sandbox_dir`, so a restarted kubelet tears down those of pods
 //!   that went (or were replaced: another uid) while it was away, and adopts the others
-//!   (restarting their servers).
+//!   (restarting their servers). With containerd, what containerd lists is recorded first.
 //!
 //! Each pod has its own task (a span named after the pod) that reconciles what is (records,
 //! servers) with what the pod asks, whenever the pod changes; pods are handled concurrently.
 
+mod cri_pods;
 mod node;
 pub mod sandbox;
 mod servers;
@@ -43,13 +51,27 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
+pub use cri_pods::netexec_container;
 pub use node::{HostFacts, KUBELET_VERSION};
 pub use sandbox::{NETNS_DIR, SandboxRecord, netns_name};
 pub use servers::{NETEXEC_IMAGE, is_netexec};
 
 use super::events::EventRecorder;
 use crate::cni_runtime::Runtime;
+use crate::runtime::cri::CriClient;
+use cri_pods::CriPods;
 use sandbox::SandboxDir;
+
+/// How a kubelet makes its pods' sandboxes and containers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum PodRuntime {
+    /// Network namespaces of ours, the CNI conflist run by us, netexec served from this process.
+    #[default]
+    Direct,
+    /// containerd's CRI on `socket`: sandboxes and netexec containers are containerd's; the
+    /// containers' logs go under `log_dir`.
+    Containerd { socket: PathBuf, log_dir: PathBuf },
+}
 
 /// One node's kubelet.
 #[derive(Debug, Clone)]
@@ -65,8 +87,9 @@ pub struct KubeletConfig {
     pub cni_bin_dir: PathBuf,
     /// Pod network namespaces are named `<netns_prefix><10 hex>`.
     pub netns_prefix: String,
-    /// One JSON record per pod sandbox.
+    /// One JSON record per pod sandbox (the node's records among others').
     pub sandbox_dir: PathBuf,
+    pub runtime: PodRuntime,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -134,6 +157,8 @@ struct Shared {
     config: KubeletConfig,
     node_netns: Netns,
     runtime: Runtime,
+    /// Set when the pods are containerd's.
+    cri: Option<CriPods>,
     sandboxes: SandboxDir,
     events: EventRecorder,
     /// The pods bound to this node, by `namespace/name`, as last seen.
@@ -161,15 +186,26 @@ pub async fn run(client: Client, config: KubeletConfig) -> Result<(), Error> {
         node: config.node_name.clone(),
         source: Box::new(source),
     })?;
-    let sandboxes = SandboxDir::open(&config.sandbox_dir).map_err(|source| Error::SandboxDir {
-        node: config.node_name.clone(),
-        dir: config.sandbox_dir.clone(),
-        source,
-    })?;
+    let sandboxes = SandboxDir::open(&config.sandbox_dir)
+        .map_err(|source| Error::SandboxDir {
+            node: config.node_name.clone(),
+            dir: config.sandbox_dir.clone(),
+            source,
+        })?
+        .of_node(&config.node_name);
+    let cri = match &config.runtime {
+        PodRuntime::Direct => None,
+        PodRuntime::Containerd { socket, log_dir } => Some(CriPods {
+            client: CriClient::connect_lazy(socket),
+            node: config.node_name.clone(),
+            log_dir: log_dir.clone(),
+        }),
+    };
     let span = tracing::info_span!("kubelet", node = %config.node_name);
     let shared = Arc::new(Shared {
         events: EventRecorder::new(client.clone(), "kubelet", Some(&config.node_name)),
         runtime: Runtime::new(&config.cni_conf_dir, &config.cni_bin_dir).in_netns(node_netns.clone()),
+        cri,
         client,
         config,
         node_netns,
@@ -178,6 +214,10 @@ pub async fn run(client: Client, config: KubeletConfig) -> Result<(), Error> {
     });
     async move {
         register(&shared).await;
+        if let Some(cri) = &shared.cri {
+            let found = cri_pods::adopt_all(cri, &shared.sandboxes).await;
+            tracing::info!(sandboxes = found.len(), "containerd's sandboxes recorded");
+        }
         supervise(shared).await;
         Ok(())
     }

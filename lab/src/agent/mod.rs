@@ -49,6 +49,7 @@ impl AgentConfig {
                     cni_bin_dir: dir.join("bin"),
                     netns_prefix: t.pod_netns_prefix(),
                     sandbox_dir: t.sandbox_dir(),
+                    runtime: kubelet::PodRuntime::Direct,
                 }
             })
             .collect();
@@ -60,6 +61,21 @@ impl AgentConfig {
                 apiserver: Some(Topology::api_addr()),
             },
         }
+    }
+
+    /// The same agent, its kubelets making pods through each node's containerd (`up --runtime
+    /// containerd` starts them: [`crate::cluster::containerd`]).
+    #[must_use]
+    pub fn with_containerd(mut self, t: &Topology) -> Self {
+        for k in &mut self.kubelets {
+            if let Some(node) = t.node(&k.node_name) {
+                k.runtime = kubelet::PodRuntime::Containerd {
+                    socket: crate::cluster::containerd::instance(t, node).socket(),
+                    log_dir: crate::cluster::containerd::pod_log_dir(t),
+                };
+            }
+        }
+        self
     }
 }
 

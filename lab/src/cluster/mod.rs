@@ -4,6 +4,7 @@
 //! themselves (`up`, `down`, `status`, …) are in the `kube-ovn-lab` binary.
 
 pub mod components;
+pub mod containerd;
 pub mod matrix;
 pub mod net;
 pub mod process;

@@ -249,6 +249,24 @@ impl CriClient {
         })
     }
 
+    /// A client on `socket` that connects on its first call, and again after the runtime
+    /// restarts: for a kubelet that may start before its runtime.
+    pub fn connect_lazy(socket: &Path) -> Self {
+        let path = socket.to_owned();
+        let channel =
+            Endpoint::from_static("http://[::1]:0")
+                .timeout(CRI_CALL_TIMEOUT)
+                .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
+                    let path = path.clone();
+                    async move {
+                        Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?))
+                    }
+                }));
+        Self {
+            runtime: RuntimeServiceClient::new(channel),
+        }
+    }
+
     /// The runtime's name and version, and the CRI version it speaks.
     pub async fn version(&self) -> Result<VersionResponse, CriError> {
         let request = VersionRequest { version: "v1".into() };

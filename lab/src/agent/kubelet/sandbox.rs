@@ -1,10 +1,13 @@
-//! Pod sandboxes: a network namespace per pod, attached by running the CNI conflist as a
-//! runtime does, and a JSON record per sandbox in the sandbox dir so a restarted kubelet finds
-//! what it made.
+//! Pod sandboxes: a JSON record per sandbox in the sandbox dir (shared by the lab's kubelets;
+//! each reads its node's), so a restarted kubelet finds what it made and `kube-ovn-lab exec`
+//! finds a pod's network namespace.
 //!
-//! The record is written *before* CNI ADD (without a result) and completed after it: a kubelet
-//! killed mid-ADD leaves a record, and the sandbox is torn down (DEL, netns removed) on restart
-//! like any other that is not wanted, instead of leaking an address.
+//! With the direct runtime, a sandbox is a network namespace per pod, attached by running the
+//! CNI conflist as a runtime does. The record is written *before* CNI ADD (without a result) and
+//! completed after it: a kubelet killed mid-ADD leaves a record, and the sandbox is torn down
+//! (DEL, netns removed) on restart like any other that is not wanted, instead of leaking an
+//! address. With containerd ([`super::cri_pods`]) the sandbox is containerd's, and the record,
+//! written once it is ready, holds its ID, network namespace and addresses ([`CriSandbox`]).
 
 use std::io::ErrorKind;
 use std::net::IpAddr;
@@ -25,28 +28,74 @@ pub struct SandboxRecord {
     pub namespace: String,
     pub name: String,
     pub uid: String,
-    /// The network namespace's name (`/run/netns/<netns>`).
+    /// The node whose kubelet made it.
+    #[serde(default)]
+    pub node: String,
+    /// The network namespace's name (`/run/netns/<netns>` for the direct runtime; the file name
+    /// of [`CriSandbox::netns_path`] for containerd's).
     pub netns: String,
+    /// The sandbox's ID (containerd's, or one of ours for the direct runtime).
     pub container_id: String,
     pub ifname: String,
-    /// The CNI ADD result; `None` until ADD succeeded.
+    /// The CNI ADD result (direct runtime); `None` until ADD succeeded.
     pub result: Option<Value>,
+    /// What containerd reported of its sandbox (containerd runtime).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cri: Option<CriSandbox>,
     pub created: String,
 }
 
+/// A containerd sandbox, as its verbose PodSandboxStatus described it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CriSandbox {
+    /// The network namespace file containerd mounted (under its state dir).
+    pub netns_path: PathBuf,
+    /// The addresses the runtime reports (its CNI result's).
+    pub ips: Vec<IpAddr>,
+}
+
 impl SandboxRecord {
-    /// A new sandbox for a pod: a fresh container ID, the namespace named after the pod's uid.
-    pub fn new(namespace: &str, name: &str, uid: &str, netns_prefix: &str) -> Self {
+    /// A new sandbox for a pod on `node`: a fresh container ID, the namespace named after the
+    /// pod's uid.
+    pub fn new(node: &str, namespace: &str, name: &str, uid: &str, netns_prefix: &str) -> Self {
         Self {
             namespace: namespace.to_owned(),
             name: name.to_owned(),
             uid: uid.to_owned(),
+            node: node.to_owned(),
             netns: netns_name(netns_prefix, uid),
             container_id: container_id(),
             ifname: "eth0".into(),
             result: None,
+            cri: None,
             created: crate::apiserver::meta::now(),
         }
+    }
+
+    /// The record of containerd's ready sandbox `id` for a pod on `node`.
+    pub fn of_cri(node: &str, namespace: &str, name: &str, uid: &str, id: &str, cri: CriSandbox) -> Self {
+        Self {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            uid: uid.to_owned(),
+            node: node.to_owned(),
+            netns: cri
+                .netns_path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            container_id: id.to_owned(),
+            ifname: "eth0".into(),
+            result: None,
+            cri: Some(cri),
+            created: crate::apiserver::meta::now(),
+        }
+    }
+
+    /// Whether the sandbox was made (ADD succeeded, or containerd's is ready).
+    pub fn is_ready(&self) -> bool {
+        self.result.is_some() || self.cri.is_some()
     }
 
     /// `namespace/name`.
@@ -54,8 +103,12 @@ impl SandboxRecord {
         format!("{}/{}", self.namespace, self.name)
     }
 
+    /// The pod's network namespace file.
     pub fn netns_path(&self) -> PathBuf {
-        Path::new(NETNS_DIR).join(&self.netns)
+        match &self.cri {
+            Some(cri) => cri.netns_path.clone(),
+            None => Path::new(NETNS_DIR).join(&self.netns),
+        }
     }
 
     /// The record's file name: namespace and name are DNS names (no `_`), so the file of a pod
@@ -74,9 +127,13 @@ impl SandboxRecord {
         }
     }
 
-    /// The pod's addresses, from the ADD result's `ips` (in its order).
+    /// The pod's addresses, from the ADD result's `ips` (in its order), or as containerd
+    /// reported them.
     pub fn ips(&self) -> Vec<IpAddr> {
-        result_ips(self.result.as_ref().unwrap_or(&Value::Null))
+        match &self.cri {
+            Some(cri) => cri.ips.clone(),
+            None => result_ips(self.result.as_ref().unwrap_or(&Value::Null)),
+        }
     }
 }
 
@@ -96,16 +153,29 @@ pub fn netns_name(prefix: &str, uid: &str) -> String {
     format!("{prefix}{}", short_hash(uid.as_bytes(), 10))
 }
 
-/// The sandbox dir.
+/// The sandbox dir, or one node's records in it.
 #[derive(Debug, Clone)]
 pub struct SandboxDir {
     dir: PathBuf,
+    node: Option<String>,
 }
 
 impl SandboxDir {
+    /// Every record in `dir`.
     pub fn open(dir: &Path) -> std::io::Result<Self> {
         std::fs::create_dir_all(dir)?;
-        Ok(Self { dir: dir.to_owned() })
+        Ok(Self {
+            dir: dir.to_owned(),
+            node: None,
+        })
+    }
+
+    /// Only the records of `node`'s sandboxes: the lab's kubelets share one dir, and a kubelet
+    /// must never tear down another node's sandbox as one of its pods that went.
+    #[must_use]
+    pub fn of_node(mut self, node: &str) -> Self {
+        self.node = Some(node.to_owned());
+        self
     }
 
     pub fn path(&self) -> &Path {
@@ -134,7 +204,8 @@ impl SandboxDir {
                 .map_err(|e| e.to_string())
                 .and_then(|b| serde_json::from_slice::<SandboxRecord>(&b).map_err(|e| e.to_string()))
             {
-                Ok(record) => records.push(record),
+                Ok(record) if self.node.as_ref().is_none_or(|n| *n == record.node) => records.push(record),
+                Ok(_) => {}
                 // Not ours to guess about: say so and leave the file for a person.
                 Err(e) => {
                     tracing::error!(file = %path.display(), error = %e, "unreadable sandbox record; ignored");
@@ -186,6 +257,12 @@ pub enum SandboxError {
     },
     #[error("CNI {command}: the plugin run did not finish: {message}")]
     Join { command: &'static str, message: String },
+    #[error(transparent)]
+    Cri(#[from] crate::runtime::cri::CriError),
+    #[error("sandbox {id} is containerd's, and this kubelet runs without containerd")]
+    NoRuntime { id: String },
+    #[error("pod log dir {dir}: {source}")]
+    Logs { dir: String, source: std::io::Error },
 }
 
 async fn ip(args: &[&str]) -> Result<(), SandboxError> {
@@ -309,14 +386,35 @@ mod tests {
     fn records_round_trip_and_are_found_by_pod() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = SandboxDir::open(&tmp.path().join("sandboxes")).unwrap();
-        let mut a = SandboxRecord::new("default", "a", "uid-1", "kol-t-p");
+        let mut a = SandboxRecord::new("n1", "default", "a", "uid-1", "kol-t-p");
         a.result = Some(serde_json::json!({"ips": [{"address": "10.1.0.2/24"}, {"address": "fd00::2/64"}]}));
-        let b = SandboxRecord::new("default", "a.b", "uid-2", "kol-t-p");
+        let b = SandboxRecord::new("n1", "default", "a.b", "uid-2", "kol-t-p");
         dir.write(&a).unwrap();
         dir.write(&b).unwrap();
         std::fs::write(dir.path().join("default_broken_x.json"), "{").unwrap();
         assert_eq!(dir.load_for("default", "a"), [a.clone()]);
         assert_eq!(dir.load_all().len(), 2, "the broken one is skipped");
+        // Another node's record is not this node's.
+        let mut c = SandboxRecord::of_cri(
+            "n2",
+            "default",
+            "c",
+            "uid-3",
+            "f00d",
+            CriSandbox {
+                netns_path: "/s/netns/cni-1".into(),
+                ips: vec!["10.1.0.3".parse().unwrap()],
+            },
+        );
+        dir.write(&c).unwrap();
+        assert_eq!(dir.clone().of_node("n1").load_all().len(), 2);
+        assert_eq!(dir.clone().of_node("n2").load_for("default", "c"), [c.clone()]);
+        assert!(c.is_ready() && a.is_ready() && !b.is_ready());
+        assert_eq!(c.netns_path(), PathBuf::from("/s/netns/cni-1"));
+        assert_eq!(c.netns, "cni-1");
+        assert_eq!(c.ips(), ["10.1.0.3".parse::<IpAddr>().unwrap()]);
+        c.cri = None;
+        assert_eq!(c.netns_path(), PathBuf::from("/run/netns/cni-1"));
         assert_eq!(
             a.ips(),
             ["10.1.0.2".parse::<IpAddr>().unwrap(), "fd00::2".parse().unwrap()]

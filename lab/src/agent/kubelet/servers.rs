@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Container, Pod};
 use kube_ovn_dataplane::Netns;
 use tokio::task::JoinSet;
 
@@ -46,26 +46,37 @@ pub fn served_ports(pod: &Pod) -> (Vec<ServedPort>, Vec<String>) {
         .iter()
         .filter(|c| c.image.as_deref().is_some_and(is_netexec))
     {
-        for p in c.ports.iter().flatten() {
-            let Ok(port) = u16::try_from(p.container_port) else {
+        let (mine, complaints) = container_ports(c);
+        ports.extend(mine);
+        problems.extend(complaints);
+    }
+    (ports.into_iter().collect(), problems)
+}
+
+/// The ports one container serves (its `containerPorts`, TCP and UDP), and a complaint per port
+/// that cannot be served.
+pub fn container_ports(c: &Container) -> (Vec<ServedPort>, Vec<String>) {
+    let mut ports = BTreeSet::new();
+    let mut problems = Vec::new();
+    for p in c.ports.iter().flatten() {
+        let Ok(port) = u16::try_from(p.container_port) else {
+            problems.push(format!(
+                "container {}: containerPort {} is not a port number",
+                c.name, p.container_port
+            ));
+            continue;
+        };
+        match p.protocol.as_deref().unwrap_or("TCP") {
+            "TCP" => ports.insert(ServedPort::Tcp(port)),
+            "UDP" => ports.insert(ServedPort::Udp(port)),
+            other => {
                 problems.push(format!(
-                    "container {}: containerPort {} is not a port number",
-                    c.name, p.container_port
+                    "container {}: port {port}/{other}: netexec serves TCP and UDP only",
+                    c.name
                 ));
                 continue;
-            };
-            match p.protocol.as_deref().unwrap_or("TCP") {
-                "TCP" => ports.insert(ServedPort::Tcp(port)),
-                "UDP" => ports.insert(ServedPort::Udp(port)),
-                other => {
-                    problems.push(format!(
-                        "container {}: port {port}/{other}: netexec serves TCP and UDP only",
-                        c.name
-                    ));
-                    continue;
-                }
-            };
-        }
+            }
+        };
     }
     (ports.into_iter().collect(), problems)
 }

@@ -3,6 +3,7 @@
 //! says. Pure: given the pod and what the kubelet knows, the status to write, or `None` when the
 //! pod already says it (timestamps of things that did not change are kept).
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
@@ -12,8 +13,10 @@ use serde_json::{Value, json};
 pub struct Running<'a> {
     pub pod_ips: &'a [IpAddr],
     pub host_ips: &'a [IpAddr],
-    /// Shown as `kube-ovn-lab://<id>` in the container statuses.
+    /// Shown as `kube-ovn-lab://<id>` in the statuses of containers the runtime did not run.
     pub container_id: &'a str,
+    /// The runtime's IDs (`containerd://<id>`) of the containers it runs, by name.
+    pub container_ids: &'a BTreeMap<String, String>,
 }
 
 /// The pod's conditions and container states, as `ready` says.
@@ -98,7 +101,8 @@ pub fn running(pod: &Pod, running: &Running<'_>, now: &str) -> Option<Value> {
         .map(|c| {
             let since = started_at(pod, &c.name).unwrap_or_else(|| json!(now));
             json!({"name": c.name, "image": c.image.clone().unwrap_or_default(), "imageID": "",
-                   "containerID": format!("kube-ovn-lab://{}", running.container_id),
+                   "containerID": running.container_ids.get(&c.name).cloned()
+                       .unwrap_or_else(|| format!("kube-ovn-lab://{}", running.container_id)),
                    "ready": true, "started": true, "restartCount": 0,
                    "state": {"running": {"startedAt": since}}, "lastState": {}})
         })
@@ -213,6 +217,7 @@ mod tests {
             pod_ips: &pod_ips,
             host_ips: &host_ips,
             container_id: "abc",
+            container_ids: &BTreeMap::new(),
         };
         let mut p = pod();
         let status = running(&p, &info, T2).expect("a change");

@@ -1,6 +1,7 @@
 //! One pod's task: makes what is (sandbox records, running servers) match what the pod asks,
 //! each time it is told the pod changed, and again after a backoff while a step fails.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use serde_json::json;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
-use super::sandbox::{self, SandboxRecord};
+use super::sandbox::{self, SandboxError, SandboxRecord};
 use super::servers::{self, ServedPort};
 use super::{Error, Shared, status};
 use crate::agent::events::EventRecorder;
@@ -120,12 +121,12 @@ impl Worker {
         // Sandboxes of no live pod, and any whose ADD never finished, go.
         let mut keep = Vec::new();
         for record in std::mem::take(&mut self.records) {
-            if Some(&record.uid) == live_uid.as_ref() && record.result.is_some() {
+            if Some(&record.uid) == live_uid.as_ref() && record.is_ready() {
                 keep.push(record);
                 continue;
             }
             tracing::info!(netns = %record.netns, uid = %record.uid, "tearing down sandbox");
-            if let Err(e) = sandbox::tear_down(&self.shared.sandboxes, &self.shared.runtime, &record).await {
+            if let Err(e) = self.tear_down(&record).await {
                 keep.push(record);
                 self.records = keep;
                 return Err(self.fail("tearing down the sandbox")(e.into()));
@@ -148,24 +149,38 @@ impl Worker {
         }
         let uid = pod.uid().unwrap_or_default();
         let host_network = pod.spec.as_ref().and_then(|s| s.host_network).unwrap_or(false);
-        let (pod_ips, netns, container_id) = if host_network {
+        let mut container_ids = BTreeMap::new();
+        let (pod_ips, container_id) = if host_network {
             let id = crate::agent::names::short_hash(uid.as_bytes(), 16);
-            (
-                self.shared.config.internal_ips.clone(),
-                self.shared.node_netns.clone(),
-                id,
-            )
+            let netns = self.shared.node_netns.clone();
+            self.ensure_servers(&pod, &uid, &netns).await?;
+            (self.shared.config.internal_ips.clone(), id)
+        } else if let Some(cri) = self.shared.cri.clone() {
+            let record = self.sandbox(&pod, &uid).await?;
+            container_ids = match cri.ensure_containers(&record, &pod).await {
+                Ok(ids) => ids,
+                Err(e) => {
+                    let message = format!("Error: netexec could not start: {e}");
+                    self.shared
+                        .events
+                        .warning(&EventRecorder::reference(pod.as_ref()), "Failed", &message)
+                        .await;
+                    return Err(self.fail("starting the netexec containers")(e.into()));
+                }
+            };
+            (record.ips(), record.container_id.clone())
         } else {
             let record = self.sandbox(&pod, &uid).await?;
             let netns = Netns::open(record.netns_path())
                 .map_err(|e| self.fail("opening the pod's namespace")(e.into()))?;
-            (record.ips(), netns, record.container_id.clone())
+            self.ensure_servers(&pod, &uid, &netns).await?;
+            (record.ips(), record.container_id.clone())
         };
-        self.ensure_servers(&pod, &uid, &netns).await?;
         let info = status::Running {
             pod_ips: &pod_ips,
             host_ips: &self.shared.config.internal_ips,
             container_id: &container_id,
+            container_ids: &container_ids,
         };
         if let Some(status) = status::running(&pod, &info, &crate::apiserver::meta::now()) {
             self.write_status(status).await?;
@@ -179,11 +194,23 @@ impl Worker {
         if let Some(record) = self.records.iter().find(|r| r.uid == uid) {
             return Ok(record.clone());
         }
-        let record = SandboxRecord::new(&self.namespace, &self.name, uid, &self.shared.config.netns_prefix);
-        tracing::info!(netns = %record.netns, container_id = %record.container_id, "creating sandbox");
-        match sandbox::set_up(&self.shared.sandboxes, &self.shared.runtime, record).await {
+        let made = if let Some(cri) = &self.shared.cri {
+            tracing::info!("creating sandbox through containerd");
+            cri.set_up(&self.shared.sandboxes, pod).await
+        } else {
+            let record = SandboxRecord::new(
+                &self.shared.config.node_name,
+                &self.namespace,
+                &self.name,
+                uid,
+                &self.shared.config.netns_prefix,
+            );
+            tracing::info!(netns = %record.netns, container_id = %record.container_id, "creating sandbox");
+            sandbox::set_up(&self.shared.sandboxes, &self.shared.runtime, record).await
+        };
+        match made {
             Ok(record) => {
-                tracing::info!(ips = ?record.ips(), "sandbox ready");
+                tracing::info!(ips = ?record.ips(), netns = %record.netns_path().display(), "sandbox ready");
                 self.records.push(record.clone());
                 Ok(record)
             }
@@ -197,6 +224,17 @@ impl Worker {
                 self.records = self.shared.sandboxes.load_for(&self.namespace, &self.name);
                 Err(self.fail("creating the sandbox")(e.into()))
             }
+        }
+    }
+
+    /// Removes a sandbox the way it was made (its record says which runtime made it).
+    async fn tear_down(&self, record: &SandboxRecord) -> Result<(), SandboxError> {
+        match (&record.cri, &self.shared.cri) {
+            (None, _) => sandbox::tear_down(&self.shared.sandboxes, &self.shared.runtime, record).await,
+            (Some(_), Some(cri)) => cri.tear_down(&self.shared.sandboxes, record).await,
+            (Some(_), None) => Err(SandboxError::NoRuntime {
+                id: record.container_id.clone(),
+            }),
         }
     }
 

@@ -1,17 +1,20 @@
 //! `kube-ovn-lab down`: everything the lab made goes, and nothing else.
 //!
+//! 0. with containerd as the runtime: the agent, then every sandbox through the CRI while the
+//!    node daemons still answer CNI DEL (`containerd::remove_sandboxes`);
 //! 1. the recorded processes, newest first, by PID (SIGTERM to all, then SIGKILL to those still
 //!    there after 5 s); a PID whose start time differs belongs to someone else and is left alone;
 //! 2. any other process still inside one of the lab's namespaces (started by `exec`/`node`/… or
 //!    by a component), found by comparing `/proc/<pid>/ns/net` with the namespaces' inodes;
 //! 3. the namespaces: pods' (the prefix `kl_<lab>_p`, owned by this lab alone), then the lab's;
 //!    their veths go with them;
-//! 4. the lab's directory (state, logs, sockets).
+//! 4. everything mounted under the lab's directory (containerd's sandboxes' namespaces, the
+//!    shared bind mount), then the directory (state, logs, sockets).
 //!
 //! It works from the state file, so a lab whose `up` crashed halfway comes down the same way.
 
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -29,6 +32,10 @@ pub fn down(name: &str, run_dir: &Path) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(nix::unistd::geteuid().is_root(), "down must run as root");
     let (t, state) = super::verbs::lab(name, run_dir)?;
     let started = Instant::now();
+    let sandboxes = super::containerd::remove_sandboxes(&t, &state, GRACE)?;
+    if sandboxes > 0 {
+        println!("{sandboxes} sandboxes stopped and removed through containerd");
+    }
 
     let recorded: Vec<(String, u32, u64)> = state
         .processes()
@@ -60,10 +67,16 @@ pub fn down(name: &str, run_dir: &Path) -> anyhow::Result<ExitCode> {
             namespaces.push(name.clone());
         }
     }
-    let strays = stop_processes_in(&namespaces)?;
+    let mut netns_files: Vec<PathBuf> = namespaces
+        .iter()
+        .map(|ns| Path::new("/run/netns").join(ns))
+        .collect();
+    netns_files.extend(super::containerd::sandbox_namespaces(&t));
+    let strays = stop_processes_in(&netns_files)?;
     for ns in &namespaces {
         net::del_netns(ns).with_context(|| format!("deleting namespace {ns}"))?;
     }
+    super::containerd::unmount(&t)?;
     if t.dir.exists() {
         std::fs::remove_dir_all(&t.dir).with_context(|| format!("removing {}", t.dir.display()))?;
     }
@@ -95,12 +108,12 @@ pub fn list_netns(prefix: &str) -> anyhow::Result<Vec<String>> {
     Ok(names)
 }
 
-/// Stops, by PID, every process whose network namespace is one of `namespaces`; returns how
-/// many there were.
-fn stop_processes_in(namespaces: &[String]) -> anyhow::Result<usize> {
+/// Stops, by PID, every process whose network namespace is one of `namespaces` (their files);
+/// returns how many there were.
+fn stop_processes_in(namespaces: &[PathBuf]) -> anyhow::Result<usize> {
     let inodes: Vec<u64> = namespaces
         .iter()
-        .filter_map(|ns| std::fs::metadata(Path::new("/run/netns").join(ns)).ok())
+        .filter_map(|ns| std::fs::metadata(ns).ok())
         .map(|m| m.ino())
         .collect();
     let me = std::process::id();

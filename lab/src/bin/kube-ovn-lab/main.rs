@@ -2,6 +2,7 @@
 //! poke at it), and the pieces it runs (`apiserver`, `agent`, `netexec`).
 
 mod apiserver;
+mod containerd;
 mod down;
 mod matrix;
 mod prepare;
@@ -94,6 +95,9 @@ struct AgentArgs {
     /// The lab's API (a kubeconfig written by `up`).
     #[arg(long, env = "KUBECONFIG")]
     kubeconfig: PathBuf,
+    /// Which runtime the kubelets make pods with (`up --runtime` starts the agent with it).
+    #[arg(long, env = "KUBE_OVN_LAB_RUNTIME", value_enum, default_value = "direct")]
+    runtime: containerd::RuntimeArg,
 }
 
 #[derive(clap::Args)]
@@ -157,7 +161,10 @@ async fn agent(
     init_logs();
     let topology = verbs::topology_of(name, run_dir)?;
     let client = kube_ovn_support::kube_client(Some(&args.kubeconfig)).await?;
-    let config = kube_ovn_lab::agent::AgentConfig::for_lab(&topology);
+    let mut config = kube_ovn_lab::agent::AgentConfig::for_lab(&topology);
+    if args.runtime == containerd::RuntimeArg::Containerd {
+        config = config.with_containerd(&topology);
+    }
     tokio::select! {
         r = kube_ovn_lab::agent::run(client, config) => r?,
         () = kube_ovn_support::shutdown_signal()? => {}

@@ -90,7 +90,7 @@ pub async fn targets(t: &Topology, client: &kube::Client) -> anyhow::Result<(Vec
             nat_outgoing: subnet.and_then(|s| s.spec.nat_outgoing).unwrap_or(false),
             subnet: subnet_name,
         });
-        netns.push(Path::new("/run/netns").join(super::verbs::pod_netns(t, &namespace, &name)?));
+        netns.push(super::verbs::pod_netns(t, &namespace, &name)?);
     }
     Ok((targets, netns))
 }

@@ -78,6 +78,9 @@ async fn check(t: &Topology, state: &LabState) -> Vec<Line> {
         if !running {
             let tail = process::log_tail(&t.log(&component), 3);
             line.detail = format!("not running; its log ends: {}", tail.replace('\n', " | "));
+        } else if let Some(health) = super::containerd::health(t, &component).await {
+            line.healthy = health.is_ok();
+            line.detail = health.unwrap_or_else(|e| e);
         } else if let Some(addr) = readyz(t, &component) {
             let answer =
                 tokio::task::spawn_blocking(move || super::probe::get(addr, "/readyz", HEALTH_TIMEOUT)).await;

@@ -26,6 +26,7 @@ use kube_ovn_lab::cluster::topology::{NodePlan, Topology};
 use kube_ovn_lab::cluster::tor;
 use kube_ovn_lab::cluster::wait::wait_for;
 
+use super::containerd::RuntimeArg;
 use super::{TorArg, prepare};
 
 #[derive(clap::Args)]
@@ -50,6 +51,10 @@ pub struct UpArgs {
     /// Do not run the project's install script (the packages are known to be there).
     #[arg(long, env = "KUBE_OVN_LAB_NO_INSTALL")]
     pub no_install: bool,
+    /// Which runtime makes the pods: `direct` (the kubelet stand-in runs the CNI conflist
+    /// itself) or `containerd` (one per node; pods are real sandboxes, netexec a container).
+    #[arg(long, env = "KUBE_OVN_LAB_RUNTIME", value_enum, default_value = "direct")]
+    pub runtime: RuntimeArg,
     /// How long each wait of `up` may take (Go duration).
     #[arg(long, env = "KUBE_OVN_LAB_TIMEOUT", default_value = "120s", value_parser = parse_timeout)]
     pub timeout: Duration,
@@ -162,6 +167,9 @@ pub fn up(name: &str, run_dir: &Path, args: &UpArgs) -> anyhow::Result<std::proc
         state: Arc::new(Mutex::new(state)),
         path: topology.state_file(),
     };
+    if args.runtime == RuntimeArg::Containerd {
+        super::containerd::prepare(&topology)?;
+    }
 
     for ns in topology.netns_names() {
         recorder.record(Made::Netns { name: ns.clone() })?;
@@ -220,7 +228,7 @@ async fn blocking<T: Send + 'static>(
 
 /// Waits until the process `started` (with `launch`) accepts connections on `path`; fails at
 /// once, with its log's last lines, if it exits meanwhile.
-async fn wait_serving(
+pub async fn wait_serving(
     launch: &Launch,
     started: (u32, u64),
     path: PathBuf,
@@ -293,11 +301,11 @@ async fn bring_up(
     }
     clock.step("control plane: OVN NB/SB + northd, API emulator, CRDs");
     rec.start(&components::controller(t, bins))?;
-    rec.start(&components::agent(
+    rec.start(&args.runtime.agent(components::agent(
         t,
         bins,
         t.dir.parent().unwrap_or(Path::new("/")),
-    ))?;
+    )))?;
 
     // Nodes, side by side.
     let mut tasks = Vec::new();
@@ -314,6 +322,10 @@ async fn bring_up(
         "{} nodes: OVS, daemon, ovn-controller, speaker",
         t.nodes.len()
     ));
+    if args.runtime == RuntimeArg::Containerd {
+        super::containerd::start(t, bins, rec, timeout).await?;
+        clock.step("containerd on every node, with the pause and netexec images");
+    }
 
     let (files, launches) = tor::plan(t);
     for (path, text) in files {

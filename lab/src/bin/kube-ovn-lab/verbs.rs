@@ -103,14 +103,15 @@ pub fn kubectl_output(t: &Topology, args: &[&str]) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// The network namespace of pod `namespace/name`, from the kubelet stand-in's records.
-pub fn pod_netns(t: &Topology, namespace: &str, name: &str) -> anyhow::Result<String> {
+/// The network namespace file of pod `namespace/name`, from the kubelet stand-in's records:
+/// `/run/netns/<name>` (direct runtime) or containerd's under its state dir.
+pub fn pod_netns(t: &Topology, namespace: &str, name: &str) -> anyhow::Result<PathBuf> {
     let dir = kube_ovn_lab::agent::kubelet::sandbox::SandboxDir::open(&t.sandbox_dir())
         .with_context(|| format!("the lab's sandbox records in {}", t.sandbox_dir().display()))?;
     dir.load_for(namespace, name)
         .into_iter()
-        .find(|r| r.result.is_some())
-        .map(|r| r.netns)
+        .find(kube_ovn_lab::agent::kubelet::SandboxRecord::is_ready)
+        .map(|r| r.netns_path())
         .with_context(|| format!("pod {namespace}/{name} has no sandbox in lab {} (is it scheduled and Running? `kubectl get pod -n {namespace} {name} -o wide`)", t.name))
 }
 
@@ -119,8 +120,23 @@ pub fn exec_pod(name: &str, run_dir: &Path, pod: &str, command: &[String]) -> an
     let (namespace, pod) = pod
         .split_once('/')
         .with_context(|| format!("{pod:?}: give the pod as NAMESPACE/NAME"))?;
-    let ns = pod_netns(&t, namespace, pod)?;
-    in_netns(&ns, command, &[])
+    let path = pod_netns(&t, namespace, pod)?;
+    match path.strip_prefix("/run/netns") {
+        Ok(ns) => in_netns(&ns.to_string_lossy(), command, &[]),
+        // containerd's, under its state dir: entered by path (the host's mounts, where it is).
+        Err(_) => {
+            anyhow::ensure!(
+                path.exists(),
+                "network namespace {} is gone: is the lab up? (`status`)",
+                path.display()
+            );
+            let mut cmd = Command::new("nsenter");
+            cmd.arg(format!("--net={}", path.display()))
+                .arg("--")
+                .args(command);
+            interactive(cmd)
+        }
+    }
 }
 
 pub fn node(name: &str, run_dir: &Path, node: &str, command: &[String]) -> anyhow::Result<ExitCode> {
