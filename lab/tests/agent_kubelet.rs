@@ -68,6 +68,7 @@ impl TestNode {
                     NEXT.fetch_add(1, Ordering::Relaxed)
                 ),
                 sandbox_dir: dir.path().join("sandboxes"),
+                runtime: kubelet::PodRuntime::Direct,
             },
             _netns: netns,
             dir,

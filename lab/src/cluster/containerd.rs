@@ -120,15 +120,12 @@ fn unescape(field: &str) -> String {
     while let Some(at) = rest.find('\\') {
         out.push_str(&rest[..at]);
         let code = rest.get(at + 1..at + 4);
-        match code.and_then(|c| u8::from_str_radix(c, 8).ok()) {
-            Some(byte) => {
-                out.push(char::from(byte));
-                rest = &rest[at + 4..];
-            }
-            None => {
-                out.push('\\');
-                rest = &rest[at + 1..];
-            }
+        if let Some(byte) = code.and_then(|c| u8::from_str_radix(c, 8).ok()) {
+            out.push(char::from(byte));
+            rest = &rest[at + 4..];
+        } else {
+            out.push('\\');
+            rest = &rest[at + 1..];
         }
     }
     out.push_str(rest);

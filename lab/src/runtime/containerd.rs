@@ -9,8 +9,8 @@
 //! [`Instance::prepare`] puts Debian's beside ours.
 //!
 //! Taking an instance down cleanly: [`remove_all_sandboxes`] through the CRI while the network
-//! plugin can still answer DEL, then containerd stopped by its PID, then any shim left by the
-//! PID it wrote into the state dir ([`Instance::shim_pids`]).
+//! plugin can still answer DEL, then containerd stopped by its PID, then any shim left, found by
+//! the socket it serves ([`Instance::shim_pids`]).
 
 use std::path::{Path, PathBuf};
 
@@ -150,31 +150,40 @@ disabled_plugins = [
         )
     }
 
-    /// PIDs in `shim.pid` files under the runtime v2 state dir (one per sandbox the shims
-    /// serve) that are still a containerd shim (a PID reused by another program is left alone).
+    /// The PIDs of this instance's shims (one per sandbox): the `containerd-shim-*` processes
+    /// whose `-address` is this instance's socket, so another instance's are never touched.
     pub fn shim_pids(&self) -> Vec<u32> {
-        let tasks = self.state_dir().join("io.containerd.runtime.v2.task");
+        let socket = self.socket().display().to_string();
         let mut pids = Vec::new();
-        for namespace in std::fs::read_dir(tasks).into_iter().flatten().flatten() {
-            for task in std::fs::read_dir(namespace.path())
-                .into_iter()
-                .flatten()
-                .flatten()
-            {
-                let Ok(text) = std::fs::read_to_string(task.path().join("shim.pid")) else {
-                    continue;
-                };
-                let Ok(pid) = text.trim().parse::<u32>() else {
-                    continue;
-                };
-                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-                if comm.starts_with("containerd-shim") && !pids.contains(&pid) {
-                    pids.push(pid);
-                }
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else {
+                continue;
+            };
+            let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+                continue;
+            };
+            if is_shim_of(&cmdline, &socket) {
+                pids.push(pid);
             }
         }
         pids
     }
+}
+
+/// Whether a `/proc/<pid>/cmdline` is a containerd shim's serving the containerd at `socket`.
+fn is_shim_of(cmdline: &[u8], socket: &str) -> bool {
+    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+    let program = args
+        .first()
+        .map(|a| String::from_utf8_lossy(a))
+        .unwrap_or_default();
+    let is_shim = Path::new(program.as_ref())
+        .file_name()
+        .is_some_and(|n| n.to_string_lossy().starts_with("containerd-shim"));
+    is_shim
+        && args
+            .windows(2)
+            .any(|w| w[0] == b"-address" && w[1] == socket.as_bytes())
 }
 
 /// Loads a docker archive into the instance at `socket`, unpacked for the native snapshotter,
@@ -240,5 +249,16 @@ mod tests {
             ["--config", "/lab/nodes/node1/containerd/config.toml"]
         );
         assert!(instance.shim_pids().is_empty());
+    }
+
+    #[test]
+    fn a_shim_is_known_by_the_socket_it_serves() {
+        let line = b"/usr/bin/containerd-shim-runc-v2\0-namespace\0k8s.io\0-id\0abc\0-address\0/l/c.sock\0";
+        assert!(is_shim_of(line, "/l/c.sock"));
+        assert!(!is_shim_of(line, "/other/c.sock"));
+        assert!(!is_shim_of(
+            b"/usr/bin/containerd\0-address\0/l/c.sock\0",
+            "/l/c.sock"
+        ));
     }
 }

@@ -12,6 +12,7 @@
 //! and each input file's path, size and modification time); it is used only when the key is the
 //! current one, so a rebuilt binary or an upgraded busybox gives a new image.
 
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -56,12 +57,13 @@ impl ImageInputs {
                 .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
                 .map(|d| d.as_nanos())
                 .unwrap_or_default();
-            key.push_str(&format!(
+            let _ = write!(
+                key,
                 "\n{} <- {} {} {mtime}",
                 at.display(),
                 from.display(),
                 meta.len()
-            ));
+            );
         }
         Ok(key)
     }
@@ -198,10 +200,15 @@ fn build_cached(cache_root: &Path, inputs: &ImageInputs) -> Result<PathBuf, Runt
     }
     let containerfile = context.join("Containerfile");
     std::fs::write(&containerfile, &inputs.containerfile).map_err(io_err("writing", &containerfile))?;
-    // podman's storage in the throwaway dir: nothing lands in the machine's image store.
-    let storage = |sub: &str| work.path().join(sub).display().to_string();
+    // podman's storage in the throwaway dir: nothing lands in the machine's image store. Its
+    // run root must be a path of at most 50 characters, which a cache root may not give.
+    let runroot_dir = tempfile::Builder::new()
+        .prefix("kol-podman-")
+        .tempdir_in("/tmp")
+        .map_err(io_err("creating podman's run root in", "/tmp"))?;
     let podman = |args: &[&str]| {
-        let (root, runroot) = (storage("storage"), storage("run"));
+        let root = work.path().join("storage").display().to_string();
+        let runroot = runroot_dir.path().display().to_string();
         let mut full = vec!["--root", &root, "--runroot", &runroot, "--storage-driver", "vfs"];
         full.extend_from_slice(args);
         run("podman", &full)

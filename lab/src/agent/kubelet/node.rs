@@ -200,6 +200,7 @@ mod tests {
             cni_bin_dir: "/opt/cni/bin".into(),
             netns_prefix: "kol-lab-p".into(),
             sandbox_dir: "/tmp/s".into(),
+            runtime: super::super::PodRuntime::Direct,
         }
     }
 

@@ -76,7 +76,8 @@ impl Worker {
         let mut backoff = BACKOFF_FIRST;
         loop {
             let epoch = *rx.borrow_and_update();
-            let retry = match self.reconcile().await {
+            // Boxed: with the CRI calls in it the future is large, and it lives across awaits.
+            let retry = match Box::pin(self.reconcile()).await {
                 Ok(step) => {
                     backoff = BACKOFF_FIRST;
                     if matches!(step, Step::Gone) {

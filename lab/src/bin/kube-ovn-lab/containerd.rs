@@ -27,7 +27,7 @@ use kube_ovn_lab::runtime::images;
 use super::up::{Recorder, wait_serving};
 
 /// How long `down` lets each containerd take to remove its sandboxes.
-const REMOVE_TIMEOUT: Duration = Duration::from_secs(60);
+const REMOVE_TIMEOUT: Duration = Duration::from_mins(1);
 
 /// Which runtime makes the lab's pods.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]

@@ -121,22 +121,20 @@ pub fn exec_pod(name: &str, run_dir: &Path, pod: &str, command: &[String]) -> an
         .split_once('/')
         .with_context(|| format!("{pod:?}: give the pod as NAMESPACE/NAME"))?;
     let path = pod_netns(&t, namespace, pod)?;
-    match path.strip_prefix("/run/netns") {
-        Ok(ns) => in_netns(&ns.to_string_lossy(), command, &[]),
-        // containerd's, under its state dir: entered by path (the host's mounts, where it is).
-        Err(_) => {
-            anyhow::ensure!(
-                path.exists(),
-                "network namespace {} is gone: is the lab up? (`status`)",
-                path.display()
-            );
-            let mut cmd = Command::new("nsenter");
-            cmd.arg(format!("--net={}", path.display()))
-                .arg("--")
-                .args(command);
-            interactive(cmd)
-        }
+    if let Ok(ns) = path.strip_prefix("/run/netns") {
+        return in_netns(&ns.to_string_lossy(), command, &[]);
     }
+    // containerd's, under its state dir: entered by path (in the host's mounts, where it is).
+    anyhow::ensure!(
+        path.exists(),
+        "network namespace {} is gone: is the lab up? (`status`)",
+        path.display()
+    );
+    let mut cmd = Command::new("nsenter");
+    cmd.arg(format!("--net={}", path.display()))
+        .arg("--")
+        .args(command);
+    interactive(cmd)
 }
 
 pub fn node(name: &str, run_dir: &Path, node: &str, command: &[String]) -> anyhow::Result<ExitCode> {
