@@ -288,8 +288,10 @@ fn the_lab_comes_up_green_is_usable_and_goes_down_clean() -> Result<()> {
             .ok(&["tor", "--", "birdc", "show", "route"])?
             .contains(&format!("{ip}/32")))
     })?;
-    let gone = lab.run(&["exec", "bgp/announced-1", "--", "true"])?;
-    ensure!(!gone.status.success(), "exec into a deleted pod must fail");
+    // The emulator deletes a pod at once; the kubelet tears its sandbox down after.
+    wait_until("exec into the deleted pod to fail", WAIT, || {
+        Ok(!lab.run(&["exec", "bgp/announced-1", "--", "true"])?.status.success())
+    })?;
 
     // `status` names a component that died, and why.
     let state = lab.state()?;
