@@ -290,7 +290,10 @@ fn the_lab_comes_up_green_is_usable_and_goes_down_clean() -> Result<()> {
     })?;
     // The emulator deletes a pod at once; the kubelet tears its sandbox down after.
     wait_until("exec into the deleted pod to fail", WAIT, || {
-        Ok(!lab.run(&["exec", "bgp/announced-1", "--", "true"])?.status.success())
+        Ok(!lab
+            .run(&["exec", "bgp/announced-1", "--", "true"])?
+            .status
+            .success())
     })?;
 
     // `status` names a component that died, and why.
@@ -501,6 +504,94 @@ fn with_containerd_pods_are_real_sandboxes_and_down_leaves_nothing() -> Result<(
         "{} is still mounted",
         netns.display()
     );
+
+    // The agent restarted, the records of two pods lost: the sandbox whose pod went meanwhile
+    // is removed (only containerd's list names it), the other adopted (the same sandbox and
+    // container), not made again.
+    let state = lab.state()?;
+    let (pid, start) = state.process("agent").context("the agent in the state")?;
+    let argv: Vec<String> = std::fs::read_to_string(format!("/proc/{pid}/cmdline"))?
+        .split('\0')
+        .filter(|a| !a.is_empty())
+        .map(str::to_owned)
+        .collect();
+    ensure!(argv.contains(&"--runtime=containerd".to_owned()), "{argv:?}");
+    ensure!(
+        !process::stop(pid, start, Duration::from_secs(5)),
+        "the agent obeys SIGTERM"
+    );
+    let orphan = pods
+        .iter()
+        .find(|p| p.key == "bgp/announced-2")
+        .context("bgp/announced-2")?;
+    lab.ok(&["kubectl", "-n", "bgp", "delete", "pod", "announced-2"])?;
+    let kept = pods
+        .iter()
+        .find(|p| p.key == "demo/web-1")
+        .context("demo/web-1")?;
+    let records = lab_dir.join("sandboxes");
+    for entry in std::fs::read_dir(&records)? {
+        let path = entry?.path();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if name.starts_with("demo_web-1_") || name.starts_with("bgp_announced-2_") {
+            std::fs::remove_file(path)?;
+        }
+    }
+    let kept_sandbox =
+        rt.block_on(cri(&kept.node)?.list_pod_sandboxes_labelled(&[(LABEL_POD_UID, &kept.uid)]))?;
+    let launch = process::Launch {
+        component: "agent".into(),
+        enter: process::Enter::NetOnly(format!("kl_{}_cp", lab.name)),
+        program: argv[0].clone().into(),
+        args: argv[1..].to_vec(),
+        env: vec![],
+        log: lab_dir.join("logs/agent.log"),
+    };
+    let (pid, start_time) = process::spawn(&launch)?;
+    let mut state = lab.state()?;
+    state.made.push(kube_ovn_lab::cluster::state::Made::Process {
+        component: "agent".into(),
+        pid,
+        start_time,
+    });
+    state.save(&lab_dir.join("state.json"))?;
+    let orphan_client = cri(&orphan.node)?;
+    wait_until("the restarted agent to remove the orphan's sandbox", WAIT, || {
+        Ok(rt
+            .block_on(orphan_client.list_pod_sandboxes_labelled(&[(LABEL_POD_UID, &orphan.uid)]))?
+            .is_empty())
+    })?;
+    wait_until(
+        "the restarted agent to record web-1's sandbox again",
+        WAIT,
+        || {
+            Ok(std::fs::read_dir(&records)?
+                .flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with("demo_web-1_")))
+        },
+    )?;
+    let after = listed_pods(&lab)?;
+    let web = after
+        .iter()
+        .find(|p| p.key == "demo/web-1")
+        .context("demo/web-1")?;
+    ensure!(
+        web.container_id == kept.container_id,
+        "{} became {}",
+        kept.container_id,
+        web.container_id
+    );
+    let now = rt.block_on(cri(&kept.node)?.list_pod_sandboxes_labelled(&[(LABEL_POD_UID, &kept.uid)]))?;
+    ensure!(
+        now.len() == 1 && now[0].id == kept_sandbox[0].id,
+        "web-1's sandbox was {:?}, is {now:?}",
+        kept_sandbox[0].id
+    );
+    let answer = lab.ok(&["exec", "demo/web-1", "--", "ip", "-br", "addr", "show", "eth0"])?;
+    ensure!(answer.contains("10.16."), "{answer}");
 
     // `down`: no containerd, shim, sandbox namespace or mount is left.
     let state = lab.state()?;
