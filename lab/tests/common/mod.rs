@@ -21,6 +21,7 @@ use tower::ServiceExt;
 
 pub mod agent;
 pub mod kubectl;
+pub mod lab;
 
 /// How long any single condition may take before a test fails. Generous: the machine has two
 /// cores and may be running a benchmark at the same time.

@@ -1,0 +1,131 @@
+//! The `kube-ovn-lab` binary driven as a user drives it, for the lab's end-to-end tests: a lab
+//! with a name and labs directory of its own, its verbs, and what `down` must leave behind.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use anyhow::{Context, Result, ensure};
+use kube_ovn_lab::cluster::process;
+use kube_ovn_lab::cluster::state::LabState;
+
+/// A lab of a test's own: its own name and labs directory, taken down when dropped.
+pub struct Lab {
+    pub name: String,
+    pub dir: tempfile::TempDir,
+}
+
+impl Lab {
+    pub fn new(suffix: &str) -> Self {
+        Self {
+            name: format!("t{}{suffix}", std::process::id() % 100_000),
+            dir: tempfile::Builder::new()
+                .prefix("kube-ovn-lab-test")
+                .tempdir()
+                .expect("a temporary labs directory"),
+        }
+    }
+
+    pub fn bin() -> &'static str {
+        env!("CARGO_BIN_EXE_kube-ovn-lab")
+    }
+
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(Self::bin());
+        cmd.arg("--name")
+            .arg(&self.name)
+            .arg("--labs-dir")
+            .arg(self.dir.path())
+            .args(args);
+        cmd
+    }
+
+    pub fn run(&self, args: &[&str]) -> Result<Output> {
+        self.command(args)
+            .output()
+            .with_context(|| format!("running kube-ovn-lab {}", args.join(" ")))
+    }
+
+    /// Runs a verb that must succeed; its stdout.
+    pub fn ok(&self, args: &[&str]) -> Result<String> {
+        let out = self.run(args)?;
+        ensure!(
+            out.status.success(),
+            "kube-ovn-lab {} failed ({}):\n{}\n{}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    pub fn up(&self, extra: &[&str]) -> Result<String> {
+        let bins = Path::new(Self::bin())
+            .parent()
+            .context("the binary's directory")?
+            .to_owned();
+        for b in [
+            "kube-ovn-controller",
+            "kube-ovn-daemon",
+            "kube-ovn",
+            "kube-ovn-speaker",
+        ] {
+            ensure!(
+                bins.join(b).is_file(),
+                "{b} is not in {} (run the tests with `cargo test --workspace`, or `cargo build --workspace --bins` first)",
+                bins.display()
+            );
+        }
+        let bin_dir = bins.to_string_lossy().into_owned();
+        let mut args = vec!["up", "--no-install", "--bin-dir", &bin_dir];
+        args.extend_from_slice(extra);
+        self.ok(&args)
+    }
+
+    pub fn state(&self) -> Result<LabState> {
+        LabState::load(&self.dir.path().join(&self.name).join("state.json"))?.context("no state file")
+    }
+
+    pub fn netns_prefix(&self) -> String {
+        format!("kl_{}_", self.name)
+    }
+
+    pub fn namespaces(&self) -> Result<Vec<String>> {
+        let out = String::from_utf8(Command::new("ip").args(["netns", "list"]).output()?.stdout)?;
+        Ok(out
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .filter(|n| n.starts_with(&self.netns_prefix()))
+            .map(str::to_owned)
+            .collect())
+    }
+
+    /// `down`, then nothing of the lab may remain: no namespace, no process, no directory.
+    pub fn down_and_check_clean(&self, state: &LabState) -> Result<()> {
+        let out = self.ok(&["down"])?;
+        ensure!(out.contains("is down"), "{out}");
+        ensure!(
+            self.namespaces()?.is_empty(),
+            "namespaces left: {:?}",
+            self.namespaces()?
+        );
+        let alive: Vec<String> = state
+            .processes()
+            .filter(|(_, pid, start)| process::alive(*pid, *start))
+            .map(|(c, pid, _)| format!("{c} ({pid})"))
+            .collect();
+        ensure!(alive.is_empty(), "processes left: {alive:?}");
+        let dir: PathBuf = self.dir.path().join(&self.name);
+        ensure!(!dir.exists(), "{} is still there", dir.display());
+        Ok(())
+    }
+}
+
+impl Drop for Lab {
+    /// A failed test still takes its lab down.
+    fn drop(&mut self) {
+        if self.dir.path().join(&self.name).exists() {
+            let _ = self.run(&["down"]);
+        }
+    }
+}
