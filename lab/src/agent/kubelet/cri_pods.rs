@@ -233,7 +233,8 @@ pub(super) async fn adopt_all(cri: &CriPods, dir: &SandboxDir) -> Vec<String> {
             Err(e) => {
                 tracing::warn!(error = %e, "containerd is not ready yet; waiting");
                 tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(5));
+                // Short: `up` starts containerd after the agent, and pods wait for this.
+                delay = (delay * 2).min(Duration::from_secs(1));
             }
         }
     }
