@@ -56,11 +56,6 @@ impl Instance {
         self.dir.join("config.toml")
     }
 
-    /// containerd's `state` (sockets of shims, sandboxes' network namespaces, rootfs mounts).
-    pub fn state_dir(&self) -> PathBuf {
-        self.dir.join("state")
-    }
-
     /// The program and arguments that run this instance.
     pub fn command(&self) -> (String, Vec<String>) {
         (

@@ -34,8 +34,6 @@ pub enum RuntimeError {
     Missing { what: String, hint: &'static str },
     #[error(transparent)]
     Command(#[from] CommandError),
-    #[error(transparent)]
-    Cri(#[from] cri::CriError),
     #[error("{what}: {reason}")]
     Other { what: String, reason: String },
 }
