@@ -13,8 +13,12 @@
 //!                                               strategy (built-in create rules, defaults)
 //! ```
 //!
+//! In front of it all, `auth` (tokens → users) and `rbac` (users × stored RBAC objects →
+//! allowed) when `--token-auth-file` / `--authorization-mode=RBAC` ask for them.
+//!
 //! What it covers and what it does not is in `docs/testing.md`.
 
+pub mod auth;
 pub mod content;
 pub mod discovery;
 pub mod errors;
@@ -25,6 +29,7 @@ pub mod meta;
 pub mod openapi;
 pub mod patch;
 pub mod protobuf;
+pub mod rbac;
 pub mod registry;
 pub mod scale;
 pub mod schema;
@@ -49,6 +54,8 @@ pub struct ApiServerConfig {
     pub store: StoreConfig,
     /// How often a watch that allows bookmarks gets one.
     pub bookmark_interval: Duration,
+    /// Tokens and authorization mode (default: no tokens, everything allowed).
+    pub auth: auth::AuthConfig,
 }
 
 impl Default for ApiServerConfig {
@@ -56,6 +63,7 @@ impl Default for ApiServerConfig {
         Self {
             store: StoreConfig::default(),
             bookmark_interval: Duration::from_secs(10),
+            auth: auth::AuthConfig::default(),
         }
     }
 }
@@ -63,6 +71,7 @@ impl Default for ApiServerConfig {
 pub struct ServerState {
     pub store: Store,
     pub config: ApiServerConfig,
+    pub auth: auth::Auth,
 }
 
 /// The emulator: a store and the HTTP API over it.
@@ -75,8 +84,9 @@ impl ApiServer {
     pub fn new(mut config: ApiServerConfig) -> Result<Self, ApiError> {
         config.bookmark_interval = config.bookmark_interval.max(Duration::from_millis(10));
         let store = Store::new(&config.store)?;
+        let auth = auth::Auth::new(config.auth.clone());
         Ok(Self {
-            state: Arc::new(ServerState { store, config }),
+            state: Arc::new(ServerState { store, config, auth }),
         })
     }
 
@@ -99,6 +109,21 @@ impl ApiServer {
         kube::Client::new(service, "default")
     }
 
+    /// Like [`ApiServer::client`], authenticated with a bearer token (see `auth`).
+    pub fn client_with_token(&self, token: &str) -> kube::Client {
+        let value =
+            axum::http::HeaderValue::from_str(&format!("Bearer {token}")).expect("a token fits a header");
+        let service = self
+            .router()
+            .map_request(move |r: axum::http::Request<kube::client::Body>| {
+                let mut r = r.map(axum::body::Body::new);
+                r.headers_mut()
+                    .insert(axum::http::header::AUTHORIZATION, value.clone());
+                r
+            });
+        kube::Client::new(service, "default")
+    }
+
     /// Serves HTTP on `listener` until the future is dropped.
     pub async fn serve(&self, listener: tokio::net::TcpListener) -> std::io::Result<()> {
         axum::serve(listener, self.router()).await
@@ -107,9 +132,20 @@ impl ApiServer {
 
 /// A kubeconfig for clients of a server at `addr` (plain HTTP, no credentials: lab only).
 pub fn kubeconfig(addr: SocketAddr) -> String {
+    kubeconfig_with_user(addr, "{}")
+}
+
+/// A kubeconfig for a server at `addr` that authenticates with a bearer `token` (one of the
+/// `--token-auth-file`'s).
+pub fn kubeconfig_with_token(addr: SocketAddr, token: &str) -> String {
+    let quoted = serde_json::to_string(token).expect("a string serializes");
+    kubeconfig_with_user(addr, &format!("{{token: {quoted}}}"))
+}
+
+fn kubeconfig_with_user(addr: SocketAddr, user: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-ovn-lab\n  cluster:\n    server: http://{addr}\n\
-         users:\n- name: kube-ovn-lab\n  user: {{}}\ncontexts:\n- name: kube-ovn-lab\n  context:\n    cluster: kube-ovn-lab\n\
+         users:\n- name: kube-ovn-lab\n  user: {user}\ncontexts:\n- name: kube-ovn-lab\n  context:\n    cluster: kube-ovn-lab\n\
          \x20   user: kube-ovn-lab\n    namespace: default\ncurrent-context: kube-ovn-lab\n"
     )
 }

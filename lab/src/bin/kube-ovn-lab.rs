@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use kube_ovn_lab::apiserver::{ApiServer, ApiServerConfig, StoreConfig, kubeconfig};
+use kube_ovn_lab::apiserver::auth::{AuthConfig, AuthorizationMode, parse_token_file};
+use kube_ovn_lab::apiserver::{ApiServer, ApiServerConfig, StoreConfig, kubeconfig, kubeconfig_with_token};
 
 #[derive(Parser)]
 #[command(
@@ -37,6 +38,18 @@ enum Command {
         /// Seconds between watch bookmarks.
         #[arg(long, env = "KUBE_OVN_LAB_BOOKMARK_SECONDS", default_value_t = 10)]
         bookmark_seconds: u64,
+        /// kube-apiserver's flag: bearer tokens, one CSV line each, `token,user,uid,"group1,group2"`.
+        /// Without it every request is anonymous and tokens are ignored.
+        #[arg(long, env = "KUBE_OVN_LAB_TOKEN_AUTH_FILE")]
+        token_auth_file: Option<PathBuf>,
+        /// kube-apiserver's flag: `AlwaysAllow`, or `RBAC` (authorized from the Roles,
+        /// ClusterRoles and bindings stored in the emulator; `system:masters` may do anything).
+        #[arg(long, env = "KUBE_OVN_LAB_AUTHORIZATION_MODE", default_value = "AlwaysAllow")]
+        authorization_mode: AuthorizationMode,
+        /// The token the kubeconfig written by `--kubeconfig-out` authenticates with (one of
+        /// `--token-auth-file`'s); none when absent.
+        #[arg(long, env = "KUBE_OVN_LAB_KUBECONFIG_TOKEN", hide_env_values = true)]
+        kubeconfig_token: Option<String>,
     },
 }
 
@@ -56,13 +69,34 @@ async fn main() -> anyhow::Result<()> {
             kubeconfig_out,
             history,
             bookmark_seconds,
+            token_auth_file,
+            authorization_mode,
+            kubeconfig_token,
         } => {
+            let tokens = match &token_auth_file {
+                Some(path) => {
+                    let text = std::fs::read_to_string(path)
+                        .with_context(|| format!("reading --token-auth-file {}", path.display()))?;
+                    parse_token_file(&text)
+                        .with_context(|| format!("--token-auth-file {}", path.display()))?
+                }
+                None => Default::default(),
+            };
+            if let Some(token) = &kubeconfig_token
+                && !tokens.contains_key(token)
+            {
+                anyhow::bail!("--kubeconfig-token is not one of the tokens in --token-auth-file");
+            }
             let config = ApiServerConfig {
                 store: StoreConfig {
                     history_limit: history,
                     state_file: state,
                 },
                 bookmark_interval: Duration::from_secs(bookmark_seconds),
+                auth: AuthConfig {
+                    mode: authorization_mode,
+                    tokens,
+                },
             };
             let server = ApiServer::new(config).context("starting the API emulator")?;
             let listener = tokio::net::TcpListener::bind(listen)
@@ -70,9 +104,13 @@ async fn main() -> anyhow::Result<()> {
                 .with_context(|| format!("binding {listen}"))?;
             let addr = listener.local_addr()?;
             if let Some(path) = kubeconfig_out {
-                write_atomically(&path, &kubeconfig(addr))?;
+                let text = match &kubeconfig_token {
+                    Some(token) => kubeconfig_with_token(addr, token),
+                    None => kubeconfig(addr),
+                };
+                write_atomically(&path, &text)?;
             }
-            tracing::info!(%addr, "API emulator serving");
+            tracing::info!(%addr, authorization_mode = ?authorization_mode, "API emulator serving");
             // SIGTERM is how the lab and tests stop it; every change is already in the state
             // file (appended and flushed as it commits), so stopping needs no more than exiting.
             let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
