@@ -37,6 +37,7 @@ pub mod selectors;
 pub mod store;
 pub mod strategy;
 pub mod table;
+pub mod tls;
 mod watch_stream;
 
 use std::net::SocketAddr;
@@ -128,23 +129,46 @@ impl ApiServer {
     pub async fn serve(&self, listener: tokio::net::TcpListener) -> std::io::Result<()> {
         axum::serve(listener, self.router()).await
     }
+
+    /// Serves HTTPS on `listener` until the future is dropped (see [`tls`]).
+    pub async fn serve_tls(
+        &self,
+        listener: tokio::net::TcpListener,
+        config: Arc<rustls::ServerConfig>,
+    ) -> std::io::Result<()> {
+        tls::serve(self.router(), listener, config).await
+    }
 }
 
 /// A kubeconfig for clients of a server at `addr` (plain HTTP, no credentials: lab only).
 pub fn kubeconfig(addr: SocketAddr) -> String {
-    kubeconfig_with_user(addr, "{}")
+    kubeconfig_for(addr, None, None)
 }
 
-/// A kubeconfig for a server at `addr` that authenticates with a bearer `token` (one of the
-/// `--token-auth-file`'s).
+/// A kubeconfig for plain HTTP that authenticates with a bearer `token` (one of the
+/// `--token-auth-file`'s). The kube client sends it; kubectl does not (client-go sends
+/// credentials only over TLS): give kubectl [`kubeconfig_for`] with a CA.
 pub fn kubeconfig_with_token(addr: SocketAddr, token: &str) -> String {
-    let quoted = serde_json::to_string(token).expect("a string serializes");
-    kubeconfig_with_user(addr, &format!("{{token: {quoted}}}"))
+    kubeconfig_for(addr, None, Some(token))
 }
 
-fn kubeconfig_with_user(addr: SocketAddr, user: &str) -> String {
+/// A kubeconfig for the server at `addr`: HTTPS trusting the certificate file `ca` when given
+/// (the self-signed serving certificate of [`tls`]), else plain HTTP; with `token` when given.
+pub fn kubeconfig_for(addr: SocketAddr, ca: Option<&std::path::Path>, token: Option<&str>) -> String {
+    let quote = |s: &str| serde_json::to_string(s).expect("a string serializes");
+    let (scheme, ca_line) = match ca {
+        Some(path) => (
+            "https",
+            format!(
+                "    certificate-authority: {}\n",
+                quote(&path.display().to_string())
+            ),
+        ),
+        None => ("http", String::new()),
+    };
+    let user = token.map_or_else(|| "{}".to_owned(), |t| format!("{{token: {}}}", quote(t)));
     format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-ovn-lab\n  cluster:\n    server: http://{addr}\n\
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-ovn-lab\n  cluster:\n    server: {scheme}://{addr}\n{ca_line}\
          users:\n- name: kube-ovn-lab\n  user: {user}\ncontexts:\n- name: kube-ovn-lab\n  context:\n    cluster: kube-ovn-lab\n\
          \x20   user: kube-ovn-lab\n    namespace: default\ncurrent-context: kube-ovn-lab\n"
     )

@@ -7,7 +7,8 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use kube_ovn_lab::apiserver::auth::{AuthConfig, AuthorizationMode, parse_token_file};
-use kube_ovn_lab::apiserver::{ApiServer, ApiServerConfig, StoreConfig, kubeconfig, kubeconfig_with_token};
+use kube_ovn_lab::apiserver::tls::{ServingCert, default_hosts};
+use kube_ovn_lab::apiserver::{ApiServer, ApiServerConfig, StoreConfig, kubeconfig_for};
 
 #[derive(Parser)]
 #[command(
@@ -50,6 +51,18 @@ enum Command {
         /// `--token-auth-file`'s); none when absent.
         #[arg(long, env = "KUBE_OVN_LAB_KUBECONFIG_TOKEN", hide_env_values = true)]
         kubeconfig_token: Option<String>,
+        /// kube-apiserver's flag: serve HTTPS with this certificate (PEM; with
+        /// `--tls-private-key-file`). kubectl sends tokens only over HTTPS.
+        #[arg(long, env = "KUBE_OVN_LAB_TLS_CERT_FILE", requires = "tls_private_key_file")]
+        tls_cert_file: Option<PathBuf>,
+        /// kube-apiserver's flag: the key of `--tls-cert-file` (PEM).
+        #[arg(long, env = "KUBE_OVN_LAB_TLS_PRIVATE_KEY_FILE", requires = "tls_cert_file")]
+        tls_private_key_file: Option<PathBuf>,
+        /// kube-apiserver's flag: serve HTTPS with `apiserver.crt`/`apiserver.key` from this
+        /// directory, made self-signed (for the listen address, 127.0.0.1 and localhost) when
+        /// absent. The kubeconfig written trusts that certificate.
+        #[arg(long, env = "KUBE_OVN_LAB_CERT_DIR", conflicts_with = "tls_cert_file")]
+        cert_dir: Option<PathBuf>,
     },
 }
 
@@ -72,6 +85,9 @@ async fn main() -> anyhow::Result<()> {
             token_auth_file,
             authorization_mode,
             kubeconfig_token,
+            tls_cert_file,
+            tls_private_key_file,
+            cert_dir,
         } => {
             let tokens = match &token_auth_file {
                 Some(path) => {
@@ -103,20 +119,35 @@ async fn main() -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("binding {listen}"))?;
             let addr = listener.local_addr()?;
+            let cert = match (tls_cert_file, tls_private_key_file, cert_dir) {
+                (Some(cert), Some(key), _) => Some(ServingCert { cert, key }),
+                (_, _, Some(dir)) => Some(
+                    ServingCert::in_dir(&dir, &default_hosts(addr.ip()))
+                        .with_context(|| format!("--cert-dir {}", dir.display()))?,
+                ),
+                _ => None,
+            };
+            let tls = cert
+                .as_ref()
+                .map(ServingCert::server_config)
+                .transpose()
+                .context("the serving certificate")?;
             if let Some(path) = kubeconfig_out {
-                let text = match &kubeconfig_token {
-                    Some(token) => kubeconfig_with_token(addr, token),
-                    None => kubeconfig(addr),
-                };
-                write_atomically(&path, &text)?;
+                let ca = cert.as_ref().map(|c| c.cert.as_path());
+                write_atomically(&path, &kubeconfig_for(addr, ca, kubeconfig_token.as_deref()))?;
             }
-            tracing::info!(%addr, authorization_mode = ?authorization_mode, "API emulator serving");
+            tracing::info!(%addr, tls = tls.is_some(), authorization_mode = ?authorization_mode, "API emulator serving");
             // SIGTERM is how the lab and tests stop it; every change is already in the state
             // file (appended and flushed as it commits), so stopping needs no more than exiting.
             let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
                 .context("installing the SIGTERM handler")?;
             tokio::select! {
-                r = server.serve(listener) => r.context("serving")?,
+                r = async {
+                    match tls {
+                        Some(config) => server.serve_tls(listener, config).await,
+                        None => server.serve(listener).await,
+                    }
+                } => r.context("serving")?,
                 _ = tokio::signal::ctrl_c() => tracing::info!("interrupted; stopping"),
                 _ = term.recv() => tracing::info!("terminated; stopping"),
             }
