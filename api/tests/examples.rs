@@ -173,7 +173,10 @@ fn deploy_custom_resources_validate_and_round_trip() -> Result<()> {
         let text = std::fs::read_to_string(&file)?;
         let name = file.strip_prefix(&deploy).unwrap_or(&file).display().to_string();
         for doc in serde_saphyr::from_multiple::<Value>(&text).with_context(|| format!("parsing {name}"))? {
-            let group = doc["apiVersion"].as_str().and_then(|v| v.split_once('/')).map(|(g, _)| g);
+            let group = doc["apiVersion"]
+                .as_str()
+                .and_then(|v| v.split_once('/'))
+                .map(|(g, _)| g);
             if !group.is_some_and(|g| groups.contains(g)) {
                 continue;
             }

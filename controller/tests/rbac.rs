@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use common::Env;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::ResourceExt;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use kube::api::{Api, PostParams};
 use kube_ovn_lab::apiserver::auth::{AuthConfig, AuthorizationMode, parse_token_file};
 use kube_ovn_lab::apiserver::{ApiServer, ApiServerConfig};
 use netkit::{delete_pod, subnet_ready, subnet_until, vpc_until};
@@ -30,26 +30,7 @@ const USER: &str = "system:serviceaccount:kube-system:kube-ovn-controller";
 async fn apply_rbac(kube: &kube::Client) -> Vec<Value> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/base/rbac.yaml");
     let text = std::fs::read_to_string(path).unwrap();
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
-    for doc in &docs {
-        let (group, version) = doc["apiVersion"]
-            .as_str()
-            .unwrap()
-            .split_once('/')
-            .unwrap_or(("", "v1"));
-        let kind = doc["kind"].as_str().unwrap();
-        let plural = format!("{}s", kind.to_ascii_lowercase());
-        let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), &plural);
-        let obj: DynamicObject = serde_json::from_value(doc.clone()).unwrap();
-        let api: Api<DynamicObject> = match doc["metadata"]["namespace"].as_str() {
-            Some(ns) => Api::namespaced_with(kube.clone(), ns, &ar),
-            None => Api::all_with(kube.clone(), &ar),
-        };
-        api.create(&PostParams::default(), &obj)
-            .await
-            .unwrap_or_else(|e| panic!("creating {kind} {}: {e}", obj.name_any()));
-    }
-    docs
+    kube_ovn_lab::manifests::create_all(kube, &text).await.unwrap()
 }
 
 /// (verb, group, resource) of every rule of the controller's roles in `docs`.
@@ -84,9 +65,12 @@ fn granted(docs: &[Value]) -> BTreeSet<(String, String, String)> {
 }
 
 async fn debug(kube: &kube::Client, path: &str) -> Vec<Value> {
-    let request = axum::http::Request::get(path).body(Vec::new()).unwrap();
-    let v: Value = kube.request(request).await.unwrap();
-    v.as_array().unwrap().clone()
+    let listed = if path.ends_with("denials") {
+        kube_ovn_lab::apiserver::auth::denials(kube).await
+    } else {
+        kube_ovn_lab::apiserver::auth::requests(kube).await
+    };
+    listed.unwrap_or_else(|e| panic!("GET {path}: {e}"))
 }
 
 /// The message of the first denial the emulator records.

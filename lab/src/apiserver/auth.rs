@@ -268,6 +268,25 @@ fn seen(user: &User, request: &Request) -> Seen {
     }
 }
 
+/// What a server's [`DENIALS_PATH`] lists, asked through a client of it (tests and the lab).
+pub async fn denials(kube: &kube::Client) -> Result<Vec<Value>, kube::Error> {
+    debug_list(kube, DENIALS_PATH).await
+}
+
+/// What a server's [`REQUESTS_PATH`] lists: `{user, verb, group, resource, subresource}` (or
+/// `{user, verb, path}`) for every distinct allowed request.
+pub async fn requests(kube: &kube::Client) -> Result<Vec<Value>, kube::Error> {
+    debug_list(kube, REQUESTS_PATH).await
+}
+
+async fn debug_list(kube: &kube::Client, path: &str) -> Result<Vec<Value>, kube::Error> {
+    let request = axum::http::Request::get(path)
+        .body(Vec::new())
+        .expect("a GET of a fixed path is a valid request");
+    let list: Vec<Value> = kube.request(request).await?;
+    Ok(list)
+}
+
 /// The 403 Status kube-apiserver answers, its message naming the user, verb, resource, group
 /// and namespace (or path).
 pub fn forbidden(user: &User, request: &Request) -> Value {
