@@ -79,12 +79,16 @@ podman build --network=host \
   -f deploy/Dockerfile -t "$tag" .
 echo "build-image: built $tag in $(($(date +%s) - start)) s"
 
+# Explicit small limits: podman copies the caller's, and some sandboxes (this workplace's among
+# them) refuse a container's setrlimit to those ("error setting rlimit type 7").
+run=(podman run --rm --network=none --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 "$tag")
 echo "build-image: kube-ovn-controller --help in $tag"
-help=$(podman run --rm --network=none "$tag" kube-ovn-controller --help)
+help=$("${run[@]}" kube-ovn-controller --help)
 echo "$help" | head -n 5
 grep -q -- '--ovn-nb-addr' <<<"$help" || { echo "build-image: --help lacks --ovn-nb-addr" >&2; exit 1; }
 for cmd in "kube-ovn-daemon --version" "kube-ovn-speaker --version" "ovs-vswitchd --version" \
   "ovn-northd --version" "ovn-controller --version" "nft --version" "ip -V"; do
-  printf '  %-28s %s\n' "$cmd" "$(podman run --rm --network=none "$tag" $cmd 2>&1 | head -n 1)"
+  # shellcheck disable=SC2086 # the command's words
+  printf '  %-28s %s\n' "$cmd" "$("${run[@]}" $cmd 2>&1 | head -n 1)"
 done
 podman image ls "$tag"
