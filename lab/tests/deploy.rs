@@ -161,13 +161,14 @@ const IDENTITIES: &[(&str, &str)] = &[
 #[test]
 fn the_rendered_manifests_apply_to_the_emulator_and_bind_each_component_to_its_role() {
     let dir = tempfile::tempdir().unwrap();
-    let mut tokens = format!("{ADMIN},kubernetes-admin,0,\"system:masters\"\n");
+    let mut lines = vec![format!("{ADMIN},kubernetes-admin,0,\"system:masters\"")];
     for (i, (sa, token)) in IDENTITIES.iter().enumerate() {
-        tokens.push_str(&format!(
-            "{token},system:serviceaccount:kube-system:{sa},{}\n",
+        lines.push(format!(
+            "{token},system:serviceaccount:kube-system:{sa},{}",
             i + 1
         ));
     }
+    let tokens = lines.join("\n");
     std::fs::write(dir.path().join("tokens.csv"), tokens).unwrap();
     let lab = LabProcess::start(
         dir.path(),

@@ -96,9 +96,10 @@ fn kubeconfig(lab: &LabProcess, token: Option<&str>) -> String {
 async fn client(lab: &LabProcess, token: Option<&str>) -> kube::Client {
     let text = kubeconfig(lab, token);
     let kubeconfig = kube::config::Kubeconfig::from_yaml(&text).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap();
+    let config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+            .await
+            .unwrap();
     kube::Client::try_from(config).unwrap()
 }
 

@@ -176,9 +176,12 @@ impl Auth {
                 _ => {}
             }
         }
-        let user = match self.authenticate(headers) {
-            Ok(user) => user,
-            Err(response) => return Some(response),
+        let Some(user) = self.authenticate(headers) else {
+            return Some(json_response(
+                StatusCode::UNAUTHORIZED,
+                &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                        "message": "Unauthorized", "reason": "Unauthorized", "code": 401}),
+            ));
         };
         let query: Vec<(String, String)> = form_urlencoded::parse(uri.query().unwrap_or_default().as_bytes())
             .into_owned()
@@ -193,22 +196,17 @@ impl Auth {
         None
     }
 
-    fn authenticate(&self, headers: &HeaderMap) -> Result<User, Response> {
+    /// The request's user; `None` for a token that is not in the file (a 401).
+    fn authenticate(&self, headers: &HeaderMap) -> Option<User> {
         let bearer = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .map(str::trim);
         match bearer {
-            _ if self.config.tokens.is_empty() => Ok(User::anonymous()),
-            None => Ok(User::anonymous()),
-            Some(token) => self.config.tokens.get(token).cloned().ok_or_else(|| {
-                json_response(
-                    StatusCode::UNAUTHORIZED,
-                    &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                            "message": "Unauthorized", "reason": "Unauthorized", "code": 401}),
-                )
-            }),
+            _ if self.config.tokens.is_empty() => Some(User::anonymous()),
+            None => Some(User::anonymous()),
+            Some(token) => self.config.tokens.get(token).cloned(),
         }
     }
 

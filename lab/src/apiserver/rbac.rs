@@ -123,13 +123,13 @@ impl Request {
             _ => "",
         };
         let mut namespace = "";
-        if rest.first() == Some(&"namespaces") {
-            if let Some(ns) = rest.get(1) {
-                namespace = ns;
-                // `namespaces/{ns}/status` and `/finalize` are the Namespace's own subresources.
-                if rest.len() > 2 && !matches!(rest[2], "status" | "finalize") {
-                    rest = &rest[2..];
-                }
+        if rest.first() == Some(&"namespaces")
+            && let Some(ns) = rest.get(1)
+        {
+            namespace = ns;
+            // `namespaces/{ns}/status` and `/finalize` are the Namespace's own subresources.
+            if rest.len() > 2 && !matches!(rest[2], "status" | "finalize") {
+                rest = &rest[2..];
             }
         }
         let resource = rest.first().copied().unwrap_or_default();

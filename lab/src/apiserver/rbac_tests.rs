@@ -16,9 +16,12 @@ fn res(r: &Request) -> &ResourceRequest {
     }
 }
 
+/// (method, path, query, the verb kube-apiserver derives).
+type VerbCase<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)], &'a str);
+
 #[test]
 fn verbs_are_derived_as_kube_apiserver_does() {
-    let cases: &[(&str, &str, &[(&str, &str)], &str)] = &[
+    let cases: &[VerbCase] = &[
         ("GET", "/api/v1/namespaces/ns1/pods/p1", &[], "get"),
         ("GET", "/api/v1/namespaces/ns1/pods", &[], "list"),
         ("GET", "/api/v1/pods", &[("watch", "true")], "watch"),

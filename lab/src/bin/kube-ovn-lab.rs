@@ -96,7 +96,7 @@ async fn main() -> anyhow::Result<()> {
                     parse_token_file(&text)
                         .with_context(|| format!("--token-auth-file {}", path.display()))?
                 }
-                None => Default::default(),
+                None => std::collections::HashMap::default(),
             };
             if let Some(token) = &kubeconfig_token
                 && !tokens.contains_key(token)

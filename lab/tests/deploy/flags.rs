@@ -193,8 +193,8 @@ fn downward(path: &str) -> Option<String> {
             "spec.nodeName" => "node1",
             "metadata.name" => "kube-ovn-controller-7d9f8-abcde",
             "metadata.namespace" => "kube-system",
-            "status.podIP" | "status.hostIP" => "192.0.2.21",
-            "status.podIPs" | "status.hostIPs" => "192.0.2.21",
+            // One address: a single-stack node, where the plural lists equal the singular.
+            "status.podIP" | "status.hostIP" | "status.podIPs" | "status.hostIPs" => "192.0.2.21",
             _ => return None,
         }
         .to_owned(),
@@ -212,9 +212,12 @@ fn expand(text: &str, env: &BTreeMap<String, String>) -> String {
             out.push('$');
             rest = stripped;
         } else if let Some((name, tail)) = after.strip_prefix('(').and_then(|a| a.split_once(')')) {
-            match env.get(name) {
-                Some(v) => out.push_str(v),
-                None => out.push_str(&format!("$({name})")),
+            if let Some(v) = env.get(name) {
+                out.push_str(v);
+            } else {
+                out.push_str("$(");
+                out.push_str(name);
+                out.push(')');
             }
             rest = tail;
         } else {
