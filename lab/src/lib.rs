@@ -8,6 +8,7 @@
 //! - [`cni_runtime`]: a container runtime's side of CNI (conflist, plugin runs), used by the
 //!   kubelet stand-in and by the CNI tests.
 //! - [`netexec`]: the server behind the image `kube-ovn-lab/netexec` (as agnhost's `netexec`).
+//! - [`manifests`]: a YAML manifest's objects created through a kube client.
 //! - [`cluster`]: `up`, `status`, `down` and the other verbs: network namespaces, daemons, the ToR
 //!   and the outside host, recorded in a state file.
 
@@ -15,4 +16,5 @@ pub mod agent;
 pub mod apiserver;
 pub mod cluster;
 pub mod cni_runtime;
+pub mod manifests;
 pub mod netexec;
