@@ -34,7 +34,11 @@ struct Lab {
 impl Lab {
     fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(self.bin_dir.join("kube-ovn-lab"));
-        cmd.arg("--name").arg(&self.name).arg("--labs-dir").arg(&self.dir).args(args);
+        cmd.arg("--name")
+            .arg(&self.name)
+            .arg("--labs-dir")
+            .arg(&self.dir)
+            .args(args);
         cmd
     }
 
@@ -79,7 +83,10 @@ fn up_to_green(lab: &Lab, runs: usize) -> Result<Vec<f64>> {
         let start = Instant::now();
         let out = lab.up(&[])?;
         let took = start.elapsed().as_secs_f64();
-        ensure!(out.contains("checks as expected") && !out.contains("FAIL"), "run {i}: the matrix is not green:\n{out}");
+        ensure!(
+            out.contains("checks as expected") && !out.contains("FAIL"),
+            "run {i}: the matrix is not green:\n{out}"
+        );
         times.push(took);
         lab.down()?;
         eprintln!("up run {i}: {took:.2} s");
@@ -100,7 +107,9 @@ fn pods_manifest(pods: usize) -> String {
 
 /// The pods of the bench namespace that are Running, with their addresses.
 async fn running(client: &kube::Client) -> Result<Vec<(String, IpAddr)>> {
-    let pods = Api::<Pod>::namespaced(client.clone(), NAMESPACE).list(&ListParams::default()).await?;
+    let pods = Api::<Pod>::namespaced(client.clone(), NAMESPACE)
+        .list(&ListParams::default())
+        .await?;
     Ok(pods
         .items
         .into_iter()
@@ -130,7 +139,11 @@ fn many_pods(lab: &Lab, pods: usize) -> Result<(f64, f64)> {
                 if now.len() == pods {
                     return Ok(now);
                 }
-                ensure!(start.elapsed() < Duration::from_secs(600), "only {} of {pods} Running after 600 s", now.len());
+                ensure!(
+                    start.elapsed() < Duration::from_secs(600),
+                    "only {} of {pods} Running after 600 s",
+                    now.len()
+                );
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         })
@@ -139,13 +152,21 @@ fn many_pods(lab: &Lab, pods: usize) -> Result<(f64, f64)> {
     let node = kube_ovn_dataplane::Netns::open(lab.netns("node1"))?;
     let mut waiting = ips;
     while !waiting.is_empty() {
-        ensure!(start.elapsed() < Duration::from_secs(600), "{} pods still not answering after 600 s", waiting.len());
+        ensure!(
+            start.elapsed() < Duration::from_secs(600),
+            "{} pods still not answering after 600 s",
+            waiting.len()
+        );
         waiting = node.run(|| {
             waiting
                 .into_iter()
                 .filter(|(name, ip)| {
-                    kube_ovn_lab::netexec::http_get(SocketAddr::new(*ip, PORT), "/hostname", Duration::from_secs(1))
-                        .map_or(true, |a| a.body.trim() != name)
+                    kube_ovn_lab::netexec::http_get(
+                        SocketAddr::new(*ip, PORT),
+                        "/hostname",
+                        Duration::from_secs(1),
+                    )
+                    .map_or(true, |a| a.body.trim() != name)
                 })
                 .collect::<Vec<_>>()
         })?;
@@ -156,15 +177,28 @@ fn many_pods(lab: &Lab, pods: usize) -> Result<(f64, f64)> {
 }
 
 fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
     let runs: usize = args.first().map_or(Ok(5), |a| a.parse()).context("up-runs")?;
     let pods: usize = args.get(1).map_or(Ok(300), |a| a.parse()).context("pods")?;
     let bin_dir = std::env::var_os("KUBE_OVN_LAB_BIN_DIR").map_or_else(
         || Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release"),
         PathBuf::from,
     );
-    for b in ["kube-ovn-lab", "kube-ovn-controller", "kube-ovn-daemon", "kube-ovn", "kube-ovn-speaker"] {
-        ensure!(bin_dir.join(b).is_file(), "{b} is not in {} (cargo build --release --workspace --bins)", bin_dir.display());
+    for b in [
+        "kube-ovn-lab",
+        "kube-ovn-controller",
+        "kube-ovn-daemon",
+        "kube-ovn",
+        "kube-ovn-speaker",
+    ] {
+        ensure!(
+            bin_dir.join(b).is_file(),
+            "{b} is not in {} (cargo build --release --workspace --bins)",
+            bin_dir.display()
+        );
     }
     let dir = tempfile::Builder::new().prefix("kube-ovn-lab-bench").tempdir()?;
     let lab = Lab {
@@ -180,6 +214,8 @@ fn main() -> Result<()> {
         ups.iter().copied().fold(0.0, f64::max)
     );
     let (running, answering) = many_pods(&lab, pods)?;
-    println!("{pods} pods at once on 3 nodes: all Running after {running:.2} s, all answering HTTP from node1 after {answering:.2} s");
+    println!(
+        "{pods} pods at once on 3 nodes: all Running after {running:.2} s, all answering HTTP from node1 after {answering:.2} s"
+    );
     Ok(())
 }
