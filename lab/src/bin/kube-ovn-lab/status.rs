@@ -182,13 +182,17 @@ pub async fn cluster_view(t: &Topology, client: &kube::Client) -> anyhow::Result
     Ok(out)
 }
 
+/// The cluster as the API shows it (nodes, pods, routes) and the refused requests, or why the API
+/// could not be asked.
+type ApiView = Result<(String, Vec<String>), String>;
+
 pub fn status(name: &str, run_dir: &Path) -> anyhow::Result<ExitCode> {
     let (t, state) = super::verbs::lab(name, run_dir)?;
     let cp = kube_ovn_dataplane::Netns::open(Path::new("/run/netns").join(t.cp_netns())).map_err(|e| {
         anyhow::anyhow!("lab {name}: its control-plane namespace is gone ({e}); run `down` and `up` again")
     })?;
     let (lines, api) = cp.run(
-        || -> anyhow::Result<(Vec<Line>, Result<(String, Vec<String>), String>)> {
+        || -> anyhow::Result<(Vec<Line>, ApiView)> {
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             rt.block_on(async {
                 let lines = check(&t, &state).await;
