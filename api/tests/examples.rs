@@ -2,7 +2,8 @@
 //! `openAPIV3Schema` of its generated CRD with a JSON-schema validator, and round-trips
 //! (YAML → type → JSON equals the JSON of the YAML: nothing lost, nothing invented). The pod
 //! example's annotations parse with the typed parsers. Everything in `examples/invalid/` fails
-//! schema validation, with an error that names the offending field.
+//! schema validation, with an error that names the offending field. The custom resources in
+//! `deploy/` (the example overlay's Subnet and BgpPeer) pass the same checks.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -10,6 +11,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::Pod;
 use kube_ovn_api::annotations::{self, BgpPolicy, BgpScope, IpPair, MacAddr, Mbit, Mbps, Routes, keys};
+use kube_ovn_api::bgp_peer::BgpPeer;
 use kube_ovn_api::crd::{
     IPPool, Ip, IptablesDnatRule, IptablesEIP, IptablesFIPRule, IptablesSnatRule, OvnDnatRule, OvnEip,
     OvnFip, OvnSnatRule, ProviderNetwork, Subnet, Vip, Vlan, Vpc, VpcNatGateway,
@@ -40,10 +42,11 @@ fn documents(dir: &Path) -> Result<Vec<(String, Value)>> {
     Ok(docs)
 }
 
-/// The generated CRD schema for `kind`.
+/// The generated CRD schema for `kind` (ours: `kubeovn.io` and BgpPeer).
 fn schema_for(kind: &str) -> Value {
     let crd = kube_ovn_api::crds()
         .into_iter()
+        .chain(kube_ovn_api::extension_crds())
         .find(|c| c.spec.names.kind == kind)
         .expect("a CRD for the kind");
     serde_json::to_value(
@@ -99,6 +102,7 @@ fn round_trip_kind(kind: &str, doc: &Value) -> Result<()> {
         "Vlan" => round_trip::<Vlan>(doc),
         "Vpc" => round_trip::<Vpc>(doc),
         "VpcNatGateway" => round_trip::<VpcNatGateway>(doc),
+        "BgpPeer" => round_trip::<BgpPeer>(doc),
         other => bail!("no type for kind {other}"),
     }
 }
@@ -129,6 +133,67 @@ fn kubeovn_examples_deserialize_validate_and_round_trip() -> Result<()> {
         .map(|c| c.spec.names.kind)
         .collect();
     assert_eq!(kinds, all, "every kind has an example");
+    Ok(())
+}
+
+/// Every YAML file under `dir`, recursively, but kustomize's own files.
+fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            yaml_files(&path, out)?;
+        } else if path.extension().is_some_and(|e| e == "yaml")
+            && path.file_name().is_some_and(|n| n != "kustomization.yaml")
+        {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn deploy_custom_resources_validate_and_round_trip() -> Result<()> {
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
+    let groups: BTreeSet<String> = kube_ovn_api::crds()
+        .into_iter()
+        .chain(kube_ovn_api::extension_crds())
+        .map(|c| c.spec.group)
+        .collect();
+    let mut files = Vec::new();
+    // deploy/crds holds the definitions themselves (checked by crdgen --check).
+    for sub in std::fs::read_dir(&deploy)? {
+        let sub = sub?.path();
+        if sub.is_dir() && !sub.ends_with("crds") {
+            yaml_files(&sub, &mut files)?;
+        }
+    }
+    files.sort();
+    let mut kinds = BTreeSet::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file)?;
+        let name = file.strip_prefix(&deploy).unwrap_or(&file).display().to_string();
+        for doc in serde_saphyr::from_multiple::<Value>(&text).with_context(|| format!("parsing {name}"))? {
+            let group = doc["apiVersion"]
+                .as_str()
+                .and_then(|v| v.split_once('/'))
+                .map(|(g, _)| g);
+            if !group.is_some_and(|g| groups.contains(g)) {
+                continue;
+            }
+            let kind = kind_of(&doc);
+            let errors = schema_errors(kind, &doc);
+            assert!(
+                errors.is_empty(),
+                "deploy/{name}: {kind} fails its CRD schema:\n{}",
+                errors.join("\n")
+            );
+            round_trip_kind(kind, &doc).with_context(|| format!("deploy/{name}: {kind}"))?;
+            kinds.insert(kind.to_owned());
+        }
+    }
+    // The example overlay shows a BGP-announced subnet and a BgpPeer: if they move, this test
+    // must move with them rather than pass on nothing.
+    assert_eq!(kinds, BTreeSet::from(["BgpPeer".to_owned(), "Subnet".to_owned()]));
     Ok(())
 }
 

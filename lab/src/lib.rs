@@ -10,6 +10,7 @@
 //! - [`netexec`]: the server behind the image `kube-ovn-lab/netexec` (as agnhost's `netexec`).
 //! - [`runtime`]: containerd with its CRI plugin and a CRI client, for `up --runtime containerd`
 //!   (the kubelet stand-in makes real sandboxes) and the CNI tests.
+//! - [`manifests`]: a YAML manifest's objects created through a kube client.
 //! - [`cluster`]: `up`, `status`, `down` and the other verbs: network namespaces, daemons, the ToR
 //!   and the outside host, recorded in a state file.
 
@@ -17,5 +18,6 @@ pub mod agent;
 pub mod apiserver;
 pub mod cluster;
 pub mod cni_runtime;
+pub mod manifests;
 pub mod netexec;
 pub mod runtime;

@@ -181,7 +181,20 @@ fn the_lab_comes_up_green_is_usable_and_goes_down_clean() -> Result<()> {
             .success())
     })?;
 
-    // `status` names a component that died, and why.
+    // `status` names a component that died, and why; and a request a component's role does not
+    // allow (the speaker's identity listing Secrets cluster-wide) is refused and reported.
+    let speaker = lab.dir.path().join(&lab.name).join("kubeconfig/speaker");
+    let refused = lab.run(&[
+        "cp",
+        "--",
+        "kubectl",
+        "--kubeconfig",
+        &speaker.to_string_lossy(),
+        "get",
+        "secrets",
+        "-A",
+    ])?;
+    ensure!(!refused.status.success(), "the speaker may not list every Secret");
     let state = lab.state()?;
     let (pid, start) = state
         .process("node1-daemon")

@@ -20,6 +20,8 @@ use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
+use kube_ovn_lab::apiserver::auth::{AuthConfig, AuthorizationMode, parse_token_file};
+use kube_ovn_lab::apiserver::tls::ServingCert;
 use kube_ovn_lab::apiserver::{ApiServer, ApiServerConfig};
 use kube_ovn_testkit::{Daemon, Netns, OvnCentral, OvsNode, wait_until, wait_until_async};
 use serde_json::{Value, json};
@@ -115,7 +117,17 @@ pub struct Options {
     pub controller_flags: Vec<String>,
     /// Give every node an IPv6 InternalIP as well.
     pub dual_stack: bool,
+    /// Run as a real cluster's identities: the emulator authorizes with RBAC over HTTPS, with
+    /// `deploy/base/rbac.yaml` applied; the controller runs as `kube-system/kube-ovn-controller`
+    /// and every daemon as `kube-system/kube-ovn-cni`; the test's own client is a
+    /// `system:masters` member.
+    pub rbac: bool,
 }
+
+/// The tokens of [`Options::rbac`].
+pub const ADMIN_TOKEN: &str = "cni-test-admin";
+pub const CONTROLLER_TOKEN: &str = "cni-test-controller";
+pub const DAEMON_TOKEN: &str = "cni-test-daemon";
 
 impl Cluster {
     /// Emulator, OVN central, controller, and `nodes` nodes with daemons (joined by an
@@ -132,22 +144,57 @@ impl Cluster {
     /// [`start`](Self::start) with every option.
     pub async fn start_with(options: Options) -> Result<Self> {
         init_logging();
-        let api = ApiServer::new(ApiServerConfig::default()).context("API emulator")?;
-        let kube = api.client();
+        let mut config = ApiServerConfig::default();
+        if options.rbac {
+            config.auth = AuthConfig {
+                mode: AuthorizationMode::Rbac,
+                tokens: parse_token_file(&format!(
+                    "{ADMIN_TOKEN},kubernetes-admin,0,\"system:masters\"\n\
+                     {CONTROLLER_TOKEN},system:serviceaccount:kube-system:kube-ovn-controller,1\n\
+                     {DAEMON_TOKEN},system:serviceaccount:kube-system:kube-ovn-cni,2\n"
+                ))?,
+            };
+        }
+        let api = ApiServer::new(config).context("API emulator")?;
+        let kube = if options.rbac {
+            api.client_with_token(ADMIN_TOKEN)
+        } else {
+            api.client()
+        };
         let crds: Api<CustomResourceDefinition> = Api::all(kube.clone());
         for crd in kube_ovn_api::crds() {
             crds.create(&PostParams::default(), &crd).await?;
+        }
+        if options.rbac {
+            let rbac =
+                std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/base/rbac.yaml"))?;
+            kube_ovn_lab::manifests::create_all(&kube, &rbac).await?;
         }
         let ovn = tokio::task::spawn_blocking(OvnCentral::start).await??;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let served = api.clone();
-        let server = tokio::spawn(async move {
-            let _ = served.serve(listener).await;
-        });
         let kubeconfig_dir = tempfile::tempdir()?;
         let kubeconfig = kubeconfig_dir.path().join("kubeconfig");
-        std::fs::write(&kubeconfig, kube_ovn_lab::apiserver::kubeconfig(addr))?;
+        // With RBAC, HTTPS and the daemon's token, as on a cluster; else plain HTTP, anonymous.
+        let tls = if options.rbac {
+            let hosts = kube_ovn_lab::apiserver::tls::default_hosts(addr.ip());
+            let cert = ServingCert::in_dir(&kubeconfig_dir.path().join("pki"), &hosts)?;
+            std::fs::write(
+                &kubeconfig,
+                kube_ovn_lab::apiserver::kubeconfig_for(addr, Some(&cert.cert), Some(DAEMON_TOKEN)),
+            )?;
+            Some(cert.server_config()?)
+        } else {
+            std::fs::write(&kubeconfig, kube_ovn_lab::apiserver::kubeconfig(addr))?;
+            None
+        };
+        let server = tokio::spawn(async move {
+            let _ = match tls {
+                Some(config) => served.serve_tls(listener, config).await,
+                None => served.serve(listener).await,
+            };
+        });
 
         let mut controller_args = vec![
             "kube-ovn-controller".to_owned(),
@@ -160,7 +207,11 @@ impl Cluster {
         let flags = <kube_ovn_controller::config::Flags as clap::Parser>::try_parse_from(controller_args)?;
         let config = flags.validate()?;
         let metrics = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let controller_kube = kube.clone();
+        let controller_kube = if options.rbac {
+            api.client_with_token(CONTROLLER_TOKEN)
+        } else {
+            kube.clone()
+        };
         let controller = tokio::spawn(async move {
             if let Err(e) = kube_ovn_controller::run_with_listener(
                 config,

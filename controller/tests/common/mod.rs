@@ -60,9 +60,15 @@ impl Env {
 
     /// The emulator (with the CRDs) and OVN central, but no controller: the test starts its own.
     pub async fn start_idle(flags: &[&str]) -> Self {
-        init_logging();
         let api = ApiServer::new(ApiServerConfig::default()).expect("API emulator");
         let kube = api.client();
+        Self::start_idle_on(api, kube, flags).await
+    }
+
+    /// [`Env::start_idle`] with a given emulator, which the test's own requests (CRDs included)
+    /// reach through `kube`.
+    pub async fn start_idle_on(api: ApiServer, kube: kube::Client, flags: &[&str]) -> Self {
+        init_logging();
         let crds: Api<CustomResourceDefinition> = Api::all(kube.clone());
         for crd in kube_ovn_api::crds() {
             crds.create(&PostParams::default(), &crd).await.expect("CRD");

@@ -65,6 +65,9 @@ pub async fn handle(
     body: Bytes,
 ) -> Response {
     let span = tracing::debug_span!("request", %method, path = uri.path());
+    if let Some(refused) = state.auth.gate(&state.store, &method, &uri, &headers) {
+        return refused;
+    }
     if !content::accepts_json(&headers) {
         return error_response(&content::not_acceptable(&headers));
     }

@@ -88,6 +88,20 @@ pub fn name_suffix() -> String {
         .collect()
 }
 
+/// The name rule of `res`'s objects: RBAC objects' names are path segments (so
+/// `system:kube-ovn-controller` is one), every other kind's a DNS-1123 subdomain.
+pub fn valid_name_for(res: &super::registry::Resource, name: &str) -> Result<(), String> {
+    if res.group != "rbac.authorization.k8s.io" {
+        return valid_name(name);
+    }
+    if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('%') {
+        return Err(format!(
+            "Invalid value: {name:?}: may not be '.' or '..' and may not contain '/' or '%'"
+        ));
+    }
+    Ok(())
+}
+
 /// A DNS-1123 subdomain, the rule for most object names.
 pub fn valid_name(name: &str) -> Result<(), String> {
     let ok = !name.is_empty()

@@ -206,7 +206,11 @@ impl LabProcess {
 fn server_address(kubeconfig: &str) -> Option<SocketAddr> {
     kubeconfig
         .lines()
-        .find_map(|l| l.trim().strip_prefix("server: http://"))
+        .find_map(|l| {
+            let l = l.trim();
+            l.strip_prefix("server: http://")
+                .or_else(|| l.strip_prefix("server: https://"))
+        })
         .and_then(|a| a.trim().parse().ok())
 }
 

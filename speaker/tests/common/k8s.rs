@@ -44,8 +44,15 @@ impl Drop for Cluster {
 
 impl Cluster {
     pub async fn start() -> Result<Self> {
-        let api = ApiServer::new(ApiServerConfig::default()).context("API emulator")?;
-        let kube = api.client();
+        Self::start_with(ApiServerConfig::default(), None).await
+    }
+
+    /// The emulator with `config` (RBAC, tokens); with `admin`, a token of `config`'s, served
+    /// over HTTPS (a self-signed certificate in the cluster's directory), `kube` authenticating
+    /// with `admin` and [`Cluster::kubeconfig_as`] giving other identities.
+    pub async fn start_with(config: ApiServerConfig, admin: Option<&str>) -> Result<Self> {
+        let api = ApiServer::new(config).context("API emulator")?;
+        let kube = admin.map_or_else(|| api.client(), |t| api.client_with_token(t));
         let crds: Api<CustomResourceDefinition> = Api::all(kube.clone());
         for crd in kube_ovn_api::crds() {
             crds.create(&PostParams::default(), &crd).await?;
@@ -53,10 +60,22 @@ impl Cluster {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let served = api.clone();
-        let server = tokio::spawn(async move {
-            let _ = served.serve(listener).await;
-        });
         let dir = tempfile::tempdir()?;
+        let tls = match admin {
+            Some(_) => {
+                let hosts = kube_ovn_lab::apiserver::tls::default_hosts(addr.ip());
+                let cert =
+                    kube_ovn_lab::apiserver::tls::ServingCert::in_dir(&dir.path().join("pki"), &hosts)?;
+                Some(cert.server_config()?)
+            }
+            None => None,
+        };
+        let server = tokio::spawn(async move {
+            let _ = match tls {
+                Some(config) => served.serve_tls(listener, config).await,
+                None => served.serve(listener).await,
+            };
+        });
         let kubeconfig = dir.path().join("kubeconfig");
         std::fs::write(&kubeconfig, kube_ovn_lab::apiserver::kubeconfig(addr))?;
         Ok(Self {
@@ -67,6 +86,17 @@ impl Cluster {
             dir,
             server,
         })
+    }
+
+    /// A kubeconfig (HTTPS, see [`Cluster::start_with`]) authenticating with `token`.
+    pub fn kubeconfig_as(&self, token: &str) -> Result<PathBuf> {
+        let ca = self.dir.path().join("pki/apiserver.crt");
+        let path = self.dir.path().join(format!("kubeconfig-{token}"));
+        std::fs::write(
+            &path,
+            kube_ovn_lab::apiserver::kubeconfig_for(self.addr, Some(&ca), Some(token)),
+        )?;
+        Ok(path)
     }
 
     /// A kubeconfig in this cluster's directory that points at `server` instead (a proxy).

@@ -150,7 +150,8 @@ impl Inner {
                 }
             },
         };
-        meta::valid_name(&name).map_err(|why| ApiError::invalid_field(res, &name, "metadata.name", why))?;
+        meta::valid_name_for(res, &name)
+            .map_err(|why| ApiError::invalid_field(res, &name, "metadata.name", why))?;
         let key = ObjectKey::new(res, ns.as_deref(), &name);
         if self.objects.contains_key(&key) {
             return Err(ApiError::already_exists(res, &name));

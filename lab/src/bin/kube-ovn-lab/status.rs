@@ -53,9 +53,7 @@ fn readyz(t: &Topology, component: &str) -> Option<SocketAddr> {
     if component == "controller" {
         return at(Topology::cp_ip().into(), CONTROLLER_METRICS_PORT);
     }
-    if component == "apiserver" {
-        return Some(Topology::api_addr());
-    }
+    // The API server speaks HTTPS; whether it answers is the cluster view's first request.
     let (node, role) = component.split_once('-')?;
     let plan = t.node(node)?;
     match role {
@@ -121,6 +119,16 @@ pub async fn overview(t: &Topology, client: &kube::Client) -> anyhow::Result<Str
     Ok(out)
 }
 
+/// Requests the emulator refused (RBAC): each is a permission `deploy/base/rbac.yaml` lacks for
+/// a component, so any is a failure.
+pub async fn denials(client: &kube::Client) -> anyhow::Result<Vec<String>> {
+    Ok(kube_ovn_lab::apiserver::auth::denials(client)
+        .await?
+        .iter()
+        .map(|d| d["message"].as_str().map_or_else(|| d.to_string(), str::to_owned))
+        .collect())
+}
+
 /// The nodes with their pods, and the routes the ToR learnt.
 pub async fn cluster_view(t: &Topology, client: &kube::Client) -> anyhow::Result<String> {
     let mut out = String::new();
@@ -177,19 +185,25 @@ pub async fn cluster_view(t: &Topology, client: &kube::Client) -> anyhow::Result
     Ok(out)
 }
 
+/// The cluster as the API shows it (nodes, pods, routes) and the refused requests, or why the API
+/// could not be asked.
+type ApiView = Result<(String, Vec<String>), String>;
+
 pub fn status(name: &str, run_dir: &Path) -> anyhow::Result<ExitCode> {
     let (t, state) = super::verbs::lab(name, run_dir)?;
     let cp = kube_ovn_dataplane::Netns::open(Path::new("/run/netns").join(t.cp_netns())).map_err(|e| {
         anyhow::anyhow!("lab {name}: its control-plane namespace is gone ({e}); run `down` and `up` again")
     })?;
-    let (lines, api) = cp.run(|| -> anyhow::Result<(Vec<Line>, Result<String, String>)> {
+    let (lines, api) = cp.run(|| -> anyhow::Result<(Vec<Line>, ApiView)> {
         let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
         rt.block_on(async {
             let lines = check(&t, &state).await;
-            let api = match kube_ovn_support::kube_client(Some(&t.admin_kubeconfig())).await {
-                Ok(client) => cluster_view(&t, &client).await.map_err(|e| format!("{e:#}")),
-                Err(e) => Err(e.to_string()),
-            };
+            let api = async {
+                let client = kube_ovn_support::kube_client(Some(&t.admin_kubeconfig())).await?;
+                anyhow::Ok((cluster_view(&t, &client).await?, denials(&client).await?))
+            }
+            .await
+            .map_err(|e| format!("{e:#}"));
             Ok((lines, api))
         })
     })??;
@@ -231,7 +245,17 @@ pub fn status(name: &str, run_dir: &Path) -> anyhow::Result<ExitCode> {
         }
     }
     match api {
-        Ok(text) => print!("{text}"),
+        Ok((text, refused)) => {
+            if refused.is_empty() {
+                println!("  RBAC                                 ok    no request of any component refused");
+            } else {
+                healthy = false;
+                for d in refused {
+                    println!("  RBAC                                 FAIL  {d}");
+                }
+            }
+            print!("{text}");
+        }
         Err(e) => {
             healthy = false;
             println!("  the API does not answer: {e}");

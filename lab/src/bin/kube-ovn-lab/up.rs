@@ -64,6 +64,9 @@ fn parse_timeout(text: &str) -> Result<Duration, String> {
     kube_ovn_support::parse_duration(text).map_err(|e| e.to_string())
 }
 
+/// The components' ServiceAccounts and roles, exactly as a real cluster gets them from `deploy/`.
+const RBAC: &str = include_str!("../../../../deploy/base/rbac.yaml");
+
 /// What `up` made so far, saved after every addition (see `cluster::state`).
 #[derive(Clone)]
 pub struct Recorder {
@@ -278,7 +281,11 @@ async fn bring_up(
         run(ctl, &[&format!("--db=unix:{}", cp.join(sock).display()), "init"])?;
     }
     rec.start(&components::northd(t))?;
-    rec.start(&components::apiserver(t, bins, &[]))?;
+    rec.start(&components::apiserver(
+        t,
+        bins,
+        &super::verbs::apiserver_auth_flags(t),
+    ))?;
     let client = kube_ovn_support::kube_client(Some(&t.admin_kubeconfig())).await?;
     wait_for(
         "the API emulator to answer",
@@ -299,7 +306,10 @@ async fn bring_up(
             .await
             .context("creating the CRDs")?;
     }
-    clock.step("control plane: OVN NB/SB + northd, API emulator, CRDs");
+    kube_ovn_lab::manifests::create_all(&client, RBAC)
+        .await
+        .context("creating the ServiceAccounts and roles of deploy/base/rbac.yaml")?;
+    clock.step("control plane: OVN NB/SB + northd, API emulator (RBAC), CRDs, deploy/base/rbac.yaml");
     rec.start(&components::controller(t, bins))?;
     rec.start(&args.runtime.agent(components::agent(
         t,
@@ -352,7 +362,19 @@ async fn bring_up(
     let report = super::matrix::measure(t, &client, timeout).await?;
     println!("{}", super::status::overview(t, &client).await?);
     println!("{}", report.render());
-    Ok(report.healthy())
+    // A refused request is a permission deploy/base/rbac.yaml lacks: the lab is not healthy.
+    let refused = super::status::denials(&client).await?;
+    if refused.is_empty() {
+        println!(
+            "RBAC: no request of any component was refused (they run as deploy/base/rbac.yaml's ServiceAccounts)"
+        );
+    } else {
+        println!("RBAC: requests REFUSED (deploy/base/rbac.yaml lacks them):");
+        for d in &refused {
+            println!("  {d}");
+        }
+    }
+    Ok(report.healthy() && refused.is_empty())
 }
 
 async fn start_node(

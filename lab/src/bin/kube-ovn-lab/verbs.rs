@@ -4,7 +4,11 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
+use std::fmt::Write as _;
+
 use anyhow::{Context, bail};
+use kube_ovn_lab::apiserver::kubeconfig_for;
+use kube_ovn_lab::apiserver::tls::{ServingCert, default_hosts};
 use kube_ovn_lab::cluster::components::ovs_env;
 use kube_ovn_lab::cluster::process::private_run_prefix;
 use kube_ovn_lab::cluster::state::LabState;
@@ -34,25 +38,60 @@ pub fn lab(name: &str, run_dir: &Path) -> anyhow::Result<(Topology, LabState)> {
     Ok((topology, state))
 }
 
-/// A kubeconfig for the lab's API (no credentials yet beyond a per-component user name).
-fn kubeconfig_text(user: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-ovn-lab\n  cluster:\n    server: http://{}\n\
-         users:\n- name: {user}\n  user: {{}}\ncontexts:\n- name: kube-ovn-lab\n  context:\n    cluster: kube-ovn-lab\n\
-         \x20   user: {user}\n    namespace: default\ncurrent-context: kube-ovn-lab\n",
-        Topology::api_addr()
-    )
+/// Who talks to the lab's API, and as whom. The components are the ServiceAccounts of
+/// `deploy/base/rbac.yaml` (so the emulator, authorizing with RBAC, holds them to exactly the
+/// roles a real cluster would give them); the administrator and the lab's own stand-ins for
+/// kubelets, scheduler and controller-manager are `system:masters`, as those are on a cluster.
+const IDENTITIES: [(&str, &str, &str); 5] = [
+    ("admin", "kube-ovn-lab:admin", "system:masters"),
+    ("agent", "kube-ovn-lab:agent", "system:masters"),
+    (
+        "controller",
+        "system:serviceaccount:kube-system:kube-ovn-controller",
+        "",
+    ),
+    ("daemon", "system:serviceaccount:kube-system:kube-ovn-cni", ""),
+    (
+        "speaker",
+        "system:serviceaccount:kube-system:kube-ovn-speaker",
+        "",
+    ),
+];
+
+/// The API's serving certificate (made now, so the kubeconfigs can trust it before the emulator
+/// runs), a token per identity in the emulator's token file, and a kubeconfig per identity.
+pub fn write_kubeconfigs(t: &Topology) -> anyhow::Result<()> {
+    let pki = t.cp_dir().join("pki");
+    let cert = ServingCert::in_dir(&pki, &default_hosts(Topology::cp_ip().into()))
+        .with_context(|| format!("the API's certificate in {}", pki.display()))?;
+    let mut tokens = String::new();
+    for (component, user, groups) in IDENTITIES {
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let _ = writeln!(tokens, "{token},{user},{component},\"{groups}\"");
+        let path = if component == "admin" {
+            t.admin_kubeconfig()
+        } else {
+            t.kubeconfig(component)
+        };
+        let text = kubeconfig_for(Topology::api_addr(), Some(&cert.cert), Some(&token));
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    std::fs::write(token_file(t), tokens)?;
+    Ok(())
 }
 
-/// The administrator's kubeconfig and one per component.
-pub fn write_kubeconfigs(t: &Topology) -> anyhow::Result<()> {
-    std::fs::write(t.admin_kubeconfig(), kubeconfig_text("admin"))?;
-    for component in ["controller", "daemon", "speaker", "agent"] {
-        let path = t.kubeconfig(component);
-        std::fs::write(&path, kubeconfig_text(component))
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
-    Ok(())
+/// The emulator's `--token-auth-file`.
+pub fn token_file(t: &Topology) -> PathBuf {
+    t.cp_dir().join("tokens.csv")
+}
+
+/// The emulator's flags for TLS, tokens and RBAC.
+pub fn apiserver_auth_flags(t: &Topology) -> Vec<String> {
+    vec![
+        format!("--cert-dir={}", t.cp_dir().join("pki").display()),
+        format!("--token-auth-file={}", token_file(t).display()),
+        "--authorization-mode=RBAC".into(),
+    ]
 }
 
 fn netns_path(ns: &str) -> PathBuf {

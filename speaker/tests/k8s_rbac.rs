@@ -1,0 +1,163 @@
+//! The speaker with the identity and the RBAC that `deploy/base/rbac.yaml` gives it: the API
+//! emulator authorizes with RBAC over HTTPS, the binary authenticates as the ServiceAccount
+//! `kube-system/kube-ovn-speaker` and does its work: a BgpPeer selecting its node with an MD5
+//! password from a Secret in kube-system, a session to BIRD, a subnet, a pod and a Service
+//! announced, the BgpPeer's status written. Any call its roles do not grant is a 403 the
+//! emulator records and the test fails naming it. Needs root and bird2; fails, never skips.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use anyhow::{Context, Result};
+use common::k8s::{Cluster, speaker_via};
+use common::peers::{Bird, PeerSpec};
+use common::{Lab, NODE_V4, TOR_AS, TOR_V4};
+use k8s_openapi::api::core::v1::{Node, Secret, Service};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Api;
+use kube::api::PostParams;
+use kube_ovn_lab::apiserver::ApiServerConfig;
+use kube_ovn_lab::apiserver::auth::{AuthConfig, AuthorizationMode, parse_token_file};
+use kube_ovn_speaker::crd::BgpPeer;
+use kube_ovn_testkit::wait_until;
+use serde_json::{Value, json};
+
+const ADMIN: &str = "speaker-rbac-admin";
+const SPEAKER: &str = "speaker-rbac-token";
+const USER: &str = "system:serviceaccount:kube-system:kube-ovn-speaker";
+const WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+async fn debug(kube: &kube::Client, path: &str) -> Vec<Value> {
+    let listed = if path.ends_with("denials") {
+        kube_ovn_lab::apiserver::auth::denials(kube).await
+    } else {
+        kube_ovn_lab::apiserver::auth::requests(kube).await
+    };
+    listed.unwrap_or_else(|e| panic!("GET {path}: {e}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_speaker_needs_no_permission_its_roles_lack() -> Result<()> {
+    let lab = Lab::direct()?;
+    let mut spec = PeerSpec::new(TOR_V4, NODE_V4);
+    spec.password = Some("s3cret".into());
+    let bird = Bird::start(&lab.tor, &spec)?;
+    let tokens = parse_token_file(&format!(
+        "{ADMIN},kubernetes-admin,0,\"system:masters\"\n{SPEAKER},{USER},1\n"
+    ))?;
+    let config = ApiServerConfig {
+        auth: AuthConfig {
+            mode: AuthorizationMode::Rbac,
+            tokens,
+        },
+        ..ApiServerConfig::default()
+    };
+    let cluster = Cluster::start_with(config, Some(ADMIN)).await?;
+    let admin = cluster.kube.clone();
+    Api::<CustomResourceDefinition>::all(admin.clone())
+        .create(&PostParams::default(), &kube_ovn_speaker::crd::crd())
+        .await?;
+    let rbac = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/base/rbac.yaml"))?;
+    kube_ovn_lab::manifests::create_all(&admin, &rbac).await?;
+
+    let node: Node = serde_json::from_value(json!({"metadata": {"name": "n1", "labels": {"rack": "r1"}}}))?;
+    Api::<Node>::all(admin.clone())
+        .create(&PostParams::default(), &node)
+        .await?;
+    let secret: Secret = serde_json::from_value(
+        json!({"metadata": {"name": "tor-md5", "namespace": "kube-system"},
+        "data": {"password": "czNjcmV0"}}),
+    )?; // base64 of s3cret
+    Api::<Secret>::namespaced(admin.clone(), "kube-system")
+        .create(&PostParams::default(), &secret)
+        .await?;
+    let peer: BgpPeer = serde_json::from_value(json!({
+        "apiVersion": "bgp.kube-ovn-rs.io/v1alpha1", "kind": "BgpPeer", "metadata": {"name": "tor-a"},
+        "spec": {"peerAddress": TOR_V4.to_string(), "peerASN": TOR_AS,
+                 "nodeSelector": {"matchLabels": {"rack": "r1"}},
+                 "passwordSecretRef": {"name": "tor-md5", "namespace": "kube-system"}}}))?;
+    let peers: Api<BgpPeer> = Api::all(admin.clone());
+    peers.create(&PostParams::default(), &peer).await?;
+    cluster.subnet("s1", "10.16.0.0/16", "cluster").await?;
+    cluster.pod("p1", "n1", "10.16.0.5", &[]).await?;
+    let svc: Service = serde_json::from_value(json!({"metadata": {"name": "web", "namespace": "default",
+            "annotations": {"ovn.kubernetes.io/bgp": "true"}},
+        "spec": {"clusterIP": "10.96.0.20", "externalIPs": ["203.0.113.7"], "ports": [{"port": 80}]}}))?;
+    Api::<Service>::namespaced(admin.clone(), "default")
+        .create(&PostParams::default(), &svc)
+        .await?;
+
+    let dir = tempfile::tempdir()?;
+    let speaker = speaker_via(&cluster.kubeconfig_as(SPEAKER)?, &lab, dir.path(), &[])?;
+    let work = async {
+        bird.wait_established().with_context(|| speaker.log_tail(80))?;
+        for prefix in ["10.16.0.0/16", "10.16.0.5/32", "203.0.113.7/32"] {
+            wait_until(&format!("{prefix} at the ToR"), WAIT, || bird.has(prefix))
+                .with_context(|| speaker.log_tail(20))?;
+        }
+        kube_ovn_testkit::wait_until_async("the BgpPeer's status for n1", WAIT, || {
+            let peers = peers.clone();
+            async move {
+                let p = peers.get("tor-a").await?;
+                Ok(p.status
+                    .and_then(|s| s.nodes.get("n1").and_then(|n| n.state.clone()))
+                    .is_some_and(|s| s == "Established"))
+            }
+        })
+        .await?;
+        anyhow::Ok(())
+    };
+    let first_denial = async {
+        loop {
+            if let Some(d) = debug(&admin, "/debug/authorization/denials").await.first() {
+                return d["message"].as_str().unwrap_or_default().to_owned();
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    };
+    tokio::select! {
+        r = work => r?,
+        denied = first_denial => panic!("kube-ovn-speaker was refused: {denied}\n{}", speaker.log_tail(20)),
+    }
+
+    let made: BTreeSet<(String, String, String)> = debug(&admin, "/debug/authorization/requests")
+        .await
+        .into_iter()
+        .filter(|r| r["user"] == USER && r.get("resource").is_some())
+        .map(|r| {
+            let sub = r["subresource"].as_str().unwrap_or_default();
+            let resource = r["resource"].as_str().unwrap_or_default();
+            (
+                r["verb"].as_str().unwrap_or_default().to_owned(),
+                r["group"].as_str().unwrap_or_default().to_owned(),
+                if sub.is_empty() {
+                    resource.to_owned()
+                } else {
+                    format!("{resource}/{sub}")
+                },
+            )
+        })
+        .collect();
+    for call in [
+        ("get", "", "secrets"),
+        ("patch", "bgp.kube-ovn-rs.io", "bgppeers/status"),
+        ("watch", "", "pods"),
+        ("watch", "", "services"),
+        ("watch", "", "nodes"),
+        ("watch", "kubeovn.io", "subnets"),
+        ("watch", "kubeovn.io", "iptables-eips"),
+        ("watch", "bgp.kube-ovn-rs.io", "bgppeers"),
+    ] {
+        let call = (call.0.to_owned(), call.1.to_owned(), call.2.to_owned());
+        assert!(
+            made.contains(&call),
+            "{call:?} not among the calls made: {made:?}"
+        );
+    }
+    assert!(
+        debug(&admin, "/debug/authorization/denials").await.is_empty(),
+        "a refusal after the work was done"
+    );
+    Ok(())
+}
