@@ -1,9 +1,8 @@
-//! One probe of the matrix: an HTTP GET to a netexec server, sent from inside a network
+//! One probe of the matrix: an HTTP GET (netexec's client) to a netexec server, sent from inside a network
 //! namespace (a pod's or the outside host's) on a thread that entered it, so the connection is
 //! that machine's own.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
@@ -39,38 +38,19 @@ pub fn http_get(netns: &Path, to: SocketAddr, path: &str, timeout: Duration) -> 
         .map_err(|e| ProbeError::Netns(e.to_string()))?
 }
 
-fn classify(e: &std::io::Error) -> ProbeError {
-    match e.kind() {
-        std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => ProbeError::Timeout,
-        _ => ProbeError::Refused(e.to_string()),
-    }
-}
-
-/// `GET path` to `to` from this thread's namespace.
+/// `GET path` to `to` from this thread's namespace (netexec's client): the body of a 200.
 pub fn get(to: SocketAddr, path: &str, timeout: Duration) -> Result<String, ProbeError> {
-    let mut stream = TcpStream::connect_timeout(&to, timeout).map_err(|e| classify(&e))?;
-    stream.set_read_timeout(Some(timeout)).map_err(|e| classify(&e))?;
-    stream
-        .set_write_timeout(Some(timeout))
-        .map_err(|e| classify(&e))?;
-    let host = match to {
-        SocketAddr::V4(a) => a.ip().to_string(),
-        SocketAddr::V6(a) => format!("[{}]", a.ip()),
-    };
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
-    )
-    .map_err(|e| classify(&e))?;
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).map_err(|e| classify(&e))?;
-    let text = String::from_utf8_lossy(&response);
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head.lines().next().unwrap_or_default();
-    let code = status.split_whitespace().nth(1).unwrap_or_default();
-    if code != "200" {
-        return Err(ProbeError::Http(format!("{status}: {}", body.trim())));
+    match kube_ovn_lab::netexec::http_get(to, path, timeout) {
+        Ok(answer) if answer.status == 200 => Ok(answer.body.trim().to_owned()),
+        Ok(answer) => Err(ProbeError::Http(format!(
+            "{}: {}",
+            answer.status,
+            answer.body.trim()
+        ))),
+        Err(kube_ovn_lab::netexec::Error::Client { source, .. }) => Err(match source.kind() {
+            std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => ProbeError::Timeout,
+            _ => ProbeError::Refused(source.to_string()),
+        }),
+        Err(e) => Err(ProbeError::Http(e.to_string())),
     }
-    // netexec answers small bodies with Content-Length; the connection is closed after it.
-    Ok(body.trim().to_owned())
 }
