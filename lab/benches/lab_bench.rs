@@ -11,7 +11,6 @@
 //! `/hostname` from node1's namespace (through its `ovn0` and OVN, across nodes for two thirds
 //! of the pods) returned the pod's name: the data path works, not only the API objects.
 
-use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -20,7 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::ListParams;
+use kube::api::{ListParams, PostParams};
 
 const NAMESPACE: &str = "bench";
 const PORT: u16 = 8080;
@@ -94,15 +93,12 @@ fn up_to_green(lab: &Lab, runs: usize) -> Result<Vec<f64>> {
     Ok(times)
 }
 
-fn pods_manifest(pods: usize) -> String {
-    let mut text = format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NAMESPACE}\n");
-    for i in 0..pods {
-        let _ = write!(
-            text,
-            "---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: p{i:03}\n  namespace: {NAMESPACE}\nspec:\n  containers:\n  - name: c\n    image: kube-ovn-lab/netexec\n    ports:\n    - containerPort: {PORT}\n"
-        );
-    }
-    text
+fn pod(i: usize) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": format!("p{i:03}"), "namespace": NAMESPACE},
+        "spec": {"containers": [{"name": "c", "image": "kube-ovn-lab/netexec", "ports": [{"containerPort": PORT}]}]}
+    }))
+    .expect("a valid pod")
 }
 
 /// The pods of the bench namespace that are Running, with their addresses.
@@ -124,24 +120,32 @@ async fn running(client: &kube::Client) -> Result<Vec<(String, IpAddr)>> {
 /// 3 nodes, `pods` pods at once: seconds until all are Running, and until all answer.
 fn many_pods(lab: &Lab, pods: usize) -> Result<(f64, f64)> {
     lab.up(&["--nodes", "3", "--no-examples"])?;
-    let manifest = lab.dir.join("pods.yaml");
-    std::fs::write(&manifest, pods_manifest(pods))?;
+    lab.ok(&["kubectl", "create", "namespace", NAMESPACE])?;
     let cp = kube_ovn_dataplane::Netns::open(lab.netns("cp"))?;
     let kubeconfig = lab.dir.join(&lab.name).join("admin.kubeconfig");
-    let start = Instant::now();
-    lab.ok(&["kubectl", "apply", "-f", &manifest.to_string_lossy()])?;
-    let ips = cp.run(|| -> Result<Vec<(String, IpAddr)>> {
+    // All pods are created at once (concurrent POSTs), as a burst of a ReplicaSet's would be.
+    let (start, ips) = cp.run(|| -> Result<(Instant, Vec<(String, IpAddr)>)> {
         let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
         rt.block_on(async {
             let client = kube_ovn_support::kube_client(Some(&kubeconfig)).await?;
+            let api = Api::<Pod>::namespaced(client.clone(), NAMESPACE);
+            let start = Instant::now();
+            let creates = (0..pods).map(|i| {
+                let api = api.clone();
+                async move { api.create(&PostParams::default(), &pod(i)).await }
+            });
+            for created in futures::future::join_all(creates).await {
+                created?;
+            }
+            eprintln!("{pods} pods created in {:.2} s", start.elapsed().as_secs_f64());
             loop {
                 let now = running(&client).await?;
                 if now.len() == pods {
-                    return Ok(now);
+                    return Ok((start, now));
                 }
                 ensure!(
                     start.elapsed() < Duration::from_mins(10),
-                    "only {} of {pods} Running after 600 s",
+                    "only {} of {pods} Running after 10 minutes",
                     now.len()
                 );
                 tokio::time::sleep(Duration::from_millis(50)).await;

@@ -267,6 +267,16 @@ async fn bring_up(
     clock: &Clock,
 ) -> anyhow::Result<bool> {
     let timeout = args.timeout;
+    // The ToR first: it only needs the fabric, and a speaker that finds it listening establishes
+    // its session at once instead of after its connect-retry timer.
+    let (files, launches) = tor::plan(t);
+    for (path, text) in files {
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    for launch in &launches {
+        rec.start(launch)?;
+    }
+    rec.start(&components::outside_server(t, bins))?;
     // OVN central.
     let cp = t.cp_dir();
     for (schema, db) in [(NB_SCHEMA, "ovnnb_db.db"), (SB_SCHEMA, "ovnsb_db.db")] {
@@ -337,16 +347,8 @@ async fn bring_up(
         clock.step("containerd on every node, with the pause and netexec images");
     }
 
-    let (files, launches) = tor::plan(t);
-    for (path, text) in files {
-        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
-    }
-    for launch in &launches {
-        rec.start(launch)?;
-    }
-    rec.start(&components::outside_server(t, bins))?;
     wait_nodes_ready(t, &client, timeout).await?;
-    clock.step("ToR and outside host started; nodes Ready with chassis and join addresses");
+    clock.step("nodes Ready with chassis and join addresses");
 
     let examples = args
         .examples
