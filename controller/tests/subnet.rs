@@ -1,8 +1,10 @@
-//! Subnet features on real OVN: private subnets and ACLs, gateway types and failover, namespace
-//! selectors, CIDR overlap and the status counters.
+//! Subnet features on real OVN: private subnets and ACLs, gateway types and failover (a node's
+//! `Ready` and `NetworkUnavailable` conditions), namespace selectors, CIDR overlap, the status
+//! counters and `natOutgoingPolicyRules` IDs.
 
 mod common;
 mod netkit;
+mod podkit;
 
 use common::{Env, ann};
 use kube::ResourceExt;
@@ -292,6 +294,12 @@ async fn an_ecmp_gateway_lists_every_ready_gateway() {
         ids.contains(&format!("node1={join1}")) && ids.contains("subnet=ecmp"),
         "{ids}"
     );
+    let active = |want: &'static str| {
+        move |s: &kube_ovn_api::crd::Subnet| {
+            s.status.as_ref().and_then(|s| s.activate_gateway.as_deref()) == Some(want)
+        }
+    };
+    subnet_until(&env, "ecmp", "every gateway in activateGateway", active("node1,node2")).await;
     set_node_ready(&env, "node2", "False").await;
     nb_until(
         &env,
@@ -300,6 +308,110 @@ async fn an_ecmp_gateway_lists_every_ready_gateway() {
         |o| policy_line(o, m).is_some_and(|l| l.contains(&join1) && !l.contains(&join2)),
     )
     .await;
+    subnet_until(&env, "ecmp", "node2 out of activateGateway", active("node1")).await;
+    // node2 Ready again, node1 Ready but its join gateway unreachable (the node daemon's ovn0
+    // check): node1 carries no gateway traffic.
+    set_node_ready(&env, "node2", "True").await;
+    set_node_conditions(
+        &env,
+        "node1",
+        json!([{"type": "Ready", "status": "True"},
+            {"type": "NetworkUnavailable", "status": "True", "reason": "JoinSubnetGatewayUnreachable"}]),
+    )
+    .await;
+    nb_until(
+        &env,
+        &["lr-policy-list", "ovn-cluster"],
+        "node1 to leave the set for its network",
+        |o| policy_line(o, m).is_some_and(|l| l.contains(&join2) && !l.contains(&join1)),
+    )
+    .await;
+    subnet_until(&env, "ecmp", "node1 out of activateGateway", active("node2")).await;
+    set_node_conditions(
+        &env,
+        "node1",
+        json!([{"type": "Ready", "status": "True"},
+            {"type": "NetworkUnavailable", "status": "False", "reason": "JoinSubnetGatewayReachable"}]),
+    )
+    .await;
+    subnet_until(&env, "ecmp", "node1 back", active("node1,node2")).await;
+}
+
+/// Replaces a node's conditions.
+async fn set_node_conditions(env: &Env, node: &str, conditions: serde_json::Value) {
+    let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(env.kube.clone());
+    api.patch_status(
+        node,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"status": {"conditions": conditions}})),
+    )
+    .await
+    .unwrap();
+}
+
+fn nat_rule_ids(s: &kube_ovn_api::crd::Subnet) -> Option<Vec<String>> {
+    let rules = s.status.as_ref()?.nat_outgoing_policy_rules.as_ref()?;
+    rules.iter().map(|r| r.rule_id.clone()).collect()
+}
+
+/// The rule IDs are Kube-OVN's (computed outside this code:
+/// `printf '%s' 'natp0{"match":{"srcIPs":"10.50.1.0/24","dstIPs":"203.0.113.0/24"},"action":"forward"}' | sha256sum`
+/// → 83a78da3f07f…, `printf '%s' 'natp1{"match":{"dstIPs":"198.51.100.0/24"},"action":"nat"}' | sha256sum`
+/// → 653d71581653…); a bad rule is a condition and a Warning event naming the field, and the
+/// status keeps the rules the nodes apply; `natOutgoing: false` empties the list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nat_policy_rules_get_kube_ovns_ids_and_a_bad_one_changes_nothing() {
+    let env = Env::start().await;
+    let spec = |dst: &str, nat: bool| {
+        json!({"cidrBlock": "10.50.0.0/16", "natOutgoing": nat, "natOutgoingPolicyRules": [
+            {"match": {"srcIPs": "10.50.1.0/24", "dstIPs": "203.0.113.0/24"}, "action": "forward"},
+            {"match": {"dstIPs": dst}, "action": "nat"}]})
+    };
+    subnet(&env, "natp", spec("198.51.100.0/24", true)).await;
+    let s = subnet_until(&env, "natp", "rule IDs", |s| nat_rule_ids(s).is_some()).await;
+    assert_eq!(nat_rule_ids(&s).unwrap(), ["83a78da3f07f", "653d71581653"]);
+    let written = serde_json::to_value(&s.status.as_ref().unwrap().nat_outgoing_policy_rules).unwrap();
+    assert_eq!(
+        written,
+        json!([
+            {"ruleID": "83a78da3f07f", "action": "forward",
+                "match": {"srcIPs": "10.50.1.0/24", "dstIPs": "203.0.113.0/24"}},
+            {"ruleID": "653d71581653", "action": "nat", "match": {"dstIPs": "198.51.100.0/24"}},
+        ])
+    );
+
+    subnet(&env, "natp", spec("198.51.100.300", true)).await;
+    let s = subnet_until(&env, "natp", "refused", |s| {
+        subnet_condition(s, "Validated").is_some_and(|c| c.status == ConditionStatus::False)
+    })
+    .await;
+    let msg = subnet_condition(&s, "Validated").unwrap().message.clone().unwrap();
+    let field = "spec.natOutgoingPolicyRules[1].match.dstIPs";
+    assert!(msg.contains("natp") && msg.contains(field), "{msg}");
+    assert_eq!(
+        nat_rule_ids(&s).unwrap(),
+        ["83a78da3f07f", "653d71581653"],
+        "the rules in force stay"
+    );
+    podkit::warning(
+        &env,
+        "default",
+        "Subnet",
+        "natp",
+        "ValidateLogicalSwitchFailed",
+        &["natp", field, "198.51.100.300"],
+    )
+    .await;
+
+    subnet(&env, "natp", spec("198.51.100.0/24", false)).await;
+    let s = subnet_until(&env, "natp", "ready with no rules", |s| {
+        subnet_ready(s) && nat_rule_ids(s).is_some_and(|ids| ids.is_empty())
+    })
+    .await;
+    assert_eq!(
+        serde_json::to_value(&s.status.unwrap().nat_outgoing_policy_rules).unwrap(),
+        json!([])
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -565,8 +677,18 @@ async fn reconciling_again_writes_nothing() {
     };
     let reconciles = netkit::reconciles;
     let before = netkit::metrics(port).await.unwrap();
-    // Touch every subnet and VPC (a node change re-reconciles all subnets; the VPCs by hand).
-    set_node_ready(&env, "node2", "True").await;
+    // Touch every subnet and VPC (a node's labels re-reconcile all subnets; the VPCs by hand).
+    // Not its readiness: the test's nodes have no conditions, which counts as ready already, so
+    // `Ready=True` would change nothing and the test would wait for the periodic requeue.
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(env.kube.clone());
+    nodes
+        .patch(
+            "node2",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}})),
+        )
+        .await
+        .unwrap();
     let vpcs: Api<kube_ovn_api::crd::Vpc> = Api::all(env.kube.clone());
     for name in ["vpc1", "vpc2", "ovn-cluster"] {
         let touch = json!({"metadata": {"annotations": {"touched": "yes"}}});

@@ -293,7 +293,7 @@ pub struct U2oFeatures {
 /// Observed state of a Subnet.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 pub struct SubnetStatus {
-    /// The centralized gateway node currently in use (without ECMP).
+    /// The centralized gateway node in use; with ECMP, every gateway in use, comma-separated.
     #[serde(rename = "activateGateway", default, skip_serializing_if = "Option::is_none")]
     pub activate_gateway: Option<String>,
     /// `Ready`, `Validated`, `Error`, ...

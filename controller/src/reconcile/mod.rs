@@ -40,6 +40,7 @@ pub mod statefulset;
 pub mod subnet;
 pub mod subnet_acl;
 pub mod subnet_gateway;
+pub mod subnet_nat_policy;
 pub mod subnet_spec;
 pub mod subnet_status;
 pub mod triggers;

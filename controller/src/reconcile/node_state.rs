@@ -23,3 +23,35 @@ pub fn node_ready(node: &Node) -> bool {
         _ => true,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::reconcile::triggers::node_for_subnets;
+
+    fn node(conditions: &serde_json::Value) -> Node {
+        serde_json::from_value(json!({"metadata": {"name": "n1"}, "status": {"conditions": conditions}})).unwrap()
+    }
+
+    /// The node daemon's `ovn0` check writes `NetworkUnavailable` with Kube-OVN's reasons; a node
+    /// whose join gateway is unreachable carries no gateway traffic, however Ready it is.
+    #[test]
+    fn network_unavailable_takes_a_ready_node_out_of_the_gateways() {
+        let ready = json!({"type": "Ready", "status": "True"});
+        let reachable = json!({"type": "NetworkUnavailable", "status": "False",
+            "reason": "JoinSubnetGatewayReachable", "message": "ping check to gateway succeeded"});
+        let unreachable = json!({"type": "NetworkUnavailable", "status": "True",
+            "reason": "JoinSubnetGatewayUnreachable", "message": "ping check to gateway failed"});
+        let up = node(&json!([ready, reachable]));
+        let down = node(&json!([ready, unreachable]));
+        assert!(node_ready(&up));
+        assert!(!node_ready(&down));
+        assert!(!node_ready(&node(&json!([{"type": "Ready", "status": "False"}, reachable]))));
+        assert!(node_ready(&node(&json!([]))), "no kubelet has reported: taken as ready");
+        // The flip reaches the subnets, so a gateway moves as soon as it is written.
+        assert!(node_for_subnets(&up, &down));
+        assert!(!node_for_subnets(&up, &up.clone()));
+    }
+}

@@ -4,7 +4,8 @@
 //! status (see [`super::subnet_status`]). Defaulting is in [`super::subnet_spec`].
 //!
 //! `natOutgoing` needs nothing in the northbound database: the node daemon masquerades traffic of
-//! such subnets as it leaves through `ovn0`; the spec is all it reads.
+//! such subnets as it leaves through `ovn0`; it reads the spec, and the IDs of
+//! `natOutgoingPolicyRules` from the status (see [`super::subnet_nat_policy`]).
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -29,9 +30,11 @@ use super::node_state::{internal_ips, node_ready};
 use super::pod_state::port_name;
 use super::subnet_acl::subnet_acls;
 use super::subnet_gateway::{GatewayPlan, NodeView, gateway_plan};
+use super::subnet_nat_policy::status_rules;
 use super::subnet_spec::spec_patch;
 use super::subnet_spec::{Effective, effective};
-use super::subnet_status::{Outcome, set_status};
+use super::subnet_status::{Outcome, set_status, warn};
+use kube_ovn_api::crd::NatOutgoingPolicyRuleStatus;
 use crate::context::Context;
 use crate::error::{Doing, Error, Result};
 use crate::ovn::owned::{Claim, Parent, PolicySpec, sync_acls, sync_policies, sync_policies_claimed};
@@ -58,9 +61,12 @@ pub async fn reconcile(subnet: Arc<Subnet>, ctx: Arc<Context>) -> Result<Action>
     .map_err(super::finalizer_error::<Subnet>(&name))
 }
 
-/// Reports bad input on the subnet's status and returns the error (nothing has been applied).
+/// Reports bad input on the subnet's status and as a Warning event, and returns the error
+/// (nothing has been applied).
 async fn refuse(ctx: &Context, subnet: &Subnet, why: String) -> Result<Action> {
-    set_status(ctx, subnet, None, Outcome::invalid(&why)).await?;
+    let outcome = Outcome::invalid(&why);
+    warn(ctx, subnet, outcome.reason, &why).await;
+    set_status(ctx, subnet, None, outcome).await?;
     Err(Error::Invalid(why))
 }
 
@@ -84,6 +90,10 @@ async fn apply(subnet: &Subnet, ctx: &Context) -> Result<Action> {
     let is_join = name == ctx.config.node_subnet.name;
     let default_vpc = router == ctx.config.cluster_router;
     let field_error = |(field, why): (String, String)| format!("subnet {name}: {field}: {why}");
+    let nat_rules = match status_rules(&name, &subnet.spec) {
+        Ok(r) => r,
+        Err(e) => return refuse(ctx, subnet, field_error(e)).await,
+    };
     let acls = match subnet_acls(&name, &eff, &subnet.spec, &ctx.config.node_subnet.cidrs) {
         Ok(a) => a,
         Err(e) => return refuse(ctx, subnet, field_error(e)).await,
@@ -180,7 +190,7 @@ async fn apply(subnet: &Subnet, ctx: &Context) -> Result<Action> {
     ctx.nb.apply(plan, "subnet").await.doing(format_args!(
         "write the switch, router port, policies and ACLs of subnet {name}"
     ))?;
-    finish(ctx, subnet, &eff, gateway.as_ref()).await
+    finish(ctx, subnet, &eff, gateway.as_ref(), &nat_rules).await
 }
 
 /// The status after a successful apply, with Kube-OVN's reasons.
@@ -189,6 +199,7 @@ async fn finish(
     subnet: &Subnet,
     eff: &Effective,
     gateway: Option<&GatewayPlan>,
+    nat_rules: &[NatOutgoingPolicyRuleStatus],
 ) -> Result<Action> {
     // A periodic look, besides the watches: cheap when nothing changed.
     let resync = Action::requeue(Duration::from_mins(1));
@@ -203,6 +214,7 @@ async fn finish(
             reason: "NoActiveGatewayFound",
             message: why,
             active_gateway: Some(""),
+            nat_rules: Some(nat_rules),
         };
         set_status(ctx, subnet, Some(eff), outcome).await?;
         return Ok(resync);
@@ -214,6 +226,7 @@ async fn finish(
     };
     let outcome = Outcome {
         active_gateway: gateway.map(|g| g.active.as_str()),
+        nat_rules: Some(nat_rules),
         ..Outcome::ok(reason)
     };
     set_status(ctx, subnet, Some(eff), outcome).await?;

@@ -10,6 +10,14 @@
 //!   select, by name) takes over;
 //! - centralized with `enableEcmp`: one such policy whose next hops are all Ready gateways.
 //!
+//! "Ready" is [`super::node_state::node_ready`]: the node's `Ready` condition, and its
+//! `NetworkUnavailable` condition not True (the node daemon sets it when `ovn0` cannot reach the
+//! join gateway), as Kube-OVN's `nodeReady`.
+//!
+//! `status.activateGateway` names the active node; with `enableEcmp` it lists every gateway in
+//! use, comma-separated, in `gatewayNode` order (Kube-OVN leaves it unwritten with ECMP). The
+//! speakers read it to announce the subnet only from its gateways.
+//!
 //! Policy `external_ids` are Kube-OVN's: `subnet`, plus `node` (distributed) or `<node>=<join
 //! ip>` for each next hop (centralized), which Kube-OVN's gateway checker reads back.
 //!
@@ -46,7 +54,8 @@ pub struct GatewayPlan {
     pub policies: Vec<(PolicySpec, BTreeMap<String, String>)>,
     /// Nodes that get a `<subnet>.<node>` port group (distributed only).
     pub port_group_nodes: Vec<String>,
-    /// `status.activateGateway`: the active node of an active/standby centralized subnet.
+    /// `status.activateGateway`: the active node of an active/standby centralized subnet, or
+    /// every gateway in use (comma-separated) with ECMP; empty for a distributed one.
     pub active: String,
     /// Why no gateway could be chosen: the caller keeps the policies it has and reports this.
     pub no_gateway: Option<String>,
@@ -155,6 +164,11 @@ pub fn gateway_plan(
         return Ok(plan);
     }
     let hops: Vec<&NodeView> = if spec.enable_ecmp == Some(true) {
+        plan.active = usable
+            .iter()
+            .map(|n| n.name.as_str())
+            .collect::<Vec<_>>()
+            .join(",");
         usable
     } else {
         // Stay on the active gateway while it is fit, so a failover is the only move.
@@ -264,7 +278,7 @@ mod tests {
         ];
         let p = plan_of(spec, "", &nodes);
         assert_eq!(p.policies[0].0.nexthops, ["100.64.0.2", "100.64.0.3"]);
-        assert!(p.active.is_empty());
+        assert_eq!(p.active, "n1,n2", "every gateway in use, for the speakers");
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! A subnet's status: Kube-OVN's conditions (`Validated`, `Ready`, `Error` with its reasons, e.g.
 //! `ValidateLogicalSwitchFailed`, `SetPrivateLogicalSwitchSuccess`, `NoActiveGatewayFound`),
-//! `activateGateway`, and the address counters and ranges, which follow IPAM.
+//! `activateGateway`, `natOutgoingPolicyRules` with their IDs, and the address counters and
+//! ranges, which follow IPAM. Bad input is also a Warning event on the subnet, as Kube-OVN's
+//! status writer sends one with every error.
 //!
 //! Counters change with every pod, not with the subnet, so besides the reconciler a short loop
 //! ([`refresh_counters`]) writes them when IPAM and the status disagree; it writes nothing
@@ -10,7 +12,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use kube_ovn_api::crd::condition::{Condition, ConditionStatus, ERROR, READY, VALIDATED, set_condition};
-use kube_ovn_api::crd::{IpCount, Subnet, SubnetStatus};
+use kube::runtime::events::{Event, EventType};
+use kube_ovn_api::crd::{IpCount, NatOutgoingPolicyRuleStatus, Subnet, SubnetStatus};
 use serde_json::json;
 
 use super::subnet_spec::{Effective, effective};
@@ -27,6 +30,9 @@ pub struct Outcome<'a> {
     pub message: &'a str,
     /// `status.activateGateway`; `None` leaves it as it is.
     pub active_gateway: Option<&'a str>,
+    /// `status.natOutgoingPolicyRules`; `None` leaves them as they are (bad input keeps the
+    /// rules the nodes apply now).
+    pub nat_rules: Option<&'a [NatOutgoingPolicyRuleStatus]>,
 }
 
 impl<'a> Outcome<'a> {
@@ -37,6 +43,7 @@ impl<'a> Outcome<'a> {
             reason,
             message: "",
             active_gateway: None,
+            nat_rules: None,
         }
     }
 
@@ -48,6 +55,7 @@ impl<'a> Outcome<'a> {
             reason: "ValidateLogicalSwitchFailed",
             message,
             active_gateway: None,
+            nat_rules: None,
         }
     }
 }
@@ -117,6 +125,7 @@ pub async fn set_status(
         reason,
         message,
         active_gateway,
+        nat_rules,
     } = outcome;
     let mut changed = false;
     for (type_, value) in [
@@ -137,6 +146,12 @@ pub async fn set_status(
         status.activate_gateway = Some(active.to_owned());
         changed = true;
     }
+    if let Some(rules) = nat_rules
+        && old.nat_outgoing_policy_rules.as_deref() != Some(rules)
+    {
+        status.nat_outgoing_policy_rules = Some(rules.to_vec());
+        changed = true;
+    }
     if let Some(eff) = eff {
         with_counters(ctx, &name, eff, &mut status);
     }
@@ -144,6 +159,21 @@ pub async fn set_status(
         return Ok(());
     }
     super::merge_status::<Subnet>(&ctx.kube, &name, &status).await
+}
+
+/// A Warning event on the subnet (reason `reason`, the message naming the field), beside the
+/// condition: what `kubectl describe subnet` and `kubectl get events` show.
+pub async fn warn(ctx: &Context, subnet: &Subnet, reason: &str, message: &str) {
+    let event = Event {
+        type_: EventType::Warning,
+        reason: reason.into(),
+        note: Some(message.to_owned()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &subnet.object_ref(&())).await {
+        tracing::debug!(error = %e, "cannot publish event");
+    }
 }
 
 /// Writes the address counters of every subnet whose status disagrees with IPAM.
