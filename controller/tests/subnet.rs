@@ -299,7 +299,13 @@ async fn an_ecmp_gateway_lists_every_ready_gateway() {
             s.status.as_ref().and_then(|s| s.activate_gateway.as_deref()) == Some(want)
         }
     };
-    subnet_until(&env, "ecmp", "every gateway in activateGateway", active("node1,node2")).await;
+    subnet_until(
+        &env,
+        "ecmp",
+        "every gateway in activateGateway",
+        active("node1,node2"),
+    )
+    .await;
     set_node_ready(&env, "node2", "False").await;
     nb_until(
         &env,
@@ -385,7 +391,11 @@ async fn nat_policy_rules_get_kube_ovns_ids_and_a_bad_one_changes_nothing() {
         subnet_condition(s, "Validated").is_some_and(|c| c.status == ConditionStatus::False)
     })
     .await;
-    let msg = subnet_condition(&s, "Validated").unwrap().message.clone().unwrap();
+    let msg = subnet_condition(&s, "Validated")
+        .unwrap()
+        .message
+        .clone()
+        .unwrap();
     let field = "spec.natOutgoingPolicyRules[1].match.dstIPs";
     assert!(msg.contains("natp") && msg.contains(field), "{msg}");
     assert_eq!(

@@ -112,6 +112,10 @@ pub struct Flags {
     /// namespaces, as in the tests and the lab); this process's own when empty.
     #[arg(long, env = "BGP_NETNS", default_value = "")]
     pub bgp_netns: String,
+    /// The default VPC's name, as the controller's `--cluster-router` (ours here): its
+    /// centralized-gateway subnets are announced only from their gateway nodes.
+    #[arg(long, env = "CLUSTER_ROUTER", default_value = "ovn-cluster")]
+    pub cluster_router: String,
     /// Full recompute interval, the safety net behind the event-driven path.
     #[arg(long, env = "RESYNC_PERIOD", default_value = "300s", value_parser = kube_ovn_support::parse_duration)]
     pub resync_period: Duration,
@@ -177,6 +181,12 @@ impl Flags {
             return Err(bad(
                 "node-name",
                 "required (or NODE_NAME): the `local` policy needs it",
+            ));
+        }
+        if self.cluster_router.is_empty() {
+            return Err(bad(
+                "cluster-router",
+                "must name the default VPC (Kube-OVN's is ovn-cluster)",
             ));
         }
         let pod_ips = if self.pod_ips.iter().any(|v| !v.trim().is_empty()) {
@@ -291,6 +301,7 @@ mod tests {
         assert_eq!(c.flags.graceful_restart_deferral_time, Duration::from_mins(6));
         assert_eq!(c.flags.pprof_port, 10667);
         assert_eq!(c.flags.ebgp_multihop, 1);
+        assert_eq!(c.flags.cluster_router, "ovn-cluster");
         assert!(!c.flags.passivemode && !c.flags.graceful_restart);
         let c = flags(&[
             "--neighbor-address=10.0.0.1",
@@ -335,6 +346,7 @@ mod tests {
             (vec!["--enable-bfd", "--bfd-min-tx=0"], "10.1.0.5", "--bfd-min-tx"),
             (vec!["--node-ips=nope"], "10.1.0.5", "--node-ips"),
             (vec![], "10.1.0.5,bad", "--pod-ips"),
+            (vec!["--cluster-router="], "10.1.0.5", "--cluster-router"),
         ] {
             let pod_ips = format!("--pod-ips={pod_ips}");
             args.push(&pod_ips);

@@ -32,7 +32,8 @@ mod tests {
     use crate::reconcile::triggers::node_for_subnets;
 
     fn node(conditions: &serde_json::Value) -> Node {
-        serde_json::from_value(json!({"metadata": {"name": "n1"}, "status": {"conditions": conditions}})).unwrap()
+        serde_json::from_value(json!({"metadata": {"name": "n1"}, "status": {"conditions": conditions}}))
+            .unwrap()
     }
 
     /// The node daemon's `ovn0` check writes `NetworkUnavailable` with Kube-OVN's reasons; a node
@@ -48,8 +49,13 @@ mod tests {
         let down = node(&json!([ready, unreachable]));
         assert!(node_ready(&up));
         assert!(!node_ready(&down));
-        assert!(!node_ready(&node(&json!([{"type": "Ready", "status": "False"}, reachable]))));
-        assert!(node_ready(&node(&json!([]))), "no kubelet has reported: taken as ready");
+        assert!(!node_ready(&node(
+            &json!([{"type": "Ready", "status": "False"}, reachable])
+        )));
+        assert!(
+            node_ready(&node(&json!([]))),
+            "no kubelet has reported: taken as ready"
+        );
         // The flip reaches the subnets, so a gateway moves as soon as it is written.
         assert!(node_for_subnets(&up, &down));
         assert!(!node_for_subnets(&up, &up.clone()));

@@ -34,7 +34,6 @@ use super::subnet_nat_policy::status_rules;
 use super::subnet_spec::spec_patch;
 use super::subnet_spec::{Effective, effective};
 use super::subnet_status::{Outcome, set_status, warn};
-use kube_ovn_api::crd::NatOutgoingPolicyRuleStatus;
 use crate::context::Context;
 use crate::error::{Doing, Error, Result};
 use crate::ovn::owned::{Claim, Parent, PolicySpec, sync_acls, sync_policies, sync_policies_claimed};
@@ -43,6 +42,7 @@ use crate::ovn::priority::{POLICY_GATEWAY, POLICY_SUBNET_ALLOW};
 use crate::ovn::topology::{
     Attachment, add_to_port_group, ensure_port_group, ensure_router_attachment, ensure_switch,
 };
+use kube_ovn_api::crd::NatOutgoingPolicyRuleStatus;
 use kube_ovn_api::selector::Selector;
 
 pub const KIND: &str = "Subnet";

@@ -19,7 +19,9 @@ use std::fmt::Write as _;
 use std::net::IpAddr;
 
 use ipnet::IpNet;
-use kube_ovn_api::crd::{NatOutgoingPolicyMatch, NatOutgoingPolicyRule, NatOutgoingPolicyRuleStatus, SubnetSpec};
+use kube_ovn_api::crd::{
+    NatOutgoingPolicyMatch, NatOutgoingPolicyRule, NatOutgoingPolicyRuleStatus, SubnetSpec,
+};
 
 /// Kube-OVN's `NatPolicyRuleIDLength`.
 const RULE_ID_LEN: usize = 12;
@@ -145,7 +147,10 @@ fn check(index: usize, rule: &NatOutgoingPolicyRule) -> Result<(), (String, Stri
 /// `status.natOutgoingPolicyRules` for a subnet, as Kube-OVN writes it: each rule's match
 /// (empty lists left out) and action, with its ID; empty when `natOutgoing` is off. A bad rule
 /// is an error naming the field, and no entry is computed.
-pub fn status_rules(subnet: &str, spec: &SubnetSpec) -> Result<Vec<NatOutgoingPolicyRuleStatus>, (String, String)> {
+pub fn status_rules(
+    subnet: &str,
+    spec: &SubnetSpec,
+) -> Result<Vec<NatOutgoingPolicyRuleStatus>, (String, String)> {
     let rules = spec.nat_outgoing_policy_rules.as_deref().unwrap_or_default();
     for (i, rule) in rules.iter().enumerate() {
         check(i, rule)?;
@@ -202,11 +207,13 @@ mod tests {
     /// (pkg/controller/subnet_status.go). The last case has index 10 after name "ovn-default1".
     #[test]
     fn rule_ids_are_kube_ovns() {
-        let s = spec(json!({"cidrBlock": "10.16.0.0/16", "natOutgoing": true, "natOutgoingPolicyRules": [
-            {"match": {"dstIPs": "198.51.100.0/24", "srcIPs": "10.16.0.0/24"}, "action": "nat"},
-            {"action": "forward", "match": {"srcIPs": "", "dstIPs": "203.0.113.0/24,192.0.2.1"}},
-            {"action": "nat"},
-        ]}));
+        let s = spec(
+            json!({"cidrBlock": "10.16.0.0/16", "natOutgoing": true, "natOutgoingPolicyRules": [
+                {"match": {"dstIPs": "198.51.100.0/24", "srcIPs": "10.16.0.0/24"}, "action": "nat"},
+                {"action": "forward", "match": {"srcIPs": "", "dstIPs": "203.0.113.0/24,192.0.2.1"}},
+                {"action": "nat"},
+            ]}),
+        );
         let status = status_rules("net1", &s).unwrap();
         let ids: Vec<&str> = status.iter().map(|r| r.rule_id.as_deref().unwrap()).collect();
         assert_eq!(ids, ["f2b8c6c24575", "8ce81531baea", "9d56cc1a8239"]);
@@ -258,21 +265,28 @@ mod tests {
     #[test]
     fn bad_rules_name_their_field() {
         let err = |rules: serde_json::Value| {
-            let s = spec(json!({"cidrBlock": "10.16.0.0/16", "natOutgoing": true, "natOutgoingPolicyRules": rules}));
+            let s = spec(
+                json!({"cidrBlock": "10.16.0.0/16", "natOutgoing": true, "natOutgoingPolicyRules": rules}),
+            );
             status_rules("s", &s).unwrap_err()
         };
         let ok = json!({"match": {"srcIPs": "10.16.0.0/24"}, "action": "nat"});
-        let (field, why) = err(json!([ok, {"match": {"srcIPs": "10.16.0.0/24,10.17.0.300"}, "action": "nat"}]));
+        let (field, why) =
+            err(json!([ok, {"match": {"srcIPs": "10.16.0.0/24,10.17.0.300"}, "action": "nat"}]));
         assert_eq!(field, "spec.natOutgoingPolicyRules[1].match.srcIPs");
         assert!(why.contains("10.17.0.300"), "{why}");
         let (field, _) = err(json!([{"match": {"dstIPs": "1.2.3.0/24,"}, "action": "nat"}]));
         assert_eq!(field, "spec.natOutgoingPolicyRules[0].match.dstIPs");
         let (field, _) = err(json!([{"match": {"dstIPs": "1.2.3.4, 1.2.3.5"}, "action": "nat"}]));
-        assert_eq!(field, "spec.natOutgoingPolicyRules[0].match.dstIPs", "entries are not trimmed");
+        assert_eq!(
+            field, "spec.natOutgoingPolicyRules[0].match.dstIPs",
+            "entries are not trimmed"
+        );
         let (field, why) = err(json!([{"match": {"dstIPs": "1.2.3.4,fd00::1"}, "action": "nat"}]));
         assert_eq!(field, "spec.natOutgoingPolicyRules[0].match.dstIPs");
         assert!(why.contains("mixes"), "{why}");
-        let (field, _) = err(json!([{"match": {"srcIPs": "10.16.0.0/24", "dstIPs": "fd00::/64"}, "action": "nat"}]));
+        let (field, _) =
+            err(json!([{"match": {"srcIPs": "10.16.0.0/24", "dstIPs": "fd00::/64"}, "action": "nat"}]));
         assert_eq!(field, "spec.natOutgoingPolicyRules[0].match");
         let (field, why) = err(json!([{"match": {"srcIPs": "10.16.0.0/24"}, "action": "snat"}]));
         assert_eq!(field, "spec.natOutgoingPolicyRules[0].action");
@@ -280,8 +294,10 @@ mod tests {
         let (field, _) = err(json!([{"match": {"srcIPs": "10.16.0.0/24"}}]));
         assert_eq!(field, "spec.natOutgoingPolicyRules[0].action");
         // Kube-OVN's validator accepts these: a trimmed list, host bits in a CIDR, a lone address.
-        let s = spec(json!({"cidrBlock": "10.16.0.0/16", "natOutgoing": true, "natOutgoingPolicyRules": [
-            {"match": {"srcIPs": " 10.16.0.1/24 ", "dstIPs": "192.0.2.1"}, "action": "forward"}]}));
+        let s = spec(
+            json!({"cidrBlock": "10.16.0.0/16", "natOutgoing": true, "natOutgoingPolicyRules": [
+            {"match": {"srcIPs": " 10.16.0.1/24 ", "dstIPs": "192.0.2.1"}, "action": "forward"}]}),
+        );
         assert!(status_rules("s", &s).is_ok());
     }
 }

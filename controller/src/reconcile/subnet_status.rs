@@ -10,9 +10,9 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use kube_ovn_api::crd::condition::{Condition, ConditionStatus, ERROR, READY, VALIDATED, set_condition};
-use kube::runtime::events::{Event, EventType};
 use kube_ovn_api::crd::{IpCount, NatOutgoingPolicyRuleStatus, Subnet, SubnetStatus};
 use serde_json::json;
 

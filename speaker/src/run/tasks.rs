@@ -78,6 +78,7 @@ pub async fn routes(config: Config, peers: Arc<PeerSet>, objects: Objects, table
         let scope = Scope {
             node_name: &config.flags.node_name,
             announce_cluster_ip: config.flags.announce_cluster_ip,
+            cluster_router: &config.flags.cluster_router,
         };
         let desired = announce::desired(&objects, &scope);
         for skipped in &desired.skipped {
