@@ -173,13 +173,26 @@ pub fn speaker_via(
     dir: &std::path::Path,
     extra: &[&str],
 ) -> Result<Speaker> {
+    speaker_on(kubeconfig, &lab.node, "n1", NODE_V4, dir, extra)
+}
+
+/// The speaker of node `node` (router ID `router_id`), its BGP in `netns`, reaching the API
+/// server through `kubeconfig`; `extra` flags follow (peers among them).
+pub fn speaker_on(
+    kubeconfig: &std::path::Path,
+    netns: &kube_ovn_testkit::Netns,
+    node: &str,
+    router_id: std::net::Ipv4Addr,
+    dir: &std::path::Path,
+    extra: &[&str],
+) -> Result<Speaker> {
     let port = free_port();
     let mut args = vec![
         format!("--kubeconfig={}", kubeconfig.display()),
-        "--node-name=n1".into(),
+        format!("--node-name={node}"),
         format!("--cluster-as={NODE_AS}"),
-        format!("--router-id={NODE_V4}"),
-        format!("--bgp-netns={}", lab.node.path().display()),
+        format!("--router-id={router_id}"),
+        format!("--bgp-netns={}", netns.path().display()),
         format!("--state-dir={}", dir.join("state").display()),
         format!("--pprof-port={port}"),
         "--metrics-address=127.0.0.1".into(),

@@ -70,8 +70,6 @@ pub struct Bird {
 impl Bird {
     pub fn start(ns: &Netns, spec: &PeerSpec) -> anyhow::Result<Bird> {
         let dir = tempfile::Builder::new().prefix("bird-").tempdir()?;
-        let conf = dir.path().join("bird.conf");
-        let ctl = dir.path().join("bird.ctl");
         let mut text = format!(
             "log \"{}\" all;\nrouter id {};\nprotocol device {{ scan time 10; }}\n\
              protocol direct {{ ipv4; ipv6; }}\nprotocol bgp node {{\n  local as {TOR_AS};\n  \
@@ -100,6 +98,13 @@ impl Bird {
                 "protocol bfd {\n  interface \"*\" { min rx interval 100 ms; min tx interval 100 ms; multiplier 3; };\n}\n",
             );
         }
+        Self::launch(ns, dir, &text)
+    }
+
+    /// BIRD with the configuration `text` (written to `dir`), once its control socket answers.
+    pub fn launch(ns: &Netns, dir: tempfile::TempDir, text: &str) -> anyhow::Result<Bird> {
+        let conf = dir.path().join("bird.conf");
+        let ctl = dir.path().join("bird.ctl");
         std::fs::write(&conf, text)?;
         run("bird", &["-p", "-c", &conf.to_string_lossy()]).context("BIRD config check")?;
         let args: Vec<String> = ["-f", "-c", &conf.to_string_lossy(), "-s", &ctl.to_string_lossy()]

@@ -1,0 +1,114 @@
+//! From a centralized subnet's `status.activateGateway` changing to the ToR's new best path:
+//! two `kube-ovn-speaker` binaries (release; nodes `na` and `nb`, each in its own namespace),
+//! the API emulator and a BIRD ToR with a session to each, as in `tests/k8s_gateway.rs`.
+//!
+//! `cargo bench -p kube-ovn-speaker --bench gateway_failover -- [FAILOVERS] [PODS]` (defaults
+//! 50 and 100). Root. The subnet (`bgp: cluster`) has PODS pods, so each failover moves its CIDR
+//! and PODS /32s. The gateway alternates na → nb → na …; each time, timing starts before the
+//! status patch and ends at the first poll of BIRD's control socket (every 0.5 ms) that shows,
+//! for the CIDR, the new gateway's path as best, and the old gateway's route gone; then until
+//! every route of the subnet is from the new gateway only.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use common::birdctl::BirdCtl;
+use common::gateways::{TwoGateways, watch_failover};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::json;
+
+const CIDR: &str = "10.30.0.0/16";
+
+/// Routes BIRD holds from session `protocol` ("N of M routes for K networks in table T" per
+/// table; on the control socket a line may start with a reply code, `NNNN-` or `NNNN `).
+fn count(ctl: &mut BirdCtl, protocol: &str) -> Result<u32> {
+    let reply = ctl.ask(&format!("show route protocol {protocol} count"))?;
+    Ok(reply
+        .lines()
+        .filter(|l| l.contains(" routes for "))
+        .filter_map(|l| {
+            let coded = l.len() > 5 && l.as_bytes()[..4].iter().all(u8::is_ascii_digit);
+            let text = if coded { &l[5..] } else { l };
+            text.split_whitespace().next()?.parse::<u32>().ok()
+        })
+        .sum())
+}
+
+fn wait_moved(ctl: &mut BirdCtl, from: &str, to: &str, n: u32, since: Instant) -> Result<Duration> {
+    while since.elapsed() < Duration::from_secs(30) {
+        if count(ctl, to)? == n && count(ctl, from)? == 0 {
+            return Ok(since.elapsed());
+        }
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    bail!("the subnet's {n} routes did not move from {from} to {to}")
+}
+
+fn summary(name: &str, samples: &mut [Duration]) {
+    samples.sort();
+    let at = |p: f64| {
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss
+        )]
+        let i = ((samples.len() as f64 - 1.0) * p).round() as usize;
+        samples[i].as_secs_f64() * 1000.0
+    };
+    println!(
+        "{name:<40} median {:>7.2} ms   p90 {:>7.2} ms   max {:>7.2} ms",
+        at(0.5),
+        at(0.9),
+        at(1.0)
+    );
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let failovers: usize = args.first().map_or(Ok(50), |a| a.parse()).context("FAILOVERS")?;
+    let pods: u32 = args.get(1).map_or(Ok(100), |a| a.parse()).context("PODS")?;
+    let lab = TwoGateways::start().await?;
+    let spec = json!({"cidrBlock": CIDR, "vpc": "ovn-cluster", "gatewayType": "centralized",
+        "gatewayNode": "na,nb"});
+    lab.subnet("central", "cluster", spec, "na").await?;
+    let api: Api<Pod> = Api::namespaced(lab.cluster.kube.clone(), "default");
+    for i in 0..pods {
+        let ip = format!("10.30.{}.{}", i / 250, i % 250 + 2);
+        let pod: Pod = serde_json::from_value(
+            json!({"metadata": {"name": format!("p{i}"), "namespace": "default",
+            "annotations": {"ovn.kubernetes.io/ip_address": ip, "ovn.kubernetes.io/logical_switch": "central"}},
+            "spec": {"nodeName": if i % 2 == 0 { "na" } else { "nb" }, "containers": [{"name": "c", "image": "x"}]}}),
+        )?;
+        api.create(&PostParams::default(), &pod).await?;
+    }
+    let mut ctl = lab.ctl()?;
+    let routes = pods + 1;
+    tokio::task::block_in_place(|| wait_moved(&mut ctl, "node_b", "node_a", routes, Instant::now()))
+        .with_context(|| lab.logs())?;
+    let (mut best, mut withdrawn, mut moved) = (Vec::new(), Vec::new(), Vec::new());
+    let sessions = [("na", "node_a"), ("nb", "node_b")];
+    for i in 0..failovers {
+        let (from, to) = (sessions[i % 2], sessions[(i + 1) % 2]);
+        let started = Instant::now();
+        lab.set_active("central", to.0).await?;
+        let (f, all) = tokio::task::block_in_place(|| -> Result<_> {
+            let f = watch_failover(&mut ctl, CIDR, from.1, to.1, started)?;
+            Ok((f, wait_moved(&mut ctl, from.1, to.1, routes, started)?))
+        })
+        .with_context(|| lab.logs())?;
+        best.push(f.best);
+        withdrawn.push(f.withdrawn);
+        moved.push(all);
+    }
+    println!("status.activateGateway written to the ToR, {failovers} failovers, {pods} pods:");
+    summary("CIDR best path via the new gateway", &mut best);
+    summary("CIDR route of the old gateway gone", &mut withdrawn);
+    summary(&format!("all {routes} routes moved"), &mut moved);
+    Ok(())
+}
