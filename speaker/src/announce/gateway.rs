@@ -70,9 +70,9 @@ mod tests {
 
     use super::*;
 
-    fn subnet(spec: Value, active: Option<&str>) -> Subnet {
+    fn subnet(spec: &Value, active: Option<&str>) -> Subnet {
         let mut v = json!({"apiVersion": "kubeovn.io/v1", "kind": "Subnet",
-            "metadata": {"name": "s"}, "spec": spec});
+            "metadata": {"name": "s"}, "spec": spec.clone()});
         if let Some(a) = active {
             v["status"] = json!({"activateGateway": a});
         }
@@ -87,19 +87,19 @@ mod tests {
     fn a_centralized_subnet_is_placed_on_its_active_gateways() {
         let central = json!({"cidrBlock": "10.30.0.0/16", "vpc": "ovn-cluster",
             "gatewayType": "centralized", "gatewayNode": "n1,n2"});
-        let p = placement(&subnet(central.clone(), Some("n2")), "ovn-cluster");
+        let p = placement(&subnet(&central, Some("n2")), "ovn-cluster");
         assert_eq!(p, gateways(&["n2"]));
         assert_eq!(p.gateway_here("n2"), Some(true));
         assert_eq!(p.gateway_here("n1"), Some(false));
         // ECMP: every gateway in use, as the controller lists them.
-        let p = placement(&subnet(central.clone(), Some("n1, n2")), "ovn-cluster");
+        let p = placement(&subnet(&central, Some("n1, n2")), "ovn-cluster");
         assert_eq!(p, gateways(&["n1", "n2"]));
         // No gateway chosen (yet, or none ready): nobody.
         assert_eq!(
-            placement(&subnet(central.clone(), Some("")), "ovn-cluster"),
+            placement(&subnet(&central, Some("")), "ovn-cluster"),
             gateways(&[])
         );
-        assert_eq!(placement(&subnet(central, None), "ovn-cluster"), gateways(&[]));
+        assert_eq!(placement(&subnet(&central, None), "ovn-cluster"), gateways(&[]));
     }
 
     #[test]
@@ -111,16 +111,19 @@ mod tests {
             json!({"cidrBlock": "10.30.0.0/16", "vpc": "vpc1", "gatewayType": "centralized"}),
         ] {
             assert_eq!(
-                placement(&subnet(spec, Some("n1")), "ovn-cluster"),
+                placement(&subnet(&spec, Some("n1")), "ovn-cluster"),
                 Placement::ByPolicy
             );
         }
         // The default VPC under another name (`--cluster-router`), and a spec not yet defaulted.
         let renamed = json!({"cidrBlock": "10.30.0.0/16", "vpc": "main", "gatewayType": "centralized"});
-        assert_eq!(placement(&subnet(renamed, Some("n1")), "main"), gateways(&["n1"]));
+        assert_eq!(
+            placement(&subnet(&renamed, Some("n1")), "main"),
+            gateways(&["n1"])
+        );
         let bare = json!({"cidrBlock": "10.30.0.0/16", "gatewayType": "centralized"});
         assert_eq!(
-            placement(&subnet(bare, Some("n1")), "ovn-cluster"),
+            placement(&subnet(&bare, Some("n1")), "ovn-cluster"),
             gateways(&["n1"])
         );
     }

@@ -6,6 +6,7 @@
 //! `status.activateGateway`).
 
 use std::collections::BTreeSet;
+use std::fmt::Write as _;
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
@@ -61,11 +62,12 @@ fn bird_config(log: &std::path::Path) -> String {
         log.display()
     );
     for (name, node) in [("node_a", A_V4), ("node_b", B_V4)] {
-        text.push_str(&format!(
+        let _ = write!(
+            text,
             "protocol bgp {name} {{\n  local as {TOR_AS};\n  neighbor {node} as {NODE_AS};\n  \
              passive on;\n  hold time 30;\n  connect delay time 1;\n  error wait time 1, 5;\n  \
              ipv4 {{ import all; export none; }};\n}}\n"
-        ));
+        );
     }
     text
 }
@@ -154,10 +156,10 @@ impl TwoGateways {
     }
 
     /// The ToR's sessions that hold a route for `prefix`.
-    pub fn learned_from(&self, prefix: &str) -> Result<BTreeSet<String>> {
+    pub fn learned_from(&self, prefix: &str) -> BTreeSet<String> {
         // birdc exits 1 on "Network not found".
         let out = self.bird.birdc(&["show", "route", prefix]).unwrap_or_default();
-        Ok(routes(&out).into_iter().map(|(p, _)| p).collect())
+        routes(&out).into_iter().map(|(p, _)| p).collect()
     }
 
     /// Waits until exactly the sessions `from` hold a route for `prefix`.
@@ -166,15 +168,9 @@ impl TwoGateways {
         wait_until(
             &format!("the ToR to learn {prefix} from {from:?} only"),
             WAIT,
-            || Ok(self.learned_from(prefix)? == want),
+            || Ok(self.learned_from(prefix) == want),
         )
-        .with_context(|| {
-            format!(
-                "now: {:?}\n{}",
-                self.learned_from(prefix).unwrap_or_default(),
-                self.logs()
-            )
-        })
+        .with_context(|| format!("now: {:?}\n{}", self.learned_from(prefix), self.logs()))
     }
 
     pub fn ctl(&self) -> Result<BirdCtl> {
