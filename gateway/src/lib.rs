@@ -27,5 +27,7 @@ pub use error::PlanError;
 pub use input::{GatewayInput, LocalPod, NodeFacts};
 pub use plan::{GatewayPlan, LastGood, Planned, plan};
 pub use routing::{PolicyRouting, RoutingRule, TableRoute};
-pub use ruleset::{BaseChain, Chain, Family, Ruleset, Set, SetKind, SetUpdate, TABLE, Table, element_text};
+pub use ruleset::{
+    BaseChain, Chain, Element, Family, Ruleset, Set, SetKind, SetUpdate, TABLE, Table, element_text,
+};
 pub use subnet::{ExternalEgress, Gateway, PolicyAction, PolicyRule, SubnetView, concerns_gateway};

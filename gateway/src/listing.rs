@@ -12,6 +12,8 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use serde_json::Value;
 
+use crate::ruleset::Element;
+
 /// One table as listed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listing {
@@ -19,7 +21,7 @@ pub struct Listing {
     pub shape: String,
     /// Elements by set name; `None` for a set with an element we do not read (a range that is
     /// no prefix, say), which never equals a plan.
-    pub elements: BTreeMap<String, Option<BTreeSet<(IpNet, Option<IpAddr>)>>>,
+    pub elements: BTreeMap<String, Option<BTreeSet<Element>>>,
 }
 
 /// Why a listing could not be read.
@@ -46,7 +48,7 @@ fn parse_key(value: &Value) -> Option<IpNet> {
     }
 }
 
-fn parse_element(value: &Value) -> Option<(IpNet, Option<IpAddr>)> {
+fn parse_element(value: &Value) -> Option<Element> {
     match value {
         Value::Array(pair) if pair.len() == 2 => {
             let data: IpAddr = pair[1].as_str()?.parse().ok()?;

@@ -11,6 +11,9 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
+/// A set element: a prefix, with the address it maps to in a map.
+pub type Element = (IpNet, Option<IpAddr>);
+
 /// The name of our table in each family.
 pub const TABLE: &str = "kube-ovn";
 
@@ -148,8 +151,8 @@ pub struct SetUpdate {
     pub family: Family,
     pub set: String,
     /// Removed first (a map key whose value changed is removed, then added).
-    pub delete: Vec<(IpNet, Option<IpAddr>)>,
-    pub add: Vec<(IpNet, Option<IpAddr>)>,
+    pub delete: Vec<Element>,
+    pub add: Vec<Element>,
 }
 
 /// `10.0.0.1` for a host, `10.0.0.0/24` otherwise, as nft lists them.
@@ -279,7 +282,7 @@ impl Ruleset {
     }
 
     /// Every set's elements, by family and name (what a listing of the kernel is compared with).
-    pub fn elements(&self) -> BTreeMap<(Family, String), BTreeSet<(IpNet, Option<IpAddr>)>> {
+    pub fn elements(&self) -> BTreeMap<(Family, String), BTreeSet<Element>> {
         self.tables
             .values()
             .flat_map(|t| {

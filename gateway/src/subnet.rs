@@ -360,7 +360,8 @@ fn external_egress(
 mod tests {
     use super::*;
 
-    pub(crate) fn subnet(name: &str, spec: serde_json::Value, status: serde_json::Value) -> Arc<Subnet> {
+    #[allow(clippy::needless_pass_by_value, reason = "called with json! literals")]
+    fn subnet(name: &str, spec: serde_json::Value, status: serde_json::Value) -> Arc<Subnet> {
         let mut status = status;
         status["conditions"] = serde_json::json!([{"type": "Validated", "status": "True"}]);
         Arc::new(

@@ -15,7 +15,7 @@ use kube_ovn_gateway::{
 use serde_json::{Value, json};
 
 fn subnet(name: &str, spec: Value, status: Value) -> Arc<Subnet> {
-    let mut status = status;
+    let (spec, mut status) = (spec, status);
     status["conditions"] = json!([{"type": "Validated", "status": "True"}]);
     Arc::new(
         serde_json::from_value(json!({
