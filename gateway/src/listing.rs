@@ -12,7 +12,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use serde_json::Value;
 
-use crate::ruleset::Element;
+use crate::ruleset::{Element, Table};
 
 /// One table as listed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,6 +106,22 @@ pub fn parse_listing(json: &str) -> Result<Listing, ListingError> {
         shape: Value::Array(shape).to_string(),
         elements,
     })
+}
+
+impl Listing {
+    /// Whether the listed table holds exactly `table`'s sets and elements (its rules and
+    /// chains are compared through [`Listing::shape`]).
+    pub fn elements_match(&self, table: &Table) -> bool {
+        self.elements.len() == table.sets.len()
+            && table.sets.iter().all(|(name, set)| {
+                self.elements.get(name).is_some_and(|listed| {
+                    listed.as_ref().is_some_and(|l| {
+                        l.len() == set.elements().len()
+                            && set.elements().iter().all(|(k, v)| l.contains(&(*k, *v)))
+                    })
+                })
+            })
+    }
 }
 
 #[cfg(test)]
