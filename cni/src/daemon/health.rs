@@ -27,9 +27,9 @@ pub const REACHABLE: &str = "JoinSubnetGatewayReachable";
 pub const UNREACHABLE: &str = "JoinSubnetGatewayUnreachable";
 
 /// Echo requests per check, each given this long: an unreachable gateway is known within
-/// 1.5 s of the check starting.
+/// 3 s of the check starting, and a loaded userspace datapath gets a second per echo.
 const ATTEMPTS: u32 = 3;
-const REPLY_TIMEOUT: Duration = Duration::from_millis(500);
+const REPLY_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// `(status, reason, message)` of the condition for an outcome, worded as Kube-OVN words it.
 pub fn condition(reachable: bool, gateways: &[IpAddr]) -> (&'static str, &'static str, String) {
