@@ -309,7 +309,9 @@ async fn tables_survive_reapply_restart_and_flushes_and_follow_subnet_deletion()
         Ok(!table.contains("10.40.0.0") && !table.contains("natpr") && !table.contains("OVN-NAT-PSUBNET"))
     })?;
     // Node 0 too, back where it was (each daemon follows the subnet on its own).
-    wait_until("node 0's table as before the subnet", WAIT, || Ok(cluster.nat_table(0)? == before))?;
+    wait_until("node 0's table as before the subnet", WAIT, || {
+        Ok(cluster.nat_table(0)? == before)
+    })?;
     cluster.nodes[0].daemon.check_alive().context("daemon alive")?;
     Ok(())
 }

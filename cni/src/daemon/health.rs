@@ -31,6 +31,12 @@ pub const UNREACHABLE: &str = "JoinSubnetGatewayUnreachable";
 const ATTEMPTS: u32 = 3;
 const REPLY_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// Kube-OVN's daemon checks only after waiting at start-up for `ovn0` to reach its gateway;
+/// here, until the first answer, a failure is reported only once this much time has passed
+/// (ovn-controller may still be installing the node's flows; a node reported unavailable
+/// meanwhile would lose its centralized subnets to another gateway for nothing).
+const STARTUP_GRACE: Duration = Duration::from_secs(30);
+
 /// `(status, reason, message)` of the condition for an outcome, worded as Kube-OVN words it.
 pub fn condition(reachable: bool, gateways: &[IpAddr]) -> (&'static str, &'static str, String) {
     let list = gateways
@@ -72,26 +78,33 @@ fn has_condition(node: &K8sNode, wanted: &(&str, &str, String)) -> bool {
 pub async fn ovn0_check_task(node: Arc<Node>) {
     let mut tick = tokio::time::interval(node.config.flags.ovn0_check_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let started = tokio::time::Instant::now();
+    let mut answered_once = false;
     loop {
         tick.tick().await;
-        if let Err(e) = check_once(&node).await {
-            tracing::warn!(error = %e, "ovn0 check failed; will retry");
+        let grace = !answered_once && started.elapsed() < STARTUP_GRACE;
+        match check_once(&node, grace).await {
+            Ok(Some(true)) => answered_once = true,
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "ovn0 check failed; will retry"),
         }
     }
 }
 
-async fn check_once(node: &Node) -> Result<(), DaemonError> {
+/// One check; `Some(reachable)` once there was something to check. In `grace`, an unreachable
+/// gateway is not reported yet.
+async fn check_once(node: &Node, grace: bool) -> Result<Option<bool>, DaemonError> {
     let name = &node.config.flags.node_name;
     let Some(me) = node.nodes.get(name, None) else {
-        return Ok(());
+        return Ok(None);
     };
     // Before the controller's join annotations and the node task's ovn0 there is nothing to
     // check yet (and no reason to call the network unavailable).
     let Ok(Some(join)) = join_address(&me) else {
-        return Ok(());
+        return Ok(None);
     };
     if join.gateways.is_empty() || node.ovs_nl.link(OVN0).await?.is_none() {
-        return Ok(());
+        return Ok(None);
     }
     let mut reachable = true;
     for gateway in &join.gateways {
@@ -103,9 +116,13 @@ async fn check_once(node: &Node) -> Result<(), DaemonError> {
             });
         reachable &= answered;
     }
+    if !reachable && grace {
+        tracing::debug!("join gateway not answering yet; within the start-up grace");
+        return Ok(Some(false));
+    }
     let wanted = condition(reachable, &join.gateways);
     if has_condition(&me, &wanted) {
-        return Ok(());
+        return Ok(Some(reachable));
     }
     if reachable {
         tracing::info!(gateways = %wanted.2, "join subnet gateway reachable through ovn0");
@@ -125,7 +142,7 @@ async fn check_once(node: &Node) -> Result<(), DaemonError> {
             op: format!("set condition {CONDITION} on node {name}"),
             source: Box::new(source),
         })?;
-    Ok(())
+    Ok(Some(reachable))
 }
 
 #[cfg(test)]
