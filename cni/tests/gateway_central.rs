@@ -23,7 +23,8 @@ const FAILOVER_BOUND: Duration = Duration::from_secs(15);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn centralized_gateway_snats_fails_over_to_the_standby_and_spreads_with_ecmp() -> Result<()> {
     let cluster = Cluster::start(2, &FAST_GATEWAY).await?;
-    let outside = Outside::attach(&cluster)?;
+    // Held to the end: the outside host is plugged into node 0's underlay bridge.
+    let _outside = Outside::attach(&cluster)?;
     let (n0, n1) = (cluster.nodes[0].name.clone(), cluster.nodes[1].name.clone());
     let nat_ips: [IpAddr; 2] = ["172.30.0.50".parse()?, "172.30.0.51".parse()?];
     for (i, ip) in nat_ips.iter().enumerate() {
