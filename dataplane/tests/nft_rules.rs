@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
-use kube_ovn_dataplane::nft::{self, ElementUpdate, NftFamily};
+use kube_ovn_dataplane::nft::{self, ElementUpdate, NftFamily, NftNetlink};
 use kube_ovn_dataplane::{Netlink, Netns, PolicyRule, TableRoute, ping};
 
 struct TestNs(String);
@@ -90,14 +90,15 @@ async fn tables_are_replaced_whole_elements_change_over_netlink_and_foreign_tabl
     let t = TestNs::new("a")?;
     let ns = t.netns()?;
     t.exec(&["nft", "add table inet foreign; add chain inet foreign c { type filter hook forward priority 0; }; add rule inet foreign c counter accept"])?;
-    let g0 = nft::generation(&ns).await?;
+    let nl = NftNetlink::open(&ns).await?;
+    let g0 = nl.generation().await?;
     nft::apply_script(&ns, SCRIPT.into()).await?;
     let first = nft::list_table_json(&ns, NftFamily::Ipv4, "t1")
         .await?
         .context("t1 listed")?;
-    assert!(nft::generation(&ns).await? != g0, "a commit moves the generation");
-    let g1 = nft::generation(&ns).await?;
-    assert_eq!(nft::generation(&ns).await?, g1, "nothing changed, nothing moved");
+    assert!(nl.generation().await? != g0, "a commit moves the generation");
+    let g1 = nl.generation().await?;
+    assert_eq!(nl.generation().await?, g1, "nothing changed, nothing moved");
     // The same script again: the same table, handles aside.
     nft::apply_script(&ns, SCRIPT.into()).await?;
     let strip = |s: &str| regex_lite_strip_handles(s);
@@ -126,7 +127,7 @@ async fn tables_are_replaced_whole_elements_change_over_netlink_and_foreign_tabl
             add: vec![("10.20.0.0/16".parse()?, Some("172.30.0.51".parse()?))],
         },
     ];
-    nft::update_elements(&ns, updates).await?;
+    nl.update_elements(updates).await?;
     assert_eq!(
         set_elements(&t, "s")?,
         "elements = { 10.16.0.0/24, 10.16.2.0/24, 10.200.0.0/16, 192.0.2.7 }"
@@ -154,7 +155,8 @@ async fn tables_are_replaced_whole_elements_change_over_netlink_and_foreign_tabl
             add: vec![],
         },
     ];
-    let err = nft::update_elements(&ns, bad)
+    let err = nl
+        .update_elements(bad)
         .await
         .expect_err("deleting a missing element fails");
     assert!(err.is_not_found(), "{err}");

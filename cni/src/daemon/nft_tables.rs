@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 
 use kube_ovn_dataplane::Netns;
-use kube_ovn_dataplane::nft::{self, ElementUpdate, NftFamily};
+use kube_ovn_dataplane::nft::{self, ElementUpdate, NftFamily, NftNetlink};
 use kube_ovn_gateway::listing::parse_listing;
 use kube_ovn_gateway::{Family, Ruleset, SetUpdate, TABLE};
 
@@ -37,6 +37,8 @@ pub enum Applied {
 /// The applier's memory of what it put in the kernel.
 pub struct NftTables {
     ns: Netns,
+    /// Opened at the first use and kept (see [`NftNetlink`] on why).
+    netlink: Option<NftNetlink>,
     applied: Option<Ruleset>,
     /// Each family's table shape as nft listed it after the last full apply.
     shapes: BTreeMap<Family, String>,
@@ -94,10 +96,22 @@ async fn difference(
 }
 
 impl NftTables {
+    async fn netlink(&mut self) -> Result<&NftNetlink, DaemonError> {
+        if self.netlink.is_none() {
+            self.netlink = Some(NftNetlink::open(&self.ns).await?);
+        }
+        Ok(self.netlink.as_ref().expect("opened above"))
+    }
+
+    async fn generation(&mut self) -> Result<u32, DaemonError> {
+        Ok(self.netlink().await?.generation().await?)
+    }
+
     /// Nothing applied yet: the first apply replaces whatever a previous run left.
     pub fn new(ns: Netns) -> Self {
         Self {
             ns,
+            netlink: None,
             applied: None,
             shapes: BTreeMap::new(),
             verified: None,
@@ -117,12 +131,13 @@ impl NftTables {
                 let count = updates.len();
                 let before = self.verified;
                 let updates = updates.into_iter().map(element_update).collect();
-                match nft::update_elements(&self.ns, updates).await {
+                let result = self.netlink().await?.update_elements(updates).await;
+                match result {
                     Ok(()) => {
                         self.applied = Some(plan.clone());
                         // One commit of ours moves the generation by one; more means someone
                         // else committed too, and the next check looks.
-                        let after = nft::generation(&self.ns).await?;
+                        let after = self.generation().await?;
                         self.verified = before.filter(|g| after == g.wrapping_add(1)).map(|_| after);
                         return Ok(Applied::Elements(count));
                     }
@@ -142,7 +157,7 @@ impl NftTables {
         let Some(applied) = self.applied.clone() else {
             return Ok(Some("nothing applied by this process yet".into()));
         };
-        let generation = nft::generation(&self.ns).await?;
+        let generation = self.generation().await?;
         if self.verified == Some(generation) {
             return Ok(None);
         }
@@ -151,7 +166,7 @@ impl NftTables {
             return Ok(Some(what));
         }
         // Seen as applied; if the generation moved meanwhile, the next look lists again.
-        let after = nft::generation(&self.ns).await?;
+        let after = self.generation().await?;
         self.verified = (after == generation).then_some(generation);
         Ok(None)
     }
@@ -160,7 +175,7 @@ impl NftTables {
         // Until the listing below confirms it, nothing is known to be in the kernel.
         self.verified = None;
         nft::apply_script(&self.ns, plan.script()).await?;
-        let generation = nft::generation(&self.ns).await?;
+        let generation = self.generation().await?;
         let mut shapes = BTreeMap::new();
         for (family, table) in &plan.tables {
             let json = nft::list_table_json(&self.ns, nft_family(*family), TABLE)
@@ -177,7 +192,7 @@ impl NftTables {
             }
             shapes.insert(*family, listing.shape);
         }
-        let after = nft::generation(&self.ns).await?;
+        let after = self.generation().await?;
         self.applied = Some(plan.clone());
         self.shapes = shapes;
         self.verified = (after == generation).then_some(after);

@@ -1,6 +1,6 @@
 //! nftables in a network namespace: a script applied in one transaction (`nft -f -`), a table
-//! listed as JSON (`nft -j list table`), element updates and the ruleset generation over
-//! netlink ([`netlink`]).
+//! listed as JSON (`nft -j list table`), element updates and the ruleset generation over a
+//! netlink socket kept open ([`NftNetlink`], encoding in [`netlink`]).
 //!
 //! Why the `nft` binary for whole tables: its text is what operators read (`nft list table ip
 //! kube-ovn` prints what we wrote), its parser and evaluator know every expression, and a file
@@ -8,8 +8,9 @@
 //! element of the table before adding one (tens of milliseconds for a thousand subnets), where
 //! the kernel needs only the new intervals.
 //!
-//! Every call runs on a thread that entered the namespace (`nft` inherits it from that thread),
-//! awaited from async code (see [`Netns::run_async`]).
+//! `nft` runs on a thread that entered the namespace (it inherits the namespace from that
+//! thread), awaited from async code (see [`Netns::run_async`]); the netlink socket is opened
+//! there once and stays bound to the namespace.
 
 pub mod netlink;
 
@@ -17,6 +18,7 @@ use std::io::Write as _;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ipnet::IpNet;
@@ -142,10 +144,14 @@ fn netlink_socket() -> std::io::Result<OwnedFd> {
     Ok(fd)
 }
 
-/// Sends `request` and reads answers until `done` says so (given each message), or the
-/// timeout passes.
-fn exchange(request: &[u8], mut done: impl FnMut(&netlink::Reply<'_>) -> bool) -> std::io::Result<()> {
-    let fd = netlink_socket()?;
+/// Sends `request` on `fd` and reads answers until `done` says so (given each message), or the
+/// timeout passes. Answers to other sequence numbers (a late answer to an earlier request that
+/// timed out) are the caller's to ignore.
+fn exchange(
+    fd: &OwnedFd,
+    request: &[u8],
+    mut done: impl FnMut(&netlink::Reply<'_>) -> bool,
+) -> std::io::Result<()> {
     send(fd.as_raw_fd(), request, MsgFlags::empty())?;
     let mut buf = vec![0u8; 65536];
     loop {
@@ -158,24 +164,57 @@ fn exchange(request: &[u8], mut done: impl FnMut(&netlink::Reply<'_>) -> bool) -
     }
 }
 
-/// Applies element updates in `ns` as one netlink batch: all of them or, on any refusal (an
-/// element to delete that is not there, a set that is gone), none. `Error::Unencodable` when a
-/// prefix cannot be expressed as an element pair; the caller then replaces the table instead.
-pub async fn update_elements(ns: &Netns, updates: Vec<ElementUpdate>) -> Result<()> {
-    if updates.iter().all(|u| u.add.is_empty() && u.delete.is_empty()) {
-        return Ok(());
+/// A netlink socket to nf_tables in one namespace, kept open for the life of its owner.
+///
+/// Why not one socket per request: when a netfilter socket closes, the kernel first waits for
+/// the memory of every element and rule deleted so far to be released, which takes an RCU grace
+/// period (10-15 ms on the CI machine); nft pays it at exit. A socket that stays open leaves
+/// that to the kernel's worker, and a change of a few elements costs a fraction of a millisecond.
+pub struct NftNetlink {
+    fd: Arc<OwnedFd>,
+    /// One request at a time, with increasing sequence numbers.
+    seq: tokio::sync::Mutex<u32>,
+    ns: String,
+}
+
+impl NftNetlink {
+    /// Opens the socket in `ns`.
+    pub async fn open(ns: &Netns) -> Result<Self> {
+        let fd = ns.run_async(netlink_socket).await?.map_err(|source| Error::Io {
+            op: format!("open a netfilter netlink socket in {}", ns.label()),
+            source,
+        })?;
+        Ok(Self {
+            fd: Arc::new(fd),
+            seq: tokio::sync::Mutex::new(0),
+            ns: ns.label(),
+        })
     }
-    let op = format!("update {} nft set(s) in {}", updates.len(), ns.label());
-    let (request, expected) = netlink::encode_updates(&updates, 1).map_err(|e| Error::Command {
-        op: op.clone(),
-        message: e.0,
-    })?;
-    let outcome = ns
-        .run_async(move || {
+
+    /// Applies element updates as one netlink batch: all of them or, on any refusal (an
+    /// element to delete that is not there, a set that is gone), none. A prefix that cannot be
+    /// expressed as an element pair is refused before anything is sent; the caller then
+    /// replaces the table instead.
+    pub async fn update_elements(&self, updates: Vec<ElementUpdate>) -> Result<()> {
+        if updates.iter().all(|u| u.add.is_empty() && u.delete.is_empty()) {
+            return Ok(());
+        }
+        let op = format!("update {} nft set(s) in {}", updates.len(), self.ns);
+        let mut seq = self.seq.lock().await;
+        let first = seq.wrapping_add(1);
+        let (request, expected) = netlink::encode_updates(&updates, first).map_err(|e| Error::Command {
+            op: op.clone(),
+            message: e.0,
+        })?;
+        *seq = first.wrapping_add(u32::try_from(expected.len()).unwrap_or(0) + 1);
+        let fd = self.fd.clone();
+        let outcome = tokio::task::spawn_blocking(move || {
             let mut pending = expected;
             let mut refused = None;
-            exchange(&request, |reply| {
-                if let Some(code) = netlink::error_code(reply) {
+            exchange(&fd, &request, |reply| {
+                if pending.contains(&reply.seq)
+                    && let Some(code) = netlink::error_code(reply)
+                {
                     pending.retain(|s| *s != reply.seq);
                     if code != 0 && refused.is_none() {
                         refused = Some(code);
@@ -185,37 +224,52 @@ pub async fn update_elements(ns: &Netns, updates: Vec<ElementUpdate>) -> Result<
             })
             .map(|()| refused)
         })
-        .await?;
-    match outcome {
-        Ok(None) => Ok(()),
-        Ok(Some(code)) => Err(Error::Io {
-            op,
-            source: std::io::Error::from_raw_os_error(code),
-        }),
-        Err(source) => Err(Error::Io { op, source }),
+        .await
+        .map_err(|e| Error::Command {
+            op: op.clone(),
+            message: e.to_string(),
+        })?;
+        match outcome {
+            Ok(None) => Ok(()),
+            Ok(Some(code)) => Err(Error::Io {
+                op,
+                source: std::io::Error::from_raw_os_error(code),
+            }),
+            Err(source) => Err(Error::Io { op, source }),
+        }
     }
-}
 
-/// The nf_tables generation of `ns`: it moves with every committed change to any table, so an
-/// unchanged value means nobody touched the ruleset.
-pub async fn generation(ns: &Netns) -> Result<u32> {
-    let op = format!("read the nftables generation in {}", ns.label());
-    let outcome = ns
-        .run_async(|| {
+    /// The nf_tables generation of the namespace: it moves with every committed change to any
+    /// table, so an unchanged value means nobody touched the ruleset.
+    pub async fn generation(&self) -> Result<u32> {
+        let op = format!("read the nftables generation in {}", self.ns);
+        let mut seq = self.seq.lock().await;
+        *seq = seq.wrapping_add(1);
+        let (request, want) = (netlink::encode_getgen(*seq), *seq);
+        let fd = self.fd.clone();
+        let outcome = tokio::task::spawn_blocking(move || {
             let mut found = None;
-            exchange(&netlink::encode_getgen(1), |reply| {
+            exchange(&fd, &request, |reply| {
+                if reply.seq != want {
+                    return false;
+                }
                 found = netlink::generation(reply);
                 found.is_some() || reply.kind == netlink::NLMSG_ERROR
             })
             .map(|()| found)
         })
-        .await?;
-    match outcome {
-        Ok(Some(generation)) => Ok(generation),
-        Ok(None) => Err(Error::Command {
-            op,
-            message: "the kernel answered without a generation".into(),
-        }),
-        Err(source) => Err(Error::Io { op, source }),
+        .await
+        .map_err(|e| Error::Command {
+            op: op.clone(),
+            message: e.to_string(),
+        })?;
+        match outcome {
+            Ok(Some(generation)) => Ok(generation),
+            Ok(None) => Err(Error::Command {
+                op,
+                message: "the kernel answered without a generation".into(),
+            }),
+            Err(source) => Err(Error::Io { op, source }),
+        }
     }
 }
