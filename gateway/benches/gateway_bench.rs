@@ -4,7 +4,8 @@
 //! - one subnet added and one removed: ours is one netlink batch of set elements (what the node
 //!   daemon sends when only sets change); Kube-OVN's is `ipset restore` with the members added
 //!   and deleted, plus `iptables-restore --noflush` re-asserting its chains, as its gateway loop
-//!   re-asserts them on every pass (also shown: ipset alone);
+//!   re-asserts them on every pass (also shown: ipset alone), with iptables-nft (Debian 12's
+//!   `iptables`) and with iptables-legacy;
 //! - the whole ruleset rebuilt: ours is `nft -f` replacing the table in one transaction; Kube-OVN's
 //!   is `ipset restore` creating and filling the sets plus `iptables-restore` of its chains.
 //!
@@ -237,7 +238,6 @@ fn main() -> Result<()> {
         .enable_all()
         .build()?;
     let ours_ns = Netns::create("gwbo")?;
-    let theirs_ns = Netns::create("gwbk")?;
     let ours = kube_ovn_dataplane::Netns::open(ours_ns.path())?;
 
     // Ours.
@@ -315,78 +315,71 @@ fn main() -> Result<()> {
         "the benchmark left the table as planned"
     );
 
-    // Kube-OVN's mechanism.
+    // Kube-OVN's mechanism, with each iptables backend (Debian 12's `iptables` is iptables-nft;
+    // Kube-OVN follows the host), each in a namespace of its own.
     let cidrs: Vec<String> = (0..n).map(cidr).collect();
-    run_in(
-        &theirs_ns,
-        "ipset",
-        &["restore"],
-        &ipset_full(&cidrs, &base.others),
-    )?;
-    run_in(&theirs_ns, "iptables-restore", &["--noflush"], JUMPS)?;
+    let sets = ipset_full(&cidrs, &base.others);
+    let delta = ipset_delta("10.200.0.0/24", "10.16.5.0/24");
+    let undo = ipset_delta("10.16.5.0/24", "10.200.0.0/24");
     let mut rows = Vec::new();
-    for counters in [false, true] {
-        let rules = iptables_rules(&cidrs, counters);
-        let sets = ipset_full(&cidrs, &base.others);
-        let rebuild = time(
-            rounds.min(15),
-            || {
-                run_in(&theirs_ns, "ipset", &["restore"], &sets)?;
-                run_in(&theirs_ns, "iptables-restore", &["--noflush"], &rules)
-            },
-            || Ok(()),
-        )?;
-        let delta = ipset_delta("10.200.0.0/24", "10.16.5.0/24");
-        let undo = ipset_delta("10.16.5.0/24", "10.200.0.0/24");
-        let ipset_only = time(
-            rounds,
-            || run_in(&theirs_ns, "ipset", &["restore"], &delta),
-            || run_in(&theirs_ns, "ipset", &["restore"], &undo),
-        )?;
-        let change = time(
-            rounds,
-            || {
-                run_in(&theirs_ns, "ipset", &["restore"], &delta)?;
-                run_in(&theirs_ns, "iptables-restore", &["--noflush"], &rules)
-            },
-            || run_in(&theirs_ns, "ipset", &["restore"], &undo),
-        )?;
-        rows.push((counters, rebuild, ipset_only, change));
+    for (backend, restore) in [
+        ("iptables-nft", "iptables-nft-restore"),
+        ("iptables-legacy", "iptables-legacy-restore"),
+    ] {
+        let ns = Netns::create("gwbk")?;
+        run_in(&ns, "ipset", &["restore"], &sets)?;
+        run_in(&ns, restore, &["--noflush"], JUMPS)?;
+        for counters in [false, true] {
+            let rules = iptables_rules(&cidrs, counters);
+            let rebuild = time(
+                rounds.min(15),
+                || {
+                    run_in(&ns, "ipset", &["restore"], &sets)?;
+                    run_in(&ns, restore, &["--noflush"], &rules)
+                },
+                || Ok(()),
+            )?;
+            let ipset_only = time(
+                rounds,
+                || run_in(&ns, "ipset", &["restore"], &delta),
+                || run_in(&ns, "ipset", &["restore"], &undo),
+            )?;
+            let change = time(
+                rounds,
+                || {
+                    run_in(&ns, "ipset", &["restore"], &delta)?;
+                    run_in(&ns, restore, &["--noflush"], &rules)
+                },
+                || run_in(&ns, "ipset", &["restore"], &undo),
+            )?;
+            rows.push((backend, counters, change, ipset_only, rebuild));
+        }
     }
-    let (_, rebuild_theirs, ipset_theirs, change_theirs) = rows[0];
+    let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
     println!("egress NAT with {n} subnets ({rounds} rounds, medians)");
-    println!("| | ours (nftables) | Kube-OVN's mechanism (ipset + iptables-restore) | ratio |");
-    println!("|---|---|---|---|");
+    println!("| | one subnet added, one removed | ratio | whole ruleset rebuilt | ratio |");
+    println!("|---|---|---|---|---|");
     println!(
-        "| one subnet added, one removed | {} (one netlink batch) | {} (ipset restore {} + iptables-restore {}) | {:.3}x |",
+        "| ours: element batch over netlink / `nft -f` (one transaction each) | {} | | {} | |",
         ms(change_ours),
-        ms(change_theirs),
-        ms(ipset_theirs),
-        ms(change_theirs.saturating_sub(ipset_theirs)),
-        change_ours.as_secs_f64() / change_theirs.as_secs_f64()
+        ms(rebuild_ours)
     );
-    println!(
-        "| the same, against ipset alone | {} | {} | {:.3}x |",
-        ms(change_ours),
-        ms(ipset_theirs),
-        change_ours.as_secs_f64() / ipset_theirs.as_secs_f64()
-    );
-    println!(
-        "| whole ruleset rebuilt | {} (nft -f, one transaction) | {} | {:.3}x |",
-        ms(rebuild_ours),
-        ms(rebuild_theirs),
-        rebuild_ours.as_secs_f64() / rebuild_theirs.as_secs_f64()
-    );
-    let (_, rebuild_c, _, change_c) = rows[1];
-    println!(
-        "| Kube-OVN with its 2 counting rules per subnet: change / rebuild | {} / {} | {} / {} | {:.3}x / {:.3}x |",
-        ms(change_ours),
-        ms(rebuild_ours),
-        ms(change_c),
-        ms(rebuild_c),
-        change_ours.as_secs_f64() / change_c.as_secs_f64(),
-        rebuild_ours.as_secs_f64() / rebuild_c.as_secs_f64()
-    );
+    for (backend, counters, change, ipset_only, rebuild) in &rows {
+        let rules = if *counters {
+            ", with 2 counting rules per subnet"
+        } else {
+            ""
+        };
+        println!(
+            "| Kube-OVN: ipset + {backend}-restore{rules} | {} (ipset {}) | {:.3}x ({:.3}x of ipset alone) | {} | {:.3}x |",
+            ms(*change),
+            ms(*ipset_only),
+            ratio(change_ours, *change),
+            ratio(change_ours, *ipset_only),
+            ms(*rebuild),
+            ratio(rebuild_ours, *rebuild),
+        );
+    }
     println!(
         "ours, besides: planning {n} subnets {}, the element diff {}, the drift check's generation read {}",
         ms(plan_time),
