@@ -11,6 +11,9 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use common::egress::{FAST_GATEWAY, OUTSIDE_IP, Outside, seen_from, wait_outside_sees};
 use common::{Cluster, underlay_ip};
+use k8s_openapi::api::events::v1::Event;
+use kube::Api;
+use kube::api::ListParams;
 use kube_ovn_testkit::{wait_until, wait_until_async};
 use serde_json::json;
 
@@ -22,7 +25,7 @@ const FAILOVER_BOUND: Duration = Duration::from_secs(15);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn centralized_gateway_snats_fails_over_to_the_standby_and_spreads_with_ecmp() -> Result<()> {
-    let cluster = Cluster::start(2, &FAST_GATEWAY).await?;
+    let mut cluster = Cluster::start(2, &FAST_GATEWAY).await?;
     // Held to the end: the outside host is plugged into node 0's underlay bridge.
     let _outside = Outside::attach(&cluster)?;
     let (n0, n1) = (cluster.nodes[0].name.clone(), cluster.nodes[1].name.clone());
@@ -140,5 +143,25 @@ async fn centralized_gateway_snats_fails_over_to_the_standby_and_spreads_with_ec
         nat_ips.into_iter().collect(),
         "32 connections spread over both gateways"
     );
+
+    // A typo in gatewayNode: a Warning event from the daemons, and the previous plan stays.
+    let mut bad = spec(true);
+    bad["spec"]["gatewayNode"] = json!(format!("{n0}:172.30.0.500, {n1}:{}", nat_ips[1]));
+    cluster.apply(bad).await?;
+    let events = Api::<Event>::all(cluster.kube.clone());
+    wait_until_async("a NodeEgressConfigInvalid event on the subnet", WAIT, || async {
+        Ok(events.list(&ListParams::default()).await?.items.iter().any(|e| {
+            e.reason.as_deref() == Some("NodeEgressConfigInvalid")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("central")
+                && e.note.as_deref().is_some_and(|n| n.contains("spec.gatewayNode"))
+        }))
+    })
+    .await?;
+    assert!(cluster.nat_table(0)?.contains("172.30.0.50") && cluster.nat_table(1)?.contains("172.30.0.51"));
+    let from = seen_from(&far.netns, OUTSIDE_IP.into(), 80, Duration::from_secs(2)).await?;
+    assert!(from.is_some_and(|f| nat_ips.contains(&f)), "{from:?}");
+    for node in &mut cluster.nodes {
+        node.daemon.check_alive()?;
+    }
     Ok(())
 }

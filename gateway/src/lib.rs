@@ -30,4 +30,6 @@ pub use routing::{PolicyRouting, RoutingRule, TableRoute};
 pub use ruleset::{
     BaseChain, Chain, Element, Family, Ruleset, Set, SetKind, SetUpdate, TABLE, Table, element_text,
 };
-pub use subnet::{ExternalEgress, Gateway, PolicyAction, PolicyRule, SubnetView, concerns_gateway};
+pub use subnet::{
+    ExternalEgress, Gateway, PolicyAction, PolicyRule, SubnetView, concerns_gateway, is_validated,
+};

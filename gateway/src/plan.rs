@@ -36,7 +36,7 @@ use crate::error::PlanError;
 use crate::input::GatewayInput;
 use crate::routing::{PolicyRouting, plan_routing};
 use crate::ruleset::{BaseChain, Chain, Family, Ruleset, Set, Table};
-use crate::subnet::{Gateway, PolicyAction, SubnetView, concerns_gateway};
+use crate::subnet::{Gateway, PolicyAction, SubnetView, concerns_gateway, is_validated};
 
 /// kube-proxy's masquerade mark, which Kube-OVN also sets for pod → Service traffic.
 const SERVICE_MARK: u32 = 0x4000;
@@ -68,9 +68,9 @@ pub struct Planned {
     pub last_good: LastGood,
 }
 
-/// The node's egress plan from `input`. A subnet whose gateway fields are refused keeps the
-/// plan of its last valid version (same UID), or has none if it never had one; the error is
-/// in [`Planned::errors`].
+/// The node's egress plan from `input`. A subnet whose gateway fields are refused here, or
+/// whose spec the controller has not validated, keeps the plan of its last valid version (same
+/// UID), or has none if it never had one; what this planner refused is in [`Planned::errors`].
 pub fn plan(input: &GatewayInput<'_>, last_good: &LastGood) -> Planned {
     let mut views = Vec::new();
     let mut errors = Vec::new();
@@ -83,19 +83,20 @@ pub fn plan(input: &GatewayInput<'_>, last_good: &LastGood) -> Planned {
     subnets.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     for subnet in subnets {
         let name = subnet.metadata.name.clone().unwrap_or_default();
-        match SubnetView::from_subnet(subnet) {
-            Ok(view) => {
-                remembered.0.insert(name, view.clone());
-                views.push(view);
-            }
+        let view = match SubnetView::from_subnet(subnet) {
+            Ok(view) if is_validated(subnet) => Some(view),
+            // The controller refused the spec for a reason of its own (its condition says why).
+            Ok(_) => None,
             Err(e) => {
                 errors.push(e);
-                let uid = subnet.metadata.uid.clone().unwrap_or_default();
-                if let Some(old) = last_good.0.get(&name).filter(|v| v.uid == uid) {
-                    remembered.0.insert(name, old.clone());
-                    views.push(old.clone());
-                }
+                None
             }
+        };
+        let uid = subnet.metadata.uid.clone().unwrap_or_default();
+        let view = view.or_else(|| last_good.0.get(&name).filter(|v| v.uid == uid).cloned());
+        if let Some(view) = view {
+            remembered.0.insert(name, view.clone());
+            views.push(view);
         }
     }
     let mut ruleset = Ruleset::default();

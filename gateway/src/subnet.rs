@@ -2,9 +2,10 @@
 //! what their gateway fields say.
 //!
 //! Kube-OVN's node daemon looks at subnets of the default VPC that are overlay (no `vlan`, or
-//! `logicalGateway`); so do we, and only once the controller has validated the subnet (as the
-//! node's routes, `cni`'s `node_routes`, do): a CIDR the controller refused, say one holding
-//! the node's own address, must not be masqueraded either.
+//! `logicalGateway`); so do we, and take a spec only once the controller has validated it (as
+//! the node's routes, `cni`'s `node_routes`, do): a CIDR the controller refused, say one holding
+//! the node's own address, must not be masqueraded either. A subnet whose new spec the
+//! controller refuses keeps the plan of its last validated spec.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -101,8 +102,7 @@ impl SubnetView {
     }
 }
 
-/// Whether `subnet` concerns node egress at all: the default VPC's, overlay, validated by the
-/// controller, with a CIDR.
+/// Whether `subnet` concerns node egress at all: the default VPC's, overlay, with a CIDR.
 pub fn concerns_gateway(subnet: &Subnet, cluster_router: &str) -> bool {
     let spec = &subnet.spec;
     let vpc = spec.vpc.as_deref().unwrap_or_default();
@@ -112,9 +112,12 @@ pub fn concerns_gateway(subnet: &Subnet, cluster_router: &str) -> bool {
     if spec.vlan.as_deref().is_some_and(|v| !v.is_empty()) && spec.logical_gateway != Some(true) {
         return false;
     }
-    if spec.cidr_block.as_deref().unwrap_or_default().is_empty() {
-        return false;
-    }
+    !spec.cidr_block.as_deref().unwrap_or_default().is_empty()
+}
+
+/// Whether the controller has validated the subnet's spec (condition `Validated=True`). One it
+/// refused keeps its previous plan: the controller leaves OVN as it was too.
+pub fn is_validated(subnet: &Subnet) -> bool {
     subnet
         .status
         .as_ref()
@@ -400,7 +403,7 @@ mod tests {
         assert!(concerns_gateway(&lgw, "ovn-cluster"));
         let mut unvalidated = (*yes).clone();
         unvalidated.status = None;
-        assert!(!concerns_gateway(&Arc::new(unvalidated), "ovn-cluster"));
+        assert!(!is_validated(&unvalidated));
     }
 
     #[test]

@@ -259,13 +259,15 @@ fn subnet_changes_and_failovers_are_element_updates() {
 fn refused_input_keeps_the_subnets_previous_plan() {
     let mut cluster = Cluster::new();
     let first = cluster.plan("node1", &LastGood::default());
-    // A typo in the active gateway's entry, and a bad destination in a policy rule.
+    // A typo in the active gateway's entry (which the controller refuses too: not validated),
+    // and a bad destination in a policy rule.
     cluster.set(
         "central",
         json!({"cidrBlock": "10.20.0.0/16", "natOutgoing": true, "gatewayType": "centralized",
                "gatewayNode": "node1:172.30.0.500"}),
         json!({"activateGateway": "node1"}),
     );
+    refuse(&mut cluster, "central");
     cluster.set(
         "policy",
         json!({"cidrBlock": "10.21.0.0/16", "natOutgoing": true}),
@@ -306,6 +308,32 @@ fn refused_input_keeps_the_subnets_previous_plan() {
         !fresh.plan.ruleset.elements()[&(Family::V4, "ovn40subnets".into())]
             .contains(&("10.20.0.0/16".parse().unwrap(), None))
     );
+    // A spec the controller refused for a reason of its own (valid to us): the previous plan
+    // stays, and it is the controller's to report.
+    cluster.set("routed", json!({"cidrBlock": "10.99.0.0/16"}), json!({}));
+    refuse(&mut cluster, "routed");
+    let third = cluster.plan("node1", &second.last_good);
+    assert_eq!(third.errors.len(), 2, "{:?}", third.errors);
+    let subnets = &third.plan.ruleset.elements()[&(Family::V4, "ovn40subnets".into())];
+    assert!(subnets.contains(&("10.17.0.0/16".parse().unwrap(), None)));
+    assert!(!subnets.contains(&("10.99.0.0/16".parse().unwrap(), None)));
+}
+
+/// Marks subnet `name` as the controller marks a spec it refuses.
+fn refuse(cluster: &mut Cluster, name: &str) {
+    let subnet = cluster
+        .subnets
+        .iter_mut()
+        .find(|s| s.metadata.name.as_deref() == Some(name))
+        .expect("the subnet");
+    let mut refused = (**subnet).clone();
+    refused.status.as_mut().unwrap().conditions = Some(
+        serde_json::from_value(
+            json!([{"type": "Validated", "status": "False", "reason": "ValidateLogicalSwitchFailed"}]),
+        )
+        .unwrap(),
+    );
+    *subnet = Arc::new(refused);
 }
 
 #[test]

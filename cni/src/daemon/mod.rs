@@ -67,6 +67,8 @@ pub struct Node {
     pub nodes: Watched<K8sNode>,
     /// Metrics.
     pub metrics: Metrics,
+    /// Subnets as last validated by the controller, for the node's routes (`node_routes`).
+    last_validated: std::sync::Mutex<std::collections::BTreeMap<String, Arc<Subnet>>>,
     /// Pods whose ADD finished, for the QoS task to look at again.
     qos_recheck: mpsc::UnboundedSender<String>,
     locks: KeyLocks,
@@ -152,6 +154,7 @@ pub async fn run(
         nodes: Watched::start(Api::all(kube.clone()), None, None),
         metrics: Metrics::new(),
         qos_recheck,
+        last_validated: std::sync::Mutex::default(),
         locks: KeyLocks::default(),
         config,
         kube,
