@@ -6,7 +6,8 @@
 #   openvswitch-switch/-common  ovsdb-server, ovs-vswitchd (userspace datapath), ovs-vsctl, ovsdb-client
 #   ovn-central/-host/-common   NB/SB ovsdb schemas, ovn-northd, ovn-controller, ovn-nbctl, ovn-trace
 #   iproute2 iputils-ping ethtool  network namespaces, veths, ping, TX offload off in pods
-#   nftables iptables           gateway NAT
+#   nftables iptables           gateway NAT (nft applies our ruleset; iptables for hosts' other rules)
+#   ipset                       the gateway benchmark's reference: Kube-OVN's ipset + iptables-restore
 #   procps psmisc               ps/pkill are not used by tests, but ps helps when debugging a hung daemon
 #   binutils                    nm, for the test that the CNI shim links no netlink/tokio/kube code
 #   containernetworking-plugins the reference bridge + host-local plugins the CNI benchmark compares with,
@@ -22,7 +23,7 @@ set -euo pipefail
 
 packages=(
   openvswitch-switch openvswitch-common ovn-central ovn-host ovn-common
-  iproute2 iputils-ping ethtool nftables iptables procps binutils containernetworking-plugins
+  iproute2 iputils-ping ethtool nftables iptables ipset procps binutils containernetworking-plugins
   bird2 frr gobgpd containerd podman busybox-static protobuf-compiler python3-venv
 )
 

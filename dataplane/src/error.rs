@@ -38,6 +38,14 @@ pub enum Error {
         /// The namespace, by path.
         ns: String,
     },
+    /// A program (`nft`) refused or could not run; `message` is what it said.
+    #[error("{op}: {message}")]
+    Command {
+        /// What we ran, with the namespace.
+        op: String,
+        /// Its error output, or why it could not start.
+        message: String,
+    },
     /// A system call or /proc write failed.
     #[error("{op}: {source}")]
     Io {

@@ -1,6 +1,8 @@
 //! The only crate that talks to the kernel below std (DESIGN.md "Boundaries"): network
-//! namespace handles, links (veth pairs across namespaces), addresses, routes, sysctls and the
-//! one ethtool setting the userspace datapath needs; for the speaker's sockets, TCP MD5 keys,
+//! namespace handles, links (veth pairs across namespaces), addresses, routes, policy rules,
+//! sysctls, nftables tables (a script in one transaction, set elements over netlink), ICMP echo
+//! out of a device, and the one ethtool setting the userspace datapath needs; for the speaker's
+//! sockets, TCP MD5 keys,
 //! TTL / hop limit, `IPV6_V6ONLY` and the received TTL (`socket`). Callers make sockets with
 //! std or tokio and lend their file descriptors here.
 //!
@@ -19,7 +21,10 @@ mod error;
 pub mod ethtool;
 mod link;
 mod netns;
+pub mod nft;
+pub mod ping;
 mod route;
+mod rule;
 pub mod socket;
 pub mod tcp_md5;
 
@@ -27,6 +32,7 @@ pub use error::{Error, Result};
 pub use link::{LinkInfo, Netlink, VethPair};
 pub use netns::Netns;
 pub use route::Route;
+pub use rule::{PROTOCOL as RULE_PROTOCOL, PolicyRule, TableRoute};
 
 /// Parses `aa:bb:cc:dd:ee:ff`.
 pub fn parse_mac(text: &str) -> Option<[u8; 6]> {

@@ -294,7 +294,7 @@ fn parse_route(message: &RouteMessage) -> Option<Route> {
     })
 }
 
-fn address(a: &RouteAddress) -> Option<IpAddr> {
+pub(crate) fn address(a: &RouteAddress) -> Option<IpAddr> {
     match a {
         RouteAddress::Inet(v4) => Some(IpAddr::V4(*v4)),
         RouteAddress::Inet6(v6) => Some(IpAddr::V6(*v6)),

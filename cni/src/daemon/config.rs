@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
+use ipnet::IpNet;
 
 use crate::version::CniVersion;
 
@@ -107,6 +108,19 @@ pub struct Flags {
     /// The `kube-ovn` binary to install; next to this daemon's binary when empty.
     #[arg(long, env = "CNI_BIN", default_value = "")]
     pub cni_bin: String,
+    /// Services' ClusterIP ranges, `v4`, `v6` or `v4,v6` (Kube-OVN's flag; kube-apiserver's
+    /// `--service-cluster-ip-range`): the `ovn40services`/`ovn60services` sets of the egress NAT.
+    #[arg(long, env = "SERVICE_CLUSTER_IP_RANGE", default_value = "10.96.0.0/12")]
+    pub service_cluster_ip_range: String,
+    /// How often the egress NAT table and policy routing are compared with the kernel and
+    /// restored if someone changed them (ours; Kube-OVN's gateway loop runs every 3 s). Changes
+    /// of subnets, nodes and pods are applied at once, whatever this says.
+    #[arg(long, env = "GATEWAY_CHECK_INTERVAL", default_value = "3s", value_parser = parse_timeout)]
+    pub gateway_check_interval: Duration,
+    /// How often the join subnet's gateway is pinged through `ovn0` for the Node's
+    /// `NetworkUnavailable` condition (ours; Kube-OVN's `loopOvn0Check` runs every 5 s).
+    #[arg(long, env = "OVN0_CHECK_INTERVAL", default_value = "5s", value_parser = parse_timeout)]
+    pub ovn0_check_interval: Duration,
     /// Metrics and health port (Kube-OVN `--pprof-port`).
     #[arg(long, env = "PPROF_PORT", default_value_t = 10665)]
     pub pprof_port: u16,
@@ -155,6 +169,8 @@ pub struct Config {
     pub default_mtu: u32,
     /// Parsed `--cni-conf-version`.
     pub cni_conf_version: CniVersion,
+    /// Parsed `--service-cluster-ip-range`.
+    pub service_cidrs: Vec<IpNet>,
 }
 
 pub use kube_ovn_support::FlagError;
@@ -215,14 +231,34 @@ impl Flags {
             .cni_conf_version
             .parse()
             .map_err(|e: crate::version::UnsupportedVersion| bad("cni-conf-version", e.to_string()))?;
+        let service_cidrs = parse_service_cidrs(&self.service_cluster_ip_range)?;
         Ok(Config {
             flags: self,
             datapath,
             encap_ip,
             default_mtu,
             cni_conf_version,
+            service_cidrs,
         })
     }
+}
+
+/// `v4`, `v6` or a comma pair of one each, as kube-apiserver takes it.
+fn parse_service_cidrs(text: &str) -> Result<Vec<IpNet>, FlagError> {
+    let flag = "service-cluster-ip-range";
+    let cidrs = text
+        .split(',')
+        .map(|c| {
+            c.trim()
+                .parse::<IpNet>()
+                .map(|n| n.trunc())
+                .map_err(|_| bad(flag, format!("{c:?} is not a CIDR")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if cidrs.len() > 2 || (cidrs.len() == 2 && cidrs[0].addr().is_ipv4() == cidrs[1].addr().is_ipv4()) {
+        return Err(bad(flag, format!("{text:?}: one CIDR, or one IPv4 and one IPv6")));
+    }
+    Ok(cidrs)
 }
 
 #[cfg(test)]
@@ -251,6 +287,16 @@ mod tests {
         let v11 = flags(&["--cni-conf-version", "1.1.0"]).validate().unwrap();
         assert_eq!(v11.cni_conf_version, CniVersion::V1_1_0);
         assert!(!flags(&["--early-plug=false"]).early_plug);
+        assert_eq!(
+            config.service_cidrs,
+            vec!["10.96.0.0/12".parse::<IpNet>().unwrap()]
+        );
+        assert_eq!(config.flags.gateway_check_interval, Duration::from_secs(3));
+        assert_eq!(config.flags.ovn0_check_interval, Duration::from_secs(5));
+        let dual = flags(&["--service-cluster-ip-range", "10.96.0.0/12,fd00:10:96::/108"])
+            .validate()
+            .unwrap();
+        assert_eq!(dual.service_cidrs.len(), 2);
     }
 
     #[test]
@@ -262,6 +308,14 @@ mod tests {
             (vec!["--mtu", "40"], "--mtu"),
             (vec!["--ovn-sb-addr", "tcp:1.1.1.1:6642"], "--encap-ip"),
             (vec!["--cni-conf-version", "0.2.0"], "--cni-conf-version"),
+            (
+                vec!["--service-cluster-ip-range", "10.96.0.0/33"],
+                "--service-cluster-ip-range",
+            ),
+            (
+                vec!["--service-cluster-ip-range", "10.96.0.0/12,10.97.0.0/16"],
+                "--service-cluster-ip-range",
+            ),
         ] {
             let err = flags(&args).validate().unwrap_err().to_string();
             assert!(err.starts_with(flag), "{args:?}: {err}");

@@ -54,6 +54,9 @@ pub enum DaemonError {
         /// kube's error.
         source: Box<kube::Error>,
     },
+    /// The egress NAT tables are not what was applied (read back from the kernel).
+    #[error("{0}")]
+    Gateway(String),
     /// CHECK found the NIC differs from what it should be.
     #[error("pod {pod}: {problem}")]
     CheckFailed {

@@ -7,6 +7,9 @@
 //!   pods on this node ──watch──▶ Watched<Pod> ──tick──▶ ADD waiters (wait_for_plan)
 //!                                    └─applied──▶ qos task ──▶ Ovs::set_qos (live rate changes, retried)
 //!   this Node, Subnets ──watch──▶ Watched<_> ──tick──▶ node task ──▶ ovn0 + routes (reconcile_node_network)
+//!   Subnets, Nodes, pods ──tick, every --gateway-check-interval──▶ gateway task ──▶ nft tables,
+//!                                                  ip rules + table routes, sysctls (gateway.rs)
+//!   every --ovn0-check-interval ──▶ ovn0 check ──ping join gateway──▶ Node NetworkUnavailable
 //!   shim ──unix socket──▶ CNI server (axum) ──per-pod lock──▶ add_nic / del_nic / check_nic / gc
 //!   Open_vSwitch DB ◀──▶ Ovs (replica + transactions)      kernel ◀── dataplane (netlink, ethtool)
 //!   /metrics /healthz /readyz ◀── metrics listener
@@ -14,8 +17,11 @@
 
 pub mod config;
 pub mod error;
+pub mod gateway;
+pub mod health;
 pub mod install;
 pub mod metrics;
+pub mod nft_tables;
 mod nic;
 pub mod node;
 pub mod node_routes;
@@ -57,10 +63,12 @@ pub struct Node {
     pub pods: Watched<Pod>,
     /// Every subnet.
     pub subnets: Watched<Subnet>,
-    /// This node.
+    /// Every node (this one's annotations and addresses; the others' addresses for the NAT).
     pub nodes: Watched<K8sNode>,
     /// Metrics.
     pub metrics: Metrics,
+    /// Subnets as last validated by the controller, for the node's routes (`node_routes`).
+    last_validated: std::sync::Mutex<std::collections::BTreeMap<String, Arc<Subnet>>>,
     /// Pods whose ADD finished, for the QoS task to look at again.
     qos_recheck: mpsc::UnboundedSender<String>,
     locks: KeyLocks,
@@ -134,7 +142,6 @@ pub async fn run(
         .await
         .map_err(DaemonError::ovsdb(format!("connect to {}", flags.ovs_db)))?;
 
-    let node_fields = format!("metadata.name={}", flags.node_name);
     let pod_fields = format!("spec.nodeName={}", flags.node_name);
     let (applied_tx, applied_rx) = mpsc::unbounded_channel();
     let (qos_recheck, added_rx) = mpsc::unbounded_channel();
@@ -144,9 +151,10 @@ pub async fn run(
         ovs_nl,
         pods: Watched::start(Api::all(kube.clone()), Some(pod_fields), Some(applied_tx)),
         subnets: Watched::start(Api::all(kube.clone()), None, None),
-        nodes: Watched::start(Api::all(kube.clone()), Some(node_fields), None),
+        nodes: Watched::start(Api::all(kube.clone()), None, None),
         metrics: Metrics::new(),
         qos_recheck,
+        last_validated: std::sync::Mutex::default(),
         locks: KeyLocks::default(),
         config,
         kube,
@@ -183,6 +191,8 @@ pub async fn run(
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(node_task(node.clone()));
     tasks.spawn(qos::qos_task(node.clone(), applied_rx, added_rx));
+    tasks.spawn(gateway::gateway_task(node.clone()));
+    tasks.spawn(health::ovn0_check_task(node.clone()));
     let cni = server::cni_router(node.clone());
     tasks.spawn(async move {
         if let Err(e) = axum::serve(cni_listener, cni).await {

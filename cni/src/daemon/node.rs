@@ -17,7 +17,7 @@ use kube_ovn_api::node::internal_ip_per_family;
 
 use super::Node;
 use super::error::DaemonError;
-use super::node_routes::{RouteInputs, desired_routes, foreign_source, route_changes};
+use super::node_routes::{RouteInputs, desired_routes, foreign_source, route_changes, with_last_validated};
 use super::ovs::PortSpec;
 use super::plan::QosPlan;
 
@@ -142,7 +142,13 @@ impl Node {
         })?;
         let Some(join) = join else { return Ok(false) };
         let ovn0 = self.ensure_ovn0(&join).await?;
-        let subnets = self.subnets.all();
+        let subnets = {
+            let mut last = self
+                .last_validated
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            with_last_validated(&self.subnets.all(), &mut last)
+        };
         let desired = desired_routes(&RouteInputs {
             subnets: &subnets,
             join: &join,

@@ -69,6 +69,34 @@ fn routed_through_ovn0(subnet: &Subnet, cluster_router: &str) -> bool {
         .is_some_and(|c| c.status == ConditionStatus::True)
 }
 
+/// Subnets whose spec the controller refused (no longer `Validated`) are replaced by their last
+/// validated version (same UID) from `last_validated`, which is updated: the controller leaves
+/// OVN as it was when it refuses a change, so the node keeps the routes (and the egress NAT,
+/// `kube_ovn_gateway`) too, and traffic to the subnet's pods keeps flowing.
+pub fn with_last_validated(
+    subnets: &[Arc<Subnet>],
+    last_validated: &mut std::collections::BTreeMap<String, Arc<Subnet>>,
+) -> Vec<Arc<Subnet>> {
+    let mut kept = std::collections::BTreeMap::new();
+    let out = subnets
+        .iter()
+        .map(|subnet| {
+            let name = subnet.metadata.name.clone().unwrap_or_default();
+            let validated = kube_ovn_gateway::is_validated(subnet);
+            let chosen = match last_validated.get(&name) {
+                Some(old) if !validated && old.metadata.uid == subnet.metadata.uid => old.clone(),
+                _ => subnet.clone(),
+            };
+            if kube_ovn_gateway::is_validated(&chosen) {
+                kept.insert(name, chosen.clone());
+            }
+            chosen
+        })
+        .collect();
+    *last_validated = kept;
+    out
+}
+
 /// The routes `ovn0` should carry.
 pub fn desired_routes(inputs: &RouteInputs<'_>) -> BTreeSet<Route> {
     let (node_v4, node_v6) = inputs.node_ips;
@@ -235,6 +263,24 @@ mod tests {
                 format!("{}{via}{src}{metric}", r.dst)
             })
             .collect()
+    }
+
+    #[test]
+    fn a_refused_spec_keeps_the_last_validated_routes() {
+        let none = serde_json::json!({});
+        let mut cache = std::collections::BTreeMap::new();
+        let good = subnet("s", "10.16.0.0/16", &none, true);
+        let kept = with_last_validated(std::slice::from_ref(&good), &mut cache);
+        assert_eq!(kept[0].spec.cidr_block.as_deref(), Some("10.16.0.0/16"));
+        // The controller refuses a new CIDR: the routes stay on the old one.
+        let refused = subnet("s", "10.99.0.0/16", &none, false);
+        let kept = with_last_validated(&[refused], &mut cache);
+        assert_eq!(kept[0].spec.cidr_block.as_deref(), Some("10.16.0.0/16"));
+        // Gone, then back unvalidated: nothing is remembered any more.
+        with_last_validated(&[], &mut cache);
+        let refused = subnet("s", "10.99.0.0/16", &none, false);
+        let kept = with_last_validated(&[refused], &mut cache);
+        assert_eq!(kept[0].spec.cidr_block.as_deref(), Some("10.99.0.0/16"));
     }
 
     #[test]
