@@ -254,6 +254,8 @@ pub fn node_daemon(t: &Topology, bins: &Binaries, node: &NodePlan) -> Launch {
             format!("--cni-bin-dir={}", dir.join("bin").display()),
             format!("--cni-bin={}", bins.path("kube-ovn").display()),
             format!("--system-id-file={}", dir.join("system-id.conf").display()),
+            // Service traffic keeps its addresses through the egress NAT (Kube-OVN's flag).
+            format!("--service-cluster-ip-range={SERVICE_CIDR}"),
             format!("--pprof-port={DAEMON_METRICS_PORT}"),
         ],
         env: vec![],

@@ -192,6 +192,15 @@ impl Report {
         }
     }
 
+    /// The source address the outside host saw from pod `i`, when it answered.
+    fn seen_by_outside(&self, i: usize) -> Option<IpAddr> {
+        self.outcomes
+            .iter()
+            .find(|o| o.check.kind == Kind::PodToOutside && o.check.from == Some(i))
+            .and_then(|o| o.answer.as_ref().ok())
+            .and_then(|a| client_ip(a))
+    }
+
     fn label(&self, i: Option<usize>) -> String {
         i.map_or_else(|| "outside".to_owned(), |i| self.targets[i].label())
     }
@@ -243,14 +252,20 @@ impl Report {
             }
             out.push('\n');
         }
-        let _ = writeln!(out, "  outside host ↔ pods (BGP routes through the ToR):");
+        let _ = writeln!(
+            out,
+            "  outside host ↔ pods (in: BGP routes through the ToR; out: the node's NAT or the pod's own announced address):"
+        );
         for i in 0..n {
             let _ = writeln!(
                 out,
-                "    {:width$}  outside → pod: {:8}  pod → outside: {}",
+                "    {:width$}  outside → pod: {:8}  pod → outside: {:8}{}",
                 self.targets[i].label(),
                 self.cell(Kind::OutsideToPod, None, Some(i)),
                 self.cell(Kind::PodToOutside, Some(i), None),
+                self.seen_by_outside(i)
+                    .map(|ip| format!(" (the outside saw {ip})"))
+                    .unwrap_or_default(),
             );
         }
         let failures = self.failures();
