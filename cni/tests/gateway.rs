@@ -85,14 +85,8 @@ async fn nat_outgoing_policy_rules_forward_one_destination_and_nat_another() -> 
                      "natOutgoingPolicyRules": rules}}),
         )
         .await?;
-    // The rules as the controller records them, with their IDs (the node reads the status).
-    let mut status = rules.clone();
-    for (i, rule) in status.as_array_mut().into_iter().flatten().enumerate() {
-        rule["ruleID"] = json!(format!("{i:0>12}"));
-    }
-    cluster
-        .patch_subnet_status("pol", json!({"natOutgoingPolicyRules": status}))
-        .await?;
+    // The controller records the rules with their IDs; the node reads the status.
+    cluster.policy_rule_ids("pol", 2).await?;
     let p = cluster.pod("pol", "p", 0, &[]).await?;
     // Forwarded traffic keeps the pod's address, so the outside host needs a way back.
     outside.route("10.21.0.0/16", underlay_ip(0))?;
@@ -290,14 +284,10 @@ async fn tables_survive_reapply_restart_and_flushes_and_follow_subnet_deletion()
             "spec": {"cidrBlock": "10.40.0.0/16", "namespaces": ["gone"], "natOutgoing": true,
                      "natOutgoingPolicyRules": [{"action": "forward", "match": {"dstIPs": "192.0.2.0/24"}}]}}))
         .await?;
-    cluster
-        .patch_subnet_status(
-            "gone",
-            json!({"natOutgoingPolicyRules": [
-            {"action": "forward", "match": {"dstIPs": "192.0.2.0/24"}, "ruleID": "00000000beef"}]}),
-        )
-        .await?;
-    let present = |table: &str| table.contains("10.40.0.0") && table.contains("ovn40natpr-00000000beef-dst");
+    let [id] = <[String; 1]>::try_from(cluster.policy_rule_ids("gone", 1).await?)
+        .map_err(|ids| anyhow::anyhow!("one rule ID expected, got {ids:?}"))?;
+    let dst_set = format!("ovn40natpr-{id}-dst");
+    let present = |table: &str| table.contains("10.40.0.0") && table.contains(&dst_set);
     wait_until("subnet gone in the NAT sets", WAIT, || {
         Ok(present(&cluster.nat_table(1)?))
     })?;

@@ -9,7 +9,6 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
-use kube::api::{Patch, PatchParams};
 use kube_ovn_api::crd::Subnet;
 use kube_ovn_lab::cluster::matrix::client_ip;
 use kube_ovn_lab::netexec;
@@ -154,16 +153,31 @@ impl Cluster {
         Ok(Api::<Subnet>::all(self.kube.clone()).get(name).await?)
     }
 
-    /// Merges `status` into the Subnet's status (what the controller would write).
-    pub async fn patch_subnet_status(&self, name: &str, status: serde_json::Value) -> Result<()> {
-        Api::<Subnet>::all(self.kube.clone())
-            .patch_status(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(serde_json::json!({"status": status})),
-            )
-            .await?;
-        Ok(())
+    /// The rule IDs the controller recorded in the Subnet's status for its `count`
+    /// natOutgoingPolicyRules (the daemons name their sets after them), once all are there.
+    pub async fn policy_rule_ids(&self, name: &str, count: usize) -> Result<Vec<String>> {
+        let start = std::time::Instant::now();
+        loop {
+            let ids: Vec<String> = self
+                .subnet(name)
+                .await?
+                .status
+                .and_then(|s| s.nat_outgoing_policy_rules)
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|r| r.rule_id)
+                .collect();
+            if ids.len() == count {
+                return Ok(ids);
+            }
+            anyhow::ensure!(
+                start.elapsed() < super::WAIT,
+                "subnet {name}: the controller recorded {} of {count} policy rule IDs within {:?}",
+                ids.len(),
+                super::WAIT
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// The Node's condition `type`: `(status, reason)`.
