@@ -34,6 +34,23 @@ pub struct Route {
 const MAIN_TABLE: u8 = 254;
 
 impl Netlink {
+    /// Every route of one family, in all tables (the kernel has no per-table dump filter
+    /// that rtnetlink exposes; callers filter).
+    pub(crate) async fn route_messages(&self, ipv6: bool) -> Result<Vec<RouteMessage>> {
+        let filter = if ipv6 {
+            RouteMessageBuilder::<Ipv6Addr>::new().build()
+        } else {
+            RouteMessageBuilder::<Ipv4Addr>::new().build()
+        };
+        self.handle
+            .route()
+            .get(filter)
+            .execute()
+            .try_collect()
+            .await
+            .map_err(self.fail("list routes"))
+    }
+
     /// Addresses on link `index`, with their prefix lengths.
     pub async fn addresses(&self, index: u32) -> Result<Vec<IpNet>> {
         Ok(self
@@ -129,19 +146,7 @@ impl Netlink {
 
     /// Unicast routes of the main table for one family, optionally only those out of `dev`.
     pub async fn routes(&self, ipv6: bool, dev: Option<u32>) -> Result<Vec<Route>> {
-        let filter = if ipv6 {
-            RouteMessageBuilder::<Ipv6Addr>::new().build()
-        } else {
-            RouteMessageBuilder::<Ipv4Addr>::new().build()
-        };
-        let messages: Vec<RouteMessage> = self
-            .handle
-            .route()
-            .get(filter)
-            .execute()
-            .try_collect()
-            .await
-            .map_err(self.fail("list routes"))?;
+        let messages = self.route_messages(ipv6).await?;
         Ok(messages
             .iter()
             .filter(|m| m.header.table == MAIN_TABLE && m.header.kind == RouteType::Unicast)

@@ -174,19 +174,7 @@ impl Netlink {
 
     /// Our default routes in tables other than main and local, of one family.
     pub async fn table_routes(&self, ipv6: bool) -> Result<Vec<TableRoute>> {
-        let filter = if ipv6 {
-            RouteMessageBuilder::<Ipv6Addr>::new().build()
-        } else {
-            RouteMessageBuilder::<Ipv4Addr>::new().build()
-        };
-        let messages: Vec<RouteMessage> = self
-            .handle
-            .route()
-            .get(filter)
-            .execute()
-            .try_collect()
-            .await
-            .map_err(self.fail("list routes"))?;
+        let messages = self.route_messages(ipv6).await?;
         Ok(messages.iter().filter_map(parse_table_route).collect())
     }
 
