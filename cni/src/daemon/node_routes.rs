@@ -21,7 +21,6 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 use kube_ovn_api::crd::Subnet;
-use kube_ovn_api::crd::condition::{ConditionStatus, VALIDATED, find_condition};
 use kube_ovn_dataplane::Route;
 
 use super::node::JoinAddress;
@@ -61,12 +60,7 @@ fn routed_through_ovn0(subnet: &Subnet, cluster_router: &str) -> bool {
         return false;
     }
     // Only once the controller has validated it (a CIDR overlapping a node is refused there).
-    subnet
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_deref())
-        .and_then(|c| find_condition(c, VALIDATED))
-        .is_some_and(|c| c.status == ConditionStatus::True)
+    kube_ovn_gateway::is_validated(subnet)
 }
 
 /// Subnets whose spec the controller refused (no longer `Validated`) are replaced by their last
