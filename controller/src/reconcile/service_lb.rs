@@ -27,7 +27,8 @@ pub fn lb_names(config: &Config, vpc: &str) -> LbNames {
 }
 
 /// Whether a subnet's switch carries its VPC's load balancers: `enableLb`, else `--enable-lb`;
-/// never the join switch (Kube-OVN leaves its `enableLb` unset and attaches nothing there).
+/// never the join switch (Kube-OVN leaves its `enableLb` unset and attaches nothing there:
+/// traffic from nodes to Services is kube-proxy's).
 pub fn subnet_enables_lb(config: &Config, name: &str, spec: &SubnetSpec) -> bool {
     name != config.node_subnet.name && spec.enable_lb.unwrap_or(config.enable_lb)
 }

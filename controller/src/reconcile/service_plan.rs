@@ -39,8 +39,13 @@ pub struct ServiceVips {
     pub problems: Vec<String>,
 }
 
-/// The VIPs a Service has: its annotations' or its ClusterIPs (none when headless). A bad
-/// address is an error naming the Service and field.
+/// The VIPs a Service has: its annotations', or its ClusterIPs (none when headless) and its
+/// LoadBalancer ingress IPs. A bad address is an error naming the Service and field.
+///
+/// Ingress IPs are ours, not Kube-OVN's (which leaves them to kube-proxy): with them, a pod reaches
+/// a LoadBalancer Service at its external address through its own switch, as kube-proxy would
+/// let it. Traffic to them from outside the cluster is not balanced yet (see
+/// `docs/architecture.md`, "Services").
 pub fn service_ips(svc: &Service) -> Result<Vec<IpAddr>, String> {
     let id = format!(
         "service {}/{}",
@@ -69,7 +74,7 @@ pub fn service_ips(svc: &Service) -> Result<Vec<IpAddr>, String> {
         .filter(|l| !l.is_empty())
         .or_else(|| spec.cluster_ip.clone().map(|i| vec![i]))
         .unwrap_or_default();
-    listed
+    let mut ips: Vec<IpAddr> = listed
         .iter()
         .filter(|ip| !ip.is_empty() && *ip != "None")
         .enumerate()
@@ -77,7 +82,28 @@ pub fn service_ips(svc: &Service) -> Result<Vec<IpAddr>, String> {
             ip.parse()
                 .map_err(|_| format!("{id}: spec.clusterIPs[{i}]: {ip:?} is not an IP address"))
         })
-        .collect()
+        .collect::<Result<_, _>>()?;
+    if ips.is_empty() {
+        // Headless: nothing to balance, whatever the status says.
+        return Ok(ips);
+    }
+    let ingress = svc
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|l| l.ingress.as_ref());
+    for (i, ing) in ingress.into_iter().flatten().enumerate() {
+        let Some(ip) = ing.ip.as_deref() else {
+            continue;
+        };
+        let ip: IpAddr = ip
+            .parse()
+            .map_err(|_| format!("{id}: status.loadBalancer.ingress[{i}].ip: {ip:?} is not an IP address"))?;
+        if !ips.contains(&ip) {
+            ips.push(ip);
+        }
+    }
+    Ok(ips)
 }
 
 /// One ready endpoint: its address and the pod it is (for the VPC and named ports).

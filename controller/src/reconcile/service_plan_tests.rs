@@ -176,3 +176,27 @@ fn malformed_input_names_object_and_field_and_the_rest_still_works() {
     );
     assert!(got.vips.is_empty());
 }
+
+#[test]
+fn load_balancer_ingress_ips_are_vips_too_but_not_for_headless_services() {
+    let mut s = web();
+    s.status = serde_json::from_value(
+        json!({"loadBalancer": {"ingress": [{"ip": "192.0.2.10"}, {"hostname": "lb.example"}]}}),
+    )
+    .unwrap();
+    assert_eq!(
+        service_ips(&s).unwrap(),
+        ["10.96.0.10", "fd00:10:96::a", "192.0.2.10"]
+            .map(|i| i.parse::<IpAddr>().unwrap())
+            .to_vec()
+    );
+    s.status = serde_json::from_value(json!({"loadBalancer": {"ingress": [{"ip": "192.0.2.300"}]}})).unwrap();
+    assert_eq!(
+        service_ips(&s).unwrap_err(),
+        "service ns/web: status.loadBalancer.ingress[0].ip: \"192.0.2.300\" is not an IP address"
+    );
+    let spec = s.spec.as_mut().unwrap();
+    spec.cluster_ip = Some("None".into());
+    spec.cluster_ips = Some(vec!["None".into()]);
+    assert!(service_ips(&s).unwrap().is_empty());
+}
