@@ -105,43 +105,9 @@ pub struct Flags {
     /// OVN load balancers; see `reconcile/service.rs`).
     #[arg(long, env = "ENABLE_LB", default_value_t = true, action = clap::ArgAction::Set)]
     pub enable_lb: bool,
-    /// The default VPC's load balancers, named as Kube-OVN's flags name them.
-    #[arg(
-        long,
-        env = "CLUSTER_TCP_LOADBALANCER",
-        default_value = "cluster-tcp-loadbalancer"
-    )]
-    pub cluster_tcp_loadbalancer: String,
-    #[arg(
-        long,
-        env = "CLUSTER_UDP_LOADBALANCER",
-        default_value = "cluster-udp-loadbalancer"
-    )]
-    pub cluster_udp_loadbalancer: String,
-    #[arg(
-        long,
-        env = "CLUSTER_SCTP_LOADBALANCER",
-        default_value = "cluster-sctp-loadbalancer"
-    )]
-    pub cluster_sctp_loadbalancer: String,
-    #[arg(
-        long,
-        env = "CLUSTER_TCP_SESSION_LOADBALANCER",
-        default_value = "cluster-tcp-session-loadbalancer"
-    )]
-    pub cluster_tcp_session_loadbalancer: String,
-    #[arg(
-        long,
-        env = "CLUSTER_UDP_SESSION_LOADBALANCER",
-        default_value = "cluster-udp-session-loadbalancer"
-    )]
-    pub cluster_udp_session_loadbalancer: String,
-    #[arg(
-        long,
-        env = "CLUSTER_SCTP_SESSION_LOADBALANCER",
-        default_value = "cluster-sctp-session-loadbalancer"
-    )]
-    pub cluster_sctp_session_loadbalancer: String,
+    /// The default VPC's load balancers (`--cluster-*-loadbalancer`).
+    #[command(flatten)]
+    pub cluster_lbs: crate::ovn::lb::LbFlags,
     /// Kube-OVN flags accepted so existing manifests work, but not acted on yet (NetworkPolicies
     /// and underlay come in later versions): listed here so that they parse.
     #[arg(long, env = "ENABLE_NP", default_value_t = true, action = clap::ArgAction::Set)]
@@ -459,18 +425,7 @@ impl Flags {
             identity,
             leader_election: leader_election(self)?,
             enable_lb: self.enable_lb,
-            cluster_lbs: crate::ovn::lb::LbNames {
-                plain: [
-                    self.cluster_tcp_loadbalancer.clone(),
-                    self.cluster_udp_loadbalancer.clone(),
-                    self.cluster_sctp_loadbalancer.clone(),
-                ],
-                session: [
-                    self.cluster_tcp_session_loadbalancer.clone(),
-                    self.cluster_udp_session_loadbalancer.clone(),
-                    self.cluster_sctp_session_loadbalancer.clone(),
-                ],
-            },
+            cluster_lbs: self.cluster_lbs.names(),
         })
     }
 }

@@ -67,6 +67,64 @@ impl LbKind {
     }
 }
 
+/// The default VPC's load balancers, named as Kube-OVN's flags name them.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LbFlags {
+    #[arg(
+        long,
+        env = "CLUSTER_TCP_LOADBALANCER",
+        default_value = "cluster-tcp-loadbalancer"
+    )]
+    pub cluster_tcp_loadbalancer: String,
+    #[arg(
+        long,
+        env = "CLUSTER_UDP_LOADBALANCER",
+        default_value = "cluster-udp-loadbalancer"
+    )]
+    pub cluster_udp_loadbalancer: String,
+    #[arg(
+        long,
+        env = "CLUSTER_SCTP_LOADBALANCER",
+        default_value = "cluster-sctp-loadbalancer"
+    )]
+    pub cluster_sctp_loadbalancer: String,
+    #[arg(
+        long,
+        env = "CLUSTER_TCP_SESSION_LOADBALANCER",
+        default_value = "cluster-tcp-session-loadbalancer"
+    )]
+    pub cluster_tcp_session_loadbalancer: String,
+    #[arg(
+        long,
+        env = "CLUSTER_UDP_SESSION_LOADBALANCER",
+        default_value = "cluster-udp-session-loadbalancer"
+    )]
+    pub cluster_udp_session_loadbalancer: String,
+    #[arg(
+        long,
+        env = "CLUSTER_SCTP_SESSION_LOADBALANCER",
+        default_value = "cluster-sctp-session-loadbalancer"
+    )]
+    pub cluster_sctp_session_loadbalancer: String,
+}
+
+impl LbFlags {
+    pub fn names(&self) -> LbNames {
+        LbNames {
+            plain: [
+                self.cluster_tcp_loadbalancer.clone(),
+                self.cluster_udp_loadbalancer.clone(),
+                self.cluster_sctp_loadbalancer.clone(),
+            ],
+            session: [
+                self.cluster_tcp_session_loadbalancer.clone(),
+                self.cluster_udp_session_loadbalancer.clone(),
+                self.cluster_sctp_session_loadbalancer.clone(),
+            ],
+        }
+    }
+}
+
 /// The names of one VPC's six load balancers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LbNames {

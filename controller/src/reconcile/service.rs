@@ -78,13 +78,15 @@ pub async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action> {
     let name = svc.name_any();
     let slices = slices_of(&ctx, &ns, &name);
     let slice_refs: Vec<&EndpointSlice> = slices.iter().map(AsRef::as_ref).collect();
-    let pods: BTreeMap<String, _> = ctx
-        .stores
-        .pods
-        .state()
-        .into_iter()
-        .filter(|p| p.namespace().as_deref() == Some(ns.as_str()))
-        .map(|p| (p.name_any(), p))
+    // Only the pods the endpoints name (looked up by key, not by scanning the namespace).
+    let pods: BTreeMap<String, _> = slices
+        .iter()
+        .flat_map(|s| s.endpoints.iter())
+        .filter_map(|e| e.target_ref.as_ref()?.name.clone())
+        .filter_map(|n| {
+            let pod = ctx.stores.pods.get(&ObjectRef::new(&n).within(&ns))?;
+            Some((n, pod))
+        })
         .collect();
     let want = plan_service(
         &svc,
