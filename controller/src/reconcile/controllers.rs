@@ -153,7 +153,10 @@ impl Controllers {
                     .collect()
             },
         ));
-        let services = own(&informers.services, triggers::any, workers).reconcile_on(
+        // As many at a time as pods: a Service's reconcile waits for its northbound write, and
+        // only concurrent writes share a transaction (with --worker-num's 3, 1,000 Services took
+        // 26x an ovn-nbctl run; docs/benchmarks.md).
+        let services = own(&informers.services, triggers::any, config.pod_workers).reconcile_on(
             informers
                 .endpoint_slices
                 .changes()
