@@ -101,10 +101,15 @@ pub struct Flags {
     /// How often the leader renews, and followers look (whole seconds).
     #[arg(long, env = "LEADER_ELECT_RETRY_PERIOD", default_value = "6s")]
     pub leader_elect_retry_period: String,
-    /// Kube-OVN flags accepted so existing manifests work, but not acted on yet (Services,
-    /// NetworkPolicies and underlay come in later versions): listed here so that they parse.
+    /// Attach the VPC's load balancers to every subnet whose `enableLb` is unset (Services on
+    /// OVN load balancers; see `reconcile/service.rs`).
     #[arg(long, env = "ENABLE_LB", default_value_t = true, action = clap::ArgAction::Set)]
     pub enable_lb: bool,
+    /// The default VPC's load balancers (`--cluster-*-loadbalancer`).
+    #[command(flatten)]
+    pub cluster_lbs: crate::ovn::lb::LbFlags,
+    /// Kube-OVN flags accepted so existing manifests work, but not acted on yet (NetworkPolicies
+    /// and underlay come in later versions): listed here so that they parse.
     #[arg(long, env = "ENABLE_NP", default_value_t = true, action = clap::ArgAction::Set)]
     pub enable_np: bool,
     #[arg(long, env = "NETWORK_TYPE", default_value = "geneve")]
@@ -135,6 +140,10 @@ pub struct Config {
     pub lease_namespace: String,
     pub identity: String,
     pub leader_election: LeaderElection,
+    /// `--enable-lb`: a subnet's `enableLb` when unset.
+    pub enable_lb: bool,
+    /// The default VPC's load balancers (`--cluster-*-loadbalancer`).
+    pub cluster_lbs: crate::ovn::lb::LbNames,
 }
 
 /// Leader-election timing (Kube-OVN's `--leader-elect-*` flags).
@@ -415,6 +424,8 @@ impl Flags {
             lease_namespace: self.lease_namespace.clone(),
             identity,
             leader_election: leader_election(self)?,
+            enable_lb: self.enable_lb,
+            cluster_lbs: self.cluster_lbs.names(),
         })
     }
 }

@@ -49,6 +49,7 @@ const NB_TABLES: &[&str] = &[
     "Address_Set",
     "Port_Group",
     "Gateway_Chassis",
+    "Load_Balancer",
 ];
 
 /// Connects to the northbound database with the configured remotes and timeouts.

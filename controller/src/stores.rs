@@ -4,7 +4,8 @@
 //! [`Stores::synced`] names every field of [`Stores`] (a field it does not name fails to compile),
 //! and each field is a [`Cache`], which only an [`Informer`] makes, with its sync signal.
 
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube_ovn_api::crd::{IPPool, Ip, Subnet, Vpc};
 
 use crate::error::Result;
@@ -20,6 +21,8 @@ pub struct Stores {
     pub vpcs: Cache<Vpc>,
     pub ippools: Cache<IPPool>,
     pub ips: Cache<Ip>,
+    pub services: Cache<Service>,
+    pub endpoint_slices: Cache<EndpointSlice>,
 }
 
 impl Stores {
@@ -36,6 +39,8 @@ impl Stores {
             vpcs,
             ippools,
             ips,
+            services,
+            endpoint_slices,
         } = self;
         futures::try_join!(
             pods.synced(),
@@ -45,6 +50,8 @@ impl Stores {
             vpcs.synced(),
             ippools.synced(),
             ips.synced(),
+            services.synced(),
+            endpoint_slices.synced(),
         )?;
         Ok(())
     }
@@ -59,6 +66,8 @@ pub struct Informers {
     pub vpcs: Informer<Vpc>,
     pub ippools: Informer<IPPool>,
     pub ips: Informer<Ip>,
+    pub services: Informer<Service>,
+    pub endpoint_slices: Informer<EndpointSlice>,
 }
 
 impl Informers {
@@ -71,6 +80,8 @@ impl Informers {
             vpcs: Informer::new(kube),
             ippools: Informer::new(kube),
             ips: Informer::new(kube),
+            services: Informer::new(kube),
+            endpoint_slices: Informer::new(kube),
         }
     }
 
@@ -83,6 +94,8 @@ impl Informers {
             vpcs: self.vpcs.cache(),
             ippools: self.ippools.cache(),
             ips: self.ips.cache(),
+            services: self.services.cache(),
+            endpoint_slices: self.endpoint_slices.cache(),
         }
     }
 
@@ -96,6 +109,8 @@ impl Informers {
             vpcs,
             ippools,
             ips,
+            services,
+            endpoint_slices,
         } = self;
         futures::join!(
             pods.run(),
@@ -105,6 +120,8 @@ impl Informers {
             vpcs.run(),
             ippools.run(),
             ips.run(),
+            services.run(),
+            endpoint_slices.run(),
         );
     }
 }

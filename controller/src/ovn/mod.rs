@@ -12,6 +12,7 @@
 //!                                                  └── on failure: transact each plan alone
 //! ```
 
+pub mod lb;
 pub mod owned;
 pub mod plan;
 pub mod priority;

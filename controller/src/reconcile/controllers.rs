@@ -10,12 +10,13 @@
 //!   Namespace  ◀─ its own; Subnets, IPPools (spec, deletion), VPCs (+ default subnet) → every namespace
 //!   Node, IP   ◀─ their own
 //!   Pod        ◀─ its own; a Subnet's spec, deletion or turning ready → the pods waiting for it
+//!   Service    ◀─ its own; its EndpointSlices (service.rs); Services losing an address → sweep
 //! ```
 
 use std::future::Future;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
 use kube::ResourceExt;
 use kube::runtime::Controller;
 use kube::runtime::controller;
@@ -28,7 +29,7 @@ use super::triggers::{self, waits_for};
 use super::{all_refs, drive, error_policy, instrumented};
 use crate::config::Config;
 use crate::context::Context;
-use crate::informer::{Cache, Informer, OwnWrites};
+use crate::informer::{Cache, Changes, Informer, OwnWrites};
 use crate::stores::{Informers, Stores};
 
 /// The controllers, built (and subscribed to their triggers) before the watches start.
@@ -40,6 +41,8 @@ pub struct Controllers {
     nodes: Controller<Node>,
     pods: Controller<Pod>,
     ips: Controller<Ip>,
+    services: Controller<Service>,
+    service_sweeps: Changes<Service>,
 }
 
 /// A controller of `K` over the shared watch, reconciling objects that change in what `differs`
@@ -150,7 +153,18 @@ impl Controllers {
                     .collect()
             },
         ));
+        // As many at a time as pods: a Service's reconcile waits for its northbound write, and
+        // only concurrent writes share a transaction (with --worker-num's 3, 1,000 Services took
+        // 26x an ovn-nbctl run; docs/benchmarks.md).
+        let services = own(&informers.services, triggers::any, config.pod_workers).reconcile_on(
+            informers
+                .endpoint_slices
+                .changes()
+                .map(super::service::services_of_slice, every(&stores.services)),
+        );
         Self {
+            services,
+            service_sweeps: informers.services.changes(),
             vpcs,
             subnets,
             ippools: own(&informers.ippools, triggers::ippool_beyond_status, workers),
@@ -180,6 +194,8 @@ impl Controllers {
             nodes,
             pods,
             ips,
+            services,
+            service_sweeps,
         } = self;
         async move {
             futures::join!(
@@ -231,6 +247,15 @@ impl Controllers {
                         ctx.clone()
                     )
                 ),
+                drive(
+                    "Service",
+                    services.run(
+                        |o, c| instrumented(super::service::KIND, o, c, super::service::reconcile),
+                        error_policy,
+                        ctx.clone()
+                    )
+                ),
+                super::service::sweep_on(ctx.clone(), service_sweeps),
                 drive(
                     "IP",
                     ips.run(

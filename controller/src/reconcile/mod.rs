@@ -12,6 +12,7 @@
 //!             Vpc (+Subnets) ─ Subnet (+Nodes, +VPCs) ─ IPPool
 //!             Namespace (+Subnets, +IPPools, +VPCs) ─ Node ─ Pod (+Subnets)
 //!             IP (reserved addresses)
+//!             Service (+EndpointSlices), and the sweep of Services gone
 //!        ─▶ deletions (pods, nodes from the shared watches; StatefulSets) release at once
 //!        ─▶ gc loop every --gc-interval, subnet address counters every second
 //!        ─▶ runs until shutdown or leadership is lost
@@ -35,6 +36,9 @@ pub mod node_state;
 pub mod pod;
 pub mod pod_request;
 pub mod pod_state;
+pub mod service;
+pub mod service_lb;
+pub mod service_plan;
 pub mod startup;
 pub mod statefulset;
 pub mod subnet;

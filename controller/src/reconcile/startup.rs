@@ -58,12 +58,16 @@ fn subnet_object(s: &DefaultSubnet, extra: &serde_json::Value, router: &str) -> 
     json!({"apiVersion": "kubeovn.io/v1", "kind": "Subnet", "metadata": {"name": s.name}, "spec": spec})
 }
 
-/// The cluster router, NB_Global options, the default VPC and the two default subnets.
+/// The cluster router and its load balancers, NB_Global options, the default VPC and the two
+/// default subnets.
 pub async fn init(config: &Config, kube: &kube::Client, nb: &Nb) -> Result<()> {
     let router = &config.cluster_router;
     let plan = nb.read(|cache| {
         let mut plan = Plan::new();
         ensure_router(&mut plan, cache, router, &[("vpc", router.as_str())]);
+        // The default VPC's load balancers exist before any subnet is reconciled (Kube-OVN
+        // creates them at start too), so ovn-default does not wait for them.
+        crate::ovn::lb::ensure_lbs(&mut plan, cache, &config.cluster_lbs, router);
         if let Ok(Some(global)) = cache.rows::<NbGlobal>().map(|g| g.into_iter().next()) {
             let missing: Vec<(&str, &str)> = NB_GLOBAL_OPTIONS
                 .iter()
@@ -89,9 +93,9 @@ pub async fn init(config: &Config, kube: &kube::Client, nb: &Nb) -> Result<()> {
         }
         plan
     });
-    nb.apply(plan, "init")
-        .await
-        .doing(format_args!("create router {router} and NB_Global's options"))?;
+    nb.apply(plan, "init").await.doing(format_args!(
+        "create router {router}, its load balancers and NB_Global's options"
+    ))?;
     create_if_absent(
         &Api::<Vpc>::all(kube.clone()),
         json!({"apiVersion": "kubeovn.io/v1", "kind": "Vpc", "metadata": {"name": router}, "spec": {}}),

@@ -184,6 +184,8 @@ async fn apply(subnet: &Subnet, ctx: &Context) -> Result<Action> {
             Claim::Owner(&[("parent", name.as_str())]),
             &acls,
         );
+        let lb = super::service_lb::subnet_enables_lb(&ctx.config, &name, &subnet.spec);
+        super::service_lb::attach_subnet(&mut plan, cache, &ctx.config, &eff.vpc, &ls, lb)?;
         Ok::<_, Error>((plan, mac))
     })?;
     ctx.ipam().set_gateway_mac(&name, mac)?;

@@ -119,6 +119,7 @@ async fn apply(vpc: &Vpc, ctx: &Context) -> Result<Action> {
         routes.extend(extra);
     }
     let learn_from_arp = !peerings.is_empty() || vpc.spec.enable_external == Some(true);
+    let lb_switches = super::service_lb::vpc_switches(ctx, &name);
     let plan = ctx.nb.read(|cache| {
         let mut plan = Plan::new();
         let owner = [("vpc", name.as_str())];
@@ -145,6 +146,7 @@ async fn apply(vpc: &Vpc, ctx: &Context) -> Result<Action> {
             Claim::AllExcept(OTHER_POLICY_OWNERS)
         };
         sync_policies_claimed(&mut plan, cache, &name, Some(lr), claim, &tagged);
+        super::service_lb::vpc_lbs(&mut plan, cache, &ctx.config, &name, &lb_switches);
         plan
     });
     ctx.nb.apply(plan, "vpc").await.doing(format_args!(
@@ -229,6 +231,11 @@ async fn set_status(ctx: &Context, vpc: &Vpc, outcome: &Outcome<'_>) -> Result<(
             changed |= !same;
             status.insert(key.into(), value);
         }
+        let old_json = serde_json::to_value(&old).unwrap_or_default();
+        for (key, value) in super::service_lb::lb_status(&ctx.config, &name, &old_json) {
+            changed = true;
+            status.insert(key.into(), json!(value));
+        }
     }
     if !changed {
         return Ok(());
@@ -260,11 +267,15 @@ async fn cleanup(vpc: &Vpc, ctx: &Context) -> Result<Action> {
         for uuid in cache.uuids_by_name(LogicalRouter::NAME, &name) {
             plan.delete(LogicalRouter::NAME, *uuid);
         }
+        // Its load balancers too (no switch holds them: its subnets are gone).
+        for uuid in crate::ovn::lb::existing_lbs(cache, &super::service_lb::lb_names(&ctx.config, &name)) {
+            plan.delete(kube_ovn_ovsdb::tables::nb::LoadBalancer::NAME, uuid);
+        }
         plan
     });
     ctx.nb
         .apply(plan, "vpc-delete")
         .await
-        .doing(format_args!("remove the router of VPC {name}"))?;
+        .doing(format_args!("remove the router and load balancers of VPC {name}"))?;
     Ok(Action::await_change())
 }

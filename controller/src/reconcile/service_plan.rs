@@ -1,0 +1,291 @@
+//! What one Service wants in its VPC's load balancers, from the Service, its EndpointSlices and
+//! the pods they point at. Pure: no I/O; [`super::service`] applies the result.
+//!
+//! Following Kube-OVN's `endpoint_slice.go`: the VIPs are the ClusterIPs (or the addresses of the
+//! `switch_lb_vip` / `router_lb_vip` annotations), one key per VIP and Service port; its value is
+//! the ready endpoints of the VIP's family as `ip:targetPort`; a Service with `sessionAffinity:
+//! ClientIP` goes into the session load balancer; the VPC is the one of the endpoints' pods. A
+//! key with no ready endpoint is left out, so the VIP goes (Kube-OVN deletes it from both load
+//! balancers). Headless Services want nothing.
+//!
+//! Input problems (a malformed address, a port name no pod has) do not fail the whole Service:
+//! the part they concern is left out and each is reported with the object and field it is in.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use k8s_openapi::api::core::v1::{Pod, Service, ServicePort};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::ResourceExt;
+use kube_ovn_api::annotations::keys;
+
+use crate::ovn::lb::{LbKind, Protocol, vip_key};
+
+/// The label Kubernetes puts on a Service's EndpointSlices.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// What a Service wants.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ServiceVips {
+    /// The VPC whose load balancers hold the VIPs.
+    pub vpc: String,
+    /// The addresses the Service owns, as text: every key of its in any load balancer starts
+    /// with one of them, whether it is still wanted or not.
+    pub ips: Vec<String>,
+    /// Per load balancer, `key → backends`.
+    pub vips: BTreeMap<LbKind, BTreeMap<String, String>>,
+    /// Input left out, each naming its object and field.
+    pub problems: Vec<String>,
+}
+
+/// The VIPs a Service has: its annotations', or its ClusterIPs (none when headless) and its
+/// LoadBalancer ingress IPs. A bad address is an error naming the Service and field.
+///
+/// Ingress IPs are ours, not Kube-OVN's (which leaves them to kube-proxy): with them, a pod reaches
+/// a LoadBalancer Service at its external address through its own switch, as kube-proxy would
+/// let it. Traffic to them from outside the cluster is not balanced yet (see
+/// `docs/architecture.md`, "Services").
+pub fn service_ips(svc: &Service) -> Result<Vec<IpAddr>, String> {
+    let id = format!(
+        "service {}/{}",
+        svc.namespace().unwrap_or_default(),
+        svc.name_any()
+    );
+    let ann = svc.annotations();
+    for key in [keys::SWITCH_LB_VIP, keys::ROUTER_LB_VIP] {
+        if let Some(v) = ann.get(key).filter(|v| !v.is_empty()) {
+            return v
+                .split(',')
+                .map(|p| {
+                    p.trim()
+                        .parse()
+                        .map_err(|_| format!("{id}: annotation {key}: {p:?} is not an IP address"))
+                })
+                .collect();
+        }
+    }
+    let Some(spec) = &svc.spec else {
+        return Ok(Vec::new());
+    };
+    let listed = spec
+        .cluster_ips
+        .clone()
+        .filter(|l| !l.is_empty())
+        .or_else(|| spec.cluster_ip.clone().map(|i| vec![i]))
+        .unwrap_or_default();
+    let mut ips: Vec<IpAddr> = listed
+        .iter()
+        .filter(|ip| !ip.is_empty() && *ip != "None")
+        .enumerate()
+        .map(|(i, ip)| {
+            ip.parse()
+                .map_err(|_| format!("{id}: spec.clusterIPs[{i}]: {ip:?} is not an IP address"))
+        })
+        .collect::<Result<_, _>>()?;
+    if ips.is_empty() {
+        // Headless: nothing to balance, whatever the status says.
+        return Ok(ips);
+    }
+    let ingress = svc
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|l| l.ingress.as_ref());
+    for (i, ing) in ingress.into_iter().flatten().enumerate() {
+        let Some(ip) = ing.ip.as_deref() else {
+            continue;
+        };
+        let ip: IpAddr = ip
+            .parse()
+            .map_err(|_| format!("{id}: status.loadBalancer.ingress[{i}].ip: {ip:?} is not an IP address"))?;
+        if !ips.contains(&ip) {
+            ips.push(ip);
+        }
+    }
+    Ok(ips)
+}
+
+/// One ready endpoint: its address and the pod it is (for the VPC and named ports).
+struct Ready<'a> {
+    ip: IpAddr,
+    pod: Option<&'a str>,
+    /// The slice's port numbers by port name.
+    ports: BTreeMap<&'a str, i32>,
+}
+
+fn ready_endpoints<'a>(slices: &'a [&'a EndpointSlice], problems: &mut Vec<String>) -> Vec<Ready<'a>> {
+    let mut out = Vec::new();
+    for slice in slices {
+        let id = format!(
+            "endpointslice {}/{}",
+            slice.namespace().unwrap_or_default(),
+            slice.name_any()
+        );
+        let family = slice.address_type.as_str();
+        if family != "IPv4" && family != "IPv6" {
+            // FQDN slices have no address OVN can balance to.
+            continue;
+        }
+        let ports: BTreeMap<&str, i32> = slice
+            .ports
+            .iter()
+            .flatten()
+            .filter_map(|p| Some((p.name.as_deref().unwrap_or(""), p.port?)))
+            .collect();
+        for (i, ep) in slice.endpoints.iter().enumerate() {
+            // Kubernetes: an unset `ready` means ready.
+            if ep.conditions.as_ref().and_then(|c| c.ready) == Some(false) {
+                continue;
+            }
+            let pod = ep
+                .target_ref
+                .as_ref()
+                .filter(|r| r.kind.as_deref() == Some("Pod"))
+                .and_then(|r| r.name.as_deref());
+            for (j, a) in ep.addresses.iter().enumerate() {
+                match a.parse::<IpAddr>() {
+                    Ok(ip) if ip.is_ipv4() == (family == "IPv4") => out.push(Ready {
+                        ip,
+                        pod,
+                        ports: ports.clone(),
+                    }),
+                    _ => problems.push(format!(
+                        "{id}: endpoints[{i}].addresses[{j}]: {a:?} is not an {family} address"
+                    )),
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The backend port of `port` at endpoint `ep`: the slice's port of the Service port's name (the
+/// EndpointSlice controller resolved it), else the `targetPort` number, else the pod's container
+/// port of that name.
+fn target_port(port: &ServicePort, ep: &Ready<'_>, pod: Option<&Pod>) -> Result<u16, String> {
+    let name = port.name.as_deref().unwrap_or("");
+    let number = match (ep.ports.get(name), &port.target_port) {
+        (Some(p), _) | (None, Some(IntOrString::Int(p))) => *p,
+        (None, None) => port.port,
+        (None, Some(IntOrString::String(named))) => {
+            let found = pod
+                .and_then(|p| p.spec.as_ref())
+                .into_iter()
+                .flat_map(|s| s.containers.iter())
+                .flat_map(|c| c.ports.iter().flatten())
+                .find(|c| c.name.as_deref() == Some(named.as_str()))
+                .map(|c| c.container_port);
+            found.ok_or_else(|| {
+                format!(
+                    "targetPort {named:?} names no container port of pod {}",
+                    ep.pod.unwrap_or("(none)")
+                )
+            })?
+        }
+    };
+    u16::try_from(number)
+        .ok()
+        .filter(|p| *p != 0)
+        .ok_or_else(|| format!("port {number} is out of range"))
+}
+
+/// The VIPs of `svc` given its slices and a pod lookup (`pod(name)` in the Service's namespace).
+/// `default_vpc` is where a Service whose endpoints name no pod goes, unless its `vpc`
+/// annotation says otherwise.
+pub fn plan_service<'a>(
+    svc: &Service,
+    slices: &[&EndpointSlice],
+    pod: impl Fn(&str) -> Option<&'a Pod>,
+    default_vpc: &str,
+) -> ServiceVips {
+    let ns = svc.namespace().unwrap_or_default();
+    let id = format!("service {ns}/{}", svc.name_any());
+    let mut out = ServiceVips::default();
+    let ips = match service_ips(svc) {
+        Ok(ips) => ips,
+        Err(e) => {
+            out.problems.push(e);
+            Vec::new()
+        }
+    };
+    out.ips = ips.iter().map(ToString::to_string).collect();
+    let endpoints = ready_endpoints(slices, &mut out.problems);
+    // The endpoints' pods decide the VPC (Kube-OVN: the pods' logical router); a Service whose
+    // endpoints are no pods keeps the one its annotation names.
+    let from_pods: BTreeSet<&str> = endpoints
+        .iter()
+        .filter_map(|e| e.pod.and_then(&pod))
+        .filter_map(|p| p.annotations().get(keys::LOGICAL_ROUTER).map(String::as_str))
+        .filter(|v| !v.is_empty())
+        .collect();
+    out.vpc = from_pods
+        .first()
+        .map(|v| (*v).to_owned())
+        .or_else(|| {
+            svc.annotations()
+                .get(keys::VPC)
+                .filter(|v| !v.is_empty())
+                .cloned()
+        })
+        .unwrap_or_else(|| default_vpc.to_owned());
+    if from_pods.len() > 1 {
+        out.problems.push(format!(
+            "{id}: endpoints are pods of several VPCs ({}); using {}",
+            from_pods.iter().copied().collect::<Vec<_>>().join(", "),
+            out.vpc
+        ));
+    }
+    let session = svc.spec.as_ref().and_then(|s| s.session_affinity.as_deref()) == Some("ClientIP");
+    let ports = svc
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.clone())
+        .unwrap_or_default();
+    for (i, port) in ports.iter().enumerate() {
+        let Some(protocol) = Protocol::parse(port.protocol.as_deref()) else {
+            out.problems.push(format!(
+                "{id}: spec.ports[{i}].protocol: {:?} is not TCP, UDP or SCTP",
+                port.protocol.as_deref().unwrap_or_default()
+            ));
+            continue;
+        };
+        let Ok(vip_port) = u16::try_from(port.port) else {
+            out.problems.push(format!(
+                "{id}: spec.ports[{i}].port: {} is out of range",
+                port.port
+            ));
+            continue;
+        };
+        let kind = LbKind { protocol, session };
+        for ip in &ips {
+            let mut backends = BTreeSet::new();
+            for ep in endpoints.iter().filter(|e| e.ip.is_ipv4() == ip.is_ipv4()) {
+                match target_port(port, ep, ep.pod.and_then(&pod)) {
+                    Ok(p) => {
+                        backends.insert(vip_key(ep.ip, p));
+                    }
+                    Err(e) => {
+                        let msg = format!("{id}: spec.ports[{i}]: {e}");
+                        if !out.problems.contains(&msg) {
+                            out.problems.push(msg);
+                        }
+                    }
+                }
+            }
+            if backends.is_empty() {
+                continue;
+            }
+            let value = backends.into_iter().collect::<Vec<_>>().join(",");
+            out.vips
+                .entry(kind)
+                .or_default()
+                .insert(vip_key(*ip, vip_port), value);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+#[path = "service_plan_tests.rs"]
+mod tests;
