@@ -58,6 +58,7 @@ fn the_lab_comes_up_green_is_usable_and_goes_down_clean() -> Result<()> {
         "outside → pod: ok",
         "blocked",
         "10.17.0.100/32",
+        "svc demo/hello 10.96.",
         "node1 (Ready)",
         "node2 (Ready)",
     ] {

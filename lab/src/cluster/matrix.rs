@@ -12,6 +12,9 @@
 //!   centralized one (or the `node:ip` address `gatewayNode` gives); an announced pod's that are
 //!   not NATed go out with its own address and come back over the BGP route; others have no way
 //!   back.
+//! - pod → Service: a pod reaches a ClusterIP through its VPC's OVN load balancers (no
+//!   kube-proxy in the lab) when the Service is in its VPC and has a ready endpoint; the answer
+//!   comes from one of the Service's ready backends. Other VPCs have no such VIP.
 
 use std::fmt::Write as _;
 use std::net::IpAddr;
@@ -42,12 +45,34 @@ impl Target {
     }
 }
 
+/// A Service with a ClusterIP, as the matrix needs it: the address and TCP port to probe and
+/// the pods that may answer (its ready endpoints).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceTarget {
+    pub namespace: String,
+    pub name: String,
+    pub ip: IpAddr,
+    pub port: u16,
+    /// The VPC whose load balancers carry it (the Service's `ovn.kubernetes.io/vpc`).
+    pub vpc: String,
+    /// The names of the pods behind its ready endpoints.
+    pub backends: Vec<String>,
+}
+
+impl ServiceTarget {
+    pub fn label(&self) -> String {
+        format!("svc {}/{}", self.namespace, self.name)
+    }
+}
+
 /// What a probe should see.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Expect {
     /// An answer equal to this (a hostname, or the client address as `ip:port` whose ip is
     /// this).
     Answer(String),
+    /// An answer that is one of these (the hostnames of a Service's backends).
+    AnswerIn(Vec<String>),
     ClientIp(IpAddr),
     /// A client address that is one of these (the active gateways of an ECMP subnet).
     ClientIpIn(Vec<IpAddr>),
@@ -60,6 +85,8 @@ pub enum Kind {
     PodToPod,
     OutsideToPod,
     PodToOutside,
+    /// `to` indexes the services, not the pods.
+    PodToService,
 }
 
 /// One probe to make: from `from` (a pod label, or `outside`) to `to`.
@@ -74,8 +101,8 @@ pub struct Check {
     pub expect: Expect,
 }
 
-/// The checks for `targets` (pods with netexec servers).
-pub fn plan(targets: &[Target]) -> Vec<Check> {
+/// The checks for `targets` (pods with netexec servers) and `services` (ClusterIPs).
+pub fn plan(targets: &[Target], services: &[ServiceTarget]) -> Vec<Check> {
     let mut checks = Vec::new();
     for (i, a) in targets.iter().enumerate() {
         for (j, b) in targets.iter().enumerate() {
@@ -125,6 +152,19 @@ pub fn plan(targets: &[Target]) -> Vec<Check> {
                 Expect::Blocked
             },
         });
+        for (k, svc) in services.iter().enumerate() {
+            checks.push(Check {
+                kind: Kind::PodToService,
+                from: Some(i),
+                to: Some(k),
+                path: "/hostname",
+                expect: if svc.vpc == t.vpc && !svc.backends.is_empty() {
+                    Expect::AnswerIn(svc.backends.clone())
+                } else {
+                    Expect::Blocked
+                },
+            });
+        }
     }
     checks
 }
@@ -133,6 +173,7 @@ pub fn plan(targets: &[Target]) -> Vec<Check> {
 pub fn judge(expect: &Expect, answer: Option<&str>) -> bool {
     match (expect, answer) {
         (Expect::Answer(want), Some(got)) => want == got,
+        (Expect::AnswerIn(any), Some(got)) => any.iter().any(|want| want == got),
         (Expect::ClientIp(ip), Some(got)) => client_ip(got) == Some(*ip),
         (Expect::ClientIpIn(ips), Some(got)) => client_ip(got).is_some_and(|ip| ips.contains(&ip)),
         (Expect::Blocked, None) => true,
@@ -164,6 +205,7 @@ impl Outcome {
 #[derive(Debug, Clone)]
 pub struct Report {
     pub targets: Vec<Target>,
+    pub services: Vec<ServiceTarget>,
     pub outcomes: Vec<Outcome>,
 }
 
@@ -201,8 +243,13 @@ impl Report {
             .and_then(|a| client_ip(a))
     }
 
-    fn label(&self, i: Option<usize>) -> String {
-        i.map_or_else(|| "outside".to_owned(), |i| self.targets[i].label())
+    /// The label of a check's end: `to` of a Service check names a Service.
+    fn label(&self, kind: Kind, i: Option<usize>, is_to: bool) -> String {
+        match i {
+            None => "outside".to_owned(),
+            Some(i) if is_to && kind == Kind::PodToService => self.services[i].label(),
+            Some(i) => self.targets[i].label(),
+        }
     }
 
     /// The matrix as text: pod → pod as a grid (rows from, columns to), then the outside host's
@@ -268,6 +315,39 @@ impl Report {
                     .unwrap_or_default(),
             );
         }
+        if !self.services.is_empty() {
+            let _ = writeln!(
+                out,
+                "  pods → Services (ClusterIP through the VPC's OVN load balancers, no kube-proxy):"
+            );
+            for (k, svc) in self.services.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "    [s{k}] {} {}:{} (vpc {}), backends {}",
+                    svc.label(),
+                    svc.ip,
+                    svc.port,
+                    svc.vpc,
+                    if svc.backends.is_empty() {
+                        "none ready".to_owned()
+                    } else {
+                        svc.backends.join(", ")
+                    }
+                );
+            }
+            let _ = write!(out, "    {:width$}", "");
+            for k in 0..self.services.len() {
+                let _ = write!(out, " {:>8}", format!("[s{k}]"));
+            }
+            out.push('\n');
+            for i in 0..n {
+                let _ = write!(out, "    {:width$}", self.targets[i].label());
+                for k in 0..self.services.len() {
+                    let _ = write!(out, " {:>8}", self.cell(Kind::PodToService, Some(i), Some(k)));
+                }
+                out.push('\n');
+            }
+        }
         let failures = self.failures();
         let total = self.outcomes.len();
         if failures.is_empty() {
@@ -278,8 +358,8 @@ impl Report {
                 let _ = writeln!(
                     out,
                     "    {} → {} {}: expected {:?}, got {}",
-                    self.label(o.check.from),
-                    self.label(o.check.to),
+                    self.label(o.check.kind, o.check.from, false),
+                    self.label(o.check.kind, o.check.to, true),
                     o.check.path,
                     o.check.expect,
                     match &o.answer {
@@ -320,7 +400,15 @@ mod tests {
             target("b", DEFAULT_VPC, false, true),
             target("c", "vpc1", false, false),
         ];
-        let checks = plan(&targets);
+        let services = [ServiceTarget {
+            namespace: "demo".into(),
+            name: "hello".into(),
+            ip: "10.96.0.10".parse().unwrap(),
+            port: 80,
+            vpc: DEFAULT_VPC.into(),
+            backends: vec!["h1".into(), "h2".into()],
+        }];
+        let checks = plan(&targets, &services);
         let find = |kind, from, to| {
             checks
                 .iter()
@@ -349,7 +437,28 @@ mod tests {
             "an announced pod that is not NATed is seen with its own"
         );
         assert_eq!(find(Kind::PodToOutside, Some(2), None).expect, Expect::Blocked);
-        assert_eq!(checks.len(), 3 * 2 + 3 * 2);
+        assert_eq!(
+            find(Kind::PodToService, Some(1), Some(0)).expect,
+            Expect::AnswerIn(vec!["h1".into(), "h2".into()]),
+            "a pod of the Service's VPC is answered by one of its backends"
+        );
+        assert_eq!(
+            find(Kind::PodToService, Some(2), Some(0)).expect,
+            Expect::Blocked,
+            "another VPC has no VIP for it"
+        );
+        assert_eq!(checks.len(), 3 * 2 + 3 * 2 + 3);
+        let none_ready = ServiceTarget {
+            backends: vec![],
+            ..services[0].clone()
+        };
+        assert!(
+            plan(&targets, &[none_ready])
+                .iter()
+                .filter(|c| c.kind == Kind::PodToService)
+                .all(|c| c.expect == Expect::Blocked),
+            "no ready endpoint: no answer, not a stale backend"
+        );
     }
 
     #[test]
@@ -369,6 +478,10 @@ mod tests {
             "a NATed source is not the client's"
         );
         assert_eq!(client_ip("[fd00::1]:80"), Some("fd00::1".parse().unwrap()));
+        let backends = Expect::AnswerIn(vec!["h1".into(), "h2".into()]);
+        assert!(judge(&backends, Some("h2")));
+        assert!(!judge(&backends, Some("web-1")), "a pod that is not a backend");
+        assert!(!judge(&backends, None));
     }
 
     #[test]
@@ -377,7 +490,7 @@ mod tests {
             target("a", DEFAULT_VPC, true, false),
             target("c", "vpc1", false, false),
         ];
-        let checks = plan(&targets);
+        let checks = plan(&targets, &[]);
         let outcomes = checks
             .into_iter()
             .map(|check| {
@@ -389,7 +502,11 @@ mod tests {
                 Outcome { check, answer }
             })
             .collect();
-        let report = Report { targets, outcomes };
+        let report = Report {
+            targets,
+            services: vec![],
+            outcomes,
+        };
         assert!(!report.healthy());
         let text = report.render();
         assert!(text.contains("LEAKS"), "{text}");

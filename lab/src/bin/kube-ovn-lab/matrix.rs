@@ -7,12 +7,13 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::api::ListParams;
 use kube_ovn_api::annotations::keys;
 use kube_ovn_api::crd::Subnet;
-use kube_ovn_lab::cluster::matrix::{self, Check, Expect, Outcome, Report, Target};
+use kube_ovn_lab::cluster::matrix::{self, Check, Expect, Kind, Outcome, Report, ServiceTarget, Target};
 use kube_ovn_lab::cluster::topology::{OUTSIDE_PORT, Topology};
 use kube_ovn_lab::cluster::wait::wait_for;
 
@@ -98,6 +99,141 @@ pub async fn targets(t: &Topology, client: &kube::Client) -> anyhow::Result<(Vec
     Ok((targets, netns))
 }
 
+/// The Services with a selector and a ClusterIP (TCP, the first such port), with the pods behind
+/// their ready endpoints. Selectorless ones (the API server's `kubernetes`) are left out: their
+/// endpoints are not netexec servers.
+pub async fn services(client: &kube::Client) -> anyhow::Result<Vec<ServiceTarget>> {
+    let slices = Api::<EndpointSlice>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .context("listing EndpointSlices")?;
+    let services = Api::<Service>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .context("listing Services")?;
+    let mut out = Vec::new();
+    for svc in services.items {
+        let (Some(namespace), Some(name), Some(spec)) = (
+            svc.metadata.namespace.clone(),
+            svc.metadata.name.clone(),
+            svc.spec.as_ref(),
+        ) else {
+            continue;
+        };
+        if spec.selector.as_ref().is_none_or(BTreeMap::is_empty) {
+            continue;
+        }
+        let Some(ip) = spec
+            .cluster_ip
+            .as_deref()
+            .and_then(|ip| ip.parse::<IpAddr>().ok())
+        else {
+            continue; // headless
+        };
+        let Some(port) = spec
+            .ports
+            .iter()
+            .flatten()
+            .find(|p| p.protocol.as_deref().unwrap_or("TCP") == "TCP")
+            .and_then(|p| u16::try_from(p.port).ok())
+        else {
+            continue;
+        };
+        let mut backends: Vec<String> = slices
+            .items
+            .iter()
+            .filter(|s| s.metadata.namespace.as_deref() == Some(namespace.as_str()))
+            .filter(|s| {
+                s.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("kubernetes.io/service-name"))
+                    == Some(&name)
+            })
+            .flat_map(|s| s.endpoints.iter())
+            // An unset `ready` means ready (discovery.k8s.io/v1).
+            .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
+            .filter_map(|e| e.target_ref.as_ref())
+            .filter(|r| r.kind.as_deref() == Some("Pod"))
+            .filter_map(|r| r.name.clone())
+            .collect();
+        backends.sort();
+        backends.dedup();
+        let vpc = svc
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(keys::VPC))
+            .cloned()
+            .unwrap_or_else(|| matrix::DEFAULT_VPC.to_owned());
+        out.push(ServiceTarget {
+            namespace,
+            name,
+            ip,
+            port,
+            vpc,
+            backends,
+        });
+    }
+    Ok(out)
+}
+
+/// Whether every Service's ready endpoints are the Running pods its selector matches, and one
+/// with endpoints carries the VPC annotation the controller writes after its VIPs.
+async fn services_settled(client: &kube::Client) -> anyhow::Result<bool> {
+    let pods = Api::<Pod>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .context("listing Pods")?;
+    let listed = Api::<Service>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .context("listing Services")?;
+    for svc in services(client).await? {
+        let selector = listed
+            .items
+            .iter()
+            .find(|s| {
+                s.metadata.namespace.as_deref() == Some(svc.namespace.as_str())
+                    && s.metadata.name.as_deref() == Some(svc.name.as_str())
+            })
+            .and_then(|s| s.spec.as_ref()?.selector.clone())
+            .unwrap_or_default();
+        let mut running: Vec<String> = pods
+            .items
+            .iter()
+            .filter(|p| p.metadata.namespace.as_deref() == Some(svc.namespace.as_str()))
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .filter(|p| {
+                let labels = p.metadata.labels.clone().unwrap_or_default();
+                selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+            })
+            .filter_map(|p| p.metadata.name.clone())
+            .collect();
+        running.sort();
+        anyhow::ensure!(
+            running == svc.backends,
+            "{}: endpoints {:?}, Running pods {running:?}",
+            svc.label(),
+            svc.backends
+        );
+        let annotated = listed.items.iter().any(|s| {
+            s.metadata.name.as_deref() == Some(svc.name.as_str())
+                && s.metadata.namespace.as_deref() == Some(svc.namespace.as_str())
+                && s.metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key(keys::VPC))
+        });
+        anyhow::ensure!(
+            svc.backends.is_empty() || annotated,
+            "{}: no VIPs written yet",
+            svc.label()
+        );
+    }
+    Ok(true)
+}
+
 /// The addresses a NATed pod of `subnet` on `node` may leave with: with a centralized gateway,
 /// each active gateway's (several with ECMP): its `node:ip` address from `gatewayNode`, else the
 /// node's own; with a distributed one, `node`'s. The lab's nodes have one address each.
@@ -133,7 +269,15 @@ fn egress_ips(t: &Topology, subnet: &Subnet, node: &str) -> Vec<IpAddr> {
 /// Waits until the ToR's kernel routes every announced pod address toward a node (BGP has
 /// converged), then probes everything.
 pub async fn measure(t: &Topology, client: &kube::Client, timeout: Duration) -> anyhow::Result<Report> {
+    wait_for(
+        "every Service's endpoints to be its Running pods, and its VIPs written (the controller's ovn.kubernetes.io/vpc annotation)",
+        timeout,
+        Duration::from_millis(100),
+        || services_settled(client),
+    )
+    .await?;
     let (targets, pod_netns) = targets(t, client).await?;
+    let services = services(client).await?;
     let announced: Vec<IpAddr> = targets
         .iter()
         .filter(|x| x.announced && x.vpc == matrix::DEFAULT_VPC)
@@ -166,8 +310,8 @@ pub async fn measure(t: &Topology, client: &kube::Client, timeout: Duration) -> 
     .await?;
     let outside_ns = Path::new("/run/netns").join(t.outside_netns());
     let mut tasks = Vec::new();
-    for check in matrix::plan(&targets) {
-        let (from, to) = endpoints(&check, &targets, &pod_netns, &outside_ns);
+    for check in matrix::plan(&targets, &services) {
+        let (from, to) = endpoints(&check, &targets, &services, &pod_netns, &outside_ns);
         tasks.push(tokio::task::spawn_blocking(move || {
             let answer = probe_once(&check, &from, to);
             Outcome { check, answer }
@@ -177,22 +321,28 @@ pub async fn measure(t: &Topology, client: &kube::Client, timeout: Duration) -> 
     for task in tasks {
         outcomes.push(task.await?);
     }
-    Ok(Report { targets, outcomes })
+    Ok(Report {
+        targets,
+        services,
+        outcomes,
+    })
 }
 
 fn endpoints(
     check: &Check,
     targets: &[Target],
+    services: &[ServiceTarget],
     pod_netns: &[PathBuf],
     outside_ns: &Path,
 ) -> (PathBuf, SocketAddr) {
     let from = check
         .from
         .map_or_else(|| outside_ns.to_owned(), |i| pod_netns[i].clone());
-    let to = check.to.map_or_else(
-        || SocketAddr::new(Topology::outside_ip().into(), OUTSIDE_PORT),
-        |j| SocketAddr::new(targets[j].ip, targets[j].port),
-    );
+    let to = match (check.kind, check.to) {
+        (_, None) => SocketAddr::new(Topology::outside_ip().into(), OUTSIDE_PORT),
+        (Kind::PodToService, Some(k)) => SocketAddr::new(services[k].ip, services[k].port),
+        (_, Some(j)) => SocketAddr::new(targets[j].ip, targets[j].port),
+    };
     (from, to)
 }
 

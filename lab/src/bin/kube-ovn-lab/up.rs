@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
@@ -518,6 +519,36 @@ async fn wait_pods_running(client: &kube::Client, timeout: Duration) -> anyhow::
             }
         }
     })
+    .await?;
+    // Deployments make their pods after the apply: all of them ready, or the matrix would
+    // probe a Service whose backends are still coming.
+    let deployments: Api<Deployment> = Api::all(client.clone());
+    wait_for(
+        "every Deployment ready",
+        timeout,
+        Duration::from_millis(100),
+        || {
+            let deployments = deployments.clone();
+            async move {
+                let waiting: Vec<String> = deployments
+                    .list(&ListParams::default())
+                    .await?
+                    .items
+                    .iter()
+                    .filter(|d| {
+                        let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+                        d.status.as_ref().and_then(|s| s.ready_replicas).unwrap_or(0) != want
+                    })
+                    .filter_map(|d| d.metadata.name.clone())
+                    .collect();
+                if waiting.is_empty() {
+                    Ok(true)
+                } else {
+                    Err(anyhow::anyhow!("not ready: {}", waiting.join(", ")))
+                }
+            }
+        },
+    )
     .await?;
     Ok(())
 }
