@@ -105,6 +105,7 @@ pub struct Flags {
     /// NetworkPolicies and underlay come in later versions): listed here so that they parse.
     #[arg(long, env = "ENABLE_LB", default_value_t = true, action = clap::ArgAction::Set)]
     pub enable_lb: bool,
+    /// NetworkPolicies as OVN port groups, address sets and ACLs (acted on).
     #[arg(long, env = "ENABLE_NP", default_value_t = true, action = clap::ArgAction::Set)]
     pub enable_np: bool,
     #[arg(long, env = "NETWORK_TYPE", default_value = "geneve")]
@@ -135,6 +136,8 @@ pub struct Config {
     pub lease_namespace: String,
     pub identity: String,
     pub leader_election: LeaderElection,
+    /// `--enable-np`: NetworkPolicies become OVN ACLs (off: the controller removes its policy rows).
+    pub enable_np: bool,
 }
 
 /// Leader-election timing (Kube-OVN's `--leader-elect-*` flags).
@@ -415,6 +418,7 @@ impl Flags {
             lease_namespace: self.lease_namespace.clone(),
             identity,
             leader_election: leader_election(self)?,
+            enable_np: self.enable_np,
         })
     }
 }

@@ -5,6 +5,7 @@
 //! and each field is a [`Cache`], which only an [`Informer`] makes, with its sync signal.
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube_ovn_api::crd::{IPPool, Ip, Subnet, Vpc};
 
 use crate::error::Result;
@@ -20,6 +21,7 @@ pub struct Stores {
     pub vpcs: Cache<Vpc>,
     pub ippools: Cache<IPPool>,
     pub ips: Cache<Ip>,
+    pub network_policies: Cache<NetworkPolicy>,
 }
 
 impl Stores {
@@ -36,6 +38,7 @@ impl Stores {
             vpcs,
             ippools,
             ips,
+            network_policies,
         } = self;
         futures::try_join!(
             pods.synced(),
@@ -45,6 +48,7 @@ impl Stores {
             vpcs.synced(),
             ippools.synced(),
             ips.synced(),
+            network_policies.synced(),
         )?;
         Ok(())
     }
@@ -59,6 +63,7 @@ pub struct Informers {
     pub vpcs: Informer<Vpc>,
     pub ippools: Informer<IPPool>,
     pub ips: Informer<Ip>,
+    pub network_policies: Informer<NetworkPolicy>,
 }
 
 impl Informers {
@@ -71,6 +76,7 @@ impl Informers {
             vpcs: Informer::new(kube),
             ippools: Informer::new(kube),
             ips: Informer::new(kube),
+            network_policies: Informer::new(kube),
         }
     }
 
@@ -83,6 +89,7 @@ impl Informers {
             vpcs: self.vpcs.cache(),
             ippools: self.ippools.cache(),
             ips: self.ips.cache(),
+            network_policies: self.network_policies.cache(),
         }
     }
 
@@ -96,6 +103,7 @@ impl Informers {
             vpcs,
             ippools,
             ips,
+            network_policies,
         } = self;
         futures::join!(
             pods.run(),
@@ -105,6 +113,7 @@ impl Informers {
             vpcs.run(),
             ippools.run(),
             ips.run(),
+            network_policies.run(),
         );
     }
 }

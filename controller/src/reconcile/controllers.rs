@@ -10,12 +10,14 @@
 //!   Namespace  ◀─ its own; Subnets, IPPools (spec, deletion), VPCs (+ default subnet) → every namespace
 //!   Node, IP   ◀─ their own
 //!   Pod        ◀─ its own; a Subnet's spec, deletion or turning ready → the pods waiting for it
+//!   NetworkPolicy ◀─ its own; Pods, Namespaces → the policies they concern (network_policy.rs)
 //! ```
 
 use std::future::Future;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::ResourceExt;
 use kube::runtime::Controller;
 use kube::runtime::controller;
@@ -40,6 +42,7 @@ pub struct Controllers {
     nodes: Controller<Node>,
     pods: Controller<Pod>,
     ips: Controller<Ip>,
+    network_policies: Controller<NetworkPolicy>,
 }
 
 /// A controller of `K` over the shared watch, reconciling objects that change in what `differs`
@@ -150,6 +153,7 @@ impl Controllers {
                     .collect()
             },
         ));
+        let network_policies = super::network_policy::controller(informers, stores, workers);
         Self {
             vpcs,
             subnets,
@@ -167,6 +171,7 @@ impl Controllers {
                 informers.ips.cache().store(),
             )
             .with_config(controller::Config::default().concurrency(1)),
+            network_policies,
         }
     }
 
@@ -180,6 +185,7 @@ impl Controllers {
             nodes,
             pods,
             ips,
+            network_policies,
         } = self;
         async move {
             futures::join!(
@@ -235,6 +241,19 @@ impl Controllers {
                     "IP",
                     ips.run(
                         |o, c| instrumented(super::ip_cr::KIND, o, c, super::ip_cr::reconcile),
+                        error_policy,
+                        ctx.clone()
+                    )
+                ),
+                drive(
+                    "NetworkPolicy",
+                    network_policies.run(
+                        |o, c| instrumented(
+                            super::network_policy::KIND,
+                            o,
+                            c,
+                            super::network_policy::reconcile
+                        ),
                         error_policy,
                         ctx.clone()
                     )
