@@ -25,7 +25,7 @@ use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, bail};
+use anyhow::{Result, bail, ensure};
 use common::egress::{FAST_GATEWAY, OUTSIDE_IP, Outside, serve};
 use common::policy::{
     Ep, Matrix, PROBES, Probe, TraceEnd, differences, labelled_namespace, labelled_pod, nb_counts, pod_mac,
@@ -37,7 +37,7 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube_ovn_lab::netexec;
-use kube_ovn_testkit::wait_until_async;
+use kube_ovn_testkit::{wait_until, wait_until_async};
 use serde_json::{Value, json};
 
 const NSS: [&str; 3] = ["np1", "np2", "np3"];
@@ -336,6 +336,8 @@ struct Case {
     name: &'static str,
     policies: Vec<(&'static str, &'static str, Value)>,
     expect: Box<dyn Fn(Ep, Ep, Probe) -> bool>,
+    /// Annotations of every policy of the case.
+    annotations: Value,
     /// The probes tried (and traced): TCP 80 unless the case is about ports or protocols.
     probes: &'static [Probe],
 }
@@ -346,12 +348,24 @@ fn cases(except: &str) -> Vec<Case> {
     vec![
         Case {
             name: "default deny ingress",
-            policies: vec![("np1", "deny", deny_ingress)],
+            // Logged: its drops must show in ovn-controller's log, rate-limited by a meter.
+            annotations: json!({"ovn.kubernetes.io/enable_log": "true"}),
+            policies: vec![("np1", "deny", deny_ingress.clone())],
             expect: Box::new(|_, d, _| ns_of(d) != Some(0)),
             probes: &[Probe::Tcp80],
         },
         Case {
+            name: "lax default deny ingress",
+            // Kube-OVN's lax enforcement drops TCP, UDP and SCTP only: the probes as above,
+            // and ping passes (checked below).
+            annotations: json!({"ovn.kubernetes.io/network_policy_enforcement": "lax"}),
+            policies: vec![("np1", "deny-lax", deny_ingress)],
+            expect: Box::new(|_, d, _| ns_of(d) != Some(0)),
+            probes: &[Probe::Tcp80, Probe::Udp80],
+        },
+        Case {
             name: "default deny egress",
+            annotations: json!({}),
             policies: vec![(
                 "np1",
                 "deny-out",
@@ -362,12 +376,14 @@ fn cases(except: &str) -> Vec<Case> {
         },
         Case {
             name: "allow from a namespace",
+            annotations: json!({}),
             policies: vec![("np1", "from-np2", from_np2.clone())],
             expect: Box::new(|s, d, _| ns_of(d) != Some(0) || ns_of(s) == Some(1)),
             probes: &[Probe::Tcp80],
         },
         Case {
             name: "allow from pods of the namespace",
+            annotations: json!({}),
             policies: vec![(
                 "np1",
                 "from-a",
@@ -378,6 +394,7 @@ fn cases(except: &str) -> Vec<Case> {
         },
         Case {
             name: "namespace and pod selectors",
+            annotations: json!({}),
             policies: vec![(
                 "np1",
                 "prod-b-to-a",
@@ -392,6 +409,7 @@ fn cases(except: &str) -> Vec<Case> {
         },
         Case {
             name: "ipBlock with except",
+            annotations: json!({}),
             policies: vec![(
                 "np1",
                 "pods-but-one",
@@ -402,6 +420,7 @@ fn cases(except: &str) -> Vec<Case> {
         },
         Case {
             name: "named port",
+            annotations: json!({}),
             policies: vec![(
                 "np1",
                 "web",
@@ -412,6 +431,7 @@ fn cases(except: &str) -> Vec<Case> {
         },
         Case {
             name: "unknown named port allows nothing",
+            annotations: json!({}),
             policies: vec![(
                 "np1",
                 "nope",
@@ -422,6 +442,7 @@ fn cases(except: &str) -> Vec<Case> {
         },
         Case {
             name: "port range",
+            annotations: json!({}),
             policies: vec![(
                 "np2",
                 "tcp-80-81",
@@ -433,6 +454,7 @@ fn cases(except: &str) -> Vec<Case> {
         },
         Case {
             name: "egress to an outside CIDR",
+            annotations: json!({}),
             policies: vec![(
                 "np3",
                 "outside-only",
@@ -444,6 +466,7 @@ fn cases(except: &str) -> Vec<Case> {
         },
         Case {
             name: "two policies unioned",
+            annotations: json!({}),
             policies: vec![
                 ("np1", "from-np2", from_np2),
                 (
@@ -469,13 +492,9 @@ async fn network_policies_match_a_truth_table_of_real_connections_and_ovn_trace(
     let rows_before = nb_counts(&w.cluster)?;
     let except = format!("{}/32", w.pods[&(1, 2)].ip());
     let mut ran = 0;
-    let only = std::env::var("NP_CASE").ok();
     for case in cases(&except) {
-        if only.as_deref().is_some_and(|o| o != case.name) {
-            continue;
-        }
         for (ns, name, spec) in &case.policies {
-            w.create(ns, name, spec.clone(), json!({})).await?;
+            w.create(ns, name, spec.clone(), case.annotations.clone()).await?;
         }
         let want = World::expected(&*case.expect, case.probes);
         let got = w.converge(case.name, &want).await?;
@@ -493,6 +512,37 @@ async fn network_policies_match_a_truth_table_of_real_connections_and_ovn_trace(
                         app
                     );
                 }
+                // Standard enforcement drops ICMP too.
+                ensure!(
+                    !w.pods[&(1, 0)].netns.ping(w.pods[&(0, 0)].ip()),
+                    "np2/a pings np1/a under default deny"
+                );
+                // The drops were logged by the node of the pods they were dropped before.
+                let nodes = &w.cluster.nodes;
+                wait_until(
+                    "ovn-controller logs the drops of the logged policy",
+                    CONVERGE,
+                    || {
+                        Ok(nodes.iter().any(|n| {
+                            let log = n.ovs.ovn_controller_log();
+                            log.contains("name=\"deny.np1\"") && log.contains("verdict=drop")
+                        }))
+                    },
+                )?;
+                let meters = w
+                    .cluster
+                    .ovn
+                    .nbctl(&["--bare", "--columns=name", "list", "Meter"])?;
+                ensure!(
+                    meters.contains("deny.np1_to-lport_meter"),
+                    "no log meter in NB: {meters}"
+                );
+            }
+            "lax default deny ingress" => {
+                ensure!(
+                    w.pods[&(1, 0)].netns.ping(w.pods[&(0, 0)].ip()),
+                    "lax enforcement must let ping through"
+                );
             }
             "allow from pods of the namespace" => {
                 // np1/b becomes an `a`: its row to np1/c opens; back to `b`: it closes.

@@ -49,6 +49,8 @@ const NB_TABLES: &[&str] = &[
     "Address_Set",
     "Port_Group",
     "Gateway_Chassis",
+    "Meter",
+    "Meter_Band",
 ];
 
 /// Connects to the northbound database with the configured remotes and timeouts.

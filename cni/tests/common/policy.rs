@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -15,6 +16,7 @@ use kube_ovn_api::annotations::keys;
 use kube_ovn_lab::netexec;
 use kube_ovn_testkit::{Netns, run};
 use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{Cluster, TestPod};
 
@@ -59,19 +61,54 @@ pub fn serve_all(ns: &Netns, name: &str) -> Result<Vec<tokio::task::JoinHandle<(
     Ok(out)
 }
 
-/// Whether `probe` from `from` to `to` gets netexec's answer.
+/// The next client port: every probe of a test run has its own, so no 5-tuple is ever reused and
+/// no probe meets the conntrack entry of an earlier one (ovs-vswitchd 3.1.0's userspace conntrack
+/// has aborted on `conn_update_state()` assertions when a closed connection's tuple came back).
+fn next_port() -> u16 {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    20000 + u16::try_from(n % 40000).expect("below 40000")
+}
+
+/// Whether `probe` from `from` to `to` gets netexec's answer, from a client port no other probe
+/// used.
 pub async fn probe(from: &Netns, to: IpAddr, probe: Probe) -> Result<bool> {
     let ns = dp(from)?;
+    let local = SocketAddr::new(IpAddr::from(Ipv4Addr::UNSPECIFIED), next_port());
     Ok(match probe {
         Probe::Tcp80 | Probe::Tcp81 => {
             let port = if probe == Probe::Tcp80 { 80 } else { 81 };
-            netexec::http_get_in(&ns, SocketAddr::new(to, port), "/hostname", PROBE_TIMEOUT)
-                .await
-                .is_ok()
+            // The socket is made inside the namespace; connecting it needs no more of it.
+            let socket = ns
+                .run_async(move || -> std::io::Result<tokio::net::TcpSocket> {
+                    let s = tokio::net::TcpSocket::new_v4()?;
+                    s.bind(local)?;
+                    Ok(s)
+                })
+                .await??;
+            let exchange = async move {
+                let mut stream = socket.connect(SocketAddr::new(to, port)).await?;
+                stream
+                    .write_all(b"GET /hostname HTTP/1.0\r\nHost: probe\r\n\r\n")
+                    .await?;
+                let mut answer = Vec::new();
+                stream.read_to_end(&mut answer).await?;
+                Ok::<_, std::io::Error>(
+                    answer.starts_with(b"HTTP/1.1 200") || answer.starts_with(b"HTTP/1.0 200"),
+                )
+            };
+            matches!(tokio::time::timeout(PROBE_TIMEOUT, exchange).await, Ok(Ok(true)))
         }
-        Probe::Udp80 => netexec::udp_request_in(&ns, SocketAddr::new(to, 80), "hostname", PROBE_TIMEOUT)
-            .await
-            .is_ok(),
+        Probe::Udp80 => ns
+            .run_async(move || {
+                let s = std::net::UdpSocket::bind(local)?;
+                s.set_read_timeout(Some(PROBE_TIMEOUT))?;
+                s.send_to(b"hostname", SocketAddr::new(to, 80))?;
+                let mut buf = [0u8; 512];
+                s.recv(&mut buf).map(|n| n > 0)
+            })
+            .await?
+            .unwrap_or(false),
     })
 }
 

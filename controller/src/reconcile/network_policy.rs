@@ -26,8 +26,8 @@ use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use kube_ovn_api::annotations::keys;
-use kube_ovn_ovsdb::tables::nb::{AddressSet, LogicalSwitchPort, PortGroup};
-use kube_ovn_ovsdb::{DbCache, Table, Uuid};
+use kube_ovn_ovsdb::tables::nb::{AddressSet, LogicalSwitchPort, Meter, MeterBand, PortGroup};
+use kube_ovn_ovsdb::{Condition, DbCache, Operation, Table, Uuid, Value};
 
 use super::all_refs;
 use super::network_policy_plan::{Families, PolicyRows, plan_policy};
@@ -144,6 +144,7 @@ pub fn write_plan(cache: &DbCache, rows: &PolicyRows) -> Plan {
             plan.delete(AddressSet::NAME, uuid);
         }
     }
+    meters(&mut plan, cache, rows);
     let ids = owned_ids(&[(NP_KEY, key)]);
     let acls: Vec<_> = rows.acls.iter().map(|a| (a.clone(), ids.clone())).collect();
     let created = existing.is_none().then_some(pg_ref);
@@ -156,6 +157,64 @@ pub fn write_plan(cache: &DbCache, rows: &PolicyRows) -> Plan {
         &acls,
     );
     plan
+}
+
+/// The policy's log meters (one `drop` band each, in packets per second), and none of its others.
+fn meters(plan: &mut Plan, cache: &DbCache, rows: &PolicyRows) {
+    for (name, rate) in &rows.meters {
+        if let Some(meter) = cache.by_name::<Meter>(name).ok().flatten() {
+            for band in &meter.bands {
+                let Some(b) = cache.get::<MeterBand>(band).ok().flatten() else {
+                    continue;
+                };
+                if b.rate != *rate {
+                    let want = MeterBand {
+                        rate: *rate,
+                        ..Default::default()
+                    };
+                    plan.push(Operation::update(
+                        MeterBand::NAME,
+                        vec![Condition::uuid(*band)],
+                        want.partial_row(&["rate"]),
+                    ));
+                }
+            }
+        } else {
+            let band = MeterBand {
+                action: "drop".into(),
+                rate: *rate,
+                ..Default::default()
+            };
+            let band = plan.insert(MeterBand::NAME, band.to_row());
+            let meter = Meter {
+                name: name.clone(),
+                unit: "pktps".into(),
+                external_ids: owned_ids(&[(NP_KEY, &rows.key)]),
+                ..Default::default()
+            };
+            let mut row = meter.to_row();
+            row.insert("bands".into(), Value::Set(std::iter::once(band.atom()).collect()));
+            plan.insert(Meter::NAME, row);
+        }
+    }
+    for uuid in owned_meters(cache, &rows.key) {
+        let name = cache.get::<Meter>(&uuid).ok().flatten().map(|m| m.name);
+        if !rows.meters.iter().any(|(n, _)| Some(n) == name.as_ref()) {
+            plan.delete(Meter::NAME, uuid);
+        }
+    }
+}
+
+fn owned_meters(cache: &DbCache, key: &str) -> Vec<Uuid> {
+    cache
+        .table(Meter::NAME)
+        .filter_map(|(uuid, _)| cache.get::<Meter>(uuid).ok().flatten())
+        .filter(|m| {
+            m.external_ids.get("vendor").map(String::as_str) == Some("kube-ovn")
+                && m.external_ids.get(NP_KEY).map(String::as_str) == Some(key)
+        })
+        .map(|m| m.uuid)
+        .collect()
 }
 
 /// The address sets a policy (`<ns>/<np>`) owns: `np=<ns>/<np>/<direction>`.
@@ -189,6 +248,9 @@ pub fn delete_plan(cache: &DbCache, key: &str) -> Plan {
     }
     for (uuid, _) in owned_sets(cache, key) {
         plan.delete(AddressSet::NAME, uuid);
+    }
+    for uuid in owned_meters(cache, key) {
+        plan.delete(Meter::NAME, uuid);
     }
     plan
 }

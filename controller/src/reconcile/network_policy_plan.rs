@@ -85,6 +85,8 @@ pub struct PolicyRows {
     pub ports: BTreeSet<String>,
     pub address_sets: Vec<AddressSetSpec>,
     pub acls: Vec<AclSpec>,
+    /// The meters limiting logged ACLs' messages: `(name, packets per second)`.
+    pub meters: Vec<(String, i64)>,
 }
 
 /// Port group name of a policy: Kube-OVN's `-` → `.`, and `np` in front of a name that does not
@@ -128,11 +130,16 @@ pub fn selects_namespaces(np: &NetworkPolicy) -> bool {
     ingress.chain(egress).any(|p| p.namespace_selector.is_some())
 }
 
+/// Log messages per second a logged policy may cause per direction, unless its
+/// `acl_log_meter_rate` says otherwise (our default; OVN would log every packet).
+pub const DEFAULT_LOG_RATE: i64 = 1000;
+
 /// Options from the policy's annotations.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Logging {
     drops: bool,
     allows: bool,
+    rate: i64,
 }
 
 fn logging(np: &NetworkPolicy) -> Logging {
@@ -146,6 +153,11 @@ fn logging(np: &NetworkPolicy) -> Logging {
     Logging {
         drops: has("drop"),
         allows: has("allow"),
+        rate: ann
+            .get(keys::ACL_LOG_METER_RATE)
+            .and_then(|r| r.trim().parse::<i64>().ok())
+            .filter(|r| (1..=i64::from(u32::MAX)).contains(r))
+            .unwrap_or(DEFAULT_LOG_RATE),
     }
 }
 
@@ -222,6 +234,7 @@ pub fn plan_policy(
         ports,
         address_sets: Vec::new(),
         acls: Vec::new(),
+        meters: Vec::new(),
     };
     for (i, t) in types.iter().enumerate() {
         let (dir, rules): (&Direction, Vec<Rule>) = match t.as_str() {
@@ -259,6 +272,9 @@ pub fn plan_policy(
             log,
         };
         ctx.default_drop(lax, &mut out.acls);
+        if log.drops || log.allows {
+            out.meters.push((meter_name(&pg, dir.acl), log.rate));
+        }
         for (r, (peers, l4)) in rules.iter().enumerate() {
             ctx.rule(r, peers.as_deref(), l4.as_deref(), &mut out)?;
         }
@@ -284,6 +300,7 @@ impl DirCtx<'_> {
             acl.log = true;
             acl.name = Some(acl_name(self.pg));
             acl.severity = Some(if action == "drop" { "warning" } else { "info" }.into());
+            acl.meter = Some(meter_name(self.pg, self.dir.acl));
         }
         if self.dir.name == "egress" {
             // Judged after DNAT: a Service's traffic by the backend it goes to.
@@ -515,6 +532,11 @@ fn named_port(pods: &[&Pod], name: &str, protocol: &str) -> BTreeSet<i32> {
         .filter(|cp| cp.name.as_deref() == Some(name) && cp.protocol.as_deref().unwrap_or("TCP") == protocol)
         .map(|cp| cp.container_port)
         .collect()
+}
+
+/// The meter of a policy's logged ACLs in one direction: `<pg>_<to-lport|from-lport>_meter`.
+pub fn meter_name(pg: &str, direction: &str) -> String {
+    format!("{pg}_{direction}_meter")
 }
 
 /// OVN limits ACL names to 63 characters; Kube-OVN cuts longer ones to 60 and adds `...`.

@@ -338,6 +338,22 @@ fn lax_drops_only_transport_and_logging_marks_acls() {
     );
     assert_eq!(rows.acls[0].severity.as_deref(), Some("warning"));
     assert_eq!(rows.acls[1].severity.as_deref(), Some("info"));
+    // Log messages are rate-limited by a meter per direction.
+    assert!(
+        rows.acls
+            .iter()
+            .all(|a| a.meter.as_deref() == Some("l.a_to-lport_meter"))
+    );
+    assert_eq!(rows.meters, [("l.a_to-lport_meter".to_owned(), DEFAULT_LOG_RATE)]);
+    let quiet = plan_policy(
+        &policy("q", "a", json!({"podSelector": {}})),
+        &pods,
+        &nss,
+        V4,
+        false,
+    )
+    .unwrap();
+    assert!(quiet.meters.is_empty() && quiet.acls.iter().all(|a| !a.log && a.meter.is_none()));
 }
 
 #[test]
