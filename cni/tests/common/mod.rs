@@ -34,6 +34,7 @@ pub use kube_ovn_testkit::init_logging;
 
 pub mod egress;
 pub mod policy;
+pub mod policy_cases;
 
 /// One node: its OVS, its daemon, and the runtime's dirs.
 pub struct TestNode {
