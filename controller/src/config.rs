@@ -108,10 +108,11 @@ pub struct Flags {
     /// The default VPC's load balancers (`--cluster-*-loadbalancer`).
     #[command(flatten)]
     pub cluster_lbs: crate::ovn::lb::LbFlags,
-    /// Kube-OVN flags accepted so existing manifests work, but not acted on yet (NetworkPolicies
-    /// and underlay come in later versions): listed here so that they parse.
+    /// NetworkPolicies as OVN port groups, address sets and ACLs (acted on).
     #[arg(long, env = "ENABLE_NP", default_value_t = true, action = clap::ArgAction::Set)]
     pub enable_np: bool,
+    /// Kube-OVN flags accepted so existing manifests work, but not acted on yet (underlay comes
+    /// in a later version): listed here so that they parse.
     #[arg(long, env = "NETWORK_TYPE", default_value = "geneve")]
     pub network_type: String,
     #[arg(long, env = "SERVICE_CLUSTER_IP_RANGE", default_value = "10.96.0.0/12")]
@@ -144,6 +145,8 @@ pub struct Config {
     pub enable_lb: bool,
     /// The default VPC's load balancers (`--cluster-*-loadbalancer`).
     pub cluster_lbs: crate::ovn::lb::LbNames,
+    /// `--enable-np`: NetworkPolicies become OVN ACLs (off: the controller removes its policy rows).
+    pub enable_np: bool,
 }
 
 /// Leader-election timing (Kube-OVN's `--leader-elect-*` flags).
@@ -426,6 +429,7 @@ impl Flags {
             leader_election: leader_election(self)?,
             enable_lb: self.enable_lb,
             cluster_lbs: self.cluster_lbs.names(),
+            enable_np: self.enable_np,
         })
     }
 }

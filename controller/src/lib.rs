@@ -50,6 +50,8 @@ const NB_TABLES: &[&str] = &[
     "Port_Group",
     "Gateway_Chassis",
     "Load_Balancer",
+    "Meter",
+    "Meter_Band",
 ];
 
 /// Connects to the northbound database with the configured remotes and timeouts.
@@ -164,6 +166,7 @@ async fn run_inner(
     let pod_writes = Arc::new(OwnWrites::default());
     let controllers = Controllers::new(&config, &informers, &stores, pod_writes.clone());
     let (pod_deletions, node_deletions) = (informers.pods.changes(), informers.nodes.changes());
+    let np_deletions = informers.network_policies.changes();
     let work = async move {
         // A reconciler reading a cache still filling would take "absent" for "gone", and IPAM
         // must hold every recorded address before anyone allocates or releases.
@@ -211,6 +214,7 @@ async fn run_inner(
         futures::join!(
             controllers.run(ctx.clone()),
             reconcile::gc::watch_deletions(ctx.clone(), pod_deletions, node_deletions),
+            reconcile::network_policy::watch_deletions(ctx.clone(), np_deletions),
             gc_loop,
             counters_loop,
         );

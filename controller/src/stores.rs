@@ -6,6 +6,7 @@
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube_ovn_api::crd::{IPPool, Ip, Subnet, Vpc};
 
 use crate::error::Result;
@@ -23,6 +24,7 @@ pub struct Stores {
     pub ips: Cache<Ip>,
     pub services: Cache<Service>,
     pub endpoint_slices: Cache<EndpointSlice>,
+    pub network_policies: Cache<NetworkPolicy>,
 }
 
 impl Stores {
@@ -41,6 +43,7 @@ impl Stores {
             ips,
             services,
             endpoint_slices,
+            network_policies,
         } = self;
         futures::try_join!(
             pods.synced(),
@@ -52,6 +55,7 @@ impl Stores {
             ips.synced(),
             services.synced(),
             endpoint_slices.synced(),
+            network_policies.synced(),
         )?;
         Ok(())
     }
@@ -68,6 +72,7 @@ pub struct Informers {
     pub ips: Informer<Ip>,
     pub services: Informer<Service>,
     pub endpoint_slices: Informer<EndpointSlice>,
+    pub network_policies: Informer<NetworkPolicy>,
 }
 
 impl Informers {
@@ -82,6 +87,7 @@ impl Informers {
             ips: Informer::new(kube),
             services: Informer::new(kube),
             endpoint_slices: Informer::new(kube),
+            network_policies: Informer::new(kube),
         }
     }
 
@@ -96,6 +102,7 @@ impl Informers {
             ips: self.ips.cache(),
             services: self.services.cache(),
             endpoint_slices: self.endpoint_slices.cache(),
+            network_policies: self.network_policies.cache(),
         }
     }
 
@@ -111,6 +118,7 @@ impl Informers {
             ips,
             services,
             endpoint_slices,
+            network_policies,
         } = self;
         futures::join!(
             pods.run(),
@@ -122,6 +130,7 @@ impl Informers {
             ips.run(),
             services.run(),
             endpoint_slices.run(),
+            network_policies.run(),
         );
     }
 }

@@ -33,6 +33,8 @@ pub const WAIT: Duration = Duration::from_mins(1);
 pub use kube_ovn_testkit::init_logging;
 
 pub mod egress;
+pub mod policy;
+pub mod policy_cases;
 
 /// One node: its OVS, its daemon, and the runtime's dirs.
 pub struct TestNode {

@@ -47,6 +47,10 @@ pub struct AclSpec {
     pub name: Option<String>,
     pub log: bool,
     pub severity: Option<String>,
+    /// The meter that limits its log messages.
+    pub meter: Option<String>,
+    /// ACL options, e.g. `apply-after-lb=true` on a NetworkPolicy's egress rules.
+    pub options: BTreeMap<String, String>,
 }
 
 impl AclSpec {
@@ -60,6 +64,8 @@ impl AclSpec {
             name: None,
             log: false,
             severity: None,
+            meter: None,
+            options: BTreeMap::new(),
         }
     }
 }
@@ -204,7 +210,15 @@ impl Owned for LogicalRouterStaticRoute {
 impl Owned for Acl {
     type Spec = AclSpec;
     const COLUMN: &'static str = "acls";
-    const SYNCED: &'static [&'static str] = &["action", "name", "log", "severity", "external_ids"];
+    const SYNCED: &'static [&'static str] = &[
+        "action",
+        "name",
+        "log",
+        "severity",
+        "meter",
+        "options",
+        "external_ids",
+    ];
     fn key_of(&self) -> String {
         format!("{}|{}|{}", self.direction, self.priority, self.r#match)
     }
@@ -220,6 +234,8 @@ impl Owned for Acl {
             name: s.name.clone(),
             log: s.log,
             severity: s.severity.clone(),
+            meter: s.meter.clone(),
+            options: s.options.clone(),
             external_ids: ids,
             ..Self::default()
         }

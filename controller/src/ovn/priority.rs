@@ -21,3 +21,11 @@ pub const ACL_SUBNET_ALLOW: i64 = 1001;
 pub const ACL_ALLOW_EAST_WEST: i64 = 1900;
 /// `NodeAllowPriority`: a private subnet still lets the nodes (the join subnet) in.
 pub const ACL_NODE_ALLOW: i64 = 3000;
+
+// ACLs on a NetworkPolicy's port group (`NetworkPolicy` ingress and egress use the same values):
+
+/// `IngressDefaultDrop` / `EgressDefaultDrop`: what a policy's pods neither receive nor send
+/// unless a rule allows it.
+pub const ACL_NP_DEFAULT_DROP: i64 = 2000;
+/// `IngressAllowPriority` / `EgressAllowPriority`: a policy rule's allow.
+pub const ACL_NP_ALLOW: i64 = 2001;

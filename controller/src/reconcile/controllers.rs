@@ -11,12 +11,14 @@
 //!   Node, IP   ◀─ their own
 //!   Pod        ◀─ its own; a Subnet's spec, deletion or turning ready → the pods waiting for it
 //!   Service    ◀─ its own; its EndpointSlices (service.rs); Services losing an address → sweep
+//!   NetworkPolicy ◀─ its own; Pods, Namespaces → the policies they concern (network_policy.rs)
 //! ```
 
 use std::future::Future;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::ResourceExt;
 use kube::runtime::Controller;
 use kube::runtime::controller;
@@ -43,6 +45,7 @@ pub struct Controllers {
     ips: Controller<Ip>,
     services: Controller<Service>,
     service_sweeps: Changes<Service>,
+    network_policies: Controller<NetworkPolicy>,
 }
 
 /// A controller of `K` over the shared watch, reconciling objects that change in what `differs`
@@ -162,6 +165,7 @@ impl Controllers {
                 .changes()
                 .map(super::service::services_of_slice, every(&stores.services)),
         );
+        let network_policies = super::network_policy::controller(informers, stores, workers);
         Self {
             services,
             service_sweeps: informers.services.changes(),
@@ -181,6 +185,7 @@ impl Controllers {
                 informers.ips.cache().store(),
             )
             .with_config(controller::Config::default().concurrency(1)),
+            network_policies,
         }
     }
 
@@ -196,6 +201,7 @@ impl Controllers {
             ips,
             services,
             service_sweeps,
+            network_policies,
         } = self;
         async move {
             futures::join!(
@@ -260,6 +266,19 @@ impl Controllers {
                     "IP",
                     ips.run(
                         |o, c| instrumented(super::ip_cr::KIND, o, c, super::ip_cr::reconcile),
+                        error_policy,
+                        ctx.clone()
+                    )
+                ),
+                drive(
+                    "NetworkPolicy",
+                    network_policies.run(
+                        |o, c| instrumented(
+                            super::network_policy::KIND,
+                            o,
+                            c,
+                            super::network_policy::reconcile
+                        ),
                         error_policy,
                         ctx.clone()
                     )

@@ -31,6 +31,8 @@ pub mod ipam_rebuild;
 pub mod ippool;
 pub mod leader;
 pub mod namespace;
+pub mod network_policy;
+pub mod network_policy_plan;
 pub mod node;
 pub mod node_state;
 pub mod pod;

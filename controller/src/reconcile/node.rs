@@ -20,7 +20,7 @@ use super::node_state::internal_ips;
 use crate::context::Context;
 use crate::error::{Doing, Error, Result};
 use crate::ipam::{Allocation, Request};
-use crate::ovn::owned::{PolicySpec, sync_policies};
+use crate::ovn::owned::{Claim, Parent, PolicySpec, sync_acls, sync_policies};
 use crate::ovn::plan::{Plan, RowRef, owned_ids};
 use crate::ovn::priority::POLICY_NODE;
 use crate::ovn::topology::{add_to_port_group, ensure_port_group, ensure_switch_port};
@@ -85,6 +85,21 @@ pub async fn reconcile(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
             &[("node", name.as_str()), ("np", &format!("node/{name}"))],
         );
         add_to_port_group(&mut plan, cache, &pg, &pg_name, &lsp_ref);
+        // The node's own addresses always reach its pods, whatever the policies (priority 3000).
+        let node_ids = owned_ids(&[("node", name.as_str())]);
+        let acls: Vec<_> = super::network_policy_plan::node_acls(&name, &node_ips)
+            .into_iter()
+            .map(|a| (a, node_ids.clone()))
+            .collect();
+        let created = pg.existing().is_none().then(|| pg.clone());
+        sync_acls(
+            &mut plan,
+            cache,
+            Parent::PortGroup(&pg_name),
+            created,
+            Claim::Owner(&[("node", name.as_str())]),
+            &acls,
+        );
         let mut policies = Vec::new();
         for node_ip in &node_ips {
             let Some(join_ip) = alloc.addrs().find(|a| a.is_ipv4() == node_ip.is_ipv4()) else {

@@ -156,6 +156,29 @@ ovsdb_table! {
 }
 
 ovsdb_table! {
+    /// A rate limit, e.g. for ACL logging (a NetworkPolicy's `enable_log`).
+    pub struct Meter in "Meter" {
+        name: String => "name",
+        /// `kbps` or `pktps`.
+        unit: String => "unit",
+        bands: Vec<Uuid> => "bands",
+        fair: Option<bool> => "fair",
+        external_ids: Map => "external_ids",
+    }
+}
+
+ovsdb_table! {
+    /// A band of a [`Meter`]: what happens above `rate`.
+    pub struct MeterBand in "Meter_Band" {
+        /// `drop`.
+        action: String => "action",
+        rate: i64 => "rate",
+        burst_size: i64 => "burst_size",
+        external_ids: Map => "external_ids",
+    }
+}
+
+ovsdb_table! {
     /// A group of switch ports with shared ACLs: `<subnet>.<node>`, `node.<node>`, policies.
     pub struct PortGroup in "Port_Group" {
         name: String => "name",

@@ -1,0 +1,242 @@
+//! NetworkPolicy rows in a real NB as a policy lives: created, edited, refused (bad input is a
+//! Warning event naming the field, and the rows stay), deleted (exactly its rows go). Traffic is
+//! the truth table's job (`cni/tests/network_policy.rs`).
+
+mod common;
+
+use common::{Env, WAIT, ann};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube_ovn_testkit::{OvnCentral, wait_until_async};
+use serde_json::{Value, json};
+
+fn nb(ovn: &OvnCentral, args: &[&str]) -> String {
+    ovn.nbctl(args).unwrap()
+}
+
+/// Rows of the tables a policy writes.
+fn counts(ovn: &OvnCentral) -> Vec<usize> {
+    ["Port_Group", "Address_Set", "ACL", "Meter"]
+        .iter()
+        .map(|t| {
+            nb(ovn, &["--bare", "--columns=_uuid", "list", t])
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .count()
+        })
+        .collect()
+}
+
+/// Rows of any table a policy writes that carry a policy of namespace `web` in `np`.
+fn policy_rows(ovn: &OvnCentral) -> usize {
+    ["Port_Group", "Address_Set", "ACL", "Meter"]
+        .iter()
+        .map(|t| {
+            nb(ovn, &["--bare", "--columns=external_ids", "list", t])
+                .lines()
+                .filter(|l| l.contains("np=web/"))
+                .count()
+        })
+        .sum()
+}
+
+fn set_addresses(ovn: &OvnCentral, name: &str) -> String {
+    nb(
+        ovn,
+        &[
+            "--bare",
+            "--columns=addresses",
+            "find",
+            "Address_Set",
+            &format!("name={name}"),
+        ],
+    )
+    .trim()
+    .to_owned()
+}
+
+async fn eventually(ovn: &OvnCentral, what: &str, mut check: impl FnMut() -> bool) {
+    if let Err(e) = wait_until_async(what, WAIT, || std::future::ready(Ok(check()))).await {
+        let sets = nb(
+            ovn,
+            &["--bare", "--columns=name,addresses", "list", "Address_Set"],
+        );
+        let groups = nb(
+            ovn,
+            &["--bare", "--columns=name,external_ids", "list", "Port_Group"],
+        );
+        panic!("{e}\naddress sets:\n{sets}\nport groups:\n{groups}");
+    }
+}
+
+fn spec_from(app: &str) -> Value {
+    json!({"podSelector": {"matchLabels": {"app": "web"}},
+        "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": app}}}]}]})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policys_rows_follow_its_edits_refuse_bad_input_and_go_with_it() {
+    let env = Env::start().await;
+    env.node("node1", "172.18.0.2").await;
+    env.namespace("web").await;
+    let pods: Api<Pod> = Api::namespaced(env.kube.clone(), "web");
+    for (name, app) in [("a", "web"), ("b", "client")] {
+        let pod: Pod = serde_json::from_value(json!({"metadata": {"name": name, "labels": {"app": app}},
+            "spec": {"nodeName": "node1", "containers": [{"name": "c", "image": "x"}]}}))
+        .unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+    }
+    let (a, b) = (env.routed("web", "a").await, env.routed("web", "b").await);
+    let (a_ip, b_ip) = (ann(&a, "ip_address").to_owned(), ann(&b, "ip_address").to_owned());
+    // The node's ACLs (priority 3000) are there with or without policies.
+    let node_acls = nb(
+        &env.ovn,
+        &["--bare", "--columns=match", "find", "ACL", "priority=3000"],
+    );
+    assert!(
+        node_acls.contains("ip4.src == 172.18.0.2 && ip4.dst == $node.node1_ip4"),
+        "node ACLs: {node_acls}"
+    );
+    let before = counts(&env.ovn);
+
+    let api: Api<NetworkPolicy> = Api::namespaced(env.kube.clone(), "web");
+    let np: NetworkPolicy =
+        serde_json::from_value(json!({"metadata": {"name": "from-client"}, "spec": spec_from("client")}))
+            .unwrap();
+    api.create(&PostParams::default(), &np).await.unwrap();
+    let ovn = &env.ovn;
+    let set = "from.client.web.ingress.allow.IPv4.0";
+    eventually(ovn, "the policy's address set holds b", || {
+        set_addresses(ovn, set) == b_ip
+    })
+    .await;
+    let ports = nb(
+        ovn,
+        &[
+            "--bare",
+            "--columns=ports",
+            "find",
+            "Port_Group",
+            "name=from.client.web",
+        ],
+    );
+    assert_eq!(ports.split_whitespace().count(), 1, "one selected pod: {ports}");
+    let acls = nb(
+        ovn,
+        &[
+            "--bare",
+            "--columns=priority,match",
+            "find",
+            "ACL",
+            "external_ids:np=web/from-client",
+        ],
+    );
+    assert!(acls.contains("outport == @from.client.web && ip"), "{acls}");
+    assert!(
+        acls.contains(&format!("outport == @from.client.web && ip4.src == ${set}")),
+        "{acls}"
+    );
+
+    // An edit: the peers change, the set follows.
+    api.patch(
+        "from-client",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": spec_from("web")})),
+    )
+    .await
+    .unwrap();
+    eventually(ovn, "the address set holds a instead", || {
+        set_addresses(ovn, set) == a_ip
+    })
+    .await;
+
+    // Bad input: a Warning event naming the field; the rows stay as they were.
+    let bad = json!({"spec": {"ingress": [{"from": [{"ipBlock": {"cidr": "10.0.0.0/33"}}]}]}});
+    api.patch("from-client", &PatchParams::default(), &Patch::Merge(bad))
+        .await
+        .unwrap();
+    let events: Api<Event> = Api::namespaced(env.kube.clone(), "web");
+    wait_until_async("a Warning event naming the bad field", WAIT, || {
+        let events = events.clone();
+        async move {
+            let list = events.list(&ListParams::default()).await?;
+            Ok(list.items.iter().any(|e| {
+                e.type_.as_deref() == Some("Warning")
+                    && e.note
+                        .as_deref()
+                        .is_some_and(|n| n.contains("spec.ingress[0].from[0].ipBlock.cidr"))
+            }))
+        }
+    })
+    .await
+    .unwrap();
+    // The event comes from the run that refused the spec, before it could have written anything.
+    assert_eq!(set_addresses(ovn, set), a_ip, "a refused spec leaves the rows");
+
+    // Deletion: exactly the policy's rows go (the node's group and ACLs stay).
+    api.delete("from-client", &DeleteParams::default()).await.unwrap();
+    eventually(ovn, "the rows as before the policy", || counts(ovn) == before).await;
+    assert!(
+        nb(
+            ovn,
+            &["--bare", "--columns=match", "find", "ACL", "priority=3000"]
+        )
+        .contains("$node.node1_ip4")
+    );
+}
+
+/// A controller restarted with `--enable-np=false` removes the rows it wrote for policies, and
+/// a policy deleted while no controller ran loses its rows at the next start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policy_rows_of_deleted_policies_and_with_np_disabled_are_removed_at_start() {
+    let mut env = Env::start().await;
+    env.node("node1", "172.18.0.2").await;
+    env.namespace("web").await;
+    let api: Api<NetworkPolicy> = Api::namespaced(env.kube.clone(), "web");
+    for name in ["one", "two"] {
+        let np: NetworkPolicy = serde_json::from_value(
+            json!({"metadata": {"name": name}, "spec": {"podSelector": {}, "ingress": [{"from": [{"podSelector": {}}]}]}}),
+        )
+        .unwrap();
+        api.create(&PostParams::default(), &np).await.unwrap();
+    }
+    let ovn = &env.ovn;
+    let groups = |ovn: &OvnCentral| {
+        nb(
+            ovn,
+            &[
+                "--bare",
+                "--columns=name",
+                "find",
+                "Port_Group",
+                "external_ids:np!=\"\"",
+            ],
+        )
+    };
+    eventually(ovn, "both policies' port groups", || {
+        let g = groups(ovn);
+        g.contains("one.web") && g.contains("two.web")
+    })
+    .await;
+    // Deleted while no controller runs: found at the next start.
+    env.kill_controller().await;
+    api.delete("one", &DeleteParams::default()).await.unwrap();
+    env.start_controller();
+    let ovn = &env.ovn;
+    eventually(ovn, "the deleted policy's rows gone at start", || {
+        let g = groups(ovn);
+        !g.contains("one.web") && g.contains("two.web")
+    })
+    .await;
+    // Policies off: the controller removes what it wrote for them.
+    env.kill_controller().await;
+    let c = env.spawn_controller(&["--enable-np=false"]);
+    let ovn = &env.ovn;
+    eventually(ovn, "no policy rows with --enable-np=false", || {
+        policy_rows(ovn) == 0
+    })
+    .await;
+    c.task.abort();
+}
