@@ -1,7 +1,8 @@
 //! What the real API server does to a built-in object on create, for the kinds where clients can
 //! see it: the per-kind strategies' `PrepareForCreate`, and the defaults of the versioned types
 //! (`SetDefaults_*`) that do not depend on anything running (no ClusterIP allocation: a Service
-//! gets none). Defaults apply on create only; a real server also applies them on update.
+//! gets none). Defaults apply on create only (a real server also applies them on update), except
+//! the one a client could notice at once: a Namespace's name label, set on every write.
 //!
 //! Pure: no I/O. Nothing runs behind these kinds (no kubelet, no namespace controller beyond
 //! deletion): a test that wants a running Pod writes its status through `/status`, as a kubelet
@@ -52,6 +53,31 @@ pub fn prepare_for_create(res: &Resource, obj: &mut Value) {
         }
         _ => {}
     }
+}
+
+/// The label every Namespace carries (Kubernetes 1.21+, `SetDefaults_Namespace`), so that a
+/// NetworkPolicy's `namespaceSelector` can pick a namespace by name.
+pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
+/// What the real server sets on every create and update of `res`'s kind, whatever the client
+/// sent: a Namespace's `kubernetes.io/metadata.name` label is its name (a client cannot remove
+/// or change it).
+pub fn default_on_every_write(res: &Resource, obj: &mut Value) {
+    if !(res.group.is_empty() && res.plural == "namespaces") {
+        return;
+    }
+    let Some(name) = obj
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+    else {
+        return;
+    };
+    let metadata = &mut obj["metadata"];
+    if !metadata.get("labels").is_some_and(Value::is_object) {
+        metadata["labels"] = json!({});
+    }
+    metadata["labels"][NAMESPACE_NAME_LABEL] = json!(name);
 }
 
 /// Sets `obj[key]` to `value` when it is absent or null.
@@ -156,6 +182,26 @@ mod tests {
         let mut custom = json!({"metadata": {"name": "b"}, "spec": {"finalizers": []}});
         prepare_for_create(&res, &mut custom);
         assert_eq!(custom["spec"]["finalizers"], json!([]));
+    }
+
+    #[test]
+    fn namespaces_always_carry_their_name_label() {
+        let res = Registry::with_builtins().lookup("", "v1", "namespaces").unwrap();
+        let mut ns = json!({"metadata": {"name": "team-a"}});
+        default_on_every_write(&res, &mut ns);
+        assert_eq!(ns["metadata"]["labels"][NAMESPACE_NAME_LABEL], "team-a");
+        let mut changed =
+            json!({"metadata": {"name": "team-a", "labels": {NAMESPACE_NAME_LABEL: "other", "x": "y"}}});
+        default_on_every_write(&res, &mut changed);
+        assert_eq!(
+            changed["metadata"]["labels"][NAMESPACE_NAME_LABEL], "team-a",
+            "not the client's to change"
+        );
+        assert_eq!(changed["metadata"]["labels"]["x"], "y");
+        let pods = Registry::with_builtins().lookup("", "v1", "pods").unwrap();
+        let mut pod = json!({"metadata": {"name": "p"}});
+        default_on_every_write(&pods, &mut pod);
+        assert!(pod["metadata"].get("labels").is_none());
     }
 
     #[test]

@@ -178,6 +178,7 @@ impl Inner {
             obj.as_object_mut().expect("checked").remove("status");
         }
         strategy::prepare_for_create(res, &mut obj);
+        strategy::default_on_every_write(res, &mut obj);
         self.admit(res, &name, &mut obj, opts.dry_run)?;
         if !opts.managed_by_apply {
             managed::record_update(res, None, &mut obj, &manager(opts), None, &meta::now());
@@ -276,6 +277,7 @@ impl Inner {
                 ));
             }
         }
+        strategy::default_on_every_write(res, &mut result);
         self.admit(res, name, &mut result, opts.dry_run)?;
         // Custom resources (and the built-ins that keep a generation) count every change outside
         // metadata, and outside status when status is a subresource (apiextensions'
