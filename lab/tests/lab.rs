@@ -73,6 +73,56 @@ fn the_lab_comes_up_green_is_usable_and_goes_down_clean() -> Result<()> {
     let status = lab.ok(&["status"])?;
     ensure!(!status.contains("FAIL"), "{status}");
 
+    // A NetworkPolicy applied with kubectl: the matrix's expectations follow it (only `bgp`'s
+    // pods reach `demo`'s, by the namespace's name label) and real traffic agrees; a leak or a
+    // connection the policy should let through would be a failure. Deleted, all answer again.
+    let policy = lab.dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: only-bgp, namespace: demo}\n\
+         spec:\n  podSelector: {}\n  policyTypes: [Ingress]\n  ingress:\n  - from:\n    - namespaceSelector:\n\
+         \x20       matchLabels: {kubernetes.io/metadata.name: bgp}\n",
+    )?;
+    let policy = policy.to_string_lossy().into_owned();
+    lab.ok(&["kubectl", "apply", "-f", &policy])?;
+    let web1 = lab.ok(&[
+        "kubectl",
+        "-n",
+        "demo",
+        "get",
+        "pod",
+        "web-1",
+        "-o",
+        "jsonpath={.metadata.annotations.ovn\\.kubernetes\\.io/ip_address}",
+    ])?;
+    // A TCP connect with bash's /dev/tcp (no curl needed), given one second.
+    let connect = format!("echo > /dev/tcp/{}/8080", web1.trim());
+    wait_until(
+        "the policy to keep egress/egress-1 out of demo/web-1",
+        WAIT,
+        || {
+            Ok(!lab
+                .run(&[
+                    "exec",
+                    "egress/egress-1",
+                    "--",
+                    "timeout",
+                    "1",
+                    "bash",
+                    "-c",
+                    &connect,
+                ])?
+                .status
+                .success())
+        },
+    )?;
+    let matrix = lab.ok(&["matrix"])?;
+    ensure!(
+        matrix.contains("1 NetworkPolicies in force") && matrix.contains("checks as expected"),
+        "the matrix under a policy:\n{matrix}"
+    );
+    lab.ok(&["kubectl", "delete", "-f", &policy])?;
+
     // The verbs, as the README shows them.
     let pods = lab.ok(&["kubectl", "get", "pods", "-A", "-o", "wide"])?;
     ensure!(pods.contains("fixed") && pods.contains("10.17.0.100"), "{pods}");

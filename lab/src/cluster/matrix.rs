@@ -12,12 +12,20 @@
 //!   centralized one (or the `node:ip` address `gatewayNode` gives); an announced pod's that are
 //!   not NATed go out with its own address and come back over the BGP route; others have no way
 //!   back.
+//! - NetworkPolicies (`super::policy`, Kubernetes' rules) turn any of these into no answer where
+//!   they do not let the connection through; toward a Service they judge each backend (OVN
+//!   applies egress ACLs after the load balancer).
 //! - pod → Service: a pod reaches a ClusterIP through its VPC's OVN load balancers (no
 //!   kube-proxy in the lab) when the Service is in its VPC and has a ready endpoint; the answer
 //!   comes from one of the Service's ready backends. Other VPCs have no such VIP.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::IpAddr;
+
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+
+use super::policy::{self, Endpoint, PodView};
 
 /// The default VPC's name (Kube-OVN's `--cluster-router`).
 pub const DEFAULT_VPC: &str = "ovn-cluster";
@@ -37,11 +45,35 @@ pub struct Target {
     /// The source addresses the outside host may see from this pod when it is NATed: its
     /// node's, or its centralized subnet's active gateways'; none when no gateway is active.
     pub egress_ips: Vec<IpAddr>,
+    /// What NetworkPolicies look at: its labels, its namespace's, its named container ports.
+    pub labels: BTreeMap<String, String>,
+    pub namespace_labels: BTreeMap<String, String>,
+    pub named_ports: BTreeMap<String, u16>,
 }
 
 impl Target {
     pub fn label(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
+    }
+
+    fn endpoint(&self) -> Endpoint<'_> {
+        Endpoint {
+            ip: self.ip,
+            pod: Some(PodView {
+                namespace: &self.namespace,
+                labels: &self.labels,
+                namespace_labels: &self.namespace_labels,
+                named_ports: &self.named_ports,
+            }),
+        }
+    }
+}
+
+/// The outside host as policies see it.
+fn outside() -> Endpoint<'static> {
+    Endpoint {
+        ip: super::topology::Topology::outside_ip().into(),
+        pod: None,
     }
 }
 
@@ -101,8 +133,10 @@ pub struct Check {
     pub expect: Expect,
 }
 
-/// The checks for `targets` (pods with netexec servers) and `services` (ClusterIPs).
-pub fn plan(targets: &[Target], services: &[ServiceTarget]) -> Vec<Check> {
+/// The checks for `targets` (pods with netexec servers) and `services` (ClusterIPs) under
+/// `policies`.
+pub fn plan(targets: &[Target], services: &[ServiceTarget], policies: &[NetworkPolicy]) -> Vec<Check> {
+    let allows = |from: &Endpoint, to: &Endpoint, port: u16| policy::allows(policies, from, to, port);
     let mut checks = Vec::new();
     for (i, a) in targets.iter().enumerate() {
         for (j, b) in targets.iter().enumerate() {
@@ -114,7 +148,7 @@ pub fn plan(targets: &[Target], services: &[ServiceTarget]) -> Vec<Check> {
                 from: Some(i),
                 to: Some(j),
                 path: "/hostname",
-                expect: if a.vpc == b.vpc {
+                expect: if a.vpc == b.vpc && allows(&a.endpoint(), &b.endpoint(), b.port) {
                     Expect::Answer(b.name.clone())
                 } else {
                     Expect::Blocked
@@ -129,7 +163,7 @@ pub fn plan(targets: &[Target], services: &[ServiceTarget]) -> Vec<Check> {
             from: None,
             to: Some(i),
             path: "/clientip",
-            expect: if routed {
+            expect: if routed && allows(&outside(), &t.endpoint(), t.port) {
                 Expect::ClientIp(super::topology::Topology::outside_ip().into())
             } else {
                 Expect::Blocked
@@ -140,7 +174,9 @@ pub fn plan(targets: &[Target], services: &[ServiceTarget]) -> Vec<Check> {
             from: Some(i),
             to: None,
             path: "/clientip",
-            expect: if t.nat_outgoing && t.vpc == DEFAULT_VPC {
+            expect: if !allows(&t.endpoint(), &outside(), super::topology::OUTSIDE_PORT) {
+                Expect::Blocked
+            } else if t.nat_outgoing && t.vpc == DEFAULT_VPC {
                 match t.egress_ips.as_slice() {
                     [] => Expect::Blocked,
                     [ip] => Expect::ClientIp(*ip),
@@ -153,16 +189,28 @@ pub fn plan(targets: &[Target], services: &[ServiceTarget]) -> Vec<Check> {
             },
         });
         for (k, svc) in services.iter().enumerate() {
+            // Each backend judged on its own: the load balancer picks first, then the ACLs.
+            let (allowed, denied): (Vec<String>, Vec<String>) = svc.backends.iter().cloned().partition(|b| {
+                targets
+                    .iter()
+                    .find(|x| x.namespace == svc.namespace && &x.name == b)
+                    .is_none_or(|x| allows(&t.endpoint(), &x.endpoint(), x.port))
+            });
+            let expect = if svc.vpc != t.vpc || allowed.is_empty() {
+                Expect::Blocked
+            } else if denied.is_empty() {
+                Expect::AnswerIn(allowed)
+            } else {
+                // Some backends would answer and others not: which one a request meets is the
+                // load balancer's choice, so there is nothing to expect.
+                continue;
+            };
             checks.push(Check {
                 kind: Kind::PodToService,
                 from: Some(i),
                 to: Some(k),
                 path: "/hostname",
-                expect: if svc.vpc == t.vpc && !svc.backends.is_empty() {
-                    Expect::AnswerIn(svc.backends.clone())
-                } else {
-                    Expect::Blocked
-                },
+                expect,
             });
         }
     }
@@ -206,6 +254,8 @@ impl Outcome {
 pub struct Report {
     pub targets: Vec<Target>,
     pub services: Vec<ServiceTarget>,
+    /// How many NetworkPolicies the expectations followed.
+    pub policies: usize,
     pub outcomes: Vec<Outcome>,
 }
 
@@ -348,6 +398,13 @@ impl Report {
                 out.push('\n');
             }
         }
+        if self.policies > 0 {
+            let _ = writeln!(
+                out,
+                "  {} NetworkPolicies in force: the expectations follow Kubernetes' rules for them",
+                self.policies
+            );
+        }
         let failures = self.failures();
         let total = self.outcomes.len();
         if failures.is_empty() {
@@ -374,142 +431,5 @@ impl Report {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn target(name: &str, vpc: &str, announced: bool, nat: bool) -> Target {
-        let node_ip: IpAddr = "172.30.0.11".parse().unwrap();
-        Target {
-            namespace: "demo".into(),
-            name: name.into(),
-            node: "node1".into(),
-            ip: "10.16.0.5".parse().unwrap(),
-            port: 8080,
-            subnet: "s".into(),
-            vpc: vpc.into(),
-            announced,
-            nat_outgoing: nat,
-            egress_ips: if nat { vec![node_ip] } else { vec![] },
-        }
-    }
-
-    #[test]
-    fn expectations_follow_vpcs_and_announcements() {
-        let targets = [
-            target("a", DEFAULT_VPC, true, false),
-            target("b", DEFAULT_VPC, false, true),
-            target("c", "vpc1", false, false),
-        ];
-        let services = [ServiceTarget {
-            namespace: "demo".into(),
-            name: "hello".into(),
-            ip: "10.96.0.10".parse().unwrap(),
-            port: 80,
-            vpc: DEFAULT_VPC.into(),
-            backends: vec!["h1".into(), "h2".into()],
-        }];
-        let checks = plan(&targets, &services);
-        let find = |kind, from, to| {
-            checks
-                .iter()
-                .find(|c| c.kind == kind && c.from == from && c.to == to)
-                .unwrap()
-        };
-        assert_eq!(
-            find(Kind::PodToPod, Some(0), Some(1)).expect,
-            Expect::Answer("b".into())
-        );
-        assert_eq!(find(Kind::PodToPod, Some(0), Some(2)).expect, Expect::Blocked);
-        assert_eq!(find(Kind::PodToPod, Some(2), Some(1)).expect, Expect::Blocked);
-        assert!(matches!(
-            find(Kind::OutsideToPod, None, Some(0)).expect,
-            Expect::ClientIp(_)
-        ));
-        assert_eq!(find(Kind::OutsideToPod, None, Some(1)).expect, Expect::Blocked);
-        assert_eq!(
-            find(Kind::PodToOutside, Some(1), None).expect,
-            Expect::ClientIp("172.30.0.11".parse().unwrap()),
-            "a NATed pod is seen with its gateway's address"
-        );
-        assert_eq!(
-            find(Kind::PodToOutside, Some(0), None).expect,
-            Expect::ClientIp("10.16.0.5".parse().unwrap()),
-            "an announced pod that is not NATed is seen with its own"
-        );
-        assert_eq!(find(Kind::PodToOutside, Some(2), None).expect, Expect::Blocked);
-        assert_eq!(
-            find(Kind::PodToService, Some(1), Some(0)).expect,
-            Expect::AnswerIn(vec!["h1".into(), "h2".into()]),
-            "a pod of the Service's VPC is answered by one of its backends"
-        );
-        assert_eq!(
-            find(Kind::PodToService, Some(2), Some(0)).expect,
-            Expect::Blocked,
-            "another VPC has no VIP for it"
-        );
-        assert_eq!(checks.len(), 3 * 2 + 3 * 2 + 3);
-        let none_ready = ServiceTarget {
-            backends: vec![],
-            ..services[0].clone()
-        };
-        assert!(
-            plan(&targets, &[none_ready])
-                .iter()
-                .filter(|c| c.kind == Kind::PodToService)
-                .all(|c| c.expect == Expect::Blocked),
-            "no ready endpoint: no answer, not a stale backend"
-        );
-    }
-
-    #[test]
-    fn judging_answers() {
-        assert!(judge(&Expect::Answer("a".into()), Some("a")));
-        assert!(!judge(&Expect::Answer("a".into()), Some("b")));
-        assert!(!judge(&Expect::Answer("a".into()), None));
-        assert!(judge(&Expect::Blocked, None));
-        assert!(
-            !judge(&Expect::Blocked, Some("a")),
-            "an answer where none should come is a failure"
-        );
-        let ip: IpAddr = "198.51.100.10".parse().unwrap();
-        assert!(judge(&Expect::ClientIp(ip), Some("198.51.100.10:41234")));
-        assert!(
-            !judge(&Expect::ClientIp(ip), Some("172.30.0.11:41234")),
-            "a NATed source is not the client's"
-        );
-        assert_eq!(client_ip("[fd00::1]:80"), Some("fd00::1".parse().unwrap()));
-        let backends = Expect::AnswerIn(vec!["h1".into(), "h2".into()]);
-        assert!(judge(&backends, Some("h2")));
-        assert!(!judge(&backends, Some("web-1")), "a pod that is not a backend");
-        assert!(!judge(&backends, None));
-    }
-
-    #[test]
-    fn the_rendering_names_failures() {
-        let targets = vec![
-            target("a", DEFAULT_VPC, true, false),
-            target("c", "vpc1", false, false),
-        ];
-        let checks = plan(&targets, &[]);
-        let outcomes = checks
-            .into_iter()
-            .map(|check| {
-                let answer = if check.kind == Kind::PodToPod && check.from == Some(0) {
-                    Ok("c".to_owned())
-                } else {
-                    Err("no answer".to_owned())
-                };
-                Outcome { check, answer }
-            })
-            .collect();
-        let report = Report {
-            targets,
-            services: vec![],
-            outcomes,
-        };
-        assert!(!report.healthy());
-        let text = report.render();
-        assert!(text.contains("LEAKS"), "{text}");
-        assert!(text.contains("demo/a → demo/c /hostname"), "{text}");
-    }
-}
+#[path = "matrix_tests.rs"]
+mod tests;

@@ -7,6 +7,7 @@ pub mod components;
 pub mod containerd;
 pub mod matrix;
 pub mod net;
+pub mod policy;
 pub mod process;
 pub mod state;
 pub mod topology;

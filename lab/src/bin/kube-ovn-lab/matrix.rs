@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::Api;
 use kube::api::ListParams;
 use kube_ovn_api::annotations::keys;
@@ -40,6 +41,14 @@ pub async fn targets(t: &Topology, client: &kube::Client) -> anyhow::Result<(Vec
         .list(&ListParams::default())
         .await
         .context("listing Pods")?;
+    let namespace_labels: BTreeMap<String, BTreeMap<String, String>> = Api::<Namespace>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .context("listing Namespaces")?
+        .items
+        .into_iter()
+        .filter_map(|n| Some((n.metadata.name?, n.metadata.labels.unwrap_or_default())))
+        .collect();
     let mut targets = Vec::new();
     let mut netns = Vec::new();
     for pod in pods.items {
@@ -79,7 +88,17 @@ pub async fn targets(t: &Topology, client: &kube::Client) -> anyhow::Result<(Vec
         };
         let node = spec.node_name.clone().unwrap_or_default();
         let egress_ips = subnet.map(|s| egress_ips(t, s, &node)).unwrap_or_default();
+        let named_ports = spec
+            .containers
+            .iter()
+            .flat_map(|c| c.ports.iter().flatten())
+            .filter(|p| p.protocol.as_deref().unwrap_or("TCP") == "TCP")
+            .filter_map(|p| Some((p.name.clone()?, u16::try_from(p.container_port).ok()?)))
+            .collect();
         targets.push(Target {
+            labels: pod.metadata.labels.clone().unwrap_or_default(),
+            namespace_labels: namespace_labels.get(&namespace).cloned().unwrap_or_default(),
+            named_ports,
             egress_ips,
             namespace: namespace.clone(),
             name: name.clone(),
@@ -310,7 +329,12 @@ pub async fn measure(t: &Topology, client: &kube::Client, timeout: Duration) -> 
     .await?;
     let outside_ns = Path::new("/run/netns").join(t.outside_netns());
     let mut tasks = Vec::new();
-    for check in matrix::plan(&targets, &services) {
+    let policies = Api::<NetworkPolicy>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .context("listing NetworkPolicies")?
+        .items;
+    for check in matrix::plan(&targets, &services, &policies) {
         let (from, to) = endpoints(&check, &targets, &services, &pod_netns, &outside_ns);
         tasks.push(tokio::task::spawn_blocking(move || {
             let answer = probe_once(&check, &from, to);
@@ -324,6 +348,7 @@ pub async fn measure(t: &Topology, client: &kube::Client, timeout: Duration) -> 
     Ok(Report {
         targets,
         services,
+        policies: policies.len(),
         outcomes,
     })
 }

@@ -1,0 +1,189 @@
+use super::*;
+
+fn target(name: &str, vpc: &str, announced: bool, nat: bool) -> Target {
+    let node_ip: IpAddr = "172.30.0.11".parse().unwrap();
+    Target {
+        namespace: "demo".into(),
+        name: name.into(),
+        node: "node1".into(),
+        ip: "10.16.0.5".parse().unwrap(),
+        port: 8080,
+        subnet: "s".into(),
+        vpc: vpc.into(),
+        announced,
+        nat_outgoing: nat,
+        egress_ips: if nat { vec![node_ip] } else { vec![] },
+        labels: BTreeMap::new(),
+        namespace_labels: BTreeMap::new(),
+        named_ports: BTreeMap::new(),
+    }
+}
+
+#[test]
+fn expectations_follow_vpcs_and_announcements() {
+    let targets = [
+        target("a", DEFAULT_VPC, true, false),
+        target("b", DEFAULT_VPC, false, true),
+        target("c", "vpc1", false, false),
+    ];
+    let services = [ServiceTarget {
+        namespace: "demo".into(),
+        name: "hello".into(),
+        ip: "10.96.0.10".parse().unwrap(),
+        port: 80,
+        vpc: DEFAULT_VPC.into(),
+        backends: vec!["h1".into(), "h2".into()],
+    }];
+    let checks = plan(&targets, &services, &[]);
+    let find = |kind, from, to| {
+        checks
+            .iter()
+            .find(|c| c.kind == kind && c.from == from && c.to == to)
+            .unwrap()
+    };
+    assert_eq!(
+        find(Kind::PodToPod, Some(0), Some(1)).expect,
+        Expect::Answer("b".into())
+    );
+    assert_eq!(find(Kind::PodToPod, Some(0), Some(2)).expect, Expect::Blocked);
+    assert_eq!(find(Kind::PodToPod, Some(2), Some(1)).expect, Expect::Blocked);
+    assert!(matches!(
+        find(Kind::OutsideToPod, None, Some(0)).expect,
+        Expect::ClientIp(_)
+    ));
+    assert_eq!(find(Kind::OutsideToPod, None, Some(1)).expect, Expect::Blocked);
+    assert_eq!(
+        find(Kind::PodToOutside, Some(1), None).expect,
+        Expect::ClientIp("172.30.0.11".parse().unwrap()),
+        "a NATed pod is seen with its gateway's address"
+    );
+    assert_eq!(
+        find(Kind::PodToOutside, Some(0), None).expect,
+        Expect::ClientIp("10.16.0.5".parse().unwrap()),
+        "an announced pod that is not NATed is seen with its own"
+    );
+    assert_eq!(find(Kind::PodToOutside, Some(2), None).expect, Expect::Blocked);
+    assert_eq!(
+        find(Kind::PodToService, Some(1), Some(0)).expect,
+        Expect::AnswerIn(vec!["h1".into(), "h2".into()]),
+        "a pod of the Service's VPC is answered by one of its backends"
+    );
+    assert_eq!(
+        find(Kind::PodToService, Some(2), Some(0)).expect,
+        Expect::Blocked,
+        "another VPC has no VIP for it"
+    );
+    assert_eq!(checks.len(), 3 * 2 + 3 * 2 + 3);
+    let none_ready = ServiceTarget {
+        backends: vec![],
+        ..services[0].clone()
+    };
+    assert!(
+        plan(&targets, &[none_ready], &[])
+            .iter()
+            .filter(|c| c.kind == Kind::PodToService)
+            .all(|c| c.expect == Expect::Blocked),
+        "no ready endpoint: no answer, not a stale backend"
+    );
+}
+
+#[test]
+fn network_policies_turn_answers_into_silence() {
+    let mut targets = [
+        target("a", DEFAULT_VPC, true, false),
+        target("b", DEFAULT_VPC, true, false),
+    ];
+    targets[1].labels.insert("app".into(), "b".into());
+    let deny_b: NetworkPolicy = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "deny", "namespace": "demo"},
+        "spec": {"podSelector": {"matchLabels": {"app": "b"}}}}))
+    .unwrap();
+    let services = [ServiceTarget {
+        namespace: "demo".into(),
+        name: "s".into(),
+        ip: "10.96.0.10".parse().unwrap(),
+        port: 80,
+        vpc: DEFAULT_VPC.into(),
+        backends: vec!["a".into(), "b".into()],
+    }];
+    let checks = plan(&targets, &services, &[deny_b]);
+    let find = |kind, from, to| {
+        checks
+            .iter()
+            .find(|c| c.kind == kind && c.from == from && c.to == to)
+    };
+    assert_eq!(
+        find(Kind::PodToPod, Some(0), Some(1)).unwrap().expect,
+        Expect::Blocked
+    );
+    assert_eq!(
+        find(Kind::PodToPod, Some(1), Some(0)).unwrap().expect,
+        Expect::Answer("a".into()),
+        "b's egress is not isolated"
+    );
+    assert_eq!(
+        find(Kind::OutsideToPod, None, Some(1)).unwrap().expect,
+        Expect::Blocked
+    );
+    assert!(matches!(
+        find(Kind::OutsideToPod, None, Some(0)).unwrap().expect,
+        Expect::ClientIp(_)
+    ));
+    assert!(
+        find(Kind::PodToService, Some(0), Some(0)).is_none(),
+        "one backend admits a, the other not: no expectation"
+    );
+}
+
+#[test]
+fn judging_answers() {
+    assert!(judge(&Expect::Answer("a".into()), Some("a")));
+    assert!(!judge(&Expect::Answer("a".into()), Some("b")));
+    assert!(!judge(&Expect::Answer("a".into()), None));
+    assert!(judge(&Expect::Blocked, None));
+    assert!(
+        !judge(&Expect::Blocked, Some("a")),
+        "an answer where none should come is a failure"
+    );
+    let ip: IpAddr = "198.51.100.10".parse().unwrap();
+    assert!(judge(&Expect::ClientIp(ip), Some("198.51.100.10:41234")));
+    assert!(
+        !judge(&Expect::ClientIp(ip), Some("172.30.0.11:41234")),
+        "a NATed source is not the client's"
+    );
+    assert_eq!(client_ip("[fd00::1]:80"), Some("fd00::1".parse().unwrap()));
+    let backends = Expect::AnswerIn(vec!["h1".into(), "h2".into()]);
+    assert!(judge(&backends, Some("h2")));
+    assert!(!judge(&backends, Some("web-1")), "a pod that is not a backend");
+    assert!(!judge(&backends, None));
+}
+
+#[test]
+fn the_rendering_names_failures() {
+    let targets = vec![
+        target("a", DEFAULT_VPC, true, false),
+        target("c", "vpc1", false, false),
+    ];
+    let checks = plan(&targets, &[], &[]);
+    let outcomes = checks
+        .into_iter()
+        .map(|check| {
+            let answer = if check.kind == Kind::PodToPod && check.from == Some(0) {
+                Ok("c".to_owned())
+            } else {
+                Err("no answer".to_owned())
+            };
+            Outcome { check, answer }
+        })
+        .collect();
+    let report = Report {
+        targets,
+        services: vec![],
+        policies: 0,
+        outcomes,
+    };
+    assert!(!report.healthy());
+    let text = report.render();
+    assert!(text.contains("LEAKS"), "{text}");
+    assert!(text.contains("demo/a → demo/c /hostname"), "{text}");
+}
