@@ -25,15 +25,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube_ovn_controller::reconcile::network_policy_plan::{Families, PolicyRows, plan_policy};
 use kube_ovn_testkit::OvnCentral;
 use serde_json::json;
-use support::{Controller, Emulator, until};
+use support::{Controller, until};
 
 const NAMESPACES: usize = 20;
 
@@ -226,24 +225,8 @@ async fn main() {
         args.get(1).copied().unwrap_or(500),
     );
     let dir = tempfile::tempdir().unwrap();
-    let emulator = Emulator::start(dir.path()).await;
+    let (emulator, ovn, controller) = support::start_with_one_node(dir.path()).await;
     let kube = emulator.kube.clone();
-    let crds: Api<CustomResourceDefinition> = Api::all(kube.clone());
-    for crd in kube_ovn_api::crds() {
-        crds.create(&PostParams::default(), &crd).await.unwrap();
-    }
-    let ovn = tokio::task::spawn_blocking(OvnCentral::start)
-        .await
-        .unwrap()
-        .unwrap();
-    let controller = Controller::start(dir.path(), &emulator, &ovn, 1);
-    let node: Node = serde_json::from_value(json!({"metadata": {"name": "node1"},
-        "status": {"addresses": [{"type": "InternalIP", "address": "172.18.0.2"}]}}))
-    .unwrap();
-    Api::<Node>::all(kube.clone())
-        .create(&PostParams::default(), &node)
-        .await
-        .unwrap();
     let ns_api: Api<Namespace> = Api::all(kube.clone());
     for i in 0..NAMESPACES {
         let ns = serde_json::from_value(json!({"metadata": {"name": format!("ns-{i}"),

@@ -23,7 +23,6 @@ use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 use kube::runtime::watcher::{self, watcher};
@@ -35,7 +34,7 @@ use serde_json::json;
 
 mod support;
 
-use support::{Controller, Emulator, STEP, children_cpu_seconds, cpu_seconds, until};
+use support::{Controller, STEP, children_cpu_seconds, cpu_seconds, until};
 
 /// Counts pods that reached `routed=true`, until `n` have.
 async fn wait_routed(kube: &kube::Client, n: usize) {
@@ -146,22 +145,9 @@ struct Measured {
 
 async fn controller_run(n: usize) -> Measured {
     let dir = tempfile::tempdir().unwrap();
-    let emulator = Emulator::start(dir.path()).await;
+    let (emulator, ovn, controller) = support::start_with_one_node(dir.path()).await;
     let kube = emulator.kube.clone();
-    let crds: Api<CustomResourceDefinition> = Api::all(kube.clone());
-    for crd in kube_ovn_api::crds() {
-        crds.create(&PostParams::default(), &crd).await.unwrap();
-    }
-    let ovn = tokio::task::spawn_blocking(OvnCentral::start)
-        .await
-        .unwrap()
-        .unwrap();
-    let controller = Controller::start(dir.path(), &emulator, &ovn, 1);
-    let node: Node = serde_json::from_value(json!({"metadata": {"name": "node1"},
-        "status": {"addresses": [{"type": "InternalIP", "address": "172.18.0.2"}]}}))
-    .unwrap();
     let nodes: Api<Node> = Api::all(kube.clone());
-    nodes.create(&PostParams::default(), &node).await.unwrap();
     let ns = serde_json::from_value(json!({"metadata": {"name": "bench"}})).unwrap();
     Api::<Namespace>::all(kube.clone())
         .create(&PostParams::default(), &ns)

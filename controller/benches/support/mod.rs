@@ -212,3 +212,32 @@ impl Controller {
         n
     }
 }
+
+/// The emulator (with our CRDs), OVN central and the controller (started once), and the node
+/// `node1`, as both controller benchmarks begin.
+pub async fn start_with_one_node(dir: &Path) -> (Emulator, OvnCentral, Controller) {
+    use k8s_openapi::api::core::v1::Node;
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::Api;
+    use kube::api::PostParams;
+
+    let emulator = Emulator::start(dir).await;
+    let kube = emulator.kube.clone();
+    let crds: Api<CustomResourceDefinition> = Api::all(kube.clone());
+    for crd in kube_ovn_api::crds() {
+        crds.create(&PostParams::default(), &crd).await.unwrap();
+    }
+    let ovn = tokio::task::spawn_blocking(OvnCentral::start)
+        .await
+        .unwrap()
+        .unwrap();
+    let controller = Controller::start(dir, &emulator, &ovn, 1);
+    let node: Node = serde_json::from_value(serde_json::json!({"metadata": {"name": "node1"},
+        "status": {"addresses": [{"type": "InternalIP", "address": "172.18.0.2"}]}}))
+    .unwrap();
+    Api::<Node>::all(kube)
+        .create(&PostParams::default(), &node)
+        .await
+        .unwrap();
+    (emulator, ovn, controller)
+}
