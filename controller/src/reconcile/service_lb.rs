@@ -54,14 +54,7 @@ pub fn vpc_switches(ctx: &Context, vpc: &str) -> Vec<(String, bool)> {
         .state()
         .iter()
         .filter(|s| s.meta().deletion_timestamp.is_none())
-        .filter(|s| {
-            s.spec
-                .vpc
-                .as_deref()
-                .filter(|v| !v.is_empty())
-                .unwrap_or(&ctx.config.cluster_router)
-                == vpc
-        })
+        .filter(|s| super::triggers::subnet_vpc_name(&ctx.config.cluster_router, s) == vpc)
         .map(|s| {
             let name = s.name_any();
             let enable = subnet_enables_lb(&ctx.config, &name, &s.spec);

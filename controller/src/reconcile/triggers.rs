@@ -118,14 +118,18 @@ pub fn ippool_spec(a: &IPPool, b: &IPPool) -> bool {
 
 /// The VPC a subnet belongs to (`spec.vpc`, else the default VPC).
 pub fn vpc_of_subnet(cluster_router: &str, subnet: &Subnet) -> ObjectRef<Vpc> {
-    ObjectRef::new(
-        subnet
-            .spec
-            .vpc
-            .as_deref()
-            .filter(|v| !v.is_empty())
-            .unwrap_or(cluster_router),
-    )
+    ObjectRef::new(subnet_vpc_name(cluster_router, subnet))
+}
+
+/// The name of the VPC a subnet belongs to: `spec.vpc`, or `cluster_router` (the default VPC)
+/// when it is unset or empty.
+pub fn subnet_vpc_name<'a>(cluster_router: &'a str, subnet: &'a Subnet) -> &'a str {
+    subnet
+        .spec
+        .vpc
+        .as_deref()
+        .filter(|v| !v.is_empty())
+        .unwrap_or(cluster_router)
 }
 
 /// The VPCs a subnet's change concerns: the one it was in and the one it is in.

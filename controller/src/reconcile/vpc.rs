@@ -65,14 +65,7 @@ pub fn subnets_of(ctx: &Context, vpc: &str, deleting: bool) -> Vec<String> {
         .state()
         .iter()
         .filter(|s| deleting || s.meta().deletion_timestamp.is_none())
-        .filter(|s| {
-            s.spec
-                .vpc
-                .as_deref()
-                .filter(|v| !v.is_empty())
-                .unwrap_or(&ctx.config.cluster_router)
-                == vpc
-        })
+        .filter(|s| super::triggers::subnet_vpc_name(&ctx.config.cluster_router, s) == vpc)
         .map(|s| s.name_any())
         .collect();
     names.sort();
