@@ -342,3 +342,93 @@ async fn a_dual_stack_service_answers_on_its_ipv6_cluster_ip() -> Result<()> {
     }
     Ok(())
 }
+
+/// Who answers `GET /hostname` at `vip:80` from `client` over `n` new connections, each given
+/// `timeout`: the answers, and how many got none.
+async fn answers_and_silences(
+    client: &TestPod,
+    vip: IpAddr,
+    n: usize,
+    timeout: Duration,
+) -> Result<(Vec<String>, usize)> {
+    let ns = dp(&client.netns)?;
+    let (mut answers, mut silent) = (Vec::new(), 0);
+    for _ in 0..n {
+        match netexec::http_get_in(&ns, SocketAddr::new(vip, 80), "/hostname", timeout).await {
+            Ok(answer) => answers.push(answer.body),
+            Err(_) => silent += 1,
+        }
+    }
+    Ok((answers, silent))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn egress_policy_toward_a_service_is_judged_by_the_backend_the_load_balancer_chose() -> Result<()> {
+    // NetworkPolicy's "egress to a Service": OVN applies the egress ACLs after the load balancer
+    // (`apply-after-lb`), so a policy that allows only backend b1 lets the client reach the
+    // ClusterIP when b1 is chosen and not when b2 is, although no rule names the ClusterIP.
+    let cluster = Cluster::start(2, &[]).await?;
+    let b1 = backend(cluster.pod("svc", "b1", 0, &[]).await?)?;
+    let b2 = backend(cluster.pod("svc", "b2", 1, &[]).await?)?;
+    let client = cluster.pod("cli", "c", 1, &[]).await?;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(cluster.kube.clone(), "svc");
+    for b in [&b1, &b2] {
+        let labels = json!({"metadata": {"labels": {"app": b.pod.name}}});
+        pods.patch(&b.pod.name, &PatchParams::default(), &Patch::Merge(&labels))
+            .await?;
+    }
+    let vip = Ipv4Addr::new(10, 96, 0, 40);
+    put::<Service>(&cluster, "svc", web_service("svc", vip, "None")).await?;
+    put::<EndpointSlice>(&cluster, "svc", web_slice("svc", &[&b1, &b2], &[])).await?;
+    nb_vips_until(
+        &cluster,
+        "cluster-tcp-loadbalancer",
+        "the VIP with both backends",
+        |v| v.contains(&format!("{vip}:80")) && v.contains(&b2.pod.ip().to_string()),
+    )
+    .await?;
+    let before = hostnames(&client, vip.into(), 30).await?;
+    ensure!(distinct(&before) == BTreeSet::from(["b1", "b2"]), "{before:?}");
+
+    let policy = json!({"metadata": {"name": "only-b1", "namespace": "cli"},
+        "spec": {"podSelector": {}, "policyTypes": ["Egress"],
+                 "egress": [{"to": [{"namespaceSelector": {}, "podSelector": {"matchLabels": {"app": "b1"}}}]}]}});
+    put::<k8s_openapi::api::networking::v1::NetworkPolicy>(&cluster, "cli", policy).await?;
+    // In force once the client cannot reach b2's own address any more.
+    let client_ns = dp(&client.netns)?;
+    let b2_addr = SocketAddr::new(b2.pod.ip().into(), 8080);
+    wait_until_async("the egress policy to keep the client from b2", WAIT, || {
+        let client_ns = &client_ns;
+        async move {
+            Ok(
+                netexec::http_get_in(client_ns, b2_addr, "/hostname", Duration::from_millis(500))
+                    .await
+                    .is_err(),
+            )
+        }
+    })
+    .await?;
+    // 20 connections through the ClusterIP: those balanced to b1 answer, those to b2 do not
+    // (each side missing with probability 2^-20).
+    let (answers, silent) = answers_and_silences(&client, vip.into(), 20, Duration::from_millis(700)).await?;
+    ensure!(
+        distinct(&answers) == BTreeSet::from(["b1"]),
+        "only b1 may answer through the ClusterIP: {answers:?}"
+    );
+    ensure!(
+        silent > 0,
+        "no connection met b2: it was never chosen, or the policy let it through"
+    );
+    ensure!(
+        netexec::http_get_in(
+            &client_ns,
+            SocketAddr::new(b1.pod.ip().into(), 8080),
+            "/hostname",
+            Duration::from_secs(3)
+        )
+        .await
+        .is_ok(),
+        "b1 itself stays reachable"
+    );
+    Ok(())
+}
