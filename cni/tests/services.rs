@@ -98,12 +98,21 @@ fn web_slice(ns: &str, ready: &[&Backend], unready: &[&Backend]) -> Value {
 /// Who answers `GET /hostname` at `vip:80` from `client`, `n` times (a new connection, so a new
 /// source port, each time); an error if any request gets no answer.
 async fn hostnames(client: &TestPod, vip: IpAddr, n: usize) -> Result<Vec<String>> {
-    let ns = dp(&client.netns)?;
+    hostnames_in(&dp(&client.netns)?, &client.name, vip, n).await
+}
+
+/// As [`hostnames`], from the namespace `ns` (of the host called `who`).
+async fn hostnames_in(
+    ns: &kube_ovn_dataplane::Netns,
+    who: &str,
+    vip: IpAddr,
+    n: usize,
+) -> Result<Vec<String>> {
     let mut out = Vec::with_capacity(n);
     for i in 0..n {
-        let answer = netexec::http_get_in(&ns, SocketAddr::new(vip, 80), "/hostname", Duration::from_secs(3))
+        let answer = netexec::http_get_in(ns, SocketAddr::new(vip, 80), "/hostname", Duration::from_secs(3))
             .await
-            .with_context(|| format!("request {i} of {n} from {} to {vip}:80", client.name))?;
+            .with_context(|| format!("request {i} of {n} from {who} to {vip}:80"))?;
         out.push(answer.body);
     }
     Ok(out)
@@ -430,5 +439,76 @@ async fn egress_policy_toward_a_service_is_judged_by_the_backend_the_load_balanc
         .is_ok(),
         "b1 itself stays reachable"
     );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_load_balancer_ip_from_outside_reaches_both_backends_through_either_node() -> Result<()> {
+    // What BGP gives a ToR: a route to the LoadBalancer IP through a node. No kube-proxy: the
+    // node routes it into ovn0 and masquerades it to its join address, the join switch's load
+    // balancer picks a backend, and the reply comes back through the same node.
+    let cluster = Cluster::start(2, &[]).await?;
+    let outside = common::egress::Outside::attach(&cluster)?;
+    let b1 = backend(cluster.pod("svc", "b1", 0, &[]).await?)?;
+    let b2 = backend(cluster.pod("svc", "b2", 1, &[]).await?)?;
+    let vip = Ipv4Addr::new(10, 96, 0, 50);
+    let lb_ip = Ipv4Addr::new(203, 0, 113, 10);
+    let mut svc = web_service("svc", vip, "None");
+    svc["spec"]["type"] = json!("LoadBalancer");
+    put::<Service>(&cluster, "svc", svc).await?;
+    Api::<Service>::namespaced(cluster.kube.clone(), "svc")
+        .patch_status(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": [{"ip": lb_ip.to_string()}]}}})),
+        )
+        .await?;
+    put::<EndpointSlice>(&cluster, "svc", web_slice("svc", &[&b1, &b2], &[])).await?;
+    nb_vips_until(
+        &cluster,
+        "cluster-tcp-loadbalancer",
+        "the LoadBalancer IP's VIP",
+        |v| v.contains(&format!("{lb_ip}:80")) && v.contains(&b2.pod.ip().to_string()),
+    )
+    .await?;
+    let on_join = cluster.ovn.nbctl(&["ls-lb-list", "join"])?;
+    ensure!(
+        on_join.contains("cluster-tcp-load"),
+        "the join switch's LBs: {on_join}"
+    );
+
+    let ns = dp(&outside.netns)?;
+    let target = SocketAddr::new(lb_ip.into(), 80);
+    for node in 0..2 {
+        outside.route(&format!("{lb_ip}/32"), common::underlay_ip(node))?;
+        wait_until_async(
+            &format!("the LoadBalancer IP answered through node {node}"),
+            WAIT,
+            || {
+                let ns = &ns;
+                async move {
+                    Ok(
+                        netexec::http_get_in(ns, target, "/hostname", Duration::from_secs(1))
+                            .await
+                            .is_ok(),
+                    )
+                }
+            },
+        )
+        .await?;
+        let seen = hostnames_in(&ns, "the outside host", lb_ip.into(), 40).await?;
+        ensure!(
+            distinct(&seen) == BTreeSet::from(["b1", "b2"]),
+            "through node {node}, 40 requests: {seen:?}"
+        );
+        // The backend saw the node's join address: the masquerade that brings the reply back.
+        let client = netexec::http_get_in(&ns, target, "/clientip", Duration::from_secs(3)).await?;
+        let from = kube_ovn_lab::cluster::matrix::client_ip(&client.body);
+        ensure!(
+            from.is_some_and(|ip| ip.to_string().starts_with("100.64.")),
+            "through node {node} the backend saw {}",
+            client.body
+        );
+    }
     Ok(())
 }

@@ -76,6 +76,7 @@ impl Cluster {
                 service_cidrs: &["10.96.0.0/12".parse().expect("a CIDR")],
                 other_node_ips: &self.others,
                 local_pods: &[],
+                lb_ingress: &[],
             },
             &LastGood::default(),
         );

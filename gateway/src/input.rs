@@ -46,4 +46,8 @@ pub struct GatewayInput<'a> {
     pub other_node_ips: &'a [IpAddr],
     /// Pods on this node (for a distributed `externalEgressGateway`).
     pub local_pods: &'a [LocalPod],
+    /// LoadBalancer ingress IPs of the default VPC's Services: announced over BGP, routed into
+    /// `ovn0` by this node and masqueraded to its join address there, so the reply comes back
+    /// through this node (ours; Kube-OVN leaves them to kube-proxy).
+    pub lb_ingress: &'a [IpAddr],
 }

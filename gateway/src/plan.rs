@@ -7,8 +7,10 @@
 //! ([`crate::Ruleset::updates_from`]). Only `natOutgoingPolicyRules` add rules (a chain per
 //! subnet with rules, a rule per policy rule, as Kube-OVN has them).
 //!
-//! `OVN-POSTROUTING` (nat), in Kube-OVN's order:
+//! `OVN-POSTROUTING` (nat), in Kube-OVN's order after one rule of ours:
 //!
+//! 0. to a LoadBalancer ingress IP of the default VPC, into `ovn0`: masquerade to the join
+//!    address (the join switch's load balancer takes it; the reply must return to this node);
 //! 1. Service → pod traffic kube-proxy marked (0x4000): SNAT to the node's InternalIP;
 //! 2. anything else kube-proxy marked: masquerade;
 //! 3. pod → pod through the node (hairpin Service traffic): masquerade;
@@ -186,6 +188,16 @@ fn table(family: Family, views: &[SubnetView], input: &GatewayInput<'_>) -> Tabl
         sets.insert(format!("{p}{name}"), s);
     };
     set("services", Set::addresses(of_family(input.service_cidrs)));
+    set(
+        "lb-ingress",
+        Set::addresses(
+            input
+                .lb_ingress
+                .iter()
+                .filter(|a| Family::of(a) == family)
+                .map(|a| IpNet::from(*a)),
+        ),
+    );
     set("subnets", Set::addresses(subnets));
     set("subnets-nat", Set::addresses(cidrs(&SubnetView::needs_nat)));
     set(
@@ -266,7 +278,9 @@ fn table(family: Family, views: &[SubnetView], input: &GatewayInput<'_>) -> Tabl
     };
     let svc = mark(SERVICE_MARK);
     let local = mark(NODE_PORT_LOCAL_MARK);
-    let mut post = Vec::new();
+    let mut post = vec![format!(
+        "oifname \"{OVN0}\" {ip} daddr @{p}lb-ingress jump OVN-MASQUERADE"
+    )];
     if let Some(node_ip) = node_ip {
         post.push(format!(
             "{ip} saddr @{p}services {ip} daddr @{p}subnets meta mark & {svc} == {svc} snat to {node_ip} fully-random"

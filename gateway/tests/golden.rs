@@ -126,6 +126,7 @@ impl Cluster {
                 service_cidrs: &self.services,
                 other_node_ips: &self.others,
                 local_pods: &self.pods,
+                lb_ingress: &[IpAddr::V4(std::net::Ipv4Addr::new(203, 0, 113, 10))],
             },
             last_good,
         )
@@ -375,6 +376,7 @@ fn an_ipv4_only_cluster_deletes_any_ipv6_table() {
             service_cidrs: &nets(&["10.96.0.0/12"]),
             other_node_ips: &[],
             local_pods: &[],
+            lb_ingress: &[],
         },
         &LastGood::default(),
     );

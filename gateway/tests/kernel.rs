@@ -88,6 +88,7 @@ async fn golden_rulesets_apply_and_element_updates_equal_a_rebuild() -> Result<(
                 ],
                 other_node_ips: &[],
                 local_pods: &[],
+                lb_ingress: &[],
             },
             &LastGood::default(),
         )

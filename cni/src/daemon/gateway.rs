@@ -64,6 +64,7 @@ pub async fn gateway_task(node: Arc<Node>) {
     let mut subnets = node.subnets.changes();
     let mut nodes = node.nodes.changes();
     let mut pods = node.pods.changes();
+    let mut services = node.services.changes();
     let mut tick = tokio::time::interval(node.config.flags.gateway_check_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -74,6 +75,7 @@ pub async fn gateway_task(node: Arc<Node>) {
             _ = subnets.changed() => {}
             _ = nodes.changed() => {}
             _ = pods.changed() => {}
+            _ = services.changed() => {}
             _ = tick.tick() => {}
         }
     }
@@ -139,6 +141,10 @@ async fn reconcile(node: &Node, state: &mut Egress) -> Result<(), DaemonError> {
             service_cidrs: &node.config.service_cidrs,
             other_node_ips: &other_node_ips,
             local_pods: &pods,
+            lb_ingress: &super::lb_ingress::lb_ingress_ips(
+                &node.services.all(),
+                &node.config.flags.cluster_router,
+            ),
         },
         &state.last_good,
     );

@@ -20,6 +20,7 @@ pub mod error;
 pub mod gateway;
 pub mod health;
 pub mod install;
+pub mod lb_ingress;
 pub mod metrics;
 pub mod nft_tables;
 mod nic;
@@ -34,7 +35,7 @@ pub mod server;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node as K8sNode, Pod};
+use k8s_openapi::api::core::v1::{Node as K8sNode, Pod, Service};
 use kube::Api;
 use kube_ovn_api::crd::Subnet;
 use kube_ovn_dataplane::{Netlink, Netns};
@@ -65,6 +66,8 @@ pub struct Node {
     pub subnets: Watched<Subnet>,
     /// Every node (this one's annotations and addresses; the others' addresses for the NAT).
     pub nodes: Watched<K8sNode>,
+    /// Every Service (their LoadBalancer IPs, `lb_ingress`).
+    pub services: Watched<Service>,
     /// Metrics.
     pub metrics: Metrics,
     /// Subnets as last validated by the controller, for the node's routes (`node_routes`).
@@ -152,6 +155,7 @@ pub async fn run(
         pods: Watched::start(Api::all(kube.clone()), Some(pod_fields), Some(applied_tx)),
         subnets: Watched::start(Api::all(kube.clone()), None, None),
         nodes: Watched::start(Api::all(kube.clone()), None, None),
+        services: Watched::start(Api::all(kube.clone()), None, None),
         metrics: Metrics::new(),
         qos_recheck,
         last_validated: std::sync::Mutex::default(),
@@ -217,6 +221,7 @@ pub async fn run(
 async fn node_task(node: Arc<Node>) {
     let mut node_changes = node.nodes.changes();
     let mut subnet_changes = node.subnets.changes();
+    let mut service_changes = node.services.changes();
     let mut ovs_state = node.ovs.state();
     loop {
         match node.reconcile_node_network().await {
@@ -227,6 +232,7 @@ async fn node_task(node: Arc<Node>) {
         tokio::select! {
             _ = node_changes.changed() => {}
             _ = subnet_changes.changed() => {}
+            _ = service_changes.changed() => {}
             _ = ovs_state.changed() => {}
             () = tokio::time::sleep(Duration::from_secs(30)) => {}
         }

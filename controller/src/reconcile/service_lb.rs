@@ -26,11 +26,15 @@ pub fn lb_names(config: &Config, vpc: &str) -> LbNames {
     }
 }
 
-/// Whether a subnet's switch carries its VPC's load balancers: `enableLb`, else `--enable-lb`;
-/// never the join switch (Kube-OVN leaves its `enableLb` unset and attaches nothing there:
-/// traffic from nodes to Services is kube-proxy's).
-pub fn subnet_enables_lb(config: &Config, name: &str, spec: &SubnetSpec) -> bool {
-    name != config.node_subnet.name && spec.enable_lb.unwrap_or(config.enable_lb)
+/// Whether a subnet's switch carries its VPC's load balancers: `enableLb`, else `--enable-lb`.
+/// The join switch too, where Kube-OVN attaches nothing: a LoadBalancer IP announced over BGP
+/// arrives at a node, which routes it into `ovn0` (masqueraded to its join address, see the
+/// daemon's `lb_ingress`), so the join switch is where OVN must balance it; the reply comes
+/// back to the same node's port, whose conntrack undoes the DNAT (docs/architecture.md,
+/// "Services"). Nodes route nothing else of the Service CIDR there, so host → ClusterIP stays
+/// kube-proxy's as in Kube-OVN.
+pub fn subnet_enables_lb(config: &Config, _name: &str, spec: &SubnetSpec) -> bool {
+    spec.enable_lb.unwrap_or(config.enable_lb)
 }
 
 /// The VPC reconciler's part: its six load balancers exist, and are attached to (or detached

@@ -1,0 +1,71 @@
+//! LoadBalancer IPs reached from outside over BGP, without kube-proxy (ours; Kube-OVN leaves
+//! this path to kube-proxy). The speaker announces a Service's ingress IPs from the nodes; the
+//! node routes each into `ovn0` (`node_routes`) and masquerades it there to its join address
+//! (the egress table's `lb-ingress` set), so the packet enters the join switch, whose copy of
+//! the default VPC's load balancers picks a backend, and the reply returns to this node's port,
+//! where OVN's conntrack undoes the DNAT. Only the default VPC: a custom VPC has no `ovn0`.
+//! Pure: no I/O.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Service;
+use kube_ovn_api::annotations::keys;
+
+/// The ingress IPs of the Services whose VIPs live in the default VPC's load balancers: the
+/// controller's `ovn.kubernetes.io/vpc` annotation names `cluster_router` (a Service it has not
+/// placed yet has no VIP, so nothing to route either).
+pub fn lb_ingress_ips(services: &[Arc<Service>], cluster_router: &str) -> Vec<IpAddr> {
+    let ips: BTreeSet<IpAddr> = services
+        .iter()
+        .filter(|s| s.metadata.deletion_timestamp.is_none())
+        .filter(|s| {
+            s.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(keys::VPC))
+                .is_some_and(|vpc| vpc == cluster_router)
+        })
+        .filter_map(|s| s.status.as_ref()?.load_balancer.as_ref()?.ingress.as_ref())
+        .flatten()
+        .filter_map(|ingress| ingress.ip.as_deref()?.parse().ok())
+        .collect();
+    ips.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn service(vpc: Option<&str>, ips: &[&str]) -> Arc<Service> {
+        let ingress: Vec<serde_json::Value> = ips.iter().map(|ip| serde_json::json!({"ip": ip})).collect();
+        let mut meta = serde_json::json!({"name": "s", "namespace": "n"});
+        if let Some(vpc) = vpc {
+            meta["annotations"] = serde_json::json!({keys::VPC: vpc});
+        }
+        Arc::new(
+            serde_json::from_value(
+                serde_json::json!({"metadata": meta, "spec": {"type": "LoadBalancer"},
+                "status": {"loadBalancer": {"ingress": ingress}}}),
+            )
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn only_the_default_vpcs_placed_services() {
+        let services = [
+            service(
+                Some("ovn-cluster"),
+                &["203.0.113.10", "2001:db8::10", "not-an-ip"],
+            ),
+            service(Some("vpc1"), &["203.0.113.11"]),
+            service(None, &["203.0.113.12"]),
+            service(Some("ovn-cluster"), &["203.0.113.10"]),
+        ];
+        let ips = lb_ingress_ips(&services, "ovn-cluster");
+        let want: Vec<IpAddr> = vec!["203.0.113.10".parse().unwrap(), "2001:db8::10".parse().unwrap()];
+        assert_eq!(ips, want);
+    }
+}
