@@ -422,14 +422,17 @@ async fn pods_on_two_nodes_talk_in_one_subnet_and_across_subnets() -> Result<()>
         1 << 20,
         Duration::from_secs(30),
     )?;
-    // Each node routes the new subnet through its ovn0.
+    // Each node routes the new subnet through its ovn0 (its daemon adds the route when it sees
+    // the subnet validated, independently of the pods' traffic above: waited for, bounded).
     for node in &cluster.nodes {
-        let routes = node.ovs.netns().ip(&["route", "show", "dev", "ovn0"])?;
-        assert!(
-            routes.contains("10.17.0.0/16 via 100.64.0.1"),
-            "{}: {routes}",
-            node.name
-        );
+        wait_until(
+            &format!("{}: a route to 10.17.0.0/16 via 100.64.0.1 on ovn0", node.name),
+            WAIT,
+            || {
+                let routes = node.ovs.netns().ip(&["route", "show", "dev", "ovn0"])?;
+                Ok(routes.contains("10.17.0.0/16 via 100.64.0.1"))
+            },
+        )?;
     }
     Ok(())
 }
