@@ -104,6 +104,19 @@ impl Netlink {
         &self.ns
     }
 
+    /// A delete's outcome: `Ok(true)` done, `Ok(false)` when there was nothing to delete.
+    pub(crate) fn deleted(
+        &self,
+        op: impl Into<String>,
+        result: std::result::Result<(), rtnetlink::Error>,
+    ) -> Result<bool> {
+        match result.map_err(self.fail(op)) {
+            Ok(()) => Ok(true),
+            Err(err) if err.is_not_found() => Ok(false),
+            Err(err) => Err(err),
+        }
+    }
+
     pub(crate) fn fail(&self, op: impl Into<String>) -> impl FnOnce(rtnetlink::Error) -> Error + '_ {
         let op = op.into();
         move |source| Error::Netlink {

@@ -208,17 +208,8 @@ impl Netlink {
         let mut message = route_message(route);
         message.header.protocol = RouteProtocol::Unspec;
         message.header.scope = RouteScope::NoWhere;
-        match self.handle.route().del(message).execute().await {
-            Ok(()) => Ok(true),
-            Err(source) => {
-                let err = Error::Netlink {
-                    op: format!("delete route {}", describe(route)),
-                    ns: self.ns.clone(),
-                    source,
-                };
-                if err.is_not_found() { Ok(false) } else { Err(err) }
-            }
-        }
+        let result = self.handle.route().del(message).execute().await;
+        self.deleted(format!("delete route {}", describe(route)), result)
     }
 }
 

@@ -159,17 +159,8 @@ impl Netlink {
 
     /// Deletes a rule; `Ok(false)` when it was not there.
     pub async fn delete_policy_rule(&self, rule: &PolicyRule) -> Result<bool> {
-        match self.handle.rule().del(rule_message(rule)).execute().await {
-            Ok(()) => Ok(true),
-            Err(source) => {
-                let err = Error::Netlink {
-                    op: format!("delete {}", describe_rule(rule)),
-                    ns: self.ns.clone(),
-                    source,
-                };
-                if err.is_not_found() { Ok(false) } else { Err(err) }
-            }
-        }
+        let result = self.handle.rule().del(rule_message(rule)).execute().await;
+        self.deleted(format!("delete {}", describe_rule(rule)), result)
     }
 
     /// Our default routes in tables other than main and local, of one family.
