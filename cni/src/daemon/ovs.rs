@@ -6,10 +6,15 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use kube_ovn_ovsdb::tables::vswitch::{Bridge, Interface, Port, Qos};
-use kube_ovn_ovsdb::{Atom, Client, Condition, Mutation, Operation, Row, Table, Uuid, Value};
+use kube_ovn_ovsdb::{
+    Atom, Client, Condition, Mutation, Operation, Row, Table, TransactError, Uuid, Value, WaitUntil,
+};
 
 use super::error::DaemonError;
 use super::plan::QosPlan;
+
+/// How often a QoS write that lost a race to another writer is tried again.
+const QOS_RACE_RETRIES: u32 = 3;
 
 /// Tables the daemon reads; a smaller replica than the whole Open_vSwitch schema.
 pub const MONITORED: [&str; 6] = ["Open_vSwitch", "Bridge", "Port", "Interface", "QoS", "Queue"];
@@ -19,6 +24,8 @@ pub const MONITORED: [&str; 6] = ["Open_vSwitch", "Bridge", "Port", "Interface",
 pub struct Ovs {
     client: Client,
     bridge: String,
+    /// One QoS writer at a time (see [`Ovs::set_qos`]).
+    qos_writes: std::sync::Arc<tokio::sync::Mutex<()>>,
 }
 
 /// A port to plug into the integration bridge.
@@ -77,6 +84,7 @@ impl Ovs {
         Self {
             client,
             bridge: bridge.into(),
+            qos_writes: std::sync::Arc::default(),
         }
     }
 
@@ -280,7 +288,35 @@ impl Ovs {
     }
 
     /// Brings a port's rate limits to `qos` (annotation changed on a running pod).
+    ///
+    /// Two writers can want the same port at once: an ADD that plugged before the annotations
+    /// came, and the live QoS task woken by the same annotations. Both would see a port without
+    /// QoS and insert a QoS row each; the port keeps one and the other stays in the database
+    /// forever (QoS and Queue are root tables). So writers take turns, and each write commits
+    /// only while the port's `qos` is still what the writer read; a write that lost that race
+    /// reads again and retries.
     pub async fn set_qos(&self, name: &str, qos: QosPlan) -> Result<(), DaemonError> {
+        let _one_writer = self.qos_writes.lock().await;
+        let mut attempt = 0;
+        loop {
+            let ops = self.qos_ops(name, qos)?;
+            match self.client.transact(ops).await {
+                Ok(_) => return Ok(()),
+                Err(kube_ovn_ovsdb::Error::Transact(TransactError::Operation { op: "wait", .. }))
+                    if attempt < QOS_RACE_RETRIES =>
+                {
+                    // The replica has not caught up with a write it lost to; give it a moment.
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(20 << attempt)).await;
+                }
+                Err(e) => return Err(DaemonError::ovsdb(format!("set QoS of port {name}"))(e)),
+            }
+        }
+    }
+
+    /// The operations that take port `name` from the QoS the replica shows to `qos`, guarded
+    /// by a `wait` (RFC 7047 §5.2.6) on the port's `qos` column being what was read.
+    fn qos_ops(&self, name: &str, qos: QosPlan) -> Result<Vec<Operation>, DaemonError> {
         let found = self.client.read(|c| {
             let port = c.by_name::<Port>(name).ok().flatten()?;
             let iface = c.by_name::<Interface>(name).ok().flatten()?;
@@ -297,14 +333,25 @@ impl Ovs {
                 error: "no such port on the bridge".into(),
             });
         };
-        let mut ops = vec![Operation::update(
-            Interface::NAME,
-            vec![Condition::uuid(iface.uuid())],
-            row([
-                ("ingress_policing_rate", Value::from(qos.policing_rate_kbps)),
-                ("ingress_policing_burst", Value::from(qos.policing_burst_kb)),
-            ]),
-        )];
+        let read_qos = port.qos.map_or_else(Value::empty_set, Value::uuid);
+        let mut ops = vec![
+            Operation::Wait {
+                table: Port::NAME.into(),
+                conditions: vec![Condition::uuid(port.uuid())],
+                columns: vec!["qos".into()],
+                until: WaitUntil::Equal,
+                rows: vec![row([("qos", read_qos)])],
+                timeout_ms: Some(0),
+            },
+            Operation::update(
+                Interface::NAME,
+                vec![Condition::uuid(iface.uuid())],
+                row([
+                    ("ingress_policing_rate", Value::from(qos.policing_rate_kbps)),
+                    ("ingress_policing_burst", Value::from(qos.policing_burst_kb)),
+                ]),
+            ),
+        ];
         match (qos.htb_max_rate_bps, queue) {
             (Some(rate), Some(queue)) => ops.push(Operation::update(
                 "Queue",
@@ -329,7 +376,7 @@ impl Ovs {
             }
             (None, _) => {}
         }
-        self.transact(format!("set QoS of port {name}"), ops).await
+        Ok(ops)
     }
 
     /// The interface called `name`.
