@@ -59,6 +59,8 @@ fn the_lab_comes_up_green_is_usable_and_goes_down_clean() -> Result<()> {
         "blocked",
         "10.17.0.100/32",
         "svc demo/hello 10.96.",
+        // The LoadBalancer IP the lab gave demo/hello, reached from the outside host over BGP.
+        "svc demo/hello at 203.0.113.1:80: ok",
         "node1 (Ready)",
         "node2 (Ready)",
     ] {
@@ -72,6 +74,11 @@ fn the_lab_comes_up_green_is_usable_and_goes_down_clean() -> Result<()> {
 
     let status = lab.ok(&["status"])?;
     ensure!(!status.contains("FAIL"), "{status}");
+    let svc = lab.ok(&["kubectl", "-n", "demo", "get", "svc", "hello"])?;
+    ensure!(
+        svc.contains("LoadBalancer") && svc.contains("203.0.113.1"),
+        "kubectl shows the LoadBalancer IP:\n{svc}"
+    );
 
     // A NetworkPolicy applied with kubectl: the matrix's expectations follow it (only `bgp`'s
     // pods reach `demo`'s, by the namespace's name label) and real traffic agrees; a leak or a

@@ -1,5 +1,6 @@
 //! LoadBalancer IPs reached from outside over BGP, without kube-proxy (ours; Kube-OVN leaves
-//! this path to kube-proxy). The speaker announces a Service's ingress IPs from the nodes; the
+//! this path to kube-proxy). The speaker announces a Service's ingress IPs (and its
+//! `spec.externalIPs`, which are handled alike) from the nodes; the
 //! node routes each into `ovn0` (`node_routes`) and masquerades it there to its join address
 //! (the egress table's `lb-ingress` set), so the packet enters the join switch, whose copy of
 //! the default VPC's load balancers picks a backend, and the reply returns to this node's port,
@@ -13,7 +14,8 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Service;
 use kube_ovn_api::annotations::keys;
 
-/// The ingress IPs of the Services whose VIPs live in the default VPC's load balancers: the
+/// The ingress and external IPs of the Services whose VIPs live in the default VPC's load
+/// balancers: the
 /// controller's `ovn.kubernetes.io/vpc` annotation names `cluster_router` (a Service it has not
 /// placed yet has no VIP, so nothing to route either).
 pub fn lb_ingress_ips(services: &[Arc<Service>], cluster_router: &str) -> Vec<IpAddr> {
@@ -27,9 +29,24 @@ pub fn lb_ingress_ips(services: &[Arc<Service>], cluster_router: &str) -> Vec<Ip
                 .and_then(|a| a.get(keys::VPC))
                 .is_some_and(|vpc| vpc == cluster_router)
         })
-        .filter_map(|s| s.status.as_ref()?.load_balancer.as_ref()?.ingress.as_ref())
-        .flatten()
-        .filter_map(|ingress| ingress.ip.as_deref()?.parse().ok())
+        .flat_map(|s| {
+            let ingress = s
+                .status
+                .as_ref()
+                .and_then(|st| st.load_balancer.as_ref()?.ingress.as_ref())
+                .into_iter()
+                .flatten()
+                .filter_map(|ingress| ingress.ip.as_deref());
+            let external = s
+                .spec
+                .as_ref()
+                .and_then(|sp| sp.external_ips.as_ref())
+                .into_iter()
+                .flatten()
+                .map(String::as_str);
+            ingress.chain(external)
+        })
+        .filter_map(|ip| ip.parse().ok())
         .collect();
     ips.into_iter().collect()
 }
@@ -39,6 +56,10 @@ mod tests {
     use super::*;
 
     fn service(vpc: Option<&str>, ips: &[&str]) -> Arc<Service> {
+        with_external(vpc, ips, &[])
+    }
+
+    fn with_external(vpc: Option<&str>, ips: &[&str], external: &[&str]) -> Arc<Service> {
         let ingress: Vec<serde_json::Value> = ips.iter().map(|ip| serde_json::json!({"ip": ip})).collect();
         let mut meta = serde_json::json!({"name": "s", "namespace": "n"});
         if let Some(vpc) = vpc {
@@ -46,7 +67,7 @@ mod tests {
         }
         Arc::new(
             serde_json::from_value(
-                serde_json::json!({"metadata": meta, "spec": {"type": "LoadBalancer"},
+                serde_json::json!({"metadata": meta, "spec": {"type": "LoadBalancer", "externalIPs": external},
                 "status": {"loadBalancer": {"ingress": ingress}}}),
             )
             .unwrap(),
@@ -63,9 +84,13 @@ mod tests {
             service(Some("vpc1"), &["203.0.113.11"]),
             service(None, &["203.0.113.12"]),
             service(Some("ovn-cluster"), &["203.0.113.10"]),
+            with_external(Some("ovn-cluster"), &[], &["192.0.2.7", "bad"]),
+            with_external(Some("vpc1"), &[], &["192.0.2.8"]),
         ];
         let ips = lb_ingress_ips(&services, "ovn-cluster");
-        let want: Vec<IpAddr> = vec!["203.0.113.10".parse().unwrap(), "2001:db8::10".parse().unwrap()];
+        let want: Vec<IpAddr> = ["192.0.2.7", "203.0.113.10", "2001:db8::10"]
+            .map(|ip| ip.parse().unwrap())
+            .to_vec();
         assert_eq!(ips, want);
     }
 }

@@ -39,13 +39,14 @@ pub struct ServiceVips {
     pub problems: Vec<String>,
 }
 
-/// The VIPs a Service has: its annotations', or its ClusterIPs (none when headless) and its
-/// LoadBalancer ingress IPs. A bad address is an error naming the Service and field.
+/// The VIPs a Service has: its annotations', or its ClusterIPs (none when headless), its
+/// LoadBalancer ingress IPs and its `spec.externalIPs`. A bad address is an error naming the
+/// Service and field.
 ///
-/// Ingress IPs are ours, not Kube-OVN's (which leaves them to kube-proxy): with them, a pod reaches
-/// a LoadBalancer Service at its external address through its own switch, as kube-proxy would
-/// let it. Traffic to them from outside the cluster is not balanced yet (see
-/// `docs/architecture.md`, "Services").
+/// Ingress and external IPs are ours, not Kube-OVN's (which leaves them to kube-proxy): the
+/// speaker announces them, so they must lead somewhere without kube-proxy. A pod reaches them
+/// through its own switch; from outside, the node routes them into `ovn0` and the join switch's
+/// copy of the load balancers answers (the daemon's `lb_ingress`, `docs/architecture.md`).
 pub fn service_ips(svc: &Service) -> Result<Vec<IpAddr>, String> {
     let id = format!(
         "service {}/{}",
@@ -99,6 +100,14 @@ pub fn service_ips(svc: &Service) -> Result<Vec<IpAddr>, String> {
         let ip: IpAddr = ip
             .parse()
             .map_err(|_| format!("{id}: status.loadBalancer.ingress[{i}].ip: {ip:?} is not an IP address"))?;
+        if !ips.contains(&ip) {
+            ips.push(ip);
+        }
+    }
+    for (i, ip) in spec.external_ips.iter().flatten().enumerate() {
+        let ip: IpAddr = ip
+            .parse()
+            .map_err(|_| format!("{id}: spec.externalIPs[{i}]: {ip:?} is not an IP address"))?;
         if !ips.contains(&ip) {
             ips.push(ip);
         }

@@ -178,18 +178,25 @@ fn malformed_input_names_object_and_field_and_the_rest_still_works() {
 }
 
 #[test]
-fn load_balancer_ingress_ips_are_vips_too_but_not_for_headless_services() {
+fn load_balancer_ingress_and_external_ips_are_vips_too_but_not_for_headless_services() {
     let mut s = web();
     s.status = serde_json::from_value(
         json!({"loadBalancer": {"ingress": [{"ip": "192.0.2.10"}, {"hostname": "lb.example"}]}}),
     )
     .unwrap();
+    s.spec.as_mut().unwrap().external_ips = Some(vec!["192.0.2.20".into(), "192.0.2.10".into()]);
     assert_eq!(
         service_ips(&s).unwrap(),
-        ["10.96.0.10", "fd00:10:96::a", "192.0.2.10"]
+        ["10.96.0.10", "fd00:10:96::a", "192.0.2.10", "192.0.2.20"]
             .map(|i| i.parse::<IpAddr>().unwrap())
             .to_vec()
     );
+    s.spec.as_mut().unwrap().external_ips = Some(vec!["192.0.2.x".into()]);
+    assert_eq!(
+        service_ips(&s).unwrap_err(),
+        "service ns/web: spec.externalIPs[0]: \"192.0.2.x\" is not an IP address"
+    );
+    s.spec.as_mut().unwrap().external_ips = None;
     s.status = serde_json::from_value(json!({"loadBalancer": {"ingress": [{"ip": "192.0.2.300"}]}})).unwrap();
     assert_eq!(
         service_ips(&s).unwrap_err(),

@@ -6,6 +6,7 @@
 //!   kubelet × N ─ per node: Node registration, pod sandboxes through the node's CNI conflist,
 //!                 netexec servers, pod status
 //!   services ──── ClusterIPs from the service CIDR
+//!   load balancers ─ LoadBalancer ingress IPs from the lab's pool
 //!   endpointslices ─ EndpointSlices from Services' selectors and pod readiness
 //!   deployments ─ Deployment → Pods
 //! ```
@@ -17,19 +18,22 @@ pub mod endpointslices;
 pub mod events;
 mod informer;
 pub mod kubelet;
+pub mod load_balancers;
 pub mod names;
 pub mod scheduler;
 pub mod services;
 
 use std::collections::BTreeMap;
 
-use crate::cluster::topology::{SERVICE_CIDR, Topology};
+use crate::cluster::topology::{LOAD_BALANCER_CIDR, SERVICE_CIDR, Topology};
 
 /// What the agent runs.
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
     pub kubelets: Vec<kubelet::KubeletConfig>,
     pub services: services::ServicesConfig,
+    /// Where LoadBalancer ingress IPs come from; `None`: none are given.
+    pub load_balancer_pool: Option<ipnet::IpNet>,
 }
 
 impl AgentConfig {
@@ -60,6 +64,11 @@ impl AgentConfig {
                     .expect("the lab's service CIDR is valid"),
                 apiserver: Some(Topology::api_addr()),
             },
+            load_balancer_pool: Some(
+                LOAD_BALANCER_CIDR
+                    .parse()
+                    .expect("the lab's load balancer CIDR is valid"),
+            ),
         }
     }
 
@@ -120,6 +129,13 @@ pub async fn run(client: kube::Client, config: AgentConfig) -> Result<(), AgentE
             services::run(client, services)
                 .await
                 .map_err(|e| task_err("services")(&e))
+        });
+    }
+    if let Some(pool) = config.load_balancer_pool {
+        let client = client.clone();
+        tasks.spawn(async move {
+            load_balancers::run(client, pool).await;
+            Ok(())
         });
     }
     {

@@ -182,6 +182,7 @@ const BUILTINS: &[Builtin] = &[
         columns: &[
             ("Type", "string", ".spec.type", 0),
             ("Cluster-IP", "string", ".spec.clusterIP", 0),
+            ("External-IP", "string", ".status.loadBalancer.ingress[0].ip", 0),
             AGE,
         ],
     },

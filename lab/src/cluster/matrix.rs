@@ -18,6 +18,10 @@
 //! - pod → Service: a pod reaches a ClusterIP through its VPC's OVN load balancers (no
 //!   kube-proxy in the lab) when the Service is in its VPC and has a ready endpoint; the answer
 //!   comes from one of the Service's ready backends. Other VPCs have no such VIP.
+//! - outside → Service: an announced Service's LoadBalancer (or external) IP answers from one
+//!   of its ready backends when it is in the default VPC (no kube-proxy: the node that the ToR
+//!   picks routes it into `ovn0` and masquerades it to its join address, so policies judge the
+//!   backends against the nodes' join addresses); a custom VPC's has no way in.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -89,6 +93,11 @@ pub struct ServiceTarget {
     pub vpc: String,
     /// The names of the pods behind its ready endpoints.
     pub backends: Vec<String>,
+    /// Where the outside host reaches it: its first LoadBalancer ingress or external IP, when
+    /// it is announced (`ovn.kubernetes.io/bgp: "true"`).
+    pub outside_ip: Option<IpAddr>,
+    /// The sources its backends see for traffic from outside: the nodes' join addresses.
+    pub ingress_sources: Vec<IpAddr>,
 }
 
 impl ServiceTarget {
@@ -119,6 +128,8 @@ pub enum Kind {
     PodToOutside,
     /// `to` indexes the services, not the pods.
     PodToService,
+    /// From the outside host to a Service's `outside_ip`; `to` indexes the services.
+    OutsideToService,
 }
 
 /// One probe to make: from `from` (a pod label, or `outside`) to `to`.
@@ -214,7 +225,63 @@ pub fn plan(targets: &[Target], services: &[ServiceTarget], policies: &[NetworkP
             });
         }
     }
+    for (k, svc) in services.iter().enumerate() {
+        if svc.outside_ip.is_none() {
+            continue;
+        }
+        let expect = if svc.vpc == DEFAULT_VPC {
+            match from_outside(targets, svc, &allows) {
+                Some(expect) => expect,
+                None => continue,
+            }
+        } else {
+            Expect::Blocked
+        };
+        checks.push(Check {
+            kind: Kind::OutsideToService,
+            from: None,
+            to: Some(k),
+            path: "/hostname",
+            expect,
+        });
+    }
     checks
+}
+
+/// What the outside host should see at a default-VPC Service's outside IP: an answer from a
+/// backend that every node's join address may reach, none when no backend may be reached; `None`
+/// when it would depend on the node or the backend the request meets.
+fn from_outside(
+    targets: &[Target],
+    svc: &ServiceTarget,
+    allows: &impl Fn(&Endpoint, &Endpoint, u16) -> bool,
+) -> Option<Expect> {
+    let (mut allowed, mut denied) = (Vec::new(), 0);
+    for backend in &svc.backends {
+        let target = targets
+            .iter()
+            .find(|x| x.namespace == svc.namespace && &x.name == backend);
+        let verdicts: Vec<bool> = svc
+            .ingress_sources
+            .iter()
+            .map(|ip| {
+                let node = Endpoint { ip: *ip, pod: None };
+                target.is_none_or(|x| allows(&node, &x.endpoint(), x.port))
+            })
+            .collect();
+        if verdicts.iter().all(|v| *v) {
+            allowed.push(backend.clone());
+        } else if verdicts.iter().any(|v| *v) {
+            return None;
+        } else {
+            denied += 1;
+        }
+    }
+    match (allowed.is_empty(), denied) {
+        (true, _) => Some(Expect::Blocked),
+        (false, 0) => Some(Expect::AnswerIn(allowed)),
+        (false, _) => None,
+    }
 }
 
 /// Whether `answer` (or its absence) is what `expect` asked for.
@@ -297,7 +364,9 @@ impl Report {
     fn label(&self, kind: Kind, i: Option<usize>, is_to: bool) -> String {
         match i {
             None => "outside".to_owned(),
-            Some(i) if is_to && kind == Kind::PodToService => self.services[i].label(),
+            Some(i) if is_to && matches!(kind, Kind::PodToService | Kind::OutsideToService) => {
+                self.services[i].label()
+            }
             Some(i) => self.targets[i].label(),
         }
     }
@@ -396,6 +465,27 @@ impl Report {
                     let _ = write!(out, " {:>8}", self.cell(Kind::PodToService, Some(i), Some(k)));
                 }
                 out.push('\n');
+            }
+            let reachable: Vec<(usize, IpAddr)> = self
+                .services
+                .iter()
+                .enumerate()
+                .filter_map(|(k, svc)| Some((k, svc.outside_ip?)))
+                .collect();
+            if !reachable.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "  outside host → Services (LoadBalancer IPs over BGP through the ToR, no kube-proxy):"
+                );
+                for (k, ip) in reachable {
+                    let _ = writeln!(
+                        out,
+                        "    [s{k}] {} at {ip}:{}: {}",
+                        self.services[k].label(),
+                        self.services[k].port,
+                        self.cell(Kind::OutsideToService, None, Some(k)),
+                    );
+                }
             }
         }
         if self.policies > 0 {

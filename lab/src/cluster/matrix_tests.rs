@@ -33,6 +33,8 @@ fn expectations_follow_vpcs_and_announcements() {
         port: 80,
         vpc: DEFAULT_VPC.into(),
         backends: vec!["h1".into(), "h2".into()],
+        outside_ip: None,
+        ingress_sources: vec![],
     }];
     let checks = plan(&targets, &services, &[]);
     let find = |kind, from, to| {
@@ -105,6 +107,8 @@ fn network_policies_turn_answers_into_silence() {
         port: 80,
         vpc: DEFAULT_VPC.into(),
         backends: vec!["a".into(), "b".into()],
+        outside_ip: None,
+        ingress_sources: vec![],
     }];
     let checks = plan(&targets, &services, &[deny_b]);
     let find = |kind, from, to| {
@@ -132,6 +136,70 @@ fn network_policies_turn_answers_into_silence() {
     assert!(
         find(Kind::PodToService, Some(0), Some(0)).is_none(),
         "one backend admits a, the other not: no expectation"
+    );
+}
+
+#[test]
+fn outside_reaches_announced_default_vpc_services_as_policies_let_the_nodes_through() {
+    let mut targets = [
+        target("a", DEFAULT_VPC, false, false),
+        target("b", DEFAULT_VPC, false, false),
+    ];
+    targets[1].labels.insert("app".into(), "b".into());
+    let lb = ServiceTarget {
+        namespace: "demo".into(),
+        name: "s".into(),
+        ip: "10.96.0.10".parse().unwrap(),
+        port: 80,
+        vpc: DEFAULT_VPC.into(),
+        backends: vec!["a".into(), "b".into()],
+        outside_ip: Some("203.0.113.1".parse().unwrap()),
+        ingress_sources: vec!["100.64.0.2".parse().unwrap(), "100.64.0.3".parse().unwrap()],
+    };
+    let not_announced = ServiceTarget {
+        outside_ip: None,
+        ..lb.clone()
+    };
+    let custom_vpc = ServiceTarget {
+        vpc: "vpc1".into(),
+        ..lb.clone()
+    };
+    let outside = |services: &[ServiceTarget], policies: &[NetworkPolicy]| -> Vec<(usize, Expect)> {
+        plan(&targets, services, policies)
+            .into_iter()
+            .filter(|c| c.kind == Kind::OutsideToService)
+            .map(|c| (c.to.unwrap(), c.expect))
+            .collect()
+    };
+    assert_eq!(
+        outside(&[lb.clone(), not_announced, custom_vpc], &[]),
+        vec![
+            (0, Expect::AnswerIn(vec!["a".into(), "b".into()])),
+            (2, Expect::Blocked),
+        ],
+        "announced: any backend answers; not announced: nothing to probe; a custom VPC: no way in"
+    );
+    let policy = |from: serde_json::Value| -> NetworkPolicy {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "demo"},
+            "spec": {"podSelector": {}, "ingress": [{"from": from}]}}))
+        .unwrap()
+    };
+    let only_joins = policy(serde_json::json!([{"ipBlock": {"cidr": "100.64.0.0/16"}}]));
+    assert_eq!(
+        outside(std::slice::from_ref(&lb), &[only_joins]),
+        vec![(0, Expect::AnswerIn(vec!["a".into(), "b".into()]))]
+    );
+    let one_node = policy(serde_json::json!([{"ipBlock": {"cidr": "100.64.0.2/32"}}]));
+    assert!(
+        outside(std::slice::from_ref(&lb), &[one_node]).is_empty(),
+        "whether it answers depends on the node the ToR picks: nothing to expect"
+    );
+    let pods_only = policy(serde_json::json!([{"podSelector": {}}]));
+    assert_eq!(
+        outside(std::slice::from_ref(&lb), &[pods_only]),
+        vec![(0, Expect::Blocked)],
+        "no backend admits the nodes' join addresses"
     );
 }
 

@@ -55,6 +55,9 @@ pub const DAEMON_METRICS_PORT: u16 = 10665;
 pub const SPEAKER_METRICS_PORT: u16 = 10667;
 /// Services' ClusterIPs come from here (kube-apiserver's default range).
 pub const SERVICE_CIDR: &str = "10.96.0.0/12";
+/// LoadBalancer Services' ingress IPs come from here (the agent's `load_balancers`, as MetalLB
+/// would give them); TEST-NET-3, routed to the nodes only by the speakers' announcements.
+pub const LOAD_BALANCER_CIDR: &str = "203.0.113.0/24";
 /// The port the outside host's netexec server listens on (TCP and UDP).
 pub const OUTSIDE_PORT: u16 = 80;
 

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
-use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::Api;
@@ -119,9 +119,22 @@ pub async fn targets(t: &Topology, client: &kube::Client) -> anyhow::Result<(Vec
 }
 
 /// The Services with a selector and a ClusterIP (TCP, the first such port), with the pods behind
-/// their ready endpoints. Selectorless ones (the API server's `kubernetes`) are left out: their
-/// endpoints are not netexec servers.
+/// their ready endpoints and, for announced ones, where the outside host reaches them.
+/// Selectorless ones (the API server's `kubernetes`) are left out: their endpoints are not
+/// netexec servers.
 pub async fn services(client: &kube::Client) -> anyhow::Result<Vec<ServiceTarget>> {
+    // What the backends see of traffic from outside: the nodes masquerade it to their join
+    // addresses (the controller's `ovn.kubernetes.io/ip_address` on each Node).
+    let ingress_sources: Vec<IpAddr> = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .context("listing Nodes")?
+        .items
+        .iter()
+        .filter_map(|n| n.metadata.annotations.as_ref()?.get(keys::IP_ADDRESS))
+        .flat_map(|ips| ips.split(','))
+        .filter_map(|ip| ip.trim().parse().ok())
+        .collect();
     let slices = Api::<EndpointSlice>::all(client.clone())
         .list(&ListParams::default())
         .await
@@ -185,6 +198,22 @@ pub async fn services(client: &kube::Client) -> anyhow::Result<Vec<ServiceTarget
             .and_then(|a| a.get(keys::VPC))
             .cloned()
             .unwrap_or_else(|| matrix::DEFAULT_VPC.to_owned());
+        let announced = svc
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(keys::BGP))
+            .is_some_and(|v| v == "true");
+        let outside_ip = svc
+            .status
+            .as_ref()
+            .and_then(|s| s.load_balancer.as_ref()?.ingress.as_ref())
+            .into_iter()
+            .flatten()
+            .filter_map(|i| i.ip.as_deref())
+            .chain(spec.external_ips.iter().flatten().map(String::as_str))
+            .find_map(|ip| ip.parse::<IpAddr>().ok())
+            .filter(|_| announced);
         out.push(ServiceTarget {
             namespace,
             name,
@@ -192,6 +221,8 @@ pub async fn services(client: &kube::Client) -> anyhow::Result<Vec<ServiceTarget
             port,
             vpc,
             backends,
+            outside_ip,
+            ingress_sources: ingress_sources.clone(),
         });
     }
     Ok(out)
@@ -301,10 +332,16 @@ pub async fn measure(t: &Topology, client: &kube::Client, timeout: Duration) -> 
         .iter()
         .filter(|x| x.announced && x.vpc == matrix::DEFAULT_VPC)
         .map(|x| x.ip)
+        .chain(
+            services
+                .iter()
+                .filter(|s| s.vpc == matrix::DEFAULT_VPC && !s.backends.is_empty())
+                .filter_map(|s| s.outside_ip),
+        )
         .collect();
     let tor = t.tor_netns();
     wait_for(
-        "the ToR to route every announced pod address to a node",
+        "the ToR to route every announced pod and Service address to a node",
         timeout,
         Duration::from_millis(100),
         || {
@@ -366,6 +403,9 @@ fn endpoints(
     let to = match (check.kind, check.to) {
         (_, None) => SocketAddr::new(Topology::outside_ip().into(), OUTSIDE_PORT),
         (Kind::PodToService, Some(k)) => SocketAddr::new(services[k].ip, services[k].port),
+        (Kind::OutsideToService, Some(k)) => {
+            SocketAddr::new(services[k].outside_ip.unwrap_or(services[k].ip), services[k].port)
+        }
         (_, Some(j)) => SocketAddr::new(targets[j].ip, targets[j].port),
     };
     (from, to)
