@@ -21,6 +21,7 @@
 
 pub mod auth;
 pub mod binding;
+mod builtins;
 pub mod content;
 pub mod discovery;
 pub mod errors;

@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{Instrument, debug, info, info_span, warn};
 
+use super::complaints::Complaints;
 use super::fit::fit_to_schema;
 use super::monitor::{ServerStatus, monitor_requests, server_monitor_request, server_statuses};
 use super::session::Session;
@@ -28,45 +29,6 @@ const MONITOR_ID: &str = "kube-ovn-rs";
 const SERVER_MONITOR_ID: &str = "kube-ovn-rs-server";
 /// `monitor_cond_since` with this id asks for everything.
 const ZERO_TXN_ID: &str = "00000000-0000-0000-0000-000000000000";
-/// While a remote keeps failing the same way, its warning is repeated at most this often (every
-/// attempt is logged at debug).
-const REPEAT_WARNING_EVERY: std::time::Duration = std::time::Duration::from_mins(1);
-
-/// Which unusable remotes were reported at `warn`, so an operator sees the first failure and its
-/// cause at once and then a reminder now and then, not one line per retry.
-#[derive(Default)]
-struct Complaints {
-    /// Per remote: when its failure was last warned about, and how many attempts failed since.
-    last: HashMap<String, (Instant, u64)>,
-}
-
-impl Complaints {
-    /// A remote failed at `now`: `Some(n)` when it should be warned about, `n` being the failures
-    /// since the last warning (0 the first time).
-    fn failed(&mut self, remote: &str, now: Instant) -> Option<u64> {
-        match self.last.get_mut(remote) {
-            Some((at, since)) if now.duration_since(*at) < REPEAT_WARNING_EVERY => {
-                *since += 1;
-                None
-            }
-            Some((at, since)) => {
-                let repeats = *since;
-                (*at, *since) = (now, 0);
-                Some(repeats)
-            }
-            None => {
-                self.last.insert(remote.to_owned(), (now, 0));
-                Some(0)
-            }
-        }
-    }
-
-    /// The remote worked: a later failure is news again. `true` when it had been reported.
-    fn recovered(&mut self, remote: &str) -> bool {
-        self.last.remove(remote).is_some()
-    }
-}
-
 pub(super) fn spawn(shared: Arc<Shared>, commands: mpsc::UnboundedReceiver<Command>) {
     let span = info_span!("ovsdb", db = %shared.config.database);
     let actor = Actor {
@@ -619,32 +581,4 @@ fn decode<T: serde::de::DeserializeOwned>(remote: &Remote, text: &str, what: &st
         remote: remote.to_string(),
         source: ProtocolError::Json(format!("{what}: {e}")),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_failing_remote_is_warned_about_once_then_now_and_then() {
-        let mut c = Complaints::default();
-        let t0 = Instant::now();
-        assert_eq!(c.failed("tcp:a:1", t0), Some(0), "the first failure is news");
-        for s in 1..=5 {
-            assert_eq!(c.failed("tcp:a:1", t0 + std::time::Duration::from_secs(s)), None);
-        }
-        assert_eq!(c.failed("tcp:b:1", t0), Some(0), "each remote is its own news");
-        assert_eq!(
-            c.failed("tcp:a:1", t0 + REPEAT_WARNING_EVERY),
-            Some(5),
-            "a reminder counts the failures it did not report"
-        );
-        assert!(c.recovered("tcp:a:1"));
-        assert!(!c.recovered("tcp:a:1"));
-        assert_eq!(
-            c.failed("tcp:a:1", t0 + REPEAT_WARNING_EVERY),
-            Some(0),
-            "after recovering, news again"
-        );
-    }
 }

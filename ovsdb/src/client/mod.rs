@@ -17,6 +17,7 @@
 //! last transaction id, or resynchronises fully and reports the difference to subscribers.
 
 mod actor;
+mod complaints;
 mod fit;
 mod monitor;
 mod session;
