@@ -23,7 +23,7 @@ set -euo pipefail
 
 packages=(
   openvswitch-switch openvswitch-common ovn-central ovn-host ovn-common
-  iproute2 iputils-ping ethtool nftables iptables ipset procps binutils containernetworking-plugins
+  iproute2 iputils-ping curl ethtool nftables iptables ipset procps binutils containernetworking-plugins
   bird2 frr gobgpd containerd podman busybox-static protobuf-compiler python3-venv
 )
 

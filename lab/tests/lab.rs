@@ -150,7 +150,9 @@ fn the_lab_comes_up_green_is_usable_and_goes_down_clean() -> Result<()> {
         "{logs}"
     );
 
-    // A Deployment and a Service made with plain kubectl get pods, a ClusterIP and endpoints.
+    // A Deployment and a LoadBalancer Service made with plain kubectl (no containerPort: netexec
+    // serves 8080 as agnhost's does) get pods, a ClusterIP, endpoints and an address the outside
+    // host reaches once the Service is announced.
     lab.ok(&[
         "kubectl",
         "-n",
@@ -160,7 +162,6 @@ fn the_lab_comes_up_green_is_usable_and_goes_down_clean() -> Result<()> {
         "web",
         "--image=kube-ovn-lab/netexec",
         "--replicas=2",
-        "--port=8080",
     ])?;
     lab.ok(&[
         "kubectl",
@@ -171,6 +172,16 @@ fn the_lab_comes_up_green_is_usable_and_goes_down_clean() -> Result<()> {
         "web",
         "--port=80",
         "--target-port=8080",
+        "--type=LoadBalancer",
+    ])?;
+    lab.ok(&[
+        "kubectl",
+        "-n",
+        "demo",
+        "annotate",
+        "service",
+        "web",
+        "ovn.kubernetes.io/bgp=true",
     ])?;
     wait_until("the Deployment's 2 pods to be ready", WAIT, || {
         let ready = lab.ok(&[
@@ -213,6 +224,26 @@ fn the_lab_comes_up_green_is_usable_and_goes_down_clean() -> Result<()> {
         cluster_ip.starts_with("10.9") || cluster_ip.starts_with("10.10"),
         "ClusterIP {cluster_ip:?} is not from 10.96.0.0/12"
     );
+    let lb_ip = lab.ok(&[
+        "kubectl",
+        "-n",
+        "demo",
+        "get",
+        "service",
+        "web",
+        "-o",
+        "jsonpath={.status.loadBalancer.ingress[0].ip}",
+    ])?;
+    ensure!(lb_ip.starts_with("203.0.113."), "LoadBalancer IP {lb_ip:?}");
+    let url = format!("http://{}/hostname", lb_ip.trim());
+    wait_until(
+        "the outside host to be answered at the LoadBalancer IP",
+        WAIT,
+        || {
+            let out = lab.run(&["outside", "--", "curl", "-s", "-m", "2", &url])?;
+            Ok(out.status.success() && String::from_utf8_lossy(&out.stdout).starts_with("web-"))
+        },
+    )?;
 
     // A deleted pod's sandbox goes, and so does its route at the ToR.
     let ip = lab.ok(&[

@@ -187,8 +187,7 @@ impl CriPods {
 }
 
 /// The netexec container for `container` of pod `pod_name`: the server on the container's
-/// ports (TCP: HTTP, UDP: UDP), answering with the pod's name. With no TCP port it still serves
-/// HTTP on netexec's default 8080, as agnhost's does.
+/// ports (TCP: HTTP, UDP: UDP, as [`container_ports`] says), answering with the pod's name.
 pub fn netexec_container(container: &Container, pod_name: &str, attempt: u32) -> ContainerSpec {
     let (ports, problems) = container_ports(container);
     for problem in &problems {

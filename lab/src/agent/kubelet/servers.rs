@@ -1,6 +1,8 @@
 //! The "containers" the lab runs: for each container whose image is `kube-ovn-lab/netexec`
-//! (any tag), the netexec server on every `containerPort` (TCP: HTTP, UDP: UDP), bound inside the
-//! pod's network namespace and served from this process, answering with the pod's name.
+//! (any tag), the netexec server on every `containerPort` (TCP: HTTP, UDP: UDP; HTTP on 8080 when
+//! no TCP port is declared, agnhost netexec's default, so `kubectl create deployment
+//! --image=kube-ovn-lab/netexec` serves too), bound inside the pod's network namespace and served
+//! from this process, answering with the pod's name.
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -53,8 +55,11 @@ pub fn served_ports(pod: &Pod) -> (Vec<ServedPort>, Vec<String>) {
     (ports.into_iter().collect(), problems)
 }
 
-/// The ports one container serves (its `containerPorts`, TCP and UDP), and a complaint per port
-/// that cannot be served.
+/// netexec's HTTP port when the container declares none (agnhost's `--http-port` default).
+pub const DEFAULT_HTTP_PORT: u16 = 8080;
+
+/// The ports one container serves (its `containerPorts`, TCP and UDP, and
+/// [`DEFAULT_HTTP_PORT`] when none is TCP), and a complaint per port that cannot be served.
 pub fn container_ports(c: &Container) -> (Vec<ServedPort>, Vec<String>) {
     let mut ports = BTreeSet::new();
     let mut problems = Vec::new();
@@ -77,6 +82,9 @@ pub fn container_ports(c: &Container) -> (Vec<ServedPort>, Vec<String>) {
                 continue;
             }
         };
+    }
+    if !ports.iter().any(|p| matches!(p, ServedPort::Tcp(_))) {
+        ports.insert(ServedPort::Tcp(DEFAULT_HTTP_PORT));
     }
     (ports.into_iter().collect(), problems)
 }
@@ -159,5 +167,17 @@ mod tests {
         assert_eq!(ports, [ServedPort::Tcp(8080), ServedPort::Udp(8081)]);
         assert_eq!(problems.len(), 1);
         assert!(problems[0].contains("9/SCTP"), "{problems:?}");
+
+        // `kubectl create deployment --image=kube-ovn-lab/netexec` declares no port: HTTP on
+        // 8080 as agnhost's; a UDP port alone still gets it.
+        let bare: Pod = serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": {"containers": [
+            {"name": "a", "image": "kube-ovn-lab/netexec"},
+            {"name": "b", "image": "kube-ovn-lab/netexec", "ports": [{"containerPort": 53, "protocol": "UDP"}]},
+        ]}}))
+        .unwrap();
+        assert_eq!(
+            served_ports(&bare).0,
+            [ServedPort::Tcp(8080), ServedPort::Udp(53)]
+        );
     }
 }
