@@ -141,6 +141,11 @@ async fn services_follow_their_endpoints_in_the_vpcs_load_balancers() {
         ),
         "true"
     );
+    // Plain ones hash the connection in one pass (not OVS's dp_hash; `ovn::lb::lb_row` says why).
+    assert_eq!(
+        nb_get(&env, "Load_Balancer", PLAIN, "selection_fields"),
+        "[ip_dst, ip_src, tp_dst, tp_src]"
+    );
     let vpc = vpc_until(&env, "ovn-cluster", "LB names in status", |v| {
         v.status
             .as_ref()

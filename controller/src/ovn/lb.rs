@@ -15,6 +15,9 @@ use kube_ovn_ovsdb::{Atom, Condition, DbCache, Mutation, Operation, Table, Uuid,
 
 use super::plan::{Plan, RowRef, owned_ids};
 
+/// What a plain (not session-affine) load balancer hashes to pick a backend (see [`lb_row`]).
+pub const PLAIN_SELECTION_FIELDS: [&str; 4] = ["ip_src", "ip_dst", "tp_src", "tp_dst"];
+
 /// Kube-OVN's session-affinity timeout (`affinity_timeout`), Kubernetes' default for
 /// `sessionAffinityConfig.clientIP.timeoutSeconds`: three hours.
 pub const AFFINITY_TIMEOUT: &str = "10800";
@@ -177,14 +180,26 @@ impl LbNames {
 ///
 /// Kube-OVN asks for `selection_fields=ip_src,ipv6_src`; OVN 23.03's schema (NB 7.0.0) has no
 /// `ipv6_src` and applies `ip_src` to IPv6 VIPs as well, so only `ip_src` is written.
+///
+/// Plain ones hash on the connection's 5-tuple ([`PLAIN_SELECTION_FIELDS`]) where Kube-OVN leaves
+/// the field empty. Empty means OVS's `dp_hash` selection, which picks the backend in a second
+/// datapath pass that names the group by number; when the backends change, ovn-controller
+/// replaces the group under a new number, and the userspace datapath (OVS 3.1) drops a new
+/// connection whose second pass still names the old one: in `lab/benches/endpoint_bench.rs` 18 of
+/// 60 rounds lost a SYN (a client waits 1 s to resend it) with `dp_hash`, 0 of 160 with the hash
+/// of these fields, which OVS computes in one pass. The spread over backends is the same; the
+/// cost is a datapath flow per connection instead of per client.
 pub fn lb_row(name: &str, kind: LbKind, vpc: &str) -> LoadBalancer {
     let mut options = BTreeMap::new();
     let mut selection_fields = Vec::new();
     if kind.session {
         selection_fields.push("ip_src".to_owned());
         options.insert("affinity_timeout".to_owned(), AFFINITY_TIMEOUT.to_owned());
-    } else if kind.protocol == Protocol::Udp {
-        options.insert("ct_flush".to_owned(), "true".to_owned());
+    } else {
+        selection_fields.extend(PLAIN_SELECTION_FIELDS.map(str::to_owned));
+        if kind.protocol == Protocol::Udp {
+            options.insert("ct_flush".to_owned(), "true".to_owned());
+        }
     }
     LoadBalancer {
         name: name.to_owned(),
@@ -373,7 +388,7 @@ mod tests {
     }
 
     #[test]
-    fn session_lbs_hash_on_the_client_and_plain_udp_flushes_conntrack() {
+    fn session_lbs_hash_on_the_client_plain_ones_on_the_connection_and_udp_flushes_conntrack() {
         let s = lb_row(
             "x",
             LbKind {
@@ -393,7 +408,7 @@ mod tests {
             "v",
         );
         assert_eq!(u.options["ct_flush"], "true");
-        assert!(u.selection_fields.is_empty());
+        assert_eq!(u.selection_fields, ["ip_src", "ip_dst", "tp_src", "tp_dst"]);
         assert_eq!(u.protocol.as_deref(), Some("udp"));
     }
 
