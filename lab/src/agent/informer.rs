@@ -10,16 +10,18 @@
 //! Deployment controller's expectations), and conflicts (409) from writes based on a stale
 //! cache are expected and retried by the next pass.
 
+use std::collections::HashSet;
 use std::fmt::Debug;
 use std::hash::Hash;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
-use kube::Resource;
 use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 /// A cache of one kind and the stream that fills it (yielding `()` per change).
@@ -104,5 +106,32 @@ pub async fn run_passes(mut changes: BoxStream<'static, ()>, controller: &mut im
             Pass::Done => None,
             Pass::Retry => Some(retry.map_or(RETRY_FIRST, |d| (d * 2).min(RETRY_MAX))),
         };
+    }
+}
+
+/// The cached objects oldest first (then by namespace and name): the order in which competing
+/// claims are honoured, as the real controllers do.
+pub fn oldest_first<K>(store: &Store<K>) -> Vec<Arc<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    let mut objects = store.state();
+    objects.sort_by_key(|o| (o.creation_timestamp().map(|t| t.0), o.namespace(), o.name_any()));
+    objects
+}
+
+/// Warnings already recorded, by object uid and message, so a pass does not repeat them.
+#[derive(Debug, Default)]
+pub struct WarnedOnce(HashSet<(String, String)>);
+
+impl WarnedOnce {
+    /// Forgets the warnings of objects whose uids are not in `live`.
+    pub fn keep_only(&mut self, live: &HashSet<&str>) {
+        self.0.retain(|(uid, _)| live.contains(uid.as_str()));
+    }
+
+    /// Whether `message` about `uid` is news (and remembers it).
+    pub fn first_time(&mut self, uid: &str, message: &str) -> bool {
+        self.0.insert((uid.to_owned(), message.to_owned()))
     }
 }

@@ -27,7 +27,7 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use super::events::EventRecorder;
-use super::informer::{Pass, Passes, informer, ready, run_passes};
+use super::informer::{Pass, Passes, WarnedOnce, informer, oldest_first, ready, run_passes};
 
 /// What the allocator reads of a Service.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -181,7 +181,7 @@ pub async fn run(client: Client, pool: IpNet) {
         pool,
         services: services.store,
         pending: HashMap::new(),
-        warned: HashSet::new(),
+        warned: WarnedOnce::default(),
     };
     run_passes(services.changes, &mut allocator).await;
 }
@@ -193,8 +193,7 @@ struct Allocator {
     services: Store<Service>,
     /// Addresses written whose Services the cache does not show with them yet, by uid.
     pending: HashMap<String, IpAddr>,
-    /// Warnings already recorded (uid, message), so a pass does not repeat them.
-    warned: HashSet<(String, String)>,
+    warned: WarnedOnce,
 }
 
 impl Passes for Allocator {
@@ -203,8 +202,7 @@ impl Passes for Allocator {
     }
 
     async fn pass(&mut self) -> Pass {
-        let mut services = self.services.state();
-        services.sort_by_key(|s| (s.creation_timestamp().map(|t| t.0), s.namespace(), s.name_any()));
+        let services = oldest_first(&self.services);
         let views: Vec<LbView> = services.iter().map(|s| LbView::of(s)).collect();
         // A pending address is done once the cache shows it (or the Service went).
         self.pending.retain(|uid, ip| {
@@ -214,7 +212,7 @@ impl Passes for Allocator {
                 .is_some_and(|v| !v.ingress.contains(&ip.to_string()))
         });
         let live: HashSet<&str> = views.iter().map(|v| v.uid.as_str()).collect();
-        self.warned.retain(|(uid, _)| live.contains(uid.as_str()));
+        self.warned.keep_only(&live);
         let mut outcome = Pass::Done;
         for decision in plan(&self.pool, &views, &self.pending) {
             let (key, uid, status, ip) = match decision {
@@ -226,7 +224,7 @@ impl Passes for Allocator {
                 ),
                 Decision::Clear { key, uid } => (key, uid, json!({"loadBalancer": {"ingress": null}}), None),
                 Decision::Warn { key, uid, message } => {
-                    if self.warned.insert((uid.clone(), message.clone())) {
+                    if self.warned.first_time(&uid, &message) {
                         tracing::warn!(service = %key, %message, "no LoadBalancer IP given");
                         if let Some(svc) = services.iter().find(|s| s.uid().as_deref() == Some(uid.as_str()))
                         {

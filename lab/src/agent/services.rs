@@ -26,7 +26,7 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use super::events::EventRecorder;
-use super::informer::{Pass, Passes, informer, ready, run_passes};
+use super::informer::{Pass, Passes, WarnedOnce, informer, oldest_first, ready, run_passes};
 
 /// What the allocator is given.
 #[derive(Debug, Clone)]
@@ -385,7 +385,7 @@ pub async fn run(client: Client, config: ServicesConfig) -> Result<(), Error> {
         config,
         services: services.store,
         pending: HashMap::new(),
-        warned: HashSet::new(),
+        warned: WarnedOnce::default(),
     };
     run_passes(services.changes, &mut allocator).await;
     Ok(())
@@ -398,8 +398,7 @@ struct Allocator {
     services: Store<Service>,
     /// Addresses written whose Services the cache does not show with them yet, by uid.
     pending: HashMap<String, Vec<IpAddr>>,
-    /// Warnings already recorded (uid, message), so a pass does not repeat them.
-    warned: HashSet<(String, String)>,
+    warned: WarnedOnce,
 }
 
 impl Passes for Allocator {
@@ -408,8 +407,7 @@ impl Passes for Allocator {
     }
 
     async fn pass(&mut self) -> Pass {
-        let mut services = self.services.state();
-        services.sort_by_key(|s| (s.creation_timestamp().map(|t| t.0), s.namespace(), s.name_any()));
+        let services = oldest_first(&self.services);
         let views: Vec<ServiceView> = services.iter().map(|s| ServiceView::of(s)).collect();
         // A pending allocation is done once the cache shows it (or the Service went).
         self.pending.retain(|uid, _| {
@@ -419,7 +417,7 @@ impl Passes for Allocator {
                 .is_some_and(|v| v.requested().is_empty())
         });
         let live: HashSet<&str> = views.iter().map(|v| v.uid.as_str()).collect();
-        self.warned.retain(|(uid, _)| live.contains(uid.as_str()));
+        self.warned.keep_only(&live);
         let mut outcome = Pass::Done;
         if !views.iter().any(|v| v.key == "default/kubernetes") && !self.ensure_kubernetes().await {
             outcome = Pass::Retry;
@@ -469,7 +467,7 @@ impl Passes for Allocator {
                     }
                 }
                 Decision::Warn { key, uid, message } => {
-                    if !self.warned.insert((uid.clone(), message.clone())) {
+                    if !self.warned.first_time(&uid, &message) {
                         continue;
                     }
                     tracing::warn!(service = %key, %message, "ClusterIP left as given");

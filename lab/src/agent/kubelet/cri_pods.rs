@@ -297,6 +297,10 @@ mod tests {
         assert_eq!((spec.name.as_str(), spec.attempt), ("server", 3));
         let bare: Container =
             serde_json::from_value(json!({"name": "c", "image": "kube-ovn-lab/netexec"})).unwrap();
-        assert_eq!(netexec_container(&bare, "p", 0).args, ["netexec", "--hostname=p"]);
+        assert_eq!(
+            netexec_container(&bare, "p", 0).args,
+            ["netexec", "--hostname=p", "--http-port=8080"],
+            "no port declared: agnhost's default, said out loud"
+        );
     }
 }
