@@ -210,30 +210,24 @@ fn the_lab_comes_up_green_is_usable_and_goes_down_clean() -> Result<()> {
         ])?;
         Ok(eps.split_whitespace().count() == 2)
     })?;
-    let cluster_ip = lab.ok(&[
-        "kubectl",
-        "-n",
-        "demo",
-        "get",
-        "service",
-        "web",
-        "-o",
-        "jsonpath={.spec.clusterIP}",
-    ])?;
+    let web_service = |jsonpath: &str| {
+        lab.ok(&[
+            "kubectl",
+            "-n",
+            "demo",
+            "get",
+            "service",
+            "web",
+            "-o",
+            &format!("jsonpath={jsonpath}"),
+        ])
+    };
+    let cluster_ip = web_service("{.spec.clusterIP}")?;
     ensure!(
         cluster_ip.starts_with("10.9") || cluster_ip.starts_with("10.10"),
         "ClusterIP {cluster_ip:?} is not from 10.96.0.0/12"
     );
-    let lb_ip = lab.ok(&[
-        "kubectl",
-        "-n",
-        "demo",
-        "get",
-        "service",
-        "web",
-        "-o",
-        "jsonpath={.status.loadBalancer.ingress[0].ip}",
-    ])?;
+    let lb_ip = web_service("{.status.loadBalancer.ingress[0].ip}")?;
     ensure!(lb_ip.starts_with("203.0.113."), "LoadBalancer IP {lb_ip:?}");
     let url = format!("http://{}/hostname", lb_ip.trim());
     wait_until(
