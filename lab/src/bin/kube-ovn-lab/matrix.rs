@@ -26,6 +26,8 @@ const NETEXEC_IMAGE: &str = "kube-ovn-lab/netexec";
 /// flows and ARP), and one that should not.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(3);
 const BLOCKED_TIMEOUT: Duration = Duration::from_secs(1);
+/// The pause after a try that failed at once.
+const RETRY_PAUSE: Duration = Duration::from_millis(200);
 
 /// The pods with a netexec server, with what the matrix needs to know of them.
 pub async fn targets(t: &Topology, client: &kube::Client) -> anyhow::Result<(Vec<Target>, Vec<PathBuf>)> {
@@ -364,6 +366,40 @@ pub async fn measure(t: &Topology, client: &kube::Client, timeout: Duration) -> 
         },
     )
     .await?;
+    // A Service's outside address enters OVN through each node's ovn0, on the node daemon's
+    // route (it follows the Service on its own schedule); before it, the node sends the packet
+    // back to the ToR.
+    let service_ips: Vec<IpAddr> = services
+        .iter()
+        .filter(|s| s.vpc == matrix::DEFAULT_VPC && !s.backends.is_empty())
+        .filter_map(|s| s.outside_ip)
+        .collect();
+    wait_for(
+        "every node to route every Service's outside address into ovn0",
+        timeout,
+        Duration::from_millis(100),
+        || {
+            let nodes: Vec<String> = t.nodes.iter().map(|n| n.netns.clone()).collect();
+            let service_ips = service_ips.clone();
+            async move {
+                let missing: Vec<String> = nodes
+                    .iter()
+                    .flat_map(|node| service_ips.iter().map(move |ip| (node, ip)))
+                    .filter(|(node, ip)| {
+                        !kube_ovn_lab::cluster::net::ip(node, &["route", "get", &ip.to_string()])
+                            .is_ok_and(|r| r.contains(" dev ovn0"))
+                    })
+                    .map(|(node, ip)| format!("{ip} on {node}"))
+                    .collect();
+                if missing.is_empty() {
+                    Ok(true)
+                } else {
+                    Err(anyhow::anyhow!("no route yet to {}", missing.join(", ")))
+                }
+            }
+        },
+    )
+    .await?;
     let outside_ns = Path::new("/run/netns").join(t.outside_netns());
     let mut tasks = Vec::new();
     let policies = Api::<NetworkPolicy>::all(client.clone())
@@ -411,21 +447,30 @@ fn endpoints(
     (from, to)
 }
 
-/// A probe that should be answered gets three tries (the first packets of a flow can be lost
-/// while OVN installs flows); one that should not gets one short try.
+/// A probe that should be answered gets three tries and at least [`ANSWER_TIMEOUT`] in all (the
+/// first packets of a flow can be lost while OVN installs flows, and an ICMP error fails a try at
+/// once); one that should not gets one short try.
 fn probe_once(check: &Check, from: &Path, to: SocketAddr) -> Result<String, String> {
-    let (tries, timeout) = match check.expect {
-        Expect::Blocked => (1, BLOCKED_TIMEOUT),
-        _ => (3, ANSWER_TIMEOUT),
+    // (tries at least, each try's timeout, time to keep trying at least)
+    let (tries, timeout, budget) = match check.expect {
+        Expect::Blocked => (1, BLOCKED_TIMEOUT, Duration::ZERO),
+        _ => (3, ANSWER_TIMEOUT, ANSWER_TIMEOUT),
     };
-    let mut last = Err(String::new());
-    for _ in 0..tries {
-        last = probe::http_get(from, to, check.path, timeout).map_err(|e| e.to_string());
-        if last.as_ref().is_ok_and(|a| matrix::judge(&check.expect, Some(a))) {
-            break;
+    let start = std::time::Instant::now();
+    let mut attempt = 0;
+    loop {
+        let tried = std::time::Instant::now();
+        let last = probe::http_get(from, to, check.path, timeout).map_err(|e| e.to_string());
+        attempt += 1;
+        let answered = last.as_ref().is_ok_and(|a| matrix::judge(&check.expect, Some(a)));
+        if answered || (attempt >= tries && start.elapsed() >= budget) {
+            return last;
+        }
+        if tried.elapsed() < timeout {
+            // It failed before its timeout (refused, unreachable): pause before the next try.
+            std::thread::sleep(RETRY_PAUSE);
         }
     }
-    last
 }
 
 /// `kube-ovn-lab matrix`: measure again and print.
