@@ -128,6 +128,8 @@ async fn reconcile(node: &Node, state: &mut Egress) -> Result<(), DaemonError> {
     let subnets = node.subnets.all();
     let pods = local_pods(node);
     let internal = internal_ip_per_family(&me);
+    let lb_ingress =
+        super::lb_ingress::lb_ingress_ips(&node.services.all(), &node.config.flags.cluster_router);
     let planned = plan(
         &GatewayInput {
             node: NodeFacts {
@@ -141,10 +143,7 @@ async fn reconcile(node: &Node, state: &mut Egress) -> Result<(), DaemonError> {
             service_cidrs: &node.config.service_cidrs,
             other_node_ips: &other_node_ips,
             local_pods: &pods,
-            lb_ingress: &super::lb_ingress::lb_ingress_ips(
-                &node.services.all(),
-                &node.config.flags.cluster_router,
-            ),
+            lb_ingress: &lb_ingress,
         },
         &state.last_good,
     );
@@ -164,6 +163,13 @@ async fn reconcile(node: &Node, state: &mut Egress) -> Result<(), DaemonError> {
             set_sysctls(node, internal.1.is_some()).await?;
         }
     }
+    // Now that the tables masquerade them, the node task may route them into ovn0.
+    let masqueraded: BTreeSet<IpAddr> = lb_ingress.into_iter().collect();
+    node.lb_masqueraded.send_if_modified(|current| {
+        let changed = *current != masqueraded;
+        *current = masqueraded;
+        changed
+    });
     apply_routing(&node.ovs_nl, &planned.plan.routing).await
 }
 

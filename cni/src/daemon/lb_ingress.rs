@@ -51,6 +51,13 @@ pub fn lb_ingress_ips(services: &[Arc<Service>], cluster_router: &str) -> Vec<Ip
     ips.into_iter().collect()
 }
 
+/// Of `wanted`, the addresses the egress tables masquerade already (`masqueraded`): only those
+/// are routed into `ovn0`. Routed without the masquerade, a backend's reply would leave through
+/// its own node un-NATed and the client would drop it.
+pub fn routable_lb_ingress(wanted: Vec<IpAddr>, masqueraded: &BTreeSet<IpAddr>) -> Vec<IpAddr> {
+    wanted.into_iter().filter(|ip| masqueraded.contains(ip)).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -92,5 +99,16 @@ mod tests {
             .map(|ip| ip.parse().unwrap())
             .to_vec();
         assert_eq!(ips, want);
+    }
+
+    #[test]
+    fn only_masqueraded_addresses_are_routed() {
+        let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
+        let masqueraded = BTreeSet::from([ip("203.0.113.1"), ip("203.0.113.9")]);
+        assert_eq!(
+            routable_lb_ingress(vec![ip("203.0.113.1"), ip("203.0.113.2")], &masqueraded),
+            vec![ip("203.0.113.1")],
+            "203.0.113.2 waits for its masquerade; 203.0.113.9 is no longer wanted"
+        );
     }
 }

@@ -7,6 +7,7 @@
 //!   pods on this node ──watch──▶ Watched<Pod> ──tick──▶ ADD waiters (wait_for_plan)
 //!                                    └─applied──▶ qos task ──▶ Ovs::set_qos (live rate changes, retried)
 //!   this Node, Subnets ──watch──▶ Watched<_> ──tick──▶ node task ──▶ ovn0 + routes (reconcile_node_network)
+//!   gateway task ──lb_masqueraded──▶ node task (LoadBalancer IPs routed only once masqueraded)
 //!   Subnets, Nodes, pods ──tick, every --gateway-check-interval──▶ gateway task ──▶ nft tables,
 //!                                                  ip rules + table routes, sysctls (gateway.rs)
 //!   every --ovn0-check-interval ──▶ ovn0 check ──ping join gateway──▶ Node NetworkUnavailable
@@ -70,6 +71,10 @@ pub struct Node {
     pub services: Watched<Service>,
     /// Metrics.
     pub metrics: Metrics,
+    /// The LoadBalancer/external IPs the egress tables masquerade now (the gateway task publishes
+    /// them after each apply): the node task routes only these into `ovn0`, so an address is
+    /// never routed into OVN before its replies can find their way back (`lb_ingress`).
+    pub lb_masqueraded: tokio::sync::watch::Sender<std::collections::BTreeSet<std::net::IpAddr>>,
     /// Subnets as last validated by the controller, for the node's routes (`node_routes`).
     last_validated: std::sync::Mutex<std::collections::BTreeMap<String, Arc<Subnet>>>,
     /// Pods whose ADD finished, for the QoS task to look at again.
@@ -158,6 +163,7 @@ pub async fn run(
         services: Watched::start(Api::all(kube.clone()), None, None),
         metrics: Metrics::new(),
         qos_recheck,
+        lb_masqueraded: tokio::sync::watch::Sender::default(),
         last_validated: std::sync::Mutex::default(),
         locks: KeyLocks::default(),
         config,
@@ -222,6 +228,7 @@ async fn node_task(node: Arc<Node>) {
     let mut node_changes = node.nodes.changes();
     let mut subnet_changes = node.subnets.changes();
     let mut service_changes = node.services.changes();
+    let mut masqueraded = node.lb_masqueraded.subscribe();
     let mut ovs_state = node.ovs.state();
     loop {
         match node.reconcile_node_network().await {
@@ -233,6 +240,7 @@ async fn node_task(node: Arc<Node>) {
             _ = node_changes.changed() => {}
             _ = subnet_changes.changed() => {}
             _ = service_changes.changed() => {}
+            _ = masqueraded.changed() => {}
             _ = ovs_state.changed() => {}
             () = tokio::time::sleep(Duration::from_secs(30)) => {}
         }

@@ -17,7 +17,7 @@ use kube_ovn_api::node::internal_ip_per_family;
 
 use super::Node;
 use super::error::DaemonError;
-use super::lb_ingress::lb_ingress_ips;
+use super::lb_ingress::{lb_ingress_ips, routable_lb_ingress};
 use super::node_routes::{RouteInputs, desired_routes, foreign_source, route_changes, with_last_validated};
 use super::ovs::PortSpec;
 use super::plan::QosPlan;
@@ -157,7 +157,10 @@ impl Node {
             cluster_router: &self.config.flags.cluster_router,
             node_switch: &self.config.flags.node_switch,
             ovn0,
-            lb_ingress: &lb_ingress_ips(&self.services.all(), &self.config.flags.cluster_router),
+            lb_ingress: &routable_lb_ingress(
+                lb_ingress_ips(&self.services.all(), &self.config.flags.cluster_router),
+                &self.lb_masqueraded.borrow(),
+            ),
         });
         // The kernel refuses a source the host does not have; say which field is wrong
         // before changing anything.
