@@ -41,3 +41,12 @@ where
         tokio::time::sleep(every).await;
     }
 }
+
+/// A check's answer from what is still missing: done when nothing is, else which are not yet.
+pub fn nothing_missing(missing: &[String]) -> Result<bool, String> {
+    if missing.is_empty() {
+        Ok(true)
+    } else {
+        Err(format!("not yet: {}", missing.join(", ")))
+    }
+}

@@ -16,7 +16,7 @@ use kube_ovn_api::annotations::keys;
 use kube_ovn_api::crd::Subnet;
 use kube_ovn_lab::cluster::matrix::{self, Check, Expect, Kind, Outcome, Report, ServiceTarget, Target};
 use kube_ovn_lab::cluster::topology::{OUTSIDE_PORT, Topology};
-use kube_ovn_lab::cluster::wait::wait_for;
+use kube_ovn_lab::cluster::wait::{nothing_missing, wait_for};
 
 use super::probe;
 
@@ -342,62 +342,31 @@ pub async fn measure(t: &Topology, client: &kube::Client, timeout: Duration) -> 
         )
         .collect();
     let tor = t.tor_netns();
-    wait_for(
+    wait_for_routes(
         "the ToR to route every announced pod and Service address to a node",
         timeout,
-        Duration::from_millis(100),
-        || {
-            let (tor, announced) = (tor.clone(), announced.clone());
-            async move {
-                let missing: Vec<String> = announced
-                    .iter()
-                    .filter(|ip| {
-                        !kube_ovn_lab::cluster::net::ip(&tor, &["route", "get", &ip.to_string()])
-                            .is_ok_and(|r| r.contains(" via 172.30.0."))
-                    })
-                    .map(ToString::to_string)
-                    .collect();
-                if missing.is_empty() {
-                    Ok(true)
-                } else {
-                    Err(anyhow::anyhow!("no route yet to {}", missing.join(", ")))
-                }
-            }
-        },
+        announced.iter().map(|ip| (tor.clone(), *ip)).collect(),
+        " via 172.30.0.",
     )
     .await?;
     // A Service's outside address enters OVN through each node's ovn0, on the node daemon's
     // route (it follows the Service on its own schedule); before it, the node sends the packet
     // back to the ToR.
-    let service_ips: Vec<IpAddr> = services
+    let service_ips: Vec<(String, IpAddr)> = t
+        .nodes
         .iter()
-        .filter(|s| s.vpc == matrix::DEFAULT_VPC && !s.backends.is_empty())
-        .filter_map(|s| s.outside_ip)
+        .flat_map(|n| {
+            services
+                .iter()
+                .filter(|s| s.vpc == matrix::DEFAULT_VPC && !s.backends.is_empty())
+                .filter_map(|s| Some((n.netns.clone(), s.outside_ip?)))
+        })
         .collect();
-    wait_for(
+    wait_for_routes(
         "every node to route every Service's outside address into ovn0",
         timeout,
-        Duration::from_millis(100),
-        || {
-            let nodes: Vec<String> = t.nodes.iter().map(|n| n.netns.clone()).collect();
-            let service_ips = service_ips.clone();
-            async move {
-                let missing: Vec<String> = nodes
-                    .iter()
-                    .flat_map(|node| service_ips.iter().map(move |ip| (node, ip)))
-                    .filter(|(node, ip)| {
-                        !kube_ovn_lab::cluster::net::ip(node, &["route", "get", &ip.to_string()])
-                            .is_ok_and(|r| r.contains(" dev ovn0"))
-                    })
-                    .map(|(node, ip)| format!("{ip} on {node}"))
-                    .collect();
-                if missing.is_empty() {
-                    Ok(true)
-                } else {
-                    Err(anyhow::anyhow!("no route yet to {}", missing.join(", ")))
-                }
-            }
-        },
+        service_ips,
+        " dev ovn0",
     )
     .await?;
     let outside_ns = Path::new("/run/netns").join(t.outside_netns());
@@ -424,6 +393,31 @@ pub async fn measure(t: &Topology, client: &kube::Client, timeout: Duration) -> 
         policies: policies.len(),
         outcomes,
     })
+}
+
+/// Waits until `ip route get <address>` in each (namespace, address) pair answers with `shows`.
+async fn wait_for_routes(
+    what: &str,
+    timeout: Duration,
+    routes: Vec<(String, IpAddr)>,
+    shows: &'static str,
+) -> anyhow::Result<()> {
+    wait_for(what, timeout, Duration::from_millis(100), || {
+        let routes = routes.clone();
+        async move {
+            let missing: Vec<String> = routes
+                .iter()
+                .filter(|(ns, ip)| {
+                    !kube_ovn_lab::cluster::net::ip(ns, &["route", "get", &ip.to_string()])
+                        .is_ok_and(|r| r.contains(shows))
+                })
+                .map(|(ns, ip)| format!("a route to {ip} in {ns}"))
+                .collect();
+            nothing_missing(&missing)
+        }
+    })
+    .await?;
+    Ok(())
 }
 
 fn endpoints(

@@ -25,7 +25,7 @@ use kube_ovn_lab::cluster::process::{self, Launch};
 use kube_ovn_lab::cluster::state::{LabState, Made};
 use kube_ovn_lab::cluster::topology::{NodePlan, Topology};
 use kube_ovn_lab::cluster::tor;
-use kube_ovn_lab::cluster::wait::wait_for;
+use kube_ovn_lab::cluster::wait::{nothing_missing, wait_for};
 
 use super::containerd::RuntimeArg;
 use super::{TorArg, prepare};
@@ -482,11 +482,7 @@ async fn wait_nodes_ready(t: &Topology, client: &kube::Client, timeout: Duration
                     })
                     .cloned()
                     .collect();
-                if missing.is_empty() {
-                    Ok(true)
-                } else {
-                    Err(anyhow::anyhow!("not yet: {}", missing.join(", ")))
-                }
+                nothing_missing(&missing).map_err(anyhow::Error::msg)
             }
         },
     )
