@@ -17,12 +17,13 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube_ovn_lab::apiserver::{ApiServer, ApiServerConfig};
 use kube_ovn_ovsdb::{Client, ClientConfig, MonitorTables, Remote, Value};
 use kube_ovn_testkit::OvnCentral;
 use serde_json::json;
+
+mod support;
 
 const LB: &str = "cluster-tcp-loadbalancer";
 /// How long any one step may take before the bench gives up, naming it.
@@ -106,14 +107,7 @@ async fn main() {
 
     let api = ApiServer::new(ApiServerConfig::default()).unwrap();
     let kube = api.client();
-    let crds: Api<CustomResourceDefinition> = Api::all(kube.clone());
-    for crd in kube_ovn_api::crds() {
-        crds.create(&PostParams::default(), &crd).await.unwrap();
-    }
-    let ovn = tokio::task::spawn_blocking(OvnCentral::start)
-        .await
-        .unwrap()
-        .unwrap();
+    let ovn = support::crds_and_ovn(&kube).await;
     let flags = <kube_ovn_controller::config::Flags as clap::Parser>::try_parse_from([
         "kube-ovn-controller".to_owned(),
         format!("--ovn-nb-addr={}", ovn.nb_remote()),

@@ -16,8 +16,7 @@
 //! VIP has it, so the figure includes about one extra request (a millisecond or two).
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
@@ -30,26 +29,11 @@ use kube_ovn_lab::agent::kubelet::sandbox::SandboxDir;
 use kube_ovn_lab::cluster::topology::{Topology, TorKind};
 use serde_json::json;
 
+mod support;
+use support::Lab;
+
 const NS: &str = "demo";
 const BOUND: Duration = Duration::from_mins(1);
-
-fn lab_command(bin_dir: &Path, name: &str, dir: &Path, args: &[&str]) -> Result<String> {
-    let out = Command::new(bin_dir.join("kube-ovn-lab"))
-        .arg("--name")
-        .arg(name)
-        .arg("--labs-dir")
-        .arg(dir)
-        .args(args)
-        .output()?;
-    ensure!(
-        out.status.success(),
-        "kube-ovn-lab {} failed:\n{}{}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
 
 fn slice(backends: &[(&str, IpAddr)]) -> EndpointSlice {
     let endpoints: Vec<serde_json::Value> = backends
@@ -174,20 +158,9 @@ fn main() -> Result<()> {
         .find(|a| !a.starts_with("--"))
         .map_or(Ok(100), |a| a.parse())
         .context("rounds")?;
-    let bin_dir = std::env::var_os("KUBE_OVN_LAB_BIN_DIR").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release"),
-        PathBuf::from,
-    );
-    let dir = tempfile::Builder::new().prefix("kube-ovn-lab-ep").tempdir()?;
-    let name = format!("ep{}", std::process::id() % 10_000);
-    let bins = bin_dir.to_string_lossy().into_owned();
-    lab_command(
-        &bin_dir,
-        &name,
-        dir.path(),
-        &["up", "--no-install", "--bin-dir", &bins],
-    )?;
-    let t = Topology::new(&name, 2, TorKind::Bird, dir.path()).map_err(anyhow::Error::msg)?;
+    let lab = Lab::new("ep")?;
+    lab.up(&[])?;
+    let t = Topology::new(&lab.name, 2, TorKind::Bird, lab.dir.path()).map_err(anyhow::Error::msg)?;
     let cp = kube_ovn_dataplane::Netns::open(Path::new("/run/netns").join(t.cp_netns()))?;
     let kubeconfig = t.admin_kubeconfig();
     let result = cp.run(|| -> Result<Vec<f64>> {
@@ -197,7 +170,7 @@ fn main() -> Result<()> {
             measure(client, &t, rounds).await
         })
     });
-    let down = lab_command(&bin_dir, &name, dir.path(), &["down"]);
+    let down = lab.down();
     let mut times = result??;
     down?;
     times.sort_by(f64::total_cmp);

@@ -12,8 +12,6 @@
 //! of the pods) returned the pod's name: the data path works, not only the API objects.
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
@@ -21,53 +19,11 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 
+mod support;
+use support::Lab;
+
 const NAMESPACE: &str = "bench";
 const PORT: u16 = 8080;
-
-struct Lab {
-    name: String,
-    dir: PathBuf,
-    bin_dir: PathBuf,
-}
-
-impl Lab {
-    fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(self.bin_dir.join("kube-ovn-lab"));
-        cmd.arg("--name")
-            .arg(&self.name)
-            .arg("--labs-dir")
-            .arg(&self.dir)
-            .args(args);
-        cmd
-    }
-
-    fn ok(&self, args: &[&str]) -> Result<String> {
-        let out = self.command(args).output()?;
-        ensure!(
-            out.status.success(),
-            "kube-ovn-lab {} failed:\n{}{}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    }
-
-    fn up(&self, extra: &[&str]) -> Result<String> {
-        let bins = self.bin_dir.to_string_lossy().into_owned();
-        let mut args = vec!["up", "--no-install", "--bin-dir", &bins];
-        args.extend_from_slice(extra);
-        self.ok(&args)
-    }
-
-    fn down(&self) -> Result<()> {
-        self.ok(&["down"]).map(drop)
-    }
-
-    fn netns(&self, role: &str) -> PathBuf {
-        Path::new("/run/netns").join(format!("kl_{}_{role}", self.name))
-    }
-}
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -122,7 +78,7 @@ fn many_pods(lab: &Lab, pods: usize) -> Result<(f64, f64)> {
     lab.up(&["--nodes", "3", "--no-examples"])?;
     lab.ok(&["kubectl", "create", "namespace", NAMESPACE])?;
     let cp = kube_ovn_dataplane::Netns::open(lab.netns("cp"))?;
-    let kubeconfig = lab.dir.join(&lab.name).join("admin.kubeconfig");
+    let kubeconfig = lab.dir.path().join(&lab.name).join("admin.kubeconfig");
     // All pods are created at once (concurrent POSTs), as a burst of a ReplicaSet's would be.
     let (start, ips) = cp.run(|| -> Result<(Instant, Vec<(String, IpAddr)>)> {
         let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
@@ -187,29 +143,7 @@ fn main() -> Result<()> {
         .collect();
     let runs: usize = args.first().map_or(Ok(5), |a| a.parse()).context("up-runs")?;
     let pods: usize = args.get(1).map_or(Ok(300), |a| a.parse()).context("pods")?;
-    let bin_dir = std::env::var_os("KUBE_OVN_LAB_BIN_DIR").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release"),
-        PathBuf::from,
-    );
-    for b in [
-        "kube-ovn-lab",
-        "kube-ovn-controller",
-        "kube-ovn-daemon",
-        "kube-ovn",
-        "kube-ovn-speaker",
-    ] {
-        ensure!(
-            bin_dir.join(b).is_file(),
-            "{b} is not in {} (cargo build --release --workspace --bins)",
-            bin_dir.display()
-        );
-    }
-    let dir = tempfile::Builder::new().prefix("kube-ovn-lab-bench").tempdir()?;
-    let lab = Lab {
-        name: format!("bench{}", std::process::id() % 10_000),
-        dir: dir.path().to_owned(),
-        bin_dir,
-    };
+    let lab = Lab::new("bench")?;
     let ups = up_to_green(&lab, runs)?;
     println!(
         "up to a green matrix (2 nodes, BIRD, examples/lab), {runs} runs: median {:.2} s, min {:.2} s, max {:.2} s",

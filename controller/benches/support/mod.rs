@@ -217,20 +217,12 @@ impl Controller {
 /// `node1`, as both controller benchmarks begin.
 pub async fn start_with_one_node(dir: &Path) -> (Emulator, OvnCentral, Controller) {
     use k8s_openapi::api::core::v1::Node;
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use kube::Api;
     use kube::api::PostParams;
 
     let emulator = Emulator::start(dir).await;
     let kube = emulator.kube.clone();
-    let crds: Api<CustomResourceDefinition> = Api::all(kube.clone());
-    for crd in kube_ovn_api::crds() {
-        crds.create(&PostParams::default(), &crd).await.unwrap();
-    }
-    let ovn = tokio::task::spawn_blocking(OvnCentral::start)
-        .await
-        .unwrap()
-        .unwrap();
+    let ovn = crds_and_ovn(&kube).await;
     let controller = Controller::start(dir, &emulator, &ovn, 1);
     let node: Node = serde_json::from_value(serde_json::json!({"metadata": {"name": "node1"},
         "status": {"addresses": [{"type": "InternalIP", "address": "172.18.0.2"}]}}))
@@ -240,4 +232,20 @@ pub async fn start_with_one_node(dir: &Path) -> (Emulator, OvnCentral, Controlle
         .await
         .unwrap();
     (emulator, ovn, controller)
+}
+
+/// Kube-OVN's CRDs installed through `kube`, and a fresh OVN central (NB, SB, northd).
+pub async fn crds_and_ovn(kube: &kube::Client) -> OvnCentral {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::Api;
+    use kube::api::PostParams;
+
+    let crds: Api<CustomResourceDefinition> = Api::all(kube.clone());
+    for crd in kube_ovn_api::crds() {
+        crds.create(&PostParams::default(), &crd).await.unwrap();
+    }
+    tokio::task::spawn_blocking(OvnCentral::start)
+        .await
+        .unwrap()
+        .unwrap()
 }
