@@ -1,5 +1,6 @@
 //! What the lab benchmarks share: the `kube-ovn-lab` binary driven with a lab name and labs
-//! directory of the bench's own, from `KUBE_OVN_LAB_BIN_DIR` (default `target/release`).
+//! directory of the bench's own, from `KUBE_OVN_LAB_BIN_DIR` (default `target/release`; a relative
+//! path is taken from the workspace root).
 
 #![allow(dead_code, reason = "each bench uses a part")]
 
@@ -20,9 +21,12 @@ impl Lab {
     /// A lab named `<prefix><pid>` with the binaries of `KUBE_OVN_LAB_BIN_DIR`; an error names
     /// a binary that is missing.
     pub fn new(prefix: &str) -> Result<Self> {
-        let bin_dir = std::env::var_os("KUBE_OVN_LAB_BIN_DIR").map_or_else(
-            || Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release"),
-            PathBuf::from,
+        // Relative to the workspace: cargo runs a bench in its package's directory, where
+        // `target/debug` as typed at the workspace root would not be found.
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let bin_dir = workspace.join(
+            std::env::var_os("KUBE_OVN_LAB_BIN_DIR")
+                .map_or_else(|| PathBuf::from("target/release"), PathBuf::from),
         );
         for b in [
             "kube-ovn-lab",
