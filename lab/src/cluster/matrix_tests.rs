@@ -19,6 +19,20 @@ fn target(name: &str, vpc: &str, announced: bool, nat: bool) -> Target {
     }
 }
 
+/// A Service in `demo` at 10.96.0.10:80 in the default VPC, not reachable from outside.
+fn service(name: &str, backends: &[&str]) -> ServiceTarget {
+    ServiceTarget {
+        namespace: "demo".into(),
+        name: name.into(),
+        ip: "10.96.0.10".parse().unwrap(),
+        port: 80,
+        vpc: DEFAULT_VPC.into(),
+        backends: backends.iter().map(|b| (*b).to_owned()).collect(),
+        outside_ip: None,
+        ingress_sources: vec![],
+    }
+}
+
 #[test]
 fn expectations_follow_vpcs_and_announcements() {
     let targets = [
@@ -26,16 +40,7 @@ fn expectations_follow_vpcs_and_announcements() {
         target("b", DEFAULT_VPC, false, true),
         target("c", "vpc1", false, false),
     ];
-    let services = [ServiceTarget {
-        namespace: "demo".into(),
-        name: "hello".into(),
-        ip: "10.96.0.10".parse().unwrap(),
-        port: 80,
-        vpc: DEFAULT_VPC.into(),
-        backends: vec!["h1".into(), "h2".into()],
-        outside_ip: None,
-        ingress_sources: vec![],
-    }];
+    let services = [service("hello", &["h1", "h2"])];
     let checks = plan(&targets, &services, &[]);
     let find = |kind, from, to| {
         checks
@@ -100,16 +105,7 @@ fn network_policies_turn_answers_into_silence() {
         "metadata": {"name": "deny", "namespace": "demo"},
         "spec": {"podSelector": {"matchLabels": {"app": "b"}}}}))
     .unwrap();
-    let services = [ServiceTarget {
-        namespace: "demo".into(),
-        name: "s".into(),
-        ip: "10.96.0.10".parse().unwrap(),
-        port: 80,
-        vpc: DEFAULT_VPC.into(),
-        backends: vec!["a".into(), "b".into()],
-        outside_ip: None,
-        ingress_sources: vec![],
-    }];
+    let services = [service("s", &["a", "b"])];
     let checks = plan(&targets, &services, &[deny_b]);
     let find = |kind, from, to| {
         checks
@@ -147,14 +143,9 @@ fn outside_reaches_announced_default_vpc_services_as_policies_let_the_nodes_thro
     ];
     targets[1].labels.insert("app".into(), "b".into());
     let lb = ServiceTarget {
-        namespace: "demo".into(),
-        name: "s".into(),
-        ip: "10.96.0.10".parse().unwrap(),
-        port: 80,
-        vpc: DEFAULT_VPC.into(),
-        backends: vec!["a".into(), "b".into()],
         outside_ip: Some("203.0.113.1".parse().unwrap()),
         ingress_sources: vec!["100.64.0.2".parse().unwrap(), "100.64.0.3".parse().unwrap()],
+        ..service("s", &["a", "b"])
     };
     let not_announced = ServiceTarget {
         outside_ip: None,

@@ -1,8 +1,47 @@
-//! Connection collisions (RFC 4271 §6.8), graceful restart (RFC 4724), established traffic and
-//! configuration checks.
+//! Restarts after failures, connection collisions (RFC 4271 §6.8), graceful restart (RFC 4724),
+//! established traffic and configuration checks.
 
 use super::*;
 
+#[test]
+fn failures_restart_after_a_doubling_idle_hold_that_resets_when_established() {
+    let mut s = established(config());
+    let actions = s.handle(Input::TcpFailed(Outbound));
+    assert!(actions.contains(&Action::SessionDown(DownReason::ConnectionLost)));
+    assert!(actions.contains(&Action::StartTimer(Timer::IdleHold, secs(1))));
+    let actions = s.handle(Input::TimerExpired(Timer::IdleHold));
+    assert!(actions.contains(&Action::Connect));
+    s.handle(Input::TcpConnected(Outbound));
+    let actions = s.handle(Input::TcpFailed(Outbound));
+    assert!(
+        actions.contains(&Action::StartTimer(Timer::IdleHold, secs(2))),
+        "{actions:?}"
+    );
+    s.handle(Input::TimerExpired(Timer::IdleHold));
+    s.handle(Input::TcpConnected(Outbound));
+    s.handle(open_msg(90, [10, 0, 0, 1]));
+    s.handle(Input::Message(Outbound, Message::Keepalive));
+    let actions = s.handle(Input::TimerExpired(Timer::Hold(Outbound)));
+    assert!(actions.contains(&Action::StartTimer(Timer::IdleHold, secs(1))));
+}
+
+#[test]
+fn failed_connect_waits_for_connect_retry() {
+    let mut s = Session::new(config());
+    s.handle(Input::Start);
+    let actions = s.handle(Input::TcpFailed(Outbound));
+    assert!(actions.contains(&Action::Close(Outbound)));
+    assert_eq!(s.state(), State::Active);
+    let actions = s.handle(Input::TimerExpired(Timer::ConnectRetry));
+    assert!(actions.contains(&Action::Connect));
+    assert_eq!(s.state(), State::Connect);
+    // A connect that hangs is abandoned and retried.
+    let actions = s.handle(Input::TimerExpired(Timer::ConnectRetry));
+    assert_eq!(&actions[..2], &[Action::Close(Outbound), Action::Connect]);
+}
+
+/// Both connections in OpenSent; the peer's OPEN arrives on `open_on`. RFC 4271 §6.8: the
+/// connection opened by the higher identifier survives; the other gets Cease 6/7.
 fn collide(
     local_id: [u8; 4],
     peer_id: [u8; 4],
