@@ -15,7 +15,7 @@
 //!
 //! [`plan`] is the decision, without I/O; [`run`] feeds it from a cache.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 
 use ipnet::IpNet;
@@ -162,10 +162,8 @@ pub fn plan<S: std::hash::BuildHasher>(
 
 /// The pool's lowest address not in `used`, its network and (IPv4) broadcast addresses aside.
 fn lowest_free(pool: &IpNet, used: &HashMap<IpAddr, &str>) -> Option<IpAddr> {
-    let taken: BTreeSet<IpAddr> = used.keys().copied().collect();
     pool.hosts()
-        .filter(|ip| *ip != pool.network())
-        .find(|ip| !taken.contains(ip))
+        .find(|ip| *ip != pool.network() && !used.contains_key(ip))
 }
 
 /// Allocates from `pool` until dropped.

@@ -120,14 +120,10 @@ pub async fn targets(t: &Topology, client: &kube::Client) -> anyhow::Result<(Vec
     Ok((targets, netns))
 }
 
-/// The Services with a selector and a ClusterIP (TCP, the first such port), with the pods behind
-/// their ready endpoints and, for announced ones, where the outside host reaches them.
-/// Selectorless ones (the API server's `kubernetes`) are left out: their endpoints are not
-/// netexec servers.
-pub async fn services(client: &kube::Client) -> anyhow::Result<Vec<ServiceTarget>> {
-    // What the backends see of traffic from outside: the nodes masquerade it to their join
-    // addresses (the controller's `ovn.kubernetes.io/ip_address` on each Node).
-    let ingress_sources: Vec<IpAddr> = Api::<Node>::all(client.clone())
+/// What the backends see of traffic from outside: the nodes masquerade it to their join
+/// addresses (the controller's `ovn.kubernetes.io/ip_address` on each Node).
+async fn join_addresses(client: &kube::Client) -> anyhow::Result<Vec<IpAddr>> {
+    Ok(Api::<Node>::all(client.clone())
         .list(&ListParams::default())
         .await
         .context("listing Nodes")?
@@ -136,7 +132,17 @@ pub async fn services(client: &kube::Client) -> anyhow::Result<Vec<ServiceTarget
         .filter_map(|n| n.metadata.annotations.as_ref()?.get(keys::IP_ADDRESS))
         .flat_map(|ips| ips.split(','))
         .filter_map(|ip| ip.trim().parse().ok())
-        .collect();
+        .collect())
+}
+
+/// The Services with a selector and a ClusterIP (TCP, the first such port), with the pods behind
+/// their ready endpoints and, for announced ones, where the outside host reaches them (the
+/// backends then see `ingress_sources`). Selectorless ones (the API server's `kubernetes`) are
+/// left out: their endpoints are not netexec servers.
+pub async fn services(
+    client: &kube::Client,
+    ingress_sources: &[IpAddr],
+) -> anyhow::Result<Vec<ServiceTarget>> {
     let slices = Api::<EndpointSlice>::all(client.clone())
         .list(&ListParams::default())
         .await
@@ -224,7 +230,7 @@ pub async fn services(client: &kube::Client) -> anyhow::Result<Vec<ServiceTarget
             vpc,
             backends,
             outside_ip,
-            ingress_sources: ingress_sources.clone(),
+            ingress_sources: ingress_sources.to_vec(),
         });
     }
     Ok(out)
@@ -241,7 +247,7 @@ async fn services_settled(client: &kube::Client) -> anyhow::Result<bool> {
         .list(&ListParams::default())
         .await
         .context("listing Services")?;
-    for svc in services(client).await? {
+    for svc in services(client, &[]).await? {
         let selector = listed
             .items
             .iter()
@@ -329,7 +335,7 @@ pub async fn measure(t: &Topology, client: &kube::Client, timeout: Duration) -> 
     )
     .await?;
     let (targets, pod_netns) = targets(t, client).await?;
-    let services = services(client).await?;
+    let services = services(client, &join_addresses(client).await?).await?;
     let announced: Vec<IpAddr> = targets
         .iter()
         .filter(|x| x.announced && x.vpc == matrix::DEFAULT_VPC)
