@@ -14,6 +14,7 @@
 mod addr;
 pub mod keys;
 mod lists;
+pub mod pod_network;
 mod policy;
 pub mod provider;
 mod routes;
@@ -22,6 +23,7 @@ use std::collections::BTreeMap;
 
 pub use addr::{CidrPair, IpFamily, IpPair, IpRange, MacAddr};
 pub use lists::{CidrBlocks, ExcludeIpLists, GatewayNode, GatewayNodes, IpPoolAnnotation, NameList};
+pub use pod_network::{PodNetwork, PodNetworkError};
 pub use policy::{
     BgpPolicy, BgpScope, LossPercent, MAX_BANDWIDTH_MBPS, Mbit, Mbps, Milliseconds, Packets, TrueFlag,
     htb_burst_bytes, policing_burst_kbit,
