@@ -1,13 +1,19 @@
 //! IPAM rebuilt at start-up from what is authoritative — IP CRs, then the northbound ports (the
-//! one record a crash between port and annotations leaves), then the pods' and nodes'
-//! annotations — read from the filled caches and the northbound replica, before any reconciler
-//! allocates or releases.
+//! one record a crash between port and annotations leaves), then the nodes' annotations — read
+//! from the filled caches and the northbound replica, before any reconciler allocates or releases.
+//!
+//! A pod's own annotations are not a source: its author can write `allocated: "true"` with any
+//! subnet and address when creating it, and a rebuild that believed them would reserve that
+//! address in another tenant's subnet for the pod (and refuse it to its owner). The controller
+//! writes the port and the IP CR before it names an address in the annotations, so a pod it
+//! networked always has at least one of those records. Nodes are written by kubelets and the
+//! platform, not tenants.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use kube_ovn_api::crd::{IPPool, Ip, Subnet};
 
 use kube::ResourceExt;
@@ -16,7 +22,6 @@ use kube_ovn_api::names;
 use kube_ovn_ovsdb::Table;
 use kube_ovn_ovsdb::tables::nb::LogicalSwitchPort;
 
-use super::pod_state::port_name;
 use super::subnet_spec::effective;
 use crate::config::Config;
 use crate::ipam::{Ipam, Request};
@@ -42,7 +47,6 @@ pub struct Records {
     pub ips: Vec<Arc<Ip>>,
     /// The controller's pod ports.
     pub ports: Vec<LogicalSwitchPort>,
-    pub pods: Vec<Arc<Pod>>,
     pub nodes: Vec<Arc<Node>>,
 }
 
@@ -61,7 +65,6 @@ pub fn rebuild_ipam(config: &Config, stores: &Stores, nb: &Nb) -> (Ipam, Rebuilt
         ippools: stores.ippools.state(),
         ips: stores.ips.state(),
         ports,
-        pods: stores.pods.state(),
         nodes: stores.nodes.state(),
     };
     let (ipam, out) = rebuild(&config.cluster_router, &config.node_subnet.name, &records);
@@ -100,7 +103,7 @@ fn annotation<T: kube_ovn_api::annotations::AnnotationValue>(
 }
 
 /// The rebuild itself: subnets and IP pools from their CRs, then every recorded allocation in
-/// order of authority (IP CRs, northbound ports, pods' then nodes' annotations); the first claim
+/// order of authority (IP CRs, northbound ports, nodes' annotations); the first claim
 /// of a NIC in a subnet holds.
 pub fn rebuild(cluster_router: &str, join_subnet: &str, records: &Records) -> (Ipam, Rebuilt) {
     let mut ipam = Ipam::new();
@@ -181,22 +184,6 @@ pub fn rebuild(cluster_router: &str, join_subnet: &str, records: &Records) -> (I
             ));
         }
     }
-    for pod in &records.pods {
-        let ann = pod.metadata.annotations.as_ref();
-        if !is_true(ann, keys::ALLOCATED) {
-            continue;
-        }
-        let key = port_name(pod);
-        let object = format!("pod {}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
-        let (Some(subnet), Some(ips)) = (
-            ann.and_then(|a| a.get(keys::LOGICAL_SWITCH)).cloned(),
-            annotation::<IpPair>(bad, &object, ann, keys::IP_ADDRESS),
-        ) else {
-            continue;
-        };
-        let mac = annotation::<MacAddr>(bad, &object, ann, keys::MAC_ADDRESS);
-        claims.push((subnet, key, Request::pinned(ips.addrs(), mac), "pod annotation"));
-    }
     for node in &records.nodes {
         let ann = node.metadata.annotations.as_ref();
         if !is_true(ann, keys::ALLOCATED) {
@@ -259,26 +246,17 @@ mod tests {
                     json!({"metadata": {"name": "b.ns"}, "spec": {"subnet": "s1", "v4IpAddress": "10.0.0.5"}}),
                 ),
             ],
-            pods: vec![obj(
-                json!({"metadata": {"name": "c", "namespace": "ns", "annotations": {
-                "ovn.kubernetes.io/allocated": "true", "ovn.kubernetes.io/logical_switch": "s1",
-                "ovn.kubernetes.io/ip_address": "nope"}}}),
-            )],
             ..Records::default()
         };
         let (ipam, out) = rebuild("ovn-cluster", "join", &records);
         let said = out.unreadable.join("\n");
-        for words in [
-            ["IP pool pool1", "10.0.0.x"],
-            ["IP a.ns", "10.0.0.300"],
-            ["pod ns/c", "ip_address"],
-        ] {
+        for words in [["IP pool pool1", "10.0.0.x"], ["IP a.ns", "10.0.0.300"]] {
             assert!(
                 out.unreadable.iter().any(|u| words.iter().all(|w| u.contains(w))),
                 "no report naming {words:?} in:\n{said}"
             );
         }
-        assert_eq!(out.unreadable.len(), 3, "{said}");
+        assert_eq!(out.unreadable.len(), 2, "{said}");
         assert_eq!(out.reserved, 1, "the readable IP CR is reserved");
         assert!(ipam.allocation("s1", "b.ns").is_some());
     }
