@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use super::process::{Enter, Launch};
 use super::topology::{
-    API_PORT, CLUSTER_AS, CONTROLLER_METRICS_PORT, DAEMON_METRICS_PORT, NB_PORT, NodePlan, OUTSIDE_PORT,
-    SB_PORT, SERVICE_CIDR, SPEAKER_METRICS_PORT, TOR_AS, Topology,
+    API_PORT, CLUSTER_AS, CONTROLLER_METRICS_PORT, DAEMON_METRICS_PORT, EXTERNAL_IP_CIDR, NB_PORT, NodePlan,
+    OUTSIDE_PORT, SB_PORT, SERVICE_CIDR, SPEAKER_METRICS_PORT, TOR_AS, Topology,
 };
 
 pub const NB_SCHEMA: &str = "/usr/share/ovn/ovn-nb.ovsschema";
@@ -155,6 +155,7 @@ pub fn controller(t: &Topology, bins: &Binaries) -> Launch {
             format!("--pod-name=kube-ovn-controller-{}", t.name),
             "--lease-namespace=kube-system".into(),
             format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+            format!("--service-external-ip-cidrs={EXTERNAL_IP_CIDR}"),
             format!("--pprof-port={CONTROLLER_METRICS_PORT}"),
         ],
         env: vec![],
@@ -256,6 +257,7 @@ pub fn node_daemon(t: &Topology, bins: &Binaries, node: &NodePlan) -> Launch {
             format!("--system-id-file={}", dir.join("system-id.conf").display()),
             // Service traffic keeps its addresses through the egress NAT (Kube-OVN's flag).
             format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+            format!("--service-external-ip-cidrs={EXTERNAL_IP_CIDR}"),
             format!("--pprof-port={DAEMON_METRICS_PORT}"),
         ],
         env: vec![],
@@ -279,6 +281,7 @@ pub fn node_speaker(t: &Topology, bins: &Binaries, node: &NodePlan) -> Launch {
             format!("--node-ips={}", node.ip),
             "--graceful-restart=true".into(),
             format!("--state-dir={}", dir.join("speaker").display()),
+            format!("--service-external-ip-cidrs={EXTERNAL_IP_CIDR}"),
             format!("--pprof-port={SPEAKER_METRICS_PORT}"),
         ],
         env: vec![],

@@ -58,6 +58,10 @@ pub const SERVICE_CIDR: &str = "10.96.0.0/12";
 /// LoadBalancer Services' ingress IPs come from here (the agent's `load_balancers`, as MetalLB
 /// would give them); TEST-NET-3, routed to the nodes only by the speakers' announcements.
 pub const LOAD_BALANCER_CIDR: &str = "203.0.113.0/24";
+/// The operator's allowed range for Services' `spec.externalIPs` (`--service-external-ip-cidrs` on
+/// the controller, daemons and speakers): TEST-NET-1. A tenant's external IP outside it is refused
+/// (the attack on the API server's, a node's and the ToR's addresses).
+pub const EXTERNAL_IP_CIDR: &str = "192.0.2.0/24";
 /// The port the outside host's netexec server listens on (TCP and UDP).
 pub const OUTSIDE_PORT: u16 = 80;
 
