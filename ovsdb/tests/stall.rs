@@ -12,7 +12,7 @@ use std::time::Duration;
 use common::{Captured, WAIT, ready_remote, wait_ready_on};
 use kube_ovn_ovsdb::tables::nb::LogicalSwitch;
 use kube_ovn_ovsdb::{Client, ClientConfig, Operation, Table};
-use kube_ovn_testkit::{OvsdbServer, run, wait_until, wait_until_async};
+use kube_ovn_testkit::{NB_SCHEMA, OvsdbServer, RaftCluster, run, wait_until, wait_until_async};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
@@ -40,7 +40,11 @@ struct Paused(Pid);
 
 impl Paused {
     fn stop(server: &OvsdbServer) -> Self {
-        let pid = Pid::from_raw(i32::try_from(server.pid().expect("server runs")).unwrap());
+        Self::pid(server.pid().expect("server runs"))
+    }
+
+    fn pid(pid: u32) -> Self {
+        let pid = Pid::from_raw(i32::try_from(pid).unwrap());
         kill(pid, Signal::SIGSTOP).unwrap();
         let paused = Self(pid);
         // The signal is delivered asynchronously; go on once the kernel says it is stopped.
@@ -158,6 +162,56 @@ async fn a_server_that_stalls_after_setup_is_left_after_the_inactivity_probe() {
     assert!(switches(&serving).contains(&"on-the-next".to_owned()));
 
     resume_and_stay(&client, paused, &stalled, &serving).await;
+}
+
+/// What the issue saw in production: the RAFT leader stalls under a connected client. The other
+/// members elect a new leader; the client leaves the stalled one after the inactivity probe and
+/// finds the new leader; the old one, resumed, rejoins as a follower without disturbing it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_raft_leader_is_left_for_the_new_leader() {
+    let cluster = RaftCluster::start(NB_SCHEMA).unwrap();
+    let client = Client::start(client_config(&cluster.remotes()));
+    wait_ready_on(&client, "the first session").await;
+    let leader = cluster.leader().unwrap();
+    assert_eq!(
+        ready_remote(&client).map(|r| r.to_string()),
+        Some(cluster.members[leader].remote())
+    );
+    add_switch(&client, "before").await;
+
+    let stalled = &cluster.members[leader];
+    let pidfile = cluster.dir().join(format!("{}.pid", stalled.name));
+    let pid = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    let paused = Paused::pid(pid);
+    let mut on = None;
+    wait_until_async(
+        "the client to leave the stalled leader for a new one",
+        WAIT,
+        || {
+            on = ready_remote(&client).map(|r| r.to_string());
+            let moved = on.as_ref().is_some_and(|r| *r != stalled.remote());
+            async move { Ok(moved) }
+        },
+    )
+    .await
+    .unwrap();
+    add_switch(&client, "after").await;
+    let sessions = client.stats().sessions;
+
+    drop(paused);
+    wait_until("the old leader to rejoin as a follower", WAIT, || {
+        Ok(stalled.role(&cluster.database)? == "follower")
+    })
+    .unwrap();
+    add_switch(&client, "after-resume").await;
+    assert_eq!(ready_remote(&client).map(|r| r.to_string()), on);
+    assert_eq!(client.stats().sessions, sessions, "the session was disturbed");
+    let listed = cluster
+        .nbctl(&["--bare", "--columns=name", "list", "Logical_Switch"])
+        .unwrap();
+    for name in ["before", "after", "after-resume"] {
+        assert!(listed.lines().any(|l| l == name), "{name} in {listed:?}");
+    }
 }
 
 #[tokio::test]
