@@ -43,7 +43,8 @@ pub enum Error {
 
     /// A step of session setup (connect, `get_schema`, the `_Server` check, the initial monitor
     /// reply) got no answer within the connect timeout: the server accepted the connection but
-    /// does not serve it (stopped, or busy with a long RAFT compaction). The next remote is tried.
+    /// does not serve it (stopped, or busy with a long RAFT compaction). `waited` is the timeout:
+    /// the answer did not begin within it, or paused that long. The next remote is tried.
     #[error("OVSDB {remote}: session setup stalled: no answer to {step} within {waited:?}")]
     Stalled {
         remote: String,

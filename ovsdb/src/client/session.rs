@@ -189,7 +189,7 @@ impl Session {
                 return Err(Error::Stalled {
                     remote: self.remote.to_string(),
                     step: format!("{method}({})", params[0].as_str().unwrap_or_default()),
-                    waited: sent.elapsed(),
+                    waited: self.setup_timeout,
                 });
             };
             match message? {
