@@ -98,7 +98,8 @@ impl Actor {
                     .await;
                 match setup {
                     Ok((session, server)) => {
-                        self.report(std::mem::take(&mut failures), true);
+                        self.complaints
+                            .report(std::mem::take(&mut failures), true, config.remotes.len() > 1);
                         if self.complaints.recovered(&remote.to_string()) {
                             info!(%remote, "OVSDB remote usable again");
                         }
@@ -131,7 +132,7 @@ impl Actor {
                     return self.stop();
                 }
             }
-            self.report(failures, served);
+            self.complaints.report(failures, served, config.remotes.len() > 1);
             if served {
                 continue;
             }
@@ -139,34 +140,6 @@ impl Actor {
                 return self.stop();
             }
             backoff = (backoff * 2).min(config.backoff_max);
-        }
-    }
-
-    /// Logs why remotes could not serve: at `warn` (the first time, then at most every
-    /// [`REPEAT_WARNING_EVERY`]) a remote that cannot be reached, stalls or speaks wrongly, and a
-    /// server that is not usable when no remote was; at `debug` every attempt. A follower passed
-    /// over on the way to the leader is normal and stays at `debug`.
-    fn report(&mut self, failures: Vec<(&Remote, Error)>, served: bool) {
-        let next = if self.shared.config.remotes.len() > 1 {
-            "trying the next remote"
-        } else {
-            "retrying"
-        };
-        for (remote, e) in failures {
-            let news = !(served && matches!(e, Error::NotUsable { .. }));
-            match news
-                .then(|| self.complaints.failed(&remote.to_string(), Instant::now()))
-                .flatten()
-            {
-                Some(0) => warn!(%remote, error = %e, "OVSDB remote not usable; {next}"),
-                Some(failures) => warn!(
-                    %remote,
-                    error = %e,
-                    failures_since_last_warning = failures,
-                    "OVSDB remote still not usable; {next}"
-                ),
-                None => debug!(%remote, error = %e, "OVSDB remote not usable"),
-            }
         }
     }
 
