@@ -54,15 +54,20 @@ const NB_TABLES: &[&str] = &[
     "Meter_Band",
 ];
 
-/// Connects to the northbound database with the configured remotes and timeouts.
-pub async fn connect_nb(config: &Config) -> Result<Client> {
+/// The northbound client's settings: the configured remotes and timeouts.
+fn nb_client_config(config: &Config) -> ClientConfig {
     let mut c = ClientConfig::new(config.nb_remotes.clone(), "OVN_Northbound").monitor(MonitorTables::Only(
         NB_TABLES.iter().map(|t| (*t).to_owned()).collect(),
     ));
     c.connect_timeout = config.ovsdb_connect_timeout;
     c.inactivity_probe = config.ovsdb_inactivity_probe;
     c.request_timeout = config.ovn_timeout;
-    Client::connect(c)
+    c
+}
+
+/// Connects to the northbound database with the configured remotes and timeouts.
+pub async fn connect_nb(config: &Config) -> Result<Client> {
+    Client::connect(nb_client_config(config))
         .await
         .doing("connect to the OVN northbound database")
 }
@@ -90,14 +95,18 @@ pub async fn run_with_listener(
     let ready = Arc::new(AtomicBool::new(false));
     let ipam_view = debug_ipam::IpamView::default();
     let debug = debug_ipam::router(ipam_view.clone(), ready.clone());
+    // Started before the endpoints, so that readiness can say why there is no session.
+    let nb = Client::start(nb_client_config(&config));
     let endpoints = {
-        let (metrics, ready) = (metrics.clone(), ready.clone());
+        let (metrics, ready, nb) = (metrics.clone(), ready.clone(), nb.clone());
         let endpoints = Endpoints::new(
             move || {
                 let metrics = metrics.clone();
                 async move { metrics.encode() }
             },
             move || {
+                // Without a northbound session nothing this replica decides reaches OVN.
+                nb.readiness()?;
                 // A follower is alive (`/healthz`) but idle; readiness says which replica works.
                 if ready.load(Ordering::Relaxed) {
                     Ok(())
@@ -120,7 +129,10 @@ pub async fn run_with_listener(
     });
     let mut shutdown = std::pin::pin!(shutdown);
     let nb = tokio::select! {
-        nb = connect_nb(&config) => Nb::new(nb?, metrics.clone()),
+        r = nb.wait_ready(config.ovn_timeout) => {
+            r.doing("connect to the OVN northbound database")?;
+            Nb::new(nb, metrics.clone())
+        }
         () = &mut shutdown => return Ok(()),
     };
     let mut leadership = if config.leader_elect {

@@ -41,6 +41,17 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// A step of session setup (connect, `get_schema`, the `_Server` check, the initial monitor
+    /// reply) got no answer within the connect timeout: the server accepted the connection but
+    /// does not serve it (stopped, or busy with a long RAFT compaction). `waited` is the timeout:
+    /// the answer did not begin within it, or paused that long. The next remote is tried.
+    #[error("OVSDB {remote}: session setup stalled: no answer to {step} within {waited:?}")]
+    Stalled {
+        remote: String,
+        step: String,
+        waited: Duration,
+    },
+
     /// The server answers but cannot serve us: a RAFT follower when the leader is wanted, a
     /// member cut off from its cluster, or one whose log is behind what was already seen.
     #[error("OVSDB {remote}: not usable: {reason}")]

@@ -5,8 +5,9 @@
 //!   codec: values and their JSON, schemas, framing, typed operations and their results, monitor
 //!   updates and the replica they feed, typed rows.
 //!   No I/O; each is tested input → output and fuzzed.
-//! - [`client`]: the I/O: unix and TCP transports, inactivity probe, reconnect with backoff over
-//!   several remotes (RAFT leader only), `monitor_cond_since` resume, change subscriptions.
+//! - [`client`]: the I/O: unix and TCP transports (with TCP keepalive), session setup bounded
+//!   step by step, inactivity probe, reconnect with backoff over several remotes (RAFT leader
+//!   only), `monitor_cond_since` resume, change subscriptions, readiness.
 //! - [`tables`]: typed rows of OVN_Northbound and Open_vSwitch.
 //!
 //! ```no_run

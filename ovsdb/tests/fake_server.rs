@@ -32,6 +32,9 @@ enum Script {
     Garbage,
     /// After setup on the first connection, modifies a row the client never saw.
     ModifiesUnknownRow,
+    /// Answers everything but the database's monitor request (a server that stalls while it
+    /// should send the initial rows).
+    NeverSendsRows,
 }
 
 #[derive(Debug)]
@@ -107,6 +110,7 @@ async fn serve(mut stream: UnixStream, conn: usize, script: Script, events: mpsc
                 ok(json!([{"uuid": ["uuid", uuid]}]))
             }
             "monitor_cond" if params[0] == "_Server" => ok(json!({})),
+            m if m.starts_with("monitor") && script == Script::NeverSendsRows => continue,
             "monitor_cond_since" if matches!(script, Script::NoCondSince | Script::OnlyMonitor) => unknown,
             "monitor_cond_since" => ok(json!([false, ZERO, seed_rows(false)])),
             "monitor_cond" if script == Script::OnlyMonitor => unknown,
@@ -172,12 +176,7 @@ impl Fake {
     }
 
     fn client(&self, probe: Duration) -> Client {
-        common::init_logging();
-        let mut config = ClientConfig::new(Remote::parse_list(&self.remote).unwrap(), "Fake");
-        config.inactivity_probe = probe;
-        config.request_timeout = Duration::from_secs(10);
-        config.backoff_min = Duration::from_millis(10);
-        Client::start(config)
+        client_of(&self.remote, probe)
     }
 
     /// The next event `pick` accepts, within 10 s.
@@ -194,6 +193,16 @@ impl Fake {
             }
         }
     }
+}
+
+fn client_of(remotes: &str, probe: Duration) -> Client {
+    common::init_logging();
+    let mut config = ClientConfig::new(Remote::parse_list(remotes).unwrap(), "Fake");
+    config.inactivity_probe = probe;
+    config.request_timeout = Duration::from_secs(10);
+    config.backoff_min = Duration::from_millis(10);
+    config.connect_timeout = Duration::from_secs(1);
+    Client::start(config)
 }
 
 fn seed_and_names(client: &Client) -> Vec<String> {
@@ -291,5 +300,29 @@ async fn an_update_the_replica_cannot_apply_forces_a_full_resync() {
         .await;
     assert_eq!(since, json!(ZERO), "the diverged replica must not be resumed");
     client.wait_ready(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(seed_and_names(&client), vec!["seed"]);
+}
+
+#[tokio::test]
+async fn a_monitor_reply_that_never_comes_fails_over_to_the_next_remote() {
+    let mut stalls = Fake::start(Script::NeverSendsRows);
+    let mut serves = Fake::start(Script::Normal);
+    let client = client_of(&format!("{},{}", stalls.remote, serves.remote), Duration::ZERO);
+    stalls
+        .expect("the monitor request that is never answered", |e| {
+            matches!(e, Event::Request { method, params, .. } if method == "monitor_cond_since" && params[0] == "Fake")
+                .then_some(())
+        })
+        .await;
+    serves
+        .expect("a connection to the next remote", |e| {
+            matches!(e, Event::Connected(1)).then_some(())
+        })
+        .await;
+    client.wait_ready(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(
+        common::ready_remote(&client).map(|r| r.to_string()),
+        Some(serves.remote.clone())
+    );
     assert_eq!(seed_and_names(&client), vec!["seed"]);
 }

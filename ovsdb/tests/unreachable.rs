@@ -1,54 +1,20 @@
 //! A remote that cannot be reached is reported at once, at `warn`, with its cause — and not
 //! once per retry.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex, PoisonError};
+mod common;
+
 use std::time::Duration;
 
+use common::Captured;
 use kube_ovn_ovsdb::{Client, ClientConfig, Remote};
 use kube_ovn_testkit::wait_until_async;
-
-/// Log output collected in memory.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn lines(&self, level: &str, words: &str) -> Vec<String> {
-        let text =
-            String::from_utf8_lossy(&self.0.lock().unwrap_or_else(PoisonError::into_inner)).into_owned();
-        text.lines()
-            .filter(|l| l.contains(&format!(" {level} ")) && l.contains(words))
-            .map(str::to_owned)
-            .collect()
-    }
-}
 
 // A current-thread runtime: the client's task runs, and logs, on this thread, into the
 // subscriber set for it here.
 #[tokio::test]
 async fn an_unreachable_remote_is_warned_about_with_its_cause() {
     let log = Captured::default();
-    let writer = log.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::DEBUG)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let _guard = log.install();
 
     let dir = tempfile::tempdir().unwrap();
     let remote = format!("unix:{}", dir.path().join("nb.sock").display());

@@ -13,6 +13,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::complaints::Complaints;
 use super::fit::fit_to_schema;
+use super::keepalive::Keepalive;
 use super::monitor::{ServerStatus, monitor_requests, server_monitor_request, server_statuses};
 use super::session::Session;
 use super::{ChangeSet, Command, ConnectionState, MonitorTables, Shared};
@@ -85,7 +86,8 @@ impl Actor {
         let mut backoff = config.backoff_min;
         loop {
             let mut served = false;
-            // Remotes that could not serve in this round, reported once the round is over.
+            // Remotes that could not serve in this round, reported before a session starts or
+            // once the round is over.
             let mut failures: Vec<(&Remote, Error)> = Vec::new();
             for k in 0..config.remotes.len() {
                 let idx = (self.next_remote + k) % config.remotes.len();
@@ -96,10 +98,11 @@ impl Actor {
                     .await;
                 match setup {
                     Ok((session, server)) => {
+                        self.complaints
+                            .report(std::mem::take(&mut failures), true, config.remotes.len() > 1);
                         if self.complaints.recovered(&remote.to_string()) {
                             info!(%remote, "OVSDB remote usable again");
                         }
-                        self.next_remote = idx;
                         backoff = config.backoff_min;
                         served = true;
                         let end = self
@@ -109,17 +112,27 @@ impl Actor {
                         self.shared.state.send_replace(ConnectionState::Connecting);
                         match end {
                             End::Shutdown => return self.stop(),
-                            End::Lost(e) => warn!(%remote, error = %e, "OVSDB connection lost; reconnecting"),
+                            End::Lost(e) => {
+                                warn!(%remote, error = %e, "OVSDB connection lost; reconnecting");
+                                self.shared.note_failure(format!("connection lost: {e}"));
+                            }
                         }
+                        // Start the next round with the following remote, as OVS's own clients
+                        // do: a server that stalled (and left a session to the inactivity probe)
+                        // would accept the reconnect and then stall its setup too.
+                        self.next_remote = (idx + 1) % config.remotes.len();
                         break;
                     }
-                    Err(e) => failures.push((remote, e)),
+                    Err(e) => {
+                        self.shared.note_failure(e.to_string());
+                        failures.push((remote, e));
+                    }
                 }
                 if self.commands.is_closed() && self.queued.is_empty() {
                     return self.stop();
                 }
             }
-            self.report(failures, served);
+            self.complaints.report(failures, served, config.remotes.len() > 1);
             if served {
                 continue;
             }
@@ -127,29 +140,6 @@ impl Actor {
                 return self.stop();
             }
             backoff = (backoff * 2).min(config.backoff_max);
-        }
-    }
-
-    /// Logs why remotes could not serve: at `warn` (the first time, then at most every
-    /// [`REPEAT_WARNING_EVERY`]) a remote that cannot be reached or speaks wrongly, and a server
-    /// that is not usable when no remote was; at `debug` every attempt. A follower passed over on
-    /// the way to the leader is normal and stays at `debug`.
-    fn report(&mut self, failures: Vec<(&Remote, Error)>, served: bool) {
-        for (remote, e) in failures {
-            let news = !(served && matches!(e, Error::NotUsable { .. }));
-            match news
-                .then(|| self.complaints.failed(&remote.to_string(), Instant::now()))
-                .flatten()
-            {
-                Some(0) => warn!(%remote, error = %e, "OVSDB remote not usable; retrying"),
-                Some(failures) => warn!(
-                    %remote,
-                    error = %e,
-                    failures_since_last_warning = failures,
-                    "OVSDB remote still not usable; retrying"
-                ),
-                None => debug!(%remote, error = %e, "OVSDB remote not usable"),
-            }
         }
     }
 
@@ -179,7 +169,8 @@ impl Actor {
     async fn setup(&mut self, remote: &Remote) -> Result<(Session, DbCache)> {
         let config = self.shared.config.clone();
         let db = config.database.as_str();
-        let mut session = Session::connect(remote, config.connect_timeout).await?;
+        let keepalive = Keepalive::new(config.connect_timeout, config.inactivity_probe);
+        let mut session = Session::connect(remote, config.connect_timeout, &keepalive).await?;
         let mut deferred = Vec::new();
 
         let schema_json = rpc_result(
@@ -288,7 +279,6 @@ impl Actor {
         if let Ok(reply) = session.call("monitor_cond_since", &params, deferred).await? {
             let (found, txn_id, updates): (bool, String, TableUpdates2) =
                 decode(&remote, reply.get(), "monitor_cond_since reply")?;
-            debug!(%since, %txn_id, found, "monitor_cond_since");
             debug!(%since, %txn_id, found, "monitor_cond_since");
             self.last_txn_id = Some(txn_id);
             if found && self.have_replica {

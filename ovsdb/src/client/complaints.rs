@@ -1,9 +1,14 @@
 //! Which unusable remotes were reported at `warn`: an operator sees a remote's first failure and
-//! its cause at once, then a reminder now and then, not one line per retry. Pure.
+//! its cause at once, then a reminder now and then, not one line per retry. The bookkeeping
+//! ([`Complaints::failed`], [`Complaints::recovered`]) is pure; [`Complaints::report`] logs.
 
 use std::collections::HashMap;
 
 use tokio::time::Instant;
+use tracing::{debug, warn};
+
+use crate::error::Error;
+use crate::remote::Remote;
 
 /// While a remote keeps failing the same way, its warning is repeated at most this often (every
 /// attempt is logged at debug).
@@ -41,6 +46,35 @@ impl Complaints {
     /// The remote worked: a later failure is news again. `true` when it had been reported.
     pub(super) fn recovered(&mut self, remote: &str) -> bool {
         self.last.remove(remote).is_some()
+    }
+
+    /// Logs why remotes could not serve: at `warn` (the first time, then at most every
+    /// [`REPEAT_WARNING_EVERY`]) a remote that cannot be reached, stalls or speaks wrongly, and a
+    /// server that is not usable when no remote `served`; at `debug` every attempt. A follower
+    /// passed over on the way to the leader is normal and stays at `debug`. With `several`
+    /// remotes, the next one is tried.
+    pub(super) fn report(&mut self, failures: Vec<(&Remote, Error)>, served: bool, several: bool) {
+        let next = if several {
+            "trying the next remote"
+        } else {
+            "retrying"
+        };
+        for (remote, e) in failures {
+            let news = !(served && matches!(e, Error::NotUsable { .. }));
+            match news
+                .then(|| self.failed(&remote.to_string(), Instant::now()))
+                .flatten()
+            {
+                Some(0) => warn!(%remote, error = %e, "OVSDB remote not usable; {next}"),
+                Some(failures) => warn!(
+                    %remote,
+                    error = %e,
+                    failures_since_last_warning = failures,
+                    "OVSDB remote still not usable; {next}"
+                ),
+                None => debug!(%remote, error = %e, "OVSDB remote not usable"),
+            }
+        }
     }
 }
 

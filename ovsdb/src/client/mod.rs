@@ -11,7 +11,11 @@
 //!
 //! The actor connects to the remotes in turn (leader only, for a RAFT cluster), fetches the
 //! schema, monitors the tables with `monitor_cond_since` (falling back to `monitor_cond`, then
-//! `monitor`), and applies every update before it looks at the next message. ovsdb-server sends a
+//! `monitor`), and applies every update before it looks at the next message. Each step of that
+//! setup is bounded by `connect_timeout`: a server that accepts and then answers nothing (stopped,
+//! or a RAFT member in a long compaction) is logged with the step that stalled and the next remote
+//! is tried; once a session is up, the inactivity probe (`echo`) and TCP keepalive notice a server
+//! that stops answering, and the next session starts with the next remote. ovsdb-server sends a
 //! transaction's updates before its reply, so when `transact` returns, the replica already holds
 //! the transaction's effects. On a lost connection it reconnects with backoff and resumes from the
 //! last transaction id, or resynchronises fully and reports the difference to subscribers.
@@ -19,6 +23,7 @@
 mod actor;
 mod complaints;
 mod fit;
+mod keepalive;
 mod monitor;
 mod session;
 
@@ -48,12 +53,16 @@ pub struct ClientConfig {
     /// Use only the RAFT leader, as Kube-OVN's libovsdb client does: a follower forwards writes
     /// but its replica may lag.
     pub leader_only: bool,
-    /// Per connection attempt (Kube-OVN `--ovsdb-con-timeout`, 3 s).
+    /// Per step of a connection attempt (Kube-OVN `--ovsdb-con-timeout`, 3 s): the connect, and
+    /// the wait for each setup reply to begin (`get_schema`, the `_Server` check and monitor, the
+    /// initial monitor reply; a reply still streaming in may take longer while it makes
+    /// progress). Also the interval of TCP keepalive probes.
     pub connect_timeout: Duration,
     /// Per request, from the call until the reply (Kube-OVN `--ovn-timeout`, 60 s).
     pub request_timeout: Duration,
     /// After this long without a byte from the server, send `echo`; after twice this long, drop
     /// the connection (Kube-OVN `--ovsdb-inactivity-timeout`, 10 s). Zero disables the probe.
+    /// Also the idle time before TCP keepalive's first probe (10 s when the probe is disabled).
     pub inactivity_probe: Duration,
     /// Reconnect backoff, doubled after each round over all remotes.
     pub backoff_min: Duration,
@@ -125,9 +134,15 @@ struct Shared {
     subscribers: Mutex<Vec<mpsc::UnboundedSender<Arc<ChangeSet>>>>,
     state: watch::Sender<ConnectionState>,
     counters: Counters,
+    /// Why the last connection attempt failed or the last session ended, for readiness.
+    last_failure: Mutex<Option<String>>,
 }
 
 impl Shared {
+    fn note_failure(&self, why: String) {
+        *self.last_failure.lock().unwrap_or_else(PoisonError::into_inner) = Some(why);
+    }
+
     fn publish(&self, set: ChangeSet) {
         if set.changes.is_empty() {
             return;
@@ -167,6 +182,7 @@ impl Client {
             subscribers: Mutex::new(Vec::new()),
             state,
             counters: Counters::default(),
+            last_failure: Mutex::new(None),
         });
         let (commands, rx) = mpsc::unbounded_channel();
         actor::spawn(shared.clone(), rx);
@@ -281,6 +297,28 @@ impl Client {
 
     pub fn state(&self) -> watch::Receiver<ConnectionState> {
         self.shared.state.subscribe()
+    }
+
+    /// For a readiness probe: `Ok` while a session is up and the replica in sync; otherwise why
+    /// not, with the last failure (which remote, which step).
+    pub fn readiness(&self) -> Result<(), String> {
+        let db = &self.shared.config.database;
+        match &*self.shared.state.borrow() {
+            ConnectionState::Ready { .. } => Ok(()),
+            ConnectionState::Stopped => Err(format!("the {db} client has stopped")),
+            ConnectionState::Connecting => {
+                let last = self
+                    .shared
+                    .last_failure
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clone();
+                Err(match last {
+                    Some(why) => format!("no {db} session: {why}"),
+                    None => format!("no {db} session yet"),
+                })
+            }
+        }
     }
 
     pub fn stats(&self) -> ClientStats {

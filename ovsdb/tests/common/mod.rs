@@ -3,6 +3,8 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use kube_ovn_ovsdb::{Client, ClientConfig, ConnectionState, Operation, Remote, Row, Uuid};
@@ -131,5 +133,48 @@ impl Rng {
 
     pub fn below(&mut self, n: usize) -> usize {
         usize::try_from(self.next() % (n as u64)).unwrap()
+    }
+}
+
+/// Log output collected in memory. Install it with [`Captured::install`] in a current-thread
+/// runtime (`#[tokio::test]`'s default): the client's task then runs, and logs, on the test's
+/// thread.
+#[derive(Clone, Default)]
+pub struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    /// Captures everything at `DEBUG` and above on this thread until the guard drops.
+    pub fn install(&self) -> tracing::subscriber::DefaultGuard {
+        let writer = self.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::DEBUG)
+            .finish();
+        tracing::subscriber::set_default(subscriber)
+    }
+
+    /// The lines at `level` that contain `words`.
+    pub fn lines(&self, level: &str, words: &str) -> Vec<String> {
+        let text =
+            String::from_utf8_lossy(&self.0.lock().unwrap_or_else(PoisonError::into_inner)).into_owned();
+        text.lines()
+            .filter(|l| l.contains(&format!(" {level} ")) && l.contains(words))
+            .map(str::to_owned)
+            .collect()
     }
 }
