@@ -85,7 +85,13 @@ fn refuse(out: &mut Desired, pod: &Pod, key: &str, reason: Reason, message: Stri
 }
 
 /// Adds the pods' addresses this speaker announces, and the refusals, to `out`.
-pub(super) fn add(pods: &[Arc<Pod>], records: &Records<'_>, subnets: &Subnets<'_>, scope: &Scope<'_>, out: &mut Desired) {
+pub(super) fn add(
+    pods: &[Arc<Pod>],
+    records: &Records<'_>,
+    subnets: &Subnets<'_>,
+    scope: &Scope<'_>,
+    out: &mut Desired,
+) {
     for pod in pods {
         if !pod_alive(pod) || pod.spec.as_ref().and_then(|s| s.host_network) == Some(true) {
             continue;
@@ -152,7 +158,8 @@ pub(super) fn add(pods: &[Arc<Pod>], records: &Records<'_>, subnets: &Subnets<'_
                     continue;
                 };
                 if !subnets.ready(subnet) {
-                    let message = format!("{ip}: its subnet {subnet} does not exist or is not Ready: not announced");
+                    let message =
+                        format!("{ip}: its subnet {subnet} does not exist or is not Ready: not announced");
                     refuse(out, pod, key, Reason::SubnetNotReady, message);
                 } else if !subnets.contains(subnet, ip) {
                     let message = format!("{ip} lies outside the CIDR of its subnet {subnet}: not announced");

@@ -34,7 +34,13 @@ struct Found<'a> {
 }
 
 /// Announces `value` for `origin` unless it is refused (then the refusal names `field`).
-fn offer(out: &mut Desired, object: &impl Resource<DynamicType = ()>, found: &Found<'_>, scope: &Scope<'_>, origin: &Origin) {
+fn offer(
+    out: &mut Desired,
+    object: &impl Resource<DynamicType = ()>,
+    found: &Found<'_>,
+    scope: &Scope<'_>,
+    origin: &Origin,
+) {
     // `None` and "" are headless Services; anything else the API server validated as an IP.
     let Ok(ip) = found.value.parse::<IpAddr>() else {
         return;
@@ -82,7 +88,10 @@ pub(super) fn add_services(services: &[Arc<Service>], scope: &Scope<'_>, out: &m
         let mut found = Vec::new();
         if scope.announce_cluster_ip {
             // `clusterIPs[0]` is `clusterIP`; older objects may have only the latter.
-            match spec.and_then(|s| s.cluster_ips.as_ref()).filter(|c| !c.is_empty()) {
+            match spec
+                .and_then(|s| s.cluster_ips.as_ref())
+                .filter(|c| !c.is_empty())
+            {
                 Some(ips) => found.extend(ips.iter().enumerate().map(|(i, v)| Found {
                     field: format!("spec.clusterIPs[{i}]"),
                     value: v,

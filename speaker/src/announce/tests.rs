@@ -28,7 +28,10 @@ pub(super) fn record(name: &str, pod: &str, ns: &str, subnet: &str, ips: &str) -
 pub(super) fn records_for(pods: &[Arc<Pod>]) -> Vec<Arc<Ip>> {
     let mut out = Vec::new();
     for pod in pods {
-        let (name, ns) = (pod.metadata.name.as_deref().unwrap(), pod.metadata.namespace.as_deref().unwrap());
+        let (name, ns) = (
+            pod.metadata.name.as_deref().unwrap(),
+            pod.metadata.namespace.as_deref().unwrap(),
+        );
         let ann = pod.metadata.annotations.clone().unwrap_or_default();
         for (key, ips) in &ann {
             let Some(provider) = key.strip_suffix(".kubernetes.io/ip_address") else {

@@ -185,8 +185,15 @@ fn every_non_unicast_address_is_dropped_alone() {
         &here(),
     );
     assert_eq!(prefixes(&d), ["10.16.0.5/32", "198.51.100.7/32"]);
-    let mut want: Vec<_> = bad.iter().map(|(n, ..)| pod_refusal(n, Reason::NotUnicast)).collect();
-    want.push(("Service ns/lb".into(), "status.loadBalancer.ingress[0].ip".into(), Reason::NotUnicast));
+    let mut want: Vec<_> = bad
+        .iter()
+        .map(|(n, ..)| pod_refusal(n, Reason::NotUnicast))
+        .collect();
+    want.push((
+        "Service ns/lb".into(),
+        "status.loadBalancer.ingress[0].ip".into(),
+        Reason::NotUnicast,
+    ));
     want.push(("Subnet mcast".into(), "spec.cidrBlock".into(), Reason::NotUnicast));
     want.sort();
     assert_eq!(refused(&d), want);
@@ -208,7 +215,13 @@ fn external_ips_are_announced_only_inside_the_operators_cidrs() {
         services: &services,
         ..Objects::default()
     };
-    let external = |i: usize, reason| ("Service ns/web".to_owned(), format!("spec.externalIPs[{i}]"), reason);
+    let external = |i: usize, reason| {
+        (
+            "Service ns/web".to_owned(),
+            format!("spec.externalIPs[{i}]"),
+            reason,
+        )
+    };
     // By default none: the LoadBalancer address (the platform's) still goes out.
     let d = desired(&objects, &here());
     assert_eq!(prefixes(&d), ["203.0.113.7/32"]);
@@ -241,10 +254,12 @@ fn external_ips_are_announced_only_inside_the_operators_cidrs() {
 
 #[test]
 fn a_multicast_eip_is_refused_alone() {
-    let gw = obj::<Pod>(json!({"metadata": {"name": "vpc-nat-gw-gw1-0", "namespace": "kube-system",
+    let gw = obj::<Pod>(
+        json!({"metadata": {"name": "vpc-nat-gw-gw1-0", "namespace": "kube-system",
             "labels": {"ovn.kubernetes.io/vpc-nat-gw": "true"},
             "annotations": {"ovn.kubernetes.io/vpc_nat_gw": "gw1"}},
-        "spec": {"nodeName": "n1", "containers": []}, "status": {"phase": "Running"}}));
+        "spec": {"nodeName": "n1", "containers": []}, "status": {"phase": "Running"}}),
+    );
     let eip = obj::<IptablesEIP>(json!({"apiVersion": "kubeovn.io/v1", "kind": "IptablesEIP",
         "metadata": {"name": "eip1", "annotations": {"ovn.kubernetes.io/bgp": "true"}},
         "spec": {"natGwDp": "gw1", "v4ip": "224.0.0.5", "v6ip": "2001:db8:5::5"},
@@ -260,6 +275,10 @@ fn a_multicast_eip_is_refused_alone() {
     assert_eq!(prefixes(&d), ["2001:db8:5::5/128"]);
     assert_eq!(
         refused(&d),
-        [("IptablesEIP eip1".to_owned(), "spec.v4ip".to_owned(), Reason::NotUnicast)]
+        [(
+            "IptablesEIP eip1".to_owned(),
+            "spec.v4ip".to_owned(),
+            Reason::NotUnicast
+        )]
     );
 }

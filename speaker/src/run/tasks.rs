@@ -1,7 +1,7 @@
 //! The run loop's long-lived tasks: routes (watches → every peer's Adj-RIB-Out, refusals →
 //! Warning events), BFD → BGP, and the metrics endpoint.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,6 +12,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube_ovn_api::crd::{Ip, IptablesEIP, Subnet};
 use kube_ovn_support::Watched;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use super::{PeerSet, Runtime};
 use crate::announce::{self, Refusal, Scope};
@@ -43,8 +44,8 @@ fn family(prefix: &ipnet::IpNet) -> Family {
 /// hands each peer the whole set; the Adj-RIB-Out sends only the difference. A burst of events
 /// is one pass: the tick receivers only say "changed since you last looked". Nothing is
 /// marked ready (so no End-of-RIB goes out) before every cache has its first list.
-/// `tables_handed` turns true after that first pass (`/readyz`). Each refusal is logged and
-/// published as a Warning event on its object once ([`Reported`]).
+/// `tables_handed` turns true after that first pass (`/readyz`). Each refusal that lasts is
+/// logged and published as a Warning event on its object once ([`Reported`]).
 pub async fn routes(
     config: Config,
     kube: kube::Client,
@@ -117,7 +118,7 @@ pub async fn routes(
                 tracing::warn!(peer = %peer.plan.config.address, error = %e, "set_ready failed");
             }
         }
-        reported.report(&desired.refusals).await;
+        let report_due = reported.report(&desired.refusals).await;
         if first {
             tracing::info!(
                 prefixes = desired.prefixes.len(),
@@ -134,18 +135,29 @@ pub async fn routes(
             _ = i.changed() => {}
             _ = peer_changes.changed() => {}
             () = tokio::time::sleep(config.flags.resync_period) => {}
+            () = tokio::time::sleep_until(report_due.unwrap_or_else(Instant::now)), if report_due.is_some() => {}
         }
     }
 }
 
-/// Refusals already reported: each is logged and published once while it lasts, not on every
-/// recomputation; one that goes away and comes back is reported again. Each speaker reports
-/// what it would have announced itself (a `local` pod's refusal only on its node), so a bad
-/// object makes at most one event per speaker and reason.
+/// How long a refusal must last before it is reported. The speaker sees a pod's annotations
+/// and its IP record through two watches, so an honest pod may be seen for a moment with its
+/// address but not yet its record (or in a subnet not yet Ready); only what outlasts that is
+/// a tenant's doing worth an event.
+const REPORT_AFTER: Duration = Duration::from_secs(5);
+
+type RefusalKey = (String, String, String, String, announce::Reason);
+
+/// Refusals seen and reported: each is logged and published once while it lasts (after
+/// [`REPORT_AFTER`]), not on every recomputation; one that goes away and comes back is
+/// reported again. Each speaker reports what it would have announced itself (a `local` pod's
+/// refusal only on its node), so a bad object makes at most one event per speaker and reason.
 struct Reported {
     recorder: Recorder,
     node: String,
-    seen: BTreeSet<(String, String, String, String, announce::Reason)>,
+    /// Every refusal of the last pass, with when it was first seen.
+    seen: BTreeMap<RefusalKey, Instant>,
+    published: BTreeSet<RefusalKey>,
 }
 
 impl Reported {
@@ -157,20 +169,38 @@ impl Reported {
         Reported {
             recorder: Recorder::new(kube, reporter),
             node: node.to_owned(),
-            seen: BTreeSet::new(),
+            seen: BTreeMap::new(),
+            published: BTreeSet::new(),
         }
     }
 
-    async fn report(&mut self, refusals: &[Refusal]) {
-        let mut now = BTreeSet::new();
+    /// Reports the refusals of this pass that lasted long enough; returns when the next one
+    /// still waiting will have.
+    async fn report(&mut self, refusals: &[Refusal]) -> Option<Instant> {
+        let now = Instant::now();
+        let mut seen = BTreeMap::new();
+        let mut next: Option<Instant> = None;
         for refusal in refusals {
             let key = refusal.key();
-            if !self.seen.contains(&key) && !now.contains(&key) {
-                self.publish(refusal).await;
+            if seen.contains_key(&key) {
+                continue;
             }
-            now.insert(key);
+            let first = self.seen.get(&key).copied().unwrap_or(now);
+            seen.insert(key.clone(), first);
+            if self.published.contains(&key) {
+                continue;
+            }
+            let due = first + REPORT_AFTER;
+            if now >= due {
+                self.publish(refusal).await;
+                self.published.insert(key);
+            } else {
+                next = Some(next.map_or(due, |n| n.min(due)));
+            }
         }
-        self.seen = now;
+        self.published.retain(|k| seen.contains_key(k));
+        self.seen = seen;
+        next
     }
 
     async fn publish(&self, refusal: &Refusal) {
