@@ -107,7 +107,7 @@ async fn the_speaker_needs_no_permission_its_roles_lack() -> Result<()> {
         kube_ovn_testkit::wait_until_async("the refusal's event", WAIT, || {
             let events: Api<Event> = Api::namespaced(admin.clone(), "default");
             async move {
-                let list = events.list(&Default::default()).await?;
+                let list = events.list(&kube::api::ListParams::default()).await?;
                 Ok(list
                     .items
                     .iter()

@@ -14,7 +14,7 @@ use common::{Lab, NODE_V4, TOR_V4};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
-use kube::api::PostParams;
+use kube::api::{ListParams, PostParams};
 use serde_json::json;
 
 const WAIT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -25,7 +25,7 @@ const IP_ADDRESS_FIELD: &str = r#"metadata.annotations["ovn.kubernetes.io/ip_add
 async fn warnings(kube: &kube::Client, name: &str) -> Result<Vec<(String, String)>> {
     let events: Api<Event> = Api::namespaced(kube.clone(), "default");
     Ok(events
-        .list(&Default::default())
+        .list(&ListParams::default())
         .await?
         .items
         .into_iter()

@@ -26,9 +26,12 @@ use kube_ovn_api::crd::Ip;
 use super::refusal::{Reason, Refusal, annotation_field, host_problem};
 use super::{Desired, Origin, Scope, Skipped, Subnets, host_route, name_of, pod_alive};
 
-/// The addresses each pod was given, from the IP records: `(namespace, pod)` → `(subnet, addresses)`.
+/// One IP record: its subnet and its addresses.
+type Record<'a> = (&'a str, Vec<IpAddr>);
+
+/// The addresses each pod was given, from the IP records: `(namespace, pod)` → its records.
 pub(super) struct Records<'a> {
-    by_pod: HashMap<(&'a str, &'a str), Vec<(&'a str, Vec<IpAddr>)>>,
+    by_pod: HashMap<(&'a str, &'a str), Vec<Record<'a>>>,
 }
 
 /// Whether an IP record is one the controller wrote or accepted: labelled `ip_reserved`

@@ -60,13 +60,11 @@ pub async fn routes(
         eips,
         ips,
     } = objects;
-    let (mut p, mut s, mut v, mut e, mut i) = (
-        pods.changes(),
-        subnets.changes(),
-        services.changes(),
-        eips.changes(),
-        ips.changes(),
-    );
+    let mut pod_changes = pods.changes();
+    let mut subnet_changes = subnets.changes();
+    let mut service_changes = services.changes();
+    let mut eip_changes = eips.changes();
+    let mut ip_changes = ips.changes();
     let mut reported = Reported::new(kube, &config.flags.node_name);
     let mut peer_changes = peers.changes();
     let wait = Duration::from_hours(1);
@@ -128,11 +126,11 @@ pub async fn routes(
             first = false;
         }
         tokio::select! {
-            _ = p.changed() => {}
-            _ = s.changed() => {}
-            _ = v.changed() => {}
-            _ = e.changed() => {}
-            _ = i.changed() => {}
+            _ = pod_changes.changed() => {}
+            _ = subnet_changes.changed() => {}
+            _ = service_changes.changed() => {}
+            _ = eip_changes.changed() => {}
+            _ = ip_changes.changed() => {}
             _ = peer_changes.changed() => {}
             () = tokio::time::sleep(config.flags.resync_period) => {}
             () = tokio::time::sleep_until(report_due.unwrap_or_else(Instant::now)), if report_due.is_some() => {}
