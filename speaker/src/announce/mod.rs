@@ -40,6 +40,7 @@
 pub mod gateway;
 pub mod pods;
 pub mod refusal;
+pub mod report;
 pub mod services;
 
 use std::collections::{BTreeMap, HashMap};

@@ -46,6 +46,9 @@ impl fmt::Display for Reason {
     }
 }
 
+/// A refusal's identity: object UID, namespace, name, field, reason.
+pub type RefusalKey = (String, String, String, String, Reason);
+
 /// One address (or prefix) not announced.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Refusal {
@@ -73,7 +76,7 @@ impl Refusal {
 
     /// What identifies this refusal for "report once": the object (by UID, so a recreated
     /// object is reported again), the field and the reason.
-    pub fn key(&self) -> (String, String, String, String, Reason) {
+    pub fn key(&self) -> RefusalKey {
         let o = &self.object;
         (
             o.uid.clone().unwrap_or_default(),

@@ -1,7 +1,6 @@
 //! The run loop's long-lived tasks: routes (watches → every peer's Adj-RIB-Out, refusals →
 //! Warning events), BFD → BGP, and the metrics endpoint.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,6 +14,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{PeerSet, Runtime};
+use crate::announce::refusal::RefusalKey;
+use crate::announce::report::ReportOnce;
 use crate::announce::{self, Refusal, Scope};
 use crate::bfd::BfdHandle;
 use crate::bgp::wire::Family;
@@ -138,24 +139,18 @@ pub async fn routes(
     }
 }
 
-/// How long a refusal must last before it is reported. The speaker sees a pod's annotations
-/// and its IP record through two watches, so an honest pod may be seen for a moment with its
-/// address but not yet its record (or in a subnet not yet Ready); only what outlasts that is
-/// a tenant's doing worth an event.
+/// How long a refusal must last before it is reported (see [`announce::report`]): the pod
+/// and IP watches may show an honest pod's address a moment before its record.
 const REPORT_AFTER: Duration = Duration::from_secs(5);
 
-type RefusalKey = (String, String, String, String, announce::Reason);
-
-/// Refusals seen and reported: each is logged and published once while it lasts (after
-/// [`REPORT_AFTER`]), not on every recomputation; one that goes away and comes back is
-/// reported again. Each speaker reports what it would have announced itself (a `local` pod's
-/// refusal only on its node), so a bad object makes at most one event per speaker and reason.
+/// Publishes refusals as Warning events (and log lines), each once after it lasted
+/// [`REPORT_AFTER`]. Each speaker reports what it would have announced itself (a `local` pod's
+/// refusal only on its node), so a bad object makes at most one event per speaker, field and
+/// reason.
 struct Reported {
     recorder: Recorder,
     node: String,
-    /// Every refusal of the last pass, with when it was first seen.
-    seen: BTreeMap<RefusalKey, Instant>,
-    published: BTreeSet<RefusalKey>,
+    once: ReportOnce<RefusalKey>,
 }
 
 impl Reported {
@@ -167,38 +162,18 @@ impl Reported {
         Reported {
             recorder: Recorder::new(kube, reporter),
             node: node.to_owned(),
-            seen: BTreeMap::new(),
-            published: BTreeSet::new(),
+            once: ReportOnce::new(REPORT_AFTER),
         }
     }
 
-    /// Reports the refusals of this pass that lasted long enough; returns when the next one
-    /// still waiting will have.
+    /// Reports this pass's refusals that are due; returns when the next waiting one will be.
     async fn report(&mut self, refusals: &[Refusal]) -> Option<Instant> {
-        let now = Instant::now();
-        let mut seen = BTreeMap::new();
-        let mut next: Option<Instant> = None;
-        for refusal in refusals {
-            let key = refusal.key();
-            if seen.contains_key(&key) {
-                continue;
-            }
-            let first = self.seen.get(&key).copied().unwrap_or(now);
-            seen.insert(key.clone(), first);
-            if self.published.contains(&key) {
-                continue;
-            }
-            let due = first + REPORT_AFTER;
-            if now >= due {
-                self.publish(refusal).await;
-                self.published.insert(key);
-            } else {
-                next = Some(next.map_or(due, |n| n.min(due)));
-            }
+        let keys: Vec<RefusalKey> = refusals.iter().map(Refusal::key).collect();
+        let due = self.once.pass(&keys, std::time::Instant::now());
+        for i in due.now {
+            self.publish(&refusals[i]).await;
         }
-        self.published.retain(|k| seen.contains_key(k));
-        self.seen = seen;
-        next
+        due.next.map(Instant::from_std)
     }
 
     async fn publish(&self, refusal: &Refusal) {
