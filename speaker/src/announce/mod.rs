@@ -2,7 +2,8 @@
 //! `ovn.kubernetes.io/bgp` annotation (reference §5.4), and only addresses that someone allowed
 //! to choose them chose. Pure: objects in, prefixes and refusals out; the caller feeds the
 //! prefixes to every peer's Adj-RIB-Out, which sends only the difference, and turns each
-//! refusal into a Warning event and a log line (once per object, field and reason).
+//! refusal that lasts into a Warning event and a log line, once per object, field and reason
+//! ([`report`]).
 //!
 //! - Subnets: `true`/`cluster` announce each CIDR of `spec.cidrBlock` from every speaker, once
 //!   the subnet is Ready; `local` announces no CIDR (only local pods, below).
