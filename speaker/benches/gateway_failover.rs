@@ -86,6 +86,8 @@ async fn main() -> Result<()> {
             "spec": {"nodeName": if i % 2 == 0 { "na" } else { "nb" }, "containers": [{"name": "c", "image": "x"}]}}),
         )?;
         api.create(&PostParams::default(), &pod).await?;
+        // The controller's record of the allocation: without it the speaker announces nothing.
+        lab.cluster.ip_record(&format!("p{i}"), "central", &ip).await?;
     }
     let mut ctl = lab.ctl()?;
     let routes = pods + 1;

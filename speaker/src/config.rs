@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
+use kube_ovn_api::external_ips::ExternalIpCidrs;
 
 #[derive(Debug, Clone, Parser)]
 #[command(
@@ -116,6 +117,12 @@ pub struct Flags {
     /// centralized-gateway subnets are announced only from their gateway nodes.
     #[arg(long, env = "CLUSTER_ROUTER", default_value = "ovn-cluster")]
     pub cluster_router: String,
+    /// CIDRs inside which a BGP-annotated Service's `spec.externalIPs` are announced,
+    /// comma-separated; empty (the default): none are. `externalIPs` is the Service author's to
+    /// write, so announcing it as written lets a tenant take any address (CVE-2020-8554's
+    /// kind); the same flag on the controller and the daemon.
+    #[arg(long, env = "SERVICE_EXTERNAL_IP_CIDRS", default_value = "")]
+    pub service_external_ip_cidrs: ExternalIpCidrs,
     /// Full recompute interval, the safety net behind the event-driven path.
     #[arg(long, env = "RESYNC_PERIOD", default_value = "300s", value_parser = kube_ovn_support::parse_duration)]
     pub resync_period: Duration,
@@ -302,6 +309,10 @@ mod tests {
         assert_eq!(c.flags.pprof_port, 10667);
         assert_eq!(c.flags.ebgp_multihop, 1);
         assert_eq!(c.flags.cluster_router, "ovn-cluster");
+        assert!(
+            c.flags.service_external_ip_cidrs.is_empty(),
+            "no external IP is announced unless the operator lists CIDRs"
+        );
         assert!(!c.flags.passivemode && !c.flags.graceful_restart);
         let c = flags(&[
             "--neighbor-address=10.0.0.1",
@@ -309,6 +320,7 @@ mod tests {
             "--graceful-restart",
             "--passivemode",
             "--pod-ip=10.1.0.6",
+            "--service-external-ip-cidrs=203.0.113.0/24,2001:db8:5::/64",
         ])
         .validate()
         .unwrap();
@@ -317,6 +329,18 @@ mod tests {
             c.router_id,
             Ipv4Addr::new(10, 1, 0, 6),
             "POD_IP when POD_IPS is empty"
+        );
+        assert!(
+            c.flags
+                .service_external_ip_cidrs
+                .allows("2001:db8:5::7".parse().unwrap())
+        );
+        let err = Flags::try_parse_from(["kube-ovn-speaker", "--service-external-ip-cidrs=8.8.8.8"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("--service-external-ip-cidrs") && err.contains("8.8.8.8"),
+            "{err}"
         );
     }
 

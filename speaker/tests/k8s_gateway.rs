@@ -40,6 +40,7 @@ async fn a_centralized_subnet_is_announced_from_its_active_gateway_and_follows_a
     Api::<Pod>::namespaced(lab.cluster.kube.clone(), "default")
         .create(&PostParams::default(), &pod)
         .await?;
+    lab.cluster.ip_record("web", "central", "10.30.0.5").await?;
 
     tokio::task::block_in_place(|| -> Result<()> {
         lab.wait_learned(CIDR, &["node_a"])?;

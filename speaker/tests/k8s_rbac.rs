@@ -1,8 +1,9 @@
 //! The speaker with the identity and the RBAC that `deploy/base/rbac.yaml` gives it: the API
 //! emulator authorizes with RBAC over HTTPS, the binary authenticates as the ServiceAccount
 //! `kube-system/kube-ovn-speaker` and does its work: a BgpPeer selecting its node with an MD5
-//! password from a Secret in kube-system, a session to BIRD, a subnet, a pod and a Service
-//! announced, the BgpPeer's status written. Any call its roles do not grant is a 403 the
+//! password from a Secret in kube-system, a session to BIRD, a subnet, a pod (with its IP
+//! record) and a Service announced, an external IP refused with a Warning event, the
+//! BgpPeer's status written. Any call its roles do not grant is a 403 the
 //! emulator records and the test fails naming it. Needs root and bird2; fails, never skips.
 
 mod common;
@@ -14,6 +15,7 @@ use common::k8s::{Cluster, speaker_via};
 use common::peers::{Bird, PeerSpec};
 use common::{Lab, NODE_V4, TOR_AS, TOR_V4};
 use k8s_openapi::api::core::v1::{Node, Secret, Service};
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::PostParams;
@@ -83,19 +85,36 @@ async fn the_speaker_needs_no_permission_its_roles_lack() -> Result<()> {
     cluster.pod("p1", "n1", "10.16.0.5", &[]).await?;
     let svc: Service = serde_json::from_value(json!({"metadata": {"name": "web", "namespace": "default",
             "annotations": {"ovn.kubernetes.io/bgp": "true"}},
-        "spec": {"clusterIP": "10.96.0.20", "externalIPs": ["203.0.113.7"], "ports": [{"port": 80}]}}))?;
+        "spec": {"clusterIP": "10.96.0.20", "externalIPs": ["203.0.113.7", "192.0.2.99"], "ports": [{"port": 80}]}}))?;
     Api::<Service>::namespaced(admin.clone(), "default")
         .create(&PostParams::default(), &svc)
         .await?;
 
     let dir = tempfile::tempdir()?;
-    let speaker = speaker_via(&cluster.kubeconfig_as(SPEAKER)?, &lab, dir.path(), &[])?;
+    // 192.0.2.99 lies outside the allowed CIDRs: refused, with a Warning event.
+    let speaker = speaker_via(
+        &cluster.kubeconfig_as(SPEAKER)?,
+        &lab,
+        dir.path(),
+        &["--service-external-ip-cidrs=203.0.113.0/24"],
+    )?;
     let work = async {
         bird.wait_established().with_context(|| speaker.log_tail(80))?;
         for prefix in ["10.16.0.0/16", "10.16.0.5/32", "203.0.113.7/32"] {
             wait_until(&format!("{prefix} at the ToR"), WAIT, || bird.has(prefix))
                 .with_context(|| speaker.log_tail(20))?;
         }
+        kube_ovn_testkit::wait_until_async("the refusal's event", WAIT, || {
+            let events: Api<Event> = Api::namespaced(admin.clone(), "default");
+            async move {
+                let list = events.list(&kube::api::ListParams::default()).await?;
+                Ok(list
+                    .items
+                    .iter()
+                    .any(|e| e.reason.as_deref() == Some("BgpExternalIPNotAllowed")))
+            }
+        })
+        .await?;
         kube_ovn_testkit::wait_until_async("the BgpPeer's status for n1", WAIT, || {
             let peers = peers.clone();
             async move {
@@ -147,6 +166,8 @@ async fn the_speaker_needs_no_permission_its_roles_lack() -> Result<()> {
         ("watch", "", "nodes"),
         ("watch", "kubeovn.io", "subnets"),
         ("watch", "kubeovn.io", "iptables-eips"),
+        ("watch", "kubeovn.io", "ips"),
+        ("create", "events.k8s.io", "events"),
         ("watch", "bgp.kube-ovn-rs.io", "bgppeers"),
     ] {
         let call = (call.0.to_owned(), call.1.to_owned(), call.2.to_owned());

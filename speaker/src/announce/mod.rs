@@ -1,18 +1,24 @@
 //! What this speaker announces, from the cluster's objects, with Kube-OVN's semantics for the
-//! `ovn.kubernetes.io/bgp` annotation (reference §5.4). Pure: objects in, prefixes out; the
-//! caller feeds the result to every peer's Adj-RIB-Out, which sends only the difference.
+//! `ovn.kubernetes.io/bgp` annotation (reference §5.4), and only addresses that someone allowed
+//! to choose them chose. Pure: objects in, prefixes and refusals out; the caller feeds the
+//! prefixes to every peer's Adj-RIB-Out, which sends only the difference, and turns each
+//! refusal that lasts into a Warning event and a log line, once per object, field and reason
+//! ([`report`]).
 //!
 //! - Subnets: `true`/`cluster` announce each CIDR of `spec.cidrBlock` from every speaker, once
 //!   the subnet is Ready; `local` announces no CIDR (only local pods, below).
-//! - Pods: every address in a `<provider>.kubernetes.io/ip_address` annotation (attachment
-//!   networks included), as /32 or /128, when the pod is alive. The pod's own `bgp` value wins
-//!   over its subnet's. `true`/`cluster` announce from every speaker; `local` only from the
-//!   speaker on the pod's node.
+//! - Pods: an address in a `<provider>.kubernetes.io/ip_address` annotation (attachment
+//!   networks included), as /32 or /128, when the pod is alive, only if an IP record the
+//!   controller wrote (`ips.kubeovn.io`) gives that address to that pod and the record's subnet
+//!   is Ready and contains it ([`pods`]): the pod's annotations are its author's to write and
+//!   prove nothing. The pod's own `bgp` value wins over its subnet's. `true`/`cluster` announce
+//!   from every speaker; `local` only from the speaker on the pod's node.
 //! - Centralized-gateway subnets of the default VPC: their CIDR and their pods' addresses only
 //!   from the speakers on the gateway nodes in `status.activateGateway`, whatever the policy
 //!   (see [`gateway`]).
 //! - Services with `bgp: "true"` (the literal, as Kube-OVN): ClusterIPs when
-//!   `--announce-cluster-ip` is set; LoadBalancer ingress IPs and `spec.externalIPs` always.
+//!   `--announce-cluster-ip` is set; LoadBalancer ingress IPs always; `spec.externalIPs` only
+//!   inside `--service-external-ip-cidrs` (empty by default: none) ([`services`]).
 //! - IptablesEIPs with `bgp: "true"` that are ready: `spec.v4ip`/`spec.v6ip`, from the speaker
 //!   on the node where a Running pod of the EIP's NAT gateway (`spec.natGwDp`) is: Kube-OVN's
 //!   `--node-route-eip-mode`, always on here. The gateway pod is found by its label
@@ -20,12 +26,23 @@
 //!   any namespace (Kube-OVN looks up `vpc-nat-gw-<gw>-0` in `--vpc-nat-gw-namespace`, which
 //!   misses Deployment-style gateways and gateways in other namespaces).
 //!
+//! Every address and prefix must be a routable unicast one (not multicast, broadcast,
+//! unspecified, loopback, link-local, ...): one that is not is refused alone ([`refusal`]), so it
+//! never makes the Adj-RIB-Out refuse the whole set. A refusal is only made by a speaker that
+//! would otherwise have announced the address (for a `local` pod, the one on its node).
+//!
 //! Deviations (documented): Kube-OVN skips every pod of a subnet that has no annotations at all,
 //! even a pod annotated itself; here the pod's annotation is honoured. A centralized-gateway
 //! subnet and its pods are announced only from its active gateway nodes ([`gateway`]), where
-//! Kube-OVN announces them from every speaker.
+//! Kube-OVN announces them from every speaker. Kube-OVN announces whatever a pod's `ip_address`
+//! annotation and a Service's `externalIPs` say; here a pod address needs the controller's IP
+//! record inside a Ready subnet, and external IPs the operator's CIDRs.
 
 pub mod gateway;
+pub mod pods;
+pub mod refusal;
+pub mod report;
+pub mod services;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
@@ -33,8 +50,12 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Pod, Service};
-use kube_ovn_api::annotations::{AnnotationError, BgpPolicy, BgpScope, IpPair, get, keys};
-use kube_ovn_api::crd::{ConditionStatus, IptablesEIP, Subnet};
+use kube::Resource;
+use kube_ovn_api::annotations::{AnnotationError, BgpPolicy, BgpScope, get, keys};
+use kube_ovn_api::crd::{ConditionStatus, Ip, IptablesEIP, Subnet};
+use kube_ovn_api::external_ips::ExternalIpCidrs;
+
+pub use refusal::{Reason, Refusal};
 
 /// Why a prefix is announced (for logs, metrics and the CRD status).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -58,6 +79,8 @@ pub struct Scope<'a> {
     pub announce_cluster_ip: bool,
     /// `--cluster-router`: the default VPC, where centralized gateways exist.
     pub cluster_router: &'a str,
+    /// `--service-external-ip-cidrs`: where a Service's `spec.externalIPs` may lie.
+    pub external_ip_cidrs: &'a ExternalIpCidrs,
 }
 
 /// The objects, as the caches hold them.
@@ -71,6 +94,8 @@ pub struct Objects<'a> {
     pub services: &'a [Arc<Service>],
     /// IptablesEIPs.
     pub eips: &'a [Arc<IptablesEIP>],
+    /// IP records (`ips.kubeovn.io`): what the controller allocated to which pod.
+    pub ips: &'a [Arc<Ip>],
 }
 
 /// A bad annotation found on the way; the object is skipped, the rest still announced.
@@ -82,13 +107,16 @@ pub struct Skipped {
     pub error: AnnotationError,
 }
 
-/// The desired prefixes, each with why.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+/// The desired prefixes, each with why, and what was refused.
+#[derive(Debug, Default, Clone, PartialEq)]
 pub struct Desired {
-    /// Prefix → its origin (the first found when two objects share a prefix).
+    /// Prefix → its origin (the first found when two objects share a prefix). Every one is a
+    /// routable unicast prefix ([`refusal::prefix_problem`]).
     pub prefixes: BTreeMap<IpNet, Origin>,
     /// Objects skipped for a bad annotation.
     pub skipped: Vec<Skipped>,
+    /// Addresses this speaker would have announced but refuses, each naming object and field.
+    pub refusals: Vec<Refusal>,
 }
 
 impl Desired {
@@ -134,181 +162,104 @@ fn subnet_ready(subnet: &Subnet) -> bool {
         })
 }
 
-/// Computes everything this speaker should announce.
-pub fn desired(objects: &Objects<'_>, scope: &Scope<'_>) -> Desired {
-    let mut out = Desired::default();
-    let mut subnet_policy: HashMap<&str, BgpPolicy> = HashMap::new();
-    // Whether this speaker is on the gateway of each centralized subnet (annotated or not: a
-    // pod's own annotation follows its subnet's gateway too).
-    let mut gateway_here: HashMap<&str, bool> = HashMap::new();
-    for subnet in objects.subnets {
-        let name = subnet.metadata.name.as_deref().unwrap_or_default();
-        if let Some(here) = gateway::placement(subnet, scope.cluster_router).gateway_here(scope.node_name) {
-            gateway_here.insert(name, here);
-        }
+/// What the speaker knows of each subnet, by name.
+pub(crate) struct Subnets<'a> {
+    by_name: HashMap<&'a str, SubnetView>,
+}
+
+struct SubnetView {
+    ready: bool,
+    cidrs: Vec<IpNet>,
+    policy: Option<BgpPolicy>,
+    /// Whether this speaker is on the gateway of a centralized subnet (annotated or not: a
+    /// pod's own annotation follows its subnet's gateway too); `None` for other subnets.
+    gateway_here: Option<bool>,
+}
+
+fn cidrs(subnet: &Subnet) -> impl Iterator<Item = (&str, Option<IpNet>)> {
+    let block = subnet.spec.cidr_block.as_deref().unwrap_or_default();
+    block
+        .split(',')
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .map(|c| (c, c.parse::<IpNet>().ok().map(|n| n.trunc())))
+}
+
+impl Subnets<'_> {
+    fn policy(&self, name: &str) -> Option<BgpPolicy> {
+        self.by_name.get(name).and_then(|s| s.policy)
     }
-    for subnet in objects.subnets {
+
+    fn gateway_here(&self, name: &str) -> Option<bool> {
+        self.by_name.get(name).and_then(|s| s.gateway_here)
+    }
+
+    fn ready(&self, name: &str) -> bool {
+        self.by_name.get(name).is_some_and(|s| s.ready)
+    }
+
+    fn contains(&self, name: &str, ip: IpAddr) -> bool {
+        self.by_name
+            .get(name)
+            .is_some_and(|s| s.cidrs.iter().any(|c| c.contains(&ip)))
+    }
+}
+
+/// Reads the subnets, and adds the CIDRs this speaker announces (and their refusals) to `out`.
+fn subnets<'a>(subnets: &'a [Arc<Subnet>], scope: &Scope<'_>, out: &mut Desired) -> Subnets<'a> {
+    let mut by_name = HashMap::new();
+    for subnet in subnets {
         let name = subnet.metadata.name.as_deref().unwrap_or_default();
         let policy = match get::<BgpPolicy>(subnet.metadata.annotations.as_ref(), keys::BGP) {
-            Ok(Some(p)) => p,
-            Ok(None) => continue,
+            Ok(p) => p,
             Err(error) => {
                 out.skipped.push(Skipped {
                     object: format!("Subnet {name}"),
                     error,
                 });
-                continue;
+                None
             }
         };
-        subnet_policy.insert(name, policy);
-        let placed_here = gateway_here.get(name).copied().unwrap_or(true);
-        if policy.scope() == BgpScope::Cluster && subnet_ready(subnet) && placed_here {
-            for cidr in subnet.spec.cidr_block.as_deref().unwrap_or_default().split(',') {
-                if let Ok(net) = cidr.trim().parse::<IpNet>() {
-                    out.add(net, Origin::Subnet(name.to_owned()));
+        let view = SubnetView {
+            ready: subnet_ready(subnet),
+            cidrs: cidrs(subnet).filter_map(|(_, net)| net).collect(),
+            policy,
+            gateway_here: gateway::placement(subnet, scope.cluster_router).gateway_here(scope.node_name),
+        };
+        let announced = view.policy.is_some_and(|p| p.scope() == BgpScope::Cluster)
+            && view.ready
+            && view.gateway_here.unwrap_or(true);
+        if announced {
+            for (text, net) in cidrs(subnet) {
+                let Some(net) = net else { continue };
+                match refusal::prefix_problem(net) {
+                    None => out.add(net, Origin::Subnet(name.to_owned())),
+                    Some(problem) => out.refusals.push(Refusal {
+                        object: subnet.object_ref(&()),
+                        field: "spec.cidrBlock".into(),
+                        reason: Reason::NotUnicast,
+                        message: format!("{text} is {problem}: not announced"),
+                    }),
                 }
             }
         }
+        by_name.insert(name, view);
     }
-    for pod in objects.pods {
-        if !pod_alive(pod) || pod.spec.as_ref().and_then(|s| s.host_network) == Some(true) {
-            continue;
-        }
-        let id = name_of(&pod.metadata);
-        let annotations = pod.metadata.annotations.as_ref();
-        let own = match get::<BgpPolicy>(annotations, keys::BGP) {
-            Ok(p) => p,
-            Err(error) => {
-                out.skipped.push(Skipped {
-                    object: format!("Pod {id}"),
-                    error,
-                });
-                continue;
-            }
-        };
-        let on_this_node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(scope.node_name);
-        for (key, _) in annotations.into_iter().flatten() {
-            let Some(provider) = key.strip_suffix(".kubernetes.io/ip_address") else {
-                continue;
-            };
-            let switch_key = format!("{provider}.kubernetes.io/logical_switch");
-            let subnet = annotations
-                .and_then(|a| a.get(&switch_key))
-                .map(String::as_str)
-                .unwrap_or_default();
-            let Some(policy) = own.or_else(|| subnet_policy.get(subnet).copied()) else {
-                continue;
-            };
-            let here = match gateway_here.get(subnet) {
-                Some(&on_gateway) => on_gateway,
-                None => policy.scope() == BgpScope::Cluster || on_this_node,
-            };
-            if !here {
-                continue;
-            }
-            match get::<IpPair>(annotations, key) {
-                Ok(Some(ips)) => ips
-                    .addrs()
-                    .for_each(|ip| out.add(host_route(ip), Origin::Pod(id.clone()))),
-                Ok(None) => {}
-                Err(error) => out.skipped.push(Skipped {
-                    object: format!("Pod {id}"),
-                    error,
-                }),
-            }
-        }
-    }
-    for service in objects.services {
-        let annotated = service
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(keys::BGP))
-            .is_some_and(|v| v == "true");
-        if !annotated {
-            continue;
-        }
-        let id = name_of(&service.metadata);
-        let spec = service.spec.as_ref();
-        let mut addresses: Vec<&str> = Vec::new();
-        if scope.announce_cluster_ip {
-            addresses.extend(
-                spec.and_then(|s| s.cluster_ips.as_ref())
-                    .into_iter()
-                    .flatten()
-                    .map(String::as_str),
-            );
-            addresses.extend(spec.and_then(|s| s.cluster_ip.as_deref()));
-        }
-        addresses.extend(
-            spec.and_then(|s| s.external_ips.as_ref())
-                .into_iter()
-                .flatten()
-                .map(String::as_str),
-        );
-        let ingress = service
-            .status
-            .as_ref()
-            .and_then(|s| s.load_balancer.as_ref())
-            .and_then(|l| l.ingress.as_ref());
-        addresses.extend(ingress.into_iter().flatten().filter_map(|i| i.ip.as_deref()));
-        for address in addresses {
-            // `None` and "" are headless Services.
-            if let Ok(ip) = address.parse::<IpAddr>() {
-                out.add(host_route(ip), Origin::Service(id.clone()));
-            }
-        }
-    }
-    for eip in objects.eips {
-        let annotated = eip
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(keys::BGP))
-            .is_some_and(|v| v == "true");
-        let ready = eip.status.as_ref().and_then(|s| s.ready) == Some(true);
-        let gateway = eip.spec.nat_gw_dp.as_deref().unwrap_or_default();
-        if !annotated || !ready || !nat_gateway_here(objects.pods, gateway, scope.node_name) {
-            continue;
-        }
-        let name = eip.metadata.name.clone().unwrap_or_default();
-        for ip in [&eip.spec.v4ip, &eip.spec.v6ip].into_iter().flatten() {
-            if let Ok(ip) = ip.parse::<IpAddr>() {
-                out.add(host_route(ip), Origin::Eip(name.clone()));
-            }
-        }
-    }
-    out
+    Subnets { by_name }
 }
 
-/// Whether a pod of the NAT gateway `gateway` runs on this node. Kube-OVN's gateway pods (the
-/// StatefulSet `vpc-nat-gw-<gw>`, or a Deployment when it has several replicas) carry the label
-/// `ovn.kubernetes.io/vpc-nat-gw=true` and the annotation `ovn.kubernetes.io/vpc_nat_gw=<gw>`.
-/// Their `app=<prefix>-<gw>` label depends on a configurable prefix, so it is not used; the
-/// `vpc-nat-gw-name` label is on the IptablesEIP and its rules, not on the pod. As in
-/// Kube-OVN's node-route EIP mode, only a Running pod counts: the EIP is configured inside it.
-fn nat_gateway_here(pods: &[Arc<Pod>], gateway: &str, node: &str) -> bool {
-    !gateway.is_empty()
-        && pods.iter().any(|p| {
-            let labelled = p
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(keys::VPC_NAT_GW_LABEL))
-                .is_some_and(|v| v == "true");
-            let of_gateway = p
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(keys::VPC_NAT_GW))
-                .is_some_and(|g| g == gateway);
-            let running = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
-            labelled
-                && of_gateway
-                && running
-                && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
-        })
+/// Computes everything this speaker should announce, and what it refuses.
+pub fn desired(objects: &Objects<'_>, scope: &Scope<'_>) -> Desired {
+    let mut out = Desired::default();
+    let subnets = subnets(objects.subnets, scope, &mut out);
+    let records = pods::Records::new(objects.ips);
+    pods::add(objects.pods, &records, &subnets, scope, &mut out);
+    services::add_services(objects.services, scope, &mut out);
+    services::add_eips(objects.eips, objects.pods, scope, &mut out);
+    out
 }
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_trust;

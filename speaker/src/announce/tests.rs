@@ -1,14 +1,51 @@
-//! Unit tests of [`super::desired`]: objects as Kube-OVN writes them, prefixes out.
+//! Unit tests of [`super::desired`]: objects as Kube-OVN writes them, prefixes out. Pods come
+//! with the IP records the controller writes for them ([`records_for`]); what happens without
+//! them, and every other refusal, is in `tests_trust.rs`.
+
+use std::sync::LazyLock;
 
 use serde_json::{Value, json};
 
 use super::*;
 
-fn obj<T: serde::de::DeserializeOwned>(v: Value) -> Arc<T> {
+pub(super) fn obj<T: serde::de::DeserializeOwned>(v: Value) -> Arc<T> {
     Arc::new(serde_json::from_value(v).unwrap())
 }
 
-fn subnet(name: &str, cidr: &str, bgp: Option<&str>, ready: bool) -> Arc<Subnet> {
+/// The IP record the controller writes for one NIC of a pod (`ip_record.rs`): named like the
+/// port, labelled `ip_reserved=false`.
+pub(super) fn record(name: &str, pod: &str, ns: &str, subnet: &str, ips: &str) -> Arc<Ip> {
+    let v4 = ips.split(',').find(|a| a.contains('.')).unwrap_or_default();
+    let v6 = ips.split(',').find(|a| a.contains(':')).unwrap_or_default();
+    obj(json!({"apiVersion": "kubeovn.io/v1", "kind": "IP",
+        "metadata": {"name": name, "labels": {"ovn.kubernetes.io/subnet": subnet,
+            "ovn.kubernetes.io/ip_reserved": "false", subnet: ""}},
+        "spec": {"podName": pod, "namespace": ns, "subnet": subnet, "ipAddress": ips,
+            "v4IpAddress": v4, "v6IpAddress": v6, "macAddress": "00:00:00:12:34:56"}}))
+}
+
+/// The records the controller would have written for these pods' annotations.
+pub(super) fn records_for(pods: &[Arc<Pod>]) -> Vec<Arc<Ip>> {
+    let mut out = Vec::new();
+    for pod in pods {
+        let (name, ns) = (
+            pod.metadata.name.as_deref().unwrap(),
+            pod.metadata.namespace.as_deref().unwrap(),
+        );
+        let ann = pod.metadata.annotations.clone().unwrap_or_default();
+        for (key, ips) in &ann {
+            let Some(provider) = key.strip_suffix(".kubernetes.io/ip_address") else {
+                continue;
+            };
+            let subnet = &ann[&format!("{provider}.kubernetes.io/logical_switch")];
+            let port = kube_ovn_api::names::pod_port_name(name, ns, provider);
+            out.push(record(&port, name, ns, subnet, ips));
+        }
+    }
+    out
+}
+
+pub(super) fn subnet(name: &str, cidr: &str, bgp: Option<&str>, ready: bool) -> Arc<Subnet> {
     let ann = bgp
         .map(|b| json!({"ovn.kubernetes.io/bgp": b}))
         .unwrap_or(json!({}));
@@ -19,7 +56,7 @@ fn subnet(name: &str, cidr: &str, bgp: Option<&str>, ready: bool) -> Arc<Subnet>
         "status": {"conditions": [{"type": "Ready", "status": status}]}}))
 }
 
-fn pod(name: &str, node: &str, ann: &Value, phase: &str) -> Arc<Pod> {
+pub(super) fn pod(name: &str, node: &str, ann: &Value, phase: &str) -> Arc<Pod> {
     obj(
         json!({"metadata": {"name": name, "namespace": "ns", "annotations": ann},
         "spec": {"nodeName": node, "containers": [], "restartPolicy": "Never"},
@@ -27,19 +64,26 @@ fn pod(name: &str, node: &str, ann: &Value, phase: &str) -> Arc<Pod> {
     )
 }
 
-fn allocated(ip: &str, subnet: &str) -> Value {
+pub(super) fn allocated(ip: &str, subnet: &str) -> Value {
     json!({"ovn.kubernetes.io/ip_address": ip, "ovn.kubernetes.io/logical_switch": subnet})
 }
 
-fn prefixes(d: &Desired) -> Vec<String> {
+pub(super) fn prefixes(d: &Desired) -> Vec<String> {
     d.prefixes.keys().map(ToString::to_string).collect()
 }
 
-const HERE: Scope<'static> = Scope {
-    node_name: "n1",
-    announce_cluster_ip: false,
-    cluster_router: "ovn-cluster",
-};
+/// `--service-external-ip-cidrs` as by default: empty.
+static NO_EXTERNAL_IPS: LazyLock<ExternalIpCidrs> = LazyLock::new(ExternalIpCidrs::default);
+
+/// The speaker on n1 with the default flags.
+pub(super) fn here() -> Scope<'static> {
+    Scope {
+        node_name: "n1",
+        announce_cluster_ip: false,
+        cluster_router: "ovn-cluster",
+        external_ip_cidrs: &NO_EXTERNAL_IPS,
+    }
+}
 
 #[test]
 fn cluster_subnets_announce_cidr_and_pods_from_every_speaker() {
@@ -52,9 +96,10 @@ fn cluster_subnets_announce_cidr_and_pods_from_every_speaker() {
         &Objects {
             pods: &pods,
             subnets: &subnets,
+            ips: &records_for(&pods),
             ..Objects::default()
         },
-        &HERE,
+        &here(),
     );
     assert_eq!(
         prefixes(&d),
@@ -83,9 +128,10 @@ fn local_announces_only_pods_on_this_node_and_no_cidr() {
         &Objects {
             pods: &pods,
             subnets: &subnets,
+            ips: &records_for(&pods),
             ..Objects::default()
         },
-        &HERE,
+        &here(),
     );
     assert_eq!(prefixes(&d), ["10.16.0.5/32"]);
 }
@@ -109,9 +155,10 @@ fn the_pods_own_policy_wins_and_works_without_a_subnet_policy() {
         &Objects {
             pods: &pods,
             subnets: &subnets,
+            ips: &records_for(&pods),
             ..Objects::default()
         },
-        &HERE,
+        &here(),
     );
     assert_eq!(prefixes(&d), ["10.16.0.6/32", "10.17.0.9/32"]);
 }
@@ -131,15 +178,17 @@ fn dead_pods_unready_subnets_and_bad_values_are_not_announced() {
         &Objects {
             pods: &pods,
             subnets: &subnets,
+            ips: &records_for(&pods),
             ..Objects::default()
         },
-        &HERE,
+        &here(),
     );
-    assert_eq!(
-        prefixes(&d),
-        ["10.16.0.8/32"],
-        "an unready subnet's CIDR waits; its running pods go out"
+    assert!(
+        prefixes(&d).is_empty(),
+        "an unready subnet's CIDR and pods wait: {d:?}"
     );
+    let refused: Vec<_> = d.refusals.iter().map(|r| (r.object_name(), r.reason)).collect();
+    assert_eq!(refused, [("Pod ns/run".to_owned(), Reason::SubnetNotReady)]);
     assert_eq!(d.skipped.len(), 1);
     assert_eq!(d.skipped[0].object, "Subnet bad");
     assert_eq!(d.skipped[0].error.key, keys::BGP);
@@ -154,9 +203,10 @@ fn attachment_networks_are_announced_under_their_provider() {
         &Objects {
             pods: &pods,
             subnets: &subnets,
+            ips: &records_for(&pods),
             ..Objects::default()
         },
-        &HERE,
+        &here(),
     );
     assert_eq!(prefixes(&d), ["172.20.0.0/24", "172.20.0.4/32"]);
 }
@@ -175,13 +225,18 @@ fn services_need_the_literal_true_and_cluster_ips_need_the_flag() {
         services: &services,
         ..Objects::default()
     };
+    let allowed: ExternalIpCidrs = "192.0.2.0/24".parse().unwrap();
+    let scope = Scope {
+        external_ip_cidrs: &allowed,
+        ..here()
+    };
     assert_eq!(
-        prefixes(&desired(&objects, &HERE)),
+        prefixes(&desired(&objects, &scope)),
         ["192.0.2.10/32", "198.51.100.7/32"]
     );
     let with_flag = Scope {
         announce_cluster_ip: true,
-        ..HERE
+        ..scope
     };
     assert_eq!(
         prefixes(&desired(&objects, &with_flag)),
@@ -230,7 +285,7 @@ fn eip_prefixes(pods: &[Arc<Pod>], eips: &[Arc<IptablesEIP>]) -> Vec<String> {
             eips,
             ..Objects::default()
         },
-        &HERE,
+        &here(),
     ))
 }
 
@@ -278,7 +333,7 @@ fn centralized(name: &str, cidr: &str, bgp: Option<&str>, active: &str) -> Arc<S
 fn on(node: &'static str) -> Scope<'static> {
     Scope {
         node_name: node,
-        ..HERE
+        ..here()
     }
 }
 
@@ -287,6 +342,7 @@ fn desired_on(subnets: &[Arc<Subnet>], pods: &[Arc<Pod>], node: &'static str) ->
         &Objects {
             pods,
             subnets,
+            ips: &records_for(pods),
             ..Objects::default()
         },
         &on(node),

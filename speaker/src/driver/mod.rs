@@ -302,13 +302,18 @@ impl PeerHandle {
     }
 
     /// Makes the peer's routes exactly `routes` (a full reconcile); only differences are sent.
+    /// A prefix that cannot be announced (multicast, broadcast) is left out alone and named in
+    /// the error; the rest of the set is handed over all the same, so one bad prefix cannot
+    /// stop every later change.
     pub fn replace_all(
         &self,
         routes: impl IntoIterator<Item = (IpNet, RouteAttributes)>,
     ) -> Result<(), DriverError> {
-        let routes: Vec<_> = routes.into_iter().collect();
-        self.check(&routes)?;
-        self.send(Command::ReplaceAll(routes))
+        let (routes, refused): (Vec<_>, Vec<_>) = routes
+            .into_iter()
+            .partition(|(prefix, _)| check_unicast(prefix).is_ok());
+        self.send(Command::ReplaceAll(routes))?;
+        self.check(&refused)
     }
 
     /// The caller's routes are complete: the table and End-of-RIB may go (RFC 4724 §4.1).

@@ -207,7 +207,7 @@ impl PeerTask {
             Command::Withdraw(prefixes) => prefixes.into_iter().for_each(|p| self.rib.withdraw(p)),
             Command::ReplaceAll(routes) => {
                 if let Err(error) = self.rib.replace_all(routes) {
-                    warn!(%error, "replace_all refused whole: a prefix cannot be announced");
+                    warn!(%error, "replace_all: a prefix cannot be announced; the rest applied");
                 }
             }
             Command::SetReady => {

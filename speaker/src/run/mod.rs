@@ -1,10 +1,11 @@
 //! The speaker as a daemon: Kubernetes watches in, BGP out, event-driven.
 //!
 //! ```text
-//!  Pods, Subnets, Services, IptablesEIPs ──watch──▶ Watched<_> ──tick──┐
-//!                                                                        ▼
+//!  Pods, Subnets, Services, IptablesEIPs, IPs ──watch──▶ Watched<_> ──tick──┐
+//!                                                                             ▼
 //!                                      routes task: announce::desired ─▶ PeerHandle::replace_all
 //!                                      (first pass after every cache synced ─▶ set_ready: GR EoR)
+//!                                      refusals ─▶ Warning events (once each) and the log
 //!  kernel (route get toward each peer) ─▶ next-hop task (2 s) ─▶ PeerHandle::set_local_addresses
 //!  BFD session per peer ─watch─▶ bfd task ─▶ PeerHandle::bfd_down / bfd_up
 //!  state file heartbeat (graceful restart: "did we restart within the restart time?")
@@ -28,7 +29,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::Api;
-use kube_ovn_api::crd::{IptablesEIP, Subnet};
+use kube_ovn_api::crd::{Ip, IptablesEIP, Subnet};
 use kube_ovn_dataplane::{Netlink, Netns};
 use kube_ovn_support::{AbortOnDrop, Watched};
 use tokio::runtime::Handle;
@@ -292,6 +293,7 @@ pub async fn run(
         subnets: Watched::<Subnet>::start(Api::all(kube.clone()), None, None),
         services: Watched::<Service>::start(Api::all(kube.clone()), None, None),
         eips: Watched::<IptablesEIP>::start(Api::all(kube.clone()), None, None),
+        ips: Watched::<Ip>::start(Api::all(kube.clone()), None, None),
     };
     let bgp_peers: Watched<BgpPeer> = Watched::start(Api::all(kube.clone()), None, None);
     let nodes: Watched<Node> = Watched::start(
@@ -310,6 +312,7 @@ pub async fn run(
     let tables_handed = Arc::new(std::sync::atomic::AtomicBool::new(false));
     tasks.spawn(tasks::routes(
         config.clone(),
+        kube.clone(),
         peers.clone(),
         watched,
         tables_handed.clone(),

@@ -1,5 +1,5 @@
-//! The run loop's long-lived tasks: routes (watches → every peer's Adj-RIB-Out), BFD → BGP,
-//! and the metrics endpoint.
+//! The run loop's long-lived tasks: routes (watches → every peer's Adj-RIB-Out, refusals →
+//! Warning events), BFD → BGP, and the metrics endpoint.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -7,12 +7,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, Service};
-use kube_ovn_api::crd::{IptablesEIP, Subnet};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube_ovn_api::crd::{Ip, IptablesEIP, Subnet};
 use kube_ovn_support::Watched;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use super::{PeerSet, Runtime};
-use crate::announce::{self, Scope};
+use crate::announce::refusal::RefusalKey;
+use crate::announce::report::ReportOnce;
+use crate::announce::{self, Refusal, Scope};
 use crate::bfd::BfdHandle;
 use crate::bgp::wire::Family;
 use crate::config::Config;
@@ -25,6 +29,8 @@ pub struct Objects {
     pub subnets: Watched<Subnet>,
     pub services: Watched<Service>,
     pub eips: Watched<IptablesEIP>,
+    /// IP records: what the controller allocated to which pod.
+    pub ips: Watched<Ip>,
 }
 
 fn family(prefix: &ipnet::IpNet) -> Family {
@@ -39,20 +45,28 @@ fn family(prefix: &ipnet::IpNet) -> Family {
 /// hands each peer the whole set; the Adj-RIB-Out sends only the difference. A burst of events
 /// is one pass: the tick receivers only say "changed since you last looked". Nothing is
 /// marked ready (so no End-of-RIB goes out) before every cache has its first list.
-/// `tables_handed` turns true after that first pass (`/readyz`).
-pub async fn routes(config: Config, peers: Arc<PeerSet>, objects: Objects, tables_handed: Arc<AtomicBool>) {
+/// `tables_handed` turns true after that first pass (`/readyz`). Each refusal that lasts is
+/// logged and published as a Warning event on its object once ([`Reported`]).
+pub async fn routes(
+    config: Config,
+    kube: kube::Client,
+    peers: Arc<PeerSet>,
+    objects: Objects,
+    tables_handed: Arc<AtomicBool>,
+) {
     let Objects {
         pods,
         subnets,
         services,
         eips,
+        ips,
     } = objects;
-    let (mut p, mut s, mut v, mut e) = (
-        pods.changes(),
-        subnets.changes(),
-        services.changes(),
-        eips.changes(),
-    );
+    let mut pod_changes = pods.changes();
+    let mut subnet_changes = subnets.changes();
+    let mut service_changes = services.changes();
+    let mut eip_changes = eips.changes();
+    let mut ip_changes = ips.changes();
+    let mut reported = Reported::new(kube, &config.flags.node_name);
     let mut peer_changes = peers.changes();
     let wait = Duration::from_hours(1);
     for (synced, what) in [
@@ -60,6 +74,7 @@ pub async fn routes(config: Config, peers: Arc<PeerSet>, objects: Objects, table
         (subnets.synced(wait).await, "subnets"),
         (services.synced(wait).await, "services"),
         (eips.synced(wait).await, "iptables-eips"),
+        (ips.synced(wait).await, "ips"),
     ] {
         if !synced {
             tracing::warn!(what, "cache not filled within an hour; announcing what is there");
@@ -67,18 +82,20 @@ pub async fn routes(config: Config, peers: Arc<PeerSet>, objects: Objects, table
     }
     let mut first = true;
     loop {
-        let (pods_now, subnets_now, services_now, eips_now) =
-            (pods.all(), subnets.all(), services.all(), eips.all());
+        let (pods_now, subnets_now, services_now, eips_now, ips_now) =
+            (pods.all(), subnets.all(), services.all(), eips.all(), ips.all());
         let objects = announce::Objects {
             pods: &pods_now,
             subnets: &subnets_now,
             services: &services_now,
             eips: &eips_now,
+            ips: &ips_now,
         };
         let scope = Scope {
             node_name: &config.flags.node_name,
             announce_cluster_ip: config.flags.announce_cluster_ip,
             cluster_router: &config.flags.cluster_router,
+            external_ip_cidrs: &config.flags.service_external_ip_cidrs,
         };
         let desired = announce::desired(&objects, &scope);
         for skipped in &desired.skipped {
@@ -100,6 +117,7 @@ pub async fn routes(config: Config, peers: Arc<PeerSet>, objects: Objects, table
                 tracing::warn!(peer = %peer.plan.config.address, error = %e, "set_ready failed");
             }
         }
+        let report_due = reported.report(&desired.refusals).await;
         if first {
             tracing::info!(
                 prefixes = desired.prefixes.len(),
@@ -109,12 +127,70 @@ pub async fn routes(config: Config, peers: Arc<PeerSet>, objects: Objects, table
             first = false;
         }
         tokio::select! {
-            _ = p.changed() => {}
-            _ = s.changed() => {}
-            _ = v.changed() => {}
-            _ = e.changed() => {}
+            _ = pod_changes.changed() => {}
+            _ = subnet_changes.changed() => {}
+            _ = service_changes.changed() => {}
+            _ = eip_changes.changed() => {}
+            _ = ip_changes.changed() => {}
             _ = peer_changes.changed() => {}
             () = tokio::time::sleep(config.flags.resync_period) => {}
+            () = tokio::time::sleep_until(report_due.unwrap_or_else(Instant::now)), if report_due.is_some() => {}
+        }
+    }
+}
+
+/// How long a refusal must last before it is reported (see [`announce::report`]): the pod
+/// and IP watches may show an honest pod's address a moment before its record.
+const REPORT_AFTER: Duration = Duration::from_secs(5);
+
+/// Publishes refusals as Warning events (and log lines), each once after it lasted
+/// [`REPORT_AFTER`]. Each speaker reports what it would have announced itself (a `local` pod's
+/// refusal only on its node), so a bad object makes at most one event per speaker, field and
+/// reason.
+struct Reported {
+    recorder: Recorder,
+    node: String,
+    once: ReportOnce<RefusalKey>,
+}
+
+impl Reported {
+    fn new(kube: kube::Client, node: &str) -> Self {
+        let reporter = Reporter {
+            controller: "kube-ovn-speaker".into(),
+            instance: Some(node.to_owned()),
+        };
+        Reported {
+            recorder: Recorder::new(kube, reporter),
+            node: node.to_owned(),
+            once: ReportOnce::new(REPORT_AFTER),
+        }
+    }
+
+    /// Reports this pass's refusals that are due; returns when the next waiting one will be.
+    async fn report(&mut self, refusals: &[Refusal]) -> Option<Instant> {
+        let keys: Vec<RefusalKey> = refusals.iter().map(Refusal::key).collect();
+        let due = self.once.pass(&keys, std::time::Instant::now());
+        for i in due.now {
+            self.publish(&refusals[i]).await;
+        }
+        due.next.map(Instant::from_std)
+    }
+
+    async fn publish(&self, refusal: &Refusal) {
+        let object = refusal.object_name();
+        tracing::warn!(%object, field = %refusal.field, reason = %refusal.reason, message = %refusal.message, "not announced");
+        let event = Event {
+            type_: EventType::Warning,
+            reason: refusal.reason.as_str().into(),
+            note: Some(format!(
+                "speaker on {}: {}: {}",
+                self.node, refusal.field, refusal.message
+            )),
+            action: "Announce".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &refusal.object).await {
+            tracing::debug!(%object, error = %e, "cannot publish event");
         }
     }
 }

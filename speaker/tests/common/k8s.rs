@@ -120,7 +120,41 @@ impl Cluster {
         Ok(())
     }
 
+    /// A pod in `default` as the controller leaves it: annotated with its address in subnet s1,
+    /// and the IP record the controller writes for it.
     pub async fn pod(&self, name: &str, node: &str, ip: &str, extra: &[(&str, &str)]) -> Result<()> {
+        self.annotated_pod(name, node, ip, extra).await?;
+        self.ip_record(name, "s1", ip).await
+    }
+
+    /// The IP record the controller writes for pod `default/<pod>` (`ip_record.rs`): named
+    /// like its port, labelled `ovn.kubernetes.io/ip_reserved=false`.
+    pub async fn ip_record(&self, pod: &str, subnet: &str, ip: &str) -> Result<()> {
+        let (v4, v6) = if ip.contains(':') { ("", ip) } else { (ip, "") };
+        let record: kube_ovn_api::crd::Ip = serde_json::from_value(json!({
+            "apiVersion": "kubeovn.io/v1", "kind": "IP",
+            "metadata": {"name": format!("{pod}.default"), "labels": {
+                "ovn.kubernetes.io/subnet": subnet, "ovn.kubernetes.io/node-name": "n1",
+                subnet: "", "ovn.kubernetes.io/ip_reserved": "false"}},
+            "spec": {"podName": pod, "namespace": "default", "subnet": subnet, "nodeName": "n1",
+                "ipAddress": ip, "v4IpAddress": v4, "v6IpAddress": v6,
+                "macAddress": "00:00:00:12:34:56", "podType": "",
+                "attachIps": [], "attachMacs": [], "attachSubnets": []}}))?;
+        Api::<kube_ovn_api::crd::Ip>::all(self.kube.clone())
+            .create(&PostParams::default(), &record)
+            .await?;
+        Ok(())
+    }
+
+    /// A pod in `default` with the annotations the controller would write, but no IP record:
+    /// what the pod's author can write alone.
+    pub async fn annotated_pod(
+        &self,
+        name: &str,
+        node: &str,
+        ip: &str,
+        extra: &[(&str, &str)],
+    ) -> Result<()> {
         let mut ann = json!({"ovn.kubernetes.io/ip_address": ip, "ovn.kubernetes.io/logical_switch": "s1",
             "ovn.kubernetes.io/allocated": "true"});
         for (k, v) in extra {

@@ -214,19 +214,21 @@ impl AdjRibOut {
     }
 
     /// Makes the desired set exactly `routes` (a periodic full reconcile); only differences
-    /// become UPDATEs. A prefix that cannot be announced fails the call before anything changes.
+    /// become UPDATEs. A prefix that cannot be announced is left out alone (the rest of the set
+    /// still applies, so one bad prefix cannot freeze the table) and named in the error.
     pub fn replace_all(
         &mut self,
         routes: impl IntoIterator<Item = (IpNet, RouteAttributes)>,
     ) -> Result<(), RibOutError> {
-        let routes: Vec<(IpNet, RouteAttributes)> = routes.into_iter().collect();
-        for (prefix, _) in &routes {
-            check_unicast(prefix)?;
-        }
-        let mut keep = HashSet::with_capacity(routes.len());
+        let mut keep = HashSet::new();
+        let mut refused = None;
         for (prefix, attributes) in routes {
-            self.announce(prefix, attributes)?;
-            keep.insert(prefix.trunc());
+            match self.announce(prefix, attributes) {
+                Ok(()) => {
+                    keep.insert(prefix.trunc());
+                }
+                Err(e) => refused = refused.or(Some(e)),
+            }
         }
         let gone: Vec<IpNet> = self
             .desired
@@ -237,7 +239,7 @@ impl AdjRibOut {
         for prefix in gone {
             self.withdraw(prefix);
         }
-        Ok(())
+        refused.map_or(Ok(()), Err)
     }
 
     /// Our source addresses toward the peer. Routes using [`NextHop::LocalAddress`] of a family

@@ -323,3 +323,26 @@ fn multicast_prefixes_are_refused() {
     }
     assert!(rib.announce(p("0.0.0.0/0"), RouteAttributes::default()).is_ok());
 }
+
+#[test]
+fn replace_all_leaves_a_multicast_prefix_out_alone() {
+    let mut rib = rib(true);
+    let attrs = RouteAttributes::default;
+    rib.replace_all([(p("10.0.0.1/32"), attrs())]).unwrap();
+    take(&mut rib);
+    // One multicast prefix among the set: refused and named, while the new route goes out
+    // and the dropped one is withdrawn.
+    assert_eq!(
+        rib.replace_all([(p("239.1.1.1/32"), attrs()), (p("10.0.0.2/32"), attrs())]),
+        Err(RibOutError::NotUnicast {
+            prefix: p("239.1.1.1/32")
+        })
+    );
+    let updates = take(&mut rib);
+    assert_eq!(updates.len(), 2, "{updates:?}");
+    assert_eq!(
+        updates[0].withdrawn,
+        vec!["10.0.0.1/32".parse::<Ipv4Net>().unwrap()]
+    );
+    assert_eq!(updates[1].nlri, vec!["10.0.0.2/32".parse::<Ipv4Net>().unwrap()]);
+}
