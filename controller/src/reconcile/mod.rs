@@ -49,6 +49,7 @@ pub mod subnet_gateway;
 pub mod subnet_nat_policy;
 pub mod subnet_spec;
 pub mod subnet_status;
+pub mod tenancy;
 pub mod triggers;
 pub mod vpc;
 pub mod vpc_spec;
