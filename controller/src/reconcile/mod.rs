@@ -10,7 +10,8 @@
 //!        ─▶ Controllers (each: shared watch ─▶ triggers ─▶ queue ─▶ reconcilers: --worker-num
 //!           per kind, --pod-workers for pods, one for IP CRs; see controllers.rs, triggers.rs):
 //!             Vpc (+Subnets) ─ Subnet (+Nodes, +VPCs) ─ IPPool
-//!             Namespace (+Subnets, +IPPools, +VPCs) ─ Node ─ Pod (+Subnets)
+//!             Namespace (+Subnets, +IPPools, +VPCs) ─ Node ─ Pod (+Subnets, +VPCs, +IPPools,
+//!             +Namespaces)
 //!             IP (reserved addresses)
 //!             Service (+EndpointSlices), and the sweep of Services gone
 //!        ─▶ deletions (pods, nodes from the shared watches; StatefulSets) release at once

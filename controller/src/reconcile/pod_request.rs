@@ -13,7 +13,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube_ovn_api::annotations::{
-    AnnotationError, IpFamily, IpPair, IpPoolAnnotation, MacAddr, Mbit, Mbps, Problem, get, keys,
+    AnnotationError, IpFamily, IpPair, IpPoolAnnotation, MacAddr, Mbit, Mbps, Problem, Routes, get, keys,
 };
 use kube_ovn_api::crd::IPPool;
 
@@ -49,6 +49,41 @@ pub fn validate(pod: &Pod) -> Result<(), AnnotationError> {
                 problem: Problem::MixedFamilies(other.to_string()),
                 expected: "the family of the pod's static addresses",
             });
+        }
+    }
+    Ok(())
+}
+
+/// Checks the pod's `routes` annotation before anything is allocated for it: the CNI daemon
+/// installs these routes in the pod at every ADD, so a value it cannot parse, or a route of a
+/// family the pod's NIC will not have (the subnet's families, narrowed by `ip_family`), would
+/// fail every ADD of a pod that holds an address. Kube-OVN parses the annotation in
+/// `ValidatePodNetwork`; the family check is ours.
+pub fn validate_routes(pod: &Pod, subnet: &str, cidrs: &[ipnet::IpNet]) -> Result<()> {
+    let ann = pod.metadata.annotations.as_ref();
+    let Some(routes) = get::<Routes>(ann, keys::ROUTES)? else {
+        return Ok(());
+    };
+    let wanted = get::<IpFamily>(ann, keys::IP_FAMILY).ok().flatten();
+    let families: Vec<IpFamily> = cidrs
+        .iter()
+        .map(|c| IpFamily::of(&c.addr()))
+        .filter(|f| wanted.is_none_or(|w| w == *f))
+        .collect();
+    for route in &routes.0 {
+        if let Some(family) = route.family()
+            && !families.contains(&family)
+        {
+            let have: Vec<String> = families.iter().map(ToString::to_string).collect();
+            return Err(Error::Invalid(format!(
+                "pod {}/{}: metadata.annotations[\"{}\"]: route {} is {family}, but the pod's \
+                 NIC in subnet {subnet} has only {}",
+                pod.namespace().unwrap_or_default(),
+                pod.name_any(),
+                keys::ROUTES,
+                serde_json::to_string(route).unwrap_or_default(),
+                if have.is_empty() { "no address".to_owned() } else { have.join(" and ") },
+            )));
         }
     }
     Ok(())
