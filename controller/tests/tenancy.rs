@@ -63,16 +63,38 @@ async fn a_pod_joins_a_custom_vpc_only_once_the_vpc_binds_its_namespace() {
 
     let why = "subnet vpc1-net does not admit namespace attacker (its VPC vpc1 binds [tenant-1])";
     let key = format!("metadata.annotations[\"{LS}\"]");
-    warning(&env, "attacker", "Pod", "x", REFUSED, &["pod attacker/x", &key, why]).await;
+    warning(
+        &env,
+        "attacker",
+        "Pod",
+        "x",
+        REFUSED,
+        &["pod attacker/x", &key, why],
+    )
+    .await;
     let key = format!("metadata.annotations[\"{attach}\"]");
-    warning(&env, "attacker", "Pod", "y", REFUSED, &["pod attacker/y", &key, why]).await;
+    warning(
+        &env,
+        "attacker",
+        "Pod",
+        "y",
+        REFUSED,
+        &["pod attacker/y", &key, why],
+    )
+    .await;
     placed(&env, "tenant-1", "a", "vpc1-net", "192.168.10.").await;
     for pod in ["x", "y"] {
         assert_nothing_allocated(&env, "attacker", pod).await;
     }
 
     // The platform binds the namespace: the refused pod converges without being touched.
-    apply(&env, "Vpc", "vpc1", json!({"namespaces": ["tenant-1", "attacker"]})).await;
+    apply(
+        &env,
+        "Vpc",
+        "vpc1",
+        json!({"namespaces": ["tenant-1", "attacker"]}),
+    )
+    .await;
     placed(&env, "attacker", "x", "vpc1-net", "192.168.10.").await;
 }
 

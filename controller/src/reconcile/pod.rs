@@ -30,8 +30,7 @@ use serde_json::json;
 use super::binding;
 use super::ip_record::{IpRecord, delete_ip, is_reserved, upsert_ip};
 use super::pod_request::{
-    allocate, handshake, namespace_pool, static_addresses, uses_namespace_pools, validate,
-    validate_routes,
+    allocate, handshake, namespace_pool, static_addresses, uses_namespace_pools, validate, validate_routes,
 };
 use super::pod_state::{grace_left, is_alive, port_name};
 use super::statefulset;
@@ -46,14 +45,14 @@ use crate::ovn::topology::{add_to_port_group, ensure_switch_port, remove_switch_
 pub const KIND: &str = "Pod";
 /// How a pod's subnet was chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Chosen {
+enum ChosenBy {
     /// By the pod's own annotations (`logical_switch`, a named `ip_pool`): checked by
     /// [`tenancy::check_pod`].
-    ByPod,
+    Pod,
     /// By an IP CR reserved for the pod (a platform object naming the pod): trusted.
-    ByReservation,
+    Reservation,
     /// By the namespace's binding.
-    ByNamespace,
+    Namespace,
 }
 
 /// The labels of the pod's namespace, which `namespaceSelectors` match: wait for the cache
@@ -70,7 +69,7 @@ fn namespace_labels(ctx: &Context, ns: &str, subnets: &[Arc<Subnet>]) -> Result<
 
 /// Refuses a pod whose own annotations name a subnet or IP pool its namespace may not use
 /// ([`tenancy`]), and checks a subnet the namespace's binding chose against the same rule.
-fn admit(ctx: &Context, pod: &Pod, chosen: Option<(&Subnet, Chosen)>) -> Result<()> {
+fn admit(ctx: &Context, pod: &Pod, chosen: Option<(&Subnet, ChosenBy)>) -> Result<()> {
     let ns = pod.namespace().unwrap_or_default();
     let subnets = ctx.stores.subnets.state();
     let labels = namespace_labels(ctx, &ns, &subnets)?;
@@ -89,12 +88,8 @@ fn admit(ctx: &Context, pod: &Pod, chosen: Option<(&Subnet, Chosen)>) -> Result<
     };
     let checked = match chosen {
         None => tenancy::check_pod(&platform, &tenant, pod.annotations()),
-        Some((subnet, Chosen::ByNamespace)) => {
-            tenancy::subnet_admits(&platform, subnet, &tenant).map_err(|refusal| tenancy::Denied {
-                key: None,
-                refusal,
-            })
-        }
+        Some((subnet, ChosenBy::Namespace)) => tenancy::subnet_admits(&platform, subnet, &tenant)
+            .map_err(|refusal| tenancy::Denied { key: None, refusal }),
         Some(_) => Ok(()),
     };
     checked.map_err(|denied| Error::Invalid(format!("pod {ns}/{}: {denied}", pod.name_any())))
@@ -104,13 +99,13 @@ fn admit(ctx: &Context, pod: &Pod, chosen: Option<(&Subnet, Chosen)>) -> Result<
 /// `ip_pool`, the subnet of an IP CR reserved for it, then the subnets bound to its namespace (the
 /// first with a namespace IP pool that has room, else the first with free addresses or holding
 /// the pod's static address), then the default subnet.
-fn choose_subnet(ctx: &Context, pod: &Pod) -> Result<(String, Chosen)> {
+fn choose_subnet(ctx: &Context, pod: &Pod) -> Result<(String, ChosenBy)> {
     let ann = pod.metadata.annotations.as_ref();
     if let Some(ls) = ann
         .and_then(|a| a.get(keys::LOGICAL_SWITCH))
         .filter(|s| !s.is_empty())
     {
-        return Ok((ls.clone(), Chosen::ByPod));
+        return Ok((ls.clone(), ChosenBy::Pod));
     }
     if let Some(kube_ovn_api::annotations::IpPoolAnnotation::Pool(pool)) =
         kube_ovn_api::annotations::get(ann, keys::IP_POOL)?
@@ -124,14 +119,14 @@ fn choose_subnet(ctx: &Context, pod: &Pod) -> Result<(String, Chosen)> {
             .spec
             .subnet
             .clone()
-            .map(|s| (s, Chosen::ByPod))
+            .map(|s| (s, ChosenBy::Pod))
             .ok_or_else(|| Error::Invalid(format!("IP pool {pool}: spec.subnet is required")));
     }
     if let Some(ip) = ctx.stores.ips.get(&ObjectRef::new(&port_name(pod)))
         && is_reserved(&ip)
         && let Some(s) = ip.spec.subnet.clone().filter(|s| !s.is_empty())
     {
-        return Ok((s, Chosen::ByReservation));
+        return Ok((s, ChosenBy::Reservation));
     }
     let ns = pod.namespace().unwrap_or_default();
     let subnets = ctx.stores.subnets.state();
@@ -148,7 +143,7 @@ fn choose_subnet(ctx: &Context, pod: &Pod) -> Result<(String, Chosen)> {
     if uses_namespace_pools(pod)
         && let Some((subnet, _)) = namespace_pool(ctx, pod, &candidates)?
     {
-        return Ok((subnet, Chosen::ByNamespace));
+        return Ok((subnet, ChosenBy::Namespace));
     }
     let statics = static_addresses(pod);
     let fits = |name: &str| {
@@ -161,7 +156,7 @@ fn choose_subnet(ctx: &Context, pod: &Pod) -> Result<(String, Chosen)> {
         }
     };
     let chosen = candidates.iter().find(|s| fits(s)).unwrap_or(&candidates[0]);
-    Ok((chosen.clone(), Chosen::ByNamespace))
+    Ok((chosen.clone(), ChosenBy::Namespace))
 }
 
 /// Input a user must fix (reported as a Warning event on the pod), as opposed to a wait.

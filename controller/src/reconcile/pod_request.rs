@@ -82,7 +82,11 @@ pub fn validate_routes(pod: &Pod, subnet: &str, cidrs: &[ipnet::IpNet]) -> Resul
                 pod.name_any(),
                 keys::ROUTES,
                 serde_json::to_string(route).unwrap_or_default(),
-                if have.is_empty() { "no address".to_owned() } else { have.join(" and ") },
+                if have.is_empty() {
+                    "no address".to_owned()
+                } else {
+                    have.join(" and ")
+                },
             )));
         }
     }
@@ -293,4 +297,46 @@ pub fn handshake(
         (keys::LOGICAL_ROUTER, vpc.to_owned()),
         (keys::ALLOCATED, "true".to_owned()),
     ])
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn pod(annotations: serde_json::Value) -> Pod {
+        let mut v = json!({"metadata": {"name": "p", "namespace": "ns"}});
+        v["metadata"]["annotations"] = annotations;
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn cidrs(list: &[&str]) -> Vec<ipnet::IpNet> {
+        list.iter().map(|c| c.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn routes_must_parse_and_match_the_families_the_pod_gets() {
+        let v4 = cidrs(&["10.16.0.0/16"]);
+        let dual = cidrs(&["10.16.0.0/16", "fd00:10:16::/64"]);
+        let ok = pod(json!({keys::ROUTES: r#"[{"dst":"192.168.0.0/16","gw":"10.16.0.1"}]"#}));
+        assert!(validate_routes(&ok, "s", &v4).is_ok());
+        assert!(validate_routes(&pod(json!({})), "s", &v4).is_ok());
+
+        let bad = pod(json!({keys::ROUTES: "[{\"dst\": 10}]"}));
+        let e = validate_routes(&bad, "s", &v4).unwrap_err().to_string();
+        assert!(e.contains(keys::ROUTES) && e.contains("invalid JSON"), "{e}");
+
+        let v6 = pod(json!({keys::ROUTES: r#"[{"gw":"fd00::1"}]"#}));
+        let e = validate_routes(&v6, "s", &v4).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "pod ns/p: metadata.annotations[\"ovn.kubernetes.io/routes\"]: route {\"gw\":\"fd00::1\"} \
+             is ipv6, but the pod's NIC in subnet s has only ipv4"
+        );
+        assert!(validate_routes(&v6, "s", &dual).is_ok());
+        // A dual-stack subnet, but the pod asks for IPv4 only.
+        let narrowed = pod(json!({keys::ROUTES: r#"[{"dst":"fd00:1::/64"}]"#, keys::IP_FAMILY: "ipv4"}));
+        assert!(validate_routes(&narrowed, "s", &dual).is_err());
+    }
 }

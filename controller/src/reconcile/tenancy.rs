@@ -9,22 +9,24 @@
 //! # The rule
 //!
 //! Subnet `S` admits namespace `N` iff `S` is not the join subnet (`--node-switch`, which
-//! carries the nodes' `ovn0` ports and never a pod), and one of:
+//! carries the nodes' `ovn0` ports and never a pod), and:
 //!
-//! 1. `S` binds `N`: `N` is in `S.spec.namespaces`, or one of `S.spec.namespaceSelectors`
-//!    selects `N`'s labels;
-//! 2. `S` is one of the subnets `N`'s binding gives it (what the controller writes as the
-//!    namespace's `logical_switch` annotation, [`super::binding`]): the default subnet of a custom
-//!    VPC whose `spec.namespaces` lists `N`, or — for a namespace nothing binds — the VPC's
-//!    `status.defaultLogicalSwitch`, else the cluster's default subnet (`--default-subnet`);
-//! 3. `S` binds no namespace at all (neither `namespaces` nor `namespaceSelectors`) and `S`'s VPC
-//!    admits `N`: the default VPC (`--cluster-router`) admits every namespace; a custom VPC the
-//!    namespaces in its `spec.namespaces` (none when empty; a VPC that does not exist, none).
+//! 1. when `S` is in a custom VPC, that VPC exists and its `spec.namespaces` lists `N` (a custom
+//!    VPC binding none admits none). The namespaces a VPC lists belong to it: the subnet
+//!    reconciler already refuses a custom VPC's subnet binding a namespace the VPC does not list
+//!    (Kube-OVN's `validateVpcBySubnet`), so the VPC's list bounds every subnet of it;
+//! 2. and one of:
+//!    - `S` binds no namespace (neither `spec.namespaces` nor `spec.namespaceSelectors`): open to
+//!      every namespace its VPC admits — in the default VPC (`--cluster-router`), every one;
+//!    - `S` binds `N` (named in `spec.namespaces`, or its labels selected by one of
+//!      `spec.namespaceSelectors`);
+//!    - `S` is one of the subnets `N`'s binding gives it ([`super::binding`], what the namespace
+//!      reconciler writes as the namespace's `logical_switch` annotation): its custom VPC's
+//!      default subnet, or — for a namespace nothing binds — the cluster's default subnet
+//!      (`--default-subnet`) even when that subnet binds other namespaces.
 //!
-//! So a subnet's own binding narrows its VPC's (the platform said which of the VPC's namespaces
-//! may use it) and may also widen it (the platform named the namespace on the subnet itself), and
-//! every subnet the namespace's own binding picks is admitted — a pod placed by its namespace is
-//! never refused.
+//! So a subnet's own binding narrows its VPC's, and every subnet the namespace's own binding
+//! picks in a valid configuration is admitted: a pod placed by its namespace is never refused.
 //!
 //! IP pool `P` admits `N` iff `N` is in `P.spec.namespaces`, or `P.spec.namespaces` is empty and
 //! `P`'s subnet admits `N` (a pool of a subnet that does not exist is left to the allocation,
@@ -116,7 +118,10 @@ impl fmt::Display for Refusal {
         let list = |l: &[String]| format!("[{}]", l.join(", "));
         match self {
             Self::NodeSubnet { subnet } => {
-                write!(f, "subnet {subnet} is the node (join) subnet, which pods cannot use")
+                write!(
+                    f,
+                    "subnet {subnet} is the node (join) subnet, which pods cannot use"
+                )
             }
             Self::SubnetBinds {
                 subnet,
@@ -195,7 +200,36 @@ pub fn subnet_admits(p: &Platform, subnet: &Subnet, t: &Tenant) -> Result<(), Re
     if name == p.node_subnet {
         return Err(Refusal::NodeSubnet { subnet: name });
     }
-    if binding::subnet_binds(subnet, t.namespace, t.labels) {
+    let vpc = subnet_vpc_name(p.cluster_router, subnet);
+    if vpc != p.cluster_router {
+        let Some(v) = p
+            .vpcs
+            .iter()
+            .find(|v| v.name_any() == vpc && v.meta().deletion_timestamp.is_none())
+        else {
+            return Err(Refusal::NoVpc {
+                subnet: name,
+                namespace: t.namespace.to_owned(),
+                vpc: vpc.to_owned(),
+            });
+        };
+        let bound = names(v.spec.namespaces.as_ref());
+        if !bound.iter().any(|n| n == t.namespace) {
+            return Err(Refusal::VpcBinds {
+                subnet: name,
+                namespace: t.namespace.to_owned(),
+                vpc: vpc.to_owned(),
+                bound,
+            });
+        }
+    }
+    let bound = names(subnet.spec.namespaces.as_ref());
+    let selectors = subnet
+        .spec
+        .namespace_selectors
+        .as_ref()
+        .is_some_and(|s| !s.is_empty());
+    if (bound.is_empty() && !selectors) || binding::subnet_binds(subnet, t.namespace, t.labels) {
         return Ok(());
     }
     let mut given = binding::bound_subnets(t.namespace, t.labels, p.subnets, p.vpcs, p.cluster_router);
@@ -205,44 +239,11 @@ pub fn subnet_admits(p: &Platform, subnet: &Subnet, t: &Tenant) -> Result<(), Re
     if given.contains(&name) {
         return Ok(());
     }
-    let bound = names(subnet.spec.namespaces.as_ref());
-    let selectors = subnet
-        .spec
-        .namespace_selectors
-        .as_ref()
-        .is_some_and(|s| !s.is_empty());
-    if !bound.is_empty() || selectors {
-        return Err(Refusal::SubnetBinds {
-            subnet: name,
-            namespace: t.namespace.to_owned(),
-            bound,
-            selectors,
-        });
-    }
-    let vpc = subnet_vpc_name(p.cluster_router, subnet);
-    if vpc == p.cluster_router {
-        return Ok(());
-    }
-    let Some(v) = p
-        .vpcs
-        .iter()
-        .find(|v| v.name_any() == vpc && v.meta().deletion_timestamp.is_none())
-    else {
-        return Err(Refusal::NoVpc {
-            subnet: name,
-            namespace: t.namespace.to_owned(),
-            vpc: vpc.to_owned(),
-        });
-    };
-    let bound = names(v.spec.namespaces.as_ref());
-    if bound.iter().any(|n| n == t.namespace) {
-        return Ok(());
-    }
-    Err(Refusal::VpcBinds {
+    Err(Refusal::SubnetBinds {
         subnet: name,
         namespace: t.namespace.to_owned(),
-        vpc: vpc.to_owned(),
         bound,
+        selectors,
     })
 }
 

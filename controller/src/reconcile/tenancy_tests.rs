@@ -4,22 +4,28 @@ use serde_json::json;
 
 use super::*;
 
+fn object<K: serde::de::DeserializeOwned>(name: &str, spec: serde_json::Value) -> K {
+    let mut v = json!({"metadata": {"name": name}});
+    v["spec"] = spec;
+    serde_json::from_value(v).unwrap()
+}
+
 fn subnet(name: &str, spec: serde_json::Value) -> Arc<Subnet> {
-    Arc::new(serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap())
+    Arc::new(object(name, spec))
 }
 
 fn vpc(name: &str, spec: serde_json::Value) -> Arc<Vpc> {
-    Arc::new(serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap())
+    Arc::new(object(name, spec))
 }
 
 fn pool(name: &str, spec: serde_json::Value) -> Arc<IPPool> {
-    Arc::new(serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap())
+    Arc::new(object(name, spec))
 }
 
 /// A cluster: the default VPC's `ovn-default` (binds nothing) and `join`; `open` (default VPC,
 /// binds nothing); `team-net` (default VPC, binds `team`); `sel-net` (selects `tier=gold`);
 /// VPC `vpc1` (binds `tenant-1`, default subnet `vpc1-default`) with `vpc1-net` (binds nothing)
-/// and `vpc1-narrow` (binds `tenant-2`); VPC `empty-vpc` (binds nothing) with `empty-net`;
+/// and `vpc1-narrow` (binds `tenant-2`, which the VPC does not); VPC `empty-vpc` (binds nothing) with `empty-net`;
 /// `orphan-net` of a VPC that does not exist.
 struct Cluster {
     subnets: Vec<Arc<Subnet>>,
@@ -34,20 +40,32 @@ impl Cluster {
                 subnet("ovn-default", json!({"cidrBlock": "10.16.0.0/16"})),
                 subnet("join", json!({"cidrBlock": "100.64.0.0/16"})),
                 subnet("open", json!({"cidrBlock": "10.30.0.0/24"})),
-                subnet("team-net", json!({"cidrBlock": "10.31.0.0/24", "namespaces": ["team"]})),
+                subnet(
+                    "team-net",
+                    json!({"cidrBlock": "10.31.0.0/24", "namespaces": ["team"]}),
+                ),
                 subnet(
                     "sel-net",
                     json!({"cidrBlock": "10.32.0.0/24",
                         "namespaceSelectors": [{"matchLabels": {"tier": "gold"}}]}),
                 ),
-                subnet("vpc1-default", json!({"vpc": "vpc1", "cidrBlock": "192.168.0.0/24"})),
+                subnet(
+                    "vpc1-default",
+                    json!({"vpc": "vpc1", "cidrBlock": "192.168.0.0/24"}),
+                ),
                 subnet("vpc1-net", json!({"vpc": "vpc1", "cidrBlock": "192.168.10.0/24"})),
                 subnet(
                     "vpc1-narrow",
                     json!({"vpc": "vpc1", "cidrBlock": "192.168.20.0/24", "namespaces": ["tenant-2"]}),
                 ),
-                subnet("empty-net", json!({"vpc": "empty-vpc", "cidrBlock": "192.168.30.0/24"})),
-                subnet("orphan-net", json!({"vpc": "gone", "cidrBlock": "192.168.40.0/24"})),
+                subnet(
+                    "empty-net",
+                    json!({"vpc": "empty-vpc", "cidrBlock": "192.168.30.0/24"}),
+                ),
+                subnet(
+                    "orphan-net",
+                    json!({"vpc": "gone", "cidrBlock": "192.168.40.0/24"}),
+                ),
             ],
             vpcs: vec![
                 vpc(
@@ -174,14 +192,31 @@ fn a_custom_vpc_admits_the_namespaces_it_binds() {
 }
 
 #[test]
-fn a_subnet_binding_narrows_and_widens_its_vpcs() {
+fn a_subnet_binding_narrows_its_vpcs() {
     let c = Cluster::new();
-    // vpc1 binds tenant-1, vpc1-narrow binds tenant-2: the subnet's own binding decides.
+    // vpc1 binds tenant-1, its subnet vpc1-narrow binds tenant-2: neither may use it (the
+    // subnet reconciler refuses such a subnet too, Kube-OVN's validateVpcBySubnet).
     assert!(matches!(
         c.admits("vpc1-narrow", "tenant-1", &[]),
         Err(Refusal::SubnetBinds { .. })
     ));
-    assert_eq!(c.admits("vpc1-narrow", "tenant-2", &[]), Ok(()));
+    assert!(matches!(
+        c.admits("vpc1-narrow", "tenant-2", &[]),
+        Err(Refusal::VpcBinds { .. })
+    ));
+    // A selector on a custom VPC's subnet does not reach past the VPC either.
+    let mut c = Cluster::new();
+    c.subnets[6] = subnet(
+        "vpc1-net",
+        json!({"vpc": "vpc1", "cidrBlock": "192.168.10.0/24",
+            "namespaceSelectors": [{"matchLabels": {"tier": "gold"}}]}),
+    );
+    assert!(matches!(
+        c.admits("vpc1-net", "attacker", &[("tier", "gold")]),
+        Err(Refusal::VpcBinds { .. })
+    ));
+    assert_eq!(c.admits("vpc1-net", "tenant-1", &[("tier", "gold")]), Ok(()));
+    assert!(c.admits("vpc1-net", "tenant-1", &[]).is_err());
 }
 
 #[test]
@@ -197,12 +232,18 @@ fn what_the_namespace_binding_gives_is_always_admitted() {
         "vpc1-default",
         json!({"vpc": "vpc1", "cidrBlock": "192.168.0.0/24", "namespaces": ["other"]}),
     );
+    c.vpcs[0] = vpc(
+        "vpc1",
+        json!({"namespaces": ["tenant-1", "other"], "defaultSubnet": "vpc1-default"}),
+    );
     assert_eq!(c.admits("ovn-default", "unbound", &[]), Ok(()));
     assert_eq!(c.admits("vpc1-default", "tenant-1", &[]), Ok(()));
     // ... but not to a namespace bound elsewhere.
     assert!(c.admits("ovn-default", "team", &[]).is_err());
     assert!(c.admits("vpc1-default", "attacker", &[]).is_err());
-    // Every namespace's own choice, checked against the rule.
+    // Every namespace's own choice, checked against the rule, in a valid configuration (without
+    // vpc1-narrow, which the subnet reconciler refuses: it binds a namespace vpc1 does not).
+    c.subnets.retain(|s| s.name_any() != "vpc1-narrow");
     let p = c.platform();
     let labels = BTreeMap::new();
     for ns in ["unbound", "team", "tenant-1", "tenant-2", "kube-system", "other"] {
@@ -271,7 +312,9 @@ fn a_pod_is_checked_on_every_key_that_names_a_subnet_or_pool() {
         "net1.attacker.ovn.kubernetes.io/logical_switch",
         "macvlan.attacker.kubernetes.io/logical_switch",
     ] {
-        let denied = c.check("attacker", &[(ls, "ovn-default"), (key, "vpc1-net")]).unwrap_err();
+        let denied = c
+            .check("attacker", &[(ls, "ovn-default"), (key, "vpc1-net")])
+            .unwrap_err();
         assert_eq!(denied.key.as_deref(), Some(key));
     }
     let denied = c.check("attacker", &[(ls, "join")]).unwrap_err();
