@@ -42,7 +42,11 @@
 //! traffic with ACLs, not addresses). Here a binding is also an admission: a pod whose own
 //! annotations name a subnet or pool that does not admit its namespace gets nothing (no address,
 //! no port, no IP CR) and a Warning event naming the annotation. A subnet or pool that binds no
-//! namespace in the default VPC is usable by every namespace, as in Kube-OVN.
+//! namespace in the default VPC is usable by every namespace, as in Kube-OVN. An IP pool whose
+//! `spec.namespaces` lists a namespace is usable by it whatever its subnet's binding (the
+//! platform granted it). The rule is checked before allocation: a binding removed later does not
+//! take an address back — the pod keeps its port, and its later reconciles are refused with a
+//! Warning until it is deleted.
 //!
 //! Pure: no I/O.
 
