@@ -23,6 +23,27 @@ async fn apply(env: &Env, kind: &str, name: &str, spec: serde_json::Value) {
     .await;
 }
 
+/// Waits, well within the minute a refused pod's retry takes, for the pod to be routed: the
+/// platform's change itself must re-reconcile it.
+async fn converges(env: &Env, ns: &str, pod: &str) {
+    let api: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(env.kube.clone(), ns);
+    kube_ovn_testkit::wait_until_async(
+        &format!("pod {ns}/{pod} to be routed once its namespace is bound"),
+        std::time::Duration::from_secs(20),
+        || {
+            let api = api.clone();
+            async move {
+                let p = api.get(pod).await?;
+                Ok(kube::ResourceExt::annotations(&p)
+                    .get("ovn.kubernetes.io/routed")
+                    .is_some_and(|v| v == "true"))
+            }
+        },
+    )
+    .await
+    .unwrap();
+}
+
 /// The pod is routed in `subnet`, with its port on that switch and its IP CR naming it.
 async fn placed(env: &Env, ns: &str, pod: &str, subnet: &str, prefix: &str) {
     let p = env.routed(ns, pod).await;
@@ -95,6 +116,7 @@ async fn a_pod_joins_a_custom_vpc_only_once_the_vpc_binds_its_namespace() {
         json!({"namespaces": ["tenant-1", "attacker"]}),
     )
     .await;
+    converges(&env, "attacker", "x").await;
     placed(&env, "attacker", "x", "vpc1-net", "192.168.10.").await;
 }
 
@@ -146,6 +168,7 @@ async fn a_subnet_binding_and_an_ip_pool_of_another_namespace_refuse_the_pod() {
         json!({"cidrBlock": "10.91.0.0/24", "namespaces": ["team", "attacker"]}),
     )
     .await;
+    converges(&env, "attacker", "x").await;
     placed(&env, "attacker", "x", "team-net", "10.91.0.").await;
 }
 
