@@ -9,7 +9,10 @@
 //!   IPPool     ◀─ its own changes but status
 //!   Namespace  ◀─ its own; Subnets, IPPools (spec, deletion), VPCs (+ default subnet) → every namespace
 //!   Node, IP   ◀─ their own
-//!   Pod        ◀─ its own; a Subnet's spec, deletion or turning ready → the pods waiting for it
+//!   Pod        ◀─ its own; a Subnet's spec, deletion or turning ready → the pods waiting for it;
+//!                 VPCs (spec, default subnet, deletion), IPPools (spec, deletion) → every pod
+//!                 not yet routed; a Namespace's labels → its pods not yet routed (the subnets
+//!                 and pools they may use, tenancy.rs)
 //!   Service    ◀─ its own; its EndpointSlices (service.rs); Services losing an address → sweep
 //!   NetworkPolicy ◀─ its own; Pods, Namespaces → the policies they concern (network_policy.rs)
 //! ```
@@ -62,6 +65,17 @@ where
 {
     Controller::for_shared_stream(informer.changes().objects(differs), informer.cache().store())
         .with_config(controller::Config::default().concurrency(workers))
+}
+
+/// The pods not yet routed (waiting for an address, or refused one), as references; of
+/// namespace `ns` only when given.
+fn unrouted(pods: &Cache<Pod>, ns: Option<&str>) -> Vec<ObjectRef<Pod>> {
+    pods.state()
+        .iter()
+        .filter(|p| !p.annotations().contains_key(keys::ROUTED))
+        .filter(|p| ns.is_none_or(|ns| p.namespace().as_deref() == Some(ns)))
+        .map(|p| ObjectRef::from_obj(&**p))
+        .collect()
 }
 
 /// Every object of the cache, as references.
@@ -122,7 +136,7 @@ impl Controllers {
                     .changes()
                     .when_all(triggers::vpc_for_namespaces, every(&stores.namespaces)),
             );
-        let (waiting, unrouted) = (stores.pods.clone(), stores.pods.clone());
+        let (waiting, unrouted_pods) = (stores.pods.clone(), stores.pods.clone());
         let pods = Controller::for_shared_stream(
             informers
                 .pods
@@ -147,15 +161,27 @@ impl Controllers {
                     .map(|p| ObjectRef::from_obj(&**p))
                     .collect()
             },
-            move || {
-                unrouted
-                    .state()
-                    .iter()
-                    .filter(|p| !p.annotations().contains_key(keys::ROUTED))
-                    .map(|p| ObjectRef::from_obj(&**p))
-                    .collect()
-            },
-        ));
+            move || unrouted(&unrouted_pods, None),
+        ))
+        .reconcile_on(informers.vpcs.changes().when_all(triggers::vpc_for_namespaces, {
+            let pods = stores.pods.clone();
+            move || unrouted(&pods, None)
+        }))
+        .reconcile_on(informers.ippools.changes().when_all(triggers::ippool_spec, {
+            let pods = stores.pods.clone();
+            move || unrouted(&pods, None)
+        }))
+        .reconcile_on({
+            let (pods, all) = (stores.pods.clone(), stores.pods.clone());
+            informers.namespaces.changes().when(
+                triggers::namespace_labels,
+                move |c| {
+                    let ns = c.new.as_ref().or(c.old.as_ref()).map(|n| n.name_any());
+                    ns.map_or_else(Vec::new, |ns| unrouted(&pods, Some(&ns)))
+                },
+                move || unrouted(&all, None),
+            )
+        });
         // As many at a time as pods: a Service's reconcile waits for its northbound write, and
         // only concurrent writes share a transaction (with --worker-num's 3, 1,000 Services took
         // 26x an ovn-nbctl run; docs/benchmarks.md).

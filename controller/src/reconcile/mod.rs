@@ -10,7 +10,8 @@
 //!        ─▶ Controllers (each: shared watch ─▶ triggers ─▶ queue ─▶ reconcilers: --worker-num
 //!           per kind, --pod-workers for pods, one for IP CRs; see controllers.rs, triggers.rs):
 //!             Vpc (+Subnets) ─ Subnet (+Nodes, +VPCs) ─ IPPool
-//!             Namespace (+Subnets, +IPPools, +VPCs) ─ Node ─ Pod (+Subnets)
+//!             Namespace (+Subnets, +IPPools, +VPCs) ─ Node ─ Pod (+Subnets, +VPCs, +IPPools,
+//!             +Namespaces)
 //!             IP (reserved addresses)
 //!             Service (+EndpointSlices), and the sweep of Services gone
 //!        ─▶ deletions (pods, nodes from the shared watches; StatefulSets) release at once
@@ -49,6 +50,7 @@ pub mod subnet_gateway;
 pub mod subnet_nat_policy;
 pub mod subnet_spec;
 pub mod subnet_status;
+pub mod tenancy;
 pub mod triggers;
 pub mod vpc;
 pub mod vpc_spec;

@@ -10,6 +10,7 @@
 //! with nothing to do writes nothing. One pod key is handled by one task at a time
 //! ([`kube_ovn_support::KeyLocks`]).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +21,7 @@ use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use kube_ovn_api::annotations::{is_true, keys};
-use kube_ovn_api::crd::Ip;
+use kube_ovn_api::crd::{Ip, Subnet};
 use kube_ovn_api::names;
 use kube_ovn_ovsdb::tables::nb::{LogicalSwitch, LogicalSwitchPort, PortGroup};
 use kube_ovn_ovsdb::{Atom, DbCache, Table, Value};
@@ -29,11 +30,12 @@ use serde_json::json;
 use super::binding;
 use super::ip_record::{IpRecord, delete_ip, is_reserved, upsert_ip};
 use super::pod_request::{
-    allocate, handshake, namespace_pool, static_addresses, uses_namespace_pools, validate,
+    allocate, handshake, namespace_pool, static_addresses, uses_namespace_pools, validate, validate_routes,
 };
 use super::pod_state::{grace_left, is_alive, port_name};
 use super::statefulset;
 use super::subnet_spec::effective;
+use super::tenancy;
 use crate::context::Context;
 use crate::error::{Doing, Error, Result};
 use crate::ipam::IpamError;
@@ -41,17 +43,69 @@ use crate::ovn::plan::{Plan, RowRef, owned_ids};
 use crate::ovn::topology::{add_to_port_group, ensure_switch_port, remove_switch_port};
 
 pub const KIND: &str = "Pod";
+/// How a pod's subnet was chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ChosenBy {
+    /// By the pod's own annotations (`logical_switch`, a named `ip_pool`): checked by
+    /// [`tenancy::check_pod`].
+    Pod,
+    /// By an IP CR reserved for the pod (a platform object naming the pod): trusted.
+    Reservation,
+    /// By the namespace's binding.
+    Namespace,
+}
+
+/// The labels of the pod's namespace, which `namespaceSelectors` match: wait for the cache
+/// rather than guess when any subnet selects by label.
+fn namespace_labels(ctx: &Context, ns: &str, subnets: &[Arc<Subnet>]) -> Result<BTreeMap<String, String>> {
+    match ctx.stores.namespaces.get(&ObjectRef::new(ns)) {
+        Some(n) => Ok(n.metadata.labels.clone().unwrap_or_default()),
+        None if binding::any_selectors(subnets) => {
+            Err(Error::NotReady(format!("namespace {ns} is not in the cache yet")))
+        }
+        None => Ok(BTreeMap::new()),
+    }
+}
+
+/// Refuses a pod whose own annotations name a subnet or IP pool its namespace may not use
+/// ([`tenancy`]), and checks a subnet the namespace's binding chose against the same rule.
+fn admit(ctx: &Context, pod: &Pod, chosen: Option<(&Subnet, ChosenBy)>) -> Result<()> {
+    let ns = pod.namespace().unwrap_or_default();
+    let subnets = ctx.stores.subnets.state();
+    let labels = namespace_labels(ctx, &ns, &subnets)?;
+    let (vpcs, pools) = (ctx.stores.vpcs.state(), ctx.stores.ippools.state());
+    let platform = tenancy::Platform {
+        subnets: &subnets,
+        vpcs: &vpcs,
+        pools: &pools,
+        cluster_router: &ctx.config.cluster_router,
+        node_subnet: &ctx.config.node_subnet.name,
+        default_subnet: &ctx.config.default_subnet.name,
+    };
+    let tenant = tenancy::Tenant {
+        namespace: &ns,
+        labels: &labels,
+    };
+    let checked = match chosen {
+        None => tenancy::check_pod(&platform, &tenant, pod.annotations()),
+        Some((subnet, ChosenBy::Namespace)) => tenancy::subnet_admits(&platform, subnet, &tenant)
+            .map_err(|refusal| tenancy::Denied { key: None, refusal }),
+        Some(_) => Ok(()),
+    };
+    checked.map_err(|denied| Error::Invalid(format!("pod {ns}/{}: {denied}", pod.name_any())))
+}
+
 /// The subnet a pod goes in, in Kube-OVN's order: the pod's `logical_switch`, the subnet of a named
 /// `ip_pool`, the subnet of an IP CR reserved for it, then the subnets bound to its namespace (the
 /// first with a namespace IP pool that has room, else the first with free addresses or holding
 /// the pod's static address), then the default subnet.
-fn choose_subnet(ctx: &Context, pod: &Pod) -> Result<String> {
+fn choose_subnet(ctx: &Context, pod: &Pod) -> Result<(String, ChosenBy)> {
     let ann = pod.metadata.annotations.as_ref();
     if let Some(ls) = ann
         .and_then(|a| a.get(keys::LOGICAL_SWITCH))
         .filter(|s| !s.is_empty())
     {
-        return Ok(ls.clone());
+        return Ok((ls.clone(), ChosenBy::Pod));
     }
     if let Some(kube_ovn_api::annotations::IpPoolAnnotation::Pool(pool)) =
         kube_ovn_api::annotations::get(ann, keys::IP_POOL)?
@@ -65,24 +119,18 @@ fn choose_subnet(ctx: &Context, pod: &Pod) -> Result<String> {
             .spec
             .subnet
             .clone()
+            .map(|s| (s, ChosenBy::Pod))
             .ok_or_else(|| Error::Invalid(format!("IP pool {pool}: spec.subnet is required")));
     }
     if let Some(ip) = ctx.stores.ips.get(&ObjectRef::new(&port_name(pod)))
         && is_reserved(&ip)
         && let Some(s) = ip.spec.subnet.clone().filter(|s| !s.is_empty())
     {
-        return Ok(s);
+        return Ok((s, ChosenBy::Reservation));
     }
     let ns = pod.namespace().unwrap_or_default();
     let subnets = ctx.stores.subnets.state();
-    let labels = match ctx.stores.namespaces.get(&ObjectRef::new(&ns)) {
-        Some(n) => n.metadata.labels.clone().unwrap_or_default(),
-        // Label selectors need the namespace's labels: wait for the cache rather than guess.
-        None if binding::any_selectors(&subnets) => {
-            return Err(Error::NotReady(format!("namespace {ns} is not in the cache yet")));
-        }
-        None => std::collections::BTreeMap::new(),
-    };
+    let labels = namespace_labels(ctx, &ns, &subnets)?;
     let vpcs = ctx.stores.vpcs.state();
     let mut candidates = binding::bound_subnets(&ns, &labels, &subnets, &vpcs, &ctx.config.cluster_router);
     if candidates.is_empty() {
@@ -95,7 +143,7 @@ fn choose_subnet(ctx: &Context, pod: &Pod) -> Result<String> {
     if uses_namespace_pools(pod)
         && let Some((subnet, _)) = namespace_pool(ctx, pod, &candidates)?
     {
-        return Ok(subnet);
+        return Ok((subnet, ChosenBy::Namespace));
     }
     let statics = static_addresses(pod);
     let fits = |name: &str| {
@@ -107,11 +155,8 @@ fn choose_subnet(ctx: &Context, pod: &Pod) -> Result<String> {
             statics.iter().any(|a| ipam.subnet_of(*a) == Some(name))
         }
     };
-    Ok(candidates
-        .iter()
-        .find(|s| fits(s))
-        .unwrap_or(&candidates[0])
-        .clone())
+    let chosen = candidates.iter().find(|s| fits(s)).unwrap_or(&candidates[0]);
+    Ok((chosen.clone(), ChosenBy::Namespace))
 }
 
 /// Input a user must fix (reported as a Warning event on the pod), as opposed to a wait.
@@ -213,7 +258,10 @@ async fn apply(pod: &Pod, ctx: &Context, key: &str) -> Result<Action> {
     let ns = pod.namespace().unwrap_or_default();
     let name = pod.name_any();
     validate(pod)?;
-    let subnet_name = choose_subnet(ctx, pod)?;
+    // Tenancy first: a refused pod learns nothing about the subnet (not even whether it is
+    // ready) and gets nothing.
+    admit(ctx, pod, None)?;
+    let (subnet_name, chosen) = choose_subnet(ctx, pod)?;
     if subnet_name == ctx.config.node_subnet.name {
         return Err(Error::Invalid(format!(
             "pod {ns}/{name}: subnet {subnet_name} is the node (join) subnet, which pods cannot use"
@@ -224,10 +272,12 @@ async fn apply(pod: &Pod, ctx: &Context, key: &str) -> Result<Action> {
         .subnets
         .get(&ObjectRef::new(&subnet_name))
         .ok_or_else(|| Error::Invalid(format!("pod {ns}/{name}: subnet {subnet_name} does not exist")))?;
+    admit(ctx, pod, Some((&subnet, chosen)))?;
     if !ctx.ipam().has_subnet(&subnet_name) {
         return Err(Error::NotReady(format!("subnet {subnet_name} is not ready")));
     }
     let eff = effective(&subnet, &ctx.config.cluster_router)?;
+    validate_routes(pod, &subnet_name, &eff.cidrs)?;
     let alloc = allocate(ctx, pod, &subnet_name, key)?;
     let node = pod
         .spec
@@ -363,7 +413,7 @@ fn leave_others(plan: &mut Plan, cache: &DbCache, port: kube_ovn_ovsdb::Uuid, su
 async fn annotate(
     ctx: &Context,
     pod: &Pod,
-    want: &std::collections::BTreeMap<&'static str, String>,
+    want: &BTreeMap<&'static str, String>,
     routed: bool,
 ) -> Result<bool> {
     let have = pod.metadata.annotations.as_ref();

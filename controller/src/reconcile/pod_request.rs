@@ -13,7 +13,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube_ovn_api::annotations::{
-    AnnotationError, IpFamily, IpPair, IpPoolAnnotation, MacAddr, Mbit, Mbps, Problem, get, keys,
+    AnnotationError, IpFamily, IpPair, IpPoolAnnotation, MacAddr, Mbit, Mbps, Problem, Routes, get, keys,
 };
 use kube_ovn_api::crd::IPPool;
 
@@ -49,6 +49,45 @@ pub fn validate(pod: &Pod) -> Result<(), AnnotationError> {
                 problem: Problem::MixedFamilies(other.to_string()),
                 expected: "the family of the pod's static addresses",
             });
+        }
+    }
+    Ok(())
+}
+
+/// Checks the pod's `routes` annotation before anything is allocated for it: the CNI daemon
+/// installs these routes in the pod at every ADD, so a value it cannot parse, or a route of a
+/// family the pod's NIC will not have (the subnet's families, narrowed by `ip_family`), would
+/// fail every ADD of a pod that holds an address. Kube-OVN parses the annotation in
+/// `ValidatePodNetwork`; the family check is ours.
+pub fn validate_routes(pod: &Pod, subnet: &str, cidrs: &[ipnet::IpNet]) -> Result<()> {
+    let ann = pod.metadata.annotations.as_ref();
+    let Some(routes) = get::<Routes>(ann, keys::ROUTES)? else {
+        return Ok(());
+    };
+    let wanted = get::<IpFamily>(ann, keys::IP_FAMILY).ok().flatten();
+    let families: Vec<IpFamily> = cidrs
+        .iter()
+        .map(|c| IpFamily::of(&c.addr()))
+        .filter(|f| wanted.is_none_or(|w| w == *f))
+        .collect();
+    for route in &routes.0 {
+        if let Some(family) = route.family()
+            && !families.contains(&family)
+        {
+            let have: Vec<String> = families.iter().map(ToString::to_string).collect();
+            return Err(Error::Invalid(format!(
+                "pod {}/{}: metadata.annotations[\"{}\"]: route {} is {family}, but the pod's \
+                 NIC in subnet {subnet} has only {}",
+                pod.namespace().unwrap_or_default(),
+                pod.name_any(),
+                keys::ROUTES,
+                serde_json::to_string(route).unwrap_or_default(),
+                if have.is_empty() {
+                    "no address".to_owned()
+                } else {
+                    have.join(" and ")
+                },
+            )));
         }
     }
     Ok(())
@@ -258,4 +297,46 @@ pub fn handshake(
         (keys::LOGICAL_ROUTER, vpc.to_owned()),
         (keys::ALLOCATED, "true".to_owned()),
     ])
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn pod(annotations: serde_json::Value) -> Pod {
+        let mut v = json!({"metadata": {"name": "p", "namespace": "ns"}});
+        v["metadata"]["annotations"] = annotations;
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn cidrs(list: &[&str]) -> Vec<ipnet::IpNet> {
+        list.iter().map(|c| c.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn routes_must_parse_and_match_the_families_the_pod_gets() {
+        let v4 = cidrs(&["10.16.0.0/16"]);
+        let dual = cidrs(&["10.16.0.0/16", "fd00:10:16::/64"]);
+        let ok = pod(json!({keys::ROUTES: r#"[{"dst":"192.168.0.0/16","gw":"10.16.0.1"}]"#}));
+        assert!(validate_routes(&ok, "s", &v4).is_ok());
+        assert!(validate_routes(&pod(json!({})), "s", &v4).is_ok());
+
+        let bad = pod(json!({keys::ROUTES: "[{\"dst\": 10}]"}));
+        let e = validate_routes(&bad, "s", &v4).unwrap_err().to_string();
+        assert!(e.contains(keys::ROUTES) && e.contains("invalid JSON"), "{e}");
+
+        let v6 = pod(json!({keys::ROUTES: r#"[{"gw":"fd00::1"}]"#}));
+        let e = validate_routes(&v6, "s", &v4).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "pod ns/p: metadata.annotations[\"ovn.kubernetes.io/routes\"]: route {\"gw\":\"fd00::1\"} \
+             is ipv6, but the pod's NIC in subnet s has only ipv4"
+        );
+        assert!(validate_routes(&v6, "s", &dual).is_ok());
+        // A dual-stack subnet, but the pod asks for IPv4 only.
+        let narrowed = pod(json!({keys::ROUTES: r#"[{"dst":"fd00:1::/64"}]"#, keys::IP_FAMILY: "ipv4"}));
+        assert!(validate_routes(&narrowed, "s", &dual).is_err());
+    }
 }

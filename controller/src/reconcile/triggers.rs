@@ -10,7 +10,7 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
@@ -114,6 +114,13 @@ pub fn vpc_for_namespaces(a: &Vpc, b: &Vpc) -> bool {
 /// An IP pool, to the namespaces (which pools are bound to them): its spec and deletion.
 pub fn ippool_spec(a: &IPPool, b: &IPPool) -> bool {
     a.spec != b.spec || deleting(&a.metadata) != deleting(&b.metadata)
+}
+
+/// A namespace, to the pods waiting in it: its labels, which subnets' `namespaceSelectors` match
+/// (they decide the subnets it may use, [`super::tenancy`]). Not its annotations, which the
+/// namespace reconciler writes from the subnets.
+pub fn namespace_labels(a: &Namespace, b: &Namespace) -> bool {
+    a.metadata.labels != b.metadata.labels
 }
 
 /// The VPC a subnet belongs to (`spec.vpc`, else the default VPC).
