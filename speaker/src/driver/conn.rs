@@ -1,5 +1,5 @@
 //! One TCP connection of a peer task: the socket set up before `connect()` (source address, TTL,
-//! MD5 key), a reader task that forwards raw bytes to the peer task, and a writer task that
+//! GTSM's minimum received TTL, MD5 key), a reader task that forwards raw bytes to the peer task, and a writer task that
 //! drains a queue of encoded messages.
 //!
 //! The queue is bounded by its user, not by the channel: the peer task takes UPDATEs from the
@@ -72,7 +72,13 @@ pub(crate) fn set_ttl(socket: &impl AsFd, is_v4: bool, ttl: u8) -> io::Result<()
     set_socket_ttl(socket, version, ttl).map_err(io::Error::other)
 }
 
-/// Opens our connection to the peer: the source address, TTL and MD5 key are set before
+/// The least TTL (IPv6: hop limit) a segment may arrive with on this socket (GTSM, RFC 5082).
+pub(crate) fn set_min_ttl(socket: &impl AsFd, is_v4: bool, min: u8) -> io::Result<()> {
+    let version = if is_v4 { IpVersion::V4 } else { IpVersion::V6 };
+    kube_ovn_dataplane::socket::set_min_ttl(socket, version, min).map_err(io::Error::other)
+}
+
+/// Opens our connection to the peer: the source address, TTL, minimum received TTL and MD5 key are set before
 /// `connect()`, since the SYN must already carry them (RFC 2385 §2: every segment is signed).
 pub(crate) async fn connect(config: &PeerConfig) -> io::Result<TcpStream> {
     let remote = SocketAddr::new(config.address, config.port);
@@ -83,6 +89,10 @@ pub(crate) async fn connect(config: &PeerConfig) -> io::Result<TcpStream> {
     };
     if let Some(ttl) = config.effective_ttl() {
         set_ttl(&socket, remote.is_ipv4(), ttl)?;
+    }
+    // GTSM before connect(): a SYN-ACK from farther away is dropped too (RFC 5082 §3).
+    if let Some(min) = config.min_ttl() {
+        set_min_ttl(&socket, remote.is_ipv4(), min)?;
     }
     if let Some(local) = config.local_address {
         socket.bind(SocketAddr::new(local, 0))?;

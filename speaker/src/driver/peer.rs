@@ -105,6 +105,7 @@ impl PeerTask {
         info!(
             passive = self.config.session.passive,
             ttl = ?self.config.effective_ttl(),
+            min_ttl = ?self.config.min_ttl(),
             md5 = self.config.md5_key.is_some(),
             "peer starting"
         );
@@ -247,6 +248,17 @@ impl PeerTask {
     /// The listener matched a connection to this peer. The session decides whether it takes it
     /// (RFC 4271 §6.8 collisions); only then does it get a slot.
     fn inbound(&mut self, stream: TcpStream) {
+        // GTSM on the accepted socket (the listener is shared with peers that may not use it),
+        // before the session sees it. Segments that came before this call (the handshake,
+        // perhaps the peer's OPEN) were not checked, but the KEEPALIVE that makes the session
+        // Established answers our OPEN, which is only sent after it: a peer whose packets
+        // arrive below the minimum never gets past OpenSent.
+        if let Some(min) = self.config.min_ttl()
+            && let Err(error) = conn::set_min_ttl(&stream, stream_is_v4(&stream), min)
+        {
+            warn!(%error, "GTSM: cannot set the minimum TTL of an accepted connection; closing it");
+            return;
+        }
         let actions = self.session.handle(Input::TcpConnected(ConnectionId::Inbound));
         let mut stream = Some(stream);
         let rejected = actions.iter().any(|a| matches!(a, Action::RejectInbound(_)));
@@ -554,4 +566,10 @@ fn describe(reason: &DownReason) -> String {
         DownReason::Stopped(StopReason::BfdDown) => "BFD down".to_owned(),
         DownReason::Stopped(reason) => format!("stopped: {reason:?}"),
     }
+}
+
+/// Whether an accepted socket is IPv4 (an IPv4 peer on a dual-stack listener is IPv6 with a
+/// mapped address: it gets the IPv6 option and, by `set_min_ttl`, the IPv4 one too).
+fn stream_is_v4(stream: &TcpStream) -> bool {
+    stream.local_addr().is_ok_and(|a| a.is_ipv4())
 }
