@@ -9,10 +9,10 @@ use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd};
 
 // The macro calls itself and `setsockopt_impl!` unqualified: both must be in scope.
-use nix::{setsockopt_impl, sockopt_impl};
 use nix::sys::socket::{
     ControlMessageOwned, MsgFlags, SockaddrLike, SockaddrStorage, recvmsg, setsockopt, sockopt,
 };
+use nix::{setsockopt_impl, sockopt_impl};
 
 use crate::error::{Error, Result};
 
@@ -79,8 +79,9 @@ sockopt_impl!(
 pub fn set_min_ttl(socket: &impl AsFd, version: IpVersion, min: u8) -> Result<()> {
     let value = libc::c_int::from(min);
     match version {
-        IpVersion::V4 => setsockopt(socket, Ipv4MinTtl, &value)
-            .map_err(failed(format!("set IP_MINTTL {min}"))),
+        IpVersion::V4 => {
+            setsockopt(socket, Ipv4MinTtl, &value).map_err(failed(format!("set IP_MINTTL {min}")))
+        }
         IpVersion::V6 => {
             setsockopt(socket, Ipv6MinHopCount, &value)
                 .map_err(failed(format!("set IPV6_MINHOPCOUNT {min}")))?;

@@ -36,7 +36,11 @@ async fn delete_pod(cluster: &Cluster, name: &str) -> Result<()> {
 /// SIGTERM, and the speaker exits by itself, successfully.
 fn terminate(speaker: &mut Speaker) -> Result<()> {
     let status = speaker.daemon.terminate(WAIT)?;
-    ensure!(status.success(), "the speaker exited with {status}: {}", speaker.log_tail(20));
+    ensure!(
+        status.success(),
+        "the speaker exited with {status}: {}",
+        speaker.log_tail(20)
+    );
     Ok(())
 }
 
@@ -47,7 +51,10 @@ fn terminate(speaker: &mut Speaker) -> Result<()> {
 fn bird_route(bird: &Bird, prefix: &str) -> Result<(bool, bool)> {
     let present = bird.has(prefix)?;
     let protocol = bird.birdc(&["show", "protocols", "all", "node"])?;
-    Ok((present, present && protocol.contains("Neighbor graceful restart active")))
+    Ok((
+        present,
+        present && protocol.contains("Neighbor graceful restart active"),
+    ))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -94,7 +101,10 @@ async fn sigterm_with_graceful_restart_leaves_the_routes_stale_at_bird_until_end
     wait_until("the live pod's route refreshed, no longer stale", WAIT, || {
         Ok(bird_route(&bird, "10.16.0.5/32")? == (true, false))
     })
-    .with_context(|| bird.birdc(&["show", "protocols", "all", "node"]).unwrap_or_default())?;
+    .with_context(|| {
+        bird.birdc(&["show", "protocols", "all", "node"])
+            .unwrap_or_default()
+    })?;
     Ok(())
 }
 

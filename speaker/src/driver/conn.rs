@@ -78,6 +78,35 @@ pub(crate) fn set_min_ttl(socket: &impl AsFd, is_v4: bool, min: u8) -> io::Resul
     kube_ovn_dataplane::socket::set_min_ttl(socket, version, min).map_err(io::Error::other)
 }
 
+/// Takes what an accepted socket received before GTSM's minimum TTL was set on it: bytes the
+/// kernel did not check. `None` when the peer already closed.
+pub(crate) fn take_unchecked(stream: &TcpStream) -> io::Result<Option<Vec<u8>>> {
+    let mut unchecked = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.try_read(&mut buf) {
+            Ok(0) => return Ok(None),
+            Ok(n) => unchecked.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Some(unchecked)),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Whether bytes the kernel did not check against GTSM's minimum TTL may be taken: at most the
+/// start of one OPEN, which a peer sends as soon as it is connected. Anything after it (the
+/// KEEPALIVE that would make the session Established, an UPDATE) answers our OPEN, which goes
+/// out only once the minimum is in force; so a peer that sent more did not wait for us and the
+/// connection is refused (RFC 5082 §3: nothing from outside the radius may drive the session).
+pub(crate) fn unchecked_bytes_acceptable(bytes: &[u8]) -> bool {
+    const HEADER_LEN: usize = 19;
+    if bytes.len() < HEADER_LEN {
+        return true;
+    }
+    let length = usize::from(u16::from_be_bytes([bytes[16], bytes[17]]));
+    bytes[18] == crate::bgp::wire::message_type::OPEN && bytes.len() <= length
+}
+
 /// Opens our connection to the peer: the source address, TTL, minimum received TTL and MD5 key are set before
 /// `connect()`, since the SYN must already carry them (RFC 2385 §2: every segment is signed).
 pub(crate) async fn connect(config: &PeerConfig) -> io::Result<TcpStream> {
@@ -104,6 +133,33 @@ pub(crate) async fn connect(config: &PeerConfig) -> io::Result<TcpStream> {
     let stream = socket.connect(remote).await?;
     stream.set_nodelay(true)?;
     Ok(stream)
+}
+
+#[cfg(test)]
+#[test]
+fn only_the_start_of_one_open_may_come_before_gtsm() {
+    use crate::bgp::wire::{Message, encode};
+    let open = encode(
+        &Message::Open(crate::bgp::wire::Open {
+            my_as: 65000,
+            hold_time: 90,
+            bgp_id: std::net::Ipv4Addr::new(10, 0, 0, 1),
+            capabilities: crate::bgp::wire::Capabilities::default(),
+        }),
+        EncodeContext::default(),
+    )
+    .unwrap();
+    let keepalive = encode(&Message::Keepalive, EncodeContext::default()).unwrap();
+    assert!(unchecked_bytes_acceptable(&[]));
+    assert!(unchecked_bytes_acceptable(&open[..10]), "a partial header");
+    assert!(unchecked_bytes_acceptable(&open[..20]), "a partial OPEN");
+    assert!(unchecked_bytes_acceptable(&open));
+    let pipelined = [open.as_slice(), keepalive.as_slice()].concat();
+    assert!(
+        !unchecked_bytes_acceptable(&pipelined),
+        "OPEN and KEEPALIVE at once"
+    );
+    assert!(!unchecked_bytes_acceptable(&keepalive), "a KEEPALIVE first");
 }
 
 /// Normalises an IPv4-mapped IPv6 address (a v4 peer on a dual-stack listener) to IPv4.

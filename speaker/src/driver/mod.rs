@@ -227,7 +227,9 @@ impl Speaker {
     /// without GTSM does not check it). The minimum TTL itself is per accepted socket.
     fn set_listener_gtsm_ttl(&self, peer: IpAddr) -> Result<(), DriverError> {
         for listener in &self.listeners {
-            let Ok(bound) = listener.local_addr() else { continue };
+            let Ok(bound) = listener.local_addr() else {
+                continue;
+            };
             if bound.is_ipv4() && peer.is_ipv6() {
                 continue;
             }

@@ -253,14 +253,29 @@ impl PeerTask {
         // perhaps the peer's OPEN) were not checked, but the KEEPALIVE that makes the session
         // Established answers our OPEN, which is only sent after it: a peer whose packets
         // arrive below the minimum never gets past OpenSent.
-        if let Some(min) = self.config.min_ttl()
-            && let Err(error) = conn::set_min_ttl(&stream, stream_is_v4(&stream), min)
-        {
-            warn!(%error, "GTSM: cannot set the minimum TTL of an accepted connection; closing it");
-            return;
+        let mut unchecked = Vec::new();
+        if let Some(min) = self.config.min_ttl() {
+            if let Err(error) = conn::set_min_ttl(&stream, stream_is_v4(&stream), min) {
+                warn!(%error, "GTSM: cannot set the minimum TTL of an accepted connection; closing it");
+                return;
+            }
+            // What arrived before is unchecked: at most the peer's OPEN may be in it.
+            match conn::take_unchecked(&stream) {
+                Ok(Some(bytes)) if conn::unchecked_bytes_acceptable(&bytes) => unchecked = bytes,
+                Ok(None) => return,
+                Ok(Some(_)) => {
+                    warn!("GTSM: the peer sent more than its OPEN before we could check its TTL; closing");
+                    return;
+                }
+                Err(error) => {
+                    warn!(%error, "GTSM: reading an accepted connection; closing it");
+                    return;
+                }
+            }
         }
         let actions = self.session.handle(Input::TcpConnected(ConnectionId::Inbound));
         let mut stream = Some(stream);
+        let mut installed = None;
         let rejected = actions.iter().any(|a| matches!(a, Action::RejectInbound(_)));
         if !rejected && let Some(stream) = stream.take() {
             if let Some(ttl) = self.config.effective_ttl()
@@ -269,7 +284,8 @@ impl PeerTask {
                 warn!(%error, "cannot set the TTL of an accepted connection");
             }
             let _ = stream.set_nodelay(true);
-            self.install(ConnectionId::Inbound, stream);
+            let generation = self.install(ConnectionId::Inbound, stream);
+            installed = Some(generation);
         }
         for action in actions {
             match action {
@@ -281,6 +297,16 @@ impl PeerTask {
                 }
                 other => self.apply(other),
             }
+        }
+        // The peer's OPEN read while checking GTSM, handled after our OPEN went out.
+        if let Some(generation) = installed
+            && !unchecked.is_empty()
+        {
+            self.conn_event(ConnEvent::Bytes {
+                id: ConnectionId::Inbound,
+                generation,
+                bytes: unchecked,
+            });
         }
     }
 

@@ -26,6 +26,8 @@ pub struct PeerSpec {
     pub hold_time: u16,
     /// BIRD only: run BFD (100 ms, multiplier 3) for this session.
     pub bfd: bool,
+    /// BIRD only: GTSM (`ttl security on`, RFC 5082).
+    pub ttl_security: bool,
 }
 
 impl PeerSpec {
@@ -38,6 +40,7 @@ impl PeerSpec {
             multihop: None,
             hold_time: 30,
             bfd: false,
+            ttl_security: false,
         }
     }
 }
@@ -91,6 +94,9 @@ impl Bird {
         }
         if spec.bfd {
             text.push_str("  bfd on;\n");
+        }
+        if spec.ttl_security {
+            text.push_str("  ttl security on;\n");
         }
         text.push_str("  ipv4 { import all; export none; };\n  ipv6 { import all; export none; };\n}\n");
         if spec.bfd {
