@@ -331,8 +331,10 @@ pub async fn run(
     });
     shutdown.await;
     tasks.shutdown().await;
-    stop_peers(&peers.all()).await;
-    state::stopped(&flags.state_dir, flags.graceful_restart);
+    // A BgpPeer may turn graceful restart on while the flag is off: any session closed for a
+    // restart makes the next start a restart.
+    let for_restart = stop_peers(&peers.all()).await;
+    state::stopped(&flags.state_dir, for_restart);
     Ok(())
 }
 
@@ -365,10 +367,13 @@ impl StopKind {
     }
 }
 
-/// Ends every session as its [`StopKind`] says, each waited for (the driver bounds it).
-async fn stop_peers(peers: &[Arc<RunningPeer>]) {
+/// Ends every session as its [`StopKind`] says, each waited for (the driver bounds it); true
+/// when one was closed for a restart.
+async fn stop_peers(peers: &[Arc<RunningPeer>]) -> bool {
+    let mut for_restart = false;
     for peer in peers {
         let kind = StopKind::for_peer(&peer.plan);
+        for_restart |= kind == StopKind::ForRestart;
         let address = peer.handle.address();
         tracing::info!(peer = %address, ?kind, "stopping the session");
         let stopped = match kind {
@@ -379,4 +384,5 @@ async fn stop_peers(peers: &[Arc<RunningPeer>]) {
             tracing::warn!(peer = %address, error = %e, "session stop");
         }
     }
+    for_restart
 }

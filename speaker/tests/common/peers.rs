@@ -28,6 +28,9 @@ pub struct PeerSpec {
     pub bfd: bool,
     /// BIRD only: GTSM (`ttl security on`, RFC 5082).
     pub ttl_security: bool,
+    /// BIRD only: install the IPv4 routes it learns into the ToR's kernel table, so traffic
+    /// through the ToR follows them.
+    pub kernel_export: bool,
 }
 
 impl PeerSpec {
@@ -41,6 +44,7 @@ impl PeerSpec {
             hold_time: 30,
             bfd: false,
             ttl_security: false,
+            kernel_export: false,
         }
     }
 }
@@ -99,6 +103,9 @@ impl Bird {
             text.push_str("  ttl security on;\n");
         }
         text.push_str("  ipv4 { import all; export none; };\n  ipv6 { import all; export none; };\n}\n");
+        if spec.kernel_export {
+            text.push_str("protocol kernel { ipv4 { export all; }; }\n");
+        }
         if spec.bfd {
             text.push_str(
                 "protocol bfd {\n  interface \"*\" { min rx interval 100 ms; min tx interval 100 ms; multiplier 3; };\n}\n",
