@@ -2,15 +2,22 @@
 //! whichever side connects; a peer whose packets arrive with a TTL below 255 (BIRD `multihop 2`
 //! without ttl security sends with TTL 2) never gets a session, and the kernel's
 //! `TcpExtTCPMinTTLDrop` counter in the node's namespace shows its segments were dropped below
-//! BGP. Needs root and bird2; fails, never skips.
+//! BGP. The binary turns it on with `--ttl-security` for flag peers and with a BgpPeer's
+//! `spec.ttlSecurity`. Needs root and bird2; fails, never skips.
 
 mod common;
 
 use std::net::{IpAddr, SocketAddr};
 
+use anyhow::Context;
+use common::k8s::{Cluster, speaker, speaker_without_peers, wait_route};
 use common::peers::{Bird, PeerSpec};
 use common::*;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Api;
+use kube::api::PostParams;
 use kube_ovn_speaker::bgp::fsm::State;
+use kube_ovn_speaker::crd::BgpPeer;
 use kube_ovn_speaker::driver::{PeerConfig, PeerHandle, Speaker, SpeakerConfig};
 use kube_ovn_testkit::{Netns, wait_until};
 
@@ -206,4 +213,45 @@ fn a_low_ttl_peer_that_sends_open_and_keepalive_at_once_gets_no_session() {
         );
         never_established(&peer);
     });
+}
+
+/// BIRD with `ttl security on`, and a subnet to announce.
+async fn gtsm_bird_and_cluster(lab: &Lab) -> anyhow::Result<(Bird, Cluster)> {
+    let spec = PeerSpec {
+        ttl_security: true,
+        ..PeerSpec::new(TOR_V4, NODE_V4)
+    };
+    let bird = Bird::start(&lab.tor, &spec)?;
+    let cluster = Cluster::start().await?;
+    cluster.subnet("s1", "10.16.0.0/16", "cluster").await?;
+    Ok((bird, cluster))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ttl_security_flag_turns_gtsm_on_for_flag_peers() -> anyhow::Result<()> {
+    let lab = Lab::direct()?;
+    let (bird, cluster) = gtsm_bird_and_cluster(&lab).await?;
+    let dir = tempfile::tempdir()?;
+    let speaker = speaker(&cluster, &lab, dir.path(), &["--ttl-security"])?;
+    bird.wait_established().with_context(|| speaker.log_tail(20))?;
+    wait_route(&bird, &speaker, "10.16.0.0/16", true)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bgp_peer_with_ttl_security_uses_gtsm() -> anyhow::Result<()> {
+    let lab = Lab::direct()?;
+    let (bird, cluster) = gtsm_bird_and_cluster(&lab).await?;
+    Api::<CustomResourceDefinition>::all(cluster.kube.clone())
+        .create(&PostParams::default(), &kube_ovn_speaker::crd::crd())
+        .await?;
+    let dir = tempfile::tempdir()?;
+    let speaker = speaker_without_peers(&cluster, &lab, dir.path(), &[])?;
+    let peer: BgpPeer = serde_json::from_value(serde_json::json!({
+        "apiVersion": "bgp.kube-ovn-rs.io/v1alpha1", "kind": "BgpPeer", "metadata": {"name": "tor"},
+        "spec": {"peerAddress": TOR_V4.to_string(), "peerASN": TOR_AS, "ttlSecurity": true}}))?;
+    Api::<BgpPeer>::all(cluster.kube.clone())
+        .create(&PostParams::default(), &peer)
+        .await?;
+    bird.wait_established().with_context(|| speaker.log_tail(20))?;
+    wait_route(&bird, &speaker, "10.16.0.0/16", true)
 }
