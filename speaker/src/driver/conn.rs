@@ -80,7 +80,7 @@ pub(crate) fn set_min_ttl(socket: &impl AsFd, is_v4: bool, min: u8) -> io::Resul
 
 /// Takes what an accepted socket received before GTSM's minimum TTL was set on it: bytes the
 /// kernel did not check. `None` when the peer already closed.
-pub(crate) fn take_unchecked(stream: &TcpStream) -> io::Result<Option<Vec<u8>>> {
+fn take_unchecked(stream: &TcpStream) -> io::Result<Option<Vec<u8>>> {
     let mut unchecked = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
@@ -105,6 +105,22 @@ pub(crate) fn unchecked_bytes_acceptable(bytes: &[u8]) -> bool {
     }
     let length = usize::from(u16::from_be_bytes([bytes[16], bytes[17]]));
     bytes[18] == crate::bgp::wire::message_type::OPEN && bytes.len() <= length
+}
+
+/// GTSM on a socket the listener accepted: sets the minimum TTL, then takes what came before it
+/// (unchecked), which may be no more than the start of the peer's OPEN. Returns those bytes, to
+/// be handled after our OPEN went out; or why the connection must be closed.
+pub(crate) fn gtsm_on_accepted(stream: &TcpStream, min: u8) -> Result<Vec<u8>, String> {
+    // An IPv4 peer on a dual-stack listener is IPv6 with a mapped address: it gets the IPv6
+    // option and, by `set_min_ttl`, the IPv4 one too.
+    let is_v4 = stream.local_addr().is_ok_and(|a| a.is_ipv4());
+    set_min_ttl(stream, is_v4, min).map_err(|e| format!("cannot set the minimum TTL: {e}"))?;
+    match take_unchecked(stream) {
+        Ok(Some(bytes)) if unchecked_bytes_acceptable(&bytes) => Ok(bytes),
+        Ok(Some(_)) => Err("the peer sent more than its OPEN before its TTL could be checked".into()),
+        Ok(None) => Err("the peer closed it at once".into()),
+        Err(e) => Err(format!("reading it: {e}")),
+    }
 }
 
 /// Opens our connection to the peer: the source address, TTL, minimum received TTL and MD5 key are set before
@@ -133,33 +149,6 @@ pub(crate) async fn connect(config: &PeerConfig) -> io::Result<TcpStream> {
     let stream = socket.connect(remote).await?;
     stream.set_nodelay(true)?;
     Ok(stream)
-}
-
-#[cfg(test)]
-#[test]
-fn only_the_start_of_one_open_may_come_before_gtsm() {
-    use crate::bgp::wire::{Message, encode};
-    let open = encode(
-        &Message::Open(crate::bgp::wire::Open {
-            my_as: 65000,
-            hold_time: 90,
-            bgp_id: std::net::Ipv4Addr::new(10, 0, 0, 1),
-            capabilities: crate::bgp::wire::Capabilities::default(),
-        }),
-        EncodeContext::default(),
-    )
-    .unwrap();
-    let keepalive = encode(&Message::Keepalive, EncodeContext::default()).unwrap();
-    assert!(unchecked_bytes_acceptable(&[]));
-    assert!(unchecked_bytes_acceptable(&open[..10]), "a partial header");
-    assert!(unchecked_bytes_acceptable(&open[..20]), "a partial OPEN");
-    assert!(unchecked_bytes_acceptable(&open));
-    let pipelined = [open.as_slice(), keepalive.as_slice()].concat();
-    assert!(
-        !unchecked_bytes_acceptable(&pipelined),
-        "OPEN and KEEPALIVE at once"
-    );
-    assert!(!unchecked_bytes_acceptable(&keepalive), "a KEEPALIVE first");
 }
 
 /// Normalises an IPv4-mapped IPv6 address (a v4 peer on a dual-stack listener) to IPv4.
@@ -332,4 +321,35 @@ async fn write_loop(
         }
     }
     let _ = write.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_start_of_one_open_may_come_before_gtsm() {
+        use crate::bgp::wire::{Message, encode};
+        let open = encode(
+            &Message::Open(crate::bgp::wire::Open {
+                my_as: 65000,
+                hold_time: 90,
+                bgp_id: std::net::Ipv4Addr::new(10, 0, 0, 1),
+                capabilities: crate::bgp::wire::Capabilities::default(),
+            }),
+            EncodeContext::default(),
+        )
+        .unwrap();
+        let keepalive = encode(&Message::Keepalive, EncodeContext::default()).unwrap();
+        assert!(unchecked_bytes_acceptable(&[]));
+        assert!(unchecked_bytes_acceptable(&open[..10]), "a partial header");
+        assert!(unchecked_bytes_acceptable(&open[..20]), "a partial OPEN");
+        assert!(unchecked_bytes_acceptable(&open));
+        let pipelined = [open.as_slice(), keepalive.as_slice()].concat();
+        assert!(
+            !unchecked_bytes_acceptable(&pipelined),
+            "OPEN and KEEPALIVE at once"
+        );
+        assert!(!unchecked_bytes_acceptable(&keepalive), "a KEEPALIVE first");
+    }
 }

@@ -19,8 +19,9 @@
 //! listener; passive peers never connect. With GTSM ([`PeerConfig::ttl_security`], RFC 5082)
 //! the session's sockets send with TTL 255 and the kernel drops what arrives below
 //! [`PeerConfig::min_ttl`] (`IP_MINTTL` / `IPV6_MINHOPCOUNT`): set before `connect()` on ours,
-//! on the accepted socket for the peer's (the listener then sends its SYN-ACKs with 255). Sessions restart after failures by themselves (the
-//! state machine's idle hold time doubles up to a minute).
+//! on the accepted socket for the peer's (the listener then sends its SYN-ACKs with 255).
+//! Sessions restart after failures by themselves (the state machine's idle hold time doubles
+//! up to a minute).
 //!
 //! Graceful restart as the restarting speaker (RFC 4724 §4.1): with
 //! [`crate::bgp::fsm::SessionConfig::restarting`] the OPEN carries the R bit, and no UPDATE

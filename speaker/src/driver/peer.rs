@@ -250,25 +250,16 @@ impl PeerTask {
     fn inbound(&mut self, stream: TcpStream) {
         // GTSM on the accepted socket (the listener is shared with peers that may not use it),
         // before the session sees it. Segments that came before this call (the handshake,
-        // perhaps the peer's OPEN) were not checked, but the KEEPALIVE that makes the session
-        // Established answers our OPEN, which is only sent after it: a peer whose packets
-        // arrive below the minimum never gets past OpenSent.
+        // perhaps the peer's OPEN) were not checked: those bytes may hold no more than the
+        // start of the OPEN a peer sends on connect (`conn::unchecked_bytes_acceptable`). The
+        // KEEPALIVE that makes the session Established answers our OPEN, sent only after this,
+        // so it is always checked: a peer below the minimum never gets past OpenConfirm.
         let mut unchecked = Vec::new();
         if let Some(min) = self.config.min_ttl() {
-            if let Err(error) = conn::set_min_ttl(&stream, stream_is_v4(&stream), min) {
-                warn!(%error, "GTSM: cannot set the minimum TTL of an accepted connection; closing it");
-                return;
-            }
-            // What arrived before is unchecked: at most the peer's OPEN may be in it.
-            match conn::take_unchecked(&stream) {
-                Ok(Some(bytes)) if conn::unchecked_bytes_acceptable(&bytes) => unchecked = bytes,
-                Ok(None) => return,
-                Ok(Some(_)) => {
-                    warn!("GTSM: the peer sent more than its OPEN before we could check its TTL; closing");
-                    return;
-                }
-                Err(error) => {
-                    warn!(%error, "GTSM: reading an accepted connection; closing it");
+            match conn::gtsm_on_accepted(&stream, min) {
+                Ok(bytes) => unchecked = bytes,
+                Err(reason) => {
+                    warn!("GTSM: {reason}; closing the accepted connection");
                     return;
                 }
             }
@@ -592,10 +583,4 @@ fn describe(reason: &DownReason) -> String {
         DownReason::Stopped(StopReason::BfdDown) => "BFD down".to_owned(),
         DownReason::Stopped(reason) => format!("stopped: {reason:?}"),
     }
-}
-
-/// Whether an accepted socket is IPv4 (an IPv4 peer on a dual-stack listener is IPv6 with a
-/// mapped address: it gets the IPv6 option and, by `set_min_ttl`, the IPv4 one too).
-fn stream_is_v4(stream: &TcpStream) -> bool {
-    stream.local_addr().is_ok_and(|a| a.is_ipv4())
 }
