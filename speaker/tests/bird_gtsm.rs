@@ -94,6 +94,58 @@ fn gtsm_on_both_sides_establishes_when_the_peer_connects() {
     });
 }
 
+#[test]
+fn gtsm_over_ipv6_uses_the_hop_limit() {
+    init_tracing();
+    let lab = Lab::direct().unwrap();
+    let good = Bird::start(
+        &lab.tor,
+        &PeerSpec {
+            ttl_security: true,
+            ..PeerSpec::new(TOR_V4, NODE_V6)
+        },
+    )
+    .unwrap();
+    lab.on_node(|rt| {
+        let _enter = rt.enter();
+        let speaker = Speaker::new(SpeakerConfig::default()).unwrap();
+        let mut config = PeerConfig::new(IpAddr::V6(TOR_V6), session(false));
+        config.ttl_security = true;
+        let peer = speaker.add_peer(config).unwrap();
+        peer.announce(v6_prefix(), Default::default()).unwrap();
+        peer.set_ready().unwrap();
+        good.wait_established().unwrap();
+        good.wait_count("master6", 1).unwrap();
+    });
+}
+
+#[test]
+fn an_ipv6_peer_whose_hop_limit_arrives_below_255_gets_no_session() {
+    init_tracing();
+    let lab = Lab::direct().unwrap();
+    let spec = PeerSpec {
+        multihop: Some(2),
+        ..PeerSpec::new(TOR_V4, NODE_V6)
+    };
+    let bird = Bird::start(&lab.tor, &spec).unwrap();
+    lab.on_node(|rt| {
+        let _enter = rt.enter();
+        let speaker = Speaker::new(SpeakerConfig::default()).unwrap();
+        let mut config = PeerConfig::new(IpAddr::V6(TOR_V6), session(false));
+        config.ttl_security = true;
+        let peer = speaker.add_peer(config).unwrap();
+        peer.announce(v6_prefix(), Default::default()).unwrap();
+        peer.set_ready().unwrap();
+        wait_until("the kernel to drop BIRD's low hop-limit segments", WAIT, || {
+            Ok(min_ttl_drops(&lab.node)? >= 3)
+        })
+        .unwrap();
+        never_established(&peer);
+        assert!(!bird.established().unwrap());
+        assert_eq!(bird.count("master6").unwrap(), 0);
+    });
+}
+
 /// BIRD two hops "away" by its TTL: `multihop 2` sends with TTL 2 and no GTSM.
 fn low_ttl_bird(lab: &Lab, passive: bool) -> Bird {
     let spec = PeerSpec {
