@@ -17,6 +17,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::Api;
 use kube::api::PostParams;
 use kube_ovn_speaker::bgp::fsm::State;
+use kube_ovn_speaker::bgp::rib_out::RouteAttributes;
 use kube_ovn_speaker::crd::BgpPeer;
 use kube_ovn_speaker::driver::{PeerConfig, PeerHandle, Speaker, SpeakerConfig};
 use kube_ovn_testkit::{Netns, wait_until};
@@ -112,7 +113,7 @@ fn gtsm_over_ipv6_uses_the_hop_limit() {
         let mut config = PeerConfig::new(IpAddr::V6(TOR_V6), session(false));
         config.ttl_security = true;
         let peer = speaker.add_peer(config).unwrap();
-        peer.announce(v6_prefix(), Default::default()).unwrap();
+        peer.announce(v6_prefix(), RouteAttributes::default()).unwrap();
         peer.set_ready().unwrap();
         good.wait_established().unwrap();
         good.wait_count("master6", 1).unwrap();
@@ -134,7 +135,7 @@ fn an_ipv6_peer_whose_hop_limit_arrives_below_255_gets_no_session() {
         let mut config = PeerConfig::new(IpAddr::V6(TOR_V6), session(false));
         config.ttl_security = true;
         let peer = speaker.add_peer(config).unwrap();
-        peer.announce(v6_prefix(), Default::default()).unwrap();
+        peer.announce(v6_prefix(), RouteAttributes::default()).unwrap();
         peer.set_ready().unwrap();
         wait_until("the kernel to drop BIRD's low hop-limit segments", WAIT, || {
             Ok(min_ttl_drops(&lab.node)? >= 3)
