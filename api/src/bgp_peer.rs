@@ -90,10 +90,18 @@ pub struct BgpPeerSpec {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub passive: bool,
     /// IP TTL of our packets to an external peer (1 to 255); default 1, a directly connected
-    /// neighbour.
+    /// neighbour. With `ttlSecurity` it is the number of hops to the peer instead (1 to 254).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "ttl")]
     pub ebgp_multihop: Option<u8>,
+    /// GTSM, the Generalized TTL Security Mechanism (RFC 5082): send with TTL (IPv6 hop limit)
+    /// 255 and drop every packet of the session that arrives with less than 256 minus the hops
+    /// to the peer (`ebgpMultihop`, default 1: 255, a directly connected peer), so nothing from
+    /// farther away can reach or reset the session. The peer must enable it too (BIRD
+    /// `ttl security on`, FRR `neighbor ... ttl-security hops 1`). Default the speaker's
+    /// `--ttl-security`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_security: Option<bool>,
     /// Address families to negotiate: `ipv4-unicast`, `ipv6-unicast`. Default the family of
     /// `peerAddress`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

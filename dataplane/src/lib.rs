@@ -3,7 +3,8 @@
 //! sysctls, nftables tables (a script in one transaction, set elements over netlink), ICMP echo
 //! out of a device, and the one ethtool setting the userspace datapath needs; for the speaker's
 //! sockets, TCP MD5 keys,
-//! TTL / hop limit, `IPV6_V6ONLY` and the received TTL (`socket`). Callers make sockets with
+//! TTL / hop limit, the minimum received TTL (GTSM), `IPV6_V6ONLY` and the received TTL
+//! (`socket`). Callers make sockets with
 //! std or tokio and lend their file descriptors here.
 //!
 //! Everything is reached through [`Netns`] handles rather than by entering namespaces on the

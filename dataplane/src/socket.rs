@@ -8,9 +8,11 @@ use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd};
 
+// The macro calls itself and `setsockopt_impl!` unqualified: both must be in scope.
 use nix::sys::socket::{
     ControlMessageOwned, MsgFlags, SockaddrLike, SockaddrStorage, recvmsg, setsockopt, sockopt,
 };
+use nix::{setsockopt_impl, sockopt_impl};
 
 use crate::error::{Error, Result};
 
@@ -48,6 +50,46 @@ pub fn set_ttl(socket: &impl AsFd, version: IpVersion, ttl: u8) -> Result<()> {
         }
         IpVersion::V6 => setsockopt(socket, sockopt::Ipv6Ttl, &value)
             .map_err(failed(format!("set IPV6_UNICAST_HOPS {ttl}"))),
+    }
+}
+
+// nix 0.31 has no option type for these two; its macro makes one with the same checked
+// `setsockopt` call as the options it ships (an int value, no hand-written `unsafe` here).
+sockopt_impl!(
+    /// `IP_MINTTL` (Linux 2.6.34): segments arriving with a lower TTL are dropped by the kernel.
+    Ipv4MinTtl,
+    SetOnly,
+    libc::IPPROTO_IP,
+    libc::IP_MINTTL,
+    libc::c_int
+);
+sockopt_impl!(
+    /// `IPV6_MINHOPCOUNT` (Linux 2.6.35): the same for the IPv6 hop limit.
+    Ipv6MinHopCount,
+    SetOnly,
+    libc::IPPROTO_IPV6,
+    libc::IPV6_MINHOPCOUNT,
+    libc::c_int
+);
+
+/// The Generalized TTL Security Mechanism's receive check (RFC 5082 §3): the kernel drops what
+/// arrives on this socket with a TTL (IPv4) or hop limit (IPv6) below `min`, before TCP sees
+/// it. On a connecting socket set it before `connect()`, so a forged SYN-ACK is dropped too.
+/// An IPv6 socket that may carry IPv4 (a dual-stack listener's mapped peers) gets both.
+pub fn set_min_ttl(socket: &impl AsFd, version: IpVersion, min: u8) -> Result<()> {
+    let value = libc::c_int::from(min);
+    match version {
+        IpVersion::V4 => {
+            setsockopt(socket, Ipv4MinTtl, &value).map_err(failed(format!("set IP_MINTTL {min}")))
+        }
+        IpVersion::V6 => {
+            setsockopt(socket, Ipv6MinHopCount, &value)
+                .map_err(failed(format!("set IPV6_MINHOPCOUNT {min}")))?;
+            // IPv4-mapped traffic on an IPv6 socket is checked against IP_MINTTL; a v6-only
+            // socket refuses the IPv4 option, which then does not matter.
+            let _ = setsockopt(socket, Ipv4MinTtl, &value);
+            Ok(())
+        }
     }
 }
 
@@ -163,6 +205,34 @@ mod tests {
             error.to_string().contains("IPV6_V6ONLY"),
             "a bound socket refuses it, and the error names the option: {error}"
         );
+    }
+
+    #[test]
+    fn min_ttl_drops_tcp_segments_that_arrive_below_it() {
+        use std::io::{Read, Write};
+        use std::net::{TcpListener, TcpStream};
+        use std::time::Duration;
+
+        // Linux checks IP_MINTTL for TCP only (tcp_v4_rcv), so a TCP pair shows it.
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut server, _) = listener.accept().unwrap();
+        set_min_ttl(&server, IpVersion::V4, 255).unwrap();
+        server.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+        client.set_ttl(254).unwrap();
+        client.write_all(b"x").unwrap();
+        let mut buf = [0u8; 1];
+        let error = server.read(&mut buf).unwrap_err();
+        assert!(
+            matches!(error.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut),
+            "a segment with TTL 254 never reaches the socket: {error}"
+        );
+        // TCP retransmits the byte; with TTL 255 it now gets through.
+        client.set_ttl(255).unwrap();
+        server.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        assert_eq!(server.read(&mut buf).unwrap(), 1);
+        let v6 = TcpListener::bind("[::1]:0").unwrap();
+        set_min_ttl(&v6, IpVersion::V6, 254).unwrap();
     }
 
     #[test]

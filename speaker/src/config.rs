@@ -75,6 +75,12 @@ pub struct Flags {
     /// TTL of eBGP sessions; multihop when not 1.
     #[arg(long, env = "EBGP_MULTIHOP", default_value_t = 1)]
     pub ebgp_multihop: u8,
+    /// GTSM (RFC 5082) with the flag peers: send with TTL 255 and drop what arrives from them
+    /// below 256 - hops (`--ebgp-multihop` counts the hops; 1: 255, a directly connected
+    /// peer). The peers must enable it too (BIRD `ttl security on`, FRR `ttl-security hops`).
+    /// Not a Kube-OVN flag.
+    #[arg(long, env = "TTL_SECURITY", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub ttl_security: bool,
     /// Announce IPv4 routes to IPv6 peers and back (RFC 8950).
     #[arg(long, env = "EXTENDED_NEXTHOP", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub extended_nexthop: bool,
@@ -245,6 +251,12 @@ impl Flags {
         if self.ebgp_multihop == 0 {
             return Err(bad("ebgp-multihop", "a TTL of 0 would never leave the host"));
         }
+        if self.ttl_security && self.ebgp_multihop == u8::MAX {
+            return Err(bad(
+                "ebgp-multihop",
+                "with --ttl-security it counts hops, and 255 would accept any TTL (RFC 5082 §3)",
+            ));
+        }
         if self.auth_password.len() > 80 {
             return Err(bad("auth-password", "at most 80 bytes (TCP_MD5SIG_MAXKEYLEN)"));
         }
@@ -367,6 +379,11 @@ mod tests {
                 "--graceful-restart-time",
             ),
             (vec!["--ebgp-multihop=0"], "10.1.0.5", "--ebgp-multihop"),
+            (
+                vec!["--ttl-security", "--ebgp-multihop=255"],
+                "10.1.0.5",
+                "--ebgp-multihop",
+            ),
             (vec!["--enable-bfd", "--bfd-min-tx=0"], "10.1.0.5", "--bfd-min-tx"),
             (vec!["--node-ips=nope"], "10.1.0.5", "--node-ips"),
             (vec![], "10.1.0.5,bad", "--pod-ips"),

@@ -57,6 +57,7 @@ fn full_spec_parses() {
         "port": 1179,
         "passwordSecretRef": { "name": "tor", "namespace": "kube-system" },
         "holdTime": 9, "keepaliveTime": 3, "passive": true, "ebgpMultihop": 3,
+        "ttlSecurity": true,
         "families": ["ipv4-unicast", "ipv6-unicast"],
         "communities": ["65000:100", "no-export", "NO-ADVERTISE", "no-export-subconfed", "blackhole"],
         "largeCommunities": ["4200000000:1:2"],
@@ -75,6 +76,7 @@ fn full_spec_parses() {
         })
     );
     assert_eq!((peer.hold_time, peer.keepalive_time), (Some(9), Some(3)));
+    assert_eq!((peer.ebgp_multihop, peer.ttl_security), (Some(3), Some(true)));
     assert_eq!(peer.families, vec![Family::Ipv4Unicast, Family::Ipv6Unicast]);
     assert_eq!(
         peer.communities,
@@ -125,6 +127,10 @@ fn errors_name_the_field() {
             "spec.keepaliveTime: must be absent when holdTime is 0",
         ),
         (json!({ "ebgpMultihop": 0 }), "spec.ebgpMultihop:"),
+        (
+            json!({ "ttlSecurity": true, "ebgpMultihop": 255 }),
+            "spec.ebgpMultihop: with ttlSecurity it counts hops",
+        ),
         (json!({ "families": [] }), "spec.families: must not be empty"),
         (
             json!({ "families": ["ipv4-unicast", "l2vpn-evpn"] }),

@@ -52,6 +52,8 @@ pub struct ValidatedPeer {
     pub keepalive_time: Option<u16>,
     pub passive: bool,
     pub ebgp_multihop: Option<u8>,
+    /// GTSM (RFC 5082); `None`: the speaker's `--ttl-security`.
+    pub ttl_security: Option<bool>,
     /// Never empty: default the family of `address`.
     pub families: Vec<Family>,
     /// RFC 1997 communities as 32-bit values.
@@ -173,6 +175,12 @@ impl Checked<'_> {
                 "a TTL of 0 is never delivered",
             ));
         }
+        if self.ttl_security == Some(true) && self.ebgp_multihop == Some(u8::MAX) {
+            return Err(CrdError::new(
+                "spec.ebgpMultihop",
+                "with ttlSecurity it counts hops (1 to 254); 255 would accept any TTL (RFC 5082 §3)",
+            ));
+        }
         if let (Some(local), Some(_)) = (self.local_asn, self.local_pref)
             && local != self.peer_asn
         {
@@ -221,6 +229,7 @@ impl Checked<'_> {
             keepalive_time: self.keepalive_time,
             passive: self.passive,
             ebgp_multihop: self.ebgp_multihop,
+            ttl_security: self.ttl_security,
             families: self.families(address)?,
             communities,
             large_communities,

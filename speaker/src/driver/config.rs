@@ -38,8 +38,15 @@ pub struct PeerConfig {
     pub md5_key: Option<Vec<u8>>,
     /// IP TTL (IPv6 hop limit) of our packets. `None`: 1 for an external peer (a directly
     /// connected eBGP neighbour, Kube-OVN's `--ebgp-multihop` default) and the system default
-    /// for an internal one.
+    /// for an internal one. With [`PeerConfig::ttl_security`] it is instead the number of hops
+    /// to the peer (`None`: 1, directly connected).
     pub ttl: Option<u8>,
+    /// GTSM, the Generalized TTL Security Mechanism (RFC 5082): we send with TTL (hop limit)
+    /// 255 and the kernel drops every segment of the session that arrives with less than
+    /// `256 - hops` (255 for a directly connected peer), so a forged packet from farther away
+    /// cannot reach BGP, nor reset or load the session. The peer must do the same (BIRD's
+    /// `ttl security on`, FRR's `ttl-security hops`).
+    pub ttl_security: bool,
     /// Graceful restart deferral: when set, the peer task calls [`super::PeerHandle::set_ready`]
     /// itself this long after it starts, so a caller that never syncs does not hold the
     /// End-of-RIB forever (Kube-OVN's `--graceful-restart-deferral-time`).
@@ -56,6 +63,7 @@ impl PeerConfig {
             local_address: None,
             md5_key: None,
             ttl: None,
+            ttl_security: false,
             ready_deadline: None,
             session,
         }
@@ -63,8 +71,18 @@ impl PeerConfig {
 
     /// The TTL our sockets get, `None` to leave the system default.
     pub fn effective_ttl(&self) -> Option<u8> {
+        if self.ttl_security {
+            return Some(u8::MAX);
+        }
         self.ttl
             .or((self.session.local_as != self.session.peer_as).then_some(1))
+    }
+
+    /// With GTSM, the least TTL a segment from the peer may arrive with: 255 minus the hops
+    /// after the first (RFC 5082 §3). `None` without GTSM.
+    pub fn min_ttl(&self) -> Option<u8> {
+        self.ttl_security
+            .then(|| u8::MAX - (self.ttl.unwrap_or(1).max(1) - 1))
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -86,11 +104,60 @@ impl PeerConfig {
         if self.ttl == Some(0) {
             return fail("ttl", "must be at least 1");
         }
+        if self.ttl_security && self.ttl == Some(u8::MAX) {
+            return fail(
+                "ttl",
+                "with ttl_security it counts hops; 255 would accept any TTL (RFC 5082 §3)",
+            );
+        }
         if let Some(local) = self.local_address
             && local.is_ipv4() != self.address.is_ipv4()
         {
             return fail("local_address", "must be of the peer address's family");
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+
+    use super::*;
+    use crate::bgp::wire::Family;
+
+    fn peer(local_as: u32, peer_as: u32) -> PeerConfig {
+        PeerConfig::new(
+            Ipv4Addr::new(10, 0, 0, 1).into(),
+            SessionConfig {
+                local_as,
+                peer_as,
+                router_id: Ipv4Addr::new(10, 0, 0, 2),
+                hold_time: 90,
+                connect_retry: Duration::from_secs(5),
+                passive: false,
+                families: vec![Family::Ipv4Unicast],
+                graceful_restart: None,
+                restarting: false,
+                extended_next_hop: false,
+            },
+        )
+    }
+
+    #[test]
+    fn gtsm_sends_255_and_expects_255_less_the_extra_hops() {
+        let mut ebgp = peer(65001, 65000);
+        assert_eq!((ebgp.effective_ttl(), ebgp.min_ttl()), (Some(1), None));
+        ebgp.ttl_security = true;
+        assert_eq!((ebgp.effective_ttl(), ebgp.min_ttl()), (Some(255), Some(255)));
+        ebgp.ttl = Some(2);
+        assert_eq!((ebgp.effective_ttl(), ebgp.min_ttl()), (Some(255), Some(254)));
+        let mut ibgp = peer(65000, 65000);
+        assert_eq!(ibgp.effective_ttl(), None);
+        ibgp.ttl_security = true;
+        assert_eq!((ibgp.effective_ttl(), ibgp.min_ttl()), (Some(255), Some(255)));
+        ibgp.validate().unwrap();
+        ibgp.ttl = Some(255);
+        assert_eq!(ibgp.validate().unwrap_err().field, "ttl");
     }
 }

@@ -1,5 +1,5 @@
 //! One TCP connection of a peer task: the socket set up before `connect()` (source address, TTL,
-//! MD5 key), a reader task that forwards raw bytes to the peer task, and a writer task that
+//! GTSM's minimum received TTL, MD5 key), a reader task that forwards raw bytes to the peer task, and a writer task that
 //! drains a queue of encoded messages.
 //!
 //! The queue is bounded by its user, not by the channel: the peer task takes UPDATEs from the
@@ -72,7 +72,58 @@ pub(crate) fn set_ttl(socket: &impl AsFd, is_v4: bool, ttl: u8) -> io::Result<()
     set_socket_ttl(socket, version, ttl).map_err(io::Error::other)
 }
 
-/// Opens our connection to the peer: the source address, TTL and MD5 key are set before
+/// The least TTL (IPv6: hop limit) a segment may arrive with on this socket (GTSM, RFC 5082).
+pub(crate) fn set_min_ttl(socket: &impl AsFd, is_v4: bool, min: u8) -> io::Result<()> {
+    let version = if is_v4 { IpVersion::V4 } else { IpVersion::V6 };
+    kube_ovn_dataplane::socket::set_min_ttl(socket, version, min).map_err(io::Error::other)
+}
+
+/// Takes what an accepted socket received before GTSM's minimum TTL was set on it: bytes the
+/// kernel did not check. `None` when the peer already closed.
+fn take_unchecked(stream: &TcpStream) -> io::Result<Option<Vec<u8>>> {
+    let mut unchecked = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.try_read(&mut buf) {
+            Ok(0) => return Ok(None),
+            Ok(n) => unchecked.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Some(unchecked)),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Whether bytes the kernel did not check against GTSM's minimum TTL may be taken: at most the
+/// start of one OPEN, which a peer sends as soon as it is connected. Anything after it (the
+/// KEEPALIVE that would make the session Established, an UPDATE) answers our OPEN, which goes
+/// out only once the minimum is in force; so a peer that sent more did not wait for us and the
+/// connection is refused (RFC 5082 §3: nothing from outside the radius may drive the session).
+pub(crate) fn unchecked_bytes_acceptable(bytes: &[u8]) -> bool {
+    const HEADER_LEN: usize = 19;
+    if bytes.len() < HEADER_LEN {
+        return true;
+    }
+    let length = usize::from(u16::from_be_bytes([bytes[16], bytes[17]]));
+    bytes[18] == crate::bgp::wire::message_type::OPEN && bytes.len() <= length
+}
+
+/// GTSM on a socket the listener accepted: sets the minimum TTL, then takes what came before it
+/// (unchecked), which may be no more than the start of the peer's OPEN. Returns those bytes, to
+/// be handled after our OPEN went out; or why the connection must be closed.
+pub(crate) fn gtsm_on_accepted(stream: &TcpStream, min: u8) -> Result<Vec<u8>, String> {
+    // An IPv4 peer on a dual-stack listener is IPv6 with a mapped address: it gets the IPv6
+    // option and, by `set_min_ttl`, the IPv4 one too.
+    let is_v4 = stream.local_addr().is_ok_and(|a| a.is_ipv4());
+    set_min_ttl(stream, is_v4, min).map_err(|e| format!("cannot set the minimum TTL: {e}"))?;
+    match take_unchecked(stream) {
+        Ok(Some(bytes)) if unchecked_bytes_acceptable(&bytes) => Ok(bytes),
+        Ok(Some(_)) => Err("the peer sent more than its OPEN before its TTL could be checked".into()),
+        Ok(None) => Err("the peer closed it at once".into()),
+        Err(e) => Err(format!("reading it: {e}")),
+    }
+}
+
+/// Opens our connection to the peer: the source address, TTL, minimum received TTL and MD5 key are set before
 /// `connect()`, since the SYN must already carry them (RFC 2385 §2: every segment is signed).
 pub(crate) async fn connect(config: &PeerConfig) -> io::Result<TcpStream> {
     let remote = SocketAddr::new(config.address, config.port);
@@ -83,6 +134,10 @@ pub(crate) async fn connect(config: &PeerConfig) -> io::Result<TcpStream> {
     };
     if let Some(ttl) = config.effective_ttl() {
         set_ttl(&socket, remote.is_ipv4(), ttl)?;
+    }
+    // GTSM before connect(): a SYN-ACK from farther away is dropped too (RFC 5082 §3).
+    if let Some(min) = config.min_ttl() {
+        set_min_ttl(&socket, remote.is_ipv4(), min)?;
     }
     if let Some(local) = config.local_address {
         socket.bind(SocketAddr::new(local, 0))?;
@@ -266,4 +321,35 @@ async fn write_loop(
         }
     }
     let _ = write.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_start_of_one_open_may_come_before_gtsm() {
+        use crate::bgp::wire::{Message, encode};
+        let open = encode(
+            &Message::Open(crate::bgp::wire::Open {
+                my_as: 65000,
+                hold_time: 90,
+                bgp_id: std::net::Ipv4Addr::new(10, 0, 0, 1),
+                capabilities: crate::bgp::wire::Capabilities::default(),
+            }),
+            EncodeContext::default(),
+        )
+        .unwrap();
+        let keepalive = encode(&Message::Keepalive, EncodeContext::default()).unwrap();
+        assert!(unchecked_bytes_acceptable(&[]));
+        assert!(unchecked_bytes_acceptable(&open[..10]), "a partial header");
+        assert!(unchecked_bytes_acceptable(&open[..20]), "a partial OPEN");
+        assert!(unchecked_bytes_acceptable(&open));
+        let pipelined = [open.as_slice(), keepalive.as_slice()].concat();
+        assert!(
+            !unchecked_bytes_acceptable(&pipelined),
+            "OPEN and KEEPALIVE at once"
+        );
+        assert!(!unchecked_bytes_acceptable(&keepalive), "a KEEPALIVE first");
+    }
 }

@@ -16,8 +16,12 @@
 //!
 //! Transport, per peer: active connect with an optional source address, TTL 1 for eBGP unless
 //! a TTL is given (multihop), the RFC 2385 MD5 key on the connecting socket and on every
-//! listener; passive peers never connect. Sessions restart after failures by themselves (the
-//! state machine's idle hold time doubles up to a minute).
+//! listener; passive peers never connect. With GTSM ([`PeerConfig::ttl_security`], RFC 5082)
+//! the session's sockets send with TTL 255 and the kernel drops what arrives below
+//! [`PeerConfig::min_ttl`] (`IP_MINTTL` / `IPV6_MINHOPCOUNT`): set before `connect()` on ours,
+//! on the accepted socket for the peer's (the listener then sends its SYN-ACKs with 255).
+//! Sessions restart after failures by themselves (the state machine's idle hold time doubles
+//! up to a minute).
 //!
 //! Graceful restart as the restarting speaker (RFC 4724 §4.1): with
 //! [`crate::bgp::fsm::SessionConfig::restarting`] the OPEN carries the R bit, and no UPDATE
@@ -28,6 +32,8 @@
 //!
 //! Dropping the [`Speaker`] ends every task at once, as a crash would: sockets close with no
 //! NOTIFICATION, so peers in graceful restart helper mode keep our routes.
+//! [`PeerHandle::stop_for_restart`] does the same for one peer on purpose: the daemon stops
+//! that way on SIGTERM when graceful restart is on (see `crate::run`).
 
 mod command;
 mod config;
@@ -143,6 +149,9 @@ impl Speaker {
             return Err(DriverError::PeerExists(address));
         }
         self.set_listener_keys(address, config.md5_key.as_deref().unwrap_or_default())?;
+        if config.ttl_security {
+            self.set_listener_gtsm_ttl(address)?;
+        }
         let (commands, commands_rx) = mpsc::unbounded_channel();
         let (status_tx, status) = watch::channel(PeerStatus::new(address));
         self.registry.lock().insert(
@@ -211,6 +220,28 @@ impl Speaker {
                 }));
             let _ = task.await;
         }
+    }
+
+    /// A GTSM peer that connects to us checks our SYN-ACK, which the kernel sends with the
+    /// listener's TTL, not the accepted socket's: the listeners send with 255 from the first
+    /// GTSM peer on (harmless for the others: only what a peer receives changes, and a peer
+    /// without GTSM does not check it). The minimum TTL itself is per accepted socket.
+    fn set_listener_gtsm_ttl(&self, peer: IpAddr) -> Result<(), DriverError> {
+        for listener in &self.listeners {
+            let Ok(bound) = listener.local_addr() else {
+                continue;
+            };
+            if bound.is_ipv4() && peer.is_ipv6() {
+                continue;
+            }
+            let mut set = conn::set_ttl(listener.as_ref(), bound.is_ipv4(), u8::MAX);
+            if bound.is_ipv6() && peer.is_ipv4() {
+                // A mapped IPv4 peer on a dual-stack listener gets the IPv4 TTL.
+                set = set.and(conn::set_ttl(listener.as_ref(), true, u8::MAX));
+            }
+            set.map_err(|source| DriverError::Listen { addr: bound, source })?;
+        }
+        Ok(())
     }
 
     fn set_listener_keys(&self, peer: IpAddr, key: &[u8]) -> Result<(), DriverError> {

@@ -105,6 +105,7 @@ impl PeerTask {
         info!(
             passive = self.config.session.passive,
             ttl = ?self.config.effective_ttl(),
+            min_ttl = ?self.config.min_ttl(),
             md5 = self.config.md5_key.is_some(),
             "peer starting"
         );
@@ -247,8 +248,25 @@ impl PeerTask {
     /// The listener matched a connection to this peer. The session decides whether it takes it
     /// (RFC 4271 §6.8 collisions); only then does it get a slot.
     fn inbound(&mut self, stream: TcpStream) {
+        // GTSM on the accepted socket (the listener is shared with peers that may not use it),
+        // before the session sees it. Segments that came before this call (the handshake,
+        // perhaps the peer's OPEN) were not checked: those bytes may hold no more than the
+        // start of the OPEN a peer sends on connect (`conn::unchecked_bytes_acceptable`). The
+        // KEEPALIVE that makes the session Established answers our OPEN, sent only after this,
+        // so it is always checked: a peer below the minimum never gets past OpenConfirm.
+        let mut unchecked = Vec::new();
+        if let Some(min) = self.config.min_ttl() {
+            match conn::gtsm_on_accepted(&stream, min) {
+                Ok(bytes) => unchecked = bytes,
+                Err(reason) => {
+                    warn!("GTSM: {reason}; closing the accepted connection");
+                    return;
+                }
+            }
+        }
         let actions = self.session.handle(Input::TcpConnected(ConnectionId::Inbound));
         let mut stream = Some(stream);
+        let mut installed = None;
         let rejected = actions.iter().any(|a| matches!(a, Action::RejectInbound(_)));
         if !rejected && let Some(stream) = stream.take() {
             if let Some(ttl) = self.config.effective_ttl()
@@ -257,7 +275,8 @@ impl PeerTask {
                 warn!(%error, "cannot set the TTL of an accepted connection");
             }
             let _ = stream.set_nodelay(true);
-            self.install(ConnectionId::Inbound, stream);
+            let generation = self.install(ConnectionId::Inbound, stream);
+            installed = Some(generation);
         }
         for action in actions {
             match action {
@@ -269,6 +288,16 @@ impl PeerTask {
                 }
                 other => self.apply(other),
             }
+        }
+        // The peer's OPEN read while checking GTSM, handled after our OPEN went out.
+        if let Some(generation) = installed
+            && !unchecked.is_empty()
+        {
+            self.conn_event(ConnEvent::Bytes {
+                id: ConnectionId::Inbound,
+                generation,
+                bytes: unchecked,
+            });
         }
     }
 

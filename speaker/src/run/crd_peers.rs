@@ -59,6 +59,7 @@ pub fn plan(
     config.port = peer.port;
     config.md5_key = md5_key;
     config.ttl = peer.ebgp_multihop;
+    config.ttl_security = peer.ttl_security.unwrap_or(flags.ttl_security);
     config.ready_deadline = config
         .session
         .graceful_restart

@@ -9,6 +9,9 @@
 //!  kernel (route get toward each peer) ─▶ next-hop task (2 s) ─▶ PeerHandle::set_local_addresses
 //!  BFD session per peer ─watch─▶ bfd task ─▶ PeerHandle::bfd_down / bfd_up
 //!  state file heartbeat (graceful restart: "did we restart within the restart time?")
+//!  SIGTERM ─▶ sessions with graceful restart closed without NOTIFICATION (the peer keeps our
+//!             routes stale, the state file stays fresh: the next start sets the R bit), the
+//!             others get Cease / Administrative Shutdown (see [`StopKind`])
 //!  side tasks: the seam for the centralized-gateway NAT task (a later issue) beside the BGP one
 //! ```
 //!
@@ -330,11 +333,59 @@ pub async fn run(
         }
     });
     shutdown.await;
-    tracing::info!("stopping: peers get Cease/administrative shutdown");
     tasks.shutdown().await;
-    for peer in peers.all() {
-        let _ = peer.handle.shutdown("kube-ovn-speaker stopping").await;
-    }
-    state::clean_stop(&flags.state_dir);
+    // A BgpPeer may turn graceful restart on while the flag is off: any session closed for a
+    // restart makes the next start a restart.
+    let for_restart = stop_peers(&peers.all()).await;
+    state::stopped(&flags.state_dir, for_restart);
     Ok(())
+}
+
+/// How a peer's session ends when the speaker stops (SIGTERM: every rolling update and drain).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopKind {
+    /// Graceful restart is on for it: the TCP connection is closed with no NOTIFICATION, so the
+    /// peer, as GR helper, keeps our routes marked stale for the restart time and forwarding
+    /// goes on (RFC 4724 §4.2), exactly as after a crash; the next start sets the R bit.
+    ///
+    /// RFC 8538's N bit is not used for this: with it, a NOTIFICATION would keep our routes too,
+    /// but §5 makes Cease / Administrative Shutdown (and Peer De-configured) a Hard Reset, which
+    /// flushes them, so a restart would have to be announced under a subcode that does not say
+    /// what happens; and a peer that does not negotiate the N bit would flush on any Cease.
+    /// Closing TCP means "restarting" to every GR helper.
+    ForRestart,
+    /// No graceful restart: Cease / Administrative Shutdown (RFC 4486 6/2, RFC 9003 message),
+    /// and the peer withdraws our routes at once.
+    Shutdown,
+}
+
+impl StopKind {
+    /// The stop for a peer whose session has (or lacks) graceful restart.
+    pub fn for_peer(plan: &PeerPlan) -> StopKind {
+        if plan.config.session.graceful_restart.is_some() {
+            StopKind::ForRestart
+        } else {
+            StopKind::Shutdown
+        }
+    }
+}
+
+/// Ends every session as its [`StopKind`] says, each waited for (the driver bounds it); true
+/// when one was closed for a restart.
+async fn stop_peers(peers: &[Arc<RunningPeer>]) -> bool {
+    let mut for_restart = false;
+    for peer in peers {
+        let kind = StopKind::for_peer(&peer.plan);
+        for_restart |= kind == StopKind::ForRestart;
+        let address = peer.handle.address();
+        tracing::info!(peer = %address, ?kind, "stopping the session");
+        let stopped = match kind {
+            StopKind::ForRestart => peer.handle.stop_for_restart().await,
+            StopKind::Shutdown => peer.handle.shutdown("kube-ovn-speaker stopping").await,
+        };
+        if let Err(e) = stopped {
+            tracing::warn!(peer = %address, error = %e, "session stop");
+        }
+    }
+    for_restart
 }

@@ -95,6 +95,7 @@ pub fn from_flags(
                 (!flags.auth_password.is_empty()).then(|| flags.auth_password.as_bytes().to_vec());
             // Kube-OVN: multihop only when the TTL is not 1; eBGP otherwise gets TTL 1.
             peer_config.ttl = (flags.ebgp_multihop != 1).then_some(flags.ebgp_multihop);
+            peer_config.ttl_security = flags.ttl_security;
             peer_config.ready_deadline = flags
                 .graceful_restart
                 .then_some(flags.graceful_restart_deferral_time);
@@ -152,6 +153,7 @@ mod tests {
         assert_eq!(v4.session.graceful_restart.as_ref().unwrap().restart_time, 90);
         assert_eq!(v4.md5_key.as_deref(), Some(&b"s3cret"[..]));
         assert_eq!(v4.ttl, Some(3));
+        assert!(!v4.ttl_security);
         assert_eq!(v4.local_address, Some("10.0.0.2".parse().unwrap()));
         assert_eq!(peers[1].config.local_address, None);
         assert_eq!(v4.ready_deadline, Some(Duration::from_mins(6)));
@@ -179,5 +181,25 @@ mod tests {
             "iBGP keeps the system TTL; eBGP gets 1 from the driver"
         );
         assert!(peers[0].bfd.is_none() && peers[0].config.md5_key.is_none());
+    }
+
+    #[test]
+    fn ttl_security_makes_flag_peers_use_gtsm() {
+        let config = Flags::try_parse_from([
+            "kube-ovn-speaker",
+            "--node-name=n1",
+            "--cluster-as=65000",
+            "--neighbor-as=65001",
+            "--neighbor-address=10.0.0.1",
+            "--ttl-security",
+            "--pod-ips=10.1.0.5",
+        ])
+        .unwrap()
+        .validate()
+        .unwrap();
+        let peers = from_flags(&config, false, |_| None);
+        let c = &peers[0].config;
+        assert!(c.ttl_security);
+        assert_eq!((c.effective_ttl(), c.min_ttl()), (Some(255), Some(255)));
     }
 }

@@ -26,6 +26,11 @@ pub struct PeerSpec {
     pub hold_time: u16,
     /// BIRD only: run BFD (100 ms, multiplier 3) for this session.
     pub bfd: bool,
+    /// BIRD only: GTSM (`ttl security on`, RFC 5082).
+    pub ttl_security: bool,
+    /// BIRD only: install the IPv4 routes it learns into the ToR's kernel table, so traffic
+    /// through the ToR follows them.
+    pub kernel_export: bool,
 }
 
 impl PeerSpec {
@@ -38,6 +43,8 @@ impl PeerSpec {
             multihop: None,
             hold_time: 30,
             bfd: false,
+            ttl_security: false,
+            kernel_export: false,
         }
     }
 }
@@ -92,7 +99,13 @@ impl Bird {
         if spec.bfd {
             text.push_str("  bfd on;\n");
         }
+        if spec.ttl_security {
+            text.push_str("  ttl security on;\n");
+        }
         text.push_str("  ipv4 { import all; export none; };\n  ipv6 { import all; export none; };\n}\n");
+        if spec.kernel_export {
+            text.push_str("protocol kernel { ipv4 { export all; }; }\n");
+        }
         if spec.bfd {
             text.push_str(
                 "protocol bfd {\n  interface \"*\" { min rx interval 100 ms; min tx interval 100 ms; multiplier 3; };\n}\n",

@@ -1,6 +1,6 @@
 //! Building our OPEN, and checking the peer's OPEN against our configuration: the RFC 4271 §6.2
-//! checks a decoder cannot make alone (peer AS, BGP identifier against ours, hold time), and
-//! the negotiation of what both sides support (RFC 5492).
+//! checks a decoder cannot make alone (peer AS, BGP identifier against ours, hold time: a
+//! peer's 0 only when ours is 0 too), and the negotiation of what both sides support (RFC 5492).
 
 use std::net::Ipv4Addr;
 use std::time::Duration;
@@ -106,7 +106,7 @@ pub(crate) fn negotiate(
             expected: config.peer_as,
         });
     }
-    if open.hold_time == 1 || open.hold_time == 2 {
+    if !hold_time_acceptable(config.hold_time, open.hold_time) {
         return Err(OpenError::UnacceptableHoldTime {
             hold_time: open.hold_time,
         });
@@ -177,6 +177,19 @@ pub(crate) fn negotiate(
         extended_next_hop,
         external,
     })
+}
+
+/// Whether the peer's proposed hold time can be taken (RFC 4271 §6.2: 1 and 2 never; the
+/// negotiated value is the smaller of the two, §4.2). A peer's 0 would make the smaller 0, and
+/// so switch off keepalives and the hold timer for both sides: a dead peer would then never be
+/// noticed. Accept it only when we proposed 0 ourselves; otherwise it is an "Unacceptable Hold
+/// Time" (2/6), the choice §6.2 leaves to the implementation ("MAY reject").
+pub(crate) fn hold_time_acceptable(ours: u16, theirs: u16) -> bool {
+    match theirs {
+        1 | 2 => false,
+        0 => ours == 0,
+        _ => true,
+    }
 }
 
 /// The Multiprotocol capability TLVs (code 1) of an encoded OPEN, for the data of a 2/7.

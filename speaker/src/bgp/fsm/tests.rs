@@ -220,7 +220,7 @@ fn hold_time_is_the_smaller_and_zero_means_no_keepalives() {
     for (ours, theirs, hold, keepalive) in [
         (90, 30, 30, Some(10)),
         (30, 90, 30, Some(10)),
-        (90, 0, 0, None),
+        (0, 0, 0, None),
         (0, 90, 0, None),
         (9, 3, 3, Some(1)),
     ] {
@@ -568,3 +568,4 @@ fn stop_reasons_send_their_cease_subcode() {
 }
 
 mod collisions_and_restarts;
+mod hold_time;
