@@ -127,6 +127,11 @@ pub struct Flags {
     /// Address the metrics listener binds.
     #[arg(long, env = "METRICS_ADDRESS", default_value = "0.0.0.0")]
     pub metrics_address: IpAddr,
+    /// CIDRs (comma-separated) inside which a Service's `spec.externalIPs` are routed into
+    /// `ovn0` and masqueraded; empty (the default): none are, as Kubernetes'
+    /// `DenyServiceExternalIPs` intends. The same flag as the controller's and the speaker's.
+    #[arg(long, env = "SERVICE_EXTERNAL_IP_CIDRS", default_value = "")]
+    pub service_external_ip_cidrs: kube_ovn_api::external_ips::ExternalIpCidrs,
 }
 
 /// A timeout: a duration (`20s`, `500ms`) that is not zero.
@@ -297,6 +302,22 @@ mod tests {
             .validate()
             .unwrap();
         assert_eq!(dual.service_cidrs.len(), 2);
+        // No external IP is honoured unless the operator lists where they may be.
+        assert!(config.flags.service_external_ip_cidrs.is_empty());
+        let allowed = flags(&["--service-external-ip-cidrs", "198.51.100.0/24, 2001:db8::/64"]);
+        assert!(
+            allowed
+                .service_external_ip_cidrs
+                .allows("198.51.100.7".parse().unwrap())
+        );
+        let bad = Flags::try_parse_from([
+            "kube-ovn-daemon",
+            "--node-name",
+            "n1",
+            "--service-external-ip-cidrs",
+            "nope",
+        ]);
+        assert!(bad.unwrap_err().to_string().contains("service-external-ip-cidrs"));
     }
 
     #[test]
