@@ -267,7 +267,12 @@ mod tests {
                 fwmark: Some(0x40_0000),
             };
             let message = rule_message(&marked);
-            assert!(!message.attributes.iter().any(|a| matches!(a, RuleAttribute::Source(_))));
+            assert!(
+                !message
+                    .attributes
+                    .iter()
+                    .any(|a| matches!(a, RuleAttribute::Source(_)))
+            );
             assert_eq!(parse_rule(&message), Some(marked));
         }
     }

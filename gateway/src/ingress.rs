@@ -133,7 +133,9 @@ mod tests {
         );
         assert_eq!(
             marking_rules(Family::V6, &ports),
-            ["iifname != \"ovn0\" ip6 daddr 2001:db8::10 tcp dport { 80 } meta mark set meta mark | 0x00400000"]
+            [
+                "iifname != \"ovn0\" ip6 daddr 2001:db8::10 tcp dport { 80 } meta mark set meta mark | 0x00400000"
+            ]
         );
         assert!(marking_rules(Family::V6, &ports[..5]).is_empty());
     }

@@ -158,7 +158,12 @@ fn plan_ingress(input: &GatewayInput<'_>, routing: &mut PolicyRouting) {
         if !input.lb_ingress.iter().any(|p| Family::of(&p.address) == family) {
             continue;
         }
-        let Some(gateway) = input.join_gateways.iter().copied().find(|g| Family::of(g) == family) else {
+        let Some(gateway) = input
+            .join_gateways
+            .iter()
+            .copied()
+            .find(|g| Family::of(g) == family)
+        else {
             continue;
         };
         let any = match family {

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use ipnet::IpNet;
 use kube_ovn_api::crd::Subnet;
 use kube_ovn_gateway::{
-    Family, GatewayInput, IngressPort, LB_INGRESS_MARK, LB_INGRESS_PRIORITY, LB_INGRESS_TABLE, LastGood, LocalPod, NodeFacts, PlanError, Planned, Protocol, RoutingRule, TableRoute, plan,
+    Family, GatewayInput, IngressPort, LB_INGRESS_MARK, LB_INGRESS_PRIORITY, LB_INGRESS_TABLE, LastGood,
+    LocalPod, NodeFacts, PlanError, Planned, Protocol, RoutingRule, TableRoute, plan,
 };
 use serde_json::{Value, json};
 
@@ -229,8 +230,22 @@ fn a_standby_gateway_masquerades_but_does_not_snat_to_its_address() {
     );
     // Not a gateway of egress-central, no pod of egress: no external egress routing, only
     // the ingress table's.
-    assert!(planned.plan.routing.rules.iter().all(|r| r.table == LB_INGRESS_TABLE));
-    assert!(planned.plan.routing.routes.iter().all(|r| r.table == LB_INGRESS_TABLE));
+    assert!(
+        planned
+            .plan
+            .routing
+            .rules
+            .iter()
+            .all(|r| r.table == LB_INGRESS_TABLE)
+    );
+    assert!(
+        planned
+            .plan
+            .routing
+            .routes
+            .iter()
+            .all(|r| r.table == LB_INGRESS_TABLE)
+    );
 }
 
 #[test]
@@ -380,7 +395,13 @@ fn conflicting_policy_routing_tables_refuse_the_later_subnet() {
         ("egress-central", "spec.policyRoutingTableID")
     );
     assert_eq!(
-        planned.plan.routing.routes.iter().filter(|r| r.table != LB_INGRESS_TABLE).count(),
+        planned
+            .plan
+            .routing
+            .routes
+            .iter()
+            .filter(|r| r.table != LB_INGRESS_TABLE)
+            .count(),
         1
     );
 }
@@ -407,7 +428,7 @@ fn an_ipv4_only_cluster_deletes_any_ipv6_table() {
             other_node_ips: &[],
             local_pods: &[],
             lb_ingress: &[],
-                join_gateways: &[],
+            join_gateways: &[],
         },
         &LastGood::default(),
     );
@@ -431,7 +452,10 @@ fn ingress_marks_only_the_services_ports_and_routes_marked_packets_into_ovn0() {
          \t\tiifname != \"ovn0\" ip daddr 203.0.113.10 tcp dport { 80 } meta mark set meta mark | 0x00400000\n\
          \t\tiifname != \"ovn0\" ip daddr 203.0.113.10 udp dport { 53 } meta mark set meta mark | 0x00400000\n\t}\n"
     ), "{script}");
-    assert!(script.contains("type route hook output priority mangle - 1;"), "{script}");
+    assert!(
+        script.contains("type route hook output priority mangle - 1;"),
+        "{script}"
+    );
     assert!(
         script.contains("oifname \"ovn0\" meta mark & 0x00400000 == 0x00400000 jump OVN-MASQUERADE"),
         "{script}"
@@ -449,7 +473,12 @@ fn ingress_marks_only_the_services_ports_and_routes_marked_packets_into_ovn0() {
     assert_eq!(planned.errors.len(), 1, "{:?}", planned.errors);
     assert_eq!(planned.errors[0].field(), "spec.policyRoutingTableID");
     assert!(
-        !planned.plan.routing.rules.iter().any(|r| r.table == LB_INGRESS_TABLE && r.fwmark.is_none()),
+        !planned
+            .plan
+            .routing
+            .rules
+            .iter()
+            .any(|r| r.table == LB_INGRESS_TABLE && r.fwmark.is_none()),
         "{:?}",
         planned.plan.routing.rules
     );

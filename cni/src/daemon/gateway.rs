@@ -55,7 +55,8 @@ struct Egress {
     reported: BTreeSet<String>,
     /// Refusals of ingress addresses and forged pod addresses already published as events.
     refusals: BTreeSet<String>,
-    recorder: Recorder,
+    /// Who the events say reported them.
+    reporter: Reporter,
     sysctls_set: bool,
     /// The caches only this task reads.
     caches: Caches,
@@ -142,7 +143,7 @@ pub async fn gateway_task(node: Arc<Node>) {
         last_good: LastGood::default(),
         reported: BTreeSet::new(),
         refusals: BTreeSet::new(),
-        recorder: Recorder::new(node.kube.clone(), reporter),
+        reporter,
         sysctls_set: false,
         caches,
         kubeconfig_api,
@@ -278,8 +279,10 @@ async fn report(node: &Node, state: &mut Egress, errors: &[PlanError]) {
         };
         let note = format!("node {}: {message}", node.config.flags.node_name);
         warn(
-            &state.recorder,
-            &subnet.object_ref(&()),
+            node,
+            &state.reporter,
+            subnet.object_ref(&()),
+            error.field(),
             "NodeEgressConfigInvalid",
             "ApplyEgress",
             note,
@@ -289,7 +292,19 @@ async fn report(node: &Node, state: &mut Egress, errors: &[PlanError]) {
     state.reported = current;
 }
 
-async fn warn(recorder: &Recorder, object: &ObjectReference, reason: &str, action: &str, note: String) {
+/// A Warning event on the `field` of `object`. Each is a new Event: kube's `Recorder` folds
+/// events of one object, reason and action into one series and keeps the first note, so two
+/// refused fields of one Service would show as one. The callers publish each message once.
+async fn warn(
+    node: &Node,
+    reporter: &Reporter,
+    mut object: ObjectReference,
+    field: &str,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
+    object.field_path = Some(field.to_owned());
     let event = Event {
         type_: EventType::Warning,
         reason: reason.into(),
@@ -297,7 +312,8 @@ async fn warn(recorder: &Recorder, object: &ObjectReference, reason: &str, actio
         action: action.into(),
         secondary: None,
     };
-    if let Err(e) = recorder.publish(&event, object).await {
+    let recorder = Recorder::new(node.kube.clone(), reporter.clone());
+    if let Err(e) = recorder.publish(&event, &object).await {
         tracing::debug!(error = %e, "cannot publish event");
     }
 }
@@ -327,8 +343,10 @@ async fn report_refusals(
             r.field, r.value, r.reason
         );
         warn(
-            &state.recorder,
-            &service.object_ref(&()),
+            node,
+            &state.reporter,
+            service.object_ref(&()),
+            &r.field,
             "ServiceAddressRefused",
             "RouteIngress",
             note,
@@ -350,8 +368,10 @@ async fn report_refusals(
             f.field, f.value, f.reason
         );
         warn(
-            &state.recorder,
-            &pod.object_ref(&()),
+            node,
+            &state.reporter,
+            pod.object_ref(&()),
+            &f.field,
             "PodAddressRefused",
             "ApplyEgress",
             note,
