@@ -68,7 +68,9 @@ async fn wait_event(cluster: &Cluster, reason: &str, name: &str, words: &[&str])
                 e.type_.as_deref() == Some("Warning")
                     && e.reason.as_deref() == Some(reason)
                     && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-                    && e.note.as_deref().is_some_and(|n| words.iter().all(|w| n.contains(w)))
+                    && e.note
+                        .as_deref()
+                        .is_some_and(|n| words.iter().all(|w| n.contains(w)))
             }))
         }
     })
@@ -106,7 +108,17 @@ async fn an_allowed_external_ip_reaches_the_service_on_its_ports_only_and_others
     run(
         "ip",
         &[
-            "link", "add", &veth, "netns", node0.name(), "type", "veth", "peer", "name", "eth0", "netns",
+            "link",
+            "add",
+            &veth,
+            "netns",
+            node0.name(),
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
             far.name(),
         ],
     )?;
@@ -170,9 +182,17 @@ async fn an_allowed_external_ip_reaches_the_service_on_its_ports_only_and_others
         .await
         .with_context(|| cluster.nodes[0].daemon.log_tail(30))?;
     for _ in 0..5 {
-        ensure!(answer(&out, SocketAddr::new(external.into(), 80)).await.as_deref() == Some("b1"));
         ensure!(
-            answer(&out, SocketAddr::new(external.into(), 8081)).await.as_deref() == Some("far"),
+            answer(&out, SocketAddr::new(external.into(), 80))
+                .await
+                .as_deref()
+                == Some("b1")
+        );
+        ensure!(
+            answer(&out, SocketAddr::new(external.into(), 8081))
+                .await
+                .as_deref()
+                == Some("far"),
             "port 8081 of the external IP must not reach the Service"
         );
     }
@@ -196,15 +216,26 @@ async fn an_allowed_external_ip_reaches_the_service_on_its_ports_only_and_others
     }
     for node in &cluster.nodes {
         for chain in ["OVN-LB-INGRESS", "OVN-LB-INGRESS-OUTPUT"] {
-            let rules = node.ovs.netns().exec(&["nft", "list", "chain", "ip", "kube-ovn", chain])?;
+            let rules = node
+                .ovs
+                .netns()
+                .exec(&["nft", "list", "chain", "ip", "kube-ovn", chain])?;
             ensure!(rules.contains(&external.to_string()), "{}: {rules}", node.name);
             for ip in [OUTSIDE_IP, OUTSIDE_IP2, node1_ip] {
-                ensure!(!rules.contains(&ip.to_string()), "{} marks {ip}: {rules}", node.name);
+                ensure!(
+                    !rules.contains(&ip.to_string()),
+                    "{} marks {ip}: {rules}",
+                    node.name
+                );
             }
         }
         let routes = node.ovs.netns().ip(&["route", "show", "table", "all"])?;
         for ip in [OUTSIDE_IP, OUTSIDE_IP2, node1_ip, external] {
-            ensure!(!routes.contains(&format!("{ip} via 100.64.")), "{}: {routes}", node.name);
+            ensure!(
+                !routes.contains(&format!("{ip} via 100.64.")),
+                "{}: {routes}",
+                node.name
+            );
         }
     }
     Ok(())
@@ -254,7 +285,11 @@ async fn a_pod_annotated_with_the_nodes_address_gets_no_egress_rule() -> Result<
         &cluster,
         "PodAddressRefused",
         "forged",
-        &["ovn.kubernetes.io/ip_address", &node_ip.to_string(), "is an address of node"],
+        &[
+            "ovn.kubernetes.io/ip_address",
+            &node_ip.to_string(),
+            "is an address of node",
+        ],
     )
     .await
     .with_context(|| cluster.nodes[0].daemon.log_tail(30))?;
@@ -308,7 +343,17 @@ async fn a_restarted_daemon_never_takes_its_routes_away() -> Result<()> {
         }
         let chain = run(
             "ip",
-            &["netns", "exec", ns.as_str(), "nft", "list", "chain", "ip", "kube-ovn", "OVN-LB-INGRESS"],
+            &[
+                "netns",
+                "exec",
+                ns.as_str(),
+                "nft",
+                "list",
+                "chain",
+                "ip",
+                "kube-ovn",
+                "OVN-LB-INGRESS",
+            ],
         )?;
         if !chain.contains(&lb_ip.to_string()) {
             missing.push("the LoadBalancer IP's mark");

@@ -136,8 +136,7 @@ pub fn lb_ingress(
                     field,
                     text,
                     format!(
-                        "is outside the external IP CIDRs the platform allows (--service-external-ip-cidrs={})",
-                        allowed_external
+                        "is outside the external IP CIDRs the platform allows (--service-external-ip-cidrs={allowed_external})"
                     ),
                 ));
                 continue;

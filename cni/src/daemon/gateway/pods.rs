@@ -153,6 +153,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    #[allow(clippy::needless_pass_by_value, reason = "called with json! literals")]
     fn pod(name: &str, annotations: serde_json::Value) -> Arc<Pod> {
         Arc::new(
             serde_json::from_value(json!({"metadata": {"name": name, "namespace": "t",
