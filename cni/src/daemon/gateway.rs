@@ -213,6 +213,7 @@ async fn reconcile(node: &Node, state: &mut Egress) -> Result<(), DaemonError> {
     let protected = Protected::new(&ProtectedInputs {
         nodes: &all_nodes,
         peers: &state.caches.peers.all(),
+        neighbors: &node.config.bgp_neighbors,
         subnets: &subnets,
         node_switch: &node.config.flags.node_switch,
         join_cidrs: &join_cidrs,

@@ -198,6 +198,7 @@ mod tests {
         Protected::new(&ProtectedInputs {
             nodes: &[node],
             peers: &[],
+            neighbors: &[],
             subnets: &[],
             node_switch: "join",
             join_cidrs: &[],

@@ -26,6 +26,8 @@ pub enum Owner {
     Node(String),
     /// A `BgpPeer`'s `spec.peerAddress`.
     BgpPeer(String),
+    /// A peer the speakers are given by flag (`--neighbor-address`, `--neighbor-ipv6-address`).
+    BgpNeighbor,
     /// Inside a Subnet's CIDR (its pods, its gateway).
     Subnet(String),
     /// Inside the join subnet (the nodes' `ovn0` addresses).
@@ -43,6 +45,9 @@ impl fmt::Display for Owner {
         match self {
             Self::Node(name) => write!(f, "is an address of node {name}"),
             Self::BgpPeer(name) => write!(f, "is the address of BGP peer {name}"),
+            Self::BgpNeighbor => {
+                f.write_str("is the address of a BGP peer of the speakers (--neighbor-address)")
+            }
             Self::Subnet(name) => write!(f, "lies in subnet {name}"),
             Self::Join => f.write_str("lies in the join subnet"),
             Self::ClusterIp(service) => write!(f, "is the ClusterIP of Service {service}"),
@@ -79,6 +84,8 @@ pub struct Protected(Vec<(IpNet, Owner)>);
 pub struct ProtectedInputs<'a> {
     pub nodes: &'a [Arc<Node>],
     pub peers: &'a [Arc<BgpPeer>],
+    /// The speakers' peers given by flag.
+    pub neighbors: &'a [IpAddr],
     pub subnets: &'a [Arc<Subnet>],
     /// The join subnet's name (`--node-switch`).
     pub node_switch: &'a str,
@@ -141,6 +148,12 @@ impl Protected {
                 out.push((IpNet::from(ip), Owner::BgpPeer(name)));
             }
         }
+        out.extend(
+            inputs
+                .neighbors
+                .iter()
+                .map(|ip| (IpNet::from(*ip), Owner::BgpNeighbor)),
+        );
         out.extend(inputs.join_cidrs.iter().map(|c| (c.trunc(), Owner::Join)));
         for subnet in inputs.subnets {
             let name = subnet.metadata.name.clone().unwrap_or_default();
@@ -289,6 +302,7 @@ mod tests {
         Protected::new(&ProtectedInputs {
             nodes: &w.nodes,
             peers: &w.peers,
+            neighbors: &[ip("172.30.0.253")],
             subnets: &w.subnets,
             node_switch: "join",
             join_cidrs: &["100.64.0.0/16".parse().unwrap()],
@@ -309,6 +323,10 @@ mod tests {
         assert_eq!(owned("172.30.0.1"), "is an address of node n1");
         assert_eq!(owned("198.51.100.1"), "is an address of node n1");
         assert_eq!(owned("172.30.0.254"), "is the address of BGP peer tor");
+        assert_eq!(
+            owned("172.30.0.253"),
+            "is the address of a BGP peer of the speakers (--neighbor-address)"
+        );
         assert_eq!(owned("10.16.3.4"), "lies in subnet ovn-default");
         assert_eq!(owned("fd00:10:16::9"), "lies in subnet ovn-default");
         assert_eq!(owned("192.168.10.4"), "lies in subnet tenant", "any VPC's");
