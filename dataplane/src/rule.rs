@@ -23,12 +23,15 @@ pub const PROTOCOL: u8 = 150;
 const MAIN_TABLE: u32 = 254;
 const LOCAL_TABLE: u32 = 255;
 
-/// `from <src> lookup <table> priority <priority>`.
+/// `from <src> [fwmark <mark>/<mark>] lookup <table> priority <priority>`; a `/0` source is
+/// `from all`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct PolicyRule {
     pub priority: u32,
     pub src: IpNet,
     pub table: u32,
+    /// Only packets with this mark, matched under the mark itself as the mask.
+    pub fwmark: Option<u32>,
 }
 
 /// `default via <gateway> table <table>`.
@@ -43,17 +46,41 @@ fn parse_rule(message: &RuleMessage) -> Option<PolicyRule> {
     let mut priority = 0;
     let mut table = u32::from(message.header.table);
     let mut ours = false;
+    let (mut mark, mut mask) = (None, None);
     for attribute in &message.attributes {
         match attribute {
             RuleAttribute::Source(ip) => src = Some(*ip),
             RuleAttribute::Priority(p) => priority = *p,
             RuleAttribute::Table(t) => table = *t,
             RuleAttribute::Protocol(p) => ours = u8::from(*p) == PROTOCOL,
+            RuleAttribute::FwMark(m) => mark = Some(*m),
+            RuleAttribute::FwMask(m) => mask = Some(*m),
             _ => {}
         }
     }
-    let src = IpNet::new(src?, message.header.src_len).ok()?;
-    ours.then_some(PolicyRule { priority, src, table })
+    // `from all` carries no source: the family's unspecified address, /0.
+    let src = match src {
+        Some(ip) => ip,
+        None if message.header.src_len == 0 => match message.header.family {
+            AddressFamily::Inet => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            AddressFamily::Inet6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+            _ => return None,
+        },
+        None => return None,
+    };
+    let src = IpNet::new(src, message.header.src_len).ok()?;
+    // We only ever match a mark under itself as the mask; any other is not a rule of ours.
+    let fwmark = match (mark, mask) {
+        (None, _) => None,
+        (Some(m), Some(k)) if m == k => Some(m),
+        (Some(_), _) => return None,
+    };
+    ours.then_some(PolicyRule {
+        priority,
+        src,
+        table,
+        fwmark,
+    })
 }
 
 fn rule_message(rule: &PolicyRule) -> RuleMessage {
@@ -69,17 +96,27 @@ fn rule_message(rule: &PolicyRule) -> RuleMessage {
         message.header.table = table;
     }
     message.attributes = vec![
-        RuleAttribute::Source(rule.src.addr()),
         RuleAttribute::Priority(rule.priority),
         RuleAttribute::Table(rule.table),
         RuleAttribute::Protocol(RouteProtocol::from(PROTOCOL)),
     ];
+    if rule.src.prefix_len() > 0 {
+        message.attributes.push(RuleAttribute::Source(rule.src.addr()));
+    }
+    if let Some(mark) = rule.fwmark {
+        message.attributes.push(RuleAttribute::FwMark(mark));
+        message.attributes.push(RuleAttribute::FwMask(mark));
+    }
     message
 }
 
 fn describe_rule(rule: &PolicyRule) -> String {
+    let mark = rule
+        .fwmark
+        .map(|m| format!(" fwmark {m:#x}/{m:#x}"))
+        .unwrap_or_default();
     format!(
-        "rule from {} lookup {} priority {}",
+        "rule from {}{mark} lookup {} priority {}",
         rule.src, rule.table, rule.priority
     )
 }
@@ -206,6 +243,7 @@ mod tests {
             priority: 1000,
             src: "10.22.0.5/32".parse().unwrap(),
             table: 1000,
+            fwmark: None,
         };
         let message = rule_message(&rule);
         assert_eq!(message.header.action, RuleAction::ToTable);
@@ -220,5 +258,22 @@ mod tests {
             gateway: "fd00::1".parse().unwrap(),
         };
         assert_eq!(parse_table_route(&route_message(&route)), Some(route));
+        // `from all fwmark 0x400000/0x400000`: no source attribute, the family's /0 back.
+        for all in ["0.0.0.0/0", "::/0"] {
+            let marked = PolicyRule {
+                priority: 150,
+                src: all.parse().unwrap(),
+                table: 4_000_150,
+                fwmark: Some(0x40_0000),
+            };
+            let message = rule_message(&marked);
+            assert!(
+                !message
+                    .attributes
+                    .iter()
+                    .any(|a| matches!(a, RuleAttribute::Source(_)))
+            );
+            assert_eq!(parse_rule(&message), Some(marked));
+        }
     }
 }

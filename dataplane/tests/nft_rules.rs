@@ -226,6 +226,7 @@ async fn policy_rules_and_table_routes_are_ours_alone_and_ping_uses_the_device()
         priority: 1000,
         src: "10.22.0.5/32".parse()?,
         table: 1000,
+        fwmark: None,
     };
     let route = TableRoute {
         table: 1000,
@@ -250,6 +251,24 @@ async fn policy_rules_and_table_routes_are_ours_alone_and_ping_uses_the_device()
         shown.contains("via 172.31.0.254") && shown.contains("table 1000"),
         "{shown}"
     );
+    // `from all fwmark 0x400000/0x400000`: the kernel takes it, lists it back as ours, and
+    // routes a marked packet by it.
+    let marked = PolicyRule {
+        priority: 150,
+        src: "0.0.0.0/0".parse()?,
+        table: 1000,
+        fwmark: Some(0x40_0000),
+    };
+    nl.add_policy_rule(&marked).await?;
+    let listed = a.exec(&["ip", "rule"])?;
+    assert!(
+        listed.contains("150:\tfrom all fwmark 0x400000/0x400000 lookup 1000 proto 150"),
+        "{listed}"
+    );
+    assert_eq!(nl.policy_rules(false).await?, vec![marked.clone(), rule.clone()]);
+    let shown = a.exec(&["ip", "route", "get", "198.51.100.1", "mark", "0x400000"])?;
+    assert!(shown.contains("via 172.31.0.254"), "{shown}");
+    assert!(nl.delete_policy_rule(&marked).await?);
     assert!(nl.delete_policy_rule(&rule).await?);
     assert!(!nl.delete_policy_rule(&rule).await?);
     assert!(nl.delete_table_route(&route).await?);

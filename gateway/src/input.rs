@@ -8,6 +8,8 @@ use std::sync::Arc;
 use ipnet::IpNet;
 use kube_ovn_api::crd::Subnet;
 
+use crate::ingress::IngressPort;
+
 /// This node.
 #[derive(Debug, Clone, Copy)]
 pub struct NodeFacts<'a> {
@@ -46,8 +48,12 @@ pub struct GatewayInput<'a> {
     pub other_node_ips: &'a [IpAddr],
     /// Pods on this node (for a distributed `externalEgressGateway`).
     pub local_pods: &'a [LocalPod],
-    /// LoadBalancer ingress IPs of the default VPC's Services: announced over BGP, routed into
-    /// `ovn0` by this node and masqueraded to its join address there, so the reply comes back
-    /// through this node (ours; Kube-OVN leaves them to kube-proxy).
-    pub lb_ingress: &'a [IpAddr],
+    /// The Service ports on the default VPC's LoadBalancer ingress IPs (and allowed external
+    /// IPs), already checked by the daemon's guard: announced over BGP, marked and routed into
+    /// `ovn0` by this node, and masqueraded to its join address there, so the reply comes back
+    /// through this node (ours; Kube-OVN leaves them to kube-proxy). See [`crate::ingress`].
+    pub lb_ingress: &'a [IngressPort],
+    /// The join gateways of this node (from its annotations), one per family: the next hop of
+    /// the ingress table.
+    pub join_gateways: &'a [IpAddr],
 }

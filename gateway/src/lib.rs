@@ -5,7 +5,8 @@
 //!   chains in its rule order ([`plan`]), as a script that replaces both tables in one
 //!   transaction ([`Ruleset::script`]) or, when only set contents changed, as element updates
 //!   ([`Ruleset::updates_from`]);
-//! - the `ip rule`s and routes of `externalEgressGateway` ([`routing`]).
+//! - the `ip rule`s and routes of `externalEgressGateway` ([`routing`]), and of ingress to the
+//!   Services' ports on LoadBalancer IPs ([`ingress`]).
 //!
 //! Everything here is a function from values to values: no I/O, no async. The node daemon
 //! (`cni`) feeds it from its caches and applies the result through `dataplane`, the one crate
@@ -16,6 +17,7 @@
 //! [`PlanError`] naming subnet and field; that subnet keeps its previous plan.
 
 mod error;
+pub mod ingress;
 mod input;
 pub mod listing;
 mod plan;
@@ -24,6 +26,7 @@ mod ruleset;
 mod subnet;
 
 pub use error::PlanError;
+pub use ingress::{IngressPort, LB_INGRESS_MARK, LB_INGRESS_PRIORITY, LB_INGRESS_TABLE, Protocol};
 pub use input::{GatewayInput, LocalPod, NodeFacts};
 pub use plan::{GatewayPlan, LastGood, Planned, plan};
 pub use routing::{PolicyRouting, RoutingRule, TableRoute};

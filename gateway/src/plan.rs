@@ -9,8 +9,9 @@
 //!
 //! `OVN-POSTROUTING` (nat), in Kube-OVN's order after one rule of ours:
 //!
-//! 0. to a LoadBalancer ingress IP of the default VPC, into `ovn0`: masquerade to the join
-//!    address (the join switch's load balancer takes it; the reply must return to this node);
+//! 0. to a Service port on a LoadBalancer ingress IP of the default VPC (marked by
+//!    `OVN-LB-INGRESS`, [`crate::ingress`]), into `ovn0`: masquerade to the join address (the
+//!    join switch's load balancer takes it; the reply must return to this node);
 //! 1. Service → pod traffic kube-proxy marked (0x4000): SNAT to the node's InternalIP;
 //! 2. anything else kube-proxy marked: masquerade;
 //! 3. pod → pod through the node (hairpin Service traffic): masquerade;
@@ -127,6 +128,7 @@ fn family_in_use(family: Family, views: &[SubnetView], input: &GatewayInput<'_>)
         || views.iter().any(|v| v.cidr(family).is_some())
         || input.join_cidrs.iter().any(|c| Family::of_net(c) == family)
         || input.service_cidrs.iter().any(|c| Family::of_net(c) == family)
+        || input.lb_ingress.iter().any(|p| Family::of(&p.address) == family)
 }
 
 /// `(cidr, address)` for each centralized subnet this node SNATs to a `node:ip` address: while
@@ -188,16 +190,6 @@ fn table(family: Family, views: &[SubnetView], input: &GatewayInput<'_>) -> Tabl
         sets.insert(format!("{p}{name}"), s);
     };
     set("services", Set::addresses(of_family(input.service_cidrs)));
-    set(
-        "lb-ingress",
-        Set::addresses(
-            input
-                .lb_ingress
-                .iter()
-                .filter(|a| Family::of(a) == family)
-                .map(|a| IpNet::from(*a)),
-        ),
-    );
     set("subnets", Set::addresses(subnets));
     set("subnets-nat", Set::addresses(cidrs(&SubnetView::needs_nat)));
     set(
@@ -278,8 +270,9 @@ fn table(family: Family, views: &[SubnetView], input: &GatewayInput<'_>) -> Tabl
     };
     let svc = mark(SERVICE_MARK);
     let local = mark(NODE_PORT_LOCAL_MARK);
+    let ingress = crate::ingress::mark_text();
     let mut post = vec![format!(
-        "oifname \"{OVN0}\" {ip} daddr @{p}lb-ingress jump OVN-MASQUERADE"
+        "oifname \"{OVN0}\" meta mark & {ingress} == {ingress} jump OVN-MASQUERADE"
     )];
     if let Some(node_ip) = node_ip {
         post.push(format!(
@@ -303,6 +296,7 @@ fn table(family: Family, views: &[SubnetView], input: &GatewayInput<'_>) -> Tabl
         format!("{ip} saddr @{p}subnets-nat {ip} daddr != @{p}subnets jump OVN-MASQUERADE"),
     ]);
     let base = |kind, hook, priority| Some(BaseChain { kind, hook, priority });
+    let ingress_rules = crate::ingress::marking_rules(family, input.lb_ingress);
     let accepts = vec![
         format!("{ip} saddr @{p}subnets accept"),
         format!("{ip} daddr @{p}subnets accept"),
@@ -317,6 +311,18 @@ fn table(family: Family, views: &[SubnetView], input: &GatewayInput<'_>) -> Tabl
             rules: vec![format!(
                 "iifname \"{OVN0}\" {ip} saddr @{p}subnets {ip} daddr @{p}services meta mark set meta mark | {svc}"
             )],
+        },
+        Chain {
+            name: "OVN-LB-INGRESS".into(),
+            // Before routing and before anyone's DNAT: the destination is still the address.
+            base: base("filter", "prerouting", "mangle - 1"),
+            rules: ingress_rules.clone(),
+        },
+        Chain {
+            name: "OVN-LB-INGRESS-OUTPUT".into(),
+            // The node's own connections: a route chain re-routes a packet whose mark it set.
+            base: base("route", "output", "mangle - 1"),
+            rules: ingress_rules,
         },
         Chain {
             name: "OVN-POSTROUTING".into(),

@@ -6,7 +6,10 @@
 //!   each local pod of the subnet;
 //! - centralized: on each gateway node (listed in `gatewayNode`, or selected by
 //!   `gatewayNodeSelectors`), `ip rule from <cidr> lookup <table> priority <priority>`;
-//! - in both, `default via <externalEgressGateway> table <table>`.
+//! - in both, `default via <externalEgressGateway> table <table>`;
+//! - for ingress to the Services' ports ([`crate::ingress`]), per family with ports and a join
+//!   gateway: `ip rule fwmark <mark>/<mark> lookup <ingress table>` and `default via <join
+//!   gateway> table <ingress table>`.
 //!
 //! Pure: no I/O.
 
@@ -16,16 +19,20 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 
 use crate::error::PlanError;
+use crate::ingress::{LB_INGRESS_MARK, LB_INGRESS_PRIORITY, LB_INGRESS_TABLE};
 use crate::input::GatewayInput;
 use crate::ruleset::Family;
 use crate::subnet::{ExternalEgress, Gateway, SubnetView};
 
-/// `ip rule from <src> lookup <table> priority <priority>`.
+/// `ip rule from <src> [fwmark <mark>/<mark>] lookup <table> priority <priority>`; `from all`
+/// is the family's `/0`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct RoutingRule {
     pub priority: u32,
     pub src: IpNet,
     pub table: u32,
+    /// Only packets carrying this mark (matched under itself as the mask).
+    pub fwmark: Option<u32>,
 }
 
 /// `default via <gateway> table <table>` (the family is the gateway's).
@@ -76,6 +83,15 @@ pub fn plan_routing(views: &[SubnetView], input: &GatewayInput<'_>) -> (PolicyRo
         if view.deleting {
             continue;
         }
+        if egress.table == LB_INGRESS_TABLE {
+            errors.push(PlanError::ExternalEgress {
+                subnet: view.name.clone(),
+                field: "spec.policyRoutingTableID".into(),
+                value: egress.table.to_string(),
+                problem: "the node's table for ingress to LoadBalancer IPs".into(),
+            });
+            continue;
+        }
         let mut rules = Vec::new();
         let mut routes = Vec::new();
         for family in Family::ALL {
@@ -103,6 +119,7 @@ pub fn plan_routing(views: &[SubnetView], input: &GatewayInput<'_>) -> (PolicyRo
                 priority: egress.priority,
                 src,
                 table: egress.table,
+                fwmark: None,
             }));
             routes.push((family, gateway));
         }
@@ -130,5 +147,38 @@ pub fn plan_routing(views: &[SubnetView], input: &GatewayInput<'_>) -> (PolicyRo
         }
         routing.rules.extend(rules);
     }
+    plan_ingress(input, &mut routing);
     (routing, errors)
+}
+
+/// The fwmark rule and the table route of ingress to the Services' ports, per family that has
+/// ports and a join gateway.
+fn plan_ingress(input: &GatewayInput<'_>, routing: &mut PolicyRouting) {
+    for family in Family::ALL {
+        if !input.lb_ingress.iter().any(|p| Family::of(&p.address) == family) {
+            continue;
+        }
+        let Some(gateway) = input
+            .join_gateways
+            .iter()
+            .copied()
+            .find(|g| Family::of(g) == family)
+        else {
+            continue;
+        };
+        let any = match family {
+            Family::V4 => IpNet::from(IpAddr::from(std::net::Ipv4Addr::UNSPECIFIED)),
+            Family::V6 => IpNet::from(IpAddr::from(std::net::Ipv6Addr::UNSPECIFIED)),
+        };
+        routing.rules.insert(RoutingRule {
+            priority: LB_INGRESS_PRIORITY,
+            src: IpNet::new(any.addr(), 0).expect("a /0 is valid"),
+            table: LB_INGRESS_TABLE,
+            fwmark: Some(LB_INGRESS_MARK),
+        });
+        routing.routes.insert(TableRoute {
+            table: LB_INGRESS_TABLE,
+            gateway,
+        });
+    }
 }

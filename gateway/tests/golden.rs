@@ -10,7 +10,8 @@ use std::sync::Arc;
 use ipnet::IpNet;
 use kube_ovn_api::crd::Subnet;
 use kube_ovn_gateway::{
-    Family, GatewayInput, LastGood, LocalPod, NodeFacts, PlanError, Planned, RoutingRule, TableRoute, plan,
+    Family, GatewayInput, IngressPort, LB_INGRESS_MARK, LB_INGRESS_PRIORITY, LB_INGRESS_TABLE, LastGood,
+    LocalPod, NodeFacts, PlanError, Planned, Protocol, RoutingRule, TableRoute, plan,
 };
 use serde_json::{Value, json};
 
@@ -126,7 +127,19 @@ impl Cluster {
                 service_cidrs: &self.services,
                 other_node_ips: &self.others,
                 local_pods: &self.pods,
-                lb_ingress: &[IpAddr::V4(std::net::Ipv4Addr::new(203, 0, 113, 10))],
+                lb_ingress: &[
+                    IngressPort {
+                        address: "203.0.113.10".parse().unwrap(),
+                        protocol: Protocol::Tcp,
+                        port: 80,
+                    },
+                    IngressPort {
+                        address: "203.0.113.10".parse().unwrap(),
+                        protocol: Protocol::Udp,
+                        port: 53,
+                    },
+                ],
+                join_gateways: &ips(&["100.64.0.1", "fd00:100:64::1"]),
             },
             last_good,
         )
@@ -164,15 +177,24 @@ fn every_kind_of_subnet_on_the_active_gateway() {
     assert_eq!(
         planned.plan.routing.rules.iter().cloned().collect::<Vec<_>>(),
         vec![
+            // Marked ingress to the Services' ports, IPv4 only: no IPv6 ingress address.
+            RoutingRule {
+                priority: LB_INGRESS_PRIORITY,
+                src: "0.0.0.0/0".parse().unwrap(),
+                table: LB_INGRESS_TABLE,
+                fwmark: Some(LB_INGRESS_MARK),
+            },
             RoutingRule {
                 priority: 1000,
                 src: "10.22.0.5/32".parse().unwrap(),
-                table: 1000
+                table: 1000,
+                fwmark: None,
             },
             RoutingRule {
                 priority: 1001,
                 src: "10.23.0.0/16".parse().unwrap(),
-                table: 1001
+                table: 1001,
+                fwmark: None,
             },
         ]
     );
@@ -186,6 +208,10 @@ fn every_kind_of_subnet_on_the_active_gateway() {
             TableRoute {
                 table: 1001,
                 gateway: "172.31.0.254".parse().unwrap()
+            },
+            TableRoute {
+                table: LB_INGRESS_TABLE,
+                gateway: "100.64.0.1".parse().unwrap()
             },
         ]
     );
@@ -202,8 +228,24 @@ fn a_standby_gateway_masquerades_but_does_not_snat_to_its_address() {
     assert!(
         elements[&(Family::V4, "ovn40subnets-nat".into())].contains(&("10.20.0.0/16".parse().unwrap(), None))
     );
-    // Not a gateway of egress-central, no pod of egress: no policy routing.
-    assert!(planned.plan.routing.rules.is_empty() && planned.plan.routing.routes.is_empty());
+    // Not a gateway of egress-central, no pod of egress: no external egress routing, only
+    // the ingress table's.
+    assert!(
+        planned
+            .plan
+            .routing
+            .rules
+            .iter()
+            .all(|r| r.table == LB_INGRESS_TABLE)
+    );
+    assert!(
+        planned
+            .plan
+            .routing
+            .routes
+            .iter()
+            .all(|r| r.table == LB_INGRESS_TABLE)
+    );
 }
 
 #[test]
@@ -352,7 +394,16 @@ fn conflicting_policy_routing_tables_refuse_the_later_subnet() {
         (planned.errors[0].subnet(), planned.errors[0].field()),
         ("egress-central", "spec.policyRoutingTableID")
     );
-    assert_eq!(planned.plan.routing.routes.len(), 1);
+    assert_eq!(
+        planned
+            .plan
+            .routing
+            .routes
+            .iter()
+            .filter(|r| r.table != LB_INGRESS_TABLE)
+            .count(),
+        1
+    );
 }
 
 #[test]
@@ -377,6 +428,7 @@ fn an_ipv4_only_cluster_deletes_any_ipv6_table() {
             other_node_ips: &[],
             local_pods: &[],
             lb_ingress: &[],
+            join_gateways: &[],
         },
         &LastGood::default(),
     );
@@ -387,4 +439,47 @@ fn an_ipv4_only_cluster_deletes_any_ipv6_table() {
     );
     // Without the node's address, Service → pod traffic has no SNAT rule (Kube-OVN's too).
     assert!(!script.contains("snat to 1"), "{script}");
+}
+
+#[test]
+fn ingress_marks_only_the_services_ports_and_routes_marked_packets_into_ovn0() {
+    let planned = Cluster::new().plan("node1", &LastGood::default());
+    let script = planned.plan.ruleset.script();
+    // Only (address, protocol, port) of the Service's ports is marked; nothing routes the
+    // whole address (no set of ingress addresses, no /32 route).
+    assert!(script.contains(
+        "\tchain OVN-LB-INGRESS {\n\t\ttype filter hook prerouting priority mangle - 1; policy accept;\n\
+         \t\tiifname != \"ovn0\" ip daddr 203.0.113.10 tcp dport { 80 } meta mark set meta mark | 0x00400000\n\
+         \t\tiifname != \"ovn0\" ip daddr 203.0.113.10 udp dport { 53 } meta mark set meta mark | 0x00400000\n\t}\n"
+    ), "{script}");
+    assert!(
+        script.contains("type route hook output priority mangle - 1;"),
+        "{script}"
+    );
+    assert!(
+        script.contains("oifname \"ovn0\" meta mark & 0x00400000 == 0x00400000 jump OVN-MASQUERADE"),
+        "{script}"
+    );
+    assert!(!script.contains("lb-ingress"), "{script}");
+    // A subnet cannot take the ingress table for its external egress.
+    let mut cluster = Cluster::new();
+    cluster.set(
+        "egress",
+        json!({"cidrBlock": "10.22.0.0/16", "externalEgressGateway": "172.31.0.254",
+               "policyRoutingPriority": 1000, "policyRoutingTableID": LB_INGRESS_TABLE}),
+        json!({}),
+    );
+    let planned = cluster.plan("node1", &LastGood::default());
+    assert_eq!(planned.errors.len(), 1, "{:?}", planned.errors);
+    assert_eq!(planned.errors[0].field(), "spec.policyRoutingTableID");
+    assert!(
+        !planned
+            .plan
+            .routing
+            .rules
+            .iter()
+            .any(|r| r.table == LB_INGRESS_TABLE && r.fwmark.is_none()),
+        "{:?}",
+        planned.plan.routing.rules
+    );
 }

@@ -127,6 +127,18 @@ pub struct Flags {
     /// Address the metrics listener binds.
     #[arg(long, env = "METRICS_ADDRESS", default_value = "0.0.0.0")]
     pub metrics_address: IpAddr,
+    /// CIDRs (comma-separated) inside which a Service's `spec.externalIPs` are routed into
+    /// `ovn0` and masqueraded; empty (the default): none are, as Kubernetes'
+    /// `DenyServiceExternalIPs` intends. The same flag as the controller's and the speaker's.
+    #[arg(long, env = "SERVICE_EXTERNAL_IP_CIDRS", default_value = "")]
+    pub service_external_ip_cidrs: kube_ovn_api::external_ips::ExternalIpCidrs,
+    /// The speaker's IPv4 peers given by flag (its `--neighbor-address`, comma-separated): never
+    /// routed into `ovn0` for a Service. BgpPeer objects are read from the API.
+    #[arg(long, env = "NEIGHBOR_ADDRESS", value_delimiter = ',')]
+    pub neighbor_address: Vec<String>,
+    /// The speaker's IPv6 peers given by flag (its `--neighbor-ipv6-address`).
+    #[arg(long, env = "NEIGHBOR_IPV6_ADDRESS", value_delimiter = ',')]
+    pub neighbor_ipv6_address: Vec<String>,
 }
 
 /// A timeout: a duration (`20s`, `500ms`) that is not zero.
@@ -171,6 +183,8 @@ pub struct Config {
     pub cni_conf_version: CniVersion,
     /// Parsed `--service-cluster-ip-range`.
     pub service_cidrs: Vec<IpNet>,
+    /// Parsed `--neighbor-address` and `--neighbor-ipv6-address`.
+    pub bgp_neighbors: Vec<IpAddr>,
 }
 
 pub use kube_ovn_support::FlagError;
@@ -232,6 +246,21 @@ impl Flags {
             .parse()
             .map_err(|e: crate::version::UnsupportedVersion| bad("cni-conf-version", e.to_string()))?;
         let service_cidrs = parse_service_cidrs(&self.service_cluster_ip_range)?;
+        let mut bgp_neighbors = Vec::new();
+        for (flag, list, v6) in [
+            ("neighbor-address", &self.neighbor_address, false),
+            ("neighbor-ipv6-address", &self.neighbor_ipv6_address, true),
+        ] {
+            for text in list.iter().map(|t| t.trim()).filter(|t| !t.is_empty()) {
+                match text.parse::<IpAddr>() {
+                    Ok(ip) if ip.is_ipv6() == v6 => bgp_neighbors.push(ip),
+                    _ => {
+                        let family = if v6 { "IPv6" } else { "IPv4" };
+                        return Err(bad(flag, format!("{text:?} is not an {family} address")));
+                    }
+                }
+            }
+        }
         Ok(Config {
             flags: self,
             datapath,
@@ -239,6 +268,7 @@ impl Flags {
             default_mtu,
             cni_conf_version,
             service_cidrs,
+            bgp_neighbors,
         })
     }
 }
@@ -297,6 +327,32 @@ mod tests {
             .validate()
             .unwrap();
         assert_eq!(dual.service_cidrs.len(), 2);
+        // No external IP is honoured unless the operator lists where they may be.
+        assert!(config.flags.service_external_ip_cidrs.is_empty());
+        let allowed = flags(&["--service-external-ip-cidrs", "198.51.100.0/24, 2001:db8::/64"]);
+        assert!(
+            allowed
+                .service_external_ip_cidrs
+                .allows("198.51.100.7".parse().unwrap())
+        );
+        let peers = flags(&[
+            "--neighbor-address",
+            "172.30.0.254, 172.30.1.254",
+            "--neighbor-ipv6-address=",
+        ])
+        .validate()
+        .unwrap();
+        assert_eq!(peers.bgp_neighbors.len(), 2);
+        let wrong = flags(&["--neighbor-address", "fd00::1"]).validate().unwrap_err();
+        assert!(wrong.to_string().contains("--neighbor-address"), "{wrong}");
+        let bad = Flags::try_parse_from([
+            "kube-ovn-daemon",
+            "--node-name",
+            "n1",
+            "--service-external-ip-cidrs",
+            "nope",
+        ]);
+        assert!(bad.unwrap_err().to_string().contains("service-external-ip-cidrs"));
     }
 
     #[test]

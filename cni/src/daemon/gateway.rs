@@ -10,24 +10,39 @@
 //! have listed once: a daemon restarting with empty caches would otherwise strip every NAT rule
 //! for a moment. Input the planner refuses is a Warning event on the Subnet (once per distinct
 //! message) and leaves that subnet's previous plan in force.
+//!
+//! The task also plans ingress to the Services' ports on LoadBalancer IPs (`super::lb_ingress`):
+//! an address the guard refuses is a Warning event on the Service, once per Service, field and
+//! reason. A distributed `externalEgressGateway` routes this node's pods by the addresses the
+//! controller recorded in their IP CRs, never a node's (`pods`); a forged address is a Warning
+//! event on the pod, once per pod and message.
 
-use std::collections::BTreeSet;
+mod pods;
+
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use ipnet::IpNet;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::Api;
 use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube_ovn_api::annotations::{CidrPair, IpPair, get, keys};
+use kube_ovn_api::annotations::{CidrPair, get, keys};
+use kube_ovn_api::bgp_peer::BgpPeer;
+use kube_ovn_api::crd::Ip;
 use kube_ovn_api::node::{internal_ip_per_family, internal_ips};
 use kube_ovn_dataplane::{Netlink, PolicyRule, TableRoute, ethtool};
-use kube_ovn_gateway::{GatewayInput, LastGood, LocalPod, NodeFacts, PlanError, PolicyRouting, plan};
+use kube_ovn_gateway::{GatewayInput, LastGood, NodeFacts, PlanError, PolicyRouting, plan};
+use kube_ovn_support::Watched;
 
 use super::Node;
 use super::error::DaemonError;
+use super::lb_ingress::{Protected, ProtectedInputs, api_server_endpoints, lb_ingress, node_addresses};
 use super::nft_tables::{Applied, NftTables};
-use super::node::OVN0;
+use super::node::{OVN0, join_address};
 
 /// How long the task waits for the caches' first list before saying so in the log.
 const SYNC_WAIT: Duration = Duration::from_secs(30);
@@ -38,18 +53,87 @@ struct Egress {
     last_good: LastGood,
     /// Messages already published as events (a refused subnet is reported once, not per pass).
     reported: BTreeSet<String>,
-    recorder: Recorder,
+    /// Refusals of ingress addresses and forged pod addresses already published as events.
+    refusals: BTreeSet<String>,
+    /// Who the events say reported them.
+    reporter: Reporter,
     sysctls_set: bool,
+    /// The caches only this task reads.
+    caches: Caches,
+    /// The addresses the daemon's own kubeconfig (or in-cluster config) connects to.
+    kubeconfig_api: Vec<IpAddr>,
+}
+
+/// What the egress and ingress plans read besides the Node's caches: the controller's IP CRs
+/// (pod addresses), the BGP peers and the API server's endpoints (addresses never routed into
+/// `ovn0`).
+struct Caches {
+    ips: Watched<Ip>,
+    peers: Watched<BgpPeer>,
+    api_slices: Watched<EndpointSlice>,
+}
+
+impl Caches {
+    fn start(kube: &kube::Client) -> Self {
+        Self {
+            ips: Watched::start(Api::all(kube.clone()), None, None),
+            peers: Watched::start(Api::all(kube.clone()), None, None),
+            // Only `default`'s slices: the `kubernetes` Service's are there.
+            api_slices: Watched::start(Api::namespaced(kube.clone(), "default"), None, None),
+        }
+    }
+}
+
+/// The addresses the API server is reached at through the daemon's own configuration: the
+/// kubeconfig's server (or the in-cluster one), resolved when it is a name. Empty, with a log
+/// line, when it cannot be read.
+async fn kubeconfig_api_addresses(kubeconfig: Option<&std::path::Path>) -> Vec<IpAddr> {
+    let config = match kubeconfig {
+        Some(path) => match kube::config::Kubeconfig::read_from(path) {
+            Ok(kc) => kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        },
+        None => kube::Config::infer().await.map_err(|e| e.to_string()),
+    };
+    let url = match config {
+        Ok(config) => config.cluster_url,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the API server's address from the kube config; it is protected only through the kubernetes Service's endpoints");
+            return Vec::new();
+        }
+    };
+    let host = url.host().unwrap_or_default().trim_matches(['[', ']']).to_owned();
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return vec![ip];
+    }
+    let port = url.port_u16().unwrap_or(443);
+    match tokio::net::lookup_host((host.as_str(), port)).await {
+        Ok(addrs) => addrs.map(|a| a.ip()).collect(),
+        Err(e) => {
+            tracing::warn!(%host, error = %e, "cannot resolve the API server's name");
+            Vec::new()
+        }
+    }
 }
 
 /// Keeps the node's egress NAT and policy routing in step with the cluster.
 pub async fn gateway_task(node: Arc<Node>) {
+    let caches = Caches::start(&node.kube);
     while !(node.subnets.synced(SYNC_WAIT).await
         && node.nodes.synced(SYNC_WAIT).await
-        && node.pods.synced(SYNC_WAIT).await)
+        && node.pods.synced(SYNC_WAIT).await
+        && node.services.synced(SYNC_WAIT).await
+        && caches.ips.synced(SYNC_WAIT).await
+        && caches.peers.synced(SYNC_WAIT).await
+        && caches.api_slices.synced(SYNC_WAIT).await)
     {
-        tracing::info!("egress NAT waits for the Subnet, Node and Pod caches to list once");
+        tracing::info!(
+            "egress NAT waits for the Subnet, Node, Pod, Service, IP, BgpPeer and EndpointSlice caches to list once"
+        );
     }
+    let kubeconfig_api = kubeconfig_api_addresses(node.config.flags.kubeconfig.as_deref()).await;
     let reporter = Reporter {
         controller: "kube-ovn-cni".into(),
         instance: Some(node.config.flags.node_name.clone()),
@@ -58,13 +142,19 @@ pub async fn gateway_task(node: Arc<Node>) {
         tables: NftTables::new(node.ovs_ns.clone()),
         last_good: LastGood::default(),
         reported: BTreeSet::new(),
-        recorder: Recorder::new(node.kube.clone(), reporter),
+        refusals: BTreeSet::new(),
+        reporter,
         sysctls_set: false,
+        caches,
+        kubeconfig_api,
     };
     let mut subnets = node.subnets.changes();
     let mut nodes = node.nodes.changes();
     let mut pods = node.pods.changes();
     let mut services = node.services.changes();
+    let mut ips = state.caches.ips.changes();
+    let mut peers = state.caches.peers.changes();
+    let mut api_slices = state.caches.api_slices.changes();
     let mut tick = tokio::time::interval(node.config.flags.gateway_check_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -76,34 +166,12 @@ pub async fn gateway_task(node: Arc<Node>) {
             _ = nodes.changed() => {}
             _ = pods.changed() => {}
             _ = services.changed() => {}
+            _ = ips.changed() => {}
+            _ = peers.changed() => {}
+            _ = api_slices.changed() => {}
             _ = tick.tick() => {}
         }
     }
-}
-
-/// This node's pods with their subnet and addresses (what a distributed
-/// `externalEgressGateway` routes).
-fn local_pods(node: &Node) -> Vec<LocalPod> {
-    node.pods
-        .all()
-        .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter(|p| p.spec.as_ref().and_then(|s| s.host_network) != Some(true))
-        .filter_map(|p| {
-            let ann = p.metadata.annotations.as_ref();
-            let subnet = ann?.get(keys::LOGICAL_SWITCH)?.clone();
-            let ips = get::<IpPair>(ann, keys::IP_ADDRESS).ok()??;
-            Some(LocalPod {
-                key: format!(
-                    "{}/{}",
-                    p.metadata.namespace.as_deref().unwrap_or_default(),
-                    p.metadata.name.as_deref().unwrap_or_default()
-                ),
-                subnet,
-                ips: ips.addrs().collect(),
-            })
-        })
-        .collect()
 }
 
 async fn reconcile(node: &Node, state: &mut Egress) -> Result<(), DaemonError> {
@@ -118,18 +186,48 @@ async fn reconcile(node: &Node, state: &mut Egress) -> Result<(), DaemonError> {
         .flatten()
         .map(|c| c.nets().map(|n| n.trunc()).collect())
         .unwrap_or_default();
-    let other_node_ips: Vec<IpAddr> = node
-        .nodes
-        .all()
+    let all_nodes = node.nodes.all();
+    let other_node_ips: Vec<IpAddr> = all_nodes
         .iter()
         .filter(|n| n.metadata.name.as_deref() != Some(name.as_str()))
         .flat_map(|n| internal_ips(n))
         .collect();
     let subnets = node.subnets.all();
-    let pods = local_pods(node);
+    let services = node.services.all();
+    let addresses_of_nodes: BTreeMap<IpAddr, String> = all_nodes
+        .iter()
+        .flat_map(|n| {
+            let owner = n.metadata.name.clone().unwrap_or_default();
+            node_addresses(n).map(move |ip| (ip, owner.clone()))
+        })
+        .collect();
+    let (pods, forged) = pods::local_pods(&node.pods.all(), &state.caches.ips.all(), &addresses_of_nodes);
     let internal = internal_ip_per_family(&me);
-    let lb_ingress =
-        super::lb_ingress::lb_ingress_ips(&node.services.all(), &node.config.flags.cluster_router);
+    let join_gateways = join_address(&me)
+        .ok()
+        .flatten()
+        .map(|j| j.gateways)
+        .unwrap_or_default();
+    let mut api_server = api_server_endpoints(&state.caches.api_slices.all());
+    api_server.extend(&state.kubeconfig_api);
+    let protected = Protected::new(&ProtectedInputs {
+        nodes: &all_nodes,
+        peers: &state.caches.peers.all(),
+        neighbors: &node.config.bgp_neighbors,
+        subnets: &subnets,
+        node_switch: &node.config.flags.node_switch,
+        join_cidrs: &join_cidrs,
+        services: &services,
+        service_cidrs: &node.config.service_cidrs,
+        api_server: &api_server,
+    });
+    let ingress = lb_ingress(
+        &services,
+        &node.config.flags.cluster_router,
+        &node.config.flags.service_external_ip_cidrs,
+        &protected,
+    );
+    report_refusals(node, state, &ingress.refused, &forged).await;
     let planned = plan(
         &GatewayInput {
             node: NodeFacts {
@@ -143,7 +241,8 @@ async fn reconcile(node: &Node, state: &mut Egress) -> Result<(), DaemonError> {
             service_cidrs: &node.config.service_cidrs,
             other_node_ips: &other_node_ips,
             local_pods: &pods,
-            lb_ingress: &lb_ingress,
+            lb_ingress: &ingress.ports,
+            join_gateways: &join_gateways,
         },
         &state.last_good,
     );
@@ -163,13 +262,7 @@ async fn reconcile(node: &Node, state: &mut Egress) -> Result<(), DaemonError> {
             set_sysctls(node, internal.1.is_some()).await?;
         }
     }
-    // Now that the tables masquerade them, the node task may route them into ovn0.
-    let masqueraded: BTreeSet<IpAddr> = lb_ingress.into_iter().collect();
-    node.lb_masqueraded.send_if_modified(|current| {
-        let changed = *current != masqueraded;
-        *current = masqueraded;
-        changed
-    });
+    // The marks are in place (and masqueraded) before the rule that routes them into ovn0.
     apply_routing(&node.ovs_nl, &planned.plan.routing).await
 }
 
@@ -185,18 +278,108 @@ async fn report(node: &Node, state: &mut Egress, errors: &[PlanError]) {
         let Some(subnet) = node.subnets.get(error.subnet(), None) else {
             continue;
         };
-        let event = Event {
-            type_: EventType::Warning,
-            reason: "NodeEgressConfigInvalid".into(),
-            note: Some(format!("node {}: {message}", node.config.flags.node_name)),
-            action: "ApplyEgress".into(),
-            secondary: None,
-        };
-        if let Err(e) = state.recorder.publish(&event, &subnet.object_ref(&())).await {
-            tracing::debug!(error = %e, "cannot publish event");
-        }
+        let note = format!("node {}: {message}", node.config.flags.node_name);
+        warn(
+            node,
+            &state.reporter,
+            subnet.object_ref(&()),
+            error.field(),
+            "NodeEgressConfigInvalid",
+            "ApplyEgress",
+            note,
+        )
+        .await;
     }
     state.reported = current;
+}
+
+/// A Warning event on the `field` of `object`. Each is a new Event: kube's `Recorder` folds
+/// events of one object, reason and action into one series and keeps the first note, so two
+/// refused fields of one Service would show as one. The callers publish each message once.
+async fn warn(
+    node: &Node,
+    reporter: &Reporter,
+    mut object: ObjectReference,
+    field: &str,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
+    object.field_path = Some(field.to_owned());
+    let event = Event {
+        type_: EventType::Warning,
+        reason: reason.into(),
+        note: Some(note),
+        action: action.into(),
+        secondary: None,
+    };
+    let recorder = Recorder::new(node.kube.clone(), reporter.clone());
+    if let Err(e) = recorder.publish(&event, &object).await {
+        tracing::debug!(error = %e, "cannot publish event");
+    }
+}
+
+/// Warning events for refused ingress addresses (on the Service) and forged pod addresses (on
+/// the pod), each once while it lasts; a refusal that goes away and comes back is reported again.
+async fn report_refusals(
+    node: &Node,
+    state: &mut Egress,
+    refused: &[super::lb_ingress::Refusal],
+    forged: &[pods::Forged],
+) {
+    let mut current = BTreeSet::new();
+    let me = &node.config.flags.node_name;
+    for r in refused {
+        let message = r.to_string();
+        current.insert(message.clone());
+        if state.refusals.contains(&message) {
+            continue;
+        }
+        tracing::warn!(service = %format!("{}/{}", r.namespace, r.name), field = %r.field, value = %r.value, reason = %r.reason, "ingress address refused");
+        let Some(service) = node.services.get(&r.name, Some(&r.namespace)) else {
+            continue;
+        };
+        let note = format!(
+            "node {me}: {}: {:?} {}; not routed into ovn0",
+            r.field, r.value, r.reason
+        );
+        warn(
+            node,
+            &state.reporter,
+            service.object_ref(&()),
+            &r.field,
+            "ServiceAddressRefused",
+            "RouteIngress",
+            note,
+        )
+        .await;
+    }
+    for f in forged {
+        let message = f.to_string();
+        current.insert(message.clone());
+        if state.refusals.contains(&message) {
+            continue;
+        }
+        tracing::warn!(pod = %format!("{}/{}", f.namespace, f.name), field = %f.field, value = %f.value, reason = %f.reason, "pod address refused for egress");
+        let Some(pod) = node.pods.get(&f.name, Some(&f.namespace)) else {
+            continue;
+        };
+        let note = format!(
+            "node {me}: {}: {:?} {}; no egress rule is built from it",
+            f.field, f.value, f.reason
+        );
+        warn(
+            node,
+            &state.reporter,
+            pod.object_ref(&()),
+            &f.field,
+            "PodAddressRefused",
+            "ApplyEgress",
+            note,
+        )
+        .await;
+    }
+    state.refusals = current;
 }
 
 /// Forwarding on, and no reverse-path filter on the node's side of the datapath (Kube-OVN's
@@ -231,6 +414,7 @@ async fn apply_routing(nl: &Netlink, routing: &PolicyRouting) -> Result<(), Daem
                 priority: r.priority,
                 src: r.src,
                 table: r.table,
+                fwmark: r.fwmark,
             })
             .collect();
         let want_routes: BTreeSet<TableRoute> = routing

@@ -6,10 +6,10 @@
 //! ```text
 //!   pods on this node ──watch──▶ Watched<Pod> ──tick──▶ ADD waiters (wait_for_plan)
 //!                                    └─applied──▶ qos task ──▶ Ovs::set_qos (live rate changes, retried)
-//!   this Node, Subnets ──watch──▶ Watched<_> ──tick──▶ node task ──▶ ovn0 + routes (reconcile_node_network)
-//!   gateway task ──lb_masqueraded──▶ node task (LoadBalancer IPs routed only once masqueraded)
-//!   Subnets, Nodes, pods ──tick, every --gateway-check-interval──▶ gateway task ──▶ nft tables,
-//!                                                  ip rules + table routes, sysctls (gateway.rs)
+//!   this Node, Subnets ──watch, once listed──▶ node task ──▶ ovn0 + routes (node.rs)
+//!   Subnets, Nodes, pods, Services, IPs, BgpPeers, default/kubernetes's EndpointSlices
+//!     ──tick, every --gateway-check-interval, once listed──▶ gateway task ──▶ nft tables
+//!       (NAT, ingress marks), ip rules + table routes, sysctls (gateway.rs, lb_ingress.rs)
 //!   every --ovn0-check-interval ──▶ ovn0 check ──ping join gateway──▶ Node NetworkUnavailable
 //!   shim ──unix socket──▶ CNI server (axum) ──per-pod lock──▶ add_nic / del_nic / check_nic / gc
 //!   Open_vSwitch DB ◀──▶ Ovs (replica + transactions)      kernel ◀── dataplane (netlink, ethtool)
@@ -67,14 +67,10 @@ pub struct Node {
     pub subnets: Watched<Subnet>,
     /// Every node (this one's annotations and addresses; the others' addresses for the NAT).
     pub nodes: Watched<K8sNode>,
-    /// Every Service (their LoadBalancer IPs, `lb_ingress`).
+    /// Every Service (their LoadBalancer IPs and ClusterIPs, `lb_ingress`).
     pub services: Watched<Service>,
     /// Metrics.
     pub metrics: Metrics,
-    /// The LoadBalancer/external IPs the egress tables masquerade now (the gateway task publishes
-    /// them after each apply): the node task routes only these into `ovn0`, so an address is
-    /// never routed into OVN before its replies can find their way back (`lb_ingress`).
-    pub lb_masqueraded: tokio::sync::watch::Sender<std::collections::BTreeSet<std::net::IpAddr>>,
     /// Subnets as last validated by the controller, for the node's routes (`node_routes`).
     last_validated: std::sync::Mutex<std::collections::BTreeMap<String, Arc<Subnet>>>,
     /// Pods whose ADD finished, for the QoS task to look at again.
@@ -163,7 +159,6 @@ pub async fn run(
         services: Watched::start(Api::all(kube.clone()), None, None),
         metrics: Metrics::new(),
         qos_recheck,
-        lb_masqueraded: tokio::sync::watch::Sender::default(),
         last_validated: std::sync::Mutex::default(),
         locks: KeyLocks::default(),
         config,
@@ -199,7 +194,7 @@ pub async fn run(
         })?;
 
     let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn(node_task(node.clone()));
+    tasks.spawn(node::node_task(node.clone()));
     tasks.spawn(qos::qos_task(node.clone(), applied_rx, added_rx));
     tasks.spawn(gateway::gateway_task(node.clone()));
     tasks.spawn(health::ovn0_check_task(node.clone()));
@@ -220,29 +215,4 @@ pub async fn run(
     tasks.shutdown().await;
     let _ = std::fs::remove_file(&flags.bind_socket);
     Ok(())
-}
-
-/// Keeps `ovn0` and the subnet routes in step with the Node and the Subnets; also re-checks
-/// every 30 s as a safety net against outside changes.
-async fn node_task(node: Arc<Node>) {
-    let mut node_changes = node.nodes.changes();
-    let mut subnet_changes = node.subnets.changes();
-    let mut service_changes = node.services.changes();
-    let mut masqueraded = node.lb_masqueraded.subscribe();
-    let mut ovs_state = node.ovs.state();
-    loop {
-        match node.reconcile_node_network().await {
-            Ok(true) => {}
-            Ok(false) => tracing::info!("waiting for the controller's join annotations on this node"),
-            Err(e) => tracing::warn!(error = %e, "node network not ready; will retry"),
-        }
-        tokio::select! {
-            _ = node_changes.changed() => {}
-            _ = subnet_changes.changed() => {}
-            _ = service_changes.changed() => {}
-            _ = masqueraded.changed() => {}
-            _ = ovs_state.changed() => {}
-            () = tokio::time::sleep(Duration::from_secs(30)) => {}
-        }
-    }
 }

@@ -2,6 +2,10 @@
 //! ovn-controller, the `ovn.kubernetes.io/chassis` annotation, `ovn0` on the join subnet, and
 //! kernel routes to the default VPC's subnets through it (planned in `node_routes`), kept in
 //! step with the Node and the Subnets.
+//!
+//! Nothing is reconciled before the Node and Subnet caches have listed once, as the gateway
+//! task waits for its own: a daemon restarting with empty caches would plan no subnet and
+//! delete every route into `ovn0` until the lists came in.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -17,7 +21,6 @@ use kube_ovn_api::node::internal_ip_per_family;
 
 use super::Node;
 use super::error::DaemonError;
-use super::lb_ingress::{lb_ingress_ips, routable_lb_ingress};
 use super::node_routes::{RouteInputs, desired_routes, foreign_source, route_changes, with_last_validated};
 use super::ovs::PortSpec;
 use super::plan::QosPlan;
@@ -66,6 +69,33 @@ pub fn join_address(
         gateways: gateways.addrs().collect(),
         mac,
     }))
+}
+
+/// How long the node task waits for the caches' first list before saying so in the log.
+const SYNC_WAIT: Duration = Duration::from_secs(30);
+
+/// Keeps `ovn0` and the subnet routes in step with the Node and the Subnets, once their caches
+/// have listed; also re-checks every 30 s as a safety net against outside changes.
+pub async fn node_task(node: std::sync::Arc<Node>) {
+    while !(node.nodes.synced(SYNC_WAIT).await && node.subnets.synced(SYNC_WAIT).await) {
+        tracing::info!("node routes wait for the Node and Subnet caches to list once");
+    }
+    let mut node_changes = node.nodes.changes();
+    let mut subnet_changes = node.subnets.changes();
+    let mut ovs_state = node.ovs.state();
+    loop {
+        match node.reconcile_node_network().await {
+            Ok(true) => {}
+            Ok(false) => tracing::info!("waiting for the controller's join annotations on this node"),
+            Err(e) => tracing::warn!(error = %e, "node network not ready; will retry"),
+        }
+        tokio::select! {
+            _ = node_changes.changed() => {}
+            _ = subnet_changes.changed() => {}
+            _ = ovs_state.changed() => {}
+            () = tokio::time::sleep(Duration::from_secs(30)) => {}
+        }
+    }
 }
 
 impl Node {
@@ -157,10 +187,6 @@ impl Node {
             cluster_router: &self.config.flags.cluster_router,
             node_switch: &self.config.flags.node_switch,
             ovn0,
-            lb_ingress: &routable_lb_ingress(
-                lb_ingress_ips(&self.services.all(), &self.config.flags.cluster_router),
-                &self.lb_masqueraded.borrow(),
-            ),
         });
         // The kernel refuses a source the host does not have; say which field is wrong
         // before changing anything.

@@ -14,6 +14,9 @@
 //!   kernel's stay as they are.
 //! - No route to a CIDR that contains one of the node's InternalIPs (the node reaches its own
 //!   network directly; a route through `ovn0` would take it away).
+//!
+//! LoadBalancer IPs are no routes here: only the Service's ports on them go into `ovn0`, by mark
+//! and policy routing (`super::lb_ingress`, `kube_ovn_gateway::ingress`).
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -43,8 +46,6 @@ pub struct RouteInputs<'a> {
     pub node_switch: &'a str,
     /// `ovn0`'s interface index.
     pub ovn0: u32,
-    /// LoadBalancer ingress IPs to route into `ovn0` (`super::lb_ingress`).
-    pub lb_ingress: &'a [IpAddr],
 }
 
 /// Whether the node routes `subnet` through `ovn0` (Kube-OVN's filter in `reconcileRouters`).
@@ -148,20 +149,6 @@ pub fn desired_routes(inputs: &RouteInputs<'_>) -> BTreeSet<Route> {
             routes.insert(route);
         }
     }
-    // Each LoadBalancer IP as a host route to the join gateway of its family; the egress table
-    // masquerades what takes it to ovn0's address.
-    for ip in inputs.lb_ingress {
-        let Some(gateway) = inputs.join.gateways.iter().find(|g| g.is_ipv4() == ip.is_ipv4()) else {
-            continue;
-        };
-        routes.insert(Route {
-            dst: IpNet::from(*ip),
-            gateway: Some(*gateway),
-            dev: inputs.ovn0,
-            src: if ip.is_ipv4() { node_v4 } else { node_v6 },
-            metric: None,
-        });
-    }
     routes
 }
 
@@ -255,15 +242,6 @@ mod tests {
         join: &JoinAddress,
         node_ips: (Option<IpAddr>, Option<IpAddr>),
     ) -> Vec<String> {
-        plan_with_lb(subnets, join, node_ips, &[])
-    }
-
-    fn plan_with_lb(
-        subnets: &[Arc<Subnet>],
-        join: &JoinAddress,
-        node_ips: (Option<IpAddr>, Option<IpAddr>),
-        lb_ingress: &[IpAddr],
-    ) -> Vec<String> {
         let inputs = RouteInputs {
             subnets,
             join,
@@ -271,7 +249,6 @@ mod tests {
             cluster_router: "ovn-cluster",
             node_switch: "join",
             ovn0: 7,
-            lb_ingress,
         };
         desired_routes(&inputs)
             .iter()
@@ -283,25 +260,6 @@ mod tests {
                 format!("{}{via}{src}{metric}", r.dst)
             })
             .collect()
-    }
-
-    #[test]
-    fn load_balancer_ips_are_host_routes_to_the_join_gateway_of_their_family() {
-        let v4_only = JoinAddress {
-            gateways: vec![ip("100.64.0.1")],
-            ..dual_join()
-        };
-        let routes = plan_with_lb(
-            &[],
-            &v4_only,
-            (Some(ip("172.30.0.11")), None),
-            &[ip("203.0.113.10"), ip("2001:db8::10")],
-        );
-        assert_eq!(
-            routes,
-            ["203.0.113.10/32 via 100.64.0.1 src 172.30.0.11"],
-            "no IPv6 join gateway, no IPv6 route"
-        );
     }
 
     #[test]

@@ -166,7 +166,11 @@ impl Cluster {
             api.client()
         };
         let crds: Api<CustomResourceDefinition> = Api::all(kube.clone());
-        for crd in kube_ovn_api::crds() {
+        // The speaker's BgpPeer too: the daemon reads the peers' addresses.
+        for crd in kube_ovn_api::crds()
+            .into_iter()
+            .chain(kube_ovn_api::crd::extension_crds())
+        {
             crds.create(&PostParams::default(), &crd).await?;
         }
         if options.rbac {
