@@ -39,6 +39,7 @@ pub mod pod;
 pub mod pod_request;
 pub mod pod_state;
 pub mod service;
+pub mod service_claims;
 pub mod service_lb;
 pub mod service_plan;
 pub mod startup;
