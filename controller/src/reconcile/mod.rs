@@ -32,6 +32,7 @@ pub mod ippool;
 pub mod leader;
 pub mod namespace;
 pub mod network_policy;
+pub mod network_policy_names;
 pub mod network_policy_plan;
 pub mod node;
 pub mod node_state;
