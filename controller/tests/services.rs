@@ -506,6 +506,29 @@ async fn a_claim_of_another_services_address_is_refused_and_the_owner_keeps_its_
     })
     .await;
     assert!(now.contains(&hello), "hello's VIP after the thief went: {now}");
+
+    // Two claims of one free address: the older wins (same second: tenant/first before
+    // tenant/second); when it goes, the other gets the address.
+    for (name, ip, backend) in [("first", "10.96.0.61", &ip_a), ("second", "10.96.0.62", &ip_b)] {
+        let mut s = service("tenant", name, ip, 80, &json!({}));
+        s["metadata"]["annotations"] = json!({"ovn.kubernetes.io/switch_lb_vip": "10.16.255.201"});
+        put::<EndpointSlice>(&env, "tenant", manual_slice("tenant", name, backend)).await;
+        put::<Service>(&env, "tenant", s).await;
+    }
+    warning_until(
+        &env,
+        "tenant",
+        &["service tenant/second", "10.16.255.201 is already claimed by the older service tenant/first"],
+    )
+    .await;
+    let first = format!("\"10.16.255.201:80\"=\"{ip_a}:8080\"");
+    vips_until(&env, PLAIN, "the first claimant's VIP", |o| o.contains(&first)).await;
+    svcs.delete("first", &DeleteParams::default()).await.unwrap();
+    let second = format!("\"10.16.255.201:80\"=\"{ip_b}:8080\"");
+    vips_until(&env, PLAIN, "the address passed to the second claimant", |o| {
+        o.contains(&second)
+    })
+    .await;
 }
 
 /// `spec.externalIPs` get VIPs only inside `--service-external-ip-cidrs`; the others are refused

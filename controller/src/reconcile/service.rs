@@ -4,7 +4,8 @@
 //!
 //! ```text
 //!   Service ◀─ its own changes; its EndpointSlices (label kubernetes.io/service-name);
-//!              again after 30 s while a claim of it is refused (the owner may have gone)
+//!              a change of another Service with an address it claims (claimants_of);
+//!              again after 30 s while a claim of it is refused (a Subnet may admit it now)
 //!      └─▶ owners of its addresses (all Services) ─▶ plan_service
 //!          ─▶ events for bad input and refused claims ─▶ `ovn.kubernetes.io/vpc` annotation
 //!          ─▶ per load balancer of every VPC: this Service's keys made exactly what it wants
@@ -75,6 +76,30 @@ pub fn services_of_slice(change: &Change<EndpointSlice>) -> Vec<ObjectRef<Servic
     out
 }
 
+/// The other Services that claim (beyond their ClusterIPs) an address a changed Service has or
+/// had: whether their claims are granted may change with it (the owner gone, or a new ClusterIP
+/// taking the address from them).
+pub fn claimants_of(change: &Change<Service>, services: &[Arc<Service>]) -> Vec<ObjectRef<Service>> {
+    let Some(changed) = change.new.as_ref().or(change.old.as_ref()) else {
+        return Vec::new();
+    };
+    let me = super::service_claims::key_of(changed);
+    let addresses: BTreeSet<IpAddr> = [&change.old, &change.new]
+        .into_iter()
+        .flatten()
+        .filter_map(|s| service_ips(s).ok())
+        .flatten()
+        .collect();
+    services
+        .iter()
+        .filter(|s| super::service_claims::key_of(s) != me)
+        .filter(|s| {
+            claims(s).is_ok_and(|c| c.others.iter().any(|c| addresses.contains(&c.ip)))
+        })
+        .map(|s| ObjectRef::from_obj(&**s))
+        .collect()
+}
+
 /// Every VPC the controller knows (the default one even before its CR is cached).
 fn vpcs(ctx: &Context) -> BTreeSet<String> {
     let mut all: BTreeSet<String> = ctx.stores.vpcs.state().iter().map(|v| v.name_any()).collect();
@@ -82,8 +107,8 @@ fn vpcs(ctx: &Context) -> BTreeSet<String> {
     all
 }
 
-/// A refused claim is tried again after this long: its owner may have gone meanwhile, or a
-/// Subnet admitting it appeared (nothing else reconciles the claimant then).
+/// A refused claim is tried again after this long: a Subnet admitting it may have appeared (the
+/// owner's going reconciles it at once, `claimants_of`; Subnets do not).
 const RETRY_REFUSED: Duration = Duration::from_secs(30);
 
 /// What the claim rule needs from the caches: subnets, namespace labels, VPC namespaces.
