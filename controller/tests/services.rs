@@ -518,7 +518,10 @@ async fn a_claim_of_another_services_address_is_refused_and_the_owner_keeps_its_
     warning_until(
         &env,
         "tenant",
-        &["service tenant/second", "10.16.255.201 is already claimed by the older service tenant/first"],
+        &[
+            "service tenant/second",
+            "10.16.255.201 is already claimed by the older service tenant/first",
+        ],
     )
     .await;
     let first = format!("\"10.16.255.201:80\"=\"{ip_a}:8080\"");

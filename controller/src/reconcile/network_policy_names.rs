@@ -26,7 +26,18 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
-use super::network_policy_plan::port_group_name;
+use kube_ovn_api::names;
+
+/// Port group name of a policy: Kube-OVN's `-` → `.`, and `np` in front of a name that does not
+/// start with a letter (OVN needs address set names to, and `$<pg>_ip4` derives from it).
+pub fn port_group_name(policy: &str, namespace: &str) -> String {
+    let pg = names::network_policy_port_group(policy, namespace);
+    if pg.starts_with(|c: char| c.is_ascii_alphabetic()) {
+        pg
+    } else {
+        format!("np{pg}")
+    }
+}
 
 /// Kube-OVN's port group name of a policy (see [`port_group_name`]).
 pub fn kube_ovn_name(np: &NetworkPolicy) -> String {
@@ -115,7 +126,10 @@ mod tests {
         // Stable across releases: the hash is FNV-1a, not std's.
         assert_eq!(hashed_name(&attacker), "allow.bt.team.x_75764ddfe4007294");
         // Alone, or the older one gone: Kube-OVN's name.
-        assert_eq!(port_group_of(&attacker, &[attacker.clone()]), "allow.bt.team.x");
+        assert_eq!(
+            port_group_of(&attacker, std::slice::from_ref(&attacker)),
+            "allow.bt.team.x"
+        );
         // The same second: namespace/name decides.
         let a = np("a-b", "c", "2026-01-01T00:00:00Z");
         let b = np("b", "c-a", "2026-01-01T00:00:00Z");

@@ -39,6 +39,8 @@ use kube_ovn_api::annotations::keys;
 use kube_ovn_api::names;
 use kube_ovn_api::selector::Selector;
 
+pub use super::network_policy_names::port_group_name;
+
 use crate::ovn::owned::AclSpec;
 use crate::ovn::priority::{ACL_NODE_ALLOW, ACL_NP_ALLOW, ACL_NP_DEFAULT_DROP};
 
@@ -93,17 +95,6 @@ pub struct PolicyRows {
     pub acls: Vec<AclSpec>,
     /// The meters limiting logged ACLs' messages: `(name, packets per second)`.
     pub meters: Vec<(String, i64)>,
-}
-
-/// Port group name of a policy: Kube-OVN's `-` → `.`, and `np` in front of a name that does not
-/// start with a letter (OVN needs address set names to, and `$<pg>_ip4` derives from it).
-pub fn port_group_name(policy: &str, namespace: &str) -> String {
-    let pg = names::network_policy_port_group(policy, namespace);
-    if pg.starts_with(|c: char| c.is_ascii_alphabetic()) {
-        pg
-    } else {
-        format!("np{pg}")
-    }
 }
 
 /// The addresses in a logical switch port's `addresses` entries (`MAC IP...`): what the

@@ -93,9 +93,7 @@ pub fn claimants_of(change: &Change<Service>, services: &[Arc<Service>]) -> Vec<
     services
         .iter()
         .filter(|s| super::service_claims::key_of(s) != me)
-        .filter(|s| {
-            claims(s).is_ok_and(|c| c.others.iter().any(|c| addresses.contains(&c.ip)))
-        })
+        .filter(|s| claims(s).is_ok_and(|c| c.others.iter().any(|c| addresses.contains(&c.ip))))
         .map(|s| ObjectRef::from_obj(&**s))
         .collect()
 }

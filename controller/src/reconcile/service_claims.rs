@@ -176,7 +176,7 @@ impl Owners {
     ) -> Self {
         let wanted = |ip: &IpAddr| interest.is_none_or(|i| i.contains(ip));
         let mut sorted: Vec<&Service> = services.to_vec();
-        sorted.sort_by(|a, b| age(a).cmp(&age(b)));
+        sorted.sort_by_cached_key(|s| age(s));
         let all: Vec<(ServiceKey, String, Claims)> = sorted
             .iter()
             .filter_map(|s| {

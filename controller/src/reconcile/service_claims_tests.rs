@@ -1,3 +1,6 @@
+// Builders take JSON by value so that cases read as literals.
+#![allow(clippy::needless_pass_by_value)]
+
 use serde_json::json;
 
 use super::*;

@@ -6,7 +6,9 @@
 //! the ready endpoints of the VIP's family as `ip:targetPort`; a Service with `sessionAffinity:
 //! ClientIP` goes into the session load balancer; the VPC is the one of the endpoints' pods. A
 //! key with no ready endpoint is left out, so the VIP goes (Kube-OVN deletes it from both load
-//! balancers). Headless Services want nothing.
+//! balancers). Headless Services want nothing. Of the addresses a Service asks for, it gets those
+//! [`super::service_claims`]' rule grants it (its ClusterIPs always; another Service's address
+//! never); each refused one is reported with its field and reason.
 //!
 //! Input problems (a malformed address, a port name no pod has) do not fail the whole Service:
 //! the part they concern is left out and each is reported with the object and field it is in.
@@ -20,7 +22,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 use kube_ovn_api::annotations::keys;
 
-use super::service_claims::{Admission, Owners, claims, grant};
+use super::service_claims::{Admission, Claims, Owners, claims, grant};
 use crate::ovn::lb::{LbKind, Protocol, vip_key};
 
 /// The label Kubernetes puts on a Service's EndpointSlices.
@@ -171,7 +173,7 @@ pub fn plan_service<'a>(
         Ok(c) => c,
         Err(e) => {
             out.problems.push(e);
-            Default::default()
+            Claims::default()
         }
     };
     let endpoints = ready_endpoints(slices, &mut out.problems);
