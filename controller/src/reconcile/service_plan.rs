@@ -207,11 +207,23 @@ pub fn plan_service<'a>(
     let granted = grant(svc, &asked, rules.owners, rules.admission, &out.vpc);
     let ips = granted.ips;
     out.refused = granted.refused;
-    // What it owns and does not use (its ClusterIP under an annotation) is cleared too.
+    // Its keys to make exactly what it wants: those of the addresses it gets, and those it owns
+    // and does not use (its ClusterIP under an annotation) or asks for and nobody owns (a claim
+    // no longer admissible, say its Subnet went), which are cleared. Never another's.
     let me = super::service_claims::key_of(svc);
-    let mut owned: Vec<IpAddr> = ips.clone();
-    owned.extend(rules.owners.owned_by(&me).filter(|ip| !ips.contains(ip)));
-    out.ips = owned.iter().map(ToString::to_string).collect();
+    let unowned = asked
+        .cluster
+        .iter()
+        .chain(&asked.others)
+        .map(|c| c.ip)
+        .filter(|ip| rules.owners.owner(*ip).is_none());
+    let mut mine: Vec<IpAddr> = ips.clone();
+    for ip in rules.owners.owned_by(&me).chain(unowned) {
+        if !mine.contains(&ip) {
+            mine.push(ip);
+        }
+    }
+    out.ips = mine.iter().map(ToString::to_string).collect();
     let session = svc.spec.as_ref().and_then(|s| s.session_affinity.as_deref()) == Some("ClientIP");
     let ports = svc
         .spec

@@ -240,3 +240,36 @@ fn load_balancer_ingress_and_external_ips_are_vips_too_but_not_for_headless_serv
     spec.cluster_ips = Some(vec!["None".into()]);
     assert!(service_ips(&s).unwrap().is_empty());
 }
+
+#[test]
+fn refused_addresses_are_cleared_when_nobody_owns_them_and_left_alone_when_someone_does() {
+    let cidrs = ExternalIpCidrs::default();
+    let vip_range = |_: &str, _: IpAddr| Err("nowhere".to_owned());
+    let admission = Admission {
+        external_ip_cidrs: &cidrs,
+        vip_range: &vip_range,
+    };
+    let mut s = web();
+    s.spec.as_mut().unwrap().external_ips = Some(vec!["192.0.2.20".into(), "10.96.0.99".into()]);
+    let other = svc(json!({"metadata": {"name": "other", "namespace": "ns2"},
+        "spec": {"clusterIP": "10.96.0.99", "clusterIPs": ["10.96.0.99"], "ports": [{"port": 80}]}}));
+    let owners = Owners::compute(&[&s, &other], &admission, None);
+    let rules = Rules {
+        owners: &owners,
+        admission: &admission,
+        default_vpc: "ovn-cluster",
+    };
+    let e = slice(
+        json!({"metadata": {"name": "web-a", "namespace": "ns"}, "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 8080}], "endpoints": [{"addresses": ["10.16.0.5"]}]}),
+    );
+    let got = plan_service(&s, &[&e], |_| None, &rules);
+    // 192.0.2.20 is refused (no CIDR allows it) and nobody's: its keys go. 10.96.0.99 is other's.
+    assert_eq!(got.ips, ["10.96.0.10", "fd00:10:96::a", "192.0.2.20"]);
+    assert_eq!(
+        got.vips[&tcp(false)].keys().collect::<Vec<_>>(),
+        ["10.96.0.10:80"]
+    );
+    assert_eq!(got.refused.len(), 2, "{:?}", got.refused);
+    assert!(got.refused[1].contains("spec.externalIPs[1]: 10.96.0.99 is the ClusterIP of service ns2/other"));
+}
