@@ -519,3 +519,12 @@ fn a_port_groups_name_an_older_policy_has_is_hashed_and_so_are_its_sets() {
     assert!(y.acls.iter().all(|a| a.r#match.contains(&format!("@{hashed} "))));
     assert_ne!(o.address_sets[0].name, y.address_sets[0].name);
 }
+
+#[test]
+fn a_ports_addresses_are_the_ips_of_its_entries() {
+    assert_eq!(
+        port_ips(["00:00:00:aa:bb:cc 10.16.0.5 fd00::5", "dynamic", "router"]),
+        ["10.16.0.5".parse::<IpAddr>().unwrap(), "fd00::5".parse().unwrap()]
+    );
+    assert!(port_ips([]).is_empty());
+}
