@@ -29,7 +29,7 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube_ovn_controller::reconcile::network_policy_plan::{Families, PolicyRows, plan_policy};
+use kube_ovn_controller::reconcile::network_policy_plan::{Families, PolicyRows, World, plan_policy};
 use kube_ovn_testkit::OvnCentral;
 use serde_json::json;
 use support::{Controller, until};
@@ -80,6 +80,15 @@ fn held(ovn: &OvnCentral) -> Held {
     h
 }
 
+/// The pods' addresses as the controller annotated them (equal to their ports' here, where no pod
+/// forges anything; the controller itself reads the ports).
+fn annotated(p: &Pod) -> Vec<std::net::IpAddr> {
+    p.annotations()
+        .get("ovn.kubernetes.io/ip_address")
+        .map(|s| s.split(',').filter_map(|a| a.trim().parse().ok()).collect())
+        .unwrap_or_default()
+}
+
 fn planned(
     policies: &[Arc<NetworkPolicy>],
     pods: &[Arc<Pod>],
@@ -88,7 +97,16 @@ fn planned(
     let v4 = Families { v4: true, v6: false };
     let rows: Vec<PolicyRows> = policies
         .iter()
-        .map(|p| plan_policy(p, pods, nss, v4, false).unwrap())
+        .map(|p| {
+            let world = World {
+                pods,
+                namespaces: nss,
+                policies,
+                addresses: &annotated,
+                families: v4,
+            };
+            plan_policy(p, &world, false).unwrap()
+        })
         .collect();
     let mut h = Held::default();
     for r in &rows {

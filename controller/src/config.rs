@@ -111,6 +111,11 @@ pub struct Flags {
     /// NetworkPolicies as OVN port groups, address sets and ACLs (acted on).
     #[arg(long, env = "ENABLE_NP", default_value_t = true, action = clap::ArgAction::Set)]
     pub enable_np: bool,
+    /// CIDRs (comma-separated) inside which a Service's `spec.externalIPs` get VIPs; empty, the
+    /// default, honours none (Kubernetes' `DenyServiceExternalIPs`). The daemon and the speaker
+    /// take the same list.
+    #[arg(long, env = "SERVICE_EXTERNAL_IP_CIDRS", default_value = "")]
+    pub service_external_ip_cidrs: kube_ovn_api::external_ips::ExternalIpCidrs,
     /// Kube-OVN flags accepted so existing manifests work, but not acted on yet (underlay comes
     /// in a later version): listed here so that they parse.
     #[arg(long, env = "NETWORK_TYPE", default_value = "geneve")]
@@ -147,6 +152,8 @@ pub struct Config {
     pub cluster_lbs: crate::ovn::lb::LbNames,
     /// `--enable-np`: NetworkPolicies become OVN ACLs (off: the controller removes its policy rows).
     pub enable_np: bool,
+    /// `--service-external-ip-cidrs`: where `spec.externalIPs` are honoured (empty: nowhere).
+    pub service_external_ip_cidrs: kube_ovn_api::external_ips::ExternalIpCidrs,
 }
 
 /// Leader-election timing (Kube-OVN's `--leader-elect-*` flags).
@@ -430,6 +437,7 @@ impl Flags {
             enable_lb: self.enable_lb,
             cluster_lbs: self.cluster_lbs.names(),
             enable_np: self.enable_np,
+            service_external_ip_cidrs: self.service_external_ip_cidrs.clone(),
         })
     }
 }

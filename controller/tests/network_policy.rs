@@ -240,3 +240,193 @@ async fn policy_rows_of_deleted_policies_and_with_np_disabled_are_removed_at_sta
     .await;
     c.task.abort();
 }
+
+async fn labelled_pod(env: &Env, ns: &str, name: &str, app: &str, annotations: Value) {
+    env.namespace(ns).await;
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": name, "labels": {"app": app},
+            "annotations": annotations},
+        "spec": {"nodeName": "node1", "containers": [{"name": "c", "image": "x"}]}}))
+    .unwrap();
+    Api::<Pod>::namespaced(env.kube.clone(), ns)
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+}
+
+async fn create_policy(env: &Env, ns: &str, name: &str, spec: Value) {
+    let np: NetworkPolicy =
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap();
+    Api::<NetworkPolicy>::namespaced(env.kube.clone(), ns)
+        .create(&PostParams::default(), &np)
+        .await
+        .unwrap();
+}
+
+/// `name`'s `columns` (bare), or "" when there is no such port group.
+fn group(ovn: &OvnCentral, name: &str, column: &str) -> String {
+    nb(
+        ovn,
+        &[
+            "--bare",
+            &format!("--columns={column}"),
+            "find",
+            "Port_Group",
+            &format!("name=\"{name}\""),
+        ],
+    )
+    .trim()
+    .to_owned()
+}
+
+/// Issue 21: `allow` in `team-x` and `allow-team` in `x` have the same Kube-OVN port group name
+/// `allow.team.x`. Each keeps its own group (the younger one a hashed name), with its own pods,
+/// and deleting the younger leaves the older's rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policies_of_colliding_names_keep_their_own_rows() {
+    let env = Env::start().await;
+    env.node("node1", "172.18.0.2").await;
+    labelled_pod(&env, "team-x", "victim", "victim", json!({})).await;
+    labelled_pod(&env, "x", "attacker", "attacker", json!({})).await;
+    env.routed("team-x", "victim").await;
+    env.routed("x", "attacker").await;
+    let deny_all = json!({"podSelector": {}, "policyTypes": ["Ingress"]});
+    create_policy(&env, "team-x", "allow", deny_all).await;
+    let ovn = &env.ovn;
+    let port_of = |ovn: &OvnCentral, lsp: &str| {
+        nb(
+            ovn,
+            &[
+                "--bare",
+                "--columns=_uuid",
+                "find",
+                "Logical_Switch_Port",
+                &format!("name={lsp}"),
+            ],
+        )
+        .trim()
+        .to_owned()
+    };
+    let victim_port = port_of(ovn, "victim.team-x");
+    eventually(ovn, "the victim's group with its pod", || {
+        group(ovn, "allow.team.x", "ports") == victim_port
+    })
+    .await;
+    // The attacker's policy: created later, or in the same second, where namespace/name decides
+    // (team-x/allow before x/allow-team): the victim is the older either way.
+    create_policy(
+        &env,
+        "x",
+        "allow-team",
+        json!({"podSelector": {}, "ingress": [{}]}),
+    )
+    .await;
+    let young: NetworkPolicy = Api::namespaced(env.kube.clone(), "x")
+        .get("allow-team")
+        .await
+        .unwrap();
+    let hashed = kube_ovn_controller::reconcile::network_policy_names::hashed_name(&young);
+    let attacker_port = port_of(ovn, "attacker.x");
+    eventually(ovn, "the attacker's group under the hashed name", || {
+        group(ovn, &hashed, "ports") == attacker_port
+    })
+    .await;
+    assert_eq!(
+        group(ovn, "allow.team.x", "ports"),
+        victim_port,
+        "the victim's pods stay"
+    );
+    assert!(
+        group(ovn, "allow.team.x", "external_ids").contains("np=team-x/allow"),
+        "{}",
+        group(ovn, "allow.team.x", "external_ids")
+    );
+    let victim_acls = |ovn: &OvnCentral| {
+        nb(
+            ovn,
+            &[
+                "--bare",
+                "--columns=match",
+                "find",
+                "ACL",
+                "external_ids:np=\"team-x/allow\"",
+            ],
+        )
+    };
+    assert!(
+        victim_acls(ovn).contains("outport == @allow.team.x && ip"),
+        "{}",
+        victim_acls(ovn)
+    );
+
+    // Deleting the attacker's policy removes its rows only.
+    Api::<NetworkPolicy>::namespaced(env.kube.clone(), "x")
+        .delete("allow-team", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(ovn, "the attacker's group gone", || {
+        group(ovn, &hashed, "name").is_empty()
+    })
+    .await;
+    assert_eq!(group(ovn, "allow.team.x", "ports"), victim_port);
+    assert!(
+        victim_acls(ovn).contains("outport == @allow.team.x && ip"),
+        "{}",
+        victim_acls(ovn)
+    );
+}
+
+/// Issue 21: a pod whose `ip_address` annotation forges another pod's address at creation does
+/// not get that address into an allow set: the sets hold what the controller allocated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_address_annotation_stays_out_of_address_sets() {
+    let env = Env::start().await;
+    env.node("node1", "172.18.0.2").await;
+    labelled_pod(&env, "web", "a", "web", json!({})).await;
+    labelled_pod(&env, "web", "b", "client", json!({})).await;
+    labelled_pod(&env, "web", "d", "db", json!({})).await;
+    labelled_pod(&env, "web", "c", "other", json!({})).await;
+    let (b, d) = (env.routed("web", "b").await, env.routed("web", "d").await);
+    let c = env.routed("web", "c").await;
+    let (b_ip, c_ip, d_ip) = (
+        ann(&b, "ip_address").to_owned(),
+        ann(&c, "ip_address").to_owned(),
+        ann(&d, "ip_address").to_owned(),
+    );
+    // A pod claiming d's address (and to be allocated already) as it is created.
+    labelled_pod(
+        &env,
+        "web",
+        "forger",
+        "pending",
+        json!({"ovn.kubernetes.io/ip_address": d_ip, "ovn.kubernetes.io/allocated": "true"}),
+    )
+    .await;
+    create_policy(&env, "web", "from-client", spec_from("client")).await;
+    let ovn = &env.ovn;
+    let set = "from.client.web.ingress.allow.IPv4.0";
+    eventually(ovn, "the policy's address set holds b", || {
+        set_addresses(ovn, set).contains(&b_ip)
+    })
+    .await;
+    // The forger becomes a client, then c: once c's address is in the set, the plan that put
+    // it there had the forger as a client too (one watch delivers both changes in order).
+    let pods: Api<Pod> = Api::namespaced(env.kube.clone(), "web");
+    for name in ["forger", "c"] {
+        pods.patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"app": "client"}}})),
+        )
+        .await
+        .unwrap();
+    }
+    eventually(ovn, "the address set holds c", || {
+        set_addresses(ovn, set).contains(&c_ip)
+    })
+    .await;
+    let have = set_addresses(ovn, set);
+    assert!(
+        !have.contains(&d_ip),
+        "d's address {d_ip} in the allow set: {have}"
+    );
+}

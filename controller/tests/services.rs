@@ -381,3 +381,179 @@ async fn a_custom_vpcs_service_and_bad_input_and_a_restart_that_writes_nothing()
     let writes = txns(&m);
     assert!(writes == 0.0, "northbound writes after a restart: {writes}\n{m}");
 }
+
+/// The notes of the Warning events in `ns`.
+async fn warnings(env: &Env, ns: &str) -> Vec<String> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(env.kube.clone(), ns);
+    events
+        .list(&kube::api::ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.type_.as_deref() == Some("Warning"))
+        .filter_map(|e| e.note)
+        .collect()
+}
+
+async fn warning_until(env: &Env, ns: &str, parts: &[&str]) {
+    let found = wait_until_async(
+        &format!("a Warning event in {ns} saying {parts:?}"),
+        common::WAIT,
+        || async {
+            Ok(warnings(env, ns)
+                .await
+                .iter()
+                .any(|n| parts.iter().all(|p| n.contains(p))))
+        },
+    )
+    .await;
+    assert!(found.is_ok(), "{found:?}: {:?}", warnings(env, ns).await);
+}
+
+/// A selectorless Service's EndpointSlice (written by its author, as a tenant may) to `ip`.
+fn manual_slice(ns: &str, svc: &str, ip: &str) -> Value {
+    json!({"metadata": {"name": format!("{svc}-abc"), "namespace": ns,
+            "labels": {"kubernetes.io/service-name": svc}},
+        "addressType": "IPv4", "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        "endpoints": [{"addresses": [ip]}]})
+}
+
+/// Issue 21: a tenant's Service claiming `web/hello`'s ClusterIP through `switch_lb_vip` is
+/// refused (a Warning naming the field and the owner) and `hello` keeps its backend, also after
+/// the claimant is deleted; a `switch_lb_vip` outside every subnet is refused; one inside the
+/// default subnet is honoured.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_of_another_services_address_is_refused_and_the_owner_keeps_its_vip() {
+    let env = Env::start().await;
+    env.node("node1", "172.18.0.2").await;
+    env.pod("web", "a", "node1", &[]).await;
+    env.pod("tenant", "b", "node1", &[]).await;
+    let (a, b) = (env.routed("web", "a").await, env.routed("tenant", "b").await);
+    let (ip_a, ip_b) = (ann(&a, "ip_address").to_owned(), ann(&b, "ip_address").to_owned());
+    put::<Service>(&env, "web", service("web", "hello", "10.96.0.10", 80, &json!({}))).await;
+    put::<EndpointSlice>(&env, "web", slice("hello", &[(&a, true)])).await;
+    let hello = format!("\"10.96.0.10:80\"=\"{ip_a}:8080\"");
+    vips_until(&env, PLAIN, "hello's VIP", |o| o.contains(&hello)).await;
+
+    // The thief: selectorless, its own ClusterIP, switch_lb_vip = hello's, backends = b.
+    let mut thief = service("tenant", "thief", "10.96.0.50", 80, &json!({}));
+    thief["metadata"]["annotations"] = json!({"ovn.kubernetes.io/switch_lb_vip": "10.96.0.10"});
+    put::<EndpointSlice>(&env, "tenant", manual_slice("tenant", "thief", &ip_b)).await;
+    put::<Service>(&env, "tenant", thief).await;
+    warning_until(
+        &env,
+        "tenant",
+        &[
+            "service tenant/thief: metadata.annotations[\"ovn.kubernetes.io/switch_lb_vip\"]",
+            "10.96.0.10 is the ClusterIP of service web/hello",
+        ],
+    )
+    .await;
+    // Out of range: an address in no subnet. In range: a free address of ovn-default.
+    let mut outside = service("tenant", "outside", "10.96.0.51", 80, &json!({}));
+    outside["metadata"]["annotations"] = json!({"ovn.kubernetes.io/switch_lb_vip": "172.31.0.5"});
+    put::<EndpointSlice>(&env, "tenant", manual_slice("tenant", "outside", &ip_b)).await;
+    put::<Service>(&env, "tenant", outside).await;
+    let mut inside = service("tenant", "inside", "10.96.0.52", 80, &json!({}));
+    inside["metadata"]["annotations"] = json!({"ovn.kubernetes.io/switch_lb_vip": "10.16.255.200"});
+    put::<EndpointSlice>(&env, "tenant", manual_slice("tenant", "inside", &ip_b)).await;
+    put::<Service>(&env, "tenant", inside).await;
+    warning_until(
+        &env,
+        "tenant",
+        &[
+            "service tenant/outside: metadata.annotations[\"ovn.kubernetes.io/switch_lb_vip\"]",
+            "172.31.0.5 is inside no subnet",
+        ],
+    )
+    .await;
+    let inside_vip = format!("\"10.16.255.200:80\"=\"{ip_b}:8080\"");
+    let now = vips_until(&env, PLAIN, "the in-range VIP", |o| o.contains(&inside_vip)).await;
+    assert!(now.contains(&hello), "hello's VIP unchanged: {now}");
+    assert!(!now.contains("172.31.0.5"), "{now}");
+
+    // ovn-trace: b's connection to hello's ClusterIP still goes to a (were b the backend, the
+    // trace would pick it: --lb-dst names an address the VIP does not have).
+    let flow = format!(
+        "inport==\"{}\" && eth.src=={} && eth.dst=={} && ip4.src=={ip_b} && ip4.dst==10.96.0.10 && ip.ttl==64 && tcp && tcp.dst==80",
+        port(&b),
+        ann(&b, "mac_address"),
+        lrp_mac(&env, "ovn-cluster-ovn-default")
+    );
+    let lb_dst = format!("--lb-dst={ip_a}:8080");
+    let trace = env
+        .ovn
+        .trace_with("ovn-default", &flow, &["--ct=new", &lb_dst])
+        .unwrap();
+    assert!(trace.outputs == [port(&a)], "{}", trace.text);
+
+    // The thief deleted: hello is as it was. A marker Service deleted after it shows that the
+    // sweep after the thief's deletion has run.
+    put::<Service>(
+        &env,
+        "tenant",
+        service("tenant", "marker", "10.96.0.60", 80, &json!({})),
+    )
+    .await;
+    put::<EndpointSlice>(&env, "tenant", manual_slice("tenant", "marker", &ip_b)).await;
+    vips_until(&env, PLAIN, "the marker's VIP", |o| o.contains("10.96.0.60:80")).await;
+    let svcs: Api<Service> = Api::namespaced(env.kube.clone(), "tenant");
+    svcs.delete("thief", &DeleteParams::default()).await.unwrap();
+    svcs.delete("marker", &DeleteParams::default()).await.unwrap();
+    let now = vips_until(&env, PLAIN, "the marker's VIP gone", |o| {
+        !o.contains("10.96.0.60")
+    })
+    .await;
+    assert!(now.contains(&hello), "hello's VIP after the thief went: {now}");
+
+    // Two claims of one free address: the older wins (same second: tenant/first before
+    // tenant/second); when it goes, the other gets the address.
+    for (name, ip, backend) in [("first", "10.96.0.61", &ip_a), ("second", "10.96.0.62", &ip_b)] {
+        let mut s = service("tenant", name, ip, 80, &json!({}));
+        s["metadata"]["annotations"] = json!({"ovn.kubernetes.io/switch_lb_vip": "10.16.255.201"});
+        put::<EndpointSlice>(&env, "tenant", manual_slice("tenant", name, backend)).await;
+        put::<Service>(&env, "tenant", s).await;
+    }
+    warning_until(
+        &env,
+        "tenant",
+        &[
+            "service tenant/second",
+            "10.16.255.201 is already claimed by the older service tenant/first",
+        ],
+    )
+    .await;
+    let first = format!("\"10.16.255.201:80\"=\"{ip_a}:8080\"");
+    vips_until(&env, PLAIN, "the first claimant's VIP", |o| o.contains(&first)).await;
+    svcs.delete("first", &DeleteParams::default()).await.unwrap();
+    let second = format!("\"10.16.255.201:80\"=\"{ip_b}:8080\"");
+    vips_until(&env, PLAIN, "the address passed to the second claimant", |o| {
+        o.contains(&second)
+    })
+    .await;
+}
+
+/// `spec.externalIPs` get VIPs only inside `--service-external-ip-cidrs`; the others are refused
+/// with a Warning naming `spec.externalIPs[i]`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn external_ips_get_vips_only_inside_the_allowed_cidrs() {
+    let env = Env::start_with(&["--service-external-ip-cidrs=192.0.2.0/24"]).await;
+    env.node("node1", "172.18.0.2").await;
+    env.pod("web", "a", "node1", &[]).await;
+    let a = env.routed("web", "a").await;
+    let ext = json!({"externalIPs": ["192.0.2.10", "198.51.100.10"]});
+    put::<Service>(&env, "web", service("web", "ext", "10.96.0.70", 80, &ext)).await;
+    put::<EndpointSlice>(&env, "web", slice("ext", &[(&a, true)])).await;
+    warning_until(
+        &env,
+        "web",
+        &["service web/ext: spec.externalIPs[1]", "198.51.100.10 is outside"],
+    )
+    .await;
+    let now = vips_until(&env, PLAIN, "the allowed external IP's VIP", |o| {
+        o.contains("192.0.2.10:80") && o.contains("10.96.0.70:80")
+    })
+    .await;
+    assert!(!now.contains("198.51.100.10"), "{now}");
+}

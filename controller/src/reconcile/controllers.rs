@@ -185,12 +185,19 @@ impl Controllers {
         // As many at a time as pods: a Service's reconcile waits for its northbound write, and
         // only concurrent writes share a transaction (with --worker-num's 3, 1,000 Services took
         // 26x an ovn-nbctl run; docs/benchmarks.md).
-        let services = own(&informers.services, triggers::any, config.pod_workers).reconcile_on(
-            informers
-                .endpoint_slices
-                .changes()
-                .map(super::service::services_of_slice, every(&stores.services)),
-        );
+        let claimed = stores.services.clone();
+        let services = own(&informers.services, triggers::any, config.pod_workers)
+            .reconcile_on(
+                informers
+                    .endpoint_slices
+                    .changes()
+                    .map(super::service::services_of_slice, every(&stores.services)),
+            )
+            // Claimants of an address whose owner changed or went (service_claims' rule).
+            .reconcile_on(informers.services.changes().map(
+                move |c| super::service::claimants_of(c, &claimed.state()),
+                Vec::new,
+            ));
         let network_policies = super::network_policy::controller(informers, stores, workers);
         Self {
             services,

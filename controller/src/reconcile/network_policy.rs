@@ -3,15 +3,21 @@
 //! written in one transaction.
 //!
 //! ```text
-//!   NetworkPolicy ◀─ its own changes; a pod's labels, addresses or phase → the policies of its
-//!                    namespace and those selecting namespaces; a namespace's labels → those
-//!                    selecting namespaces
+//!   NetworkPolicy ◀─ its own changes; a pod's labels, addresses, port or phase → the policies
+//!                    of its namespace and those selecting namespaces; a namespace's labels →
+//!                    those selecting namespaces; a policy coming or going → the others of its
+//!                    Kube-OVN port group name (network_policy_names)
 //!   deletion      ─▶ its port group (with its ACLs) and address sets go (watch_deletions)
 //!   start         ─▶ rows of policies that no longer exist go (collect_orphans)
 //! ```
 //!
 //! A policy the planner refuses (a malformed `ipBlock`, a bad selector) gets a Warning event
 //! naming the field, and its rows stay as they were: validate, then apply.
+//!
+//! A row is a policy's only when its `external_ids:np` says so: a policy never writes into a
+//! port group or address set of another's (it waits, see `network_policy_names`), and deleting
+//! it deletes only its own. Pods' addresses come from their switch ports (what the controller
+//! allocated), not from their annotations.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -30,7 +36,7 @@ use kube_ovn_ovsdb::tables::nb::{AddressSet, LogicalSwitchPort, Meter, MeterBand
 use kube_ovn_ovsdb::{Condition, DbCache, Operation, Table, Uuid, Value};
 
 use super::all_refs;
-use super::network_policy_plan::{Families, PolicyRows, plan_policy};
+use super::network_policy_plan::{Families, PolicyRows, World, plan_policy, port_ips};
 use crate::context::Context;
 use crate::error::{Doing, Error, Result};
 use crate::informer::Changes;
@@ -65,8 +71,24 @@ pub async fn reconcile(np: Arc<NetworkPolicy>, ctx: Arc<Context>) -> Result<Acti
     }
     let pods = ctx.stores.pods.state();
     let namespaces = ctx.stores.namespaces.state();
-    let rows = match plan_policy(&np, &pods, &namespaces, families(&ctx), lax(&np)) {
-        Ok(rows) => rows,
+    let policies = ctx.stores.network_policies.state();
+    // Planned against the northbound cache: the pods' addresses are their ports'.
+    let planned = ctx.nb.read(|cache| {
+        let addresses = |p: &Pod| allocated(cache, p);
+        let world = World {
+            pods: &pods,
+            namespaces: &namespaces,
+            policies: &policies,
+            addresses: &addresses,
+            families: families(&ctx),
+        };
+        plan_policy(&np, &world, lax(&np)).map(|rows| {
+            let plan = write_plan(cache, &rows);
+            (rows, plan)
+        })
+    });
+    let (rows, plan) = match planned {
+        Ok(planned) => planned,
         Err(e) => {
             let note = format!(
                 "networkpolicy {}/{}: {e}",
@@ -77,7 +99,7 @@ pub async fn reconcile(np: Arc<NetworkPolicy>, ctx: Arc<Context>) -> Result<Acti
             return Err(Error::Invalid(note));
         }
     };
-    let plan = ctx.nb.read(|cache| write_plan(cache, &rows));
+    let plan = plan.map_err(Error::NotReady)?;
     if plan.is_empty() {
         return Ok(Action::await_change());
     }
@@ -101,10 +123,70 @@ async fn warn(ctx: &Context, np: &NetworkPolicy, note: String) {
     }
 }
 
-/// The operations that make the northbound rows of one policy equal `rows`. Pure: reads the cache.
-pub fn write_plan(cache: &DbCache, rows: &PolicyRows) -> Plan {
+/// The addresses the controller allocated to a pod: those of its switch port, when the port is
+/// the pod's (`external_ids:pod`; a port of an earlier pod of the same name is not).
+fn allocated(cache: &DbCache, pod: &Pod) -> Vec<std::net::IpAddr> {
+    let ns = pod.namespace().unwrap_or_default();
+    let name = pod.name_any();
+    let port = kube_ovn_api::names::pod_port_name(&name, &ns, "ovn");
+    let Some(lsp) = cache.by_name::<LogicalSwitchPort>(&port).ok().flatten() else {
+        return Vec::new();
+    };
+    if lsp.external_ids.get("pod").map(String::as_str) != Some(&format!("{ns}/{name}")) {
+        return Vec::new();
+    }
+    port_ips(lsp.addresses.iter().map(String::as_str))
+}
+
+/// Which policy a row belongs to, when it is a policy's (`external_ids:np`, vendor kube-ovn).
+fn np_owner(ids: &std::collections::BTreeMap<String, String>) -> Option<&str> {
+    (ids.get("vendor").map(String::as_str) == Some("kube-ovn") && !ids.contains_key("node"))
+        .then(|| ids.get(NP_KEY).map(String::as_str))
+        .flatten()
+}
+
+/// Refuses to write when a row of `rows`' names belongs to another policy: that one's until it
+/// moves to its own name or goes (`network_policy_names`); `Err` says whose.
+fn check_names(cache: &DbCache, rows: &PolicyRows) -> std::result::Result<(), String> {
+    let key = rows.key.as_str();
+    if let Some(pg) = cache.by_name::<PortGroup>(&rows.port_group).ok().flatten()
+        && let Some(owner) = np_owner(&pg.external_ids)
+        && owner != key
+    {
+        return Err(format!(
+            "port group {} belongs to networkpolicy {owner}; networkpolicy {key} waits for it to go",
+            rows.port_group
+        ));
+    }
+    for set in &rows.address_sets {
+        if let Some(s) = cache.by_name::<AddressSet>(&set.name).ok().flatten()
+            && let Some(owner) = np_owner(&s.external_ids)
+            && owner.rsplit_once('/').map(|(k, _)| k) != Some(key)
+        {
+            return Err(format!(
+                "address set {} belongs to networkpolicy {owner}; networkpolicy {key} waits for it to go",
+                set.name
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The operations that make the northbound rows of one policy equal `rows`, or `Err` when a
+/// row of its names is another policy's. Pure: reads the cache.
+pub fn write_plan(cache: &DbCache, rows: &PolicyRows) -> std::result::Result<Plan, String> {
+    check_names(cache, rows)?;
     let mut plan = Plan::new();
     let key = rows.key.as_str();
+    // Its groups of another name (it was renamed, `network_policy_names`) go, with their ACLs.
+    for (uuid, _) in cache.table(PortGroup::NAME) {
+        if let Some(pg) = cache.get::<PortGroup>(uuid).ok().flatten()
+            && np_owner(&pg.external_ids) == Some(key)
+            && pg.name != rows.port_group
+        {
+            plan.delete(PortGroup::NAME, pg.uuid);
+        }
+    }
     let pg = PortGroup {
         name: rows.port_group.clone(),
         external_ids: owned_ids(&[(NP_KEY, key)]),
@@ -156,7 +238,7 @@ pub fn write_plan(cache: &DbCache, rows: &PolicyRows) -> Plan {
         Claim::Owner(&[(NP_KEY, key)]),
         &acls,
     );
-    plan
+    Ok(plan)
 }
 
 /// The policy's log meters (one `drop` band each, in packets per second), and none of its others.
@@ -368,10 +450,13 @@ pub fn policies_for_namespace(policies: &[Arc<NetworkPolicy>]) -> Vec<ObjectRef<
         .collect()
 }
 
-/// What of a pod the planner reads: labels, addresses, phase, deletion.
+/// What of a pod the planner reads: labels, addresses, phase, deletion; and `routed`, which the
+/// controller writes once the pod's port (whose addresses the planner reads) is there.
 fn pod_differs(a: &Pod, b: &Pod) -> bool {
+    let ann = |p: &Pod, k: &str| p.annotations().get(k).cloned();
     a.labels() != b.labels()
-        || a.annotations().get(keys::IP_ADDRESS) != b.annotations().get(keys::IP_ADDRESS)
+        || ann(a, keys::IP_ADDRESS) != ann(b, keys::IP_ADDRESS)
+        || ann(a, keys::ROUTED) != ann(b, keys::ROUTED)
         || a.status.as_ref().and_then(|s| s.phase.clone()) != b.status.as_ref().and_then(|s| s.phase.clone())
         || a.metadata.deletion_timestamp != b.metadata.deletion_timestamp
 }
@@ -389,6 +474,7 @@ fn policy_differs(a: &NetworkPolicy, b: &NetworkPolicy) -> bool {
 pub fn controller(informers: &Informers, stores: &Stores, workers: u16) -> Controller<NetworkPolicy> {
     let (by_pod, all_pod) = (stores.network_policies.clone(), stores.network_policies.clone());
     let (by_ns, all_ns) = (stores.network_policies.clone(), stores.network_policies.clone());
+    let by_name = stores.network_policies.clone();
     Controller::for_shared_stream(
         informers.network_policies.changes().objects(policy_differs),
         informers.network_policies.cache().store(),
@@ -411,5 +497,19 @@ pub fn controller(informers: &Informers, stores: &Stores, workers: u16) -> Contr
         namespace_differs,
         move |_| policies_for_namespace(&by_ns.state()),
         move || all_refs(&all_ns),
+    ))
+    .reconcile_on(informers.network_policies.changes().when(
+        // Only a policy coming or going changes who has a name.
+        |_, _| false,
+        move |c| {
+            let Some(np) = c.new.as_ref().or(c.old.as_ref()) else {
+                return Vec::new();
+            };
+            super::network_policy_names::twins_of(np, &by_name.state())
+                .iter()
+                .map(|p| ObjectRef::from_obj(&**p))
+                .collect()
+        },
+        Vec::new,
     ))
 }

@@ -2,7 +2,8 @@
 //! and `ovn-nb-acl.go`, as summarised in `reference/kube-ovn-next.md` §5):
 //!
 //! - a port group `<np>.<ns>` (`-` → `.`, prefixed `np` when the name does not start with a
-//!   letter), `external_ids:np=<ns>/<np>`, holding the selected pods' switch ports;
+//!   letter), `external_ids:np=<ns>/<np>`, holding the selected pods' switch ports; where that
+//!   name is an older policy's too, a hashed one ([`super::network_policy_names`]);
 //! - per direction in `policyTypes`, a default drop at priority 2000: `outport == @pg && ip`
 //!   (ingress, `to-lport`) or `inport == @pg && ip` (egress, `from-lport`, applied after the load
 //!   balancer so a Service is judged by the backend it was sent to). Kube-OVN's `lax` enforcement
@@ -19,6 +20,11 @@
 //! rule's `ipBlock`s, which over-denies when one block's `except` lies inside another block. We
 //! write each block's `except` in its own ACL and no except sets (see `docs/architecture.md`).
 //!
+//! A pod's addresses are those the controller gave its switch port (`addresses` of the port in
+//! the northbound DB, looked up by the caller), never its `ip_address` annotation: a pod's
+//! author can write that annotation at creation, and a forged address would let another pod's
+//! traffic through an allow set (issue 21). A pod without a port is in no address set yet.
+//!
 //! Pure: no I/O.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -32,6 +38,8 @@ use kube::ResourceExt;
 use kube_ovn_api::annotations::keys;
 use kube_ovn_api::names;
 use kube_ovn_api::selector::Selector;
+
+pub use super::network_policy_names::port_group_name;
 
 use crate::ovn::owned::AclSpec;
 use crate::ovn::priority::{ACL_NODE_ALLOW, ACL_NP_ALLOW, ACL_NP_DEFAULT_DROP};
@@ -89,24 +97,18 @@ pub struct PolicyRows {
     pub meters: Vec<(String, i64)>,
 }
 
-/// Port group name of a policy: Kube-OVN's `-` → `.`, and `np` in front of a name that does not
-/// start with a letter (OVN needs address set names to, and `$<pg>_ip4` derives from it).
-pub fn port_group_name(policy: &str, namespace: &str) -> String {
-    let pg = names::network_policy_port_group(policy, namespace);
-    if pg.starts_with(|c: char| c.is_ascii_alphabetic()) {
-        pg
-    } else {
-        format!("np{pg}")
-    }
+/// The addresses in a logical switch port's `addresses` entries (`MAC IP...`): what the
+/// controller allocated to the pod. Other words (`dynamic`, `router`, the MAC) are skipped.
+pub fn port_ips<'a>(addresses: impl IntoIterator<Item = &'a str>) -> Vec<IpAddr> {
+    addresses
+        .into_iter()
+        .flat_map(str::split_whitespace)
+        .filter_map(|w| w.parse().ok())
+        .collect()
 }
 
-/// A pod's addresses from its `ip_address` annotation (`v4,v6`); none until it has them.
-pub fn pod_ips(pod: &Pod) -> Vec<IpAddr> {
-    pod.annotations()
-        .get(keys::IP_ADDRESS)
-        .map(|s| s.split(',').filter_map(|a| a.trim().parse().ok()).collect())
-        .unwrap_or_default()
-}
+/// How the planner learns the addresses the controller allocated to a pod.
+pub type PodAddresses<'a> = &'a dyn Fn(&Pod) -> Vec<IpAddr>;
 
 /// Pods a policy can act on: in the overlay (not host network) and not finished.
 fn networked(pod: &Pod) -> bool {
@@ -190,17 +192,23 @@ fn v(v4: bool) -> &'static str {
     if v4 { "ip4" } else { "ip6" }
 }
 
-/// The rows of `np`, given every pod and namespace of the cluster.
-pub fn plan_policy(
-    np: &NetworkPolicy,
-    pods: &[std::sync::Arc<Pod>],
-    namespaces: &[std::sync::Arc<Namespace>],
-    families: Families,
-    lax: bool,
-) -> Result<PolicyRows, PolicyError> {
+/// What a policy's rows are planned from, besides the policy.
+pub struct World<'a> {
+    pub pods: &'a [std::sync::Arc<Pod>],
+    pub namespaces: &'a [std::sync::Arc<Namespace>],
+    /// Every policy (for the port group's name).
+    pub policies: &'a [std::sync::Arc<NetworkPolicy>],
+    /// The allocated addresses of a pod.
+    pub addresses: PodAddresses<'a>,
+    pub families: Families,
+}
+
+/// The rows of `np`, given every pod, namespace and policy of the cluster.
+pub fn plan_policy(np: &NetworkPolicy, world: &World<'_>, lax: bool) -> Result<PolicyRows, PolicyError> {
+    let (pods, namespaces, families) = (world.pods, world.namespaces, world.families);
     let ns = np.namespace().unwrap_or_default();
     let name = np.name_any();
-    let pg = port_group_name(&name, &ns);
+    let pg = super::network_policy_names::port_group_of(np, world.policies);
     let spec = np.spec.clone().unwrap_or_default();
     let log = logging(np);
     let selector = Selector::parse(spec.pod_selector.as_ref(), "spec.podSelector")
@@ -270,6 +278,7 @@ pub fn plan_policy(
             ns_labels: &ns_labels,
             families,
             log,
+            addresses: world.addresses,
         };
         ctx.default_drop(lax, &mut out.acls);
         if log.drops || log.allows {
@@ -291,6 +300,7 @@ struct DirCtx<'a> {
     ns_labels: &'a BTreeMap<String, BTreeMap<String, String>>,
     families: Families,
     log: Logging,
+    addresses: PodAddresses<'a>,
 }
 
 impl DirCtx<'_> {
@@ -415,7 +425,7 @@ impl DirCtx<'_> {
                 );
                 let addresses = peer_pods
                     .iter()
-                    .flat_map(|p| pod_ips(p))
+                    .flat_map(|p| (self.addresses)(p))
                     .filter(|a| a.is_ipv4() == v4)
                     .map(|a| a.to_string())
                     .collect();

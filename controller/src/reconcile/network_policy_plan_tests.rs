@@ -56,9 +56,35 @@ fn world() -> (Vec<Arc<Pod>>, Vec<Arc<Namespace>>) {
     (pods, nss)
 }
 
+/// The test pods' allocated addresses: in these tests, those of their `ip_address` annotation
+/// (standing in for their ports' addresses, which the controller reads).
+fn annotated(p: &Pod) -> Vec<IpAddr> {
+    p.annotations()
+        .get(keys::IP_ADDRESS)
+        .map(|s| s.split(',').filter_map(|a| a.trim().parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+fn plan_with(
+    np: &NetworkPolicy,
+    pods: &[Arc<Pod>],
+    nss: &[Arc<Namespace>],
+    families: Families,
+    lax: bool,
+) -> Result<PolicyRows, PolicyError> {
+    let world = World {
+        pods,
+        namespaces: nss,
+        policies: &[],
+        addresses: &annotated,
+        families,
+    };
+    plan_policy(np, &world, lax)
+}
+
 fn plan(np: &NetworkPolicy, families: Families) -> Result<PolicyRows, PolicyError> {
     let (pods, nss) = world();
-    plan_policy(np, &pods, &nss, families, false)
+    plan_with(np, &pods, &nss, families, false)
 }
 
 fn matches(rows: &PolicyRows) -> Vec<(&str, i64, &str, &str)> {
@@ -326,7 +352,7 @@ fn lax_drops_only_transport_and_logging_marks_acls() {
         ]
         .into(),
     );
-    let rows = plan_policy(&np, &pods, &nss, V4, true).unwrap();
+    let rows = plan_with(&np, &pods, &nss, V4, true).unwrap();
     assert_eq!(
         rows.acls[0].r#match,
         "outport == @l.a && ip && (tcp || udp || sctp)"
@@ -345,7 +371,7 @@ fn lax_drops_only_transport_and_logging_marks_acls() {
             .all(|a| a.meter.as_deref() == Some("l.a_to-lport_meter"))
     );
     assert_eq!(rows.meters, [("l.a_to-lport_meter".to_owned(), DEFAULT_LOG_RATE)]);
-    let quiet = plan_policy(
+    let quiet = plan_with(
         &policy("q", "a", json!({"podSelector": {}})),
         &pods,
         &nss,
@@ -365,7 +391,7 @@ fn finished_and_host_network_pods_are_neither_selected_nor_peers() {
         ..Default::default()
     });
     pods[0] = Arc::new(done);
-    let rows = plan_policy(
+    let rows = plan_with(
         &policy("p", "a", json!({"podSelector": {}})),
         &pods,
         &nss,
@@ -412,4 +438,93 @@ fn namespace_selecting_policies_are_known() {
         "a",
         json!({"podSelector": {}, "egress": [{"to": [{"namespaceSelector": {}}]}]})
     )));
+}
+
+#[test]
+fn address_sets_hold_allocated_addresses_not_annotated_ones() {
+    // `client` in namespace c forged web's address (and its own) in its annotation; what the
+    // controller allocated to it (its port) is 10.16.0.5 only, and `nobody` has no port yet.
+    let (mut pods, nss) = world();
+    pods.push(pod(
+        "a",
+        "nobody",
+        json!({"app": "client"}),
+        "10.16.0.9",
+        json!([]),
+    ));
+    pods.push(pod(
+        "a",
+        "forger",
+        json!({"app": "client"}),
+        "10.16.0.2",
+        json!([]),
+    ));
+    let ports = |p: &Pod| -> Vec<IpAddr> {
+        match p.name_any().as_str() {
+            "nobody" => Vec::new(),
+            "forger" => vec!["10.16.0.7".parse().unwrap()],
+            _ => annotated(p),
+        }
+    };
+    let world = World {
+        pods: &pods,
+        namespaces: &nss,
+        policies: &[],
+        addresses: &ports,
+        families: V4,
+    };
+    let np = policy(
+        "p",
+        "a",
+        json!({"podSelector": {"matchLabels": {"app": "web"}},
+            "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "client"}}}]}]}),
+    );
+    let rows = plan_policy(&np, &world, false).unwrap();
+    assert_eq!(
+        rows.address_sets[0].addresses,
+        BTreeSet::from(["10.16.0.7".to_owned()]),
+        "the forger's port address only: not web's 10.16.0.2 nor nobody's 10.16.0.9"
+    );
+}
+
+#[test]
+fn a_port_groups_name_an_older_policy_has_is_hashed_and_so_are_its_sets() {
+    let old: Arc<NetworkPolicy> = Arc::new(
+        serde_json::from_value(json!({"metadata": {"name": "allow", "namespace": "team-x",
+            "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"podSelector": {}, "ingress": [{"from": [{"podSelector": {}}]}]}}))
+        .unwrap(),
+    );
+    let young: Arc<NetworkPolicy> = Arc::new(
+        serde_json::from_value(json!({"metadata": {"name": "allow-team", "namespace": "x",
+            "creationTimestamp": "2026-01-02T00:00:00Z"},
+            "spec": {"podSelector": {}, "ingress": [{"from": [{"podSelector": {}}]}]}}))
+        .unwrap(),
+    );
+    let (pods, nss) = world();
+    let policies = [young.clone(), old.clone()];
+    let world = World {
+        pods: &pods,
+        namespaces: &nss,
+        policies: &policies,
+        addresses: &annotated,
+        families: V4,
+    };
+    let o = plan_policy(&old, &world, false).unwrap();
+    let y = plan_policy(&young, &world, false).unwrap();
+    assert_eq!(o.port_group, "allow.team.x");
+    let hashed = super::super::network_policy_names::hashed_name(&young);
+    assert_eq!(y.port_group, hashed);
+    assert_eq!(y.address_sets[0].name, format!("{hashed}.ingress.allow.IPv4.0"));
+    assert!(y.acls.iter().all(|a| a.r#match.contains(&format!("@{hashed} "))));
+    assert_ne!(o.address_sets[0].name, y.address_sets[0].name);
+}
+
+#[test]
+fn a_ports_addresses_are_the_ips_of_its_entries() {
+    assert_eq!(
+        port_ips(["00:00:00:aa:bb:cc 10.16.0.5 fd00::5", "dynamic", "router"]),
+        ["10.16.0.5".parse::<IpAddr>().unwrap(), "fd00::5".parse().unwrap()]
+    );
+    assert!(port_ips([]).is_empty());
 }

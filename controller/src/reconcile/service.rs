@@ -3,19 +3,27 @@
 //! [`super::service_lb`]'s), and the sweep that removes the VIPs of Services gone.
 //!
 //! ```text
-//!   Service ◀─ its own changes; its EndpointSlices (label kubernetes.io/service-name)
-//!      └─▶ plan_service ─▶ events for bad input ─▶ `ovn.kubernetes.io/vpc` annotation
+//!   Service ◀─ its own changes; its EndpointSlices (label kubernetes.io/service-name);
+//!              a change of another Service with an address it claims (claimants_of);
+//!              again after 30 s while a claim of it is refused (a Subnet may admit it now)
+//!      └─▶ owners of its addresses (all Services) ─▶ plan_service
+//!          ─▶ events for bad input and refused claims ─▶ `ovn.kubernetes.io/vpc` annotation
 //!          ─▶ per load balancer of every VPC: this Service's keys made exactly what it wants
-//!   Service gone, or an address dropped ─▶ sweep: every VIP of an address no Service has goes
+//!   Service gone, or an address dropped ─▶ sweep: every VIP of an address no Service owns goes
 //! ```
 //!
-//! Ownership of a VIP is its address: ClusterIPs are unique in a cluster, so the keys of a
-//! Service are those that start with one of its addresses (Kube-OVN finds them the same way
-//! when it cleans up after a Service). Nothing else is remembered, so a restart finds the same
-//! keys and writes nothing when nothing changed.
+//! Ownership of a VIP is its address, and the owner of an address is decided by
+//! [`super::service_claims`]' rule from all Services every time (a Service's ClusterIPs are its
+//! own; any other claim goes to the oldest admissible claimant). The keys of a Service are those
+//! that start with an address it owns (Kube-OVN finds them the same way when it cleans up after
+//! a Service), and it never touches the others: a Service claiming another's address changes
+//! nothing of that VIP, and deleting it leaves the owner's as it was. Nothing else is
+//! remembered, so a restart decides the same and writes nothing when nothing changed.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
@@ -26,11 +34,13 @@ use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use kube_ovn_api::annotations::keys;
+use kube_ovn_api::crd::Subnet;
 use kube_ovn_ovsdb::tables::nb::LoadBalancer;
 use kube_ovn_ovsdb::{Atom, Table, Value};
 
+use super::service_claims::{Admission, Owners, SubnetRange, admitting_vpc, claims};
 use super::service_lb::lb_names;
-use super::service_plan::{SERVICE_NAME_LABEL, plan_service, service_ips};
+use super::service_plan::{Rules, SERVICE_NAME_LABEL, plan_service, service_ips};
 use crate::context::Context;
 use crate::error::{Doing, Error, Result};
 use crate::informer::{Change, Changes};
@@ -66,11 +76,116 @@ pub fn services_of_slice(change: &Change<EndpointSlice>) -> Vec<ObjectRef<Servic
     out
 }
 
+/// The other Services that claim (beyond their ClusterIPs) an address a changed Service has or
+/// had: whether their claims are granted may change with it (the owner gone, or a new ClusterIP
+/// taking the address from them).
+pub fn claimants_of(change: &Change<Service>, services: &[Arc<Service>]) -> Vec<ObjectRef<Service>> {
+    let Some(changed) = change.new.as_ref().or(change.old.as_ref()) else {
+        return Vec::new();
+    };
+    let me = super::service_claims::key_of(changed);
+    let addresses: BTreeSet<IpAddr> = [&change.old, &change.new]
+        .into_iter()
+        .flatten()
+        .filter_map(|s| service_ips(s).ok())
+        .flatten()
+        .collect();
+    services
+        .iter()
+        .filter(|s| super::service_claims::key_of(s) != me)
+        .filter(|s| claims(s).is_ok_and(|c| c.others.iter().any(|c| addresses.contains(&c.ip))))
+        .map(|s| ObjectRef::from_obj(&**s))
+        .collect()
+}
+
 /// Every VPC the controller knows (the default one even before its CR is cached).
 fn vpcs(ctx: &Context) -> BTreeSet<String> {
     let mut all: BTreeSet<String> = ctx.stores.vpcs.state().iter().map(|v| v.name_any()).collect();
     all.insert(ctx.config.cluster_router.clone());
     all
+}
+
+/// A refused claim is tried again after this long: a Subnet admitting it may have appeared (the
+/// owner's going reconciles it at once, `claimants_of`; Subnets do not).
+const RETRY_REFUSED: Duration = Duration::from_secs(30);
+
+/// What the claim rule needs from the caches: subnets, namespace labels, VPC namespaces.
+struct Ranges {
+    subnets: Vec<Arc<Subnet>>,
+    ns_labels: BTreeMap<String, BTreeMap<String, String>>,
+    vpc_namespaces: BTreeMap<String, Vec<String>>,
+}
+
+impl Ranges {
+    fn load(ctx: &Context) -> Self {
+        Self {
+            subnets: ctx.stores.subnets.state(),
+            ns_labels: ctx
+                .stores
+                .namespaces
+                .state()
+                .iter()
+                .map(|n| (n.name_any(), n.labels().clone()))
+                .collect(),
+            vpc_namespaces: ctx
+                .stores
+                .vpcs
+                .state()
+                .iter()
+                .map(|v| (v.name_any(), v.spec.namespaces.clone().unwrap_or_default()))
+                .collect(),
+        }
+    }
+
+    /// [`admitting_vpc`] over the cached Subnets, and the address must be no one's in the IPAM
+    /// (in a shared subnet, a pod's address is that pod's).
+    fn vip_range(&self, ctx: &Context, ns: &str, ip: IpAddr) -> std::result::Result<String, String> {
+        let labels = self.ns_labels.get(ns).cloned().unwrap_or_default();
+        let ranges: Vec<SubnetRange> = self
+            .subnets
+            .iter()
+            .filter(|s| s.meta().deletion_timestamp.is_none())
+            .map(|s| SubnetRange {
+                name: s.name_any(),
+                vpc: super::triggers::subnet_vpc_name(&ctx.config.cluster_router, s).to_owned(),
+                cidrs: s
+                    .spec
+                    .cidr_block
+                    .iter()
+                    .flat_map(|c| c.split(','))
+                    .filter_map(|c| c.trim().parse().ok())
+                    .collect(),
+                binds: super::binding::subnet_binds(s, ns, &labels),
+                binds_any: s.spec.namespaces.as_ref().is_some_and(|n| !n.is_empty())
+                    || s.spec.namespace_selectors.as_ref().is_some_and(|n| !n.is_empty()),
+            })
+            .collect();
+        let vpc = admitting_vpc(
+            ns,
+            ip,
+            &ranges,
+            &self.vpc_namespaces,
+            &ctx.config.cluster_router,
+            &ctx.config.node_subnet.name,
+        )?;
+        let ipam = ctx.ipam();
+        if let Some(holder) = ipam.subnet_of(ip).and_then(|s| ipam.holder(s, ip)) {
+            return Err(format!("{ip} is allocated to {holder}"));
+        }
+        Ok(vpc)
+    }
+}
+
+/// The owners of `interest` (all addresses when `None`) among the cached Services.
+fn owners(ctx: &Context, ranges: &Ranges, interest: Option<&BTreeSet<IpAddr>>) -> Owners {
+    let services = ctx.stores.services.state();
+    let refs: Vec<&Service> = services.iter().map(AsRef::as_ref).collect();
+    let vip_range = |ns: &str, ip: IpAddr| ranges.vip_range(ctx, ns, ip);
+    let admission = Admission {
+        external_ip_cidrs: &ctx.config.service_external_ip_cidrs,
+        vip_range: &vip_range,
+    };
+    Owners::compute(&refs, &admission, interest)
 }
 
 pub async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action> {
@@ -88,14 +203,31 @@ pub async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action> {
             Some((n, pod))
         })
         .collect();
-    let want = plan_service(
-        &svc,
-        &slice_refs,
-        |p| pods.get(p).map(AsRef::as_ref),
-        &ctx.config.cluster_router,
-    );
+    // The owners of its addresses, from every Service in the cache (a block: the rule's
+    // borrowed closures must not live across the awaits below).
+    let want = {
+        let ranges = Ranges::load(&ctx);
+        let interest: BTreeSet<IpAddr> = claims(&svc)
+            .map(|c| c.cluster.iter().chain(&c.others).map(|c| c.ip).collect())
+            .unwrap_or_default();
+        let owners = owners(&ctx, &ranges, Some(&interest));
+        let vip_range = |ns: &str, ip: IpAddr| ranges.vip_range(&ctx, ns, ip);
+        let admission = Admission {
+            external_ip_cidrs: &ctx.config.service_external_ip_cidrs,
+            vip_range: &vip_range,
+        };
+        let rules = Rules {
+            owners: &owners,
+            admission: &admission,
+            default_vpc: &ctx.config.cluster_router,
+        };
+        plan_service(&svc, &slice_refs, |p| pods.get(p).map(AsRef::as_ref), &rules)
+    };
     for problem in &want.problems {
-        warn(&ctx, &svc, problem).await;
+        warn(&ctx, &svc, "InvalidServiceInput", problem).await;
+    }
+    for refusal in &want.refused {
+        warn(&ctx, &svc, "ServiceAddressRefused", refusal).await;
     }
     let plan = ctx.nb.read(|cache| {
         let mut plan = Plan::new();
@@ -132,15 +264,19 @@ pub async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action> {
             .await
             .doing(format_args!("annotate service {ns}/{name} with its VPC"))?;
     }
-    Ok(Action::await_change())
+    if want.refused.is_empty() {
+        Ok(Action::await_change())
+    } else {
+        Ok(Action::requeue(RETRY_REFUSED))
+    }
 }
 
 /// A Warning event on the Service (kube-runtime's recorder folds repeats into a count).
-async fn warn(ctx: &Context, svc: &Service, message: &str) {
-    tracing::warn!(problem = message, "service input left out");
+async fn warn(ctx: &Context, svc: &Service, reason: &str, message: &str) {
+    tracing::warn!(problem = message, reason, "service input left out");
     let event = Event {
         type_: EventType::Warning,
-        reason: "InvalidServiceInput".into(),
+        reason: reason.into(),
         note: Some(message.to_owned()),
         action: "Reconcile".into(),
         secondary: None,
@@ -163,17 +299,11 @@ fn drops_an_address(change: &Change<Service>) -> bool {
     !ips(&change.old).is_subset(&ips(&change.new))
 }
 
-/// Removes from every load balancer of ours each VIP whose address no Service in the cache has.
+/// Removes from every load balancer of ours each VIP whose address no Service in the cache owns.
 pub async fn sweep(ctx: &Context) -> Result<()> {
-    let live: BTreeSet<String> = ctx
-        .stores
-        .services
-        .state()
-        .iter()
-        .filter_map(|s| service_ips(s).ok())
-        .flatten()
-        .map(|ip| ip.to_string())
-        .collect();
+    let ranges = Ranges::load(ctx);
+    let owners = owners(ctx, &ranges, None);
+    let live = |ip: &str| ip.parse().is_ok_and(|ip| owners.contains(ip));
     let plan = ctx.nb.read(|cache| {
         let mut plan = Plan::new();
         let ours: Vec<_> = cache
@@ -186,7 +316,7 @@ pub async fn sweep(ctx: &Context) -> Result<()> {
             .map(|(u, _)| *u)
             .collect();
         for uuid in ours {
-            lb::sweep_vips(&mut plan, cache, uuid, |ip| live.contains(ip));
+            lb::sweep_vips(&mut plan, cache, uuid, live);
         }
         plan
     });
@@ -209,11 +339,11 @@ pub async fn sweep_on(ctx: Arc<Context>, changes: Changes<Service>) {
         .for_each(|_| {
             let ctx = ctx.clone();
             async move {
-                let mut backoff = std::time::Duration::from_millis(200);
+                let mut backoff = Duration::from_millis(200);
                 while let Err(e) = sweep(&ctx).await {
                     tracing::warn!(error = %e, "sweeping the VIPs of Services gone failed; retrying");
                     tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(std::time::Duration::from_secs(10));
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
                 }
             }
         })

@@ -6,7 +6,9 @@
 //! the ready endpoints of the VIP's family as `ip:targetPort`; a Service with `sessionAffinity:
 //! ClientIP` goes into the session load balancer; the VPC is the one of the endpoints' pods. A
 //! key with no ready endpoint is left out, so the VIP goes (Kube-OVN deletes it from both load
-//! balancers). Headless Services want nothing.
+//! balancers). Headless Services want nothing. Of the addresses a Service asks for, it gets those
+//! [`super::service_claims`]' rule grants it (its ClusterIPs always; another Service's address
+//! never); each refused one is reported with its field and reason.
 //!
 //! Input problems (a malformed address, a port name no pod has) do not fail the whole Service:
 //! the part they concern is left out and each is reported with the object and field it is in.
@@ -20,6 +22,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 use kube_ovn_api::annotations::keys;
 
+use super::service_claims::{Admission, Claims, Owners, claims, grant};
 use crate::ovn::lb::{LbKind, Protocol, vip_key};
 
 /// The label Kubernetes puts on a Service's EndpointSlices.
@@ -37,79 +40,25 @@ pub struct ServiceVips {
     pub vips: BTreeMap<LbKind, BTreeMap<String, String>>,
     /// Input left out, each naming its object and field.
     pub problems: Vec<String>,
+    /// Addresses asked for and refused (another Service's, outside the allowed ranges), each
+    /// naming the field and the reason.
+    pub refused: Vec<String>,
 }
 
-/// The VIPs a Service has: its annotations', or its ClusterIPs (none when headless), its
-/// LoadBalancer ingress IPs and its `spec.externalIPs`. A bad address is an error naming the
-/// Service and field.
+/// Every address a Service asks for (its ClusterIPs, or its annotation's VIPs, its LoadBalancer
+/// ingress IPs and its `spec.externalIPs`), whether it gets them or not; a bad address is an
+/// error naming the Service and field. Which it gets is [`super::service_claims`]' rule.
 ///
 /// Ingress and external IPs are ours, not Kube-OVN's (which leaves them to kube-proxy): the
 /// speaker announces them, so they must lead somewhere without kube-proxy. A pod reaches them
 /// through its own switch; from outside, the node routes them into `ovn0` and the join switch's
 /// copy of the load balancers answers (the daemon's `lb_ingress`, `docs/architecture.md`).
 pub fn service_ips(svc: &Service) -> Result<Vec<IpAddr>, String> {
-    let id = format!(
-        "service {}/{}",
-        svc.namespace().unwrap_or_default(),
-        svc.name_any()
-    );
-    let ann = svc.annotations();
-    for key in [keys::SWITCH_LB_VIP, keys::ROUTER_LB_VIP] {
-        if let Some(v) = ann.get(key).filter(|v| !v.is_empty()) {
-            return v
-                .split(',')
-                .map(|p| {
-                    p.trim()
-                        .parse()
-                        .map_err(|_| format!("{id}: annotation {key}: {p:?} is not an IP address"))
-                })
-                .collect();
-        }
-    }
-    let Some(spec) = &svc.spec else {
-        return Ok(Vec::new());
-    };
-    let listed = spec
-        .cluster_ips
-        .clone()
-        .filter(|l| !l.is_empty())
-        .or_else(|| spec.cluster_ip.clone().map(|i| vec![i]))
-        .unwrap_or_default();
-    let mut ips: Vec<IpAddr> = listed
-        .iter()
-        .filter(|ip| !ip.is_empty() && *ip != "None")
-        .enumerate()
-        .map(|(i, ip)| {
-            ip.parse()
-                .map_err(|_| format!("{id}: spec.clusterIPs[{i}]: {ip:?} is not an IP address"))
-        })
-        .collect::<Result<_, _>>()?;
-    if ips.is_empty() {
-        // Headless: nothing to balance, whatever the status says.
-        return Ok(ips);
-    }
-    let ingress = svc
-        .status
-        .as_ref()
-        .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|l| l.ingress.as_ref());
-    for (i, ing) in ingress.into_iter().flatten().enumerate() {
-        let Some(ip) = ing.ip.as_deref() else {
-            continue;
-        };
-        let ip: IpAddr = ip
-            .parse()
-            .map_err(|_| format!("{id}: status.loadBalancer.ingress[{i}].ip: {ip:?} is not an IP address"))?;
-        if !ips.contains(&ip) {
-            ips.push(ip);
-        }
-    }
-    for (i, ip) in spec.external_ips.iter().flatten().enumerate() {
-        let ip: IpAddr = ip
-            .parse()
-            .map_err(|_| format!("{id}: spec.externalIPs[{i}]: {ip:?} is not an IP address"))?;
-        if !ips.contains(&ip) {
-            ips.push(ip);
+    let c = claims(svc)?;
+    let mut ips: Vec<IpAddr> = Vec::new();
+    for claim in c.cluster.iter().chain(&c.others) {
+        if !ips.contains(&claim.ip) {
+            ips.push(claim.ip);
         }
     }
     Ok(ips)
@@ -199,26 +148,34 @@ fn target_port(port: &ServicePort, ep: &Ready<'_>, pod: Option<&Pod>) -> Result<
         .ok_or_else(|| format!("port {number} is out of range"))
 }
 
+/// What the Service's VIPs are decided by besides itself: the owner of every address and the
+/// ranges claims must lie in ([`super::service_claims`]).
+pub struct Rules<'a> {
+    pub owners: &'a Owners,
+    pub admission: &'a Admission<'a>,
+    /// Where a Service whose endpoints name no pod goes, unless its `vpc` annotation says
+    /// otherwise.
+    pub default_vpc: &'a str,
+}
+
 /// The VIPs of `svc` given its slices and a pod lookup (`pod(name)` in the Service's namespace).
-/// `default_vpc` is where a Service whose endpoints name no pod goes, unless its `vpc`
-/// annotation says otherwise.
 pub fn plan_service<'a>(
     svc: &Service,
     slices: &[&EndpointSlice],
     pod: impl Fn(&str) -> Option<&'a Pod>,
-    default_vpc: &str,
+    rules: &Rules<'_>,
 ) -> ServiceVips {
+    let default_vpc = rules.default_vpc;
     let ns = svc.namespace().unwrap_or_default();
     let id = format!("service {ns}/{}", svc.name_any());
     let mut out = ServiceVips::default();
-    let ips = match service_ips(svc) {
-        Ok(ips) => ips,
+    let asked = match claims(svc) {
+        Ok(c) => c,
         Err(e) => {
             out.problems.push(e);
-            Vec::new()
+            Claims::default()
         }
     };
-    out.ips = ips.iter().map(ToString::to_string).collect();
     let endpoints = ready_endpoints(slices, &mut out.problems);
     // The endpoints' pods decide the VPC (Kube-OVN: the pods' logical router); a Service whose
     // endpoints are no pods keeps the one its annotation names.
@@ -245,6 +202,28 @@ pub fn plan_service<'a>(
             out.vpc
         ));
     }
+    // Only what it owns: `ips` is also what its reconcile clears in the load balancers, so an
+    // address another Service owns must not be in it (that one's VIP stays as it is).
+    let granted = grant(svc, &asked, rules.owners, rules.admission, &out.vpc);
+    let ips = granted.ips;
+    out.refused = granted.refused;
+    // Its keys to make exactly what it wants: those of the addresses it gets, and those it owns
+    // and does not use (its ClusterIP under an annotation) or asks for and nobody owns (a claim
+    // no longer admissible, say its Subnet went), which are cleared. Never another's.
+    let me = super::service_claims::key_of(svc);
+    let unowned = asked
+        .cluster
+        .iter()
+        .chain(&asked.others)
+        .map(|c| c.ip)
+        .filter(|ip| rules.owners.owner(*ip).is_none());
+    let mut mine: Vec<IpAddr> = ips.clone();
+    for ip in rules.owners.owned_by(&me).chain(unowned) {
+        if !mine.contains(&ip) {
+            mine.push(ip);
+        }
+    }
+    out.ips = mine.iter().map(ToString::to_string).collect();
     let session = svc.spec.as_ref().and_then(|s| s.session_affinity.as_deref()) == Some("ClientIP");
     let ports = svc
         .spec

@@ -1,6 +1,35 @@
 use serde_json::json;
 
 use super::*;
+use crate::reconcile::service_claims::{Admission, Owners};
+use kube_ovn_api::external_ips::ExternalIpCidrs;
+
+/// [`plan_service`] with every claim admissible (external IPs anywhere, annotation VIPs in
+/// `vip_vpc`'s ranges) and `svc` the only Service; the claim rule is `service_claims_tests`'.
+fn plan_in<'a>(
+    svc: &Service,
+    slices: &[&EndpointSlice],
+    pod: impl Fn(&str) -> Option<&'a Pod>,
+    vip_vpc: &str,
+) -> ServiceVips {
+    let cidrs: ExternalIpCidrs = "0.0.0.0/0,::/0".parse().unwrap();
+    let vip_range = |_: &str, _: IpAddr| Ok(vip_vpc.to_owned());
+    let admission = Admission {
+        external_ip_cidrs: &cidrs,
+        vip_range: &vip_range,
+    };
+    let owners = Owners::compute(&[svc], &admission, None);
+    let rules = Rules {
+        owners: &owners,
+        admission: &admission,
+        default_vpc: "ovn-cluster",
+    };
+    plan_service(svc, slices, pod, &rules)
+}
+
+fn plan<'a>(svc: &Service, slices: &[&EndpointSlice], pod: impl Fn(&str) -> Option<&'a Pod>) -> ServiceVips {
+    plan_in(svc, slices, pod, "ovn-cluster")
+}
 
 fn svc(v: serde_json::Value) -> Service {
     serde_json::from_value(v).unwrap()
@@ -52,7 +81,7 @@ fn ready_endpoints_of_each_family_back_each_vip_and_port() {
         "endpoints": [{"addresses": ["fd00:10:16::5"]}]}),
     );
     let p1 = pod("p1", "ovn-cluster");
-    let got = plan_service(&web(), &[&v4, &v6], |n| (n == "p1").then_some(&p1), "ovn-cluster");
+    let got = plan(&web(), &[&v4, &v6], |n| (n == "p1").then_some(&p1));
     assert_eq!(got.problems, Vec::<String>::new());
     assert_eq!(got.vpc, "ovn-cluster");
     assert_eq!(got.ips, ["10.96.0.10", "fd00:10:96::a"]);
@@ -89,7 +118,7 @@ fn a_named_target_port_resolves_through_the_pod_and_a_missing_one_is_reported() 
             {"addresses": ["10.16.0.8"], "targetRef": {"kind": "Pod", "name": "gone"}}]}),
     );
     let p1 = pod("p1", "ovn-cluster");
-    let got = plan_service(&web(), &[&s], |n| (n == "p1").then_some(&p1), "ovn-cluster");
+    let got = plan(&web(), &[&s], |n| (n == "p1").then_some(&p1));
     assert_eq!(got.vips[&UDP]["10.96.0.10:53"], "10.16.0.5:5353");
     assert_eq!(
         got.problems,
@@ -108,7 +137,7 @@ fn no_ready_endpoint_means_no_vip_and_headless_means_nothing() {
         json!({"metadata": {"name": "web-a", "namespace": "ns"}, "addressType": "IPv4",
         "endpoints": [{"addresses": ["10.16.0.5"], "conditions": {"ready": false}}]}),
     );
-    let got = plan_service(&web(), &[&s], |_| None, "ovn-cluster");
+    let got = plan(&web(), &[&s], |_| None);
     assert!(got.vips.is_empty());
     assert_eq!(got.ips.len(), 2, "its addresses are still its own, to clean");
     let headless = svc(json!({"metadata": {"name": "h", "namespace": "ns"},
@@ -117,7 +146,7 @@ fn no_ready_endpoint_means_no_vip_and_headless_means_nothing() {
         json!({"metadata": {"name": "h-a", "namespace": "ns"}, "addressType": "IPv4",
         "endpoints": [{"addresses": ["10.16.0.5"]}]}),
     );
-    let got = plan_service(&headless, &[&s], |_| None, "ovn-cluster");
+    let got = plan(&headless, &[&s], |_| None);
     assert!(got.vips.is_empty() && got.ips.is_empty() && got.problems.is_empty());
 }
 
@@ -131,7 +160,7 @@ fn session_affinity_picks_the_session_lb_and_pods_pick_the_vpc() {
         "endpoints": [{"addresses": ["10.0.1.5"], "targetRef": {"kind": "Pod", "name": "p1"}}]}),
     );
     let p1 = pod("p1", "vpc1");
-    let got = plan_service(&s, &[&e], |n| (n == "p1").then_some(&p1), "ovn-cluster");
+    let got = plan(&s, &[&e], |n| (n == "p1").then_some(&p1));
     assert_eq!(got.vpc, "vpc1");
     assert_eq!(got.vips[&tcp(true)]["10.96.0.10:80"], "10.0.1.5:8080");
     assert!(!got.vips.contains_key(&tcp(false)));
@@ -147,9 +176,13 @@ fn selectorless_services_and_lb_vip_annotations() {
         json!({"metadata": {"name": "ext-1", "namespace": "ns"}, "addressType": "IPv4",
         "endpoints": [{"addresses": ["192.168.7.1"]}]}),
     );
-    let got = plan_service(&s, &[&e], |_| None, "ovn-cluster");
+    let got = plan_in(&s, &[&e], |_| None, "vpc2");
     assert_eq!(got.vpc, "vpc2");
-    assert_eq!(got.ips, ["10.0.9.9"]);
+    assert_eq!(
+        got.ips,
+        ["10.0.9.9", "10.96.0.20"],
+        "its own ClusterIP, unused, to clean"
+    );
     assert_eq!(got.vips[&tcp(false)]["10.0.9.9:443"], "192.168.7.1:8443");
 }
 
@@ -160,7 +193,7 @@ fn malformed_input_names_object_and_field_and_the_rest_still_works() {
         "ports": [{"name": "http", "port": 8080}],
         "endpoints": [{"addresses": ["10.16.0.300"]}, {"addresses": ["10.16.0.5"]}]}),
     );
-    let got = plan_service(&web(), &[&e], |_| None, "ovn-cluster");
+    let got = plan(&web(), &[&e], |_| None);
     assert_eq!(
         got.problems[0],
         "endpointslice ns/web-a: endpoints[0].addresses[0]: \"10.16.0.300\" is not an IPv4 address"
@@ -169,10 +202,10 @@ fn malformed_input_names_object_and_field_and_the_rest_still_works() {
     let bad = svc(json!({"metadata": {"name": "b", "namespace": "ns",
             "annotations": {"ovn.kubernetes.io/switch_lb_vip": "nope"}},
         "spec": {"clusterIP": "10.96.0.20", "ports": [{"port": 443}]}}));
-    let got = plan_service(&bad, &[&e], |_| None, "ovn-cluster");
+    let got = plan(&bad, &[&e], |_| None);
     assert_eq!(
         got.problems[0],
-        "service ns/b: annotation ovn.kubernetes.io/switch_lb_vip: \"nope\" is not an IP address"
+        "service ns/b: metadata.annotations[\"ovn.kubernetes.io/switch_lb_vip\"]: \"nope\" is not an IP address"
     );
     assert!(got.vips.is_empty());
 }
@@ -206,4 +239,37 @@ fn load_balancer_ingress_and_external_ips_are_vips_too_but_not_for_headless_serv
     spec.cluster_ip = Some("None".into());
     spec.cluster_ips = Some(vec!["None".into()]);
     assert!(service_ips(&s).unwrap().is_empty());
+}
+
+#[test]
+fn refused_addresses_are_cleared_when_nobody_owns_them_and_left_alone_when_someone_does() {
+    let cidrs = ExternalIpCidrs::default();
+    let vip_range = |_: &str, _: IpAddr| Err("nowhere".to_owned());
+    let admission = Admission {
+        external_ip_cidrs: &cidrs,
+        vip_range: &vip_range,
+    };
+    let mut s = web();
+    s.spec.as_mut().unwrap().external_ips = Some(vec!["192.0.2.20".into(), "10.96.0.99".into()]);
+    let other = svc(json!({"metadata": {"name": "other", "namespace": "ns2"},
+        "spec": {"clusterIP": "10.96.0.99", "clusterIPs": ["10.96.0.99"], "ports": [{"port": 80}]}}));
+    let owners = Owners::compute(&[&s, &other], &admission, None);
+    let rules = Rules {
+        owners: &owners,
+        admission: &admission,
+        default_vpc: "ovn-cluster",
+    };
+    let e = slice(
+        json!({"metadata": {"name": "web-a", "namespace": "ns"}, "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 8080}], "endpoints": [{"addresses": ["10.16.0.5"]}]}),
+    );
+    let got = plan_service(&s, &[&e], |_| None, &rules);
+    // 192.0.2.20 is refused (no CIDR allows it) and nobody's: its keys go. 10.96.0.99 is other's.
+    assert_eq!(got.ips, ["10.96.0.10", "fd00:10:96::a", "192.0.2.20"]);
+    assert_eq!(
+        got.vips[&tcp(false)].keys().collect::<Vec<_>>(),
+        ["10.96.0.10:80"]
+    );
+    assert_eq!(got.refused.len(), 2, "{:?}", got.refused);
+    assert!(got.refused[1].contains("spec.externalIPs[1]: 10.96.0.99 is the ClusterIP of service ns2/other"));
 }
