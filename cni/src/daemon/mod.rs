@@ -11,10 +11,15 @@
 //!   Subnets, Nodes, pods ──tick, every --gateway-check-interval──▶ gateway task ──▶ nft tables,
 //!                                                  ip rules + table routes, sysctls (gateway.rs)
 //!   every --ovn0-check-interval ──▶ ovn0 check ──ping join gateway──▶ Node NetworkUnavailable
-//!   shim ──unix socket──▶ CNI server (axum) ──per-pod lock──▶ add_nic / del_nic / check_nic / gc
+//!   shim ──unix socket (0600)──▶ CNI server (axum) ──per-pod lock──▶ add_nic / del_nic / check_nic / gc
 //!   Open_vSwitch DB ◀──▶ Ovs (replica + transactions)      kernel ◀── dataplane (netlink, ethtool)
-//!   /metrics /healthz /readyz ◀── metrics listener
+//!   /metrics /healthz /livez /readyz ◀── metrics listener
 //! ```
+//!
+//! The tasks above run under one `kube_ovn_support::Supervisor`: a task that panics or returns
+//! is logged at error level with its name and cause, and `/livez` answers 503 naming it, so the
+//! liveness probe has kubelet restart the daemon instead of it running on without, say, its
+//! QoS task.
 
 pub mod config;
 pub mod error;
@@ -178,19 +183,10 @@ pub async fn run(
         })?;
     }
 
-    if let Some(parent) = flags.bind_socket.parent() {
-        std::fs::create_dir_all(parent).map_err(|source| StartError::Io {
-            what: format!("create {}", parent.display()),
-            source,
-        })?;
-    }
-    // A socket file left by a previous run would make bind fail.
-    let _ = std::fs::remove_file(&flags.bind_socket);
-    let cni_listener =
-        tokio::net::UnixListener::bind(&flags.bind_socket).map_err(|source| StartError::Io {
-            what: format!("bind --bind-socket {}", flags.bind_socket.display()),
-            source,
-        })?;
+    let cni_listener = server::bind_socket(&flags.bind_socket).map_err(|source| StartError::Io {
+        what: format!("bind --bind-socket {}", flags.bind_socket.display()),
+        source,
+    })?;
     let metrics_listener = tokio::net::TcpListener::bind((flags.metrics_address, flags.pprof_port))
         .await
         .map_err(|source| StartError::Io {
@@ -198,19 +194,21 @@ pub async fn run(
             source,
         })?;
 
-    let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn(node_task(node.clone()));
-    tasks.spawn(qos::qos_task(node.clone(), applied_rx, added_rx));
-    tasks.spawn(gateway::gateway_task(node.clone()));
-    tasks.spawn(health::ovn0_check_task(node.clone()));
+    // Every long-lived task runs supervised: one that panics or returns is logged with its
+    // cause and fails /livez, so kubelet restarts the daemon (support::Supervisor).
+    let tasks = kube_ovn_support::Supervisor::new();
+    tasks.spawn("node", node_task(node.clone()));
+    tasks.spawn("qos", qos::qos_task(node.clone(), applied_rx, added_rx));
+    tasks.spawn("gateway", gateway::gateway_task(node.clone()));
+    tasks.spawn("ovn0-check", health::ovn0_check_task(node.clone()));
     let cni = server::cni_router(node.clone());
-    tasks.spawn(async move {
+    tasks.spawn("cni-server", async move {
         if let Err(e) = axum::serve(cni_listener, cni).await {
             tracing::error!(error = %e, "CNI server stopped");
         }
     });
-    let metrics = server::metrics_endpoints(node.clone());
-    tasks.spawn(async move {
+    let metrics = server::metrics_endpoints(node.clone()).supervised(&tasks);
+    tasks.spawn("metrics-server", async move {
         if let Err(e) = metrics.serve(metrics_listener).await {
             tracing::error!(error = %e, "metrics server stopped");
         }

@@ -1,6 +1,10 @@
 //! The CNI server on the daemon's unix socket (Kube-OVN's `/api/v1/add` and `/api/v1/del`, our
 //! `/api/v1/check`, `/api/v1/status`, `/api/v1/gc`), and the metrics and health listener.
 //! Each request runs in a span naming the pod, serialized per pod.
+//!
+//! The socket is created with mode 0600 whatever the daemon's umask ([`bind_socket`]): only
+//! root (kubelet's runtime running the shim) may ask for ADD and DEL, which create and delete
+//! ports on the node.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -22,6 +26,46 @@ use super::plan::{self, PlanInputs, Readiness, WaitingFor};
 use crate::shim::{CHECK_PATH, GC_PATH, GcRequest, STATUS_PATH};
 
 type Shared = State<Arc<Node>>;
+
+/// The CNI socket's mode: owner (root) only.
+pub const SOCKET_MODE: u32 = 0o600;
+
+/// Binds and listens on the CNI socket at `path` with mode [`SOCKET_MODE`], replacing a socket
+/// a previous run left, with no moment at which another user could connect.
+///
+/// A socket's file gets `0777 & !umask`, and `bind` and `listen` come as one call, so a
+/// `chmod` afterwards would leave a window, and changing the umask would race with the other
+/// threads of the process. Instead the socket is bound inside a fresh directory only its owner
+/// can enter (mkdir's mode can only lose bits to the umask, never gain them), given its mode
+/// there, and renamed into place (atomic; a unix socket is reached through its inode, so the
+/// listener keeps working under its new name).
+pub fn bind_socket(path: &std::path::Path) -> std::io::Result<tokio::net::UnixListener> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    std::fs::create_dir_all(parent)?;
+    let file_name = path.file_name().map_or_else(
+        || "socket".to_owned(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let staging = parent.join(format!(".{file_name}.{}.tmp", std::process::id()));
+    // One left by a run of the same PID (a container restart) would make mkdir fail.
+    let _ = std::fs::remove_dir_all(&staging);
+    std::fs::DirBuilder::new().mode(0o700).create(&staging)?;
+    let bound = (|| {
+        let staged = staging.join("sock");
+        let listener = std::os::unix::net::UnixListener::bind(&staged)?;
+        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(SOCKET_MODE))?;
+        std::fs::rename(&staged, path)?;
+        listener.set_nonblocking(true)?;
+        tokio::net::UnixListener::from_std(listener)
+    })();
+    let _ = std::fs::remove_dir_all(&staging);
+    bound
+}
 
 /// The CNI routes.
 pub fn cni_router(node: Arc<Node>) -> Router {
@@ -104,6 +148,9 @@ async fn add(State(node): Shared, Json(request): Json<CniRequest>) -> Response {
                 return Err(DaemonError::BadRequest(format!("ADD request has no {field}")));
             }
         }
+        // Before anything is made: a name Linux refuses, or that is not ASCII, fails here with
+        // the request's fault (400, CNI error 7), not halfway through.
+        plan::check_ifname(&request.if_name).map_err(|e| DaemonError::BadRequest(e.to_string()))?;
         n.check_provider(&request.provider)?;
         let plan = n.add_pod_nic(&request).await?;
         n.recheck_qos(format!("{}/{}", request.pod_namespace, request.pod_name));
@@ -157,14 +204,15 @@ async fn gc(State(node): Shared, Json(request): Json<GcRequest>) -> Response {
     } else {
         request.provider.clone()
     };
+    // A live sandbox keeps its port under today's name and under the name an older daemon gave
+    // it (a node upgraded with pods running).
     let keep: BTreeSet<String> = request
         .valid_attachments
         .iter()
-        .map(|a| {
-            plan::host_nic_name(
-                &a.container_id,
-                if a.ifname.is_empty() { "eth0" } else { &a.ifname },
-            )
+        .flat_map(|a| {
+            let ifname = if a.ifname.is_empty() { "eth0" } else { &a.ifname };
+            std::iter::once(plan::host_nic_name(&a.container_id, ifname))
+                .chain(plan::legacy_host_nic_name(&a.container_id, ifname))
         })
         .collect();
     let response = match node
@@ -365,5 +413,34 @@ impl Node {
             pod: format!("{}/{}", request.pod_namespace, request.pod_name),
             what,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn the_socket_is_0600_under_umask_000_and_replaces_a_stale_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run/kube-ovn-daemon.sock");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, "left by a previous run").unwrap();
+        let old = nix::sys::stat::umask(nix::sys::stat::Mode::empty());
+        let bound = bind_socket(&path);
+        nix::sys::stat::umask(old);
+        let listener = bound.unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o7777, 0o600, "mode {mode:o}");
+        // It listens under its final name, and the staging directory is gone.
+        let _client = tokio::net::UnixStream::connect(&path).await.unwrap();
+        let (_server, _) = listener.accept().await.unwrap();
+        let left: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, [std::ffi::OsString::from("kube-ovn-daemon.sock")]);
     }
 }
