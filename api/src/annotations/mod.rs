@@ -23,8 +23,8 @@ use std::collections::BTreeMap;
 pub use addr::{CidrPair, IpFamily, IpPair, IpRange, MacAddr};
 pub use lists::{CidrBlocks, ExcludeIpLists, GatewayNode, GatewayNodes, IpPoolAnnotation, NameList};
 pub use policy::{
-    BgpPolicy, BgpScope, LossPercent, MAX_BANDWIDTH_MBPS, Mbit, Mbps, Milliseconds, Packets, TrueFlag,
-    htb_burst_bytes, policing_burst_kbit,
+    Bandwidth, BgpPolicy, BgpScope, LossPercent, MAX_BANDWIDTH_MBPS, Mbit, Mbps, Milliseconds, Packets,
+    TrueFlag, htb_burst_bits, htb_max_rate_bps, policing_burst_kbit, policing_rate_kbit,
 };
 pub use provider::{
     PRIMARY_PROVIDER, ProviderKey, ProviderKeyError, attachment_provider, parse_provider_key, provider_key,
