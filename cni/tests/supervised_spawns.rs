@@ -32,7 +32,11 @@ fn every_spawn_of_the_daemon_goes_through_the_supervisor() {
             }
         }
     }
-    assert!(offenders.is_empty(), "unsupervised spawns:\n{}", offenders.join("\n"));
+    assert!(
+        offenders.is_empty(),
+        "unsupervised spawns:\n{}",
+        offenders.join("\n")
+    );
     // node, qos, gateway, ovn0-check, cni-server, metrics-server.
     assert!(supervised >= 6, "only {supervised} supervised spawns found");
 }

@@ -57,9 +57,13 @@ async fn two_vms_with_the_same_long_ifname_keep_their_own_ports() -> Result<()> 
 
     // DEL of one leaves the other's port alone.
     node.runtime.del(&pods[1].1, Some(&pods[1].2))?;
-    wait_until("vm-b's port removed", WAIT, || Ok(!node.pod_ports()?.contains(&nics[1])))?;
+    wait_until("vm-b's port removed", WAIT, || {
+        Ok(!node.pod_ports()?.contains(&nics[1]))
+    })?;
     assert!(node.pod_ports()?.contains(&nics[0]));
-    pods[0].0.wait_ping(std::net::Ipv4Addr::new(10, 16, 0, 1), Duration::from_secs(10))?;
+    pods[0]
+        .0
+        .wait_ping(std::net::Ipv4Addr::new(10, 16, 0, 1), Duration::from_secs(10))?;
     Ok(())
 }
 

@@ -28,7 +28,11 @@ fn every_spawn_of_the_run_loop_goes_through_the_supervisor() {
             }
         }
     }
-    assert!(offenders.is_empty(), "unsupervised spawns:\n{}", offenders.join("\n"));
+    assert!(
+        offenders.is_empty(),
+        "unsupervised spawns:\n{}",
+        offenders.join("\n")
+    );
     // routes, nexthop, bgppeers, heartbeat, metrics-server, and the two per-peer helpers.
     assert!(supervised >= 7, "only {supervised} supervised spawns found");
 }

@@ -197,8 +197,7 @@ impl Bandwidth {
         provider: &str,
     ) -> Result<Self, super::AnnotationError> {
         let key = |name: &str| {
-            super::provider_key(provider, name)
-                .unwrap_or_else(|_| format!("{provider}.kubernetes.io/{name}"))
+            super::provider_key(provider, name).unwrap_or_else(|_| format!("{provider}.kubernetes.io/{name}"))
         };
         Ok(Self {
             ingress_rate: super::get(annotations, &key("ingress_rate"))?,
@@ -274,7 +273,10 @@ mod tests {
         assert_eq!(policing_rate_kbit(max), Some(9_223_372_036_854_000));
         // 80 % of the largest rate, as Kube-OVN rounds it.
         assert_eq!(policing_burst_kbit(max, None), Some(7_378_697_629_483_200));
-        assert_eq!(policing_burst_kbit(max, Some(max_burst)), Some(9_223_372_036_854_000));
+        assert_eq!(
+            policing_burst_kbit(max, Some(max_burst)),
+            Some(9_223_372_036_854_000)
+        );
         assert_eq!(htb_max_rate_bps(max), Some(9_223_372_036_854_000_000));
         assert_eq!(htb_burst_bits(max_burst), Some(9_223_372_036_854_000_000));
         let over = (MAX_BANDWIDTH_MBPS + 1).to_string();

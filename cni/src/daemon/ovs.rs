@@ -540,10 +540,7 @@ fn htb_ops(queue: &BTreeMap<String, String>, external_ids: &BTreeMap<String, Str
     vec![
         Operation::insert_named(
             "Queue",
-            row([
-                ("other_config", map(queue)),
-                ("external_ids", map(&tags)),
-            ]),
+            row([("other_config", map(queue)), ("external_ids", map(&tags))]),
             "queue",
         ),
         Operation::insert_named(

@@ -457,8 +457,14 @@ mod tests {
         let b = host_nic_name(SANDBOX_B, ifname);
         assert_ne!(a, b);
         // Before: both were `_podb1e4f6c8a_h`, no container ID left.
-        assert_eq!(legacy_host_nic_name(SANDBOX_A, ifname).as_deref(), Some("_podb1e4f6c8a_h"));
-        assert_eq!(legacy_host_nic_name(SANDBOX_B, ifname).as_deref(), Some("_podb1e4f6c8a_h"));
+        assert_eq!(
+            legacy_host_nic_name(SANDBOX_A, ifname).as_deref(),
+            Some("_podb1e4f6c8a_h")
+        );
+        assert_eq!(
+            legacy_host_nic_name(SANDBOX_B, ifname).as_deref(),
+            Some("_podb1e4f6c8a_h")
+        );
         for name in [&a, &b] {
             assert!(name.len() <= IFNAME_MAX && check_ifname(name).is_ok(), "{name}");
             assert!(name.starts_with("3f2a9_") && name.ends_with("_h"), "{name}");
@@ -497,7 +503,10 @@ mod tests {
             ("ééééééééééééé", "ethé"),
         ] {
             let name = host_nic_name(id, ifname);
-            assert!(name.len() <= IFNAME_MAX && name.is_ascii(), "{id:?} {ifname:?}: {name}");
+            assert!(
+                name.len() <= IFNAME_MAX && name.is_ascii(),
+                "{id:?} {ifname:?}: {name}"
+            );
             if let Some(legacy) = legacy_host_nic_name(id, ifname) {
                 assert!(legacy.len() <= IFNAME_MAX, "{legacy}");
             }
@@ -519,9 +528,15 @@ mod tests {
             (".", "must not be . or .."),
             ("..", "must not be . or .."),
             ("a/b", "must not contain /, :, whitespace or control characters"),
-            ("eth0:1", "must not contain /, :, whitespace or control characters"),
+            (
+                "eth0:1",
+                "must not contain /, :, whitespace or control characters",
+            ),
             ("eth 0", "must not contain /, :, whitespace or control characters"),
-            ("eth\t0", "must not contain /, :, whitespace or control characters"),
+            (
+                "eth\t0",
+                "must not contain /, :, whitespace or control characters",
+            ),
         ] {
             let err = check_ifname(bad).unwrap_err();
             assert_eq!(err.problem, problem, "{bad:?}");

@@ -11,8 +11,8 @@
 use std::collections::BTreeMap;
 
 use kube_ovn_api::annotations::{
-    AnnotationError, Bandwidth, Mbit, Mbps, Problem, htb_burst_bits, htb_max_rate_bps,
-    policing_burst_kbit, policing_rate_kbit,
+    AnnotationError, Bandwidth, Mbit, Mbps, Problem, htb_burst_bits, htb_max_rate_bps, policing_burst_kbit,
+    policing_rate_kbit,
 };
 
 /// OVS rate limits for one interface, already turned around to the switch's point of view:
@@ -63,9 +63,8 @@ pub fn qos_plan(
     };
     let egress = bandwidth.egress_rate.unwrap_or(Mbps(0));
     let policing_rate_kbps = policing_rate_kbit(egress).ok_or_else(|| too_large("egress_rate", egress.0))?;
-    let policing_burst_kb = policing_burst_kbit(egress, bandwidth.egress_burst).ok_or_else(|| {
-        too_large("egress_burst", bandwidth.egress_burst.map_or(0, |b| b.0))
-    })?;
+    let policing_burst_kb = policing_burst_kbit(egress, bandwidth.egress_burst)
+        .ok_or_else(|| too_large("egress_burst", bandwidth.egress_burst.map_or(0, |b| b.0)))?;
     let ingress = bandwidth.ingress_rate.filter(|r| r.0 > 0);
     let htb_max_rate_bps = ingress
         .map(|r| htb_max_rate_bps(r).ok_or_else(|| too_large("ingress_rate", r.0)))

@@ -47,10 +47,9 @@ pub fn bind_socket(path: &std::path::Path) -> std::io::Result<tokio::net::UnixLi
         _ => std::path::Path::new("."),
     };
     std::fs::create_dir_all(parent)?;
-    let file_name = path.file_name().map_or_else(
-        || "socket".to_owned(),
-        |n| n.to_string_lossy().into_owned(),
-    );
+    let file_name = path
+        .file_name()
+        .map_or_else(|| "socket".to_owned(), |n| n.to_string_lossy().into_owned());
     let staging = parent.join(format!(".{file_name}.{}.tmp", std::process::id()));
     // One left by a run of the same PID (a container restart) would make mkdir fail.
     let _ = std::fs::remove_dir_all(&staging);
