@@ -33,37 +33,30 @@ pub const SOCKET_MODE: u32 = 0o600;
 /// Binds and listens on the CNI socket at `path` with mode [`SOCKET_MODE`], replacing a socket
 /// a previous run left, with no moment at which another user could connect.
 ///
-/// A socket's file gets `0777 & !umask`, and `bind` and `listen` come as one call, so a
-/// `chmod` afterwards would leave a window, and changing the umask would race with the other
-/// threads of the process. Instead the socket is bound inside a fresh directory only its owner
-/// can enter (mkdir's mode can only lose bits to the umask, never gain them), given its mode
-/// there, and renamed into place (atomic; a unix socket is reached through its inode, so the
-/// listener keeps working under its new name).
+/// A socket's file gets the socket inode's mode less the umask, and a `chmod` after `bind`
+/// would leave a window before it (changing the umask would race with the process's other
+/// threads). So the mode is set on the socket itself (`fchmod` on its descriptor) before
+/// `bind`: Linux creates the file with it (`unix_bind` uses the socket inode's mode, which
+/// starts as 0777), and the umask can only take bits away from 0600.
 pub fn bind_socket(path: &std::path::Path) -> std::io::Result<tokio::net::UnixListener> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::PermissionsExt;
 
-    let parent = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => std::path::Path::new("."),
-    };
-    std::fs::create_dir_all(parent)?;
-    let file_name = path
-        .file_name()
-        .map_or_else(|| "socket".to_owned(), |n| n.to_string_lossy().into_owned());
-    let staging = parent.join(format!(".{file_name}.{}.tmp", std::process::id()));
-    // One left by a run of the same PID (a container restart) would make mkdir fail.
-    let _ = std::fs::remove_dir_all(&staging);
-    std::fs::DirBuilder::new().mode(0o700).create(&staging)?;
-    let bound = (|| {
-        let staged = staging.join("sock");
-        let listener = std::os::unix::net::UnixListener::bind(&staged)?;
-        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(SOCKET_MODE))?;
-        std::fs::rename(&staged, path)?;
-        listener.set_nonblocking(true)?;
-        tokio::net::UnixListener::from_std(listener)
-    })();
-    let _ = std::fs::remove_dir_all(&staging);
-    bound
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
+    }
+    // A socket file left by a previous run would make bind fail.
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let socket = tokio::net::UnixSocket::new_stream()?;
+    // `File::set_permissions` is `fchmod` on the descriptor; the File holds a duplicate of
+    // the socket's, so dropping it closes only the duplicate.
+    std::fs::File::from(socket.as_fd().try_clone_to_owned()?)
+        .set_permissions(std::fs::Permissions::from_mode(SOCKET_MODE))?;
+    socket.bind(path)?;
+    socket.listen(1024)
 }
 
 /// The CNI routes.
@@ -433,13 +426,9 @@ mod tests {
         let listener = bound.unwrap();
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o7777, 0o600, "mode {mode:o}");
-        // It listens under its final name, and the staging directory is gone.
+        // It listens, under its own name (what `ss -x` and /proc/net/unix show).
         let _client = tokio::net::UnixStream::connect(&path).await.unwrap();
-        let (_server, _) = listener.accept().await.unwrap();
-        let left: Vec<_> = std::fs::read_dir(path.parent().unwrap())
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
-        assert_eq!(left, [std::ffi::OsString::from("kube-ovn-daemon.sock")]);
+        let (server, _) = listener.accept().await.unwrap();
+        assert_eq!(server.local_addr().unwrap().as_pathname(), Some(path.as_path()));
     }
 }
