@@ -90,6 +90,9 @@ pub async fn run_with_listener(
     let ready = Arc::new(AtomicBool::new(false));
     let ipam_view = debug_ipam::IpamView::default();
     let debug = debug_ipam::router(ipam_view.clone(), ready.clone());
+    // The long-lived tasks outside the run future (the northbound batcher): one that panics
+    // fails /livez. The work in the run future needs none: a panic there ends the process.
+    let supervisor = kube_ovn_support::Supervisor::new();
     let endpoints = {
         let (metrics, ready) = (metrics.clone(), ready.clone());
         let endpoints = Endpoints::new(
@@ -106,6 +109,7 @@ pub async fn run_with_listener(
                 }
             },
         );
+        let endpoints = endpoints.supervised(&supervisor);
         if config.enable_metrics {
             endpoints
         } else {
@@ -120,7 +124,7 @@ pub async fn run_with_listener(
     });
     let mut shutdown = std::pin::pin!(shutdown);
     let nb = tokio::select! {
-        nb = connect_nb(&config) => Nb::new(nb?, metrics.clone()),
+        nb = connect_nb(&config) => Nb::supervised(nb?, metrics.clone(), &supervisor),
         () = &mut shutdown => return Ok(()),
     };
     let mut leadership = if config.leader_elect {
