@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use common::{Cluster, WAIT};
-use kube_ovn_cni::daemon::plan::host_nic_name;
+use kube_ovn_cni::daemon::plan::{host_nic_name, legacy_host_nic_name};
 use kube_ovn_testkit::wait_until;
 
 /// What KubeVirt (v1.0 and later) names a VM's secondary interface in its launcher pod: `pod`
@@ -96,5 +96,74 @@ async fn a_multibyte_ifname_is_a_cni_error_and_makes_nothing() -> Result<()> {
     let ok = cluster.pod("default", "fine", 0, &[]).await?;
     ok.netns
         .wait_ping(std::net::Ipv4Addr::new(10, 16, 0, 1), Duration::from_secs(10))?;
+    Ok(())
+}
+
+/// A node upgraded with a VM running: its secondary NIC's port has the name the old daemon
+/// gave (`_podb1e4f6c8a_h`, shared by every VM on that network). DEL removes it when its
+/// `external_ids` say it is this pod's sandbox, and leaves it when it is another pod's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn del_removes_a_legacy_named_port_only_when_it_is_the_pods() -> Result<()> {
+    let cluster = Cluster::start(1, &[]).await?;
+    let node = &cluster.nodes[0];
+    let (_ns_a, mut vm_a) = Cluster::sandbox("default", "vm-a")?;
+    vm_a.ifname = KUBEVIRT_IFNAME.into();
+    let (_ns_b, mut vm_b) = Cluster::sandbox("default", "vm-b")?;
+    vm_b.ifname = "net1".into();
+    let legacy = |sb: &common::runtime::Sandbox| {
+        legacy_host_nic_name(&sb.container_id, &sb.ifname).expect("a legacy name")
+    };
+    let (shared, b_port) = (legacy(&vm_a), legacy(&vm_b));
+    let port = |name: &str, pod: &str, netns: &str| -> Vec<String> {
+        [
+            "--",
+            "add-port",
+            "br-int",
+            name,
+            "--",
+            "set",
+            "interface",
+            name,
+            "type=internal",
+            "external_ids:vendor=kube-ovn",
+        ]
+        .into_iter()
+        .map(str::to_owned)
+        .chain([
+            format!("external_ids:iface-id={pod}.default"),
+            format!("external_ids:pod_name={pod}"),
+            "external_ids:pod_namespace=default".to_owned(),
+            format!("external_ids:pod_netns={netns}"),
+        ])
+        .collect()
+    };
+    // One transaction: the shared name held by another VM's port, and vm-b's own port.
+    let mut args = port(&shared, "vm-other", &vm_a.netns);
+    args.extend(port(&b_port, "vm-b", &vm_b.netns));
+    node.ovs
+        .vsctl(&args.iter().map(String::as_str).collect::<Vec<_>>())?;
+    // vm-b's DEL removes its own legacy port (retried until the daemon's replica has the
+    // transaction, as a runtime retries DEL)...
+    wait_until("vm-b's legacy port removed by its DEL", WAIT, || {
+        node.runtime.del(&vm_b, None)?;
+        Ok(!node.pod_ports()?.contains(&b_port))
+    })?;
+    // ...so the daemon knows the other port too: vm-a's DEL leaves it, it is not vm-a's.
+    node.runtime.del(&vm_a, None)?;
+    assert!(
+        node.pod_ports()?.contains(&shared),
+        "another pod's port was removed"
+    );
+    node.ovs.vsctl(&[
+        "set",
+        "interface",
+        &shared,
+        "external_ids:pod_name=vm-a",
+        "external_ids:iface-id=vm-a.default",
+    ])?;
+    wait_until("vm-a's legacy port removed by its DEL", WAIT, || {
+        node.runtime.del(&vm_a, None)?;
+        Ok(!node.pod_ports()?.contains(&shared))
+    })?;
     Ok(())
 }

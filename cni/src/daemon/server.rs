@@ -155,6 +155,7 @@ async fn del(State(node): Shared, Json(request): Json<CniRequest>) -> Response {
     let n = node.clone();
     handle(&node, "del", &request.clone(), async move {
         n.del_nic(&request.container_id, &request.if_name).await?;
+        n.del_legacy_nic(&request).await?;
         Ok(StatusCode::NO_CONTENT.into_response())
     })
     .await
@@ -227,6 +228,35 @@ async fn gc(State(node): Shared, Json(request): Json<GcRequest>) -> Response {
 }
 
 impl Node {
+    /// DEL of a NIC an older daemon (or Kube-OVN) named with the legacy shape
+    /// ([`plan::legacy_host_nic_name`]), on a node upgraded with pods running. That name could
+    /// be shared by another pod's NIC (the collision the new names fix), so the port goes only
+    /// when its `external_ids` say it is this pod's (and this sandbox's, when DEL names the
+    /// network namespace).
+    async fn del_legacy_nic(&self, request: &CniRequest) -> Result<(), DaemonError> {
+        let ifname = if request.if_name.is_empty() {
+            "eth0"
+        } else {
+            &request.if_name
+        };
+        let Some(legacy) = plan::legacy_host_nic_name(&request.container_id, ifname) else {
+            return Ok(());
+        };
+        let Some(iface) = self.ovs.interface(&legacy) else {
+            return Ok(());
+        };
+        let id = |k: &str| iface.external_ids.get(k).map_or("", String::as_str);
+        let ours = !request.pod_name.is_empty()
+            && id("pod_name") == request.pod_name
+            && id("pod_namespace") == request.pod_namespace
+            && (request.net_ns.is_empty() || id("pod_netns") == request.net_ns);
+        if ours {
+            tracing::info!(port = %legacy, "removing the port an older daemon named");
+            self.remove_nic(&legacy).await?;
+        }
+        Ok(())
+    }
+
     /// Kube-OVN: the provider must be `ovn` or some subnet's `spec.provider`.
     fn check_provider(&self, provider: &str) -> Result<(), DaemonError> {
         if provider.is_empty() || provider == "ovn" {
