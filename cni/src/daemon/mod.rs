@@ -37,6 +37,7 @@ pub mod plan;
 pub mod qos;
 pub mod rates;
 pub mod server;
+pub mod veth_name;
 
 use std::sync::Arc;
 use std::time::Duration;
