@@ -36,10 +36,14 @@ impl std::fmt::Display for TaskFailure {
     }
 }
 
+type Probe = Box<dyn Fn() -> Option<String> + Send + Sync>;
+
 #[derive(Default)]
 struct Inner {
     failures: Mutex<Vec<TaskFailure>>,
     tasks: Mutex<JoinSet<()>>,
+    /// Tasks spawned elsewhere (the watch tasks of `Watched`), asked at each check.
+    probes: Mutex<Vec<(String, Probe)>>,
 }
 
 /// Runs named tasks that must not end before shutdown; cheap to clone (one shared state).
@@ -116,13 +120,43 @@ impl Supervisor {
         }
     }
 
-    /// The tasks that stopped, in the order they did.
-    pub fn failures(&self) -> Vec<TaskFailure> {
+    /// Also counts as a task: `stopped` says why a task spawned elsewhere stopped (e.g.
+    /// [`crate::Watched::stopped`]), `None` while it runs.
+    pub fn also_check(
+        &self,
+        name: impl Into<String>,
+        stopped: impl Fn() -> Option<String> + Send + Sync + 'static,
+    ) {
         self.inner
+            .probes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((name.into(), Box::new(stopped)));
+    }
+
+    /// The tasks that stopped: those spawned here in the order they did, then the others.
+    pub fn failures(&self) -> Vec<TaskFailure> {
+        let mut failures = self
+            .inner
             .failures
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+            .clone();
+        for (name, stopped) in self
+            .inner
+            .probes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+        {
+            if let Some(cause) = stopped() {
+                failures.push(TaskFailure {
+                    name: name.clone(),
+                    cause,
+                });
+            }
+        }
+        failures
     }
 
     /// `/livez`: `Err` naming every task that stopped.
@@ -142,7 +176,7 @@ impl Supervisor {
     }
 }
 
-fn panic_message(panic: &(dyn Any + Send)) -> String {
+pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> String {
     if let Some(s) = panic.downcast_ref::<&str>() {
         (*s).to_owned()
     } else if let Some(s) = panic.downcast_ref::<String>() {
@@ -192,6 +226,20 @@ mod tests {
         assert_eq!(
             why,
             "background tasks stopped: task qos panicked: boom at 42; task routes ended"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_task_spawned_elsewhere_counts_once_it_says_it_stopped() {
+        let sup = Supervisor::new();
+        let stopped = Arc::new(Mutex::new(None));
+        let probe = stopped.clone();
+        sup.also_check("pods watch", move || probe.lock().unwrap().clone());
+        assert_eq!(sup.check(), Ok(()));
+        *stopped.lock().unwrap() = Some("panicked: oops".to_owned());
+        assert_eq!(
+            sup.check().unwrap_err(),
+            "background tasks stopped: task pods watch panicked: oops"
         );
     }
 

@@ -198,6 +198,15 @@ pub async fn run(
     // Every long-lived task runs supervised: one that panics or returns is logged with its
     // cause and fails /livez, so kubelet restarts the daemon (support::Supervisor).
     let tasks = kube_ovn_support::Supervisor::new();
+    // The watch tasks feeding the caches: a cache that stops changing is as bad as a dead task.
+    let w = node.pods.clone();
+    tasks.also_check("pods-watch", move || w.stopped());
+    let w = node.subnets.clone();
+    tasks.also_check("subnets-watch", move || w.stopped());
+    let w = node.nodes.clone();
+    tasks.also_check("nodes-watch", move || w.stopped());
+    let w = node.services.clone();
+    tasks.also_check("services-watch", move || w.stopped());
     tasks.spawn("node", node_task(node.clone()));
     tasks.spawn("qos", qos::qos_task(node.clone(), applied_rx, added_rx));
     tasks.spawn("gateway", gateway::gateway_task(node.clone()));

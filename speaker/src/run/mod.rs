@@ -312,6 +312,19 @@ pub async fn run(
     // Every long-lived task runs supervised: one that panics or returns is logged with its
     // cause and fails /livez, so kubelet restarts the speaker (support::Supervisor).
     let tasks = rt.supervisor.clone();
+    // The watch tasks feeding the caches: a cache that stops changing is as bad as a dead task.
+    let w = watched.pods.clone();
+    tasks.also_check("pods-watch", move || w.stopped());
+    let w = watched.subnets.clone();
+    tasks.also_check("subnets-watch", move || w.stopped());
+    let w = watched.services.clone();
+    tasks.also_check("services-watch", move || w.stopped());
+    let w = watched.eips.clone();
+    tasks.also_check("iptables-eips-watch", move || w.stopped());
+    let w = bgp_peers.clone();
+    tasks.also_check("bgppeers-watch", move || w.stopped());
+    let w = nodes.clone();
+    tasks.also_check("node-watch", move || w.stopped());
     let tables_handed = Arc::new(std::sync::atomic::AtomicBool::new(false));
     tasks.spawn(
         "routes",
