@@ -136,13 +136,14 @@ mod tests {
 
     #[tokio::test]
     async fn a_watch_task_that_panics_says_so() {
-        // An API client whose every request panics: the panic happens inside the watch task.
-        let service = tower::service_fn(|_: Request<kube::client::Body>| async {
-            if true {
-                panic!("the API client broke");
-            }
-            Ok::<Response<axum::body::Body>, std::convert::Infallible>(Response::default())
-        });
+        // An API client whose every response panics; kube's client polls the response future
+        // in the caller, so the panic happens inside the watch task.
+        async fn broken(
+            _: Request<kube::client::Body>,
+        ) -> Result<Response<axum::body::Body>, std::convert::Infallible> {
+            panic!("the API client broke")
+        }
+        let service = tower::service_fn(broken);
         let client = kube::Client::new(service, "default");
         let pods: Watched<Pod> = Watched::start(Api::all(client), None, None);
         let cause = tokio::time::timeout(Duration::from_secs(5), async {
