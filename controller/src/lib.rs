@@ -97,6 +97,9 @@ pub async fn run_with_listener(
     let debug = debug_ipam::router(ipam_view.clone(), ready.clone());
     // Started before the endpoints, so that readiness can say why there is no session.
     let nb = Client::start(nb_client_config(&config));
+    // The long-lived tasks outside the run future (the northbound batcher): one that panics
+    // fails /livez. The work in the run future needs none: a panic there ends the process.
+    let supervisor = kube_ovn_support::Supervisor::new();
     let endpoints = {
         let (metrics, ready, nb) = (metrics.clone(), ready.clone(), nb.clone());
         let endpoints = Endpoints::new(
@@ -115,6 +118,7 @@ pub async fn run_with_listener(
                 }
             },
         );
+        let endpoints = endpoints.supervised(&supervisor);
         if config.enable_metrics {
             endpoints
         } else {
@@ -131,7 +135,7 @@ pub async fn run_with_listener(
     let nb = tokio::select! {
         r = nb.wait_ready(config.ovn_timeout) => {
             r.doing("connect to the OVN northbound database")?;
-            Nb::new(nb, metrics.clone())
+            Nb::supervised(nb, metrics.clone(), &supervisor)
         }
         () = &mut shutdown => return Ok(()),
     };

@@ -1,6 +1,7 @@
 //! The HTTP endpoints every daemon serves on its metrics port, with one behaviour for all three:
-//! `/metrics` in OpenMetrics text (or 404 when metrics are disabled), `/healthz` and `/livez`
-//! (the process answers), `/readyz` (200, or 503 with the reason).
+//! `/metrics` in OpenMetrics text (or 404 when metrics are disabled), `/healthz` (the process
+//! answers), `/livez` (the process answers and, with [`Endpoints::supervised`], every background
+//! task still runs: 503 naming the tasks that stopped), `/readyz` (200, or 503 with the reason).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -30,6 +31,7 @@ type Readiness = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 pub struct Endpoints {
     scrape: Option<Scrape>,
     ready: Readiness,
+    live: Option<crate::Supervisor>,
 }
 
 impl Endpoints {
@@ -43,7 +45,15 @@ impl Endpoints {
         Self {
             scrape: Some(Arc::new(move || Box::pin(scrape()))),
             ready: Arc::new(ready),
+            live: None,
         }
+    }
+
+    /// `/livez` answers 503, naming them, once any of `supervisor`'s tasks stopped.
+    #[must_use]
+    pub fn supervised(mut self, supervisor: &crate::Supervisor) -> Self {
+        self.live = Some(supervisor.clone());
+        self
     }
 
     /// `/metrics` answers 404 (`--enable-metrics=false`); health endpoints stay.
@@ -55,7 +65,7 @@ impl Endpoints {
 
     /// The router: `/metrics`, `/healthz`, `/livez`, `/readyz`.
     pub fn router(self) -> axum::Router {
-        let Endpoints { scrape, ready } = self;
+        let Endpoints { scrape, ready, live } = self;
         axum::Router::new()
             .route(
                 "/metrics",
@@ -70,17 +80,18 @@ impl Endpoints {
                 }),
             )
             .route("/healthz", get(|| async { "ok\n" }))
-            .route("/livez", get(|| async { "ok\n" }))
+            .route(
+                "/livez",
+                get(move || {
+                    let result = live.as_ref().map_or(Ok(()), crate::Supervisor::check);
+                    async move { answer(result) }
+                }),
+            )
             .route(
                 "/readyz",
                 get(move || {
                     let ready = ready.clone();
-                    async move {
-                        match ready() {
-                            Ok(()) => (StatusCode::OK, "ok\n".to_owned()),
-                            Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
-                        }
-                    }
+                    async move { answer(ready()) }
                 }),
             )
     }
@@ -99,6 +110,13 @@ impl Endpoints {
     ) -> std::io::Result<()> {
         tracing::info!(addr = %listener.local_addr()?, "metrics and health endpoints");
         axum::serve(listener, self.router().merge(extra)).await
+    }
+}
+
+fn answer(result: Result<(), String>) -> (StatusCode, String) {
+    match result {
+        Ok(()) => (StatusCode::OK, "ok\n".to_owned()),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
     }
 }
 
@@ -179,5 +197,32 @@ mod tests {
         let disabled = endpoints.without_metrics().router();
         assert_eq!(get(&disabled, "/metrics").await.0, StatusCode::NOT_FOUND);
         assert_eq!(get(&disabled, "/healthz").await.0, StatusCode::OK);
+    }
+
+    #[tokio::test]
+    async fn a_panicking_supervised_task_fails_livez_with_its_name() {
+        let supervisor = crate::Supervisor::new();
+        let router = Endpoints::new(|| async { String::new() }, || Ok(()))
+            .supervised(&supervisor)
+            .router();
+        supervisor.spawn("gateway", std::future::pending());
+        assert_eq!(get(&router, "/livez").await.0, StatusCode::OK);
+        supervisor.spawn("node", async { panic!("no ovn0") });
+        let (status, _, body) = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+            loop {
+                let answer = get(&router, "/livez").await;
+                if answer.0 != StatusCode::OK {
+                    return answer;
+                }
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("/livez failed within 5 s of the panic");
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(body, "background tasks stopped: task node panicked: no ovn0\n");
+        // Liveness only: readiness and health keep their own answers.
+        assert_eq!(get(&router, "/readyz").await.0, StatusCode::OK);
+        assert_eq!(get(&router, "/healthz").await.0, StatusCode::OK);
     }
 }

@@ -3,17 +3,19 @@
 //! kubeconfig file or the in-cluster configuration, the stop signal Kubernetes sends, flag errors
 //! and Go-syntax durations ([`parse_duration`]), the metrics and health endpoints
 //! ([`endpoints`]), tasks that die with their owner and per-key locks ([`AbortOnDrop`],
-//! [`KeyLocks`]), and [`Watched`], a cache per kind whose generation counter lets a task wait for
-//! "it changed".
+//! [`KeyLocks`]), background tasks whose end fails `/livez` ([`Supervisor`]), and [`Watched`], a
+//! cache per kind whose generation counter lets a task wait for "it changed".
 
 use std::path::{Path, PathBuf};
 
 mod duration;
 pub mod endpoints;
+mod supervisor;
 mod tasks;
 mod watch;
 
 pub use duration::{DurationError, DurationProblem, parse_duration};
+pub use supervisor::{Supervisor, TaskFailure};
 pub use tasks::{AbortOnDrop, KeyGuard, KeyLocks};
 
 pub use watch::Watched;

@@ -2,10 +2,11 @@
 //! that ticks on every event so ADD can wait for "the pod changed" instead of polling.
 
 use std::fmt::Debug;
-use std::sync::Arc;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, watcher};
@@ -21,6 +22,8 @@ where
     store: Store<K>,
     generation: watch::Receiver<u64>,
     synced: watch::Receiver<bool>,
+    /// Why the watch task stopped, if it did (it should run as long as the process).
+    stopped: Arc<Mutex<Option<String>>>,
 }
 
 impl<K> Watched<K>
@@ -29,8 +32,10 @@ where
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Debug + Unpin,
 {
     /// Starts watching `api` (narrowed by `fields`, a field selector) on the current runtime.
-    /// Every object applied is also sent to `applied`, when given. The task ends with the
-    /// runtime or when the receiver of `applied` is gone.
+    /// Every object applied is also sent to `applied`, when given. The task runs until the
+    /// runtime stops; should it end or panic before, that is logged at error level and
+    /// [`Self::stopped`] says so (a daemon puts it in `/livez` with
+    /// [`crate::Supervisor::also_check`]): the cache would silently stop changing.
     pub fn start(
         api: Api<K>,
         fields: Option<String>,
@@ -44,7 +49,9 @@ where
             config = config.fields(&fields);
         }
         let stream = watcher(api, config).default_backoff().reflect(writer);
-        tokio::spawn(async move {
+        let stopped = Arc::new(Mutex::new(None));
+        let kind = K::kind(&K::DynamicType::default()).into_owned();
+        let task = async move {
             let mut stream = std::pin::pin!(stream);
             while let Some(event) = stream.next().await {
                 match event {
@@ -61,12 +68,30 @@ where
                 }
                 tick.send_modify(|g| *g += 1);
             }
+        };
+        let record = stopped.clone();
+        tokio::spawn(async move {
+            let cause = match AssertUnwindSafe(task).catch_unwind().await {
+                Ok(()) => "ended".to_owned(),
+                Err(panic) => format!("panicked: {}", crate::supervisor::panic_message(panic.as_ref())),
+            };
+            tracing::error!(%kind, %cause, "watch task stopped; the cache no longer changes");
+            *record.lock().unwrap_or_else(PoisonError::into_inner) = Some(cause);
         });
         Self {
             store: reader,
             generation,
             synced,
+            stopped,
         }
+    }
+
+    /// `Some(cause)` once the watch task stopped (`ended`, or `panicked: …`).
+    pub fn stopped(&self) -> Option<String> {
+        self.stopped
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Waits until the first list is in the cache (or `timeout` passes; `false` then).
@@ -97,5 +122,46 @@ where
         let mut rx = self.generation.clone();
         rx.mark_unchanged();
         rx
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use axum::http::{Request, Response};
+    use k8s_openapi::api::core::v1::Pod;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_watch_task_that_panics_says_so() {
+        // An API client whose every response panics; kube's client polls the response future
+        // in the caller, so the panic happens inside the watch task.
+        async fn broken(
+            _: Request<kube::client::Body>,
+        ) -> Result<Response<axum::body::Body>, std::convert::Infallible> {
+            panic!("the API client broke")
+        }
+        let service = tower::service_fn(broken);
+        let client = kube::Client::new(service, "default");
+        let pods: Watched<Pod> = Watched::start(Api::all(client), None, None);
+        let cause = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                if let Some(cause) = pods.stopped() {
+                    return cause;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("the watch task reported its end within 5 s");
+        assert_eq!(cause, "panicked: the API client broke");
+        let supervisor = crate::Supervisor::new();
+        supervisor.also_check("pods-watch", move || pods.stopped());
+        assert_eq!(
+            supervisor.check().unwrap_err(),
+            "background tasks stopped: task pods-watch panicked: the API client broke"
+        );
     }
 }

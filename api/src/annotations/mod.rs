@@ -25,8 +25,8 @@ pub use addr::{CidrPair, IpFamily, IpPair, IpRange, MacAddr};
 pub use lists::{CidrBlocks, ExcludeIpLists, GatewayNode, GatewayNodes, IpPoolAnnotation, NameList};
 pub use pod_network::{PodNetwork, PodNetworkError};
 pub use policy::{
-    BgpPolicy, BgpScope, LossPercent, MAX_BANDWIDTH_MBPS, Mbit, Mbps, Milliseconds, Packets, TrueFlag,
-    htb_burst_bytes, policing_burst_kbit,
+    Bandwidth, BgpPolicy, BgpScope, LossPercent, MAX_BANDWIDTH_MBPS, Mbit, Mbps, Milliseconds, Packets,
+    TrueFlag, htb_burst_bits, htb_max_rate_bps, policing_burst_kbit, policing_rate_kbit,
 };
 pub use provider::{
     PRIMARY_PROVIDER, ProviderKey, ProviderKeyError, attachment_provider, parse_provider_key, provider_key,

@@ -173,30 +173,73 @@ impl AnnotationValue for LossPercent {
     }
 }
 
-/// OVS `ingress_policing_burst` (kbit) for a policing rate of `rate` Mbit/s: the explicit burst,
-/// or 80 % of the rate, with Kube-OVN's integer rounding.
-pub fn policing_burst_kbit(rate: Mbps, burst: Option<Mbit>) -> u64 {
-    let rate_kbit = rate.0 * 1000;
-    if rate_kbit == 0 {
-        return 0;
-    }
-    match burst {
-        Some(b) => b.0 * 1000,
-        None => rate_kbit / 10 * 8 + rate_kbit % 10 * 8 / 10,
+/// A pod NIC's bandwidth annotations, read and validated in one place for the controller (which
+/// refuses the pod before allocating when one is malformed) and the node daemon (which applies
+/// them): `ingress_rate`, `egress_rate` ([`Mbps`]), `ingress_burst`, `egress_burst` ([`Mbit`]),
+/// under `<provider>.kubernetes.io/` (`ovn` for the primary network). Directions are the pod's:
+/// ingress is traffic into the pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Bandwidth {
+    /// `ingress_rate`; `None` or `0`: no limit.
+    pub ingress_rate: Option<Mbps>,
+    /// `egress_rate`; `None` or `0`: no limit.
+    pub egress_rate: Option<Mbps>,
+    /// `ingress_burst`.
+    pub ingress_burst: Option<Mbit>,
+    /// `egress_burst`; `None`: 80 % of the rate.
+    pub egress_burst: Option<Mbit>,
+}
+
+impl Bandwidth {
+    /// Reads the four keys of `provider`; a malformed value is an error naming its key.
+    pub fn read(
+        annotations: Option<&std::collections::BTreeMap<String, String>>,
+        provider: &str,
+    ) -> Result<Self, super::AnnotationError> {
+        let key = |name: &str| {
+            super::provider_key(provider, name).unwrap_or_else(|_| format!("{provider}.kubernetes.io/{name}"))
+        };
+        Ok(Self {
+            ingress_rate: super::get(annotations, &key("ingress_rate"))?,
+            egress_rate: super::get(annotations, &key("egress_rate"))?,
+            ingress_burst: super::get(annotations, &key("ingress_burst"))?,
+            egress_burst: super::get(annotations, &key("egress_burst"))?,
+        })
     }
 }
 
-/// linux-htb `burst` (bytes) for a rate of `rate` Mbit/s: the explicit burst in Mbit converted
-/// to bytes, or a tenth of a second's worth of the rate.
-pub fn htb_burst_bytes(rate: Mbps, burst: Option<Mbit>) -> u64 {
-    let rate_bps = rate.0 * 1_000_000;
-    if rate_bps == 0 {
-        return 0;
+/// OVS `Interface.ingress_policing_rate` (kbit/s) for a pod's `egress_rate`; `None` when it
+/// does not fit an OVSDB integer (never for a parsed [`Mbps`], which is at most
+/// [`MAX_BANDWIDTH_MBPS`]).
+pub fn policing_rate_kbit(rate: Mbps) -> Option<i64> {
+    i64::try_from(rate.0).ok()?.checked_mul(1000)
+}
+
+/// OVS `Interface.ingress_policing_burst` (kbit) for a policing rate of `rate` Mbit/s: the
+/// explicit burst, or 80 % of the rate with Kube-OVN's integer rounding (computed without
+/// overflow at any rate: `rate * 8 / 10` would overflow near the maximum); `0` without a rate.
+/// `None` when a value does not fit an OVSDB integer.
+pub fn policing_burst_kbit(rate: Mbps, burst: Option<Mbit>) -> Option<i64> {
+    let rate_kbit = policing_rate_kbit(rate)?;
+    if rate_kbit == 0 {
+        return Some(0);
     }
     match burst {
-        Some(b) => b.0 * 125_000,
-        None => rate_bps / 10,
+        Some(b) => i64::try_from(b.0).ok()?.checked_mul(1000),
+        None => Some(rate_kbit / 10 * 8 + rate_kbit % 10 * 8 / 10),
     }
+}
+
+/// `Queue.other_config:max-rate` (bit/s) of the linux-htb queue for a pod's `ingress_rate`.
+pub fn htb_max_rate_bps(rate: Mbps) -> Option<i64> {
+    i64::try_from(rate.0).ok()?.checked_mul(1_000_000)
+}
+
+/// `Queue.other_config:burst` for a pod's `ingress_burst`, in bits, the unit OVS reads it in
+/// (`ovs-vswitchd.conf.db(5)`, Queue table, linux-htb). Kube-OVN writes Mbit × 125 000 there,
+/// meaning bytes, which OVS takes for bits: its bursts are an eighth of what was asked.
+pub fn htb_burst_bits(burst: Mbit) -> Option<i64> {
+    i64::try_from(burst.0).ok()?.checked_mul(1_000_000)
 }
 
 #[cfg(test)]
@@ -216,11 +259,57 @@ mod tests {
 
     #[test]
     fn bursts_default_to_eighty_percent() {
-        assert_eq!(policing_burst_kbit(Mbps(100), None), 80_000);
-        assert_eq!(policing_burst_kbit(Mbps(100), Some(Mbit(5))), 5_000);
-        assert_eq!(policing_burst_kbit(Mbps(0), Some(Mbit(5))), 0);
-        assert_eq!(htb_burst_bytes(Mbps(100), None), 10_000_000);
-        assert_eq!(htb_burst_bytes(Mbps(100), Some(Mbit(8))), 1_000_000);
+        assert_eq!(policing_burst_kbit(Mbps(100), None), Some(80_000));
+        assert_eq!(policing_burst_kbit(Mbps(100), Some(Mbit(5))), Some(5_000));
+        assert_eq!(policing_burst_kbit(Mbps(0), Some(Mbit(5))), Some(0));
+        assert_eq!(htb_max_rate_bps(Mbps(100)), Some(100_000_000));
+        assert_eq!(htb_burst_bits(Mbit(8)), Some(8_000_000));
+    }
+
+    #[test]
+    fn the_largest_accepted_rates_and_bursts_fit_without_overflow() {
+        let max: Mbps = parse("k", &MAX_BANDWIDTH_MBPS.to_string()).unwrap();
+        let max_burst: Mbit = parse("k", &MAX_BANDWIDTH_MBPS.to_string()).unwrap();
+        assert_eq!(policing_rate_kbit(max), Some(9_223_372_036_854_000));
+        // 80 % of the largest rate, as Kube-OVN rounds it.
+        assert_eq!(policing_burst_kbit(max, None), Some(7_378_697_629_483_200));
+        assert_eq!(
+            policing_burst_kbit(max, Some(max_burst)),
+            Some(9_223_372_036_854_000)
+        );
+        assert_eq!(htb_max_rate_bps(max), Some(9_223_372_036_854_000_000));
+        assert_eq!(htb_burst_bits(max_burst), Some(9_223_372_036_854_000_000));
+        let over = (MAX_BANDWIDTH_MBPS + 1).to_string();
+        assert!(parse::<Mbps>("k", &over).is_err());
+        // Built by hand past the bound: no panic, no wrap.
+        assert_eq!(htb_max_rate_bps(Mbps(MAX_BANDWIDTH_MBPS + 1)), None);
+        assert_eq!(policing_burst_kbit(Mbps(u64::MAX), None), None);
+        assert_eq!(policing_burst_kbit(Mbps(1), Some(Mbit(u64::MAX))), None);
+    }
+
+    #[test]
+    fn bandwidth_reads_the_providers_keys_and_names_a_bad_one() {
+        let ann: std::collections::BTreeMap<String, String> = [
+            ("ovn.kubernetes.io/ingress_rate", "10"),
+            ("ovn.kubernetes.io/egress_rate", "5"),
+            ("ovn.kubernetes.io/ingress_burst", "2"),
+            ("net1.ns.ovn.kubernetes.io/egress_rate", "2.5"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        assert_eq!(
+            Bandwidth::read(Some(&ann), "ovn").unwrap(),
+            Bandwidth {
+                ingress_rate: Some(Mbps(10)),
+                egress_rate: Some(Mbps(5)),
+                ingress_burst: Some(Mbit(2)),
+                egress_burst: None,
+            }
+        );
+        let err = Bandwidth::read(Some(&ann), "net1.ns.ovn").unwrap_err();
+        assert_eq!(err.key, "net1.ns.ovn.kubernetes.io/egress_rate");
+        assert_eq!(err.value, "2.5");
     }
 
     #[test]

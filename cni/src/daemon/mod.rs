@@ -11,10 +11,15 @@
 //!     ──tick, every --gateway-check-interval, once listed──▶ gateway task ──▶ nft tables
 //!       (NAT, ingress marks), ip rules + table routes, sysctls (gateway.rs, lb_ingress.rs)
 //!   every --ovn0-check-interval ──▶ ovn0 check ──ping join gateway──▶ Node NetworkUnavailable
-//!   shim ──unix socket──▶ CNI server (axum) ──per-pod lock──▶ add_nic / del_nic / check_nic / gc
+//!   shim ──unix socket (0600)──▶ CNI server (axum) ──per-pod lock──▶ add_nic / del_nic / check_nic / gc
 //!   Open_vSwitch DB ◀──▶ Ovs (replica + transactions)      kernel ◀── dataplane (netlink, ethtool)
-//!   /metrics /healthz /readyz ◀── metrics listener
+//!   /metrics /healthz /livez /readyz ◀── metrics listener
 //! ```
+//!
+//! The tasks above run under one `kube_ovn_support::Supervisor`: a task that panics or returns
+//! is logged at error level with its name and cause, and `/livez` answers 503 naming it, so the
+//! liveness probe has kubelet restart the daemon instead of it running on without, say, its
+//! QoS task.
 
 pub mod config;
 pub mod error;
@@ -32,6 +37,7 @@ pub mod plan;
 pub mod qos;
 pub mod rates;
 pub mod server;
+pub mod veth_name;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -173,19 +179,10 @@ pub async fn run(
         })?;
     }
 
-    if let Some(parent) = flags.bind_socket.parent() {
-        std::fs::create_dir_all(parent).map_err(|source| StartError::Io {
-            what: format!("create {}", parent.display()),
-            source,
-        })?;
-    }
-    // A socket file left by a previous run would make bind fail.
-    let _ = std::fs::remove_file(&flags.bind_socket);
-    let cni_listener =
-        tokio::net::UnixListener::bind(&flags.bind_socket).map_err(|source| StartError::Io {
-            what: format!("bind --bind-socket {}", flags.bind_socket.display()),
-            source,
-        })?;
+    let cni_listener = server::bind_socket(&flags.bind_socket).map_err(|source| StartError::Io {
+        what: format!("bind --bind-socket {}", flags.bind_socket.display()),
+        source,
+    })?;
     let metrics_listener = tokio::net::TcpListener::bind((flags.metrics_address, flags.pprof_port))
         .await
         .map_err(|source| StartError::Io {
@@ -193,19 +190,30 @@ pub async fn run(
             source,
         })?;
 
-    let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn(node::node_task(node.clone()));
-    tasks.spawn(qos::qos_task(node.clone(), applied_rx, added_rx));
-    tasks.spawn(gateway::gateway_task(node.clone()));
-    tasks.spawn(health::ovn0_check_task(node.clone()));
+    // Every long-lived task runs supervised: one that panics or returns is logged with its
+    // cause and fails /livez, so kubelet restarts the daemon (support::Supervisor).
+    let tasks = kube_ovn_support::Supervisor::new();
+    // The watch tasks feeding the caches: a cache that stops changing is as bad as a dead task.
+    let w = node.pods.clone();
+    tasks.also_check("pods-watch", move || w.stopped());
+    let w = node.subnets.clone();
+    tasks.also_check("subnets-watch", move || w.stopped());
+    let w = node.nodes.clone();
+    tasks.also_check("nodes-watch", move || w.stopped());
+    let w = node.services.clone();
+    tasks.also_check("services-watch", move || w.stopped());
+    tasks.spawn("node", node::node_task(node.clone()));
+    tasks.spawn("qos", qos::qos_task(node.clone(), applied_rx, added_rx));
+    tasks.spawn("gateway", gateway::gateway_task(node.clone()));
+    tasks.spawn("ovn0-check", health::ovn0_check_task(node.clone()));
     let cni = server::cni_router(node.clone());
-    tasks.spawn(async move {
+    tasks.spawn("cni-server", async move {
         if let Err(e) = axum::serve(cni_listener, cni).await {
             tracing::error!(error = %e, "CNI server stopped");
         }
     });
-    let metrics = server::metrics_endpoints(node.clone());
-    tasks.spawn(async move {
+    let metrics = server::metrics_endpoints(node.clone()).supervised(&tasks);
+    tasks.spawn("metrics-server", async move {
         if let Err(e) = metrics.serve(metrics_listener).await {
             tracing::error!(error = %e, "metrics server stopped");
         }

@@ -239,8 +239,8 @@ impl Ovs {
             ("name", Value::from(spec.name)),
             ("interfaces", Value::named_uuid("iface")),
         ]);
-        if let Some(rate) = spec.qos.htb_max_rate_bps {
-            ops.extend(htb_ops(rate, spec.external_ids));
+        if let Some(queue) = spec.qos.queue_config() {
+            ops.extend(htb_ops(&queue, spec.external_ids));
             port.insert("qos".into(), Value::named_uuid("qos"));
         }
         ops.push(Operation::insert_named(Port::NAME, port, "port"));
@@ -352,14 +352,15 @@ impl Ovs {
                 ]),
             ),
         ];
-        match (qos.htb_max_rate_bps, queue) {
-            (Some(rate), Some(queue)) => ops.push(Operation::update(
+        match (qos.queue_config(), queue) {
+            // The whole other_config: a burst no longer asked for goes with it.
+            (Some(config), Some(queue)) => ops.push(Operation::update(
                 "Queue",
                 vec![Condition::uuid(queue)],
-                row([("other_config", Value::map([("max-rate", rate.to_string())]))]),
+                row([("other_config", map(&config))]),
             )),
-            (Some(rate), None) => {
-                ops.extend(htb_ops(rate, &iface.external_ids));
+            (Some(config), None) => {
+                ops.extend(htb_ops(&config, &iface.external_ids));
                 ops.push(Operation::update(
                     Port::NAME,
                     vec![Condition::uuid(port.uuid())],
@@ -469,16 +470,21 @@ impl Ovs {
         self.client.read(|c| {
             let iface = c.by_name::<Interface>(name).ok().flatten()?;
             let port = c.by_name::<Port>(name).ok().flatten()?;
-            let max_rate = port
+            let queue = port
                 .qos
                 .and_then(|q| c.get::<Qos>(&q).ok().flatten())
                 .and_then(|q| q.queues.values().next().copied())
-                .and_then(|q| c.get::<kube_ovn_ovsdb::tables::vswitch::Queue>(&q).ok().flatten())
-                .and_then(|q| q.other_config.get("max-rate").and_then(|r| r.parse().ok()));
+                .and_then(|q| c.get::<kube_ovn_ovsdb::tables::vswitch::Queue>(&q).ok().flatten());
+            let config = |key: &str| {
+                queue
+                    .as_ref()
+                    .and_then(|q| q.other_config.get(key).and_then(|r| r.parse().ok()))
+            };
             Some(QosPlan {
                 policing_rate_kbps: iface.ingress_policing_rate,
                 policing_burst_kb: iface.ingress_policing_burst,
-                htb_max_rate_bps: max_rate,
+                htb_max_rate_bps: config("max-rate"),
+                htb_burst_bits: config("burst"),
             })
         })
     }
@@ -524,7 +530,8 @@ fn delete_rows_ops(qos_rows: &[Uuid]) -> Vec<Operation> {
 
 /// A `linux-htb` QoS with one queue capped at `rate` bit/s, tagged with the pod, as Kube-OVN
 /// does for a pod's `ingress_rate`.
-fn htb_ops(rate: i64, external_ids: &BTreeMap<String, String>) -> Vec<Operation> {
+fn htb_ops(queue: &BTreeMap<String, String>, external_ids: &BTreeMap<String, String>) -> Vec<Operation> {
+    let rate = queue.get("max-rate").cloned().unwrap_or_default();
     let tags: BTreeMap<String, String> = external_ids
         .iter()
         .filter(|(k, _)| matches!(k.as_str(), "iface-id" | "pod_name" | "pod_namespace"))
@@ -533,17 +540,14 @@ fn htb_ops(rate: i64, external_ids: &BTreeMap<String, String>) -> Vec<Operation>
     vec![
         Operation::insert_named(
             "Queue",
-            row([
-                ("other_config", Value::map([("max-rate", rate.to_string())])),
-                ("external_ids", map(&tags)),
-            ]),
+            row([("other_config", map(queue)), ("external_ids", map(&tags))]),
             "queue",
         ),
         Operation::insert_named(
             "QoS",
             row([
                 ("type", Value::from("linux-htb")),
-                ("other_config", Value::map([("max-rate", rate.to_string())])),
+                ("other_config", Value::map([("max-rate", rate)])),
                 (
                     "queues",
                     Value::Map([(Atom::from(0i64), Atom::named("queue"))].into_iter().collect()),

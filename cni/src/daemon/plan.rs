@@ -1,6 +1,6 @@
 //! What one pod NIC should look like, computed from the pod's annotations, the request and the
-//! subnet, with no I/O: names, addresses, routes, MTU, the OVS interface's `external_ids`, and
-//! QoS. The rest of the daemon applies a [`NicPlan`]; tests check it by input → output.
+//! subnet, with no I/O: names (`veth_name`), addresses, routes, MTU, the OVS interface's
+//! `external_ids`, and QoS (`rates`). The rest of the daemon applies a [`NicPlan`]; tests check it by input → output.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -13,32 +13,7 @@ use kube_ovn_api::names;
 use kube_ovn_api::wire::{CniRequest, CniResponse, IpConfig, Route as WireRoute};
 
 pub use super::rates::{QosPlan, qos_plan};
-
-/// Linux interface names hold at most 15 bytes (IFNAMSIZ - 1).
-const IFNAME_MAX: usize = 15;
-
-/// Host and container names of a pod's veth, as Kube-OVN derives them from the container ID:
-/// `<id[:12]>_h` for `eth0`, `<id[:12-len(if)]>_<if>_h` for other interfaces, so a second
-/// NIC of the same pod gets its own pair.
-pub fn host_nic_name(container_id: &str, ifname: &str) -> String {
-    let id: String = container_id.chars().filter(char::is_ascii_alphanumeric).collect();
-    if ifname == "eth0" {
-        return format!("{}_h", take(&id, 12));
-    }
-    let keep = 12usize.saturating_sub(ifname.len());
-    let name = format!("{}_{}_h", take(&id, keep), ifname);
-    if name.len() <= IFNAME_MAX {
-        name
-    } else {
-        // An interface name too long to fit: keep the ID's part, cut the interface's.
-        let room = IFNAME_MAX.saturating_sub(keep + 3);
-        format!("{}_{}_h", take(&id, keep), take(ifname, room))
-    }
-}
-
-fn take(text: &str, n: usize) -> &str {
-    &text[..text.len().min(n)]
-}
+pub use super::veth_name::{IfnameError, check_ifname, host_nic_name, legacy_host_nic_name};
 
 /// Where ADD stands with the controller's annotations.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -346,19 +321,6 @@ mod tests {
             Readiness::Ready(plan) => *plan,
             Readiness::Waiting(w) => panic!("waiting for {w:?}"),
         }
-    }
-
-    #[test]
-    fn host_nic_names_follow_kube_ovn_and_fit_ifnamsiz() {
-        assert_eq!(host_nic_name("0123456789abcdef", "eth0"), "0123456789ab_h");
-        assert_eq!(host_nic_name("0123456789abcdef", "net1"), "01234567_net1_h");
-        assert_eq!(host_nic_name("abc", "eth0"), "abc_h");
-        let long = host_nic_name("0123456789abcdef", "averyveryverylongname");
-        assert!(long.len() <= IFNAME_MAX, "{long}");
-        assert_ne!(
-            host_nic_name("0123456789abcdef", "net1"),
-            host_nic_name("0123456789abcdef", "net2")
-        );
     }
 
     #[test]

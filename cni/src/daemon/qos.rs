@@ -5,13 +5,18 @@
 //! pod from the cache and the port from the replica and fixes what differs. A failed update
 //! (OVSDB refused or lost the transaction) is retried with a doubling delay capped at
 //! [`RETRY_MAX`], until it applies or a newer event supersedes it; a malformed annotation is not
-//! retried, since only a new annotation can fix it.
+//! retried, since only a new annotation can fix it: the port keeps its rates, and the pod gets a
+//! Warning event (`QoSAnnotationInvalid`, naming the key and value; once per message) — the
+//! annotations are the pod author's, and a value the controller's reader refuses (`2.5`) is
+//! refused here too.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
+use kube::Resource;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -87,6 +92,15 @@ pub async fn qos_task(
     mut added: mpsc::UnboundedReceiver<String>,
 ) {
     let mut pending = Pending::default();
+    let recorder = Recorder::new(
+        node.kube.clone(),
+        Reporter {
+            controller: "kube-ovn-cni".into(),
+            instance: Some(node.config.flags.node_name.clone()),
+        },
+    );
+    // The refusal last published per pod, so a pod is told once per message, not per event.
+    let mut reported: HashMap<String, String> = HashMap::new();
     let (mut events_open, mut adds_open) = (true, true);
     while events_open || adds_open || pending.next().is_some() {
         let wake = pending.next();
@@ -102,9 +116,21 @@ pub async fn qos_task(
             () = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {
                 for (key, attempt) in pending.take_due(Instant::now()) {
                     let span = tracing::info_span!("qos", pod = %key);
-                    if let Err(e) = node.sync_pod_qos(&key).instrument(span.clone()).await {
-                        let delay = pending.failed(key, Instant::now(), attempt);
-                        span.in_scope(|| tracing::warn!(error = %e, attempt, retry_in = ?delay, "QoS update failed; will retry"));
+                    match node.sync_pod_qos(&key).instrument(span.clone()).await {
+                        Ok(refused) if refused.is_empty() => {
+                            reported.remove(&key);
+                        }
+                        Ok(refused) => {
+                            let message = refused.join("; ");
+                            if reported.get(&key) != Some(&message) {
+                                warn_pod(&node, &recorder, &key, &message).await;
+                                reported.insert(key, message);
+                            }
+                        }
+                        Err(e) => {
+                            let delay = pending.failed(key, Instant::now(), attempt);
+                            span.in_scope(|| tracing::warn!(error = %e, attempt, retry_in = ?delay, "QoS update failed; will retry"));
+                        }
                     }
                 }
             }
@@ -112,15 +138,42 @@ pub async fn qos_task(
     }
 }
 
+/// A Warning event on pod `key` saying which QoS annotation was refused and that its port keeps
+/// the rates it has.
+async fn warn_pod(node: &Node, recorder: &Recorder, key: &str, message: &str) {
+    let Some((namespace, name)) = key.split_once('/') else {
+        return;
+    };
+    let Some(pod) = node.pods.get(name, Some(namespace)) else {
+        return;
+    };
+    let event = Event {
+        type_: EventType::Warning,
+        reason: "QoSAnnotationInvalid".into(),
+        note: Some(format!(
+            "node {}: {message}; the port keeps its current rates until the annotation is fixed",
+            node.config.flags.node_name
+        )),
+        action: "ApplyQoS".into(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&event, &pod.object_ref(&())).await {
+        tracing::debug!(pod = %key, error = %e, "cannot publish event");
+    }
+}
+
 impl Node {
     /// Brings every port of pod `key` (`namespace/name`) to the rates its annotations ask for.
-    /// A pod no longer cached has nothing to do (DEL removes its ports).
-    pub async fn sync_pod_qos(&self, key: &str) -> Result<(), DaemonError> {
+    /// A pod no longer cached has nothing to do (DEL removes its ports). Returns the refusals:
+    /// per port whose annotations are malformed, the port and the error (key and value); such a
+    /// port keeps its rates.
+    pub async fn sync_pod_qos(&self, key: &str) -> Result<Vec<String>, DaemonError> {
+        let mut refused = Vec::new();
         let Some((namespace, name)) = key.split_once('/') else {
-            return Ok(());
+            return Ok(refused);
         };
         let Some(pod) = self.pods.get(name, Some(namespace)) else {
-            return Ok(());
+            return Ok(refused);
         };
         for iface in self.ovs.pod_interfaces() {
             let ids = &iface.external_ids;
@@ -133,7 +186,8 @@ impl Node {
             let wanted = match plan::qos_plan(pod.metadata.annotations.as_ref(), provider) {
                 Ok(q) => q,
                 Err(e) => {
-                    tracing::warn!(port = %iface.name, error = %e, "QoS annotation ignored until it changes");
+                    tracing::warn!(port = %iface.name, error = %e, "QoS annotation refused until it changes");
+                    refused.push(format!("port {}: {e}", iface.name));
                     continue;
                 }
             };
@@ -142,7 +196,7 @@ impl Node {
                 tracing::info!(port = %iface.name, ?wanted, "QoS updated");
             }
         }
-        Ok(())
+        Ok(refused)
     }
 }
 

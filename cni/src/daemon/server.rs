@@ -1,6 +1,10 @@
 //! The CNI server on the daemon's unix socket (Kube-OVN's `/api/v1/add` and `/api/v1/del`, our
 //! `/api/v1/check`, `/api/v1/status`, `/api/v1/gc`), and the metrics and health listener.
 //! Each request runs in a span naming the pod, serialized per pod.
+//!
+//! The socket is created with mode 0600 whatever the daemon's umask ([`bind_socket`]): only
+//! root (kubelet's runtime running the shim) may ask for ADD and DEL, which create and delete
+//! ports on the node.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -22,6 +26,38 @@ use super::plan::{self, PlanInputs, Readiness, WaitingFor};
 use crate::shim::{CHECK_PATH, GC_PATH, GcRequest, STATUS_PATH};
 
 type Shared = State<Arc<Node>>;
+
+/// The CNI socket's mode: owner (root) only.
+pub const SOCKET_MODE: u32 = 0o600;
+
+/// Binds and listens on the CNI socket at `path` with mode [`SOCKET_MODE`], replacing a socket
+/// a previous run left, with no moment at which another user could connect.
+///
+/// A socket's file gets the socket inode's mode less the umask, and a `chmod` after `bind`
+/// would leave a window before it (changing the umask would race with the process's other
+/// threads). So the mode is set on the socket itself (`fchmod` on its descriptor) before
+/// `bind`: Linux creates the file with it (`unix_bind` uses the socket inode's mode, which
+/// starts as 0777), and the umask can only take bits away from 0600.
+pub fn bind_socket(path: &std::path::Path) -> std::io::Result<tokio::net::UnixListener> {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::PermissionsExt;
+
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
+    }
+    // A socket file left by a previous run would make bind fail.
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let socket = tokio::net::UnixSocket::new_stream()?;
+    // `File::set_permissions` is `fchmod` on the descriptor; the File holds a duplicate of
+    // the socket's, so dropping it closes only the duplicate.
+    std::fs::File::from(socket.as_fd().try_clone_to_owned()?)
+        .set_permissions(std::fs::Permissions::from_mode(SOCKET_MODE))?;
+    socket.bind(path)?;
+    socket.listen(1024)
+}
 
 /// The CNI routes.
 pub fn cni_router(node: Arc<Node>) -> Router {
@@ -104,6 +140,9 @@ async fn add(State(node): Shared, Json(request): Json<CniRequest>) -> Response {
                 return Err(DaemonError::BadRequest(format!("ADD request has no {field}")));
             }
         }
+        // Before anything is made: a name Linux refuses, or that is not ASCII, fails here with
+        // the request's fault (400, CNI error 7), not halfway through.
+        plan::check_ifname(&request.if_name).map_err(|e| DaemonError::BadRequest(e.to_string()))?;
         n.check_provider(&request.provider)?;
         let plan = n.add_pod_nic(&request).await?;
         n.recheck_qos(format!("{}/{}", request.pod_namespace, request.pod_name));
@@ -116,6 +155,7 @@ async fn del(State(node): Shared, Json(request): Json<CniRequest>) -> Response {
     let n = node.clone();
     handle(&node, "del", &request.clone(), async move {
         n.del_nic(&request.container_id, &request.if_name).await?;
+        n.del_legacy_nic(&request).await?;
         Ok(StatusCode::NO_CONTENT.into_response())
     })
     .await
@@ -157,14 +197,15 @@ async fn gc(State(node): Shared, Json(request): Json<GcRequest>) -> Response {
     } else {
         request.provider.clone()
     };
+    // A live sandbox keeps its port under today's name and under the name an older daemon gave
+    // it (a node upgraded with pods running).
     let keep: BTreeSet<String> = request
         .valid_attachments
         .iter()
-        .map(|a| {
-            plan::host_nic_name(
-                &a.container_id,
-                if a.ifname.is_empty() { "eth0" } else { &a.ifname },
-            )
+        .flat_map(|a| {
+            let ifname = if a.ifname.is_empty() { "eth0" } else { &a.ifname };
+            std::iter::once(plan::host_nic_name(&a.container_id, ifname))
+                .chain(plan::legacy_host_nic_name(&a.container_id, ifname))
         })
         .collect();
     let response = match node
@@ -187,6 +228,35 @@ async fn gc(State(node): Shared, Json(request): Json<GcRequest>) -> Response {
 }
 
 impl Node {
+    /// DEL of a NIC an older daemon (or Kube-OVN) named with the legacy shape
+    /// ([`plan::legacy_host_nic_name`]), on a node upgraded with pods running. That name could
+    /// be shared by another pod's NIC (the collision the new names fix), so the port goes only
+    /// when its `external_ids` say it is this pod's (and this sandbox's, when DEL names the
+    /// network namespace).
+    async fn del_legacy_nic(&self, request: &CniRequest) -> Result<(), DaemonError> {
+        let ifname = if request.if_name.is_empty() {
+            "eth0"
+        } else {
+            &request.if_name
+        };
+        let Some(legacy) = plan::legacy_host_nic_name(&request.container_id, ifname) else {
+            return Ok(());
+        };
+        let Some(iface) = self.ovs.interface(&legacy) else {
+            return Ok(());
+        };
+        let id = |k: &str| iface.external_ids.get(k).map_or("", String::as_str);
+        let ours = !request.pod_name.is_empty()
+            && id("pod_name") == request.pod_name
+            && id("pod_namespace") == request.pod_namespace
+            && (request.net_ns.is_empty() || id("pod_netns") == request.net_ns);
+        if ours {
+            tracing::info!(port = %legacy, "removing the port an older daemon named");
+            self.remove_nic(&legacy).await?;
+        }
+        Ok(())
+    }
+
     /// Kube-OVN: the provider must be `ovn` or some subnet's `spec.provider`.
     fn check_provider(&self, provider: &str) -> Result<(), DaemonError> {
         if provider.is_empty() || provider == "ovn" {
@@ -365,5 +435,30 @@ impl Node {
             pod: format!("{}/{}", request.pod_namespace, request.pod_name),
             what,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn the_socket_is_0600_under_umask_000_and_replaces_a_stale_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run/kube-ovn-daemon.sock");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, "left by a previous run").unwrap();
+        let old = nix::sys::stat::umask(nix::sys::stat::Mode::empty());
+        let bound = bind_socket(&path);
+        nix::sys::stat::umask(old);
+        let listener = bound.unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o7777, 0o600, "mode {mode:o}");
+        // It listens, under its own name (what `ss -x` and /proc/net/unix show).
+        let _client = tokio::net::UnixStream::connect(&path).await.unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        assert_eq!(server.local_addr().unwrap().as_pathname(), Some(path.as_path()));
     }
 }

@@ -49,6 +49,8 @@ struct Job {
 pub struct Nb {
     client: Client,
     jobs: mpsc::UnboundedSender<Job>,
+    /// The supervised batcher, aborted with the last clone.
+    _batcher: Option<std::sync::Arc<kube_ovn_support::AbortOnDrop<()>>>,
 }
 
 impl Nb {
@@ -56,7 +58,24 @@ impl Nb {
     pub fn new(client: Client, metrics: Metrics) -> Self {
         let (jobs, rx) = mpsc::unbounded_channel();
         tokio::spawn(batcher(client.clone(), metrics, rx));
-        Self { client, jobs }
+        Self {
+            client,
+            jobs,
+            _batcher: None,
+        }
+    }
+
+    /// [`Self::new`], the batcher running under `supervisor`: were it to panic, every later
+    /// write would fail with `Closed` while the controller looked alive; instead `/livez` fails
+    /// naming it, and kubelet restarts the controller.
+    pub fn supervised(client: Client, metrics: Metrics, supervisor: &kube_ovn_support::Supervisor) -> Self {
+        let (jobs, rx) = mpsc::unbounded_channel();
+        let task = supervisor.spawn_owned("nb-batcher", batcher(client.clone(), metrics, rx));
+        Self {
+            client,
+            jobs,
+            _batcher: Some(std::sync::Arc::new(task)),
+        }
     }
 
     pub fn client(&self) -> &Client {

@@ -13,7 +13,8 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube_ovn_api::annotations::{
-    AnnotationError, IpFamily, IpPair, IpPoolAnnotation, MacAddr, Mbit, Mbps, Problem, Routes, get, keys,
+    AnnotationError, Bandwidth, IpFamily, IpPair, IpPoolAnnotation, MacAddr, PRIMARY_PROVIDER, Problem,
+    Routes, get, keys,
 };
 use kube_ovn_api::crd::IPPool;
 
@@ -30,12 +31,8 @@ pub fn validate(pod: &Pod) -> Result<(), AnnotationError> {
     let ips = get::<IpPair>(ann, keys::IP_ADDRESS)?;
     get::<MacAddr>(ann, keys::MAC_ADDRESS)?;
     let pool = get::<IpPoolAnnotation>(ann, keys::IP_POOL)?;
-    for key in [keys::INGRESS_RATE, keys::EGRESS_RATE] {
-        get::<Mbps>(ann, key)?;
-    }
-    for key in [keys::INGRESS_BURST, keys::EGRESS_BURST] {
-        get::<Mbit>(ann, key)?;
-    }
+    // The node daemon reads the rates with the same reader before applying them.
+    Bandwidth::read(ann, PRIMARY_PROVIDER)?;
     if let Some(family) = get::<IpFamily>(ann, keys::IP_FAMILY)? {
         // A static address of the other family cannot be what the pod asks for.
         let mut statics: Vec<IpAddr> = ips.iter().flat_map(IpPair::addrs).collect();

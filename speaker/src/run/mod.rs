@@ -110,6 +110,8 @@ pub struct Runtime {
     pub restarting: bool,
     /// Prometheus metrics.
     pub metrics: Metrics,
+    /// Runs the long-lived tasks; one that stops fails `/livez`.
+    pub supervisor: kube_ovn_support::Supervisor,
 }
 
 /// A running peer as the run loop keeps it.
@@ -179,19 +181,19 @@ impl PeerSet {
                     peer: address,
                     source,
                 })?;
-            tasks.push(AbortOnDrop::spawn(tasks::bfd(
-                handle.clone(),
-                address,
-                session.subscribe(),
-            )));
+            tasks.push(rt.supervisor.spawn_owned(
+                format!("bfd-follower {address}"),
+                tasks::bfd(handle.clone(), address, session.subscribe()),
+            ));
             bfd = Some(session);
         }
         if let Some(name) = crd_name {
             let status = handle.watch_status();
             let (kube, node) = (rt.kube.clone(), rt.config.flags.node_name.clone());
-            tasks.push(AbortOnDrop::spawn(crd_peers::status_task(
-                kube, name, node, status,
-            )));
+            tasks.push(rt.supervisor.spawn_owned(
+                format!("bgppeer-status {name}"),
+                crd_peers::status_task(kube, name.clone(), node, status),
+            ));
         }
         tracing::info!(peer = %address, source = %plan.source, "peer added");
         let peer = Arc::new(RunningPeer {
@@ -281,6 +283,7 @@ pub async fn run(
         netlink: netlink.clone(),
         restarting,
         metrics: Metrics::new(),
+        supervisor: kube_ovn_support::Supervisor::new(),
     });
     let peers = Arc::new(PeerSet::default());
     for plan in plans {
@@ -311,23 +314,55 @@ pub async fn run(
             source,
         })?;
 
-    let mut tasks = tokio::task::JoinSet::new();
+    // Every long-lived task runs supervised: one that panics or returns is logged with its
+    // cause and fails /livez, so kubelet restarts the speaker (support::Supervisor).
+    let tasks = rt.supervisor.clone();
+    // The watch tasks feeding the caches: a cache that stops changing is as bad as a dead task.
+    let w = watched.pods.clone();
+    tasks.also_check("pods-watch", move || w.stopped());
+    let w = watched.subnets.clone();
+    tasks.also_check("subnets-watch", move || w.stopped());
+    let w = watched.services.clone();
+    tasks.also_check("services-watch", move || w.stopped());
+    let w = watched.eips.clone();
+    tasks.also_check("iptables-eips-watch", move || w.stopped());
+    let w = watched.ips.clone();
+    tasks.also_check("ips-watch", move || w.stopped());
+    let w = bgp_peers.clone();
+    tasks.also_check("bgppeers-watch", move || w.stopped());
+    let w = nodes.clone();
+    tasks.also_check("node-watch", move || w.stopped());
     let tables_handed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    tasks.spawn(tasks::routes(
-        config.clone(),
-        kube.clone(),
-        peers.clone(),
-        watched,
-        tables_handed.clone(),
-    ));
-    tasks.spawn(nexthop::task(config.clone(), peers.clone(), netlink.clone()));
-    tasks.spawn(crd_peers::task(rt.clone(), peers.clone(), bgp_peers, nodes));
-    tasks.spawn(state::heartbeat(flags.state_dir.clone()));
-    for side in side_tasks {
-        tasks.spawn(side);
+    tasks.spawn(
+        "routes",
+        tasks::routes(
+            config.clone(),
+            kube.clone(),
+            peers.clone(),
+            watched,
+            tables_handed.clone(),
+        ),
+    );
+    tasks.spawn(
+        "nexthop",
+        nexthop::task(config.clone(), peers.clone(), netlink.clone()),
+    );
+    tasks.spawn(
+        "bgppeers",
+        crd_peers::task(rt.clone(), peers.clone(), bgp_peers, nodes),
+    );
+    let state_dir = flags.state_dir.clone();
+    tasks.spawn("heartbeat", async move {
+        state::heartbeat(state_dir).await;
+        // It returns only without a state dir (logged there): the speaker runs on without
+        // graceful restart's memory, so that end is not a failure of the process.
+        std::future::pending::<()>().await;
+    });
+    for (i, side) in side_tasks.into_iter().enumerate() {
+        tasks.spawn(format!("side-{i}"), side);
     }
-    let endpoints = tasks::metrics_endpoints(rt.clone(), peers.clone(), tables_handed);
-    tasks.spawn(async move {
+    let endpoints = tasks::metrics_endpoints(rt.clone(), peers.clone(), tables_handed).supervised(&tasks);
+    tasks.spawn("metrics-server", async move {
         if let Err(e) = endpoints.serve(metrics_listener).await {
             tracing::error!(error = %e, "metrics server stopped");
         }
