@@ -355,9 +355,9 @@ pub async fn measure(t: &Topology, client: &kube::Client, timeout: Duration) -> 
         " via 172.30.0.",
     )
     .await?;
-    // A Service's outside address enters OVN through each node's ovn0, on the node daemon's
-    // route (it follows the Service on its own schedule); before it, the node sends the packet
-    // back to the ToR.
+    // A Service's outside address enters OVN through each node's ovn0 on the Service's ports:
+    // the node daemon marks them in its nft table and routes marked packets into ovn0 (it follows
+    // the Service on its own schedule); before it, the node sends the packet back to the ToR.
     let service_ips: Vec<(String, IpAddr)> = t
         .nodes
         .iter()
@@ -368,11 +368,21 @@ pub async fn measure(t: &Topology, client: &kube::Client, timeout: Duration) -> 
                 .filter_map(|s| Some((n.netns.clone(), s.outside_ip?)))
         })
         .collect();
-    wait_for_routes(
-        "every node to route every Service's outside address into ovn0",
+    wait_for(
+        "every node to send every Service's outside address into ovn0 (its ports marked, marked packets routed)",
         timeout,
-        service_ips,
-        " dev ovn0",
+        Duration::from_millis(100),
+        || {
+            let service_ips = service_ips.clone();
+            async move {
+                let missing: Vec<String> = service_ips
+                    .iter()
+                    .filter(|(ns, ip)| !ingress_ready(ns, *ip))
+                    .map(|(ns, ip)| format!("{ip}'s ports into ovn0 in {ns}"))
+                    .collect();
+                nothing_missing(&missing)
+            }
+        },
     )
     .await?;
     let outside_ns = Path::new("/run/netns").join(t.outside_netns());
@@ -399,6 +409,22 @@ pub async fn measure(t: &Topology, client: &kube::Client, timeout: Duration) -> 
         policies: policies.len(),
         outcomes,
     })
+}
+
+/// Whether the node in `ns` marks `ip`'s Service ports (its nft table's ingress chain names the
+/// address) and routes marked packets into `ovn0`.
+fn ingress_ready(ns: &str, ip: IpAddr) -> bool {
+    let family = if ip.is_ipv4() { "ip" } else { "ip6" };
+    let marks = kube_ovn_lab::cluster::net::exec(
+        ns,
+        "nft",
+        &["list", "chain", family, "kube-ovn", "OVN-LB-INGRESS"],
+    )
+    .is_ok_and(|chain| chain.contains(&format!("daddr {ip} ")));
+    let mark = format!("{:#x}", kube_ovn_gateway::ingress::LB_INGRESS_MARK);
+    marks
+        && kube_ovn_lab::cluster::net::ip(ns, &["route", "get", &ip.to_string(), "mark", &mark])
+            .is_ok_and(|r| r.contains(" dev ovn0"))
 }
 
 /// Waits until `ip route get <address>` in each (namespace, address) pair answers with `shows`.
