@@ -77,16 +77,18 @@ fn json(lab: &Lab, args: &[&str]) -> Result<Value> {
     Ok(serde_json::from_str(&lab.ok(&all)?)?)
 }
 
-/// The messages of the Warning events about `kind ns/name`.
+/// The notes of the Warning events about `kind ns/name`. Our components publish
+/// `events.k8s.io/v1` Events (`regarding`, `note`); a real API server also serves them as
+/// `kubectl get events`, the lab's emulator only under their own group.
 fn warnings(lab: &Lab, ns: &str, kind: &str, name: &str) -> Result<Vec<String>> {
-    let events = json(lab, &["-n", ns, "get", "events"])?;
+    let events = json(lab, &["-n", ns, "get", "events.events.k8s.io"])?;
     Ok(events["items"]
         .as_array()
         .into_iter()
         .flatten()
         .filter(|e| e["type"] == "Warning")
-        .filter(|e| e["involvedObject"]["kind"] == kind && e["involvedObject"]["name"] == name)
-        .filter_map(|e| e["message"].as_str().map(str::to_owned))
+        .filter(|e| e["regarding"]["kind"] == kind && e["regarding"]["name"] == name)
+        .filter_map(|e| e["note"].as_str().map(str::to_owned))
         .collect())
 }
 

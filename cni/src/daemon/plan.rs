@@ -7,7 +7,7 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 use kube_ovn_api::annotations::{
-    AnnotationError, CidrPair, IpPair, MacAddr, Routes, get, is_true, provider_key,
+    AnnotationError, MacAddr, PodNetwork, PodNetworkError, Routes, pod_network, provider_key,
 };
 use kube_ovn_api::names;
 use kube_ovn_api::wire::{CniRequest, CniResponse, IpConfig, Route as WireRoute};
@@ -108,10 +108,19 @@ pub fn readiness(
     let key = |name: &str| {
         provider_key(provider, name).unwrap_or_else(|_| format!("{provider}.kubernetes.io/{name}"))
     };
-    let ips: Option<IpPair> = get(annotations, &key("ip_address"))?;
-    if !is_true(annotations, &key("allocated")) || ips.is_none() {
+    // The controller's handshake, through the one typed reader (api's `pod_network`).
+    let unreadable = |e: PodNetworkError| match e {
+        PodNetworkError::Annotation(e) => e,
+        PodNetworkError::Provider(e) => AnnotationError {
+            key: key("ip_address"),
+            value: provider.to_owned(),
+            problem: kube_ovn_api::annotations::Problem::BadName(e.to_string()),
+            expected: "a provider `ovn`, `<nad>.<ns>.ovn` or `<nad>.<ns>`",
+        },
+    };
+    let Some(network) = PodNetwork::read(annotations, provider).map_err(unreadable)? else {
         return Ok(Readiness::Waiting(WaitingFor::Address));
-    }
+    };
     let default_route_key = key("default_route");
     let default_route = match annotations.and_then(|a| a.get(&default_route_key)) {
         Some(v) => v == "true",
@@ -119,18 +128,19 @@ pub fn readiness(
     };
     // Kube-OVN waits for `routed` only on the NIC that carries the default route of an OVN
     // provider: that is the one whose traffic needs the controller's policies in place.
-    if default_route && provider_is_ovn(provider) && !is_true(annotations, &key("routed")) {
+    if default_route && provider_is_ovn(provider) && !pod_network::routed(annotations, provider) {
         return Ok(Readiness::Waiting(WaitingFor::Route));
     }
-    let ips = ips.unwrap_or_default();
-    let cidrs: CidrPair = get(annotations, &key("cidr"))?.unwrap_or_default();
-    let mac: MacAddr = get(annotations, &key("mac_address"))?.ok_or_else(|| missing(&key("mac_address")))?;
-    let gateways: IpPair = get(annotations, &key("gateway"))?.unwrap_or_default();
-    let logical_switch = annotations
-        .and_then(|a| a.get(&key("logical_switch")))
-        .cloned()
-        .unwrap_or_default();
-    let annotated_routes: Routes = get(annotations, &key("routes"))?.unwrap_or_default();
+    let PodNetwork {
+        addresses: ips,
+        mac,
+        cidr: cidrs,
+        gateway: gateways,
+        logical_switch,
+        ..
+    } = network;
+    let annotated_routes: Routes =
+        pod_network::requested_routes(annotations, provider).map_err(unreadable)?;
 
     let mut addresses = Vec::new();
     for ip in ips.addrs() {
@@ -240,15 +250,6 @@ fn default_of(addr: IpAddr) -> IpNet {
     match addr {
         IpAddr::V4(_) => "0.0.0.0/0".parse().expect("literal"),
         IpAddr::V6(_) => "::/0".parse().expect("literal"),
-    }
-}
-
-fn missing(key: &str) -> AnnotationError {
-    AnnotationError {
-        key: key.to_owned(),
-        value: String::new(),
-        problem: kube_ovn_api::annotations::Problem::Empty,
-        expected: "a MAC address written by the controller with ip_address",
     }
 }
 

@@ -410,14 +410,9 @@ fn leave_others(plan: &mut Plan, cache: &DbCache, port: kube_ovn_ovsdb::Uuid, su
 /// one patch when both are due (a daemon then sees the address and `routed` together), else in
 /// order, so a daemon never sees `routed` without an address. `false` when the pod no longer
 /// exists.
-async fn annotate(
-    ctx: &Context,
-    pod: &Pod,
-    want: &BTreeMap<&'static str, String>,
-    routed: bool,
-) -> Result<bool> {
+async fn annotate(ctx: &Context, pod: &Pod, want: &BTreeMap<String, String>, routed: bool) -> Result<bool> {
     let have = pod.metadata.annotations.as_ref();
-    let addressed = want.iter().all(|(k, v)| have.and_then(|h| h.get(*k)) == Some(v));
+    let addressed = want.iter().all(|(k, v)| have.and_then(|h| h.get(k)) == Some(v));
     let route = routed && !is_true(have, keys::ROUTED);
     if addressed && !route {
         return Ok(true);
@@ -425,7 +420,7 @@ async fn annotate(
     let mut patch = if addressed {
         serde_json::Map::new()
     } else {
-        want.iter().map(|(k, v)| ((*k).to_owned(), json!(v))).collect()
+        want.iter().map(|(k, v)| (k.clone(), json!(v))).collect()
     };
     if route {
         patch.insert(keys::ROUTED.to_owned(), json!("true"));

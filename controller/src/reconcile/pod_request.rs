@@ -13,8 +13,8 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube_ovn_api::annotations::{
-    AnnotationError, Bandwidth, IpFamily, IpPair, IpPoolAnnotation, MacAddr, PRIMARY_PROVIDER, Problem,
-    Routes, get, keys,
+    AnnotationError, Bandwidth, CidrPair, IpFamily, IpPair, IpPoolAnnotation, MacAddr, PRIMARY_PROVIDER,
+    PodNetwork, Problem, Routes, get, keys,
 };
 use kube_ovn_api::crd::IPPool;
 
@@ -260,40 +260,53 @@ pub fn allocate(ctx: &Context, pod: &Pod, subnet: &str, key: &str) -> Result<All
     ))
 }
 
-/// The handshake annotations for an allocation (everything but `routed`).
+/// The handshake annotations for an allocation (everything but `routed`), through the one typed
+/// writer the daemon, the speaker and Kube-OVN's CNI read back ([`PodNetwork`]): the subnet's CIDR
+/// and gateway of each family the pod has an address in, v4 first.
 pub fn handshake(
     subnet: &str,
     vpc: &str,
     cidrs: &[ipnet::IpNet],
     gateways: &[IpAddr],
     alloc: &Allocation,
-) -> BTreeMap<&'static str, String> {
-    let join = |v: Vec<String>| v.join(",");
-    let ips = join(alloc.addrs().map(|a| a.to_string()).collect());
-    // The CIDR and gateway of each family the pod has, v4 first (Kube-OVN's dual-stack form).
-    let cidr = join(
-        cidrs
-            .iter()
-            .filter(|c| alloc.addrs().any(|a| c.contains(&a)))
-            .map(ToString::to_string)
-            .collect(),
-    );
-    let gateway = join(
-        gateways
-            .iter()
-            .filter(|g| alloc.addrs().any(|a| a.is_ipv4() == g.is_ipv4()))
-            .map(ToString::to_string)
-            .collect(),
-    );
-    BTreeMap::from([
-        (keys::IP_ADDRESS, ips),
-        (keys::MAC_ADDRESS, alloc.mac.to_string()),
-        (keys::CIDR, cidr),
-        (keys::GATEWAY, gateway),
-        (keys::LOGICAL_SWITCH, subnet.to_owned()),
-        (keys::LOGICAL_ROUTER, vpc.to_owned()),
-        (keys::ALLOCATED, "true".to_owned()),
-    ])
+) -> BTreeMap<String, String> {
+    let cidr_of = |addr: Option<IpAddr>| addr.and_then(|a| cidrs.iter().find(|c| c.contains(&a)).copied());
+    let gateway_of = |addr: Option<IpAddr>| {
+        addr.and_then(|a| gateways.iter().find(|g| g.is_ipv4() == a.is_ipv4()).copied())
+    };
+    let (v4, v6) = (alloc.v4.map(IpAddr::V4), alloc.v6.map(IpAddr::V6));
+    let network = PodNetwork {
+        addresses: IpPair {
+            v4: alloc.v4,
+            v6: alloc.v6,
+        },
+        mac: alloc.mac,
+        cidr: CidrPair {
+            v4: match cidr_of(v4) {
+                Some(ipnet::IpNet::V4(n)) => Some(n),
+                _ => None,
+            },
+            v6: match cidr_of(v6) {
+                Some(ipnet::IpNet::V6(n)) => Some(n),
+                _ => None,
+            },
+        },
+        gateway: IpPair {
+            v4: match gateway_of(v4) {
+                Some(IpAddr::V4(g)) => Some(g),
+                _ => None,
+            },
+            v6: match gateway_of(v6) {
+                Some(IpAddr::V6(g)) => Some(g),
+                _ => None,
+            },
+        },
+        logical_switch: subnet.to_owned(),
+        logical_router: Some(vpc.to_owned()),
+    };
+    network
+        .to_annotations(PRIMARY_PROVIDER)
+        .expect("the primary provider forms every key")
 }
 
 #[cfg(test)]
@@ -335,5 +348,32 @@ mod tests {
         // A dual-stack subnet, but the pod asks for IPv4 only.
         let narrowed = pod(json!({keys::ROUTES: r#"[{"dst":"fd00:1::/64"}]"#, keys::IP_FAMILY: "ipv4"}));
         assert!(validate_routes(&narrowed, "s", &dual).is_err());
+    }
+
+    #[test]
+    fn the_handshake_is_kube_ovns_and_reads_back_through_the_typed_reader() {
+        let alloc = Allocation {
+            v4: Some("10.16.0.5".parse().unwrap()),
+            v6: None,
+            mac: MacAddr([0, 0, 0, 0x0a, 0x10, 0x05]),
+            pool: String::new(),
+        };
+        let cidrs = [
+            "10.16.0.0/16".parse().unwrap(),
+            "fd00:10:16::/64".parse().unwrap(),
+        ];
+        let gateways = ["10.16.0.1".parse().unwrap(), "fd00:10:16::1".parse().unwrap()];
+        let want = handshake("ovn-default", "ovn-cluster", &cidrs, &gateways, &alloc);
+        // Only the families the pod has an address in.
+        assert_eq!(want[keys::IP_ADDRESS], "10.16.0.5");
+        assert_eq!(want[keys::CIDR], "10.16.0.0/16");
+        assert_eq!(want[keys::GATEWAY], "10.16.0.1");
+        assert_eq!(want[keys::MAC_ADDRESS], "00:00:00:0a:10:05");
+        assert_eq!(want[keys::LOGICAL_SWITCH], "ovn-default");
+        assert_eq!(want[keys::LOGICAL_ROUTER], "ovn-cluster");
+        assert_eq!(want[keys::ALLOCATED], "true");
+        let read = PodNetwork::read(Some(&want), PRIMARY_PROVIDER).unwrap().unwrap();
+        assert_eq!(read.addresses.v4, alloc.v4);
+        assert_eq!(read.mac, alloc.mac);
     }
 }
