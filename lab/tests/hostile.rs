@@ -18,6 +18,7 @@
 )]
 mod common;
 
+use std::fmt::Write as _;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
@@ -53,10 +54,11 @@ spec:
 ";
 
 fn pod(ns: &str, name: &str, annotations: &[(&str, &str)]) -> String {
-    let annotations: String = annotations
-        .iter()
-        .map(|(k, v)| format!("    {k}: {v:?}\n"))
-        .collect();
+    let mut listed = String::new();
+    for (k, v) in annotations {
+        writeln!(listed, "    {k}: {v:?}").expect("writing to a String");
+    }
+    let annotations = listed;
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: {ns}\n  labels: {{app: {name}}}\n  annotations:\n{annotations}\
          spec:\n  containers:\n  - name: netexec\n    image: kube-ovn-lab/netexec\n    ports: [{{containerPort: 8080}}]\n"

@@ -85,3 +85,53 @@ pub struct IpSpec {
     pub extra: ExtraFields,
 }
 spec_absent_is_default!(IpSpec);
+
+impl IpSpec {
+    /// The addresses the record gives: `v4IpAddress` and `v6IpAddress`, else the combined
+    /// `ipAddress` (`v4,v6`), as the controller writes all three. Unparsable entries are left out:
+    /// a record proves only what it says plainly.
+    pub fn addresses(&self) -> std::collections::BTreeSet<std::net::IpAddr> {
+        let parse = |v: &Option<String>| {
+            v.as_deref()
+                .unwrap_or_default()
+                .split(',')
+                .filter_map(|a| a.trim().parse().ok())
+                .collect::<Vec<std::net::IpAddr>>()
+        };
+        let mut out: std::collections::BTreeSet<_> = parse(&self.v4_ip_address)
+            .into_iter()
+            .chain(parse(&self.v6_ip_address))
+            .collect();
+        if out.is_empty() {
+            out.extend(parse(&self.ip_address));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_come_from_the_family_fields_else_the_combined_one() {
+        let spec = IpSpec {
+            v4_ip_address: Some("10.16.0.5".into()),
+            v6_ip_address: Some("fd00::5".into()),
+            ip_address: Some("10.16.0.9,fd00::9".into()),
+            ..IpSpec::default()
+        };
+        let got: Vec<String> = spec.addresses().iter().map(ToString::to_string).collect();
+        assert_eq!(got, ["10.16.0.5", "fd00::5"]);
+        let combined = IpSpec {
+            ip_address: Some("10.16.0.9,fd00::9".into()),
+            ..IpSpec::default()
+        };
+        assert_eq!(combined.addresses().len(), 2);
+        let garbage = IpSpec {
+            v4_ip_address: Some("10.16.0.300".into()),
+            ..IpSpec::default()
+        };
+        assert!(garbage.addresses().is_empty());
+    }
+}

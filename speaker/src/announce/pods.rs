@@ -57,12 +57,7 @@ impl<'a> Records<'a> {
             ) else {
                 continue;
             };
-            let addrs: Vec<IpAddr> = [&spec.v4_ip_address, &spec.v6_ip_address, &spec.ip_address]
-                .into_iter()
-                .flatten()
-                .flat_map(|v| v.split(','))
-                .filter_map(|a| a.trim().parse().ok())
-                .collect();
+            let addrs: Vec<IpAddr> = spec.addresses().into_iter().collect();
             by_pod.entry((ns, pod)).or_default().push((subnet, addrs));
         }
         Records { by_pod }

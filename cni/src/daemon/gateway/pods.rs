@@ -45,22 +45,7 @@ impl std::fmt::Display for Forged {
 
 /// The addresses an IP CR records (`v4IpAddress`, `v6IpAddress`, else the combined `ipAddress`).
 fn recorded(ip: &Ip) -> BTreeSet<IpAddr> {
-    let spec = &ip.spec;
-    let mut out: BTreeSet<IpAddr> = [&spec.v4_ip_address, &spec.v6_ip_address]
-        .into_iter()
-        .flatten()
-        .filter_map(|a| a.trim().parse().ok())
-        .collect();
-    if out.is_empty() {
-        out.extend(
-            spec.ip_address
-                .as_deref()
-                .unwrap_or_default()
-                .split(',')
-                .filter_map(|a| a.trim().parse::<IpAddr>().ok()),
-        );
-    }
-    out
+    ip.spec.addresses()
 }
 
 /// The egress view of `pods` (this node's), from their IP CRs in `ips`; `node_addresses` maps
