@@ -5,38 +5,23 @@
 
 use std::path::Path;
 
-/// Spawning that bypasses the supervisor. `spawn_blocking` (a bounded piece of blocking work
-/// that is awaited) is not a background task.
-const UNSUPERVISED: [&str; 4] = ["tokio::spawn(", "task::spawn(", "JoinSet", "AbortOnDrop::spawn("];
-
-fn production_code(source: &str) -> &str {
-    source.split("#[cfg(test)]").next().unwrap_or(source)
-}
+use kube_ovn_testkit::audit_spawns;
 
 #[test]
 fn every_spawn_of_the_daemon_goes_through_the_supervisor() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/daemon");
-    let mut offenders = Vec::new();
-    let mut supervised = 0;
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_none_or(|e| e != "rs") {
-            continue;
-        }
-        let source = std::fs::read_to_string(&path).unwrap();
-        let code = production_code(&source);
-        supervised += code.matches("tasks.spawn(\"").count();
-        for (n, line) in code.lines().enumerate() {
-            if UNSUPERVISED.iter().any(|p| line.contains(p)) && !line.trim_start().starts_with("//") {
-                offenders.push(format!("{}:{}: {}", path.display(), n + 1, line.trim()));
-            }
-        }
-    }
+    let audit = audit_spawns(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src/daemon"),
+        &["tasks.spawn(\""],
+    );
     assert!(
-        offenders.is_empty(),
+        audit.unsupervised.is_empty(),
         "unsupervised spawns:\n{}",
-        offenders.join("\n")
+        audit.unsupervised.join("\n")
     );
     // node, qos, gateway, ovn0-check, cni-server, metrics-server.
-    assert!(supervised >= 6, "only {supervised} supervised spawns found");
+    assert!(
+        audit.supervised >= 6,
+        "only {} supervised spawns found",
+        audit.supervised
+    );
 }

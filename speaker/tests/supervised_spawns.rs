@@ -7,32 +7,23 @@
 
 use std::path::Path;
 
-const UNSUPERVISED: [&str; 4] = ["tokio::spawn(", "task::spawn(", "JoinSet", "AbortOnDrop::spawn("];
+use kube_ovn_testkit::audit_spawns;
 
 #[test]
 fn every_spawn_of_the_run_loop_goes_through_the_supervisor() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/run");
-    let mut offenders = Vec::new();
-    let mut supervised = 0;
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_none_or(|e| e != "rs") {
-            continue;
-        }
-        let source = std::fs::read_to_string(&path).unwrap();
-        let code = source.split("#[cfg(test)]").next().unwrap_or(&source);
-        supervised += code.matches("tasks.spawn(").count() + code.matches("supervisor.spawn_owned(").count();
-        for (n, line) in code.lines().enumerate() {
-            if UNSUPERVISED.iter().any(|p| line.contains(p)) && !line.trim_start().starts_with("//") {
-                offenders.push(format!("{}:{}: {}", path.display(), n + 1, line.trim()));
-            }
-        }
-    }
+    let audit = audit_spawns(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src/run"),
+        &["tasks.spawn(", "supervisor.spawn_owned("],
+    );
     assert!(
-        offenders.is_empty(),
+        audit.unsupervised.is_empty(),
         "unsupervised spawns:\n{}",
-        offenders.join("\n")
+        audit.unsupervised.join("\n")
     );
     // routes, nexthop, bgppeers, heartbeat, metrics-server, and the two per-peer helpers.
-    assert!(supervised >= 7, "only {supervised} supervised spawns found");
+    assert!(
+        audit.supervised >= 7,
+        "only {} supervised spawns found",
+        audit.supervised
+    );
 }

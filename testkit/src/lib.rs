@@ -13,6 +13,7 @@ mod netns;
 mod ovn;
 mod ovs_node;
 mod ovsdb;
+mod spawns;
 mod wait;
 
 pub use daemon::Daemon;
@@ -20,6 +21,7 @@ pub use netns::{Netns, ping_from, tcp_transfer, wait_ping_from};
 pub use ovn::{OvnCentral, Trace};
 pub use ovs_node::OvsNode;
 pub use ovsdb::{NB_SCHEMA, OvsdbServer, RaftCluster, SB_SCHEMA, VSWITCH_SCHEMA};
+pub use spawns::{SpawnAudit, audit_spawns};
 pub use wait::{wait_until, wait_until_async};
 
 /// Runs a program and returns its stdout; a non-zero exit is an error with stderr in it.
