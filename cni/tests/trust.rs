@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use common::egress::{FAST_GATEWAY, OUTSIDE_IP, OUTSIDE_IP2, Outside, serve};
-use common::{Cluster, WAIT};
+use common::{Cluster, Options, WAIT};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::events::v1::Event;
@@ -91,11 +91,19 @@ async fn wait_event(cluster: &Cluster, reason: &str, name: &str, words: &[&str])
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_allowed_external_ip_reaches_the_service_on_its_ports_only_and_others_addresses_are_refused()
 -> Result<()> {
-    let mut flags = FAST_GATEWAY.to_vec();
     // The underlay is allowed too, so that only the guard stands between a tenant and the
-    // node's, the ToR's and the API server's addresses there.
-    flags.push("--service-external-ip-cidrs=198.51.100.0/24,172.30.0.0/24");
-    let cluster = Cluster::start(2, &flags).await?;
+    // node's, the ToR's and the API server's addresses there. The controller must allow the
+    // address as well, or it makes no VIP of it.
+    let allowed = "--service-external-ip-cidrs=198.51.100.0/24,172.30.0.0/24";
+    let mut daemon_flags: Vec<String> = FAST_GATEWAY.iter().map(|f| (*f).to_owned()).collect();
+    daemon_flags.push(allowed.to_owned());
+    let cluster = Cluster::start_with(Options {
+        nodes: 2,
+        daemon_flags,
+        controller_flags: vec![allowed.to_owned()],
+        ..Options::default()
+    })
+    .await?;
     let outside = Outside::attach(&cluster)?;
     let node0 = cluster.nodes[0].ovs.netns();
     let node1_ip = cluster.nodes[1].internal_ip;

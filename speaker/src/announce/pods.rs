@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::Resource;
-use kube_ovn_api::annotations::{BgpPolicy, BgpScope, IpPair, get, keys};
+use kube_ovn_api::annotations::{BgpPolicy, BgpScope, IpPair, get, keys, pod_network, provider_key};
 use kube_ovn_api::crd::Ip;
 
 use super::refusal::{Reason, Refusal, annotation_field, host_problem};
@@ -109,10 +109,11 @@ pub(super) fn add(
             }
         };
         let on_this_node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(scope.node_name);
-        for (key, _) in annotations.into_iter().flatten() {
-            let Some(provider) = key.strip_suffix(".kubernetes.io/ip_address") else {
+        for provider in pod_network::providers(annotations) {
+            let Ok(key) = provider_key(provider, keys::IP_ADDRESS) else {
                 continue;
             };
+            let key = &key;
             let ips = match get::<IpPair>(annotations, key) {
                 Ok(Some(ips)) => ips,
                 Ok(None) => continue,
@@ -126,10 +127,7 @@ pub(super) fn add(
             };
             // The subnet the pod's annotation claims: only to decide whether an address no
             // record gives would have been announced (and so is refused aloud).
-            let claimed = annotations
-                .and_then(|a| a.get(&format!("{provider}.kubernetes.io/logical_switch")))
-                .map(String::as_str)
-                .unwrap_or_default();
+            let claimed = pod_network::requested_subnet(annotations, provider).unwrap_or_default();
             for ip in ips.addrs() {
                 let record = records.find(namespace, name, ip);
                 let subnet = record.unwrap_or(claimed);
