@@ -216,10 +216,17 @@ pub async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action> {
             external_ip_cidrs: &ctx.config.service_external_ip_cidrs,
             vip_range: &vip_range,
         };
+        let vpc_admits = |vpc: &str, ns: &str| {
+            ranges
+                .vpc_namespaces
+                .get(vpc)
+                .is_some_and(|l| l.iter().any(|n| n == ns))
+        };
         let rules = Rules {
             owners: &owners,
             admission: &admission,
             default_vpc: &ctx.config.cluster_router,
+            vpc_admits: &vpc_admits,
         };
         plan_service(&svc, &slice_refs, |p| pods.get(p).map(AsRef::as_ref), &rules)
     };

@@ -156,6 +156,9 @@ pub struct Rules<'a> {
     /// Where a Service whose endpoints name no pod goes, unless its `vpc` annotation says
     /// otherwise.
     pub default_vpc: &'a str,
+    /// Whether custom VPC `vpc` admits namespace `ns` (lists it in `spec.namespaces`): the `vpc`
+    /// annotation is tenant-writable, and names another tenant's VPC only to be refused.
+    pub vpc_admits: &'a dyn Fn(&str, &str) -> bool,
 }
 
 /// The VIPs of `svc` given its slices and a pod lookup (`pod(name)` in the Service's namespace).
@@ -185,15 +188,23 @@ pub fn plan_service<'a>(
         .filter_map(|p| p.annotations().get(keys::LOGICAL_ROUTER).map(String::as_str))
         .filter(|v| !v.is_empty())
         .collect();
+    // The annotation is the tenant's word (the controller also writes it, with the VPC the pods
+    // gave): a VPC that does not admit the Service's namespace is refused, as a pod would be.
+    let annotated = match svc.annotations().get(keys::VPC).filter(|v| !v.is_empty()) {
+        Some(v) if v == default_vpc || (rules.vpc_admits)(v, &ns) => Some(v.clone()),
+        Some(v) => {
+            out.problems.push(format!(
+                "{id}: metadata.annotations[\"{}\"]: VPC {v} does not admit namespace {ns}; using {default_vpc}",
+                keys::VPC
+            ));
+            None
+        }
+        None => None,
+    };
     out.vpc = from_pods
         .first()
         .map(|v| (*v).to_owned())
-        .or_else(|| {
-            svc.annotations()
-                .get(keys::VPC)
-                .filter(|v| !v.is_empty())
-                .cloned()
-        })
+        .or(annotated)
         .unwrap_or_else(|| default_vpc.to_owned());
     if from_pods.len() > 1 {
         out.problems.push(format!(

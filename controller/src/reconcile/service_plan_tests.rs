@@ -23,6 +23,7 @@ fn plan_in<'a>(
         owners: &owners,
         admission: &admission,
         default_vpc: "ovn-cluster",
+        vpc_admits: &|vpc: &str, _: &str| vpc == vip_vpc,
     };
     plan_service(svc, slices, pod, &rules)
 }
@@ -258,6 +259,7 @@ fn refused_addresses_are_cleared_when_nobody_owns_them_and_left_alone_when_someo
         owners: &owners,
         admission: &admission,
         default_vpc: "ovn-cluster",
+        vpc_admits: &|_: &str, _: &str| false,
     };
     let e = slice(
         json!({"metadata": {"name": "web-a", "namespace": "ns"}, "addressType": "IPv4",
@@ -272,4 +274,34 @@ fn refused_addresses_are_cleared_when_nobody_owns_them_and_left_alone_when_someo
     );
     assert_eq!(got.refused.len(), 2, "{:?}", got.refused);
     assert!(got.refused[1].contains("spec.externalIPs[1]: 10.96.0.99 is the ClusterIP of service ns2/other"));
+}
+
+#[test]
+fn a_vpc_annotation_naming_a_vpc_that_does_not_admit_the_namespace_is_refused() {
+    // A selectorless Service asking, through the tenant-writable annotation, for another
+    // tenant's VPC: its VIPs stay in the default VPC and the refusal names the annotation.
+    let s = svc(json!({"metadata": {"name": "web", "namespace": "ns",
+        "annotations": {"ovn.kubernetes.io/vpc": "vpc-of-others"}},
+        "spec": {"clusterIP": "10.96.0.10", "clusterIPs": ["10.96.0.10"], "ports": [{"port": 80}]}}));
+    let got = plan_in(&s, &[], |_| None, "vpc-bound");
+    assert_eq!(got.vpc, "ovn-cluster");
+    assert!(
+        got.problems
+            .iter()
+            .any(|p| p.contains(r#"metadata.annotations["ovn.kubernetes.io/vpc"]"#)
+                && p.contains("vpc-of-others")),
+        "{:?}",
+        got.problems
+    );
+    // The same annotation naming a VPC that binds the namespace is honoured.
+    let mut bound = s.clone();
+    bound
+        .metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert("ovn.kubernetes.io/vpc".into(), "vpc-bound".into());
+    let got = plan_in(&bound, &[], |_| None, "vpc-bound");
+    assert_eq!(got.vpc, "vpc-bound");
+    assert!(got.problems.is_empty(), "{:?}", got.problems);
 }
