@@ -377,27 +377,45 @@ async fn a_restarted_daemon_never_takes_its_routes_away() -> Result<()> {
     .with_context(|| cluster.nodes[0].daemon.log_tail(30))?;
 
     // Poll from another thread while the daemon is killed, started again, lists and applies.
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let stop = Arc::new(AtomicBool::new(false));
+    let polled = Arc::new(AtomicUsize::new(0));
     let watcher = {
-        let stop = stop.clone();
+        let (stop, polled) = (stop.clone(), polled.clone());
         std::thread::spawn(move || -> Result<usize> {
-            let mut polls = 0;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            while !stop.load(Ordering::Relaxed) {
                 let missing = present()?;
                 ensure!(missing.is_empty(), "during the restart, missing: {missing:?}");
-                polls += 1;
+                polled.fetch_add(1, Ordering::Relaxed);
+                // A poll's pace, not a wait for anything: the poller looks as often as it can.
                 std::thread::sleep(Duration::from_millis(20));
             }
-            Ok(polls)
+            Ok(polled.load(Ordering::Relaxed))
         })
     };
     let node = &mut cluster.nodes[0];
+    let applied = "egress NAT tables applied";
+    let applied_before = node.daemon.log().matches(applied).count();
     node.restart_daemon()?;
-    // The restarted daemon has done its first passes once it serves metrics and a few gateway
-    // intervals (1 s) have gone by; the poller keeps looking all that time.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // The restarted daemon's first passes: its gateway task applies its tables once its caches
+    // have listed (the node task waits for the same caches); then the poller looks 50 more times
+    // (over a second, a gateway interval) while both tasks go on.
+    wait_until_async("the restarted daemon's first egress apply", WAIT, || {
+        let count = node.daemon.log().matches(applied).count();
+        async move { Ok(count > applied_before) }
+    })
+    .await
+    .with_context(|| node.daemon.log_tail(30))?;
+    let seen = polled.load(Ordering::Relaxed);
+    wait_until_async("50 more polls after the first apply", WAIT, || {
+        // A poller that found something missing has ended: join it below for its error.
+        let done = polled.load(Ordering::Relaxed) >= seen + 50 || watcher.is_finished();
+        async move { Ok(done) }
+    })
+    .await?;
     node.daemon.check_alive()?;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
     let polls = watcher
         .join()
         .map_err(|_| anyhow::anyhow!("the poller panicked"))?
