@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use common::egress::{
-    FAST_GATEWAY, OUTSIDE_IP, OUTSIDE_IP2, Outside, outside_sees, seen_from, serve, wait_outside_sees,
+    FAST_GATEWAY, OUTSIDE_IP, OUTSIDE_IP2, Outside, outside_sees, seen_from, serve, veth_pair,
+    wait_outside_sees,
 };
 use common::{Cluster, underlay_ip};
 use kube::Api;
@@ -107,23 +108,7 @@ async fn external_egress_gateway_routes_through_a_router_on_the_pods_node_or_the
     let router = Netns::create("rtr")?;
     let node0 = cluster.nodes[0].ovs.netns();
     let veth = format!("r{}", std::process::id());
-    run(
-        "ip",
-        &[
-            "link",
-            "add",
-            &veth,
-            "netns",
-            node0.name(),
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "eth0",
-            "netns",
-            router.name(),
-        ],
-    )?;
+    veth_pair(node0.name(), &veth, router.name())?;
     node0.ip(&["addr", "add", "172.31.0.1/24", "dev", &veth])?;
     node0.ip(&["link", "set", &veth, "up"])?;
     // Replies come back through node 0's kernel into ovn0, read by the userspace datapath.

@@ -8,10 +8,12 @@
 mod common;
 
 use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
-use common::egress::{FAST_GATEWAY, OUTSIDE_IP, OUTSIDE_IP2, Outside, serve};
+use common::egress::{FAST_GATEWAY, OUTSIDE_IP, OUTSIDE_IP2, Outside, serve, veth_pair};
 use common::{Cluster, Options, WAIT};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -113,23 +115,7 @@ async fn an_allowed_external_ip_reaches_the_service_on_its_ports_only_and_others
     let external = Ipv4Addr::new(198, 51, 100, 7);
     let far = Netns::create("far")?;
     let veth = format!("f{}", std::process::id());
-    run(
-        "ip",
-        &[
-            "link",
-            "add",
-            &veth,
-            "netns",
-            node0.name(),
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "eth0",
-            "netns",
-            far.name(),
-        ],
-    )?;
+    veth_pair(node0.name(), &veth, far.name())?;
     node0.ip(&["addr", "add", "192.0.2.1/30", "dev", &veth])?;
     node0.ip(&["link", "set", &veth, "up"])?;
     far.ip(&["addr", "add", "192.0.2.2/30", "dev", "eth0"])?;
@@ -377,8 +363,6 @@ async fn a_restarted_daemon_never_takes_its_routes_away() -> Result<()> {
     .with_context(|| cluster.nodes[0].daemon.log_tail(30))?;
 
     // Poll from another thread while the daemon is killed, started again, lists and applies.
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     let stop = Arc::new(AtomicBool::new(false));
     let polled = Arc::new(AtomicUsize::new(0));
     let watcher = {

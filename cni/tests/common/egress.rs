@@ -41,6 +41,18 @@ fn dp(ns: &Netns) -> Result<kube_ovn_dataplane::Netns> {
     Ok(kube_ovn_dataplane::Netns::open(ns.path())?)
 }
 
+/// A veth pair born in two namespaces at once: `host_end` in `host_ns`, `eth0` in `other_ns`.
+pub fn veth_pair(host_ns: &str, host_end: &str, other_ns: &str) -> Result<()> {
+    run(
+        "ip",
+        &[
+            "link", "add", host_end, "netns", host_ns, "type", "veth", "peer", "name", "eth0", "netns",
+            other_ns,
+        ],
+    )?;
+    Ok(())
+}
+
 /// Serves netexec on `0.0.0.0:port` inside `ns` from this runtime.
 pub fn serve(ns: &Netns, port: u16, name: &str) -> Result<tokio::task::JoinHandle<()>> {
     let listener = ns.run(|| netexec::bind_tcp(SocketAddr::from((Ipv4Addr::UNSPECIFIED, port))))??;
@@ -58,23 +70,7 @@ impl Outside {
         let netns = Netns::create("out")?;
         let node = &cluster.nodes[0].ovs;
         let veth = format!("o{}x{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
-        run(
-            "ip",
-            &[
-                "link",
-                "add",
-                &veth,
-                "netns",
-                node.name(),
-                "type",
-                "veth",
-                "peer",
-                "name",
-                "eth0",
-                "netns",
-                netns.name(),
-            ],
-        )?;
+        veth_pair(node.name(), &veth, netns.name())?;
         // ovs-vswitchd's userspace datapath reads the port with AF_PACKET: checksums must be
         // complete on both ends (dataplane.md §5.6).
         node.netns().exec(&["ethtool", "-K", &veth, "tx", "off"])?;
