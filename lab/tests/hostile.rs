@@ -119,6 +119,16 @@ fn annotation(lab: &Lab, ns: &str, pod: &str, key: &str) -> Result<Option<String
     Ok(p["metadata"]["annotations"][key].as_str().map(str::to_owned))
 }
 
+/// Waits for the controller to give `ns/pod` an address; the address.
+fn await_address(lab: &Lab, ns: &str, pod: &str) -> Result<String> {
+    let mut ip = String::new();
+    wait_until(&format!("{ns}/{pod} to get an address"), WAIT, || {
+        ip = annotation(lab, ns, pod, "ovn.kubernetes.io/ip_address")?.unwrap_or_default();
+        Ok(!ip.is_empty())
+    })?;
+    Ok(ip)
+}
+
 fn tor_routes(lab: &Lab) -> Result<String> {
     lab.ok(&["tor", "--", "birdc", "show", "route"])
 }
@@ -228,12 +238,7 @@ fn a_hostile_tenant_reaches_nothing_it_should_not() -> Result<()> {
         "honest.yaml",
         &pod("attacker", "honest", &[("ovn.kubernetes.io/bgp", "true")]),
     )?;
-    let mut honest_ip = String::new();
-    wait_until("attacker/honest to get an address", WAIT, || {
-        honest_ip =
-            annotation(&lab, "attacker", "honest", "ovn.kubernetes.io/ip_address")?.unwrap_or_default();
-        Ok(!honest_ip.is_empty())
-    })?;
+    let honest_ip = await_address(&lab, "attacker", "honest")?;
     wait_until("the ToR to learn attacker/honest's /32", WAIT, || {
         Ok(tor_routes(&lab)?.contains(&format!("{honest_ip}/32")))
     })?;
@@ -333,12 +338,7 @@ fn a_hostile_tenant_reaches_nothing_it_should_not() -> Result<()> {
     // 5. A NetworkPolicy whose Kube-OVN port-group name collides with another namespace's:
     //    `allow-bt` in `team-x` and `allow` in `bt-team-x` are both `allow.bt.team.x`.
     apply(&lab, "victim.yaml", &pod("bt-team-x", "victim", &[]))?;
-    let mut victim_ip = String::new();
-    wait_until("bt-team-x/victim to get an address", WAIT, || {
-        victim_ip =
-            annotation(&lab, "bt-team-x", "victim", "ovn.kubernetes.io/ip_address")?.unwrap_or_default();
-        Ok(!victim_ip.is_empty())
-    })?;
+    let victim_ip = await_address(&lab, "bt-team-x", "victim")?;
     wait_until("bt-team-x/victim to answer attacker/honest", WAIT, || {
         connects(&lab, "attacker/honest", &victim_ip, 8080)
     })?;
