@@ -327,59 +327,70 @@ async fn report_refusals(
     refused: &[super::lb_ingress::Refusal],
     forged: &[pods::Forged],
 ) {
-    let mut current = BTreeSet::new();
     let me = &node.config.flags.node_name;
-    for r in refused {
-        let message = r.to_string();
-        current.insert(message.clone());
-        if state.refusals.contains(&message) {
+    // One shape for both kinds: (what is refused, the object it is on, how it is reported).
+    let services = refused.iter().map(|r| Reported {
+        key: r.to_string(),
+        object: node
+            .services
+            .get(&r.name, Some(&r.namespace))
+            .map(|s| s.object_ref(&())),
+        id: format!("Service {}/{}", r.namespace, r.name),
+        field: &r.field,
+        value: &r.value,
+        why: &r.reason,
+        reason: "ServiceAddressRefused",
+        action: "RouteIngress",
+        consequence: "not routed into ovn0",
+    });
+    let pods = forged.iter().map(|f| Reported {
+        key: f.to_string(),
+        object: node
+            .pods
+            .get(&f.name, Some(&f.namespace))
+            .map(|p| p.object_ref(&())),
+        id: format!("Pod {}/{}", f.namespace, f.name),
+        field: &f.field,
+        value: &f.value,
+        why: &f.reason,
+        reason: "PodAddressRefused",
+        action: "ApplyEgress",
+        consequence: "no egress rule is built from it",
+    });
+    let mut current = BTreeSet::new();
+    for r in services.chain(pods).collect::<Vec<_>>() {
+        let new = !state.refusals.contains(&r.key);
+        current.insert(r.key);
+        if !new {
             continue;
         }
-        tracing::warn!(service = %format!("{}/{}", r.namespace, r.name), field = %r.field, value = %r.value, reason = %r.reason, "ingress address refused");
-        let Some(service) = node.services.get(&r.name, Some(&r.namespace)) else {
+        tracing::warn!(object = %r.id, field = %r.field, value = %r.value, reason = %r.why, "address refused: {}", r.consequence);
+        let Some(object) = r.object else {
             continue;
         };
         let note = format!(
-            "node {me}: {}: {:?} {}; not routed into ovn0",
-            r.field, r.value, r.reason
+            "node {me}: {}: {:?} {}; {}",
+            r.field, r.value, r.why, r.consequence
         );
-        warn(
-            node,
-            &state.reporter,
-            service.object_ref(&()),
-            &r.field,
-            "ServiceAddressRefused",
-            "RouteIngress",
-            note,
-        )
-        .await;
-    }
-    for f in forged {
-        let message = f.to_string();
-        current.insert(message.clone());
-        if state.refusals.contains(&message) {
-            continue;
-        }
-        tracing::warn!(pod = %format!("{}/{}", f.namespace, f.name), field = %f.field, value = %f.value, reason = %f.reason, "pod address refused for egress");
-        let Some(pod) = node.pods.get(&f.name, Some(&f.namespace)) else {
-            continue;
-        };
-        let note = format!(
-            "node {me}: {}: {:?} {}; no egress rule is built from it",
-            f.field, f.value, f.reason
-        );
-        warn(
-            node,
-            &state.reporter,
-            pod.object_ref(&()),
-            &f.field,
-            "PodAddressRefused",
-            "ApplyEgress",
-            note,
-        )
-        .await;
+        warn(node, &state.reporter, object, r.field, r.reason, r.action, note).await;
     }
     state.refusals = current;
+}
+
+/// A refusal as [`report_refusals`] reports it.
+struct Reported<'a> {
+    /// What is refused, whole: reported once while it lasts.
+    key: String,
+    /// The object the event goes on, if the cache still has it.
+    object: Option<ObjectReference>,
+    /// `Kind ns/name`, for the log.
+    id: String,
+    field: &'a str,
+    value: &'a str,
+    why: &'a str,
+    reason: &'static str,
+    action: &'static str,
+    consequence: &'static str,
 }
 
 /// Forwarding on, and no reverse-path filter on the node's side of the datapath (Kube-OVN's
