@@ -14,6 +14,7 @@ pub mod external_ips;
 pub mod names;
 pub mod node;
 pub mod selector;
+pub mod service_protocol;
 pub mod wire;
 
 pub use crd::{crds, extension_crds};

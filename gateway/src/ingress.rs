@@ -14,7 +14,6 @@
 //! (the conntrack entry there undoes the NAT). Pure: no I/O.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::net::IpAddr;
 
 use crate::ruleset::Family;
@@ -30,40 +29,8 @@ pub const LB_INGRESS_TABLE: u32 = 4_000_150;
 /// and before `main` (32766).
 pub const LB_INGRESS_PRIORITY: u32 = 150;
 
-/// A transport protocol of a Service port.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Protocol {
-    Tcp,
-    Udp,
-    Sctp,
-}
-
-impl Protocol {
-    /// The Service port's `protocol` (`TCP` when absent, as the API server defaults it).
-    pub fn from_service(protocol: Option<&str>) -> Option<Self> {
-        match protocol.unwrap_or("TCP") {
-            "TCP" => Some(Self::Tcp),
-            "UDP" => Some(Self::Udp),
-            "SCTP" => Some(Self::Sctp),
-            _ => None,
-        }
-    }
-
-    /// The nft keyword (`tcp dport …`).
-    pub fn nft(self) -> &'static str {
-        match self {
-            Self::Tcp => "tcp",
-            Self::Udp => "udp",
-            Self::Sctp => "sctp",
-        }
-    }
-}
-
-impl fmt::Display for Protocol {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.nft())
-    }
-}
+/// A transport protocol of a Service port (api's, shared with the controller's load balancers).
+pub use kube_ovn_api::service_protocol::ServiceProtocol as Protocol;
 
 /// One Service port on one ingress address: what reaches `ovn0`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -138,13 +105,5 @@ mod tests {
             ]
         );
         assert!(marking_rules(Family::V6, &ports[..5]).is_empty());
-    }
-
-    #[test]
-    fn service_protocols() {
-        assert_eq!(Protocol::from_service(None), Some(Protocol::Tcp));
-        assert_eq!(Protocol::from_service(Some("UDP")), Some(Protocol::Udp));
-        assert_eq!(Protocol::from_service(Some("SCTP")), Some(Protocol::Sctp));
-        assert_eq!(Protocol::from_service(Some("ICMP")), None);
     }
 }

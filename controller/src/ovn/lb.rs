@@ -22,36 +22,8 @@ pub const PLAIN_SELECTION_FIELDS: [&str; 4] = ["ip_src", "ip_dst", "tp_src", "tp
 /// `sessionAffinityConfig.clientIP.timeoutSeconds`: three hours.
 pub const AFFINITY_TIMEOUT: &str = "10800";
 
-/// The protocols a Service port can have, in the order of [`LbNames`]' fields.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Protocol {
-    Tcp,
-    Udp,
-    Sctp,
-}
-
-impl Protocol {
-    pub const ALL: [Self; 3] = [Self::Tcp, Self::Udp, Self::Sctp];
-
-    /// A Service port's `protocol` (absent means TCP, as in Kubernetes).
-    pub fn parse(s: Option<&str>) -> Option<Self> {
-        match s.unwrap_or("TCP") {
-            "TCP" => Some(Self::Tcp),
-            "UDP" => Some(Self::Udp),
-            "SCTP" => Some(Self::Sctp),
-            _ => None,
-        }
-    }
-
-    /// The `protocol` column's value.
-    pub fn ovn(self) -> &'static str {
-        match self {
-            Self::Tcp => "tcp",
-            Self::Udp => "udp",
-            Self::Sctp => "sctp",
-        }
-    }
-}
+/// The protocols a Service port can have (api's), in the order of [`LbNames`]' fields.
+pub use kube_ovn_api::service_protocol::ServiceProtocol as Protocol;
 
 /// Which of a VPC's load balancers: a protocol, plain or session-affine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -140,7 +112,7 @@ impl LbNames {
     /// A custom VPC's: `vpc-<vpc>-<proto>-load` and `vpc-<vpc>-<proto>-sess-load` (Kube-OVN's
     /// `GenNameWithFormat`-free naming for custom VPCs).
     pub fn custom(vpc: &str) -> Self {
-        let name = |p: Protocol, suffix: &str| format!("vpc-{vpc}-{}-{suffix}", p.ovn());
+        let name = |p: Protocol, suffix: &str| format!("vpc-{vpc}-{}-{suffix}", p.name());
         Self {
             plain: Protocol::ALL.map(|p| name(p, "load")),
             session: Protocol::ALL.map(|p| name(p, "sess-load")),
@@ -203,7 +175,7 @@ pub fn lb_row(name: &str, kind: LbKind, vpc: &str) -> LoadBalancer {
     }
     LoadBalancer {
         name: name.to_owned(),
-        protocol: Some(kind.protocol.ovn().to_owned()),
+        protocol: Some(kind.protocol.name().to_owned()),
         selection_fields,
         options,
         external_ids: owned_ids(&[("vpc", vpc)]),

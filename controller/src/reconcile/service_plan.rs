@@ -242,7 +242,7 @@ pub fn plan_service<'a>(
         .and_then(|s| s.ports.clone())
         .unwrap_or_default();
     for (i, port) in ports.iter().enumerate() {
-        let Some(protocol) = Protocol::parse(port.protocol.as_deref()) else {
+        let Some(protocol) = Protocol::from_service(port.protocol.as_deref()) else {
             out.problems.push(format!(
                 "{id}: spec.ports[{i}].protocol: {:?} is not TCP, UDP or SCTP",
                 port.protocol.as_deref().unwrap_or_default()
