@@ -11,7 +11,7 @@
 //! address. An annotated address the record does not hold, or a node's, is a [`Forged`].
 //! Pure: no I/O.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -41,11 +41,6 @@ impl std::fmt::Display for Forged {
             self.namespace, self.name, self.field, self.value, self.reason
         )
     }
-}
-
-/// The addresses an IP CR records (`v4IpAddress`, `v6IpAddress`, else the combined `ipAddress`).
-fn recorded(ip: &Ip) -> BTreeSet<IpAddr> {
-    ip.spec.addresses()
 }
 
 /// The egress view of `pods` (this node's), from their IP CRs in `ips`; `node_addresses` maps
@@ -83,7 +78,7 @@ pub fn local_pods(
             r.spec.pod_name.as_deref() == Some(name.as_str())
                 && r.spec.namespace.as_deref() == Some(namespace.as_str())
         });
-        let allocated = record.map(|r| recorded(r)).unwrap_or_default();
+        let allocated = record.map(|r| r.spec.addresses()).unwrap_or_default();
         let annotated: Vec<IpAddr> = get::<IpPair>(pod.metadata.annotations.as_ref(), keys::IP_ADDRESS)
             .ok()
             .flatten()
