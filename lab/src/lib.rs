@@ -18,6 +18,7 @@ pub mod agent;
 pub mod apiserver;
 pub mod cluster;
 pub mod cni_runtime;
+pub mod kubernetes;
 pub mod manifests;
 pub mod netexec;
 pub mod runtime;
