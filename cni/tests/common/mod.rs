@@ -141,10 +141,7 @@ impl Cluster {
         init_logging();
         // The API server (our CRDs, the speaker's BgpPeer too: the daemon reads the peers'
         // addresses) and OVN central start side by side.
-        let (api, ovn) = tokio::join!(
-            ApiServer::start(),
-            tokio::task::spawn_blocking(OvnCentral::start)
-        );
+        let (api, ovn) = tokio::join!(ApiServer::start(), tokio::task::spawn_blocking(OvnCentral::start));
         let (api, ovn) = (api.context("kube-apiserver")?, ovn??);
         let kube = api.client().await?;
         // With RBAC the daemons and the controller authenticate as their ServiceAccounts with
@@ -155,7 +152,8 @@ impl Cluster {
                 std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/base/rbac.yaml"))?;
             kube_ovn_lab::manifests::create_all(&kube, &rbac).await?;
             (
-                api.service_account_kubeconfig("kube-system", "kube-ovn-cni").await?,
+                api.service_account_kubeconfig("kube-system", "kube-ovn-cni")
+                    .await?,
                 api.service_account_client("kube-system", "kube-ovn-controller")
                     .await?,
             )
