@@ -4,8 +4,8 @@
 //! then runs `loopback` and our conflist itself, with its own CNI library decoding our results,
 //! which is what the shim-as-runtime tests cannot show.
 //!
-//! The rest of the cluster is the one the other daemon tests use (`common::Cluster`): the API
-//! emulator, OVN central, the controller, and per node OVS in a network namespace with the
+//! The rest of the cluster is the one the other daemon tests use (`common::Cluster`): a real
+//! kube-apiserver, OVN central, the controller, and per node OVS in a network namespace with the
 //! `kube-ovn-daemon` binary.
 
 mod common;

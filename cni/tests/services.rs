@@ -326,6 +326,7 @@ async fn a_dual_stack_service_answers_on_its_ipv6_cluster_ip() -> Result<()> {
         "ds",
         json!({"metadata": {"name": "web", "namespace": "ds"}, "spec": {"clusterIP": VIP.to_string(),
             "clusterIPs": [VIP.to_string(), vip6.to_string()], "ipFamilies": ["IPv4", "IPv6"],
+            "ipFamilyPolicy": "RequireDualStack",
             "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}}),
     )
     .await?;

@@ -1,5 +1,6 @@
-//! A cluster in network namespaces for the daemon's tests: the API emulator (served on
-//! 127.0.0.1 with a kubeconfig), OVN central, the real controller (in this process), and per
+//! A cluster in network namespaces for the daemon's tests: a real kube-apiserver (the test
+//! process's etcd, its own prefix; no kube-controller-manager, no kubelet: the test plays the
+//! kubelet), OVN central, the real controller (in this process), and per
 //! node an [`OvsNode`] (ovsdb-server, ovs-vswitchd with the userspace datapath, ovn-controller)
 //! with the real `kube-ovn-daemon` binary as a child process; pods are network namespaces
 //! attached by running the real `kube-ovn` shim as a runtime does ([`runtime`]).
@@ -17,12 +18,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
-use kube_ovn_lab::apiserver::auth::{AuthConfig, AuthorizationMode, parse_token_file};
-use kube_ovn_lab::apiserver::tls::ServingCert;
-use kube_ovn_lab::apiserver::{ApiServer, ApiServerConfig};
+use kube_ovn_lab::kubernetes::fixture::ApiServer;
 use kube_ovn_testkit::{Daemon, Netns, OvnCentral, OvsNode, wait_until, wait_until_async};
 use serde_json::{Value, json};
 
@@ -78,15 +76,13 @@ pub struct Cluster {
     pub ovn: OvnCentral,
     pub nodes: Vec<TestNode>,
     controller: tokio::task::JoinHandle<()>,
-    server: tokio::task::JoinHandle<()>,
-    kubeconfig_dir: tempfile::TempDir,
+    /// The daemons' kubeconfig (the admin's, or `kube-ovn-cni`'s with [`Options::rbac`]).
     kubeconfig: PathBuf,
 }
 
 impl Drop for Cluster {
     fn drop(&mut self) {
         self.controller.abort();
-        self.server.abort();
     }
 }
 
@@ -121,20 +117,15 @@ pub struct Options {
     pub controller_flags: Vec<String>,
     /// Give every node an IPv6 InternalIP as well.
     pub dual_stack: bool,
-    /// Run as a real cluster's identities: the emulator authorizes with RBAC over HTTPS, with
-    /// `deploy/base/rbac.yaml` applied; the controller runs as `kube-system/kube-ovn-controller`
-    /// and every daemon as `kube-system/kube-ovn-cni`; the test's own client is a
-    /// `system:masters` member.
+    /// Run as a real cluster's identities: `deploy/base/rbac.yaml` applied, the controller runs
+    /// as ServiceAccount `kube-system/kube-ovn-controller` and every daemon as
+    /// `kube-system/kube-ovn-cni` (the API server's RBAC authorizer decides); the test's own
+    /// client is the administrator (`system:masters`) either way.
     pub rbac: bool,
 }
 
-/// The tokens of [`Options::rbac`].
-pub const ADMIN_TOKEN: &str = "cni-test-admin";
-pub const CONTROLLER_TOKEN: &str = "cni-test-controller";
-pub const DAEMON_TOKEN: &str = "cni-test-daemon";
-
 impl Cluster {
-    /// Emulator, OVN central, controller, and `nodes` nodes with daemons (joined by an
+    /// API server, OVN central, controller, and `nodes` nodes with daemons (joined by an
     /// underlay when more than one). `daemon_flags` go to every daemon.
     pub async fn start(nodes: usize, daemon_flags: &[&str]) -> Result<Self> {
         Self::start_with(Options {
@@ -148,61 +139,27 @@ impl Cluster {
     /// [`start`](Self::start) with every option.
     pub async fn start_with(options: Options) -> Result<Self> {
         init_logging();
-        let mut config = ApiServerConfig::default();
-        if options.rbac {
-            config.auth = AuthConfig {
-                mode: AuthorizationMode::Rbac,
-                tokens: parse_token_file(&format!(
-                    "{ADMIN_TOKEN},kubernetes-admin,0,\"system:masters\"\n\
-                     {CONTROLLER_TOKEN},system:serviceaccount:kube-system:kube-ovn-controller,1\n\
-                     {DAEMON_TOKEN},system:serviceaccount:kube-system:kube-ovn-cni,2\n"
-                ))?,
-            };
-        }
-        let api = ApiServer::new(config).context("API emulator")?;
-        let kube = if options.rbac {
-            api.client_with_token(ADMIN_TOKEN)
-        } else {
-            api.client()
-        };
-        let crds: Api<CustomResourceDefinition> = Api::all(kube.clone());
-        // The speaker's BgpPeer too: the daemon reads the peers' addresses.
-        for crd in kube_ovn_api::crds()
-            .into_iter()
-            .chain(kube_ovn_api::crd::extension_crds())
-        {
-            crds.create(&PostParams::default(), &crd).await?;
-        }
-        if options.rbac {
+        // The API server (our CRDs, the speaker's BgpPeer too: the daemon reads the peers'
+        // addresses) and OVN central start side by side.
+        let (api, ovn) = tokio::join!(ApiServer::start(), tokio::task::spawn_blocking(OvnCentral::start));
+        let (api, ovn) = (api.context("kube-apiserver")?, ovn??);
+        let kube = api.client().await?;
+        // With RBAC the daemons and the controller authenticate as their ServiceAccounts with
+        // tokens from the TokenRequest API, authorized by the roles deploy/base/rbac.yaml
+        // grants; else every component is the administrator.
+        let (kubeconfig, controller_kube) = if options.rbac {
             let rbac =
                 std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/base/rbac.yaml"))?;
             kube_ovn_lab::manifests::create_all(&kube, &rbac).await?;
-        }
-        let ovn = tokio::task::spawn_blocking(OvnCentral::start).await??;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let served = api.clone();
-        let kubeconfig_dir = tempfile::tempdir()?;
-        let kubeconfig = kubeconfig_dir.path().join("kubeconfig");
-        // With RBAC, HTTPS and the daemon's token, as on a cluster; else plain HTTP, anonymous.
-        let tls = if options.rbac {
-            let hosts = kube_ovn_lab::apiserver::tls::default_hosts(addr.ip());
-            let cert = ServingCert::in_dir(&kubeconfig_dir.path().join("pki"), &hosts)?;
-            std::fs::write(
-                &kubeconfig,
-                kube_ovn_lab::apiserver::kubeconfig_for(addr, Some(&cert.cert), Some(DAEMON_TOKEN)),
-            )?;
-            Some(cert.server_config()?)
+            (
+                api.service_account_kubeconfig("kube-system", "kube-ovn-cni")
+                    .await?,
+                api.service_account_client("kube-system", "kube-ovn-controller")
+                    .await?,
+            )
         } else {
-            std::fs::write(&kubeconfig, kube_ovn_lab::apiserver::kubeconfig(addr))?;
-            None
+            (api.admin_kubeconfig(), kube.clone())
         };
-        let server = tokio::spawn(async move {
-            let _ = match tls {
-                Some(config) => served.serve_tls(listener, config).await,
-                None => served.serve(listener).await,
-            };
-        });
 
         let mut controller_args = vec![
             "kube-ovn-controller".to_owned(),
@@ -215,11 +172,6 @@ impl Cluster {
         let flags = <kube_ovn_controller::config::Flags as clap::Parser>::try_parse_from(controller_args)?;
         let config = flags.validate()?;
         let metrics = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let controller_kube = if options.rbac {
-            api.client_with_token(CONTROLLER_TOKEN)
-        } else {
-            kube.clone()
-        };
         let controller = tokio::spawn(async move {
             if let Err(e) = kube_ovn_controller::run_with_listener(
                 config,
@@ -238,8 +190,6 @@ impl Cluster {
             ovn,
             nodes: Vec::new(),
             controller,
-            server,
-            kubeconfig_dir,
             kubeconfig,
         };
         let mut ovs_nodes = Vec::new();
@@ -440,9 +390,16 @@ impl Cluster {
         })
     }
 
+    /// Deletes the Pod object as its kubelet finally does: a pod bound to a node only gets a
+    /// deletionTimestamp from a plain delete and stays until the kubelet, its containers
+    /// stopped, deletes it with grace period 0; these tests have no kubelet and play it.
     pub async fn delete_pod_object(&self, namespace: &str, name: &str) -> Result<()> {
+        let now = DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        };
         Api::<Pod>::namespaced(self.kube.clone(), namespace)
-            .delete(name, &DeleteParams::default())
+            .delete(name, &now)
             .await?;
         Ok(())
     }
