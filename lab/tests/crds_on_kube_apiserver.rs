@@ -3,16 +3,24 @@
 //! warning and are stored as generated; then every example in `examples/` (and `examples/lab/`)
 //! and the custom resources of `deploy/` are accepted (`--dry-run=server`, then for real), read
 //! back with the server's defaults, and decode into our types; and each object of
-//! `examples/invalid/` is refused by the server with an error naming its bad field.
+//! `examples/invalid/` is refused by the server with an error naming its bad field; and an
+//! object of each kind with every field of its schema set is accepted, kept as sent and read
+//! back through our types.
 
-#[allow(dead_code, reason = "deploy.rs renders with `kustomize`; this file needs no rendering")]
+#[allow(
+    dead_code,
+    reason = "deploy.rs renders with `kustomize`; this file needs no rendering"
+)]
 #[path = "deploy/kubectl.rs"]
 mod kubectl;
+#[path = "crds/sample.rs"]
+mod sample;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use kube_ovn_lab::kubernetes::fixture::{ApiServer, ApiServerOptions};
 use kubectl::{Kubectl, repo};
 use serde_json::Value;
@@ -146,12 +154,13 @@ fn resource(doc: &Value) -> String {
     format!("{}.{group}", doc["kind"].as_str().unwrap().to_ascii_lowercase())
 }
 
-/// The stored object decoded into our type and encoded again: its `spec` unchanged (nothing the
-/// server stores, defaults included, is lost or invented by our types).
-fn round_trip_spec(kind: &str, stored: &Value) -> Result<Value, String> {
+/// The stored object decoded into our type and encoded again (callers compare its `spec` and
+/// `status` with the stored ones: nothing the server stores, defaults included, may be lost or
+/// invented by our types).
+fn round_trip(kind: &str, stored: &Value) -> Result<Value, String> {
     fn through<T: serde::de::DeserializeOwned + serde::Serialize>(v: &Value) -> Result<Value, String> {
         let typed: T = serde_json::from_value(v.clone()).map_err(|e| e.to_string())?;
-        Ok(serde_json::to_value(typed).map_err(|e| e.to_string())?["spec"].clone())
+        serde_json::to_value(typed).map_err(|e| e.to_string())
     }
     use kube_ovn_api::crd::*;
     match kind {
@@ -264,9 +273,9 @@ async fn every_example_and_deploy_custom_resource_is_accepted_defaulted_and_read
             "{what}: the server changed what was applied:\n{}",
             diffs.join("\n")
         );
-        let back = round_trip_spec(kind, &stored).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let back = round_trip(kind, &stored).unwrap_or_else(|e| panic!("{what}: {e}"));
         assert_eq!(
-            back, stored["spec"],
+            back["spec"], stored["spec"],
             "{what}: the stored spec does not survive our type"
         );
         kinds.insert(kind.to_owned());
@@ -367,4 +376,81 @@ async fn an_unknown_field_is_refused_under_strict_validation_and_pruned_without_
         stored["spec"],
         serde_json::json!({"id": 7, "provider": "physnet"})
     );
+}
+
+/// Every field of every CRD's schema set at once (see `crds/sample.rs`): the server accepts the
+/// object (the status through the status subresource where there is one), stores every value as
+/// sent, and the stored object survives our types, spec and status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_field_of_every_crd_is_accepted_and_read_back_through_our_types() {
+    let server = ApiServer::start().await.unwrap();
+    let client = server.client().await.unwrap();
+    for crd in kube_ovn_api::crds()
+        .into_iter()
+        .chain(kube_ovn_api::extension_crds())
+    {
+        let version = &crd.spec.versions[0];
+        let kind = crd.spec.names.kind.as_str();
+        let schema = serde_json::to_value(
+            version
+                .schema
+                .as_ref()
+                .unwrap()
+                .open_api_v3_schema
+                .as_ref()
+                .unwrap(),
+        )
+        .unwrap();
+        let spec =
+            sample::sample(&schema["properties"]["spec"], "spec").unwrap_or_else(|e| panic!("{kind}: {e}"));
+        let status = schema["properties"]
+            .get("status")
+            .map(|s| sample::sample(s, "status").unwrap_or_else(|e| panic!("{kind}: {e}")));
+        let subresource = version.subresources.as_ref().is_some_and(|s| s.status.is_some());
+        let gvk = GroupVersionKind::gvk(&crd.spec.group, &version.name, kind);
+        let api: Api<DynamicObject> = Api::all_with(
+            client.clone(),
+            &ApiResource::from_gvk_with_plural(&gvk, &crd.spec.names.plural),
+        );
+        let name = format!("every-field-{}", kind.to_ascii_lowercase());
+        let mut object = serde_json::json!({
+            "apiVersion": format!("{}/{}", crd.spec.group, version.name),
+            "kind": kind,
+            "metadata": {"name": name},
+            "spec": spec,
+        });
+        if let Some(status) = status.as_ref().filter(|_| !subresource) {
+            object["status"] = status.clone();
+        }
+        api.create(&PostParams::default(), &serde_json::from_value(object).unwrap())
+            .await
+            .unwrap_or_else(|e| panic!("{kind}: creating it with every field: {e}"));
+        if let Some(status) = status.as_ref().filter(|_| subresource) {
+            api.patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"status": status})),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{kind}: writing its status with every field: {e}"));
+        }
+        let stored = serde_json::to_value(api.get(&name).await.unwrap()).unwrap();
+        let mut diffs = Vec::new();
+        changed(&spec, &stored["spec"], "spec", &mut diffs);
+        if let Some(status) = &status {
+            changed(status, &stored["status"], "status", &mut diffs);
+        }
+        assert!(
+            diffs.is_empty(),
+            "{kind}: the server did not keep what was sent:\n{}",
+            diffs.join("\n")
+        );
+        let back = round_trip(kind, &stored).unwrap_or_else(|e| panic!("{kind}: reading it back: {e}"));
+        for part in ["spec", "status"] {
+            assert_eq!(
+                back[part], stored[part],
+                "{kind}: the stored {part} does not survive our type"
+            );
+        }
+    }
 }
