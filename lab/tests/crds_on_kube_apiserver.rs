@@ -254,6 +254,16 @@ async fn every_example_and_deploy_custom_resource_is_accepted_defaulted_and_read
     for file in files {
         let file = file.to_str().unwrap();
         kubectl.run(&["apply", "--validate=strict", "--dry-run=server", "-f", file]);
+        // Server-side apply merges by the schema (structured merge): it must take our CRDs'
+        // too.
+        kubectl.run(&[
+            "apply",
+            "--server-side",
+            "--validate=strict",
+            "--dry-run=server",
+            "-f",
+            file,
+        ]);
         kubectl.run(&["apply", "--validate=strict", "-f", file]);
     }
 
