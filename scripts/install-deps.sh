@@ -17,13 +17,12 @@
 #   protobuf-compiler           protoc, for k8s-cri's generated CRI client (testkit feature `cri`)
 #   bird2 frr gobgpd            real BGP and BFD peers for the speaker's tests and benchmark (bird/birdc,
 #                               bgpd/bfdd/vtysh, gobgpd/gobgp); each test starts its own in a netns
-#   python3-venv                the virtualenv kubernetes-validate is installed in (below)
 set -euo pipefail
 
 packages=(
   openvswitch-switch openvswitch-common ovn-central ovn-host ovn-common
   iproute2 iputils-ping curl ethtool nftables iptables ipset procps binutils containernetworking-plugins
-  bird2 frr gobgpd containerd podman busybox-static protobuf-compiler python3-venv
+  bird2 frr gobgpd containerd podman busybox-static protobuf-compiler
 )
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -69,18 +68,10 @@ if ! command -v go >/dev/null 2>&1; then
 fi
 "$(dirname "$0")/build-kubernetes.sh" >/dev/null
 
-# kubernetes-validate (PyPI), pinned: lab/tests/deploy.rs validates every object deploy/ renders
-# against the Kubernetes 1.33 JSON schemas it ships (offline; no cluster needed). 1.33.1 because
-# its default schemas are Kubernetes 1.33, the version the emulator and k8s-openapi speak. In its
-# own virtualenv under /opt (Debian's Python refuses pip installs into the system, PEP 668), with
-# a link on PATH. Debian's interpreter explicitly: a pyenv or other python3 first on PATH may come
-# and go.
-kv_version=1.33.1
-kv_venv=/opt/kube-ovn-rs/kubernetes-validate
-if [ "$("$kv_venv/bin/kubernetes-validate" --version 2>/dev/null || true)" != "$kv_version" ]; then
-  echo "install-deps: installing kubernetes-validate $kv_version in $kv_venv"
-  rm -rf "$kv_venv"
-  /usr/bin/python3 -m venv "$kv_venv"
-  "$kv_venv/bin/pip" install --quiet --disable-pip-version-check "kubernetes-validate==$kv_version"
+# kubernetes-validate (PyPI) is no longer used: lab/tests/deploy.rs applies deploy/ to a real
+# kube-apiserver, which validates every object itself. Remove what earlier runs installed.
+if [ -L /usr/local/bin/kubernetes-validate ] &&
+  [ "$(readlink /usr/local/bin/kubernetes-validate)" = /opt/kube-ovn-rs/kubernetes-validate/bin/kubernetes-validate ]; then
+  rm -f /usr/local/bin/kubernetes-validate
+  rm -rf /opt/kube-ovn-rs/kubernetes-validate
 fi
-ln -sf "$kv_venv/bin/kubernetes-validate" /usr/local/bin/kubernetes-validate

@@ -246,7 +246,9 @@ fn pod_example_annotations_parse() -> Result<()> {
 #[test]
 fn invalid_examples_are_rejected_naming_the_field() -> Result<()> {
     // (object name, the field the first error must name)
+    // The files in name order: bgppeer.yaml, invalid.yaml.
     let expected = [
+        ("peer-bad-family", "/spec/families/1"),
         ("vlan-too-big", "/spec/id"),
         ("dnat-bad-type", "/spec/type"),
         ("pool-without-ips", "ips"),

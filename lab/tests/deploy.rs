@@ -1,51 +1,31 @@
-//! `deploy/` checked offline: `kubectl kustomize` renders the base and the example overlay; every
-//! rendered object, and every CRD in deploy/crds, validates against Kubernetes 1.33's schemas (`kubernetes-validate`, pinned by
-//! scripts/install-deps.sh); the rendered manifests apply to the API emulator with RBAC on, and
-//! there each component's ServiceAccount is granted its ClusterRole and no more; every flag in a
-//! container's args (and every flag variable in its env) parses with the binary's own flag types
-//! and passes its validation; the workloads have what their components need. (The custom
-//! resources in deploy/ are checked against our CRDs with examples/ in api/tests/examples.rs.)
-//!
-//! kubectl and kubernetes-validate are required: a missing one fails the test, naming the
-//! install script.
-
-#[allow(
-    dead_code,
-    reason = "each test binary uses its own subset of the shared helpers"
-)]
-mod common;
+//! `deploy/` on a real kube-apiserver: `kubectl kustomize` (the kubectl built with the control
+//! plane) renders the base and the example overlay with every component's objects; the CRDs,
+//! then everything rendered, apply (`--dry-run=server`, then for real, then again changing
+//! nothing) with strict server-side field validation to an API server of the test with RBAC
+//! on; there each component's ServiceAccount is granted its ClusterRole (and its Role in
+//! kube-system) and no more, as the server's own authorizer reports it (SelfSubjectRulesReview
+//! with the ServiceAccount's token) and as its calls show (`kubectl auth can-i`, the 403s and
+//! the audit log). Every flag in a container's args (and every flag variable in its env) parses
+//! with the binary's own flag types and passes its validation; the workloads have what their
+//! components need. (The CRDs and the custom resources in deploy/ and examples/ are checked on
+//! the server in crds_on_kube_apiserver.rs.)
 
 #[path = "deploy/flags.rs"]
 mod flags;
+#[path = "deploy/kubectl.rs"]
+mod kubectl;
+#[path = "deploy/rules.rs"]
+mod rules;
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
-use common::LabProcess;
-use common::kubectl::Kubectl;
+use k8s_openapi::api::authorization::v1::{SelfSubjectRulesReview, SelfSubjectRulesReviewSpec};
+use kube::api::{Api, PostParams};
+use kube_ovn_lab::kubernetes::fixture::{ApiServer, ApiServerOptions};
+use kubectl::{Kubectl, kustomize, repo};
+use rules::Grant;
 use serde_json::Value;
-
-fn deploy_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy")
-}
-
-/// `kubectl kustomize deploy/<dir>`, as YAML.
-fn render(dir: &str) -> String {
-    let out = Command::new("kubectl")
-        .arg("kustomize")
-        .arg(deploy_dir().join(dir))
-        .output()
-        .unwrap_or_else(|e| {
-            panic!("kubectl: {e}: these tests need kubectl (with kustomize); run scripts/install-deps.sh")
-        });
-    assert!(
-        out.status.success(),
-        "kubectl kustomize deploy/{dir} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
 
 fn documents(yaml: &str) -> Vec<Value> {
     serde_saphyr::from_multiple::<Value>(yaml)
@@ -61,177 +41,267 @@ fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {kind} {name} rendered"))
 }
 
-/// `kubernetes-validate --strict` of `files`; fails the test on any error, naming `what`.
-fn kubernetes_validate(files: &[PathBuf], what: &str) {
-    let out = Command::new("kubernetes-validate")
-        .args(["--strict", "--kubernetes-version", "1.33.0"])
-        .args(files)
-        .output()
-        .unwrap_or_else(|e| {
-            panic!(
-                "kubernetes-validate: {e}: these tests need kubernetes-validate 1.33.1 from PyPI; \
-                 scripts/install-deps.sh installs it"
-            )
-        });
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let errors: Vec<&str> = text.lines().filter(|l| l.starts_with("ERROR")).collect();
-    assert!(
-        out.status.success() && errors.is_empty(),
-        "{what} fails the Kubernetes schemas ({}):\n{text}",
-        out.status
-    );
-    // Only our own kinds may lack a Kubernetes schema; they are checked against our CRDs.
-    for line in text.lines().filter(|l| l.contains("Couldn't find schema")) {
-        assert!(
-            line.contains("kubeovn.io/") || line.contains("bgp.kube-ovn-rs.io/"),
-            "{what}: {line}"
-        );
-    }
-}
-
-#[test]
-fn the_crds_validate_against_the_kubernetes_schemas() {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(deploy_dir().join("crds"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    files.sort();
-    let generated = kube_ovn_api::crds().len() + kube_ovn_api::extension_crds().len();
-    assert_eq!(
-        files.len(),
-        generated,
-        "deploy/crds holds crdgen's files only: {files:?}"
-    );
-    kubernetes_validate(&files, "deploy/crds");
-}
-
-#[test]
-fn base_and_example_render_and_validate_against_the_kubernetes_schemas() {
-    let dir = tempfile::tempdir().unwrap();
-    for overlay in ["base", "overlays/example"] {
-        let yaml = render(overlay);
-        let docs = documents(&yaml);
-        let kinds: BTreeSet<(String, String)> = docs
-            .iter()
-            .map(|d| {
-                (
-                    d["kind"].as_str().unwrap().to_owned(),
-                    d["metadata"]["name"].as_str().unwrap().to_owned(),
-                )
-            })
-            .collect();
-        for (kind, name) in [
-            ("ServiceAccount", "kube-ovn-controller"),
-            ("ServiceAccount", "kube-ovn-cni"),
-            ("ServiceAccount", "kube-ovn-speaker"),
-            ("ClusterRole", "system:kube-ovn-controller"),
-            ("ClusterRole", "system:kube-ovn-cni"),
-            ("ClusterRole", "system:kube-ovn-speaker"),
-            ("ConfigMap", "kube-ovn-config"),
-            ("Deployment", "ovn-central"),
-            ("Service", "ovn-nb"),
-            ("Service", "ovn-sb"),
-            ("DaemonSet", "ovs-ovn"),
-            ("Deployment", "kube-ovn-controller"),
-            ("DaemonSet", "kube-ovn-cni"),
-            ("DaemonSet", "kube-ovn-speaker"),
-        ] {
-            assert!(
-                kinds.contains(&(kind.to_owned(), name.to_owned())),
-                "deploy/{overlay} renders no {kind} {name}"
-            );
-        }
-        let file = dir.path().join(format!("{}.yaml", overlay.replace('/', "-")));
-        std::fs::write(&file, &yaml).unwrap();
-        kubernetes_validate(&[file], &format!("deploy/{overlay}"));
-    }
-}
-
-const ADMIN: &str = "deploy-test-admin";
-const IDENTITIES: &[(&str, &str)] = &[
-    ("kube-ovn-controller", "token-controller"),
-    ("kube-ovn-cni", "token-cni"),
-    ("kube-ovn-speaker", "token-speaker"),
+/// The objects every rendering holds (kind, name).
+const COMPONENTS: &[(&str, &str)] = &[
+    ("ServiceAccount", "kube-ovn-controller"),
+    ("ServiceAccount", "kube-ovn-cni"),
+    ("ServiceAccount", "kube-ovn-speaker"),
+    ("ClusterRole", "system:kube-ovn-controller"),
+    ("ClusterRole", "system:kube-ovn-cni"),
+    ("ClusterRole", "system:kube-ovn-speaker"),
+    ("ConfigMap", "kube-ovn-config"),
+    ("Deployment", "ovn-central"),
+    ("Service", "ovn-nb"),
+    ("Service", "ovn-sb"),
+    ("DaemonSet", "ovs-ovn"),
+    ("Deployment", "kube-ovn-controller"),
+    ("DaemonSet", "kube-ovn-cni"),
+    ("DaemonSet", "kube-ovn-speaker"),
 ];
 
-#[test]
-fn the_rendered_manifests_apply_to_the_emulator_and_bind_each_component_to_its_role() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut lines = vec![format!("{ADMIN},kubernetes-admin,0,\"system:masters\"")];
-    for (i, (sa, token)) in IDENTITIES.iter().enumerate() {
-        lines.push(format!(
-            "{token},system:serviceaccount:kube-system:{sa},{}",
-            i + 1
-        ));
-    }
-    let tokens = lines.join("\n");
-    std::fs::write(dir.path().join("tokens.csv"), tokens).unwrap();
-    let lab = LabProcess::start(
-        dir.path(),
-        &[
-            "--token-auth-file".into(),
-            dir.path().join("tokens.csv").display().to_string(),
-            "--authorization-mode".into(),
-            "RBAC".into(),
-            "--kubeconfig-token".into(),
-            ADMIN.into(),
-            "--cert-dir".into(),
-            dir.path().join("pki").display().to_string(),
-        ],
-    )
-    .unwrap();
-    let admin = Kubectl::new(&lab.kubeconfig, &dir.path().join("cache-admin"));
-    // The CRDs first, then everything: a custom resource cannot be mapped before its CRD is
-    // served (the order docs/operations.md gives).
-    let crds = deploy_dir().join("crds");
-    admin.run(&["apply", "-f", crds.to_str().unwrap()]);
+/// kubectl as the admin of `server`, its discovery cache in `dir`.
+fn admin(server: &ApiServer, dir: &Path) -> Kubectl {
+    Kubectl::new(&server.admin_kubeconfig(), &dir.join("cache-admin"))
+}
+
+/// The CRDs first, then `overlay` rendered: a custom resource cannot be mapped before its CRD
+/// is served (the order docs/operations.md gives). Each step is tried by the server first
+/// (`--dry-run=server`), then applied; the rendered documents are returned.
+fn apply_overlay(admin: &Kubectl, dir: &Path, overlay: &str) -> Vec<Value> {
+    let crds = repo().join("deploy/crds");
+    let crds = crds.to_str().unwrap();
+    admin.run(&["apply", "--validate=strict", "--dry-run=server", "-f", crds]);
+    admin.run(&["apply", "--validate=strict", "-f", crds]);
     admin.run(&[
         "wait",
         "--for=condition=Established",
-        "--timeout=30s",
+        "--timeout=60s",
         "crd",
         "--all",
     ]);
-    let rendered = dir.path().join("example.yaml");
-    std::fs::write(&rendered, render("overlays/example")).unwrap();
-    let applied = admin.run(&["apply", "-f", rendered.to_str().unwrap()]);
-    let docs = documents(&std::fs::read_to_string(&rendered).unwrap());
+    let yaml = kustomize(overlay);
+    let rendered = dir.join(format!("{}.yaml", overlay.replace('/', "-")));
+    std::fs::write(&rendered, &yaml).unwrap();
+    let rendered = rendered.to_str().unwrap();
+    let docs = documents(&yaml);
+    let tried = admin.run(&["apply", "--validate=strict", "--dry-run=server", "-f", rendered]);
+    assert_eq!(
+        tried.lines().count(),
+        docs.len(),
+        "deploy/{overlay}: one line per object tried:\n{tried}"
+    );
+    let applied = admin.run(&["apply", "--validate=strict", "-f", rendered]);
     assert_eq!(
         applied.lines().count(),
         docs.len(),
-        "one line per object applied:\n{applied}"
+        "deploy/{overlay}: one line per object applied:\n{applied}"
     );
-    let ds = admin.get_json(&["-n", "kube-system", "daemonsets"]);
-    let names: BTreeSet<&str> = ds["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["metadata"]["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(
-        names,
-        BTreeSet::from(["kube-ovn-cni", "kube-ovn-speaker", "ovs-ovn"])
-    );
-    // Applying again changes nothing and fails nothing.
-    admin.run(&["apply", "-f", rendered.to_str().unwrap()]);
+    docs
+}
 
-    // Each identity can do what its role says and is refused the rest.
-    let ca = dir.path().join("pki/apiserver.crt");
-    let as_sa = |sa: &str| {
-        let token = IDENTITIES.iter().find(|(s, _)| *s == sa).unwrap().1;
-        let file = dir.path().join(format!("{sa}.kubeconfig"));
-        std::fs::write(
-            &file,
-            kube_ovn_lab::apiserver::kubeconfig_for(lab.addr, Some(&ca), Some(token)),
-        )
-        .unwrap();
-        Kubectl::new(&file, &dir.path().join(format!("cache-{sa}")))
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn base_and_example_render_and_apply_to_a_real_api_server() {
+    let (base, example) = tokio::join!(
+        ApiServer::start_with(ApiServerOptions::default()),
+        ApiServer::start_with(ApiServerOptions::default())
+    );
+    for (server, overlay) in [(base.unwrap(), "base"), (example.unwrap(), "overlays/example")] {
+        let dir = tempfile::tempdir().unwrap();
+        let admin = admin(&server, dir.path());
+        let docs = apply_overlay(&admin, dir.path(), overlay);
+        let rendered: BTreeSet<(&str, &str)> = docs
+            .iter()
+            .map(|d| {
+                (
+                    d["kind"].as_str().unwrap(),
+                    d["metadata"]["name"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        for (kind, name) in COMPONENTS {
+            assert!(
+                rendered.contains(&(kind, name)),
+                "deploy/{overlay} renders no {kind} {name}"
+            );
+        }
+        // Everything is there as rendered, in its namespace.
+        let ds = admin.get_json(&["-n", "kube-system", "daemonsets"]);
+        let names: BTreeSet<&str> = ds["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["metadata"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            BTreeSet::from(["kube-ovn-cni", "kube-ovn-speaker", "ovs-ovn"]),
+            "deploy/{overlay}"
+        );
+        let ctl = admin.get_json(&["-n", "kube-system", "deployment", "kube-ovn-controller"]);
+        let want = find(&docs, "Deployment", "kube-ovn-controller");
+        assert_eq!(
+            ctl["spec"]["template"]["spec"]["containers"][0]["image"],
+            want["spec"]["template"]["spec"]["containers"][0]["image"],
+            "deploy/{overlay}"
+        );
+        // Applying again changes nothing.
+        let rendered = dir.path().join(format!("{}.yaml", overlay.replace('/', "-")));
+        let again = admin.run(&["apply", "--validate=strict", "-f", rendered.to_str().unwrap()]);
+        for line in again.lines() {
+            assert!(
+                line.ends_with(" unchanged"),
+                "deploy/{overlay}, applied twice:\n{again}"
+            );
+        }
+    }
+}
+
+/// The ServiceAccounts of the components, in kube-system: each is bound to the ClusterRole
+/// `system:<name>` and, where rendered, the Role `<name>` in kube-system.
+const IDENTITIES: &[&str] = &["kube-ovn-controller", "kube-ovn-cni", "kube-ovn-speaker"];
+
+/// What `client`'s user may do in `namespace`, by the server's authorizer.
+async fn rules_review(client: kube::Client, namespace: &str) -> BTreeSet<Grant> {
+    let review = SelfSubjectRulesReview {
+        spec: SelfSubjectRulesReviewSpec {
+            namespace: Some(namespace.to_owned()),
+        },
+        ..SelfSubjectRulesReview::default()
     };
-    let ctl = as_sa("kube-ovn-controller");
+    let made = Api::<SelfSubjectRulesReview>::all(client)
+        .create(&PostParams::default(), &review)
+        .await
+        .expect("a SelfSubjectRulesReview");
+    let status = made.status.expect("a rules review has a status");
+    assert!(
+        !status.incomplete,
+        "the rules review is incomplete: {:?}",
+        status.evaluation_error
+    );
+    rules::from_review(&status)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_service_account_is_granted_its_roles_and_no_more() {
+    let server = ApiServer::start_with(ApiServerOptions::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let admin = admin(&server, dir.path());
+    let docs = apply_overlay(&admin, dir.path(), "overlays/example");
+
+    // What any ServiceAccount may do without a binding of ours (discovery, self reviews): a
+    // ServiceAccount nothing binds.
+    admin.run(&["-n", "kube-system", "create", "serviceaccount", "nobody"]);
+    let nobody = server
+        .service_account_client("kube-system", "nobody")
+        .await
+        .unwrap();
+    for sa in IDENTITIES {
+        let client = server.service_account_client("kube-system", sa).await.unwrap();
+        let cluster_role = find(&docs, "ClusterRole", &format!("system:{sa}"));
+        let role = docs
+            .iter()
+            .find(|d| d["kind"] == "Role" && d["metadata"]["name"] == *sa);
+        for ns in ["kube-system", "default"] {
+            let mut want = rules_review(nobody.clone(), ns).await;
+            want.extend(rules::from_role(cluster_role));
+            if ns == "kube-system"
+                && let Some(role) = role
+            {
+                want.extend(rules::from_role(role));
+            }
+            let got = rules_review(client.clone(), ns).await;
+            assert_eq!(
+                rules::describe(got.difference(&want)),
+                "",
+                "{sa} in {ns}: granted beyond its roles"
+            );
+            assert_eq!(
+                rules::describe(want.difference(&got)),
+                "",
+                "{sa} in {ns}: not granted what its roles say"
+            );
+        }
+    }
+
+    // The same, asked the way an operator would, for the calls that matter most.
+    let can_i = |sa: &str, args: &[&str]| -> bool {
+        let user = format!("--as=system:serviceaccount:kube-system:{sa}");
+        let mut all = vec!["auth", "can-i", user.as_str()];
+        all.extend_from_slice(args);
+        let out = admin.output(&all);
+        let answer = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        assert!(
+            answer == "yes" || answer == "no",
+            "kubectl auth can-i {}: {answer} {}",
+            all.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        answer == "yes"
+    };
+    let table: &[(&str, &[&str], bool)] = &[
+        (
+            "kube-ovn-controller",
+            &["patch", "subnets.kubeovn.io", "--subresource=status"],
+            true,
+        ),
+        ("kube-ovn-controller", &["create", "ips.kubeovn.io"], true),
+        ("kube-ovn-controller", &["delete", "subnets.kubeovn.io"], false),
+        (
+            "kube-ovn-controller",
+            &["-n", "kube-system", "patch", "lease/kube-ovn-controller"],
+            true,
+        ),
+        (
+            "kube-ovn-controller",
+            &["-n", "kube-system", "patch", "lease/other"],
+            false,
+        ),
+        (
+            "kube-ovn-controller",
+            &["-n", "default", "create", "leases"],
+            false,
+        ),
+        (
+            "kube-ovn-controller",
+            &["-n", "kube-system", "list", "secrets"],
+            false,
+        ),
+        ("kube-ovn-cni", &["patch", "nodes", "--subresource=status"], true),
+        ("kube-ovn-cni", &["list", "ips.kubeovn.io"], true),
+        ("kube-ovn-cni", &["list", "vpcs.kubeovn.io"], false),
+        ("kube-ovn-cni", &["patch", "pods"], false),
+        (
+            "kube-ovn-cni",
+            &["patch", "subnets.kubeovn.io", "--subresource=status"],
+            false,
+        ),
+        (
+            "kube-ovn-speaker",
+            &["patch", "bgppeers.bgp.kube-ovn-rs.io", "--subresource=status"],
+            true,
+        ),
+        ("kube-ovn-speaker", &["-n", "kube-system", "get", "secrets"], true),
+        ("kube-ovn-speaker", &["-n", "default", "get", "secrets"], false),
+        ("kube-ovn-speaker", &["delete", "nodes"], false),
+        (
+            "kube-ovn-speaker",
+            &["patch", "bgppeers.bgp.kube-ovn-rs.io"],
+            false,
+        ),
+    ];
+    for (sa, args, allowed) in table {
+        assert_eq!(can_i(sa, args), *allowed, "{sa} can-i {}", args.join(" "));
+    }
+
+    // And with each ServiceAccount's own token: allowed what its role grants, refused the rest
+    // with the server's 403, which the audit log records.
+    let as_sa =
+        |sa: &str, kubeconfig: &Path| Kubectl::new(kubeconfig, &dir.path().join(format!("cache-{sa}")));
+    let ctl_kc = server
+        .service_account_kubeconfig("kube-system", "kube-ovn-controller")
+        .await
+        .unwrap();
+    let ctl = as_sa("kube-ovn-controller", &ctl_kc);
     ctl.run(&["get", "subnets"]);
     ctl.run(&["get", "pods", "-A"]);
     ctl.run(&[
@@ -257,14 +327,22 @@ fn the_rendered_manifests_apply_to_the_emulator_and_bind_each_component_to_its_r
         &["-n", "default", "get", "lease", "x"],
         "cannot get resource \"leases\"",
     );
-    let cni = as_sa("kube-ovn-cni");
+    let cni_kc = server
+        .service_account_kubeconfig("kube-system", "kube-ovn-cni")
+        .await
+        .unwrap();
+    let cni = as_sa("kube-ovn-cni", &cni_kc);
     cni.run(&["get", "nodes"]);
     cni.run(&["get", "subnets"]);
-    forbidden(&cni, &["get", "vpcs"], "cannot list resource \"vpcs\"");
     // The controller's IP records (egress rules are built from them, issue 21), read only.
     cni.run(&["get", "ips"]);
+    forbidden(&cni, &["get", "vpcs"], "cannot list resource \"vpcs\"");
     forbidden(&cni, &["get", "ippools"], "cannot list resource \"ippools\"");
-    let speaker = as_sa("kube-ovn-speaker");
+    let speaker_kc = server
+        .service_account_kubeconfig("kube-system", "kube-ovn-speaker")
+        .await
+        .unwrap();
+    let speaker = as_sa("kube-ovn-speaker", &speaker_kc);
     speaker.run(&["get", "bgppeers"]);
     speaker.run(&["get", "services", "-A"]);
     speaker.run(&["get", "iptables-eips"]);
@@ -279,6 +357,27 @@ fn the_rendered_manifests_apply_to_the_emulator_and_bind_each_component_to_its_r
         &["-n", "default", "get", "secrets"],
         "cannot list resource \"secrets\"",
     );
+
+    let denied: BTreeSet<(String, String, String)> = server
+        .denials()
+        .into_iter()
+        .map(|d| (d.user, d.verb, d.resource))
+        .collect();
+    let sa = |name: &str| format!("system:serviceaccount:kube-system:{name}");
+    for (user, verb, resource) in [
+        (sa("kube-ovn-controller"), "list", "/secrets"),
+        (sa("kube-ovn-controller"), "delete", "kubeovn.io/subnets"),
+        (sa("kube-ovn-controller"), "get", "coordination.k8s.io/leases"),
+        (sa("kube-ovn-cni"), "list", "kubeovn.io/vpcs"),
+        (sa("kube-ovn-cni"), "list", "kubeovn.io/ippools"),
+        (sa("kube-ovn-speaker"), "delete", "/nodes"),
+        (sa("kube-ovn-speaker"), "list", "/secrets"),
+    ] {
+        assert!(
+            denied.contains(&(user.clone(), verb.to_owned(), resource.to_owned())),
+            "the audit log has no refusal of {user} {verb} {resource}: {denied:?}"
+        );
+    }
 }
 
 /// kubectl refused with a 403 whose message contains `mentions`.
@@ -295,7 +394,7 @@ fn forbidden(kubectl: &Kubectl, args: &[&str], mentions: &str) {
 #[test]
 fn every_flag_in_the_manifests_parses_with_its_binary() {
     for overlay in ["base", "overlays/example"] {
-        let docs = documents(&render(overlay));
+        let docs = documents(&kustomize(overlay));
         let checked = flags::check_all(&docs).unwrap_or_else(|e| panic!("deploy/{overlay}: {e}"));
         assert_eq!(
             checked,
@@ -307,7 +406,7 @@ fn every_flag_in_the_manifests_parses_with_its_binary() {
 
 #[test]
 fn the_workloads_have_what_their_components_need() {
-    let docs = documents(&render("base"));
+    let docs = documents(&kustomize("base"));
     let pod = |kind: &str, name: &str| find(&docs, kind, name)["spec"]["template"]["spec"].clone();
 
     let ctl = find(&docs, "Deployment", "kube-ovn-controller");
