@@ -430,7 +430,7 @@ async fn pods_get_sandboxes_answer_each_other_and_are_cleaned_up_also_across_res
         }
     })
     .await;
-    // The heartbeats went on meanwhile (every 10 s; the test took longer than that, or waits).
+    // The Lease was renewed since (a heartbeat every 10 s, and one at each kubelet start).
     eventually("node1's Lease to be renewed", || async {
         let lease = leases.get("node1").await.map_err(|e| e.to_string())?;
         let renewed = lease.spec.and_then(|s| s.renew_time).map(|t| t.0);

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::ListParams;
@@ -368,6 +368,21 @@ async fn bring_up(
         .clone()
         .or_else(|| prepare::workspace().map(|w| w.join("examples/lab")));
     if let Some(dir) = examples.filter(|_| !args.no_examples) {
+        // kube-controller-manager's ServiceAccount controller at work (it makes every
+        // namespace's `default` account, which pods need): then the examples' new namespaces
+        // get theirs within moments.
+        let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
+        wait_for(
+            "kube-controller-manager to make ServiceAccount default/default",
+            timeout,
+            Duration::from_millis(50),
+            || {
+                let accounts = accounts.clone();
+                async move { accounts.get_opt("default").await.map(|a| a.is_some()) }
+            },
+        )
+        .await?;
+        clock.step("kube-controller-manager running (ServiceAccount default/default made)");
         let out = apply_examples(t, &dir, timeout).await?;
         print!("{out}");
         clock.step(&format!("applied {}", dir.display()));
