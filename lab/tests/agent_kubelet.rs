@@ -238,7 +238,7 @@ async fn pods_get_sandboxes_answer_each_other_and_are_cleaned_up_also_across_res
         let owner = &lease.metadata.owner_references.clone().unwrap()[0];
         assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("Node", "node1"));
         spec.renew_time
-            .map(|t| t.0)
+            .map(|time| time.0)
             .ok_or_else(|| "no renewTime".to_owned())
     })
     .await;
@@ -433,9 +433,9 @@ async fn pods_get_sandboxes_answer_each_other_and_are_cleaned_up_also_across_res
     // The Lease was renewed since (a heartbeat every 10 s, and one at each kubelet start).
     eventually("node1's Lease to be renewed", || async {
         let lease = leases.get("node1").await.map_err(|e| e.to_string())?;
-        let renewed = lease.spec.and_then(|s| s.renew_time).map(|t| t.0);
+        let renewed = lease.spec.and_then(|s| s.renew_time).map(|time| time.0);
         match renewed {
-            Some(t) if t > first_renewal => Ok(()),
+            Some(time) if time > first_renewal => Ok(()),
             other => Err(format!("renewTime {other:?}, first {first_renewal:?}")),
         }
     })

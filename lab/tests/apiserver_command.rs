@@ -25,7 +25,7 @@ async fn serves_a_real_api_with_our_crds_until_sigterm() {
     // Real kube-apiserver: its system namespaces, and a Subnet checked against the CRD's schema
     // (an unknown enum value refused, naming the field).
     let namespaces: Vec<String> = Api::<Namespace>::all(client.clone())
-        .list(&Default::default())
+        .list(&kube::api::ListParams::default())
         .await
         .unwrap()
         .items

@@ -41,7 +41,7 @@ async fn a_service_account_is_refused_what_rbac_does_not_grant_and_the_audit_log
         .unwrap();
     let tenant = server.service_account_client("default", "tenant").await.unwrap();
     let err = Api::<Namespace>::all(tenant.clone())
-        .list(&Default::default())
+        .list(&kube::api::ListParams::default())
         .await
         .unwrap_err();
     assert!(matches!(&err, kube::Error::Api(s) if s.code == 403), "{err}");
