@@ -20,7 +20,11 @@ use serde_json::json;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serves_a_real_api_with_our_crds_until_sigterm() {
     let dir = tempfile::tempdir().unwrap();
-    let mut server = LabProcess::start(dir.path(), &[]).unwrap();
+    // kube-apiserver's own --token-auth-file, passed through.
+    let tokens = dir.path().join("tokens.csv");
+    std::fs::write(&tokens, "t0ken-of-alice,alice,u-alice,\"tenants\"\n").unwrap();
+    let mut server =
+        LabProcess::start(dir.path(), &[format!("--token-auth-file={}", tokens.display())]).unwrap();
     let client = server.client().await.unwrap();
     // Real kube-apiserver: its system namespaces, and a Subnet checked against the CRD's schema
     // (an unknown enum value refused, naming the field).
@@ -46,6 +50,32 @@ async fn serves_a_real_api_with_our_crds_until_sigterm() {
     assert!(subnets.get_opt("s1").await.unwrap().is_some());
     let version = client.apiserver_version().await.unwrap();
     assert_eq!(version.git_version, kube_ovn_lab::kubernetes::version());
+
+    // alice authenticates with her token (a 403 from RBAC, not a 401), and the audit trail is
+    // kube-apiserver's: she may not list namespaces.
+    let admin = kube::config::Kubeconfig::read_from(&server.kubeconfig).unwrap();
+    let ca = admin.clusters[0]
+        .cluster
+        .as_ref()
+        .and_then(|c| c.certificate_authority.clone())
+        .expect("the kubeconfig names its CA");
+    let alice = kube_ovn_lab::kubernetes::kubeconfig(
+        &server.url(),
+        std::path::Path::new(&ca),
+        "alice",
+        &kube_ovn_lab::kubernetes::Credentials::Token("t0ken-of-alice".into()),
+    );
+    let alice_path = dir.path().join("alice.kubeconfig");
+    std::fs::write(&alice_path, alice).unwrap();
+    let alice = kube_ovn_support::kube_client(Some(&alice_path)).await.unwrap();
+    let err = Api::<Namespace>::all(alice)
+        .list(&kube::api::ListParams::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 403 && s.message.contains("\"alice\"")),
+        "{err}"
+    );
 
     let addr = server.addr;
     server.terminate().unwrap();
