@@ -88,7 +88,7 @@ fn many_pods(lab: &Lab, pods: usize) -> Result<(f64, f64)> {
             // Pods are refused until kube-controller-manager made the namespace's `default`
             // ServiceAccount (the ServiceAccount admission plugin); not part of the figure.
             let accounts = Api::<ServiceAccount>::namespaced(client.clone(), NAMESPACE);
-            let deadline = Instant::now() + Duration::from_secs(60);
+            let deadline = Instant::now() + Duration::from_mins(1);
             while accounts.get_opt("default").await?.is_none() {
                 ensure!(
                     Instant::now() < deadline,
