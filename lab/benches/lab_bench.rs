@@ -15,7 +15,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 
@@ -85,6 +85,17 @@ fn many_pods(lab: &Lab, pods: usize) -> Result<(f64, f64)> {
         rt.block_on(async {
             let client = kube_ovn_support::kube_client(Some(&kubeconfig)).await?;
             let api = Api::<Pod>::namespaced(client.clone(), NAMESPACE);
+            // Pods are refused until kube-controller-manager made the namespace's `default`
+            // ServiceAccount (the ServiceAccount admission plugin); not part of the figure.
+            let accounts = Api::<ServiceAccount>::namespaced(client.clone(), NAMESPACE);
+            let deadline = Instant::now() + Duration::from_mins(1);
+            while accounts.get_opt("default").await?.is_none() {
+                ensure!(
+                    Instant::now() < deadline,
+                    "no ServiceAccount {NAMESPACE}/default after 60 s"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
             let start = Instant::now();
             let creates = (0..pods).map(|i| {
                 let api = api.clone();

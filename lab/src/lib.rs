@@ -1,10 +1,12 @@
-//! The lab: the whole system on one machine.
+//! The lab: the whole system on one machine, on upstream Kubernetes.
 //!
-//! - [`apiserver`]: the Kubernetes API emulator that tests and the lab run against (no
-//!   kube-apiserver can be installed on our machines).
-//! - [`agent`]: the parts of Kubernetes a real cluster has and the emulator lacks, as small
-//!   controllers (a scheduler, a kubelet stand-in per node, a ClusterIP allocator, an
-//!   EndpointSlice controller, Deployments), run by `kube-ovn-lab agent`.
+//! - [`kubernetes`]: upstream etcd, kube-apiserver, kube-controller-manager, kube-scheduler and
+//!   kubectl (built from source by `scripts/build-kubernetes.sh`): their PKI, flags and audit log,
+//!   the tests' fixture (an API server per test on a shared etcd), and the lab's control plane
+//!   ([`kubernetes::lab`]: what `up` and `kube-ovn-lab apiserver` start).
+//! - [`agent`]: what a cluster has beyond the control plane and the lab lacks, run by
+//!   `kube-ovn-lab agent`: a kubelet stand-in per node (Node, Lease and status heartbeats, pod
+//!   sandboxes) and the LoadBalancer IP allocator.
 //! - [`cni_runtime`]: a container runtime's side of CNI (conflist, plugin runs), used by the
 //!   kubelet stand-in and by the CNI tests.
 //! - [`netexec`]: the server behind the image `kube-ovn-lab/netexec` (as agnhost's `netexec`).
@@ -15,7 +17,6 @@
 //!   and the outside host, recorded in a state file.
 
 pub mod agent;
-pub mod apiserver;
 pub mod cluster;
 pub mod cni_runtime;
 pub mod kubernetes;

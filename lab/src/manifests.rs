@@ -1,5 +1,5 @@
 //! Creating the objects of a YAML manifest through a kube client, whatever their kinds: for tests
-//! and the lab, which apply `deploy/` and `examples/` files to the emulator without kubectl.
+//! and the lab, which apply `deploy/` and `examples/` files to an API server without kubectl.
 
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use serde_json::Value;

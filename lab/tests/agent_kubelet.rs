@@ -1,10 +1,12 @@
 //! The kubelet stand-in end to end, without OVN: a "node" network namespace, Debian's reference
 //! CNI plugins (`bridge` + `host-local` from /usr/lib/cni) in a conflist written for the test,
-//! and the emulator in process. Pods get sandboxes with addresses, their status says Running and
+//! and a real kube-apiserver (the fixture's). The Node is registered Ready with the built
+//! Kubernetes' kubelet version and heartbeats: its Lease in `kube-node-lease` is renewed. Pods get sandboxes with addresses, their status says Running and
 //! Ready, their netexec servers answer each other over the bridge (HTTP `/hostname` and
-//! `/clientip`, UDP `hostname`); deleting a pod runs DEL (host-local frees the address) and
-//! removes its namespace and record; a kubelet restarted after a pod went while it was down
-//! tears the orphan down and adopts the others (their servers answer again); a failing ADD is
+//! `/clientip`, UDP `hostname`); deleting a pod (graceful: the API server keeps it until the
+//! kubelet deletes it with grace 0) runs DEL (host-local frees the address) and removes its
+//! namespace, record and the pod; a kubelet restarted after a pod was force-deleted while it was
+//! down tears the orphan down and adopts the others (their servers answer again); a failing ADD is
 //! reported as an Event and retried until it works.
 //!
 //! Needs root (network namespaces) and /usr/lib/cni (`containernetworking-plugins`).
@@ -22,12 +24,13 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use common::agent::{Task, eventually, pod, spawn};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use kube_ovn_dataplane::Netns;
 use kube_ovn_lab::agent::kubelet::{self, KubeletConfig, netns_name};
-use kube_ovn_lab::apiserver::{ApiServer, ApiServerConfig};
+use kube_ovn_lab::kubernetes::fixture::{ApiServer, ApiServerOptions};
 use kube_ovn_lab::netexec;
 use serde_json::json;
 
@@ -193,8 +196,8 @@ async fn gone(what: &str, path: PathBuf) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_get_sandboxes_answer_each_other_and_are_cleaned_up_also_across_restarts() {
     let node = TestNode::new("10.244.7.0/24");
-    let server = ApiServer::new(ApiServerConfig::default()).unwrap();
-    let client = server.client();
+    let server = ApiServer::start_with(ApiServerOptions::default()).await.unwrap();
+    let client = server.client().await.unwrap();
     let kubelet = node.start(&client);
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
 
@@ -215,11 +218,30 @@ async fn pods_get_sandboxes_answer_each_other_and_are_cleaned_up_also_across_res
     assert_eq!(registered.labels()["kubernetes.io/hostname"], "node1");
     assert_eq!(registered.labels()["kubernetes.io/os"], "linux");
     assert_eq!(registered.labels()["ovn.kubernetes.io/bgp"], "true");
-    let addresses = registered.status.unwrap().addresses.unwrap();
+    let status = registered.status.unwrap();
+    let addresses = status.addresses.unwrap();
     assert_eq!(
         (addresses[0].type_.as_str(), addresses[0].address.as_str()),
         ("InternalIP", "172.30.0.11")
     );
+    assert_eq!(
+        status.node_info.unwrap().kubelet_version,
+        kube_ovn_lab::kubernetes::version()
+    );
+    // Its Lease, held by the node and owned by the Node (gone with it).
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let first_renewal = eventually("node1's Lease", || async {
+        let lease = leases.get("node1").await.map_err(|e| e.to_string())?;
+        let spec = lease.spec.clone().unwrap_or_default();
+        assert_eq!(spec.holder_identity.as_deref(), Some("node1"));
+        assert_eq!(spec.lease_duration_seconds, Some(40));
+        let owner = &lease.metadata.owner_references.clone().unwrap()[0];
+        assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("Node", "node1"));
+        spec.renew_time
+            .map(|time| time.0)
+            .ok_or_else(|| "no renewTime".to_owned())
+    })
+    .await;
 
     // Two pods on the bridge.
     pod(&client, "default", "a", json!({}), netexec_pod()).await;
@@ -329,15 +351,21 @@ async fn pods_get_sandboxes_answer_each_other_and_are_cleaned_up_also_across_res
     .await
     .unwrap();
 
-    // The kubelet goes away; meanwhile b is deleted, c created, e replaced by a pod of the same
+    // The kubelet goes away; meanwhile b is force-deleted, c created, e replaced by a pod of the same
     // name (another uid); d stays.
     pod(&client, "default", "d", json!({}), netexec_pod()).await;
     let (d, d_ip) = running(&pods, "d").await;
     pod(&client, "default", "e", json!({}), netexec_pod()).await;
     let (old_e, old_e_ip) = running(&pods, "e").await;
     drop(kubelet);
-    pods.delete("b", &DeleteParams::default()).await.unwrap();
-    pods.delete("e", &DeleteParams::default()).await.unwrap();
+    // With no kubelet to finish a graceful deletion, they are force-deleted (grace 0, as
+    // `kubectl delete --force --grace-period=0`): gone from the API at once.
+    let force = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    };
+    pods.delete("b", &force).await.unwrap();
+    pods.delete("e", &force).await.unwrap();
     pod(&client, "default", "e", json!({}), netexec_pod()).await;
     pod(&client, "default", "c", json!({}), netexec_pod()).await;
     assert!(node.pod_netns(&b).exists(), "nobody tore b down yet");
@@ -385,6 +413,33 @@ async fn pods_get_sandboxes_answer_each_other_and_are_cleaned_up_also_across_res
         }
     })
     .await;
+    // The kubelet deleted each pod (grace 0) once its sandbox was gone.
+    eventually("every pod to be deleted by the kubelet", || async {
+        let left: Vec<String> = pods
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?
+            .items
+            .iter()
+            .map(ResourceExt::name_any)
+            .collect();
+        if left.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("left: {left:?}"))
+        }
+    })
+    .await;
+    // The Lease was renewed since (a heartbeat every 10 s, and one at each kubelet start).
+    eventually("node1's Lease to be renewed", || async {
+        let lease = leases.get("node1").await.map_err(|e| e.to_string())?;
+        let renewed = lease.spec.and_then(|s| s.renew_time).map(|time| time.0);
+        match renewed {
+            Some(time) if time > first_renewal => Ok(()),
+            other => Err(format!("renewTime {other:?}, first {first_renewal:?}")),
+        }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -392,8 +447,8 @@ async fn a_failing_add_is_reported_undone_and_retried_until_it_works() {
     // A /30 with the bridge's gateway on .1 leaves host-local one address: the second pod's ADD
     // fails ("no IP addresses available") until the first pod goes.
     let node = TestNode::new("10.244.8.0/30");
-    let server = ApiServer::new(ApiServerConfig::default()).unwrap();
-    let client = server.client();
+    let server = ApiServer::start_with(ApiServerOptions::default()).await.unwrap();
+    let client = server.client().await.unwrap();
     let _kubelet = node.start(&client);
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     pod(&client, "default", "first", json!({}), netexec_pod()).await;

@@ -40,12 +40,24 @@ async fn a_service_account_is_refused_what_rbac_does_not_grant_and_the_audit_log
         .await
         .unwrap();
     let tenant = server.service_account_client("default", "tenant").await.unwrap();
-    let err = Api::<Namespace>::all(tenant.clone()).list(&Default::default()).await.unwrap_err();
+    let err = Api::<Namespace>::all(tenant.clone())
+        .list(&kube::api::ListParams::default())
+        .await
+        .unwrap_err();
     assert!(matches!(&err, kube::Error::Api(s) if s.code == 403), "{err}");
     let cm: Api<ConfigMap> = Api::namespaced(tenant, "default");
     assert!(cm.get_opt("x").await.is_err());
     let denials = server.denials();
-    let users: Vec<_> = denials.iter().map(|d| (d.user.as_str(), d.verb.as_str(), d.resource.as_str())).collect();
-    assert!(users.contains(&("system:serviceaccount:default:tenant", "list", "/namespaces")), "{users:?}");
-    assert!(users.contains(&("system:serviceaccount:default:tenant", "get", "/configmaps")), "{users:?}");
+    let users: Vec<_> = denials
+        .iter()
+        .map(|d| (d.user.as_str(), d.verb.as_str(), d.resource.as_str()))
+        .collect();
+    assert!(
+        users.contains(&("system:serviceaccount:default:tenant", "list", "/namespaces")),
+        "{users:?}"
+    );
+    assert!(
+        users.contains(&("system:serviceaccount:default:tenant", "get", "/configmaps")),
+        "{users:?}"
+    );
 }

@@ -68,7 +68,7 @@ fn pod(ns: &str, name: &str, annotations: &[(&str, &str)]) -> String {
 fn apply(lab: &Lab, file: &str, yaml: &str) -> Result<()> {
     let path = lab.dir.path().join(file);
     std::fs::write(&path, yaml)?;
-    lab.ok(&["kubectl", "apply", "-f", &path.to_string_lossy()])?;
+    lab.apply(&path)?;
     Ok(())
 }
 
@@ -79,18 +79,18 @@ fn json(lab: &Lab, args: &[&str]) -> Result<Value> {
     Ok(serde_json::from_str(&lab.ok(&all)?)?)
 }
 
-/// The notes of the Warning events about `kind ns/name`. Our components publish
-/// `events.k8s.io/v1` Events (`regarding`, `note`); a real API server also serves them as
-/// `kubectl get events`, the lab's emulator only under their own group.
+/// The messages of the Warning events about `kind ns/name`, as `kubectl get events` (core/v1)
+/// shows them: our components publish `events.k8s.io/v1` Events (`regarding`, `note`), which
+/// the API server also serves as core/v1 (`involvedObject`, `message`), as an operator reads them.
 fn warnings(lab: &Lab, ns: &str, kind: &str, name: &str) -> Result<Vec<String>> {
-    let events = json(lab, &["-n", ns, "get", "events.events.k8s.io"])?;
+    let events = json(lab, &["-n", ns, "get", "events"])?;
     Ok(events["items"]
         .as_array()
         .into_iter()
         .flatten()
         .filter(|e| e["type"] == "Warning")
-        .filter(|e| e["regarding"]["kind"] == kind && e["regarding"]["name"] == name)
-        .filter_map(|e| e["note"].as_str().map(str::to_owned))
+        .filter(|e| e["involvedObject"]["kind"] == kind && e["involvedObject"]["name"] == name)
+        .filter_map(|e| e["message"].as_str().map(str::to_owned))
         .collect())
 }
 

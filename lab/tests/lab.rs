@@ -24,6 +24,14 @@ use kube_ovn_testkit::wait_until;
 
 const WAIT: Duration = Duration::from_mins(1);
 
+/// Whether `ip` is in the lab's IPv4 service CIDR (the default family).
+fn in_service_range(ip: &str) -> bool {
+    let range: ipnet::IpNet = "10.96.0.0/12".parse().expect("a CIDR");
+    ip.trim()
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| range.contains(&ip))
+}
+
 fn not_up(lab: &Lab, args: &[&str]) -> Result<()> {
     let out = lab.run(args)?;
     let err = String::from_utf8_lossy(&out.stderr);
@@ -58,7 +66,7 @@ fn the_lab_comes_up_green_is_usable_and_goes_down_clean() -> Result<()> {
         "outside → pod: ok",
         "blocked",
         "10.17.0.100/32",
-        "svc demo/hello 10.96.",
+        "svc demo/hello ",
         // The LoadBalancer IP the lab gave demo/hello, reached from the outside host over BGP.
         "svc demo/hello at 203.0.113.1:80: ok",
         "node1 (Ready)",
@@ -66,6 +74,16 @@ fn the_lab_comes_up_green_is_usable_and_goes_down_clean() -> Result<()> {
     ] {
         ensure!(out.contains(want), "up's report lacks {want:?}:\n{out}");
     }
+    // kube-apiserver's allocator picks ClusterIPs at random from the lab's range.
+    let hello = out
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("[s0] svc demo/hello "))
+        .and_then(|rest| rest.split(':').next())
+        .context("demo/hello's ClusterIP in up's report")?;
+    ensure!(
+        in_service_range(hello),
+        "demo/hello's ClusterIP {hello} is not from 10.96.0.0/12"
+    );
     let again = lab.run(&["up", "--no-install"])?;
     ensure!(
         !again.status.success() && String::from_utf8_lossy(&again.stderr).contains("already up"),
@@ -224,7 +242,7 @@ fn the_lab_comes_up_green_is_usable_and_goes_down_clean() -> Result<()> {
     };
     let cluster_ip = web_service("{.spec.clusterIP}")?;
     ensure!(
-        cluster_ip.starts_with("10.9") || cluster_ip.starts_with("10.10"),
+        in_service_range(&cluster_ip),
         "ClusterIP {cluster_ip:?} is not from 10.96.0.0/12"
     );
     let lb_ip = web_service("{.status.loadBalancer.ingress[0].ip}")?;
@@ -256,7 +274,8 @@ fn the_lab_comes_up_green_is_usable_and_goes_down_clean() -> Result<()> {
             .ok(&["tor", "--", "birdc", "show", "route"])?
             .contains(&format!("{ip}/32")))
     })?;
-    // The emulator deletes a pod at once; the kubelet tears its sandbox down after.
+    // The API server keeps the pod (graceful deletion) until the kubelet stand-in tore its
+    // sandbox down and deleted it with grace 0.
     wait_until("exec into the deleted pod to fail", WAIT, || {
         Ok(!lab
             .run(&["exec", "bgp/announced-1", "--", "true"])?
@@ -267,10 +286,11 @@ fn the_lab_comes_up_green_is_usable_and_goes_down_clean() -> Result<()> {
     // `status` names a component that died, and why; and a request a component's role does not
     // allow (the speaker's identity listing Secrets cluster-wide) is refused and reported.
     let speaker = lab.dir.path().join(&lab.name).join("kubeconfig/speaker");
+    let kubectl = kube_ovn_lab::kubernetes::binary("kubectl")?;
     let refused = lab.run(&[
         "cp",
         "--",
-        "kubectl",
+        &kubectl.to_string_lossy(),
         "--kubeconfig",
         &speaker.to_string_lossy(),
         "get",
@@ -293,6 +313,12 @@ fn the_lab_comes_up_green_is_usable_and_goes_down_clean() -> Result<()> {
         text.lines()
             .any(|l| l.contains("node1-daemon") && l.contains("FAIL") && l.contains("not running")),
         "{text}"
+    );
+    ensure!(
+        text.lines().any(|l| l.contains("RBAC")
+            && l.contains("FAIL")
+            && l.contains("system:serviceaccount:kube-system:kube-ovn-speaker list /secrets: 403")),
+        "status must report the speaker's refused request (from the audit log):\n{text}"
     );
 
     lab.down_and_check_clean(&state)?;

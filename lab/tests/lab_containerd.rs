@@ -162,7 +162,8 @@ fn with_containerd_pods_are_real_sandboxes_and_down_leaves_nothing() -> Result<(
         netns.display()
     );
 
-    // The agent restarted, the records of two pods lost: the sandbox whose pod went meanwhile
+    // The agent restarted, the records of two pods lost: the sandbox whose pod was force-deleted
+    // meanwhile
     // is removed (only containerd's list names it), the other adopted (the same sandbox and
     // container), not made again.
     let state = lab.state()?;
@@ -181,7 +182,18 @@ fn with_containerd_pods_are_real_sandboxes_and_down_leaves_nothing() -> Result<(
         .iter()
         .find(|p| p.key == "bgp/announced-2")
         .context("bgp/announced-2")?;
-    lab.ok(&["kubectl", "-n", "bgp", "delete", "pod", "announced-2"])?;
+    // No kubelet finishes a graceful deletion while the agent is away: the pod is force-deleted
+    // (gone from the API at once, as an operator does for a pod of a node that is down).
+    lab.ok(&[
+        "kubectl",
+        "-n",
+        "bgp",
+        "delete",
+        "pod",
+        "announced-2",
+        "--force",
+        "--grace-period=0",
+    ])?;
     let kept = pods
         .iter()
         .find(|p| p.key == "demo/web-1")

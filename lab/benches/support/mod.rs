@@ -88,3 +88,13 @@ impl Lab {
         Path::new("/run/netns").join(format!("kl_{}_{role}", self.name))
     }
 }
+
+impl Drop for Lab {
+    /// A bench that fails midway still takes its lab down (its labs directory, with the state
+    /// file `down` works from, goes right after).
+    fn drop(&mut self) {
+        if self.dir.path().join(&self.name).exists() {
+            let _ = self.down();
+        }
+    }
+}

@@ -100,7 +100,7 @@ impl EventRecorder {
                 api.patch(
                     &name,
                     &PatchParams::default(),
-                    &Patch::Merge(json!({"count": count, "lastTimestamp": crate::apiserver::meta::now()})),
+                    &Patch::Merge(json!({"count": count, "lastTimestamp": crate::agent::now()})),
                 )
                 .await
                 .map(drop)

@@ -1,13 +1,12 @@
-//! The shape shared by the scheduler, the ClusterIP allocator, the EndpointSlice and the
-//! Deployment controllers: reflector caches of the kinds a controller reads, and a *pass* over
-//! the whole cached state whenever any of them changed (level-triggered: a pass computes what
-//! should be from what is, so a missed event or a restart converges at the next pass). Events
-//! arriving while a pass runs are coalesced into one next pass. A pass that could not finish
-//! some write asks to be run again, with a backoff, even if nothing changes.
+//! The shape of the agent's controllers (the LoadBalancer IP allocator): reflector caches of the
+//! kinds a controller reads, and a *pass* over the whole cached state whenever any of them
+//! changed (level-triggered: a pass computes what should be from what is, so a missed event or a
+//! restart converges at the next pass). Events arriving while a pass runs are coalesced into one
+//! next pass. A pass that could not finish some write asks to be run again, with a backoff, even
+//! if nothing changes.
 //!
-//! The caches lag the controller's own writes; each controller keeps what it wrote until the
-//! cache shows it (the scheduler's assumed bindings, the allocator's pending addresses, the
-//! Deployment controller's expectations), and conflicts (409) from writes based on a stale
+//! The caches lag the controller's own writes; a controller keeps what it wrote until the cache
+//! shows it (the allocator's pending addresses), and conflicts (409) from writes based on a stale
 //! cache are expected and retried by the next pass.
 
 use std::collections::HashSet;

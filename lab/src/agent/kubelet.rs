@@ -3,6 +3,9 @@
 //! - Registers its Node: labels (`kubernetes.io/hostname`, `kubernetes.io/os=linux`, and the
 //!   configured ones), then status through the `status` subresource: InternalIP(s) and Hostname
 //!   addresses, `Ready=True` and the pressure conditions, capacity and nodeInfo ([`node`]).
+//!   Then heartbeats every [`HEARTBEAT`]: its Lease in `kube-node-lease` renewed and the Node's
+//!   status posted again, so kube-controller-manager's node-lifecycle controller sees a live
+//!   node and never taints or evicts it.
 //! - Watches the pods bound to it (field selector `spec.nodeName`). For each pod that is not
 //!   `hostNetwork`, a sandbox, made by the configured [`PodRuntime`]:
 //!   - direct (the default, fast): a network namespace `<netns_prefix><hash>`, CNI ADD through
@@ -17,8 +20,8 @@
 //!   the pod's status: Running, `podIP(s)`, `hostIP(s)`, Ready ([`status`]). `hostNetwork` pods
 //!   get the node's addresses and no sandbox; their netexec servers run in the node's namespace
 //!   from this process with either runtime.
-//! - When a pod goes (the emulator deletes at once), or is marked for deletion (then the kubelet
-//!   also deletes it with grace 0, as after its containers stopped): servers stopped, CNI DEL
+//! - When a pod goes, or is marked for deletion (then the kubelet deletes it with grace 0, as
+//!   after its containers stopped: the API server keeps a bound pod until then): servers stopped, CNI DEL
 //!   with the ADD result as `prevResult`, namespace removed, record removed ([`sandbox`]); or
 //!   StopPodSandbox and RemovePodSandbox.
 //! - Sandboxes are recorded in `sandbox_dir`, so a restarted kubelet tears down those of pods
@@ -52,7 +55,7 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 pub use cri_pods::netexec_container;
-pub use node::{HostFacts, KUBELET_VERSION};
+pub use node::{HEARTBEAT, HostFacts, kubelet_version};
 pub use sandbox::{NETNS_DIR, SandboxRecord, netns_name};
 pub use servers::{NETEXEC_IMAGE, is_netexec};
 
@@ -214,6 +217,9 @@ pub async fn run(client: Client, config: KubeletConfig) -> Result<(), Error> {
     });
     async move {
         register(&shared).await;
+        let heartbeat = tokio::spawn(heartbeats(shared.clone()).in_current_span());
+        // The heartbeats end with the kubelet (this future dropped or finished).
+        let _heartbeat = AbortOnDrop(heartbeat);
         if let Some(cri) = &shared.cri {
             let found = cri_pods::adopt_all(cri, &shared.sandboxes).await;
             tracing::info!(sandboxes = found.len(), "containerd's sandboxes recorded");
@@ -240,6 +246,30 @@ async fn register(shared: &Shared) {
                 delay = (delay * 2).min(Duration::from_secs(10));
             }
         }
+    }
+}
+
+/// Renews the node's Lease and posts its status every [`HEARTBEAT`]; a failure is logged and
+/// the next beat tries again (a kubelet keeps going while the API server is away).
+async fn heartbeats(shared: Arc<Shared>) {
+    let mut tick = tokio::time::interval(HEARTBEAT);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if let Err(e) = node::renew_lease(&shared.client, &shared.config.node_name).await {
+            tracing::warn!(error = %e, "renewing the node's Lease failed");
+        }
+        if let Err(e) = node::register(&shared.client, &shared.config).await {
+            tracing::warn!(error = %e, "posting the node's status failed");
+        }
+    }
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -1,37 +1,36 @@
-//! The lab's stand-ins for the Kubernetes components the emulator lacks. `kube-ovn-lab agent`
-//! runs them all in one process in the control-plane namespace (where the API is reachable):
+//! What a real cluster has beyond the control plane, and the lab lacks: `kube-ovn-lab agent`
+//! runs it in one process in the control-plane namespace (where the API is reachable). The
+//! scheduling, Deployments, EndpointSlices and ClusterIPs are upstream kube-scheduler's and
+//! kube-controller-manager's (`up` runs them); the agent keeps:
 //!
 //! ```text
-//!   scheduler ─── binds pods to Ready nodes (pods/binding)
-//!   kubelet × N ─ per node: Node registration, pod sandboxes through the node's CNI conflist,
-//!                 netexec servers, pod status
-//!   services ──── ClusterIPs from the service CIDR
-//!   load balancers ─ LoadBalancer ingress IPs from the lab's pool
-//!   endpointslices ─ EndpointSlices from Services' selectors and pod readiness
-//!   deployments ─ Deployment → Pods
+//!   kubelet × N ─── per node: Node registration and heartbeats (Node status and its Lease in
+//!                   kube-node-lease), pod sandboxes through the node's CNI conflist, netexec
+//!                   servers, pod status
+//!   load balancers ─ LoadBalancer ingress IPs from the lab's pool (MetalLB's job on a cluster)
 //! ```
 //!
 //! Each task watches what it needs and is level-triggered, so a restarted agent converges.
 
-pub mod deployments;
-pub mod endpointslices;
 pub mod events;
 mod informer;
 pub mod kubelet;
 pub mod load_balancers;
 pub mod names;
-pub mod scheduler;
-pub mod services;
 
 use std::collections::BTreeMap;
 
-use crate::cluster::topology::{LOAD_BALANCER_CIDR, SERVICE_CIDR, Topology};
+use crate::cluster::topology::{LOAD_BALANCER_CIDR, Topology};
+
+/// Now, in the seconds-precision RFC 3339 form of `metav1.Time`.
+pub fn now() -> String {
+    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
 
 /// What the agent runs.
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
     pub kubelets: Vec<kubelet::KubeletConfig>,
-    pub services: services::ServicesConfig,
     /// Where LoadBalancer ingress IPs come from; `None`: none are given.
     pub load_balancer_pool: Option<ipnet::IpNet>,
 }
@@ -59,11 +58,6 @@ impl AgentConfig {
             .collect();
         Self {
             kubelets,
-            services: services::ServicesConfig {
-                cluster_ip_ranges: services::parse_ranges(SERVICE_CIDR)
-                    .expect("the lab's service CIDR is valid"),
-                apiserver: Some(Topology::api_addr()),
-            },
             load_balancer_pool: Some(
                 LOAD_BALANCER_CIDR
                     .parse()
@@ -108,49 +102,12 @@ pub async fn run(client: kube::Client, config: AgentConfig) -> Result<(), AgentE
                 .map_err(|source| AgentError::Kubelet { node, source })
         });
     }
-    let task_err = |task: &'static str| {
-        move |e: &dyn std::fmt::Display| AgentError::Task {
-            task,
-            message: e.to_string(),
-        }
-    };
-    {
-        let client = client.clone();
-        tasks.spawn(async move {
-            scheduler::run(client)
-                .await
-                .map_err(|e| task_err("scheduler")(&e))
-        });
-    }
-    {
-        let client = client.clone();
-        let services = config.services.clone();
-        tasks.spawn(async move {
-            services::run(client, services)
-                .await
-                .map_err(|e| task_err("services")(&e))
-        });
-    }
     if let Some(pool) = config.load_balancer_pool {
-        let client = client.clone();
         tasks.spawn(async move {
             load_balancers::run(client, pool).await;
             Ok(())
         });
     }
-    {
-        let client = client.clone();
-        tasks.spawn(async move {
-            endpointslices::run(client)
-                .await
-                .map_err(|e| task_err("endpointslices")(&e))
-        });
-    }
-    tasks.spawn(async move {
-        deployments::run(client)
-            .await
-            .map_err(|e| task_err("deployments")(&e))
-    });
     while let Some(done) = tasks.join_next().await {
         match done {
             Ok(Ok(())) => {}

@@ -1,5 +1,4 @@
-//! Names the agent makes: stable hashes (netns names, pod-template hashes, event names) and the
-//! random suffixes Kubernetes' controllers give the pods they create.
+//! Names the agent makes: stable hashes (netns names, event names) and container IDs.
 
 /// 64-bit FNV-1a: small, stable across releases and platforms (std's hasher is neither
 /// promised to be), which names that outlive a process need.
@@ -18,23 +17,6 @@ pub fn short_hash(bytes: &[u8], n: usize) -> String {
     hex[..n.min(16)].to_owned()
 }
 
-/// The alphabet of Kubernetes' random name suffixes: no vowels (no words) and no look-alikes.
-const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-
-/// `n` random characters from [`ALPHABET`] (uuid v4's random bytes as the source).
-pub fn random_suffix(n: usize) -> String {
-    let mut out = String::with_capacity(n);
-    while out.len() < n {
-        for b in uuid::Uuid::new_v4().as_bytes() {
-            if out.len() == n {
-                break;
-            }
-            out.push(char::from(ALPHABET[usize::from(*b) % ALPHABET.len()]));
-        }
-    }
-    out
-}
-
 /// 64 random hex digits, the shape of a container ID.
 pub fn container_id() -> String {
     format!(
@@ -49,15 +31,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn hashes_are_stable_and_suffixes_have_the_alphabet() {
+    fn hashes_are_stable_and_container_ids_are_hex() {
         // FNV-1a's published test vectors.
         assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
         assert_eq!(short_hash(b"a", 10), "af63dc4c86");
-        let s = random_suffix(5);
-        assert_eq!(s.len(), 5);
-        assert!(s.bytes().all(|b| ALPHABET.contains(&b)), "{s}");
-        assert_ne!(random_suffix(20), random_suffix(20));
         let id = container_id();
         assert!(
             id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit()),

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use super::process::{Enter, Launch};
 use super::topology::{
-    API_PORT, CLUSTER_AS, CONTROLLER_METRICS_PORT, DAEMON_METRICS_PORT, EXTERNAL_IP_CIDR, NB_PORT, NodePlan,
+    CLUSTER_AS, CONTROLLER_METRICS_PORT, DAEMON_METRICS_PORT, EXTERNAL_IP_CIDR, NB_PORT, NodePlan,
     OUTSIDE_PORT, SB_PORT, SERVICE_CIDR, SPEAKER_METRICS_PORT, TOR_AS, Topology,
 };
 
@@ -126,21 +126,27 @@ pub fn northd(t: &Topology) -> Launch {
     )
 }
 
-pub fn apiserver(t: &Topology, bins: &Binaries, extra: &[String]) -> Launch {
-    let mut args = vec![
-        "apiserver".into(),
-        format!("--listen={}:{API_PORT}", Topology::cp_ip()),
-        format!("--state={}", t.cp_dir().join("api-objects.json").display()),
-    ];
-    args.extend(extra.iter().cloned());
-    Launch {
-        component: "apiserver".into(),
+/// The Kubernetes control plane, in start order: etcd, kube-apiserver, kube-controller-manager,
+/// kube-scheduler (upstream's binaries from [`crate::kubernetes::bin_dir`]), in the control
+/// plane's namespace. `extra` are more kube-apiserver flags.
+pub fn kubernetes(t: &Topology, extra: &[String]) -> Vec<Launch> {
+    let cp = t.control_plane();
+    [
+        ("etcd", cp.etcd_args()),
+        ("kube-apiserver", cp.apiserver_args(extra)),
+        ("kube-controller-manager", cp.controller_manager_args()),
+        ("kube-scheduler", cp.scheduler_args()),
+    ]
+    .into_iter()
+    .map(|(component, args)| Launch {
+        component: component.into(),
         enter: Enter::Netns(t.cp_netns()),
-        program: bins.path("kube-ovn-lab"),
+        program: crate::kubernetes::bin_dir().join(component),
         args,
         env: vec![],
-        log: t.log("apiserver"),
-    }
+        log: t.log(component),
+    })
+    .collect()
 }
 
 pub fn controller(t: &Topology, bins: &Binaries) -> Launch {
@@ -163,8 +169,8 @@ pub fn controller(t: &Topology, bins: &Binaries) -> Launch {
     }
 }
 
-/// The lab's own controllers (scheduler, kubelets, ClusterIPs, EndpointSlices, Deployments).
-/// Only the network namespace is entered: the pod namespaces it makes must be visible to all.
+/// The lab's agent (the kubelet stand-ins, the LoadBalancer IP allocator), with its client
+/// certificate. Only the network namespace is entered: the pod namespaces it makes must be visible to all.
 pub fn agent(t: &Topology, bins: &Binaries, run_dir: &Path) -> Launch {
     Launch {
         component: "agent".into(),
@@ -174,7 +180,7 @@ pub fn agent(t: &Topology, bins: &Binaries, run_dir: &Path) -> Launch {
             "agent".into(),
             format!("--name={}", t.name),
             format!("--labs-dir={}", run_dir.display()),
-            format!("--kubeconfig={}", t.kubeconfig("agent").display()),
+            format!("--kubeconfig={}", t.control_plane().kubeconfig("agent").display()),
         ],
         env: vec![],
         log: t.log("agent"),
@@ -316,9 +322,9 @@ mod tests {
         let t = Topology::new("t", 2, TorKind::Bird, Path::new("/var/lib/kube-ovn-lab")).unwrap();
         let bins = Binaries { dir: "/b".into() };
         let mut launches = ovn_databases(&t);
+        launches.extend(kubernetes(&t, &[]));
         launches.extend([
             northd(&t),
-            apiserver(&t, &bins, &[]),
             controller(&t, &bins),
             agent(&t, &bins, Path::new("/var/lib/kube-ovn-lab")),
             outside_server(&t, &bins),
@@ -338,6 +344,27 @@ mod tests {
         let daemon = node_daemon(&t, &bins, &t.nodes[1]);
         assert!(daemon.args.contains(&"--node-name=node2".to_owned()));
         assert!(daemon.args.contains(&"--encap-ip=172.30.0.12".to_owned()));
+        let kubernetes = kubernetes(&t, &[]);
+        let names: Vec<&str> = kubernetes.iter().map(|l| l.component.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "etcd",
+                "kube-apiserver",
+                "kube-controller-manager",
+                "kube-scheduler"
+            ]
+        );
+        assert!(
+            kubernetes
+                .iter()
+                .all(|l| matches!(&l.enter, Enter::Netns(ns) if *ns == t.cp_netns()))
+        );
+        assert!(
+            kubernetes[1]
+                .args
+                .contains(&"--bind-address=172.30.0.2".to_owned())
+        );
         let speaker = node_speaker(&t, &bins, &t.nodes[0]);
         assert!(speaker.args.contains(&"--neighbor-address=172.30.0.1".to_owned()));
     }

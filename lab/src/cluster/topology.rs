@@ -53,8 +53,13 @@ pub const SB_PORT: u16 = 6642;
 pub const CONTROLLER_METRICS_PORT: u16 = 10660;
 pub const DAEMON_METRICS_PORT: u16 = 10665;
 pub const SPEAKER_METRICS_PORT: u16 = 10667;
-/// Services' ClusterIPs come from here (kube-apiserver's default range).
-pub const SERVICE_CIDR: &str = "10.96.0.0/12";
+/// Services' ClusterIPs come from here (kube-apiserver's `--service-cluster-ip-range`, and the
+/// same flag of the controller and daemons): kube-apiserver's default IPv4 range and an IPv6
+/// one (dual stack: a Service asking for both families gets both; the first is the default).
+pub const SERVICE_CIDR: &str = "10.96.0.0/12,fd00:10:96::/108";
+/// etcd's client and peer ports, on 127.0.0.1 of the control plane's namespace.
+pub const ETCD_CLIENT_PORT: u16 = 2379;
+pub const ETCD_PEER_PORT: u16 = 2380;
 /// LoadBalancer Services' ingress IPs come from here (the agent's `load_balancers`, as MetalLB
 /// would give them); TEST-NET-3, routed to the nodes only by the speakers' announcements.
 pub const LOAD_BALANCER_CIDR: &str = "203.0.113.0/24";
@@ -64,6 +69,9 @@ pub const LOAD_BALANCER_CIDR: &str = "203.0.113.0/24";
 pub const EXTERNAL_IP_CIDR: &str = "192.0.2.0/24";
 /// The port the outside host's netexec server listens on (TCP and UDP).
 pub const OUTSIDE_PORT: u16 = 80;
+
+/// The lab agent's user (its client certificate's CN).
+pub const AGENT_USER: &str = "kube-ovn-lab:agent";
 
 /// A lab's name must be usable in namespace names and paths.
 pub fn validate_name(name: &str) -> Result<(), String> {
@@ -231,6 +239,26 @@ impl Topology {
 
     pub fn sandbox_dir(&self) -> PathBuf {
         self.dir.join("sandboxes")
+    }
+
+    /// The lab's Kubernetes control plane: its files in the control plane's directory, the API
+    /// on [`Self::api_addr`], the audit log among the logs. The agent has a client certificate
+    /// of its own in `system:masters` (its kubelets write every node's objects, which Node
+    /// authorization would allow each `system:node:<name>` only for its own node).
+    pub fn control_plane(&self) -> crate::kubernetes::lab::ControlPlane {
+        crate::kubernetes::lab::ControlPlane {
+            dir: self.cp_dir(),
+            api: Self::api_addr(),
+            etcd_client_port: ETCD_CLIENT_PORT,
+            etcd_peer_port: ETCD_PEER_PORT,
+            service_cidrs: SERVICE_CIDR.split(',').map(str::to_owned).collect(),
+            audit_log: self.log("kube-apiserver-audit"),
+            extra_clients: vec![crate::kubernetes::pki::ClientIdentity::new(
+                "agent",
+                AGENT_USER,
+                Some("system:masters"),
+            )],
+        }
     }
 
     /// The administrator's kubeconfig (`kube-ovn-lab kubectl` uses it).

@@ -49,7 +49,8 @@ impl fmt::Display for AuditedRequest {
 struct Event {
     stage: String,
     verb: String,
-    #[serde(default)]
+    // Go's spelling, not camelCase's `requestUri`.
+    #[serde(default, rename = "requestURI")]
     request_uri: String,
     user: User,
     #[serde(default)]
@@ -103,7 +104,11 @@ pub fn parse(text: &str) -> Vec<AuditedRequest> {
                     }
                     (resource, o.namespace, o.name)
                 }
-                None => (e.request_uri.split('?').next().unwrap_or_default().to_owned(), None, None),
+                None => (
+                    e.request_uri.split('?').next().unwrap_or_default().to_owned(),
+                    None,
+                    None,
+                ),
             };
             let status = e.response_status.unwrap_or(Status {
                 code: 0,

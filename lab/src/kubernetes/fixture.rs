@@ -84,7 +84,10 @@ impl SharedEtcd {
         while !etcd_healthy(spec.client) {
             daemon.check_alive()?;
             if Instant::now() > deadline {
-                bail!("etcd did not become healthy within {START_TIMEOUT:?}; log:\n{}", daemon.log_tail(20));
+                bail!(
+                    "etcd did not become healthy within {START_TIMEOUT:?}; log:\n{}",
+                    daemon.log_tail(20)
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -374,10 +377,7 @@ impl ApiServer {
             .await
             .with_context(|| format!("a token for ServiceAccount {namespace}/{name}"))?;
         let token = made.status.context("TokenRequest without status")?.token;
-        let path = self
-            .dir
-            .path()
-            .join(format!("{namespace}-{name}.kubeconfig"));
+        let path = self.dir.path().join(format!("{namespace}-{name}.kubeconfig"));
         let user = format!("system:serviceaccount:{namespace}:{name}");
         std::fs::write(
             &path,
@@ -399,7 +399,10 @@ impl ApiServer {
 
     /// The audited requests the server refused with 403.
     pub fn denials(&self) -> Vec<AuditedRequest> {
-        self.audited().into_iter().filter(AuditedRequest::is_denial).collect()
+        self.audited()
+            .into_iter()
+            .filter(AuditedRequest::is_denial)
+            .collect()
     }
 
     pub fn pid(&self) -> Option<u32> {
@@ -415,7 +418,11 @@ impl ApiServer {
     /// same flags and etcd prefix: every object stays; every client's watches break.
     pub async fn restart(&mut self) -> anyhow::Result<()> {
         self.daemon.stop();
-        self.daemon = spawn("kube-apiserver", &self.args, &self.dir.path().join("kube-apiserver.log"))?;
+        self.daemon = spawn(
+            "kube-apiserver",
+            &self.args,
+            &self.dir.path().join("kube-apiserver.log"),
+        )?;
         self.wait_ready().await
     }
 

@@ -177,7 +177,10 @@ mod tests {
             "--disable-admission-plugins=ServiceAccount",
             "--endpoint-reconciler-type=none",
         ] {
-            assert!(args.iter().any(|a| a == expected), "{expected} missing from {args:?}");
+            assert!(
+                args.iter().any(|a| a == expected),
+                "{expected} missing from {args:?}"
+            );
         }
         assert!(!args.iter().any(|a| a.starts_with("--audit")));
     }

@@ -6,11 +6,13 @@
 //! - [`pki`]: the CA, serving and client certificates and the ServiceAccount key;
 //! - [`flags`]: the command lines, as pure functions;
 //! - [`audit`]: the API server's audit log read back (who was refused what);
-//! - [`fixture`]: etcd shared by a test process and an API server per test.
+//! - [`fixture`]: etcd shared by a test process and an API server per test;
+//! - [`lab`]: the lab's control plane (`up`, `kube-ovn-lab apiserver`).
 
 pub mod audit;
 pub mod fixture;
 pub mod flags;
+pub mod lab;
 pub mod pki;
 
 use std::path::{Path, PathBuf};
@@ -114,7 +116,12 @@ mod tests {
     #[test]
     fn a_kubeconfig_reads_back_with_its_credentials() {
         let ca = Path::new("/pki/ca.crt");
-        let token = kubeconfig("https://127.0.0.1:6443", ca, "cni", &Credentials::Token("t0k".into()));
+        let token = kubeconfig(
+            "https://127.0.0.1:6443",
+            ca,
+            "cni",
+            &Credentials::Token("t0k".into()),
+        );
         let kc: kube::config::Kubeconfig = serde_saphyr::from_str(&token).unwrap();
         assert_eq!(kc.current_context.as_deref(), Some("lab"));
         let user = kc.auth_infos[0].auth_info.as_ref().unwrap();

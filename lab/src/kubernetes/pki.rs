@@ -132,7 +132,11 @@ impl Pki {
         for host in hosts {
             params.subject_alt_names.push(match host.parse() {
                 Ok(ip) => SanType::IpAddress(ip),
-                Err(_) => SanType::DnsName(host.clone().try_into().map_err(|_| PkiError::Host(host.clone()))?),
+                Err(_) => SanType::DnsName(
+                    host.clone()
+                        .try_into()
+                        .map_err(|_| PkiError::Host(host.clone()))?,
+                ),
             });
         }
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];

@@ -1,45 +1,34 @@
-//! The machine's `kubectl` against an emulator, with its own discovery cache; every run checked.
+//! Upstream kubectl (built with the control plane, `kubernetes::binary("kubectl")`) against a
+//! test's API server, with its own discovery cache; every run checked.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
-/// The oldest kubectl the tests accept: 1.27 validates fields on the server (it finds
-/// `fieldValidation` in the OpenAPI v3 document) where older ones validate on the client from an
-/// OpenAPI v2 document in protobuf, which the emulator does not serve.
-pub const MIN_MINOR: u32 = 27;
-
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 pub struct Kubectl {
+    program: PathBuf,
     kubeconfig: PathBuf,
     cache: PathBuf,
 }
 
 impl Kubectl {
-    /// kubectl for the emulator whose kubeconfig is `kubeconfig`; fails the test when kubectl is
-    /// missing or older than 1.[`MIN_MINOR`], saying what to install.
+    /// kubectl for the API server whose kubeconfig is `kubeconfig`; fails the test when the
+    /// built kubectl is missing, saying how to build it.
     pub fn new(kubeconfig: &Path, cache: &Path) -> Self {
-        let kubectl = Self {
+        Self {
+            program: kube_ovn_lab::kubernetes::binary("kubectl").unwrap_or_else(|e| panic!("{e}")),
             kubeconfig: kubeconfig.to_owned(),
             cache: cache.to_owned(),
-        };
-        let minor = kubectl.client_minor();
-        assert!(
-            minor >= MIN_MINOR,
-            "kubectl 1.{minor} is too old: these tests need kubectl 1.{MIN_MINOR} or newer (server-side \
-             field validation through OpenAPI v3). Debian 12's kubernetes-client package is 1.20 and does \
-             not pass; scripts/install-deps.sh installs kubectl 1.32 as /usr/local/bin/kubectl when the \
-             one on PATH is older: run it, and put /usr/local/bin first on PATH"
-        );
-        kubectl
+        }
     }
 
     pub fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new("kubectl");
+        let mut cmd = Command::new(&self.program);
         cmd.arg("--kubeconfig")
             .arg(&self.kubeconfig)
             // Its own discovery cache, so no state is shared with other runs or the user's.
@@ -54,9 +43,10 @@ impl Kubectl {
 
     /// Runs kubectl; its stdout, or a failure with its stderr.
     pub fn run(&self, args: &[&str]) -> String {
-        let out = self.command(args).output().unwrap_or_else(|e| {
-            panic!("kubectl: {e}: install kubectl 1.{MIN_MINOR} or newer with scripts/install-deps.sh")
-        });
+        let out = self
+            .command(args)
+            .output()
+            .unwrap_or_else(|e| panic!("kubectl: {e}"));
         assert!(
             out.status.success(),
             "kubectl {} failed ({}): {}",
@@ -80,15 +70,5 @@ impl Kubectl {
         all.extend_from_slice(args);
         all.extend_from_slice(&["-o", "json"]);
         serde_json::from_str(&self.run(&all)).unwrap()
-    }
-
-    /// kubectl's minor version. A cloud SDK's version dispatcher reports its own (1.32 here) and
-    /// runs the release that matches the server's version (1.33 for the emulator).
-    fn client_minor(&self) -> u32 {
-        let v: Value = serde_json::from_str(&self.run(&["version", "--client", "-o", "json"])).unwrap();
-        v["clientVersion"]["minor"]
-            .as_str()
-            .and_then(|m| m.trim_end_matches('+').parse().ok())
-            .unwrap_or_else(|| panic!("no client minor version in {v}"))
     }
 }

@@ -59,6 +59,28 @@ impl Lab {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
+    /// `kubectl apply -f path`, again while a pod is refused because its namespace's `default`
+    /// ServiceAccount is not there yet (kube-controller-manager makes it moments after the
+    /// namespace; the ServiceAccount admission plugin refuses pods until then). Any other
+    /// failure, or that one for longer than `super::WAIT`, fails.
+    pub fn apply(&self, path: &Path) -> Result<String> {
+        let path = path.to_string_lossy().into_owned();
+        let deadline = std::time::Instant::now() + super::WAIT;
+        loop {
+            let out = self.run(&["kubectl", "apply", "-f", &path])?;
+            if out.status.success() {
+                return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
+            }
+            let err = String::from_utf8_lossy(&out.stderr);
+            ensure!(
+                err.contains("serviceaccount \"default\" not found") && std::time::Instant::now() < deadline,
+                "kubectl apply -f {path} failed ({}): {err}",
+                out.status
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
     pub fn up(&self, extra: &[&str]) -> Result<String> {
         let bins = Path::new(Self::bin())
             .parent()

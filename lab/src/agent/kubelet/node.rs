@@ -1,10 +1,19 @@
 //! The Node object, as a kubelet registers it: created if missing with its labels, then its
 //! status written through the `status` subresource (addresses, conditions, capacity, nodeInfo).
 //! Conditions other kubelet-owned types (set by others, e.g. `NetworkUnavailable`) are kept.
+//!
+//! Then the heartbeats, as a kubelet sends them: its Lease `kube-node-lease/<node>` renewed
+//! every [`HEARTBEAT`] (kube-controller-manager's node-lifecycle controller reads a node's health
+//! from that Lease's `renewTime`, and taints and evicts a node whose Lease is older than its
+//! grace period, 40 s by default), and the Node's status posted again with fresh
+//! `lastHeartbeatTime`s (the Ready condition).
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -12,8 +21,22 @@ use serde_json::{Value, json};
 
 use super::KubeletConfig;
 
-/// The kubelet version the nodes report (the emulator serves Kubernetes 1.33).
-pub const KUBELET_VERSION: &str = "v1.33.0";
+/// How often a kubelet renews its Lease and posts its Node's status (the kubelet's
+/// `nodeLeaseDurationSeconds` of 40 s divided by four, its default renew interval, and its
+/// `nodeStatusUpdateFrequency`).
+pub const HEARTBEAT: Duration = Duration::from_secs(10);
+
+/// The Lease's `leaseDurationSeconds` (the kubelet's default `nodeLeaseDurationSeconds`).
+pub const LEASE_SECONDS: i32 = 40;
+
+/// Where the kubelets' Leases are.
+pub const LEASE_NAMESPACE: &str = "kube-node-lease";
+
+/// The kubelet version the nodes report: the release the lab's control plane runs (a node
+/// newer than its API server is outside Kubernetes' version skew policy).
+pub fn kubelet_version() -> &'static str {
+    crate::kubernetes::version()
+}
 
 /// What the node reports about the machine.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -141,10 +164,57 @@ pub fn status(config: &KubeletConfig, current: Option<&Value>, facts: &HostFacts
             "machineID": facts.machine_id, "systemUUID": facts.machine_id, "bootID": facts.boot_id,
             "kernelVersion": facts.kernel_version, "osImage": facts.os_image,
             "containerRuntimeVersion": format!("kube-ovn-lab://{}", env!("CARGO_PKG_VERSION")),
-            "kubeletVersion": KUBELET_VERSION, "kubeProxyVersion": "",
+            "kubeletVersion": kubelet_version(), "kubeProxyVersion": "",
             "operatingSystem": "linux", "architecture": go_arch(),
         },
     })
+}
+
+/// The node's Lease, held by the node and owned by its Node (so the garbage collector removes
+/// it with the Node, as for a kubelet's), renewed at `renew_time` (`metav1.MicroTime`).
+pub fn lease(node: &str, node_uid: &str, renew_time: &str) -> Value {
+    json!({
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": node,
+            "namespace": LEASE_NAMESPACE,
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid}],
+        },
+        "spec": {
+            "holderIdentity": node,
+            "leaseDurationSeconds": LEASE_SECONDS,
+            "renewTime": renew_time,
+        },
+    })
+}
+
+/// Now, as `metav1.MicroTime` (RFC 3339 with microseconds).
+fn now_micro() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
+        .to_string()
+}
+
+/// Renews (or creates) the node's Lease.
+pub async fn renew_lease(client: &Client, node_name: &str) -> Result<(), kube::Error> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let uid = nodes.get(node_name).await?.uid().unwrap_or_default();
+    let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
+    let body = lease(node_name, &uid, &now_micro());
+    if leases.get_opt(node_name).await?.is_some() {
+        leases
+            .patch(
+                node_name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": body["spec"]})),
+            )
+            .await?;
+    } else {
+        let lease: Lease = serde_json::from_value(body).map_err(kube::Error::SerdeError)?;
+        leases.create(&PostParams::default(), &lease).await?;
+    }
+    Ok(())
 }
 
 /// Creates or updates the Node: labels on the object, the rest through `status`.
@@ -175,7 +245,7 @@ pub async fn register(client: &Client, config: &KubeletConfig) -> Result<(), kub
         .await?;
     }
     let current = node.status.as_ref().and_then(|s| serde_json::to_value(s).ok());
-    let now = crate::apiserver::meta::now();
+    let now = crate::agent::now();
     let status = status(config, current.as_ref(), &HostFacts::of_this_host(), &now);
     api.patch_status(
         &config.node_name,
@@ -189,6 +259,25 @@ pub async fn register(client: &Client, config: &KubeletConfig) -> Result<(), kub
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_lease_is_held_and_owned_by_its_node() {
+        let l = lease("node1", "u-1", "2026-01-01T00:00:01.000001Z");
+        let parsed: Lease = serde_json::from_value(l.clone()).unwrap();
+        let spec = parsed.spec.unwrap();
+        assert_eq!(spec.holder_identity.as_deref(), Some("node1"));
+        assert_eq!(spec.lease_duration_seconds, Some(LEASE_SECONDS));
+        assert!(spec.renew_time.is_some());
+        assert_eq!(parsed.metadata.namespace.as_deref(), Some("kube-node-lease"));
+        let owner = &parsed.metadata.owner_references.unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()),
+            ("Node", "node1", "u-1")
+        );
+        // Renewed well within its duration: a late heartbeat or two does not expire it.
+        assert!(HEARTBEAT.as_secs() * 3 < u64::try_from(LEASE_SECONDS).unwrap());
+        assert!(now_micro().parse::<jiff::Timestamp>().is_ok());
+    }
 
     fn config() -> KubeletConfig {
         KubeletConfig {
@@ -240,5 +329,6 @@ mod tests {
         assert_eq!(ready["lastTransitionTime"], "2026-01-01T00:00:01Z");
         assert_eq!(ready["lastHeartbeatTime"], "2026-01-01T00:00:09Z");
         assert!(conditions.iter().any(|c| c["type"] == "NetworkUnavailable"));
+        assert_eq!(later["nodeInfo"]["kubeletVersion"], crate::kubernetes::version());
     }
 }

@@ -69,7 +69,7 @@ impl SandboxRecord {
             ifname: "eth0".into(),
             result: None,
             cri: None,
-            created: crate::apiserver::meta::now(),
+            created: crate::agent::now(),
         }
     }
 
@@ -89,7 +89,7 @@ impl SandboxRecord {
             ifname: "eth0".into(),
             result: None,
             cri: Some(cri),
-            created: crate::apiserver::meta::now(),
+            created: crate::agent::now(),
         }
     }
 

@@ -183,7 +183,7 @@ impl Worker {
             container_id: &container_id,
             container_ids: &container_ids,
         };
-        if let Some(status) = status::running(&pod, &info, &crate::apiserver::meta::now()) {
+        if let Some(status) = status::running(&pod, &info, &crate::agent::now()) {
             self.write_status(status).await?;
             tracing::info!(pod_ips = ?pod_ips, "pod running");
         }
@@ -295,7 +295,7 @@ impl Worker {
     /// The pod's containers are stopped (its sandbox went above): say so, then delete it for
     /// good, as a kubelet does once a terminating pod's containers are gone.
     async fn finish_deletion(&mut self, pod: &Pod) -> Result<(), Error> {
-        if let Some(status) = status::stopped(pod, &crate::apiserver::meta::now()) {
+        if let Some(status) = status::stopped(pod, &crate::agent::now()) {
             self.write_status(status).await?;
         }
         let uid = pod.uid();

@@ -1,119 +1,126 @@
-//! `kube-ovn-lab apiserver`: the Kubernetes API emulator as a process of its own, with
-//! kube-apiserver's flags for tokens, RBAC and TLS.
+//! `kube-ovn-lab apiserver`: upstream etcd and kube-apiserver as one process's children, our
+//! CRDs served, an administrator's kubeconfig written once the API is ready; both stopped on
+//! SIGTERM (and killed by the kernel if this process dies first). For tests and scripts that
+//! need a Kubernetes API in a process of its own.
+//!
+//! There is no kube-controller-manager, so the `ServiceAccount` admission plugin is off (it
+//! would refuse every pod of a namespace whose `default` ServiceAccount nobody makes), as in the
+//! tests' fixture. Its files (PKI, etcd's data, the logs) live in a temporary directory removed
+//! when it exits.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
-use kube_ovn_lab::apiserver::auth::{AuthConfig, AuthorizationMode, parse_token_file};
-use kube_ovn_lab::apiserver::tls::{ServingCert, default_hosts};
-use kube_ovn_lab::apiserver::{ApiServer, ApiServerConfig, StoreConfig, kubeconfig_for};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube_ovn_lab::kubernetes::fixture::{SERVICE_CIDRS, START_TIMEOUT};
+use kube_ovn_lab::kubernetes::lab::ControlPlane;
+use kube_ovn_lab::kubernetes::{binary, fixture};
+use kube_ovn_testkit::Daemon;
 
 #[derive(clap::Args)]
 pub struct ApiserverArgs {
-    /// Address to listen on (use an address other network namespaces can reach).
+    /// Address to listen on (use an address other network namespaces can reach); port 0 picks a
+    /// free one (the kubeconfig written says which).
     #[arg(long, env = "KUBE_OVN_LAB_LISTEN", default_value = "127.0.0.1:6443")]
     listen: SocketAddr,
-    /// Persist objects in this file, so a restart keeps them.
-    #[arg(long, env = "KUBE_OVN_LAB_STATE")]
-    state: Option<PathBuf>,
-    /// Write a kubeconfig for this server here.
+    /// Write the administrator's kubeconfig (a client certificate in `system:masters`) here,
+    /// once the API is ready with our CRDs served.
     #[arg(long, env = "KUBE_OVN_LAB_KUBECONFIG_OUT")]
     kubeconfig_out: Option<PathBuf>,
-    /// Changes kept for watches; older resourceVersions get 410 Expired.
-    #[arg(long, env = "KUBE_OVN_LAB_HISTORY", default_value_t = 10_000)]
-    history: usize,
-    /// Seconds between watch bookmarks.
-    #[arg(long, env = "KUBE_OVN_LAB_BOOKMARK_SECONDS", default_value_t = 10)]
-    bookmark_seconds: u64,
-    /// kube-apiserver's flag: bearer tokens, one CSV line each, `token,user,uid,"group1,group2"`.
-    /// Without it every request is anonymous and tokens are ignored.
+    /// kube-apiserver's flag, passed through: bearer tokens, one CSV line each,
+    /// `token,user,uid,"group1,group2"`.
     #[arg(long, env = "KUBE_OVN_LAB_TOKEN_AUTH_FILE")]
     token_auth_file: Option<PathBuf>,
-    /// kube-apiserver's flag: `AlwaysAllow`, or `RBAC` (authorized from the Roles,
-    /// ClusterRoles and bindings stored in the emulator; `system:masters` may do anything).
-    #[arg(long, env = "KUBE_OVN_LAB_AUTHORIZATION_MODE", default_value = "AlwaysAllow")]
-    authorization_mode: AuthorizationMode,
-    /// The token the kubeconfig written by `--kubeconfig-out` authenticates with (one of
-    /// `--token-auth-file`'s); none when absent.
-    #[arg(long, env = "KUBE_OVN_LAB_KUBECONFIG_TOKEN", hide_env_values = true)]
-    kubeconfig_token: Option<String>,
-    /// kube-apiserver's flag: serve HTTPS with this certificate (PEM; with
-    /// `--tls-private-key-file`). kubectl sends tokens only over HTTPS.
-    #[arg(long, env = "KUBE_OVN_LAB_TLS_CERT_FILE", requires = "tls_private_key_file")]
-    tls_cert_file: Option<PathBuf>,
-    /// kube-apiserver's flag: the key of `--tls-cert-file` (PEM).
-    #[arg(long, env = "KUBE_OVN_LAB_TLS_PRIVATE_KEY_FILE", requires = "tls_cert_file")]
-    tls_private_key_file: Option<PathBuf>,
-    /// kube-apiserver's flag: serve HTTPS with `apiserver.crt`/`apiserver.key` from this
-    /// directory, made self-signed (for the listen address, 127.0.0.1 and localhost) when
-    /// absent. The kubeconfig written trusts that certificate.
-    #[arg(long, env = "KUBE_OVN_LAB_CERT_DIR", conflicts_with = "tls_cert_file")]
-    cert_dir: Option<PathBuf>,
 }
 
 pub async fn run(args: ApiserverArgs) -> anyhow::Result<std::process::ExitCode> {
     super::init_logs();
-    let tokens = match &args.token_auth_file {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading --token-auth-file {}", path.display()))?;
-            parse_token_file(&text).with_context(|| format!("--token-auth-file {}", path.display()))?
-        }
-        None => std::collections::HashMap::default(),
+    let dir = tempfile::Builder::new()
+        .prefix("kube-ovn-lab-apiserver-")
+        .tempdir()?;
+    let port = match args.listen.port() {
+        0 => free_port(args.listen.ip())?,
+        p => p,
     };
-    if let Some(token) = &args.kubeconfig_token
-        && !tokens.contains_key(token)
-    {
-        anyhow::bail!("--kubeconfig-token is not one of the tokens in --token-auth-file");
+    let cp = ControlPlane {
+        dir: dir.path().to_owned(),
+        api: SocketAddr::new(args.listen.ip(), port),
+        etcd_client_port: free_port([127, 0, 0, 1].into())?,
+        etcd_peer_port: free_port([127, 0, 0, 1].into())?,
+        service_cidrs: SERVICE_CIDRS.iter().map(|c| (*c).to_owned()).collect(),
+        audit_log: dir.path().join("audit.log"),
+        extra_clients: vec![],
+    };
+    cp.write_files()?;
+    let mut extra = vec!["--disable-admission-plugins=ServiceAccount".to_owned()];
+    if let Some(file) = &args.token_auth_file {
+        anyhow::ensure!(
+            file.is_file(),
+            "--token-auth-file {}: no such file",
+            file.display()
+        );
+        extra.push(format!("--token-auth-file={}", file.display()));
     }
-    let config = ApiServerConfig {
-        store: StoreConfig {
-            history_limit: args.history,
-            state_file: args.state,
-        },
-        bookmark_interval: Duration::from_secs(args.bookmark_seconds),
-        auth: AuthConfig {
-            mode: args.authorization_mode,
-            tokens,
-        },
-    };
-    let server = ApiServer::new(config).context("starting the API emulator")?;
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("binding {}", args.listen))?;
-    let addr = listener.local_addr()?;
-    let cert = match (args.tls_cert_file, args.tls_private_key_file, args.cert_dir) {
-        (Some(cert), Some(key), _) => Some(ServingCert { cert, key }),
-        (_, _, Some(dir)) => Some(
-            ServingCert::in_dir(&dir, &default_hosts(addr.ip()))
-                .with_context(|| format!("--cert-dir {}", dir.display()))?,
-        ),
-        _ => None,
-    };
-    let tls = cert
-        .as_ref()
-        .map(ServingCert::server_config)
-        .transpose()
-        .context("the serving certificate")?;
-    if let Some(path) = args.kubeconfig_out {
-        let ca = cert.as_ref().map(|c| c.cert.as_path());
-        write_atomically(&path, &kubeconfig_for(addr, ca, args.kubeconfig_token.as_deref()))?;
+    let mut etcd = spawn(&cp, "etcd", &cp.etcd_args())?;
+    let mut apiserver = spawn(&cp, "kube-apiserver", &cp.apiserver_args(&extra))?;
+    let admin = kube_ovn_support::kube_client(Some(&cp.kubeconfig("admin"))).await?;
+    kube_ovn_lab::kubernetes::lab::wait_ready(&admin, START_TIMEOUT, || {
+        apiserver
+            .check_alive()
+            .and_then(|()| etcd.check_alive())
+            .map_err(|e| format!("{e:#}"))
+    })
+    .await
+    .map_err(anyhow::Error::msg)?;
+    let crds: Vec<CustomResourceDefinition> = kube_ovn_api::crds()
+        .into_iter()
+        .chain(kube_ovn_api::extension_crds())
+        .collect();
+    fixture::install_crds(&admin, &crds).await?;
+    if let Some(path) = &args.kubeconfig_out {
+        let text = std::fs::read_to_string(cp.kubeconfig("admin"))?;
+        write_atomically(path, &text)?;
     }
-    tracing::info!(%addr, tls = tls.is_some(), authorization_mode = ?args.authorization_mode, "API emulator serving");
-    // SIGTERM is how the lab and tests stop it; every change is already in the state file
-    // (appended and flushed as it commits), so stopping needs no more than exiting.
-    tokio::select! {
-        r = async {
-            match tls {
-                Some(config) => server.serve_tls(listener, config).await,
-                None => server.serve(listener).await,
+    tracing::info!(url = %cp.url(), dir = %dir.path().display(), "kube-apiserver ready, our CRDs served");
+    // Until SIGTERM (how tests and scripts stop it), or until one of the two dies.
+    let mut check = tokio::time::interval(Duration::from_millis(500));
+    let signal = kube_ovn_support::shutdown_signal()?;
+    tokio::pin!(signal);
+    let result = loop {
+        tokio::select! {
+            () = &mut signal => break Ok(()),
+            _ = check.tick() => {
+                if let Err(e) = apiserver.check_alive().and_then(|()| etcd.check_alive()) {
+                    break Err(e);
+                }
             }
-        } => r.context("serving")?,
-        () = kube_ovn_support::shutdown_signal()? => {}
-    }
+        }
+    };
+    apiserver.stop();
+    etcd.stop();
+    result?;
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+fn spawn(cp: &ControlPlane, name: &str, args: &[String]) -> anyhow::Result<Daemon> {
+    let program = binary(name)?;
+    Daemon::spawn(
+        name,
+        program.to_str().context("the binary's path")?,
+        args,
+        &cp.dir.join(format!("{name}.log")),
+        &[],
+    )
+}
+
+/// A free TCP port on `ip` (the kernel's pick; closed before the server binds it).
+fn free_port(ip: IpAddr) -> anyhow::Result<u16> {
+    Ok(TcpListener::bind((ip, 0))
+        .with_context(|| format!("binding {ip}:0"))?
+        .local_addr()?
+        .port())
 }
 
 /// Writes through a temporary file and a rename, so whoever waits for the file (a test, the lab

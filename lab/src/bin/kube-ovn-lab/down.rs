@@ -2,8 +2,8 @@
 //!
 //! 0. with containerd as the runtime: the agent, then every sandbox through the CRI while the
 //!    node daemons still answer CNI DEL (`containerd::remove_sandboxes`);
-//! 1. the recorded processes, newest first, by PID (SIGTERM to all, then SIGKILL to those still
-//!    there after 5 s); a PID whose start time differs belongs to someone else and is left alone;
+//! 1. the recorded processes, newest first, by PID (SIGTERM to all, etcd SIGKILL at once, then
+//!    SIGKILL to those still there after 5 s); a PID whose start time differs belongs to someone else and is left alone;
 //! 2. any other process still inside one of the lab's namespaces (started by `exec`/`node`/… or
 //!    by a component), found by comparing `/proc/<pid>/ns/net` with the namespaces' inodes;
 //! 3. the namespaces: pods' (the prefix `kl_<lab>_p`, owned by this lab alone), then the lab's;
@@ -28,6 +28,17 @@ use nix::unistd::Pid;
 /// How long processes get after SIGTERM before SIGKILL.
 const GRACE: Duration = Duration::from_secs(5);
 
+/// etcd's graceful stop waits for its clients' watch streams, which kube-apiserver (stopping
+/// at the same moment, draining its own requests) holds for longer than [`GRACE`]; the lab's
+/// etcd data is deleted with the lab, so nothing is lost by SIGKILL.
+fn stop_signal(component: &str) -> Signal {
+    if component == "etcd" {
+        Signal::SIGKILL
+    } else {
+        Signal::SIGTERM
+    }
+}
+
 pub fn down(name: &str, run_dir: &Path) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(nix::unistd::geteuid().is_root(), "down must run as root");
     let (t, state) = super::verbs::lab(name, run_dir)?;
@@ -43,9 +54,9 @@ pub fn down(name: &str, run_dir: &Path) -> anyhow::Result<ExitCode> {
         .rev()
         .collect();
     let mut stopped = 0;
-    for (_, pid, start) in &recorded {
+    for (component, pid, start) in &recorded {
         if process::alive(*pid, *start) {
-            let _ = kill(Pid::from_raw(i32::try_from(*pid)?), Signal::SIGTERM);
+            let _ = kill(Pid::from_raw(i32::try_from(*pid)?), stop_signal(component));
             stopped += 1;
         }
     }

@@ -1,5 +1,6 @@
 //! `kube-ovn-lab`: the whole system on one machine (`up`, `status`, `down` and the verbs that
-//! poke at it), and the pieces it runs (`apiserver`, `agent`, `netexec`).
+//! poke at it), and the pieces it runs (`apiserver`: upstream etcd + kube-apiserver, `agent`,
+//! `netexec`).
 
 mod apiserver;
 mod containerd;
@@ -82,9 +83,10 @@ enum Command {
     /// A component's log (`controller`, `agent`, `apiserver`, `node1-daemon`, `tor-bird`, …;
     /// with no name, the list).
     Logs { component: Option<String> },
-    /// Serve the Kubernetes API emulator over HTTP.
+    /// Run upstream etcd and kube-apiserver (our CRDs served) until SIGTERM; write an
+    /// administrator's kubeconfig.
     Apiserver(apiserver::ApiserverArgs),
-    /// The lab's stand-ins for the scheduler, kubelets and controller-manager (run by `up`).
+    /// The lab's kubelet stand-ins and LoadBalancer IP allocator (run by `up`).
     Agent(AgentArgs),
     /// The server behind the image `kube-ovn-lab/netexec` (as agnhost's `netexec`).
     Netexec(NetexecArgs),

@@ -1,5 +1,5 @@
 //! What `up` needs before it makes anything: the packages (the project's install script), our
-//! binaries (built when missing), and every program the lab runs.
+//! binaries (built when missing), and every program the lab runs (upstream Kubernetes' included).
 
 use std::path::{Path, PathBuf};
 
@@ -90,7 +90,6 @@ pub fn check_programs(t: &Topology) -> anyhow::Result<()> {
         "ovn-nbctl",
         "ovn-sbctl",
         "ovn-controller",
-        "kubectl",
     ];
     programs.extend(match t.tor_kind {
         TorKind::Bird => ["bird", "birdc"],
@@ -112,6 +111,10 @@ pub fn check_programs(t: &Topology) -> anyhow::Result<()> {
         "not installed: {} (run scripts/install-deps.sh)",
         missing.join(", ")
     );
+    // Upstream Kubernetes, built from source by scripts/build-kubernetes.sh (install-deps runs it).
+    for program in kube_ovn_lab::kubernetes::BINARIES {
+        kube_ovn_lab::kubernetes::binary(program)?;
+    }
     for schema in [NB_SCHEMA, SB_SCHEMA, VSWITCH_SCHEMA] {
         anyhow::ensure!(
             Path::new(schema).is_file(),

@@ -1,5 +1,6 @@
 //! `kube-ovn-lab status`: every component, whether it runs and whether it says it is ready,
-//! and why not; the nodes and their pods; the ToR's sessions and routes.
+//! and why not; the requests of our components the API server refused (its audit log); the
+//! nodes and their pods; the ToR's sessions and routes.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -119,14 +120,16 @@ pub async fn overview(t: &Topology, client: &kube::Client) -> anyhow::Result<Str
     Ok(out)
 }
 
-/// Requests the emulator refused (RBAC): each is a permission `deploy/base/rbac.yaml` lacks for
-/// a component, so any is a failure.
-pub async fn denials(client: &kube::Client) -> anyhow::Result<Vec<String>> {
-    Ok(kube_ovn_lab::apiserver::auth::denials(client)
-        .await?
-        .iter()
-        .map(|d| d["message"].as_str().map_or_else(|| d.to_string(), str::to_owned))
-        .collect())
+/// The requests of the components and the agent that kube-apiserver refused (403), from its
+/// audit log: each is a permission `deploy/base/rbac.yaml` lacks (or a request a component
+/// should not make), so any is a failure.
+pub fn denials(t: &Topology) -> Vec<String> {
+    let users = super::verbs::watched_users();
+    kube_ovn_lab::kubernetes::audit::read(&t.control_plane().audit_log)
+        .into_iter()
+        .filter(|r| r.is_denial() && users.contains(&r.user))
+        .map(|r| r.to_string())
+        .collect()
 }
 
 /// The nodes with their pods, and the routes the ToR learnt.
@@ -200,7 +203,7 @@ pub fn status(name: &str, run_dir: &Path) -> anyhow::Result<ExitCode> {
             let lines = check(&t, &state).await;
             let api = async {
                 let client = kube_ovn_support::kube_client(Some(&t.admin_kubeconfig())).await?;
-                anyhow::Ok((cluster_view(&t, &client).await?, denials(&client).await?))
+                anyhow::Ok((cluster_view(&t, &client).await?, denials(&t)))
             }
             .await
             .map_err(|e| format!("{e:#}"));

@@ -3,8 +3,11 @@
 //! Order (each step waits for what the next needs, never for a fixed time):
 //! 1. packages (the project's install script), binaries, the state file;
 //! 2. namespaces and wires (`cluster::net`), recorded before each is made;
-//! 3. in the control plane's namespace: OVN NB/SB and northd, the API emulator, CRDs and RBAC,
-//!    the controller and the lab's agent (which registers the nodes);
+//! 3. in the control plane's namespace: upstream etcd, kube-apiserver, kube-controller-manager
+//!    and kube-scheduler (started first: the API server takes the longest), OVN NB/SB and
+//!    northd; once the API is ready, our CRDs (waited for until served) and
+//!    `deploy/base/rbac.yaml`, a ServiceAccount token per component in its kubeconfig, then the
+//!    controller and the lab's agent (which registers the nodes and heartbeats them);
 //! 4. the nodes: OVS, `br-ul` with the node's address, the daemon, ovn-controller, the speaker;
 //! 5. the ToR and the outside host;
 //! 6. the examples (`kubectl apply`), then the wait for pods and routes, and the matrix.
@@ -15,10 +18,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
-use kube::api::{ListParams, PostParams};
+use kube::api::ListParams;
 use kube_ovn_lab::cluster::components::{self, Binaries, NB_SCHEMA, SB_SCHEMA, VSWITCH_SCHEMA};
 use kube_ovn_lab::cluster::net::{self, run};
 use kube_ovn_lab::cluster::process::{self, Launch};
@@ -183,7 +186,7 @@ pub fn up(name: &str, run_dir: &Path, args: &UpArgs) -> anyhow::Result<std::proc
     for node in &topology.nodes {
         net::wire_node(&topology, node)?;
     }
-    super::verbs::write_kubeconfigs(&topology)?;
+    super::verbs::write_control_plane_files(&topology)?;
     clock.step(&format!(
         "namespaces and wires: {}",
         topology.netns_names().join(", ")
@@ -278,6 +281,18 @@ async fn bring_up(
         rec.start(launch)?;
     }
     rec.start(&components::outside_server(t, bins))?;
+    // Kubernetes first: kube-apiserver's start-up is the longest wait of the control plane, and
+    // OVN's databases come up meanwhile. Each waits for what it needs by itself (kube-apiserver
+    // retries etcd; the controller manager and the scheduler retry the API).
+    let kubernetes = components::kubernetes(t, &[]);
+    let mut apiserver = None;
+    for launch in &kubernetes {
+        let started = rec.start(launch)?;
+        if launch.component == "kube-apiserver" {
+            apiserver = Some((launch.clone(), started));
+        }
+    }
+    let (apiserver, apiserver_started) = apiserver.context("no kube-apiserver in the plan")?;
     // OVN central.
     let cp = t.cp_dir();
     for (schema, db) in [(NB_SCHEMA, "ovnnb_db.db"), (SB_SCHEMA, "ovnsb_db.db")] {
@@ -292,35 +307,32 @@ async fn bring_up(
         run(ctl, &[&format!("--db=unix:{}", cp.join(sock).display()), "init"])?;
     }
     rec.start(&components::northd(t))?;
-    rec.start(&components::apiserver(
-        t,
-        bins,
-        &super::verbs::apiserver_auth_flags(t),
-    ))?;
     let client = kube_ovn_support::kube_client(Some(&t.admin_kubeconfig())).await?;
-    wait_for(
-        "the API emulator to answer",
-        timeout,
-        Duration::from_millis(20),
-        || {
-            let api: Api<Node> = Api::all(client.clone());
-            async move { api.list(&ListParams::default().limit(1)).await.map(|_| true) }
-        },
-    )
-    .await?;
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in kube_ovn_api::crds()
+    kube_ovn_lab::kubernetes::lab::wait_ready(&client, timeout, || {
+        if process::alive(apiserver_started.0, apiserver_started.1) {
+            Ok(())
+        } else {
+            Err(format!(
+                "kube-apiserver exited; its log ends:\n{}",
+                process::log_tail(&apiserver.log, 15)
+            ))
+        }
+    })
+    .await
+    .map_err(anyhow::Error::msg)?;
+    clock.step("control plane: etcd, kube-apiserver (ready), kube-controller-manager, kube-scheduler, OVN NB/SB + northd");
+    let crds: Vec<CustomResourceDefinition> = kube_ovn_api::crds()
         .into_iter()
         .chain(kube_ovn_api::extension_crds())
-    {
-        crds.create(&PostParams::default(), &crd)
-            .await
-            .context("creating the CRDs")?;
-    }
+        .collect();
+    kube_ovn_lab::kubernetes::fixture::install_crds(&client, &crds)
+        .await
+        .context("installing the CRDs")?;
     kube_ovn_lab::manifests::create_all(&client, RBAC)
         .await
         .context("creating the ServiceAccounts and roles of deploy/base/rbac.yaml")?;
-    clock.step("control plane: OVN NB/SB + northd, API emulator (RBAC), CRDs, deploy/base/rbac.yaml");
+    super::verbs::write_component_kubeconfigs(t, &client).await?;
+    clock.step("CRDs served, deploy/base/rbac.yaml applied, a ServiceAccount token per component");
     rec.start(&components::controller(t, bins))?;
     rec.start(&args.runtime.agent(components::agent(
         t,
@@ -356,7 +368,22 @@ async fn bring_up(
         .clone()
         .or_else(|| prepare::workspace().map(|w| w.join("examples/lab")));
     if let Some(dir) = examples.filter(|_| !args.no_examples) {
-        let out = super::verbs::kubectl_output(t, &["apply", "-R", "-f", &dir.to_string_lossy()])?;
+        // kube-controller-manager's ServiceAccount controller at work (it makes every
+        // namespace's `default` account, which pods need): then the examples' new namespaces
+        // get theirs within moments.
+        let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
+        wait_for(
+            "kube-controller-manager to make ServiceAccount default/default",
+            timeout,
+            Duration::from_millis(50),
+            || {
+                let accounts = accounts.clone();
+                async move { accounts.get_opt("default").await.map(|a| a.is_some()) }
+            },
+        )
+        .await?;
+        clock.step("kube-controller-manager running (ServiceAccount default/default made)");
+        let out = apply_examples(t, &dir, timeout).await?;
         print!("{out}");
         clock.step(&format!("applied {}", dir.display()));
     }
@@ -366,7 +393,7 @@ async fn bring_up(
     println!("{}", super::status::overview(t, &client).await?);
     println!("{}", report.render());
     // A refused request is a permission deploy/base/rbac.yaml lacks: the lab is not healthy.
-    let refused = super::status::denials(&client).await?;
+    let refused = super::status::denials(t);
     if refused.is_empty() {
         println!(
             "RBAC: no request of any component was refused (they run as deploy/base/rbac.yaml's ServiceAccounts)"
@@ -378,6 +405,26 @@ async fn bring_up(
         }
     }
     Ok(report.healthy() && refused.is_empty())
+}
+
+/// `kubectl apply -R -f dir`, again while a pod is refused because its namespace's `default`
+/// ServiceAccount is not there yet: the ServiceAccount admission plugin refuses pods until
+/// kube-controller-manager made it, moments after the namespace (applied in the same run).
+async fn apply_examples(t: &Topology, dir: &Path, timeout: Duration) -> anyhow::Result<String> {
+    let dir = dir.to_string_lossy().into_owned();
+    let deadline = Instant::now() + timeout;
+    loop {
+        match super::verbs::kubectl_output(t, &["apply", "-R", "-f", &dir]) {
+            Ok(out) => return Ok(out),
+            Err(e)
+                if e.to_string().contains("serviceaccount \"default\" not found")
+                    && Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 async fn start_node(

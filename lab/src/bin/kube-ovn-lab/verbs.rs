@@ -1,14 +1,11 @@
-//! The small verbs: `kubectl`, `exec`, `node`, `tor`, `outside`, `cp`, `logs`. Each needs the
+//! The small verbs: `kubectl` (upstream's, built with the control plane, as the administrator:
+//! a client certificate in `system:masters`), `exec`, `node`, `tor`, `outside`, `cp`, `logs`. Each needs the
 //! lab to be up and says so when it is not.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
-use std::fmt::Write as _;
-
 use anyhow::{Context, bail};
-use kube_ovn_lab::apiserver::kubeconfig_for;
-use kube_ovn_lab::apiserver::tls::{ServingCert, default_hosts};
 use kube_ovn_lab::cluster::components::ovs_env;
 use kube_ovn_lab::cluster::process::private_run_prefix;
 use kube_ovn_lab::cluster::state::LabState;
@@ -38,60 +35,65 @@ pub fn lab(name: &str, run_dir: &Path) -> anyhow::Result<(Topology, LabState)> {
     Ok((topology, state))
 }
 
-/// Who talks to the lab's API, and as whom. The components are the ServiceAccounts of
-/// `deploy/base/rbac.yaml` (so the emulator, authorizing with RBAC, holds them to exactly the
-/// roles a real cluster would give them); the administrator and the lab's own stand-ins for
-/// kubelets, scheduler and controller-manager are `system:masters`, as those are on a cluster.
-const IDENTITIES: [(&str, &str, &str); 5] = [
-    ("admin", "kube-ovn-lab:admin", "system:masters"),
-    ("agent", "kube-ovn-lab:agent", "system:masters"),
-    (
-        "controller",
-        "system:serviceaccount:kube-system:kube-ovn-controller",
-        "",
-    ),
-    ("daemon", "system:serviceaccount:kube-system:kube-ovn-cni", ""),
-    (
-        "speaker",
-        "system:serviceaccount:kube-system:kube-ovn-speaker",
-        "",
-    ),
+/// The components' ServiceAccounts (`deploy/base/rbac.yaml`'s): each authenticates with a token
+/// of its own account, as in its pod, so the real authorizer holds it to exactly its roles.
+pub const COMPONENTS: [(&str, &str); 3] = [
+    ("controller", "kube-ovn-controller"),
+    ("daemon", "kube-ovn-cni"),
+    ("speaker", "kube-ovn-speaker"),
 ];
 
-/// The API's serving certificate (made now, so the kubeconfigs can trust it before the emulator
-/// runs), a token per identity in the emulator's token file, and a kubeconfig per identity.
-pub fn write_kubeconfigs(t: &Topology) -> anyhow::Result<()> {
-    let pki = t.cp_dir().join("pki");
-    let cert = ServingCert::in_dir(&pki, &default_hosts(Topology::cp_ip().into()))
-        .with_context(|| format!("the API's certificate in {}", pki.display()))?;
-    let mut tokens = String::new();
-    for (component, user, groups) in IDENTITIES {
-        let token = uuid::Uuid::new_v4().simple().to_string();
-        let _ = writeln!(tokens, "{token},{user},{component},\"{groups}\"");
-        let path = if component == "admin" {
-            t.admin_kubeconfig()
-        } else {
-            t.kubeconfig(component)
-        };
-        let text = kubeconfig_for(Topology::api_addr(), Some(&cert.cert), Some(&token));
-        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
-    }
-    std::fs::write(token_file(t), tokens)?;
+/// The namespace of the components' ServiceAccounts.
+pub const COMPONENTS_NAMESPACE: &str = "kube-system";
+
+/// How long the components' tokens are valid: longer than any lab lives (kube-apiserver issues
+/// them with no maximum set; a pod's would be rotated by its kubelet).
+pub const TOKEN_VALIDITY: std::time::Duration = std::time::Duration::from_hours(365 * 24);
+
+/// The users whose refused requests `status` and `up` report: the components and the agent.
+pub fn watched_users() -> Vec<String> {
+    let mut users: Vec<String> = COMPONENTS
+        .iter()
+        .map(|(_, account)| format!("system:serviceaccount:{COMPONENTS_NAMESPACE}:{account}"))
+        .collect();
+    users.push(kube_ovn_lab::cluster::topology::AGENT_USER.to_owned());
+    users
+}
+
+/// The control plane's PKI, kubeconfigs and audit policy (made before any process starts, so
+/// every kubeconfig can trust the CA), and the administrator's kubeconfig where the verbs look.
+pub fn write_control_plane_files(t: &Topology) -> anyhow::Result<()> {
+    let cp = t.control_plane();
+    cp.write_files()
+        .with_context(|| format!("the control plane's files in {}", cp.dir.display()))?;
+    std::fs::copy(cp.kubeconfig("admin"), t.admin_kubeconfig())
+        .with_context(|| format!("writing {}", t.admin_kubeconfig().display()))?;
     Ok(())
 }
 
-/// The emulator's `--token-auth-file`.
-pub fn token_file(t: &Topology) -> PathBuf {
-    t.cp_dir().join("tokens.csv")
-}
-
-/// The emulator's flags for TLS, tokens and RBAC.
-pub fn apiserver_auth_flags(t: &Topology) -> Vec<String> {
-    vec![
-        format!("--cert-dir={}", t.cp_dir().join("pki").display()),
-        format!("--token-auth-file={}", token_file(t).display()),
-        "--authorization-mode=RBAC".into(),
-    ]
+/// A kubeconfig per component with a token of its ServiceAccount (TokenRequest).
+pub async fn write_component_kubeconfigs(t: &Topology, admin: &kube::Client) -> anyhow::Result<()> {
+    let cp = t.control_plane();
+    for (component, account) in COMPONENTS {
+        let token = kube_ovn_lab::kubernetes::lab::service_account_token(
+            admin,
+            COMPONENTS_NAMESPACE,
+            account,
+            TOKEN_VALIDITY,
+        )
+        .await
+        .with_context(|| format!("a token for ServiceAccount {COMPONENTS_NAMESPACE}/{account}"))?;
+        anyhow::ensure!(!token.is_empty(), "an empty token for {account}");
+        let text = kube_ovn_lab::kubernetes::kubeconfig(
+            &cp.url(),
+            &cp.pki().ca_cert(),
+            &format!("system:serviceaccount:{COMPONENTS_NAMESPACE}:{account}"),
+            &kube_ovn_lab::kubernetes::Credentials::Token(token),
+        );
+        let path = t.kubeconfig(component);
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
 }
 
 fn netns_path(ns: &str) -> PathBuf {
@@ -119,7 +121,8 @@ fn in_netns(ns: &str, command: &[String], env: &[(String, String)]) -> anyhow::R
 
 fn kubectl_command(t: &Topology, args: &[impl AsRef<std::ffi::OsStr>]) -> Command {
     let mut cmd = Command::new("ip");
-    cmd.args(["netns", "exec", &t.cp_netns(), "kubectl"])
+    cmd.args(["netns", "exec", &t.cp_netns()])
+        .arg(kube_ovn_lab::kubernetes::bin_dir().join("kubectl"))
         .arg(format!("--kubeconfig={}", t.admin_kubeconfig().display()))
         .args(args);
     cmd
