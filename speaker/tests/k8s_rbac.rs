@@ -124,14 +124,11 @@ async fn the_speaker_needs_no_permission_its_roles_lack() -> Result<()> {
         denied = first_denial => panic!("kube-ovn-speaker was refused: {denied}\n{}", speaker.log_tail(20)),
     }
 
-    let made: BTreeSet<(String, String)> = cluster
-        .server
-        .audited()
-        .into_iter()
-        .filter(|r| r.user == USER)
-        .map(|r| (r.verb, r.resource))
-        .collect();
-    for (verb, resource) in [
+    // A watch is audited when it ends (its ResponseComplete stage): stop the speaker, as a
+    // rolling update would, and its watches close.
+    let mut speaker = speaker;
+    speaker.daemon.terminate(WAIT)?;
+    let expected: BTreeSet<(String, String)> = [
         ("get", "/secrets"),
         ("patch", "bgp.kube-ovn-rs.io/bgppeers/status"),
         ("watch", "/pods"),
@@ -142,17 +139,31 @@ async fn the_speaker_needs_no_permission_its_roles_lack() -> Result<()> {
         ("watch", "kubeovn.io/ips"),
         ("create", "events.k8s.io/events"),
         ("watch", "bgp.kube-ovn-rs.io/bgppeers"),
-    ] {
-        let call = (verb.to_owned(), resource.to_owned());
-        assert!(
-            made.contains(&call),
-            "{call:?} not among the calls made: {made:?}"
-        );
-    }
+    ]
+    .into_iter()
+    .map(|(verb, resource)| (verb.to_owned(), resource.to_owned()))
+    .collect();
+    let mut made = BTreeSet::new();
+    wait_until("the speaker's calls in the audit log", WAIT, || {
+        made = cluster
+            .server
+            .audited()
+            .into_iter()
+            .filter(|r| r.user == USER)
+            .map(|r| (r.verb, r.resource))
+            .collect();
+        Ok(made.is_superset(&expected))
+    })
+    .with_context(|| {
+        format!(
+            "missing {:?} among {made:?}",
+            expected.difference(&made).collect::<Vec<_>>()
+        )
+    })?;
     let denials = speaker_denials(&cluster);
     assert!(
         denials.is_empty(),
-        "a refusal after the work was done: {}",
+        "a refusal while the work was done or stopped: {}",
         denials
             .iter()
             .map(ToString::to_string)
