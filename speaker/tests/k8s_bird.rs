@@ -51,11 +51,13 @@ async fn the_bgp_annotation_decides_what_the_tor_learns() -> Result<()> {
     cluster.delete_pod("default", "here").await?;
     wait_route(&bird, &speaker, "10.16.0.5/32", false)?;
 
-    // Services: the literal "true", ClusterIPs with --announce-cluster-ip, LoadBalancer IPs.
+    // Services: the literal "true", ClusterIPs with --announce-cluster-ip, LoadBalancer IPs
+    // (the API server takes status.loadBalancer only on a Service of type LoadBalancer).
     let services: Api<Service> = Api::namespaced(cluster.kube.clone(), "default");
     let svc: Service = serde_json::from_value(
         json!({"metadata": {"name": "web", "annotations": {"ovn.kubernetes.io/bgp": "true"}},
-        "spec": {"clusterIP": "10.96.0.10", "clusterIPs": ["10.96.0.10"], "ports": [{"port": 80}]}}),
+        "spec": {"type": "LoadBalancer", "clusterIP": "10.96.0.10", "clusterIPs": ["10.96.0.10"],
+            "ports": [{"port": 80}]}}),
     )?;
     services.create(&PostParams::default(), &svc).await?;
     wait_route(&bird, &speaker, "10.96.0.10/32", true)?;
