@@ -1,6 +1,6 @@
 //! From a pod's address annotation appearing in the API to its /32 in the ToR's table, and
 //! from the pod's deletion to the withdrawal: the `kube-ovn-speaker` binary (release) against
-//! the API emulator and a BIRD ToR in network namespaces, one pod at a time.
+//! a real kube-apiserver and a BIRD ToR in network namespaces, one pod at a time.
 //!
 //! `cargo bench -p kube-ovn-speaker --bench announce_latency -- [PODS]` (default 200). Root.
 //! Timing starts before the create request (so it includes the API write and the watch
@@ -17,9 +17,6 @@ use common::birdctl::BirdCtl;
 use common::k8s::{Cluster, speaker};
 use common::peers::{Bird, PeerSpec};
 use common::{Lab, NODE_V4, TOR_V4};
-use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
-use kube::api::DeleteParams;
 use kube_ovn_testkit::wait_until;
 
 fn wait_route(ctl: &mut BirdCtl, prefix: &str, present: bool) -> Result<()> {
@@ -75,7 +72,6 @@ async fn main() -> Result<()> {
         bird.has("10.16.0.0/16")
     })?;
     let mut ctl = BirdCtl::connect(&bird.dir.path().join("bird.ctl"))?;
-    let api: Api<Pod> = Api::namespaced(cluster.kube.clone(), "default");
     let mut announce = Vec::with_capacity(pods);
     let mut withdraw = Vec::with_capacity(pods);
     for i in 0..pods {
@@ -87,7 +83,7 @@ async fn main() -> Result<()> {
         tokio::task::block_in_place(|| wait_route(&mut ctl, &prefix, true))?;
         announce.push(started.elapsed());
         let started = Instant::now();
-        api.delete(&name, &DeleteParams::default()).await?;
+        cluster.delete_pod("default", &name).await?;
         tokio::task::block_in_place(|| wait_route(&mut ctl, &prefix, false))?;
         withdraw.push(started.elapsed());
     }

@@ -1,6 +1,6 @@
 //! From a centralized subnet's `status.activateGateway` changing to the ToR's new best path:
 //! two `kube-ovn-speaker` binaries (release; nodes `na` and `nb`, each in its own namespace),
-//! the API emulator and a BIRD ToR with a session to each, as in `tests/k8s_gateway.rs`.
+//! a real kube-apiserver and a BIRD ToR with a session to each, as in `tests/k8s_gateway.rs`.
 //!
 //! `cargo bench -p kube-ovn-speaker --bench gateway_failover -- [FAILOVERS] [PODS]` (defaults
 //! 50 and 100). Root. The subnet (`bgp: cluster`) has PODS pods, so each failover moves its CIDR

@@ -1,6 +1,7 @@
-//! The `BgpPeer` CRD: the API emulator accepts it, objects round-trip, and status merge patches
-//! from several speakers keep each other's entries. (The committed YAML is checked against the
-//! types by `crdgen --check`, as every CRD of ours is.)
+//! The `BgpPeer` CRD: a real kube-apiserver serves the committed YAML, objects round-trip, its
+//! structural schema refuses what it can see (422), defaults and prunes as the YAML says, and
+//! status merge patches from several speakers keep each other's entries. (The committed YAML is
+//! checked against the types by `crdgen --check`, as every CRD of ours is.)
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -9,7 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
-use kube_ovn_lab::apiserver::{ApiServer, ApiServerConfig};
+use kube_ovn_lab::kubernetes::fixture::{ApiServer, ApiServerOptions};
 use kube_ovn_speaker::bgp::fsm::State;
 use kube_ovn_speaker::crd::{
     BgpPeer, BgpPeerSpec, CRD_NAME, ValidateSpec, remove_node_patch, status_patch_at,
@@ -42,24 +43,26 @@ fn status(state: State, prefixes: usize, error: Option<&str>) -> PeerStatus {
     }
 }
 
-async fn emulator() -> (ApiServer, Api<BgpPeer>) {
-    let api = ApiServer::new(ApiServerConfig::default()).expect("API emulator");
-    let client = api.client();
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+/// A kube-apiserver serving the BgpPeer CRD from `deploy/crds` (the YAML users apply).
+async fn api_server() -> (ApiServer, Api<BgpPeer>) {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../deploy/crds")
         .join(format!("{CRD_NAME}.yaml"));
     let yaml = std::fs::read_to_string(path).unwrap();
     let crd: CustomResourceDefinition = serde_saphyr::from_str(&yaml).unwrap();
-    crds.create(&PostParams::default(), &crd)
-        .await
-        .expect("the emulator takes the CRD");
-    (api, Api::all(client))
+    let server = ApiServer::start_with(ApiServerOptions {
+        crds: vec![crd],
+        ..ApiServerOptions::default()
+    })
+    .await
+    .expect("kube-apiserver serving the committed BgpPeer CRD");
+    let client = server.client().await.unwrap();
+    (server, Api::all(client))
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn objects_round_trip_and_speakers_keep_each_others_status() {
-    let (_server, peers) = emulator().await;
+    let (_server, peers) = api_server().await;
     let spec: BgpPeerSpec = serde_json::from_value(json!({
         "nodeSelector": { "matchExpressions": [{ "key": "rack", "operator": "In", "values": ["r1"] }] },
         "peerAddress": "10.0.0.1",
@@ -153,12 +156,12 @@ async fn objects_round_trip_and_speakers_keep_each_others_status() {
     assert_eq!(nodes.keys().collect::<Vec<_>>(), ["node-b"]);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_schema_refuses_what_it_can_see() {
-    let (server, _) = emulator().await;
+    let (server, _) = api_server().await;
     // Some of these cannot even be held by the Rust type: go through the dynamic API.
     let resource = ApiResource::erase::<BgpPeer>(&());
-    let peers: Api<DynamicObject> = Api::all_with(server.client(), &resource);
+    let peers: Api<DynamicObject> = Api::all_with(server.client().await.unwrap(), &resource);
     let bad = [
         json!({ "peerAddress": "10.0.0.1" }),
         json!({ "peerAddress": "10.0.0.1", "peerASN": 0 }),
@@ -181,4 +184,17 @@ async fn the_schema_refuses_what_it_can_see() {
     let mut good = DynamicObject::new("good", &resource);
     good.data = json!({ "spec": { "peerAddress": "fd00::1", "peerASN": 4_294_967_295_u64 } });
     peers.create(&PostParams::default(), &good).await.unwrap();
+    // The schema's defaults are applied, and a field it does not know is dropped (pruned), not
+    // kept nor refused: what a speaker reads is what the schema describes.
+    let mut sparse = DynamicObject::new("sparse", &resource);
+    sparse.data = json!({ "spec": { "peerAddress": "10.0.0.2", "peerASN": 65001,
+        "bfd": {}, "peerAs": 65002 } });
+    let stored = peers.create(&PostParams::default(), &sparse).await.unwrap();
+    assert_eq!(
+        stored.data["spec"]["bfd"],
+        json!({ "enabled": false }),
+        "{}",
+        stored.data
+    );
+    assert!(stored.data["spec"].get("peerAs").is_none(), "{}", stored.data);
 }

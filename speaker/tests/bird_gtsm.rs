@@ -13,7 +13,6 @@ use anyhow::Context;
 use common::k8s::{Cluster, speaker, speaker_without_peers, wait_route};
 use common::peers::{Bird, PeerSpec};
 use common::*;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::PostParams;
 use kube_ovn_speaker::bgp::fsm::State;
@@ -294,9 +293,6 @@ async fn the_ttl_security_flag_turns_gtsm_on_for_flag_peers() -> anyhow::Result<
 async fn a_bgp_peer_with_ttl_security_uses_gtsm() -> anyhow::Result<()> {
     let lab = Lab::direct()?;
     let (bird, cluster) = gtsm_bird_and_cluster(&lab).await?;
-    Api::<CustomResourceDefinition>::all(cluster.kube.clone())
-        .create(&PostParams::default(), &kube_ovn_speaker::crd::crd())
-        .await?;
     let dir = tempfile::tempdir()?;
     let speaker = speaker_without_peers(&cluster, &lab, dir.path(), &[])?;
     let peer: BgpPeer = serde_json::from_value(serde_json::json!({

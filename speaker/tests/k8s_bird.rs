@@ -1,4 +1,4 @@
-//! The `kube-ovn-speaker` binary against the API emulator and a real BIRD ToR: what the
+//! The `kube-ovn-speaker` binary against a real kube-apiserver and a BIRD ToR: what the
 //! `ovn.kubernetes.io/bgp` annotation announces (Kube-OVN's `cluster`/`local` semantics for pods
 //! and subnets, Services), changes taking effect without a restart, and the next hop following
 //! the node's source address. Needs root (namespaces) and bird2; fails, never skips.
@@ -9,9 +9,9 @@ use anyhow::{Context, Result};
 use common::k8s::{Cluster, speaker, wait_route};
 use common::peers::{Bird, PeerSpec};
 use common::{Lab, NODE_AS, NODE_V4, TOR_V4};
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::Service;
 use kube::Api;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube_ovn_testkit::wait_until;
 use serde_json::{Value, json};
 
@@ -48,16 +48,16 @@ async fn the_bgp_annotation_decides_what_the_tor_learns() -> Result<()> {
         .await?;
     wait_route(&bird, &speaker, "10.16.0.7/32", true)?;
     // A deleted pod is withdrawn.
-    Api::<Pod>::namespaced(cluster.kube.clone(), "default")
-        .delete("here", &DeleteParams::default())
-        .await?;
+    cluster.delete_pod("default", "here").await?;
     wait_route(&bird, &speaker, "10.16.0.5/32", false)?;
 
-    // Services: the literal "true", ClusterIPs with --announce-cluster-ip, LoadBalancer IPs.
+    // Services: the literal "true", ClusterIPs with --announce-cluster-ip, LoadBalancer IPs
+    // (the API server takes status.loadBalancer only on a Service of type LoadBalancer).
     let services: Api<Service> = Api::namespaced(cluster.kube.clone(), "default");
     let svc: Service = serde_json::from_value(
         json!({"metadata": {"name": "web", "annotations": {"ovn.kubernetes.io/bgp": "true"}},
-        "spec": {"clusterIP": "10.96.0.10", "clusterIPs": ["10.96.0.10"], "ports": [{"port": 80}]}}),
+        "spec": {"type": "LoadBalancer", "clusterIP": "10.96.0.10", "clusterIPs": ["10.96.0.10"],
+            "ports": [{"port": 80}]}}),
     )?;
     services.create(&PostParams::default(), &svc).await?;
     wait_route(&bird, &speaker, "10.96.0.10/32", true)?;

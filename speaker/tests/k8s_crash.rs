@@ -17,9 +17,6 @@ use anyhow::{Context, Result, ensure};
 use common::k8s::{Cluster, Speaker, speaker};
 use common::peers::{Bird, PeerSpec};
 use common::{Lab, NODE_V4, TOR_V4};
-use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
-use kube::api::DeleteParams;
 use kube_ovn_testkit::drill::{Rng, seed};
 use kube_ovn_testkit::wait_until;
 
@@ -72,9 +69,7 @@ impl Pods<'_> {
                     .nth(rng.below(self.live.len()))
                     .cloned()
                     .context("a live pod")?;
-                Api::<Pod>::namespaced(self.cluster.kube.clone(), "default")
-                    .delete(&name, &DeleteParams::default())
-                    .await?;
+                self.cluster.delete_pod("default", &name).await?;
                 let ip = self.live.remove(&name).context("live")?;
                 deleted.insert(format!("{ip}/32"));
             }

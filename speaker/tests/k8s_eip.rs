@@ -1,4 +1,4 @@
-//! A VPC NAT gateway's EIP with the `kube-ovn-speaker` binary, the API emulator and a BIRD ToR,
+//! A VPC NAT gateway's EIP with the `kube-ovn-speaker` binary, a real kube-apiserver and a BIRD ToR,
 //! every object written as Kube-OVN writes it: the gateway's StatefulSet pod
 //! `vpc-nat-gw-<gw>-0` in kube-system (labels `app=vpc-nat-gw-<gw>`,
 //! `ovn.kubernetes.io/vpc-nat-gw=true`, annotation `ovn.kubernetes.io/vpc_nat_gw=<gw>`) and the
@@ -14,7 +14,7 @@ use common::peers::{Bird, PeerSpec};
 use common::{Lab, NODE_V4, TOR_V4};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube_ovn_api::crd::IptablesEIP;
 use serde_json::json;
 
@@ -88,12 +88,12 @@ async fn an_eip_is_announced_from_the_node_of_its_nat_gateway_pod() -> Result<()
     assert!(route.contains(&format!("BGP.next_hop: {NODE_V4}")), "{route}");
 
     // The pod is rescheduled to n2: this speaker withdraws it.
-    pods.delete("vpc-nat-gw-gw1-0", &DeleteParams::default()).await?;
+    cluster.delete_pod("kube-system", "vpc-nat-gw-gw1-0").await?;
     start_gateway(&pods, "n2").await?;
     wait_eip(&bird, &speaker, false)?;
 
     // Back on n1, then no longer running there.
-    pods.delete("vpc-nat-gw-gw1-0", &DeleteParams::default()).await?;
+    cluster.delete_pod("kube-system", "vpc-nat-gw-gw1-0").await?;
     start_gateway(&pods, "n1").await?;
     wait_eip(&bird, &speaker, true)?;
     set_phase(&pods, "Failed").await?;

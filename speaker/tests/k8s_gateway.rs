@@ -1,5 +1,5 @@
 //! BGP that follows a centralized gateway, with two `kube-ovn-speaker` binaries (nodes `na` and
-//! `nb`, each in its own namespace), the API emulator and a BIRD ToR with a session to each.
+//! `nb`, each in its own namespace), a real kube-apiserver and a BIRD ToR with a session to each.
 //! A centralized subnet with `bgp: cluster`, and its pod's /32, are learned only from the
 //! speaker of the node in `status.activateGateway`; when the controller moves the gateway (the
 //! status changes) the old speaker withdraws and the new one announces, on the watch event; with

@@ -12,9 +12,6 @@ use anyhow::{Context, Result, ensure};
 use common::k8s::{Cluster, Speaker, speaker};
 use common::peers::{Bird, Frr, PeerSpec};
 use common::{Lab, NODE_V4, TOR_V4};
-use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
-use kube::api::DeleteParams;
 use kube_ovn_testkit::Netns;
 use kube_ovn_testkit::wait_until;
 use std::net::Ipv4Addr;
@@ -32,10 +29,7 @@ async fn two_pods(cluster: &Cluster) -> Result<()> {
 }
 
 async fn delete_pod(cluster: &Cluster, name: &str) -> Result<()> {
-    Api::<Pod>::namespaced(cluster.kube.clone(), "default")
-        .delete(name, &DeleteParams::default())
-        .await?;
-    Ok(())
+    cluster.delete_pod("default", name).await
 }
 
 /// SIGTERM, and the speaker exits by itself, successfully.

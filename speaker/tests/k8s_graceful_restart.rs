@@ -10,9 +10,6 @@ use anyhow::{Context, Result};
 use common::k8s::{Cluster, speaker};
 use common::peers::{Bird, PeerSpec};
 use common::{Lab, NODE_V4, TOR_V4};
-use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
-use kube::api::DeleteParams;
 use kube_ovn_testkit::wait_until;
 
 const WAIT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -43,9 +40,7 @@ async fn a_killed_speaker_comes_back_without_the_tor_losing_routes() -> Result<(
         bird.has("10.16.0.5/32")? && bird.has("10.16.0.6/32")?,
         "BIRD keeps the routes as stale while we restart"
     );
-    Api::<Pod>::namespaced(cluster.kube.clone(), "default")
-        .delete("goes", &DeleteParams::default())
-        .await?;
+    cluster.delete_pod("default", "goes").await?;
 
     let second = speaker(&cluster, &lab, dir.path(), &gr)?;
     bird.wait_established().with_context(|| second.log_tail(20))?;

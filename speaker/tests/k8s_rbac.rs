@@ -1,10 +1,10 @@
-//! The speaker with the identity and the RBAC that `deploy/base/rbac.yaml` gives it: the API
-//! emulator authorizes with RBAC over HTTPS, the binary authenticates as the ServiceAccount
-//! `kube-system/kube-ovn-speaker` and does its work: a BgpPeer selecting its node with an MD5
-//! password from a Secret in kube-system, a session to BIRD, a subnet, a pod (with its IP
-//! record) and a Service announced, an external IP refused with a Warning event, the
-//! BgpPeer's status written. Any call its roles do not grant is a 403 the
-//! emulator records and the test fails naming it. Needs root and bird2; fails, never skips.
+//! The speaker with the identity and the RBAC that `deploy/base/rbac.yaml` gives it: a real
+//! kube-apiserver authorizes with RBAC, the binary authenticates as the ServiceAccount
+//! `kube-system/kube-ovn-speaker` (a TokenRequest token) and does its work: a BgpPeer selecting
+//! its node with an MD5 password from a Secret in kube-system, a session to BIRD, a subnet, a
+//! pod (with its IP record) and a Service announced, an external IP refused with a Warning
+//! event, the BgpPeer's status written. Any call its roles do not grant is a 403 in the API
+//! server's audit log, and the test fails naming it. Needs root and bird2; fails, never skips.
 
 mod common;
 
@@ -16,27 +16,24 @@ use common::peers::{Bird, PeerSpec};
 use common::{Lab, NODE_V4, TOR_AS, TOR_V4};
 use k8s_openapi::api::core::v1::{Node, Secret, Service};
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::PostParams;
-use kube_ovn_lab::apiserver::ApiServerConfig;
-use kube_ovn_lab::apiserver::auth::{AuthConfig, AuthorizationMode, parse_token_file};
+use kube_ovn_lab::kubernetes::audit::AuditedRequest;
 use kube_ovn_speaker::crd::BgpPeer;
 use kube_ovn_testkit::wait_until;
-use serde_json::{Value, json};
+use serde_json::json;
 
-const ADMIN: &str = "speaker-rbac-admin";
-const SPEAKER: &str = "speaker-rbac-token";
 const USER: &str = "system:serviceaccount:kube-system:kube-ovn-speaker";
 const WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
-async fn debug(kube: &kube::Client, path: &str) -> Vec<Value> {
-    let listed = if path.ends_with("denials") {
-        kube_ovn_lab::apiserver::auth::denials(kube).await
-    } else {
-        kube_ovn_lab::apiserver::auth::requests(kube).await
-    };
-    listed.unwrap_or_else(|e| panic!("GET {path}: {e}"))
+/// The speaker's requests the API server refused, from its audit log.
+fn speaker_denials(cluster: &Cluster) -> Vec<AuditedRequest> {
+    cluster
+        .server
+        .denials()
+        .into_iter()
+        .filter(|r| r.user == USER)
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -45,23 +42,9 @@ async fn the_speaker_needs_no_permission_its_roles_lack() -> Result<()> {
     let mut spec = PeerSpec::new(TOR_V4, NODE_V4);
     spec.password = Some("s3cret".into());
     let bird = Bird::start(&lab.tor, &spec)?;
-    let tokens = parse_token_file(&format!(
-        "{ADMIN},kubernetes-admin,0,\"system:masters\"\n{SPEAKER},{USER},1\n"
-    ))?;
-    let config = ApiServerConfig {
-        auth: AuthConfig {
-            mode: AuthorizationMode::Rbac,
-            tokens,
-        },
-        ..ApiServerConfig::default()
-    };
-    let cluster = Cluster::start_with(config, Some(ADMIN)).await?;
+    let cluster = Cluster::start().await?;
     let admin = cluster.kube.clone();
-    Api::<CustomResourceDefinition>::all(admin.clone())
-        .create(&PostParams::default(), &kube_ovn_speaker::crd::crd())
-        .await?;
-    let rbac = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/base/rbac.yaml"))?;
-    kube_ovn_lab::manifests::create_all(&admin, &rbac).await?;
+    let identity = cluster.speaker_identity().await?;
 
     let node: Node = serde_json::from_value(json!({"metadata": {"name": "n1", "labels": {"rack": "r1"}}}))?;
     Api::<Node>::all(admin.clone())
@@ -93,7 +76,7 @@ async fn the_speaker_needs_no_permission_its_roles_lack() -> Result<()> {
     let dir = tempfile::tempdir()?;
     // 192.0.2.99 lies outside the allowed CIDRs: refused, with a Warning event.
     let speaker = speaker_via(
-        &cluster.kubeconfig_as(SPEAKER)?,
+        &identity,
         &lab,
         dir.path(),
         &["--service-external-ip-cidrs=203.0.113.0/24"],
@@ -129,9 +112,10 @@ async fn the_speaker_needs_no_permission_its_roles_lack() -> Result<()> {
     };
     let first_denial = async {
         loop {
-            if let Some(d) = debug(&admin, "/debug/authorization/denials").await.first() {
-                return d["message"].as_str().unwrap_or_default().to_owned();
+            if let Some(d) = speaker_denials(&cluster).first() {
+                return d.to_string();
             }
+            // The audit log is a file: read it again after a while.
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
     };
@@ -140,45 +124,51 @@ async fn the_speaker_needs_no_permission_its_roles_lack() -> Result<()> {
         denied = first_denial => panic!("kube-ovn-speaker was refused: {denied}\n{}", speaker.log_tail(20)),
     }
 
-    let made: BTreeSet<(String, String, String)> = debug(&admin, "/debug/authorization/requests")
-        .await
-        .into_iter()
-        .filter(|r| r["user"] == USER && r.get("resource").is_some())
-        .map(|r| {
-            let sub = r["subresource"].as_str().unwrap_or_default();
-            let resource = r["resource"].as_str().unwrap_or_default();
-            (
-                r["verb"].as_str().unwrap_or_default().to_owned(),
-                r["group"].as_str().unwrap_or_default().to_owned(),
-                if sub.is_empty() {
-                    resource.to_owned()
-                } else {
-                    format!("{resource}/{sub}")
-                },
-            )
-        })
-        .collect();
-    for call in [
-        ("get", "", "secrets"),
-        ("patch", "bgp.kube-ovn-rs.io", "bgppeers/status"),
-        ("watch", "", "pods"),
-        ("watch", "", "services"),
-        ("watch", "", "nodes"),
-        ("watch", "kubeovn.io", "subnets"),
-        ("watch", "kubeovn.io", "iptables-eips"),
-        ("watch", "kubeovn.io", "ips"),
-        ("create", "events.k8s.io", "events"),
-        ("watch", "bgp.kube-ovn-rs.io", "bgppeers"),
-    ] {
-        let call = (call.0.to_owned(), call.1.to_owned(), call.2.to_owned());
-        assert!(
-            made.contains(&call),
-            "{call:?} not among the calls made: {made:?}"
-        );
-    }
+    // A watch is audited when it ends (its ResponseComplete stage): stop the speaker, as a
+    // rolling update would, and its watches close.
+    let mut speaker = speaker;
+    speaker.daemon.terminate(WAIT)?;
+    let expected: BTreeSet<(String, String)> = [
+        ("get", "/secrets"),
+        ("patch", "bgp.kube-ovn-rs.io/bgppeers/status"),
+        ("watch", "/pods"),
+        ("watch", "/services"),
+        ("watch", "/nodes"),
+        ("watch", "kubeovn.io/subnets"),
+        ("watch", "kubeovn.io/iptables-eips"),
+        ("watch", "kubeovn.io/ips"),
+        ("create", "events.k8s.io/events"),
+        ("watch", "bgp.kube-ovn-rs.io/bgppeers"),
+    ]
+    .into_iter()
+    .map(|(verb, resource)| (verb.to_owned(), resource.to_owned()))
+    .collect();
+    let mut made = BTreeSet::new();
+    wait_until("the speaker's calls in the audit log", WAIT, || {
+        made = cluster
+            .server
+            .audited()
+            .into_iter()
+            .filter(|r| r.user == USER)
+            .map(|r| (r.verb, r.resource))
+            .collect();
+        Ok(made.is_superset(&expected))
+    })
+    .with_context(|| {
+        format!(
+            "missing {:?} among {made:?}",
+            expected.difference(&made).collect::<Vec<_>>()
+        )
+    })?;
+    let denials = speaker_denials(&cluster);
     assert!(
-        debug(&admin, "/debug/authorization/denials").await.is_empty(),
-        "a refusal after the work was done"
+        denials.is_empty(),
+        "a refusal while the work was done or stopped: {}",
+        denials
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ")
     );
     Ok(())
 }

@@ -1,4 +1,4 @@
-//! The `kube-ovn-speaker` binary against the API emulator and a real BIRD ToR, with tenants
+//! The `kube-ovn-speaker` binary against a real kube-apiserver and a BIRD ToR, with tenants
 //! writing what tenants can write: the ToR learns a pod's address only when the controller's
 //! IP record gives it to that pod (a forged `ovn.kubernetes.io/ip_address` is not learned), a
 //! multicast address is dropped alone (a later honest pod is still learned), a Service's

@@ -18,7 +18,7 @@
 //! BGP sockets, BFD sockets and netlink live in the namespace given as `bgp_ns` and are made on
 //! the `bgp` runtime, whose threads are in it; the Kubernetes client stays on the caller's. In a
 //! cluster both are the host's (hostNetwork DaemonSet); in tests and the lab a node is a network
-//! namespace and the API emulator is on the host's loopback.
+//! namespace and the API server is on the host's loopback.
 
 mod crd_peers;
 pub mod nexthop;

@@ -2,7 +2,7 @@
 //! namespace at 198.51.100.2 and node `nb` at 198.51.102.2, each on its own link to the ToR
 //! (198.51.100.1 on the ToR's eth1, 198.51.102.1 on its eth2); BIRD on the ToR with one session
 //! per node (protocols `node_a`, `node_b`); each node's `kube-ovn-speaker` binary against the
-//! API emulator; and Subnets written as our controller writes them (spec defaulted, `Ready`,
+//! real kube-apiserver; and Subnets written as our controller writes them (spec defaulted, `Ready`,
 //! `status.activateGateway`).
 
 use std::collections::BTreeSet;

@@ -1,19 +1,22 @@
-//! The Kubernetes side for the speaker's tests and benches: the API emulator served on
-//! 127.0.0.1 with the project's CRDs, objects as the controller would write them, and the
-//! `kube-ovn-speaker` binary as a child process with its BGP sockets in the node's namespace.
+//! The Kubernetes side for the speaker's tests and benches: a real kube-apiserver (the lab's
+//! test fixture: its own etcd prefix, our CRDs served, the BgpPeer CRD among them), objects as
+//! the controller (and, for pods, the kubelet) would write them, and the `kube-ovn-speaker`
+//! binary as a child process with its BGP sockets in the node's namespace.
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
-use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
-use kube_ovn_lab::apiserver::{ApiServer, ApiServerConfig};
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube_ovn_lab::kubernetes::fixture::{ApiServer, ApiServerOptions};
 use kube_ovn_testkit::Daemon;
 use serde_json::json;
 
 use super::{Lab, NODE_AS, NODE_V4, TOR_AS, TOR_V4};
+
+/// The speaker's ServiceAccount in `deploy/base/rbac.yaml`.
+pub const SPEAKER_ACCOUNT: (&str, &str) = ("kube-system", "kube-ovn-speaker");
 
 /// Where the speaker's metrics are, by the port it was given.
 pub fn metrics(port: u16) -> Result<String> {
@@ -25,84 +28,50 @@ pub fn metrics(port: u16) -> Result<String> {
     Ok(out)
 }
 
-/// The emulator, served on 127.0.0.1, with the project's CRDs.
+/// A kube-apiserver of this test with our CRDs; `kube` and `kubeconfig` are the admin's.
 pub struct Cluster {
-    _api: ApiServer,
+    pub server: ApiServer,
     pub kube: kube::Client,
     pub kubeconfig: PathBuf,
-    /// Where the emulator listens.
+    /// Where the API server listens (HTTPS).
     pub addr: std::net::SocketAddr,
     dir: tempfile::TempDir,
-    server: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        self.server.abort();
-    }
 }
 
 impl Cluster {
     pub async fn start() -> Result<Self> {
-        Self::start_with(ApiServerConfig::default(), None).await
+        Self::start_with(ApiServerOptions::with_crds()).await
     }
 
-    /// The emulator with `config` (RBAC, tokens); with `admin`, a token of `config`'s, served
-    /// over HTTPS (a self-signed certificate in the cluster's directory), `kube` authenticating
-    /// with `admin` and [`Cluster::kubeconfig_as`] giving other identities.
-    pub async fn start_with(config: ApiServerConfig, admin: Option<&str>) -> Result<Self> {
-        let api = ApiServer::new(config).context("API emulator")?;
-        let kube = admin.map_or_else(|| api.client(), |t| api.client_with_token(t));
-        let crds: Api<CustomResourceDefinition> = Api::all(kube.clone());
-        for crd in kube_ovn_api::crds() {
-            crds.create(&PostParams::default(), &crd).await?;
-        }
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let served = api.clone();
-        let dir = tempfile::tempdir()?;
-        let tls = match admin {
-            Some(_) => {
-                let hosts = kube_ovn_lab::apiserver::tls::default_hosts(addr.ip());
-                let cert =
-                    kube_ovn_lab::apiserver::tls::ServingCert::in_dir(&dir.path().join("pki"), &hosts)?;
-                Some(cert.server_config()?)
-            }
-            None => None,
-        };
-        let server = tokio::spawn(async move {
-            let _ = match tls {
-                Some(config) => served.serve_tls(listener, config).await,
-                None => served.serve(listener).await,
-            };
-        });
-        let kubeconfig = dir.path().join("kubeconfig");
-        std::fs::write(&kubeconfig, kube_ovn_lab::apiserver::kubeconfig(addr))?;
+    pub async fn start_with(options: ApiServerOptions) -> Result<Self> {
+        let server = ApiServer::start_with(options).await.context("kube-apiserver")?;
+        let kube = server.client().await?;
         Ok(Self {
-            _api: api,
+            kubeconfig: server.admin_kubeconfig(),
+            addr: server.addr,
             kube,
-            kubeconfig,
-            addr,
-            dir,
             server,
+            dir: tempfile::tempdir()?,
         })
     }
 
-    /// A kubeconfig (HTTPS, see [`Cluster::start_with`]) authenticating with `token`.
-    pub fn kubeconfig_as(&self, token: &str) -> Result<PathBuf> {
-        let ca = self.dir.path().join("pki/apiserver.crt");
-        let path = self.dir.path().join(format!("kubeconfig-{token}"));
-        std::fs::write(
-            &path,
-            kube_ovn_lab::apiserver::kubeconfig_for(self.addr, Some(&ca), Some(token)),
-        )?;
-        Ok(path)
+    /// Applies `deploy/base/rbac.yaml` and returns a kubeconfig authenticating as the speaker's
+    /// ServiceAccount (a TokenRequest token), as the DaemonSet's pods do.
+    pub async fn speaker_identity(&self) -> Result<PathBuf> {
+        let rbac = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/base/rbac.yaml"))?;
+        kube_ovn_lab::manifests::create_all(&self.kube, &rbac).await?;
+        let (namespace, name) = SPEAKER_ACCOUNT;
+        self.server.service_account_kubeconfig(namespace, name).await
     }
 
-    /// A kubeconfig in this cluster's directory that points at `server` instead (a proxy).
+    /// The admin's kubeconfig, pointing at `server` instead (a TCP proxy in front of the API
+    /// server: TLS passes through, and the serving certificate names 127.0.0.1).
     pub fn kubeconfig_for(&self, server: std::net::SocketAddr) -> Result<PathBuf> {
+        let text = std::fs::read_to_string(&self.kubeconfig)?;
+        let here = format!("server: https://{}", self.addr);
+        anyhow::ensure!(text.contains(&here), "no `{here}` in the admin kubeconfig");
         let path = self.dir.path().join(format!("kubeconfig-{}", server.port()));
-        std::fs::write(&path, kube_ovn_lab::apiserver::kubeconfig(server))?;
+        std::fs::write(&path, text.replace(&here, &format!("server: https://{server}")))?;
         Ok(path)
     }
 
@@ -162,11 +131,38 @@ impl Cluster {
         }
         let pod: Pod = serde_json::from_value(
             json!({"metadata": {"name": name, "namespace": "default", "annotations": ann},
-            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]}, "status": {"phase": "Running"}}),
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]}}),
         )?;
-        Api::<Pod>::namespaced(self.kube.clone(), "default")
-            .create(&PostParams::default(), &pod)
+        self.running_pod(&pod).await
+    }
+
+    /// Creates `pod` (bound to its `spec.nodeName`) and writes `status.phase: Running`, as the
+    /// kubelet would once it runs: the API server ignores a status sent with the creation.
+    pub async fn running_pod(&self, pod: &Pod) -> Result<()> {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let name = pod.metadata.name.as_deref().context("a pod without a name")?;
+        let pods = Api::<Pod>::namespaced(self.kube.clone(), namespace);
+        pods.create(&PostParams::default(), pod)
+            .await
+            .with_context(|| format!("creating pod {namespace}/{name}"))?;
+        let running = json!({"status": {"phase": "Running"}});
+        pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&running))
             .await?;
+        Ok(())
+    }
+
+    /// Deletes pod `namespace/name` for good. A bound pod's deletion is graceful (it gets a
+    /// deletionTimestamp and stays until its kubelet removes it); with no kubelet here, the test
+    /// plays it and deletes with grace period 0.
+    pub async fn delete_pod(&self, namespace: &str, name: &str) -> Result<()> {
+        let now = DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        };
+        Api::<Pod>::namespaced(self.kube.clone(), namespace)
+            .delete(name, &now)
+            .await
+            .with_context(|| format!("deleting pod {namespace}/{name}"))?;
         Ok(())
     }
 }
@@ -273,14 +269,13 @@ impl Speaker {
     }
 }
 
-/// A TCP proxy in front of the emulator that a test can take away and bring back on the same
-/// address: while it is down, every connection through it is cut, and each new one is closed
-/// after its request line is read (and counted when it writes a status), as when the API server
-/// is unreachable.
+/// A TCP proxy in front of the API server that a test can take away and bring back on the same
+/// address: while it is down, every connection through it is cut and each new one closed at
+/// once, as when the API server is unreachable. (TLS passes through it untouched, so it cannot
+/// tell one request from another: what the speaker tried meanwhile is in its log.)
 pub struct ApiProxy {
     pub addr: std::net::SocketAddr,
     down: tokio::sync::watch::Sender<bool>,
-    refused_status_writes: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -290,41 +285,15 @@ impl Drop for ApiProxy {
     }
 }
 
-/// Reads the request line of a connection the proxy refuses; true for a status write.
-async fn is_status_write(mut client: tokio::net::TcpStream) -> bool {
-    use tokio::io::AsyncReadExt;
-    let mut line = Vec::new();
-    let mut buf = [0u8; 512];
-    let read = tokio::time::timeout(std::time::Duration::from_secs(5), async {
-        while !line.windows(2).any(|w| w == b"\r\n") && line.len() < 8192 {
-            match client.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => line.extend_from_slice(&buf[..n]),
-            }
-        }
-    });
-    let _ = read.await;
-    let line = String::from_utf8_lossy(&line);
-    let first = line.lines().next().unwrap_or_default();
-    first.starts_with("PATCH ") && first.contains("/status")
-}
-
 impl ApiProxy {
     pub async fn start(upstream: std::net::SocketAddr) -> Result<Self> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let (down, watch) = tokio::sync::watch::channel(false);
-        let refused = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let counter = refused.clone();
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 if *watch.borrow() {
-                    let counter = counter.clone();
-                    tokio::spawn(async move {
-                        if is_status_write(client).await {
-                            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                        }
-                    });
+                    drop(client);
                     continue;
                 }
                 let mut watch = watch.clone();
@@ -340,12 +309,7 @@ impl ApiProxy {
                 });
             }
         });
-        Ok(Self {
-            addr,
-            down,
-            refused_status_writes: refused,
-            task,
-        })
+        Ok(Self { addr, down, task })
     }
 
     /// Cuts every connection and refuses new ones until [`ApiProxy::up`].
@@ -355,11 +319,5 @@ impl ApiProxy {
 
     pub fn up(&self) {
         self.down.send_replace(false);
-    }
-
-    /// Status writes (`PATCH .../status`) refused while down, so far.
-    pub fn refused_status_writes(&self) -> usize {
-        self.refused_status_writes
-            .load(std::sync::atomic::Ordering::SeqCst)
     }
 }
