@@ -161,7 +161,10 @@ async fn main() {
     let created = start.elapsed();
     until("every VIP with its 5 backends", || {
         // The bench's VIPs (port 80), not the `kubernetes` Service's (443).
-        let v: Vec<_> = vips(&nb).into_iter().filter(|(k, _)| k.ends_with(":80")).collect();
+        let v: Vec<_> = vips(&nb)
+            .into_iter()
+            .filter(|(k, _)| k.ends_with(":80"))
+            .collect();
         v.len() == n && v.iter().all(|(_, b)| b.matches(',').count() == 4)
     })
     .await;

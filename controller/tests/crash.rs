@@ -216,7 +216,7 @@ async fn run_seed(seed: u64, deaths: Deaths) -> anyhow::Result<()> {
     let started = Instant::now();
     let env = Env::start_idle(&FLAGS).await;
     let mut life = Lifecycle {
-        bin: Binary::new(&env, &[]).await,
+        bin: Binary::new(&env, &[]),
         rng: Rng(seed),
         seed,
         deaths,
@@ -279,7 +279,8 @@ async fn run_seed(seed: u64, deaths: Deaths) -> anyhow::Result<()> {
             } else {
                 let name = live.swap_remove(rng.below(live.len()));
                 // Gone for good (grace 0), as the kubelet confirms a deletion.
-                pods.delete(&name, &DeleteParams::default().grace_period(0)).await?;
+                pods.delete(&name, &DeleteParams::default().grace_period(0))
+                    .await?;
             }
         }
         batch += 1;

@@ -133,9 +133,7 @@ async fn a_pod_deleted_while_the_watch_is_down_is_released_after_the_relist() {
     wait_released(&env, "pa", &ip_a, "after the relist").await;
     // It was a relist: the watch resumed from a compacted revision got 410 Gone, and the pods
     // were listed a second time.
-    let lists = env.requests_where(|r| {
-        r.starts_with("GET /api/v1/pods?") && !r.contains("watch=true")
-    });
+    let lists = env.requests_where(|r| r.starts_with("GET /api/v1/pods?") && !r.contains("watch=true"));
     assert!(lists.len() >= 2, "the pods listed once only: {lists:?}");
     // The pod that stayed keeps everything.
     let mut left = remains_of(&env, &format!("pb.{NS}"), SUBNET, &ip_b)

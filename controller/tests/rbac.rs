@@ -75,7 +75,10 @@ fn controller_requests(env: &Env) -> Vec<AuditedRequest> {
 /// The first refusal of the controller's requests, once there is one.
 async fn first_denial(env: &Env) -> AuditedRequest {
     loop {
-        if let Some(d) = controller_requests(env).into_iter().find(AuditedRequest::is_denial) {
+        if let Some(d) = controller_requests(env)
+            .into_iter()
+            .find(AuditedRequest::is_denial)
+        {
             return d;
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;

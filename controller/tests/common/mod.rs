@@ -79,7 +79,10 @@ impl Env {
         );
         let server = server.expect("kube-apiserver");
         let ovn = ovn.unwrap().expect("OVN central");
-        let config = server.admin_config().await.expect("the admin's client configuration");
+        let config = server
+            .admin_config()
+            .await
+            .expect("the admin's client configuration");
         let kube = kube::Client::try_from(config.clone()).expect("the admin's client");
         Self {
             server,

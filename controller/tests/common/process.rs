@@ -29,7 +29,7 @@ impl Binary {
     /// Processes that reach `env`'s API server as the administrator (its kubeconfig); every
     /// process gets the harness's flags for `env` (OVN remotes, endpoints on 127.0.0.1, no leader
     /// election unless `flags` asks for it) and then `flags`.
-    pub async fn new(env: &Env, flags: &[&str]) -> Self {
+    pub fn new(env: &Env, flags: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let kubeconfig = env.server.admin_kubeconfig();
         let mut all = vec![
