@@ -14,8 +14,7 @@
 //! 4. Rows written (NB, with the policies' `np` ids) against rows planned, and the address sets
 //!    Kube-OVN's scheme would add (an `except` set per rule, direction and family).
 //!
-//! Run: `cargo build --release -p kube-ovn-lab && cargo bench -p kube-ovn-controller --bench
-//! np_bench -- 2000 500`.
+//! Run: `cargo bench -p kube-ovn-controller --bench np_bench -- 2000 500`.
 
 mod support;
 
@@ -243,8 +242,8 @@ async fn main() {
         args.get(1).copied().unwrap_or(500),
     );
     let dir = tempfile::tempdir().unwrap();
-    let (emulator, ovn, controller) = support::start_with_one_node(dir.path()).await;
-    let kube = emulator.kube.clone();
+    let (api, ovn, controller) = support::start_with_one_node(dir.path()).await;
+    let kube = api.kube.clone();
     let ns_api: Api<Namespace> = Api::all(kube.clone());
     for i in 0..NAMESPACES {
         let ns = serde_json::from_value(json!({"metadata": {"name": format!("ns-{i}"),
@@ -300,7 +299,7 @@ async fn main() {
     let (pods, policies) = (list(&pods_api).await, list(&np_api).await);
     let (want, rows) = planned(&policies, &pods, &list(&ns_api).await);
     let start = Instant::now();
-    let controller = Controller::start(dir.path(), &emulator, &ovn, 2);
+    let controller = Controller::start(dir.path(), &api, &ovn, 2);
     until("the policies' rows in NB", || {
         std::future::ready(held(&ovn) == want)
     })

@@ -1,21 +1,20 @@
-//! Controller throughput and restart benchmark. The API emulator (`kube-ovn-lab apiserver`) and
-//! the controller (`kube-ovn-controller`) each run as their own process, as an API server and a
-//! controller do in a cluster, talking HTTP over loopback; OVN central (NB, SB, `ovn-northd`) is
-//! real.
+//! Controller throughput and restart benchmark. A real kube-apiserver (on its own etcd, both built
+//! from source: `kube_ovn_lab::kubernetes::fixture`) and the controller (`kube-ovn-controller`)
+//! each run as their own process, as in a cluster, talking HTTPS over loopback; OVN central (NB,
+//! SB, `ovn-northd`) is real.
 //!
-//! 1. N pods created in the emulator (16 requests at a time) → all annotated `routed=true`, each
-//!    with its port in NB: pods per second from the first create to the last `routed`, and the
-//!    CPU time the controller process (and, apart, the emulator process) spent meanwhile, read
-//!    from `/proc/<pid>/stat`.
+//! 1. N pods created through the API server (16 requests at a time) → all annotated
+//!    `routed=true`, each with its port in NB: pods per second from the first create to the last
+//!    `routed`, and the CPU time each process spent meanwhile (controller, kube-apiserver, etcd,
+//!    NB `ovsdb-server`, `ovn-northd`), read from `/proc/<pid>/stat`, per 1,000 pods.
 //! 2. The same N ports created by `ovn-nbctl` in one invocation (every `lsp-add` chained with
 //!    `--`), and by one raw `transact` of N inserts (the server's own ceiling), on a fresh NB.
 //! 3. Restart-to-ready: the controller process is killed (SIGKILL) and started again over the N
 //!    routed pods; the time until it has re-checked every pod (its Pod reconcile count reaches N).
 //!
-//! Run: `cargo build --release -p kube-ovn-lab && cargo bench -p kube-ovn-controller --bench
-//! pods_bench -- 1000 10000`. `KUBE_OVN_LAB_BIN` and `KUBE_OVN_CONTROLLER_BIN` name other builds
-//! of the two binaries (the defaults: the release `kube-ovn-lab` next to this bench, and the
-//! controller this bench was built with).
+//! Run: `cargo bench -p kube-ovn-controller --bench pods_bench -- 1000 10000` (Kubernetes built
+//! by `scripts/install-deps.sh`). `KUBE_OVN_CONTROLLER_BIN` names another build of the controller
+//! (the default: the one this bench was built with).
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -138,15 +137,48 @@ async fn raw_one_transaction(n: usize) -> Duration {
 /// What one controller run measured.
 struct Measured {
     throughput: Duration,
-    controller_cpu: f64,
-    emulator_cpu: f64,
+    /// CPU-seconds while the pods were created and routed, per process.
+    cpu: Cpu,
     restart: Duration,
+}
+
+#[derive(Default, Clone, Copy)]
+struct Cpu {
+    controller: f64,
+    apiserver: f64,
+    etcd: f64,
+    nb: f64,
+    northd: f64,
+}
+
+/// The CPU-seconds each process has used so far.
+fn cpu_now(controller: &str, apiserver: &str, etcd: &str, nb: &str) -> Cpu {
+    Cpu {
+        controller: cpu_seconds(controller),
+        apiserver: cpu_seconds(apiserver),
+        etcd: cpu_seconds(etcd),
+        nb: cpu_seconds(nb),
+        northd: children_cpu_seconds("ovn-northd"),
+    }
+}
+
+impl std::ops::Sub for Cpu {
+    type Output = Self;
+    fn sub(self, o: Self) -> Self {
+        Self {
+            controller: self.controller - o.controller,
+            apiserver: self.apiserver - o.apiserver,
+            etcd: self.etcd - o.etcd,
+            nb: self.nb - o.nb,
+            northd: self.northd - o.northd,
+        }
+    }
 }
 
 async fn controller_run(n: usize) -> Measured {
     let dir = tempfile::tempdir().unwrap();
-    let (emulator, ovn, controller) = support::start_with_one_node(dir.path()).await;
-    let kube = emulator.kube.clone();
+    let (api, ovn, controller) = support::start_with_one_node(dir.path()).await;
+    let kube = api.kube.clone();
     let nodes: Api<Node> = Api::all(kube.clone());
     let ns = serde_json::from_value(json!({"metadata": {"name": "bench"}})).unwrap();
     Api::<Namespace>::all(kube.clone())
@@ -166,20 +198,13 @@ async fn controller_run(n: usize) -> Measured {
     })
     .await;
     let pods: Api<Pod> = Api::namespaced(kube.clone(), "bench");
-    let (controller_before, emulator_before, bench_before) = (
-        cpu_seconds(&controller.pid()),
-        cpu_seconds(&emulator.pid()),
-        cpu_seconds("self"),
-    );
+    let (controller_pid, apiserver_pid, etcd_pid) = (controller.pid(), api.pid(), api.etcd_pid());
     let (nb_pid, sb_pid) = (
         ovn.nb.pid().unwrap().to_string(),
         ovn.sb.pid().unwrap().to_string(),
     );
-    let (nb_before, sb_before, northd_before) = (
-        cpu_seconds(&nb_pid),
-        cpu_seconds(&sb_pid),
-        children_cpu_seconds("ovn-northd"),
-    );
+    let cpu_before = cpu_now(&controller_pid, &apiserver_pid, &etcd_pid, &nb_pid);
+    let (bench_before, sb_before) = (cpu_seconds("self"), cpu_seconds(&sb_pid));
     let start = Instant::now();
     // Created 16 at a time, as a workload controller does (Deployments, Jobs).
     futures::stream::iter(0..n)
@@ -198,16 +223,18 @@ async fn controller_run(n: usize) -> Measured {
     eprintln!("{n} pods created in {:?}", start.elapsed());
     wait_routed(&kube, n).await;
     let throughput = start.elapsed();
-    let controller_cpu = cpu_seconds(&controller.pid()) - controller_before;
-    let emulator_cpu = cpu_seconds(&emulator.pid()) - emulator_before;
+    let cpu = cpu_now(&controller_pid, &apiserver_pid, &etcd_pid, &nb_pid) - cpu_before;
     eprintln!(
-        "in {:.2} s: controller {controller_cpu:.2} CPU-s, emulator {emulator_cpu:.2} CPU-s, bench client {:.2} CPU-s, \
+        "in {:.2} s: controller {:.2} CPU-s, kube-apiserver {:.2} CPU-s, etcd {:.2} CPU-s, bench client {:.2} CPU-s, \
          NB ovsdb-server {:.2} CPU-s, SB ovsdb-server {:.2} CPU-s, ovn-northd {:.2} CPU-s",
         throughput.as_secs_f64(),
+        cpu.controller,
+        cpu.apiserver,
+        cpu.etcd,
         cpu_seconds("self") - bench_before,
-        cpu_seconds(&nb_pid) - nb_before,
+        cpu.nb,
         cpu_seconds(&sb_pid) - sb_before,
-        children_cpu_seconds("ovn-northd") - northd_before,
+        cpu.northd,
     );
     eprintln!(
         "controller: {} northbound transactions, {} reconciles ({} of pods)",
@@ -238,7 +265,7 @@ async fn controller_run(n: usize) -> Measured {
     // A crash: SIGKILL by PID, then a new process over the N routed pods.
     drop(controller);
     let start = Instant::now();
-    let controller = Controller::start(dir.path(), &emulator, &ovn, 2);
+    let controller = Controller::start(dir.path(), &api, &ovn, 2);
     until("the restarted controller to re-check every pod", || {
         let c = &controller;
         async move { c.pod_reconciles().await >= n as u64 }
@@ -249,8 +276,7 @@ async fn controller_run(n: usize) -> Measured {
     drop(ovn);
     Measured {
         throughput,
-        controller_cpu,
-        emulator_cpu,
+        cpu,
         restart,
     }
 }
@@ -264,9 +290,10 @@ async fn main() {
         sizes
     };
     println!(
-        "| pods | controller: created → all routed | pods/s | ovn-nbctl, one run | controller / ovn-nbctl | controller CPU-s per 1,000 pods | emulator CPU-s per 1,000 pods | raw transact, one txn | restart-to-ready |"
+        "| pods | controller: created → all routed | pods/s | ovn-nbctl, one run | controller / ovn-nbctl \
+         | CPU-s per 1,000 pods: controller | kube-apiserver | etcd | NB | northd | raw transact, one txn | restart-to-ready |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for n in sizes {
         let m = controller_run(n).await;
         let nbctl = tokio::task::spawn_blocking(move || nbctl_one_run(n))
@@ -279,13 +306,16 @@ async fn main() {
             |cpu: f64| cpu * 1000.0 / n as f64,
         );
         println!(
-            "| {n} | {:.2} s | {:.0} | {:.2} s | {:.1} | {:.2} | {:.2} | {:.2} s | {:.2} s |",
+            "| {n} | {:.2} s | {:.0} | {:.2} s | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} s | {:.2} s |",
             m.throughput.as_secs_f64(),
             rate(m.throughput),
             nbctl.as_secs_f64(),
             m.throughput.as_secs_f64() / nbctl.as_secs_f64(),
-            per_1000(m.controller_cpu),
-            per_1000(m.emulator_cpu),
+            per_1000(m.cpu.controller),
+            per_1000(m.cpu.apiserver),
+            per_1000(m.cpu.etcd),
+            per_1000(m.cpu.nb),
+            per_1000(m.cpu.northd),
             raw.as_secs_f64(),
             m.restart.as_secs_f64()
         );

@@ -1,5 +1,6 @@
-//! Services benchmark: the controller (in this process, with the API emulator in this process and
-//! a real NB/SB + `ovn-northd`) turning Services and EndpointSlices into load-balancer VIPs.
+//! Services benchmark: the controller (in this process, against a real kube-apiserver on its etcd,
+//! `kube_ovn_lab::kubernetes::fixture`, and a real NB/SB + `ovn-northd`) turning Services and
+//! EndpointSlices into load-balancer VIPs.
 //!
 //! 1. N Services × 5 endpoints (selectorless, as user-written EndpointSlices), created 16 requests
 //!    at a time: the time from the first create until every VIP is in NB with its 5 backends
@@ -18,7 +19,6 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube_ovn_lab::apiserver::{ApiServer, ApiServerConfig};
 use kube_ovn_ovsdb::{Client, ClientConfig, MonitorTables, Remote, Value};
 use kube_ovn_testkit::OvnCentral;
 use serde_json::json;
@@ -29,8 +29,10 @@ const LB: &str = "cluster-tcp-loadbalancer";
 /// How long any one step may take before the bench gives up, naming it.
 const STEP: Duration = Duration::from_mins(10);
 
+/// The ClusterIP of Service `i`, in the API server's range (10.96.0.0/16) and past 10.96.0.1,
+/// which the API server gives its own `default/kubernetes` Service.
 fn vip(i: usize) -> String {
-    format!("10.96.{}.{}", i / 250, i % 250 + 1)
+    format!("10.96.{}.{}", i / 250 + 1, i % 250 + 1)
 }
 
 fn backends(i: usize, n: usize) -> Vec<String> {
@@ -105,9 +107,8 @@ async fn main() {
     let n = args.first().copied().unwrap_or(1000);
     let rounds = args.get(1).copied().unwrap_or(100);
 
-    let api = ApiServer::new(ApiServerConfig::default()).unwrap();
-    let kube = api.client();
-    let ovn = support::crds_and_ovn(&kube).await;
+    let (api, ovn) = tokio::join!(support::KubeApi::start(), support::ovn());
+    let kube = api.kube.clone();
     let flags = <kube_ovn_controller::config::Flags as clap::Parser>::try_parse_from([
         "kube-ovn-controller".to_owned(),
         format!("--ovn-nb-addr={}", ovn.nb_remote()),
@@ -159,7 +160,11 @@ async fn main() {
         .await;
     let created = start.elapsed();
     until("every VIP with its 5 backends", || {
-        let v = vips(&nb);
+        // The bench's VIPs (port 80), not the `kubernetes` Service's (443).
+        let v: Vec<_> = vips(&nb)
+            .into_iter()
+            .filter(|(k, _)| k.ends_with(":80"))
+            .collect();
         v.len() == n && v.iter().all(|(_, b)| b.matches(',').count() == 4)
     })
     .await;

@@ -1,5 +1,5 @@
 //! The crash drill (issues 4 and 16): the controller runs as its own process (the real binary,
-//! reaching the API emulator over TCP through a kubeconfig and OVN over its NB remote) while 300
+//! reaching a real kube-apiserver through a kubeconfig and OVN over its NB remote) while 300
 //! pods are created and deleted on a /25 (up to 90 live, so released addresses are handed out
 //! again, and now and then a name comes back for a new pod), and it dies again and again; pods
 //! come and go while it is down, and a new process is started each time. Two ways to die:
@@ -216,7 +216,7 @@ async fn run_seed(seed: u64, deaths: Deaths) -> anyhow::Result<()> {
     let started = Instant::now();
     let env = Env::start_idle(&FLAGS).await;
     let mut life = Lifecycle {
-        bin: Binary::new(&env, &[]).await,
+        bin: Binary::new(&env, &[]),
         rng: Rng(seed),
         seed,
         deaths,
@@ -278,7 +278,9 @@ async fn run_seed(seed: u64, deaths: Deaths) -> anyhow::Result<()> {
                 created += 1;
             } else {
                 let name = live.swap_remove(rng.below(live.len()));
-                pods.delete(&name, &DeleteParams::default()).await?;
+                // Gone for good (grace 0), as the kubelet confirms a deletion.
+                pods.delete(&name, &DeleteParams::default().grace_period(0))
+                    .await?;
             }
         }
         batch += 1;

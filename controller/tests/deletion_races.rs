@@ -23,6 +23,7 @@ use kube_ovn_controller::metrics::Metrics;
 use kube_ovn_controller::ovn::Nb;
 use kube_ovn_controller::reconcile::ipam_rebuild::rebuild_ipam;
 use kube_ovn_controller::stores::Informers;
+use kube_ovn_lab::kubernetes::fixture::ApiServerOptions;
 use kube_ovn_support::AbortOnDrop;
 use kube_ovn_testkit::wait_until_async;
 use netkit::{http_get, metric};
@@ -41,9 +42,11 @@ async fn routed_pod(env: &Env, name: &str) -> String {
     ann(&pod, "ip_address").to_owned()
 }
 
+/// Deletes the pod for good: with no kubelet to finish a graceful deletion, the test deletes it
+/// as the kubelet would once its containers are gone (grace period 0).
 async fn delete(env: &Env, name: &str) {
     Api::<Pod>::namespaced(env.kube.clone(), NS)
-        .delete(name, &DeleteParams::default())
+        .delete(name, &DeleteParams::default().grace_period(0))
         .await
         .unwrap();
 }
@@ -77,14 +80,14 @@ async fn a_pod_deleted_while_the_controller_starts_is_released() {
     env.kill_controller().await;
     delete(&env, "pz").await;
 
-    let traffic = Traffic::new(&env.api);
+    let traffic = Traffic::new(&env);
     // Start-up waits for every cache: the IP CRs' list is held, so the controller waits there.
     let ip_list = traffic.gate(Verb::List, "/apis/kubeovn.io/v1/ips");
     // The pods are listed, but the watch that would report changes since is held.
     let pod_list = traffic.gate(Verb::List, "/api/v1/pods");
     pod_list.open();
     let pod_watch = traffic.gate(Verb::Watch, "/api/v1/pods");
-    let controller = env.spawn_controller_on(traffic.client(), &[]);
+    let controller = env.spawn_controller_on(traffic.client(&env), &[]);
     wait_until_async("the controller to list the pods", RELEASED_WITHIN, || {
         std::future::ready(Ok(pod_list.answered() >= 1))
     })
@@ -104,9 +107,15 @@ async fn a_pod_deleted_while_the_controller_starts_is_released() {
 /// the reflector swapped its cache and nothing released `pa`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_deleted_while_the_watch_is_down_is_released_after_the_relist() {
-    let env = Env::start_idle(&[NO_PERIODIC_GC]).await;
-    let traffic = Traffic::new(&env.api);
-    let controller = env.spawn_controller_on(traffic.client(), &[]);
+    // Watches served straight from etcd, not from the API server's watch cache: a watch resuming
+    // from a compacted revision gets 410 Gone, as after a long disconnection.
+    let options = ApiServerOptions {
+        watch_cache: false,
+        ..ApiServerOptions::with_crds()
+    };
+    let env = Env::start_idle_with(options, &[NO_PERIODIC_GC]).await;
+    let traffic = Traffic::new(&env);
+    let controller = env.spawn_controller_on(traffic.client(&env), &[]);
     env.node("n1", "172.18.0.2").await;
     let ip_a = routed_pod(&env, "pa").await;
     let ip_b = routed_pod(&env, "pb").await;
@@ -119,9 +128,13 @@ async fn a_pod_deleted_while_the_watch_is_down_is_released_after_the_relist() {
     .await
     .unwrap();
     delete(&env, "pa").await;
-    env.api.store().compact();
+    env.server.etcd().unwrap().compact().unwrap();
     pod_watch.open();
     wait_released(&env, "pa", &ip_a, "after the relist").await;
+    // It was a relist: the watch resumed from a compacted revision got 410 Gone, and the pods
+    // were listed a second time.
+    let lists = env.requests_where(|r| r.starts_with("GET /api/v1/pods?") && !r.contains("watch=true"));
+    assert!(lists.len() >= 2, "the pods listed once only: {lists:?}");
     // The pod that stayed keeps everything.
     let mut left = remains_of(&env, &format!("pb.{NS}"), SUBNET, &ip_b)
         .await

@@ -185,7 +185,7 @@ async fn a_clean_stop_hands_the_lease_over_at_once() {
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let env = Env::start_idle(&[]).await;
     env.namespace(LEASE_NS).await;
-    let mut bin = Binary::new(&env, &flags).await;
+    let mut bin = Binary::new(&env, &flags);
     let a = bin.spawn("ctl-a", &[]).await;
     wait_holder(&env, &["ctl-a"], WAIT).await;
     let mut b = bin.spawn("ctl-b", &[]).await;

@@ -1,6 +1,6 @@
 //! Where a pod's address comes from besides the subnet's free addresses: IP pools (bound to a
 //! namespace, or listed in the pod's `ip_pool` annotation), a StatefulSet pod's former address,
-//! and an IP CR a user created to reserve one. On real OVN, with the API emulator.
+//! and an IP CR a user created to reserve one. On real OVN and a real kube-apiserver.
 
 mod common;
 mod netkit;

@@ -1,10 +1,11 @@
-//! The controller with the identity and the RBAC that `deploy/base/rbac.yaml` gives it: the API
-//! emulator authorizes with RBAC, the controller authenticates as the ServiceAccount
-//! `kube-system/kube-ovn-controller`, and does its work (leader election, the default VPC and
+//! The controller with the identity and the RBAC that `deploy/base/rbac.yaml` gives it: a real
+//! kube-apiserver authorizes with RBAC, the controller authenticates as the ServiceAccount
+//! `kube-system/kube-ovn-controller` with a token from the TokenRequest API, and does its work (leader election, the default VPC and
 //! subnets, a node, pods in the default subnet, a bad annotation's Warning event, a subnet with
 //! an IP pool, a custom VPC, StatefulSet pods, deletions). Any call its ClusterRole or Role does
-//! not grant is a 403 the emulator records: the test fails naming each one. The calls granted but
-//! not made in this run are printed (a grant only some path needs is not an error).
+//! not grant is a 403 in the API server's audit log: the test fails naming each one. The calls
+//! granted but not made in this run (from the same log) are printed (a grant only some path needs
+//! is not an error).
 
 mod common;
 mod netkit;
@@ -12,18 +13,16 @@ mod podkit;
 
 use std::collections::BTreeSet;
 
-use common::Env;
+use common::{Env, WAIT};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::ResourceExt;
 use kube::api::{Api, PostParams};
-use kube_ovn_lab::apiserver::auth::{AuthConfig, AuthorizationMode, parse_token_file};
-use kube_ovn_lab::apiserver::{ApiServer, ApiServerConfig};
+use kube_ovn_lab::kubernetes::audit::AuditedRequest;
+use kube_ovn_testkit::wait_until_async;
 use netkit::{delete_pod, subnet_ready, subnet_until, vpc_until};
 use podkit::{create_pod, ip_until, warning};
 use serde_json::{Value, json};
 
-const ADMIN: &str = "rbac-test-admin";
-const CONTROLLER: &str = "rbac-test-controller";
 const USER: &str = "system:serviceaccount:kube-system:kube-ovn-controller";
 
 /// Creates every object of deploy/base/rbac.yaml.
@@ -64,20 +63,23 @@ fn granted(docs: &[Value]) -> BTreeSet<(String, String, String)> {
     out
 }
 
-async fn debug(kube: &kube::Client, path: &str) -> Vec<Value> {
-    let listed = if path.ends_with("denials") {
-        kube_ovn_lab::apiserver::auth::denials(kube).await
-    } else {
-        kube_ovn_lab::apiserver::auth::requests(kube).await
-    };
-    listed.unwrap_or_else(|e| panic!("GET {path}: {e}"))
+/// The controller's requests the API server has audited so far.
+fn controller_requests(env: &Env) -> Vec<AuditedRequest> {
+    env.server
+        .audited()
+        .into_iter()
+        .filter(|r| r.user == USER)
+        .collect()
 }
 
-/// The message of the first denial the emulator records.
-async fn first_denial(admin: &kube::Client) -> String {
+/// The first refusal of the controller's requests, once there is one.
+async fn first_denial(env: &Env) -> AuditedRequest {
     loop {
-        if let Some(d) = debug(admin, "/debug/authorization/denials").await.first() {
-            return d["message"].as_str().unwrap_or_default().to_owned();
+        if let Some(d) = controller_requests(env)
+            .into_iter()
+            .find(AuditedRequest::is_denial)
+        {
+            return d;
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
@@ -92,27 +94,15 @@ async fn apply(env: &Env, kind: &str, name: &str, spec: Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_controller_needs_no_permission_its_roles_lack() {
-    let tokens = parse_token_file(&format!(
-        "{ADMIN},kubernetes-admin,0,\"system:masters\"\n{CONTROLLER},{USER},1\n"
-    ))
-    .unwrap();
-    let api = ApiServer::new(ApiServerConfig {
-        auth: AuthConfig {
-            mode: AuthorizationMode::Rbac,
-            tokens,
-        },
-        ..ApiServerConfig::default()
-    })
-    .unwrap();
-    let admin = api.client_with_token(ADMIN);
-    let env = Env::start_idle_on(
-        api.clone(),
-        admin.clone(),
-        &["--leader-elect=true", "--pod-name=ctl-0"],
-    )
-    .await;
+    let env = Env::start_idle(&["--leader-elect=true", "--pod-name=ctl-0"]).await;
+    let admin = env.kube.clone();
     let docs = apply_rbac(&admin).await;
-    let controller = env.spawn_controller_on(api.client_with_token(CONTROLLER), &[]);
+    let identity = env
+        .server
+        .service_account_client("kube-system", "kube-ovn-controller")
+        .await
+        .unwrap();
+    let controller = env.spawn_controller_on(identity, &[]);
 
     // The work runs until done, or until the first refusal, which ends the test at once (the
     // waits inside would otherwise time out with no word of the 403).
@@ -204,35 +194,42 @@ async fn the_controller_needs_no_permission_its_roles_lack() {
     };
     tokio::select! {
         () = work => {}
-        denied = first_denial(&admin) => panic!("kube-ovn-controller was refused: {denied}"),
+        denied = first_denial(&env) => panic!("kube-ovn-controller was refused: {denied}"),
     }
 
-    let denials = debug(&admin, "/debug/authorization/denials").await;
+    // A watch is audited when it ends: the controller stops, its connections close, and its
+    // open watches complete (`made` below waits for the subnets' watch).
+    controller.task.abort();
+    let _ = controller.task.await;
+    let made = |requests: &[AuditedRequest]| -> BTreeSet<(String, String, String)> {
+        requests
+            .iter()
+            // `group/resource[/sub]`; a non-resource path (`/version`) splits into no resource
+            // the roles name, which is harmless here.
+            .filter_map(|r| {
+                let (group, resource) = r.resource.split_once('/')?;
+                Some((r.verb.clone(), group.to_owned(), resource.to_owned()))
+            })
+            .collect()
+    };
+    let watched = ("watch".to_owned(), "kubeovn.io".to_owned(), "subnets".to_owned());
+    wait_until_async("the controller's watches to be audited", WAIT, || {
+        std::future::ready(Ok(made(&controller_requests(&env)).contains(&watched)))
+    })
+    .await
+    .unwrap();
+    let requests = controller_requests(&env);
+    let denials: Vec<String> = requests
+        .iter()
+        .filter(|r| r.is_denial())
+        .map(ToString::to_string)
+        .collect();
     assert!(
         denials.is_empty(),
         "kube-ovn-controller was refused what deploy/base/rbac.yaml does not grant:\n{}",
-        denials
-            .iter()
-            .map(|d| d["message"].as_str().unwrap_or_default())
-            .collect::<Vec<_>>()
-            .join("\n")
+        denials.join("\n")
     );
-    let made: BTreeSet<(String, String, String)> = debug(&admin, "/debug/authorization/requests")
-        .await
-        .into_iter()
-        .filter(|r| r["user"] == USER && r.get("resource").is_some())
-        .map(|r| {
-            let resource = match r["subresource"].as_str() {
-                Some(sub) if !sub.is_empty() => format!("{}/{sub}", r["resource"].as_str().unwrap()),
-                _ => r["resource"].as_str().unwrap().to_owned(),
-            };
-            (
-                r["verb"].as_str().unwrap().to_owned(),
-                r["group"].as_str().unwrap().to_owned(),
-                resource,
-            )
-        })
-        .collect();
+    let made = made(&requests);
     let granted = granted(&docs);
     // The run did use its identity: these are on every controller's path.
     for call in [
@@ -252,5 +249,4 @@ async fn the_controller_needs_no_permission_its_roles_lack() {
     }
     let unused: Vec<_> = granted.difference(&made).collect();
     eprintln!("granted and not needed in this run: {unused:?}");
-    controller.task.abort();
 }

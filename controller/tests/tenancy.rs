@@ -2,7 +2,7 @@
 //! and from an IP pool that admit its namespace, whatever its own annotations ask for; a refusal
 //! is a Warning event naming the annotation and allocates nothing; the refused pod converges once
 //! the platform binds its namespace. And a `routes` annotation the CNI could not install is
-//! refused before allocation. On real OVN, with the API emulator.
+//! refused before allocation. On real OVN and a real kube-apiserver.
 
 mod common;
 mod netkit;

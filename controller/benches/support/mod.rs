@@ -1,5 +1,6 @@
-//! What the controller benchmarks share: the API emulator and the controller as their own
-//! processes, CPU time from `/proc`, and bounded polling.
+//! What the controller benchmarks share: a real kube-apiserver (on its etcd:
+//! `kube_ovn_lab::kubernetes::fixture`, without audit, without kube-controller-manager) and the
+//! controller as their own processes, CPU time from `/proc`, and bounded polling.
 
 #![allow(dead_code, reason = "each bench uses a part")]
 
@@ -7,6 +8,7 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use kube_ovn_lab::kubernetes::fixture::{ApiServer, ApiServerOptions};
 use kube_ovn_testkit::{Daemon, OvnCentral};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -76,81 +78,37 @@ where
     }
 }
 
-/// The emulator's binary: `KUBE_OVN_LAB_BIN`, else the release build beside this bench.
-pub fn lab_binary() -> PathBuf {
-    if let Some(p) = std::env::var_os("KUBE_OVN_LAB_BIN") {
-        return p.into();
-    }
-    let exe = std::env::current_exe().unwrap();
-    // target/release/deps/pods_bench-… → target/release/kube-ovn-lab
-    let path = exe.parent().and_then(Path::parent).unwrap().join("kube-ovn-lab");
-    assert!(
-        path.exists(),
-        "{} is missing: run `cargo build --release -p kube-ovn-lab` first, or set KUBE_OVN_LAB_BIN",
-        path.display()
-    );
-    path
-}
-
-/// `kube-ovn-lab apiserver` on 127.0.0.1, and a client of it over TCP.
-pub struct Emulator {
-    pub daemon: Daemon,
+/// The benchmark's kube-apiserver (with our CRDs served), its admin kubeconfig, and a client.
+pub struct KubeApi {
+    pub server: ApiServer,
     pub kubeconfig: PathBuf,
     pub kube: kube::Client,
 }
 
-impl Emulator {
-    pub async fn start(dir: &Path) -> Self {
-        let kubeconfig = dir.join("kubeconfig");
-        let args: Vec<String> = [
-            "apiserver",
-            "--listen",
-            "127.0.0.1:0",
-            "--kubeconfig-out",
-            &kubeconfig.display().to_string(),
-            // Every pod is written about four times; keep enough history that no watch of the
-            // run expires and relists.
-            "--history",
-            "500000",
-        ]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .collect();
-        let lab = lab_binary();
-        let daemon = Daemon::spawn(
-            "kube-ovn-lab apiserver",
-            lab.to_str().unwrap(),
-            &args,
-            &dir.join("apiserver.log"),
-            &[],
-        )
-        .unwrap();
-        let mut addr = None;
-        until("the emulator to write its kubeconfig", || {
-            addr = std::fs::read_to_string(&kubeconfig).ok().and_then(|text| {
-                text.lines()
-                    .find_map(|l| l.trim().strip_prefix("server: http://"))
-                    .map(str::to_owned)
-            });
-            std::future::ready(addr.is_some())
-        })
-        .await;
-        let url = format!("http://{}", addr.unwrap());
-        let kube = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
-        until("the emulator to answer", || {
-            let kube = kube.clone();
-            async move { kube.apiserver_version().await.is_ok() }
-        })
-        .await;
+impl KubeApi {
+    pub async fn start() -> Self {
+        // No audit log: writing one line per request would be the API server's work measured.
+        let options = ApiServerOptions {
+            audit: false,
+            ..ApiServerOptions::with_crds()
+        };
+        let server = ApiServer::start_with(options).await.expect("kube-apiserver");
+        let kube = server.client().await.unwrap();
         Self {
-            daemon,
-            kubeconfig,
+            kubeconfig: server.admin_kubeconfig(),
+            server,
             kube,
         }
     }
 
+    /// kube-apiserver's PID.
     pub fn pid(&self) -> String {
-        self.daemon.pid().unwrap().to_string()
+        self.server.pid().unwrap().to_string()
+    }
+
+    /// The PID of the etcd it stores in.
+    pub fn etcd_pid(&self) -> String {
+        self.server.etcd().unwrap().pid().unwrap().to_string()
     }
 }
 
@@ -161,10 +119,10 @@ pub struct Controller {
 }
 
 impl Controller {
-    pub fn start(dir: &Path, emulator: &Emulator, ovn: &OvnCentral, run: usize) -> Self {
+    pub fn start(dir: &Path, api: &KubeApi, ovn: &OvnCentral, run: usize) -> Self {
         let metrics_port = free_port();
         let args = vec![
-            format!("--kubeconfig={}", emulator.kubeconfig.display()),
+            format!("--kubeconfig={}", api.kubeconfig.display()),
             format!("--ovn-nb-addr={}", ovn.nb_remote()),
             "--bind-address=127.0.0.1".into(),
             format!("--pprof-port={metrics_port}"),
@@ -213,17 +171,16 @@ impl Controller {
     }
 }
 
-/// The emulator (with our CRDs), OVN central and the controller (started once), and the node
-/// `node1`, as both controller benchmarks begin.
-pub async fn start_with_one_node(dir: &Path) -> (Emulator, OvnCentral, Controller) {
+/// The API server (with our CRDs), OVN central and the controller (started once), and the node
+/// `node1`, as the controller benchmarks begin.
+pub async fn start_with_one_node(dir: &Path) -> (KubeApi, OvnCentral, Controller) {
     use k8s_openapi::api::core::v1::Node;
     use kube::Api;
     use kube::api::PostParams;
 
-    let emulator = Emulator::start(dir).await;
-    let kube = emulator.kube.clone();
-    let ovn = crds_and_ovn(&kube).await;
-    let controller = Controller::start(dir, &emulator, &ovn, 1);
+    let (api, ovn) = tokio::join!(KubeApi::start(), ovn());
+    let kube = api.kube.clone();
+    let controller = Controller::start(dir, &api, &ovn, 1);
     let node: Node = serde_json::from_value(serde_json::json!({"metadata": {"name": "node1"},
         "status": {"addresses": [{"type": "InternalIP", "address": "172.18.0.2"}]}}))
     .unwrap();
@@ -231,19 +188,11 @@ pub async fn start_with_one_node(dir: &Path) -> (Emulator, OvnCentral, Controlle
         .create(&PostParams::default(), &node)
         .await
         .unwrap();
-    (emulator, ovn, controller)
+    (api, ovn, controller)
 }
 
-/// Kube-OVN's CRDs installed through `kube`, and a fresh OVN central (NB, SB, northd).
-pub async fn crds_and_ovn(kube: &kube::Client) -> OvnCentral {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    use kube::Api;
-    use kube::api::PostParams;
-
-    let crds: Api<CustomResourceDefinition> = Api::all(kube.clone());
-    for crd in kube_ovn_api::crds() {
-        crds.create(&PostParams::default(), &crd).await.unwrap();
-    }
+/// A fresh OVN central (NB, SB, northd).
+pub async fn ovn() -> OvnCentral {
     tokio::task::spawn_blocking(OvnCentral::start)
         .await
         .unwrap()

@@ -1,5 +1,6 @@
-//! A whole control plane in one test process: the API emulator (in process), real OVN central
-//! (NB, SB, ovn-northd), and the controller running against both.
+//! A whole control plane for one test: a real kube-apiserver of its own (on the test process's
+//! shared etcd, our CRDs served: `kube_ovn_lab::kubernetes::fixture`), real OVN central (NB, SB,
+//! ovn-northd), and the controller running against both.
 
 #![allow(dead_code)] // each test binary uses a different subset
 
@@ -13,13 +14,12 @@ use std::time::Duration;
 
 use clap::Parser;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 use kube_ovn_api::crd::Subnet;
 use kube_ovn_api::crd::condition::ConditionStatus;
 use kube_ovn_controller::config::Flags;
-use kube_ovn_lab::apiserver::{ApiServer, ApiServerConfig};
+use kube_ovn_lab::kubernetes::fixture::{ApiServer, ApiServerOptions};
 use kube_ovn_testkit::{OvnCentral, wait_until_async};
 use serde_json::json;
 use tokio::task::JoinHandle;
@@ -29,7 +29,11 @@ pub const WAIT: Duration = Duration::from_mins(1);
 pub use kube_ovn_testkit::init_logging;
 
 pub struct Env {
-    pub api: ApiServer,
+    pub server: ApiServer,
+    /// The administrator's client configuration (the server's own CA, a client certificate in
+    /// `system:masters`), from which every client of the test is built.
+    pub config: kube::Config,
+    /// The test's own client, as the administrator.
     pub kube: kube::Client,
     pub ovn: OvnCentral,
     pub controller: Option<JoinHandle<()>>,
@@ -58,27 +62,31 @@ impl Env {
         env
     }
 
-    /// The emulator (with the CRDs) and OVN central, but no controller: the test starts its own.
+    /// A kube-apiserver (with our CRDs) and OVN central, but no controller: the test starts its
+    /// own.
     pub async fn start_idle(flags: &[&str]) -> Self {
-        let api = ApiServer::new(ApiServerConfig::default()).expect("API emulator");
-        let kube = api.client();
-        Self::start_idle_on(api, kube, flags).await
+        Self::start_idle_with(ApiServerOptions::with_crds(), flags).await
     }
 
-    /// [`Env::start_idle`] with a given emulator, which the test's own requests (CRDs included)
-    /// reach through `kube`.
-    pub async fn start_idle_on(api: ApiServer, kube: kube::Client, flags: &[&str]) -> Self {
+    /// [`Env::start_idle`] with the API server started with `options` (e.g. without its watch
+    /// cache, or with kube-controller-manager).
+    pub async fn start_idle_with(options: ApiServerOptions, flags: &[&str]) -> Self {
         init_logging();
-        let crds: Api<CustomResourceDefinition> = Api::all(kube.clone());
-        for crd in kube_ovn_api::crds() {
-            crds.create(&PostParams::default(), &crd).await.expect("CRD");
-        }
-        let ovn = tokio::task::spawn_blocking(OvnCentral::start)
+        // The two start side by side: each takes a few seconds.
+        let (server, ovn) = tokio::join!(
+            ApiServer::start_with(options),
+            tokio::task::spawn_blocking(OvnCentral::start)
+        );
+        let server = server.expect("kube-apiserver");
+        let ovn = ovn.unwrap().expect("OVN central");
+        let config = server
+            .admin_config()
             .await
-            .unwrap()
-            .expect("OVN central");
+            .expect("the admin's client configuration");
+        let kube = kube::Client::try_from(config.clone()).expect("the admin's client");
         Self {
-            api,
+            server,
+            config,
             kube,
             ovn,
             controller: None,
@@ -111,22 +119,18 @@ impl Env {
         Flags::try_parse_from(args).unwrap()
     }
 
-    /// A client of the emulator that records every request in [`Env::requests`].
+    /// A client of the API server, as the administrator, that records every request in
+    /// [`Env::requests`] (a tower layer in front of the real client's stack).
     pub fn recording_client(&self) -> kube::Client {
-        use tower::ServiceExt as _;
-        let log = self.requests.clone();
-        let service = self
-            .api
-            .router()
-            .map_request(move |r: axum::http::Request<kube::client::Body>| {
-                log.lock().unwrap_or_else(PoisonError::into_inner).push(format!(
-                    "{} {}",
-                    r.method(),
-                    r.uri()
-                ));
-                r.map(axum::body::Body::new)
-            });
-        kube::Client::new(service, "default")
+        self.client_with(&gate::Steer::recording(self.requests.clone()))
+    }
+
+    /// An administrator's client with `layer` in front of its stack.
+    pub fn client_with(&self, layer: &gate::Steer) -> kube::Client {
+        kube::client::ClientBuilder::try_from(self.config.clone())
+            .expect("a client of the test's API server")
+            .with_layer(layer)
+            .build()
     }
 
     /// The recorded requests that satisfy `f`.

@@ -1,5 +1,5 @@
-//! The real `kube-ovn-controller` binary as a child process of the test: it reaches the emulator
-//! over TCP through a kubeconfig file and OVN central through its NB/SB remotes, and is stopped by
+//! The real `kube-ovn-controller` binary as a child process of the test: it reaches the test's
+//! kube-apiserver through the administrator's kubeconfig file and OVN central through its NB/SB remotes, and is stopped by
 //! PID — SIGTERM for a clean stop, SIGKILL for a crash.
 
 use std::net::SocketAddr;
@@ -9,13 +9,12 @@ use kube_ovn_testkit::{Daemon, wait_until_async};
 
 use super::{Env, WAIT};
 
-/// Where controller processes of one test come from: the emulator served on 127.0.0.1, its
-/// kubeconfig, and the flags every process gets.
+/// Where controller processes of one test come from: the API server's kubeconfig, and the flags
+/// every process gets.
 pub struct Binary {
     dir: tempfile::TempDir,
     kubeconfig: PathBuf,
     flags: Vec<String>,
-    server: tokio::task::JoinHandle<()>,
     spawned: usize,
 }
 
@@ -26,28 +25,13 @@ pub struct Process {
     daemon: Daemon,
 }
 
-impl Drop for Binary {
-    fn drop(&mut self) {
-        self.server.abort();
-    }
-}
-
 impl Binary {
-    /// Serves `env`'s emulator on a TCP port of 127.0.0.1 and writes a kubeconfig for it; every
+    /// Processes that reach `env`'s API server as the administrator (its kubeconfig); every
     /// process gets the harness's flags for `env` (OVN remotes, endpoints on 127.0.0.1, no leader
     /// election unless `flags` asks for it) and then `flags`.
-    pub async fn new(env: &Env, flags: &[&str]) -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let api = env.api.clone();
-        let server = tokio::spawn(async move {
-            if let Err(e) = api.serve(listener).await {
-                tracing::error!(error = %e, "the emulator's TCP endpoint failed");
-            }
-        });
+    pub fn new(env: &Env, flags: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let kubeconfig = dir.path().join("kubeconfig");
-        std::fs::write(&kubeconfig, kube_ovn_lab::apiserver::kubeconfig(addr)).unwrap();
+        let kubeconfig = env.server.admin_kubeconfig();
         let mut all = vec![
             format!("--kubeconfig={}", kubeconfig.display()),
             format!("--ovn-nb-addr={}", env.ovn.nb_remote()),
@@ -72,7 +56,6 @@ impl Binary {
             dir,
             kubeconfig,
             flags: all,
-            server,
             spawned: 0,
         }
     }

@@ -131,9 +131,12 @@ pub async fn labelled_namespace(env: &Env, name: &str, labels: &[(&str, &str)]) 
         .unwrap();
 }
 
+/// Deletes the pod for good. A pod bound to a node is deleted gracefully (a deletionTimestamp)
+/// until its kubelet confirms with grace period 0; there is no kubelet here, so the test confirms
+/// at once.
 pub async fn delete_pod(env: &Env, ns: &str, name: &str) {
     Api::<Pod>::namespaced(env.kube.clone(), ns)
-        .delete(name, &DeleteParams::default())
+        .delete(name, &DeleteParams::default().grace_period(0))
         .await
         .unwrap();
 }
