@@ -10,7 +10,6 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 pub mod agent;
-pub mod kubectl;
 pub mod lab;
 
 /// How long any single condition may take before a test fails. Generous: the machine has two
