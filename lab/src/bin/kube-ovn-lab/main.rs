@@ -80,7 +80,7 @@ enum Command {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
-    /// A component's log (`controller`, `agent`, `apiserver`, `node1-daemon`, `tor-bird`, …;
+    /// A component's log (`controller`, `agent`, `kube-apiserver`, `node1-daemon`, `tor-bird`, …;
     /// with no name, the list).
     Logs { component: Option<String> },
     /// Run upstream etcd and kube-apiserver (our CRDs served) until SIGTERM; write an
