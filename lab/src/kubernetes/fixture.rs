@@ -17,8 +17,6 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
 use kube_ovn_testkit::Daemon;
@@ -308,25 +306,15 @@ impl ApiServer {
         Ok(server)
     }
 
-    /// Waits until `/readyz` answers 200 (every post-start hook done: bootstrap roles, the
-    /// default namespaces, the ClusterIP allocator).
+    /// Waits until `/readyz` answers `ok`, failing at once with the log if kube-apiserver exits.
     async fn wait_ready(&mut self) -> anyhow::Result<()> {
         let client = self.client().await?;
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            let request = http::Request::get("/readyz").body(Vec::new())?;
-            if client.request_text(request).await.is_ok_and(|t| t.trim() == "ok") {
-                return Ok(());
-            }
-            self.daemon.check_alive()?;
-            if Instant::now() > deadline {
-                bail!(
-                    "kube-apiserver not ready within {START_TIMEOUT:?}; log:\n{}",
-                    self.daemon.log_tail(30)
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let daemon = &mut self.daemon;
+        let ready = super::lab::wait_ready(&client, START_TIMEOUT, || {
+            daemon.check_alive().map_err(|e| format!("{e:#}"))
+        })
+        .await;
+        ready.map_err(|e| anyhow::anyhow!("{e}; its log ends:\n{}", self.daemon.log_tail(30)))
     }
 
     /// Creates `crds` and waits until each is Established and its resource lists.
@@ -362,21 +350,15 @@ impl ApiServer {
     /// `namespace/name` (which must exist) with a token from the TokenRequest API, as a
     /// projected token in a pod would.
     pub async fn service_account_kubeconfig(&self, namespace: &str, name: &str) -> anyhow::Result<PathBuf> {
-        let accounts: Api<ServiceAccount> = Api::namespaced(self.client().await?, namespace);
-        let request = TokenRequest {
-            spec: TokenRequestSpec {
-                audiences: vec![],
-                // A day: longer than any test; kube-apiserver takes it with no maximum set.
-                expiration_seconds: Some(86_400),
-                ..TokenRequestSpec::default()
-            },
-            ..TokenRequest::default()
-        };
-        let made = accounts
-            .create_token_request(name, &PostParams::default(), &request)
+        // A day: longer than any test (kube-apiserver runs with no maximum).
+        let valid = Duration::from_hours(24);
+        let token = super::lab::service_account_token(&self.client().await?, namespace, name, valid)
             .await
             .with_context(|| format!("a token for ServiceAccount {namespace}/{name}"))?;
-        let token = made.status.context("TokenRequest without status")?.token;
+        anyhow::ensure!(
+            !token.is_empty(),
+            "TokenRequest for {namespace}/{name} without a token"
+        );
         let path = self.dir.path().join(format!("{namespace}-{name}.kubeconfig"));
         let user = format!("system:serviceaccount:{namespace}:{name}");
         std::fs::write(
