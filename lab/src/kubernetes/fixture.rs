@@ -10,7 +10,7 @@
 //! ServiceAccount the controller manager has not made yet, so it is off unless the test asks for
 //! the controller manager ([`ApiServerOptions::controller_manager`]).
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
-use kube_ovn_testkit::Daemon;
+use kube_ovn_testkit::{Daemon, free_port};
 
 use super::audit::{self, AuditedRequest};
 use super::flags::{self, ApiServerSpec, AuditFiles, EtcdSpec};
@@ -32,13 +32,6 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// The ClusterIP ranges of every test API server (dual stack).
 pub const SERVICE_CIDRS: [&str; 2] = ["10.96.0.0/16", "fd00:10:96::/112"];
-
-/// A free TCP port on 127.0.0.1 (the kernel's pick; the listener is closed before the server
-/// binds it, a window no other test's pick falls into in practice, as ports are not reused at
-/// once).
-pub fn free_port() -> std::io::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
 
 /// The test process's etcd.
 pub struct SharedEtcd {
