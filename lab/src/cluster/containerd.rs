@@ -70,6 +70,25 @@ pub fn launch(t: &Topology, node: &NodePlan) -> Launch {
     }
 }
 
+/// The node's containerd in the node's machine (`up --install manifests`): the overlayfs
+/// snapshotter (the component image is hundreds of MB; `native` would copy it per container).
+pub fn instance_in_machine(t: &Topology, node: &NodePlan) -> Instance {
+    instance(t, node).with_overlayfs()
+}
+
+pub fn launch_in_machine(t: &Topology, node: &NodePlan) -> Launch {
+    let (program, args) = instance_in_machine(t, node).command();
+    let component = component(&node.name);
+    Launch {
+        log: t.log(&component),
+        component,
+        enter: Enter::Machine(super::machine::enter_args(t, node)),
+        program: program.into(),
+        args,
+        env: vec![],
+    }
+}
+
 /// Makes the lab's directory a shared mount (a bind mount onto itself), so mounts made under it
 /// later reach the mount namespaces of processes started after this (see the module doc).
 pub fn share_lab_dir(t: &Topology) -> Result<(), CommandError> {

@@ -5,6 +5,8 @@
 
 pub mod components;
 pub mod containerd;
+pub mod kubelet;
+pub mod machine;
 pub mod matrix;
 pub mod net;
 pub mod policy;

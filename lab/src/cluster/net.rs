@@ -178,6 +178,13 @@ pub fn wire_node(t: &Topology, node: &NodePlan) -> Result<(), CommandError> {
 /// The node's address on `br-ul` (where ovs-vswitchd's userspace tunnels look for the route to
 /// other nodes, `dataplane.md` §5.4) and its default route through the ToR. `br-ul` exists.
 pub fn address_node(node: &NodePlan) -> Result<(), CommandError> {
+    address_node_on(node, "br-ul")
+}
+
+/// The node's address and default route on `dev`: `eth0` for a node whose `ovs-ovn` pod moves
+/// them onto its OVS bridge itself (`up --install manifests`, `deploy/image/start-ovs.sh`), as
+/// a real machine boots with its address on its NIC.
+pub fn address_node_on(node: &NodePlan, dev: &str) -> Result<(), CommandError> {
     let ns = &node.netns;
     ip(
         ns,
@@ -186,10 +193,10 @@ pub fn address_node(node: &NodePlan) -> Result<(), CommandError> {
             "add",
             &format!("{}/{FABRIC_PREFIX}", node.ip),
             "dev",
-            "br-ul",
+            dev,
         ],
     )?;
-    ip(ns, &["link", "set", "br-ul", "up"])?;
+    ip(ns, &["link", "set", dev, "up"])?;
     ip(
         ns,
         &["route", "add", "default", "via", &Topology::tor_ip().to_string()],

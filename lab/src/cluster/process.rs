@@ -8,6 +8,8 @@
 //!   The agent needs this: the pod namespaces it creates under `/run/netns` must be visible to
 //!   everyone, and `ip netns exec` would give it a mount namespace of its own (a slave, whose new
 //!   mounts do not propagate back).
+//! - [`Enter::Machine`]: a node's machine (`super::machine`): the node's mounts, hostname and
+//!   network namespace, for its containerd and kubelet.
 //! - [`Enter::NetnsPrivateRun`]: `ip netns exec`, then a private mount namespace in which `/run`
 //!   is a directory of the lab: the ToR's BIRD or FRR use their default socket paths
 //!   (`/run/bird/bird.ctl`, `/run/frr/*.vty`), so plain `birdc` and `vtysh` work in `tor -- …`,
@@ -27,6 +29,9 @@ pub enum Enter {
     Netns(String),
     NetOnly(String),
     NetnsPrivateRun { netns: String, run_dir: PathBuf },
+    /// `nsenter` into a node's machine (`cluster::machine`): its mount, UTS and network
+    /// namespaces; the arguments up to the program.
+    Machine(Vec<String>),
 }
 
 /// A lab process to start.
@@ -80,6 +85,12 @@ pub fn command_line(launch: &Launch) -> (String, Vec<String>) {
         }
         Enter::NetOnly(ns) => {
             let mut args = vec![format!("--net=/run/netns/{ns}"), "--".into(), program];
+            args.extend(launch.args.iter().cloned());
+            ("nsenter".into(), args)
+        }
+        Enter::Machine(enter) => {
+            let mut args = enter.clone();
+            args.push(program);
             args.extend(launch.args.iter().cloned());
             ("nsenter".into(), args)
         }

@@ -23,6 +23,18 @@ pub enum Made {
     },
 }
 
+/// How the lab's components run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Install {
+    /// Our binaries as lab processes, the agent's kubelet stand-ins making pods.
+    #[default]
+    Processes,
+    /// Real kubelets and containerd per node; everything of ours from `deploy/` (`kubectl
+    /// apply -k deploy/overlays/lab`), in containers of the image built here.
+    Manifests,
+}
+
 /// The whole file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LabState {
@@ -34,6 +46,8 @@ pub struct LabState {
     /// Set when `up` finished (the matrix may still have failed).
     #[serde(default)]
     pub up_finished: bool,
+    #[serde(default)]
+    pub install: Install,
     pub made: Vec<Made>,
 }
 
@@ -117,6 +131,7 @@ mod tests {
             tor: TorKind::Frr,
             bin_dir: "/b".into(),
             up_finished: false,
+            install: Install::Manifests,
             made: vec![
                 Made::Netns {
                     name: "kl_x_cp".into(),

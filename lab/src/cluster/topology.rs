@@ -253,11 +253,18 @@ impl Topology {
             etcd_peer_port: ETCD_PEER_PORT,
             service_cidrs: SERVICE_CIDR.split(',').map(str::to_owned).collect(),
             audit_log: self.log("kube-apiserver-audit"),
-            extra_clients: vec![crate::kubernetes::pki::ClientIdentity::new(
+            // The agent, and a kubelet per node (`up --install manifests` runs real ones).
+            extra_clients: std::iter::once(crate::kubernetes::pki::ClientIdentity::new(
                 "agent",
                 AGENT_USER,
                 Some("system:masters"),
-            )],
+            ))
+            .chain(
+                self.nodes
+                    .iter()
+                    .map(|n| crate::kubernetes::kubelet::identity(&n.name)),
+            )
+            .collect(),
         }
     }
 

@@ -259,6 +259,7 @@ impl ApiServer {
             audit: audit.clone(),
             watch_cache: options.watch_cache,
             endpoint_reconciler: false,
+            kubelet_client: false,
         };
         let mut args = flags::apiserver_args(&spec, &pki);
         args.extend(options.extra_args.iter().cloned());

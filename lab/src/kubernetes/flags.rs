@@ -58,6 +58,9 @@ pub struct ApiServerSpec {
     /// Whether this server keeps the `kubernetes` Service's endpoints (it cannot when it
     /// listens on a loopback address: EndpointSlices refuse loopback addresses).
     pub endpoint_reconciler: bool,
+    /// Whether it reaches kubelets (`kubectl exec`, `logs`): with the client certificate
+    /// `apiserver-kubelet-client` of the PKI, at their InternalIP.
+    pub kubelet_client: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -95,6 +98,12 @@ pub fn apiserver_args(spec: &ApiServerSpec, pki: &Pki) -> Vec<String> {
     }
     if !spec.endpoint_reconciler {
         args.push("--endpoint-reconciler-type=none".into());
+    }
+    if spec.kubelet_client {
+        args.push(format!("--kubelet-client-certificate={}", p("apiserver-kubelet-client.crt")));
+        args.push(format!("--kubelet-client-key={}", p("apiserver-kubelet-client.key")));
+        // Nodes' names are not in any DNS here (nor on many bare-metal clusters).
+        args.push("--kubelet-preferred-address-types=InternalIP,Hostname".into());
     }
     if let Some(audit) = &spec.audit {
         args.push(format!("--audit-policy-file={}", audit.policy.display()));
@@ -165,6 +174,7 @@ mod tests {
             audit: None,
             watch_cache: true,
             endpoint_reconciler: false,
+            kubelet_client: false,
         };
         let args = apiserver_args(&spec, &pki);
         for expected in [

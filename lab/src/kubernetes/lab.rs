@@ -26,6 +26,7 @@ pub fn control_plane_identities() -> Vec<ClientIdentity> {
         ClientIdentity::admin(),
         ClientIdentity::new("kube-controller-manager", "system:kube-controller-manager", None),
         ClientIdentity::new("kube-scheduler", "system:kube-scheduler", None),
+        super::kubelet::apiserver_client_identity(),
     ]
 }
 
@@ -139,6 +140,7 @@ impl ControlPlane {
             }),
             watch_cache: true,
             endpoint_reconciler: !self.api.ip().is_loopback(),
+            kubelet_client: true,
         };
         let mut args = flags::apiserver_args(&spec, &self.pki());
         args.extend(extra.iter().cloned());

@@ -7,11 +7,13 @@
 //! - [`flags`]: the command lines, as pure functions;
 //! - [`audit`]: the API server's audit log read back (who was refused what);
 //! - [`fixture`]: etcd shared by a test process and an API server per test;
+//! - [`kubelet`]: a node's kubelet configuration and command line;
 //! - [`lab`]: the lab's control plane (`up`, `kube-ovn-lab apiserver`).
 
 pub mod audit;
 pub mod fixture;
 pub mod flags;
+pub mod kubelet;
 pub mod lab;
 pub mod pki;
 

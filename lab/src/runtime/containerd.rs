@@ -40,11 +40,25 @@ pub struct CniDirs {
 pub struct Instance {
     pub dir: PathBuf,
     pub cni: CniDirs,
+    /// `native` (copies, no mounts: the default) or `overlayfs` (for big images: a container's
+    /// root is an overlay mount, not a copy).
+    pub snapshotter: &'static str,
 }
 
 impl Instance {
     pub fn new(dir: impl Into<PathBuf>, cni: CniDirs) -> Self {
-        Self { dir: dir.into(), cni }
+        Self {
+            dir: dir.into(),
+            cni,
+            snapshotter: "native",
+        }
+    }
+
+    /// The same instance with the overlayfs snapshotter.
+    #[must_use]
+    pub fn with_overlayfs(mut self) -> Self {
+        self.snapshotter = "overlayfs";
+        self
     }
 
     /// The CRI (and containerd) socket.
@@ -110,8 +124,7 @@ state = "{d}/state"
 # Snapshotters that need kernel features or mounts we do not use.
 disabled_plugins = [
   "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.snapshotter.v1.overlayfs",
+  "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper",{overlay}
 ]
 
 [grpc]
@@ -128,7 +141,7 @@ disabled_plugins = [
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
   [{cri}.containerd]
-    snapshotter = "native"
+    snapshotter = "{snapshotter}"
     default_runtime_name = "runc"
     [{cri}.containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
@@ -142,6 +155,12 @@ disabled_plugins = [
             socket = self.socket().display(),
             bin = self.cni.bin_dir.display(),
             conf = self.cni.conf_dir.display(),
+            snapshotter = self.snapshotter,
+            overlay = if self.snapshotter == "overlayfs" {
+                ""
+            } else {
+                "\n  \"io.containerd.snapshotter.v1.overlayfs\","
+            },
         )
     }
 
@@ -206,7 +225,13 @@ pub fn import(socket: &Path, archive: &Path) -> Result<(), RuntimeError> {
 /// plugin's DEL runs and the shims exit); how many there were.
 pub async fn remove_all_sandboxes(socket: &Path) -> Result<usize, CriError> {
     let client = CriClient::connect(socket).await?;
-    let sandboxes = client.list_pod_sandboxes().await?;
+    let mut sandboxes = client.list_pod_sandboxes().await?;
+    // Pods in kube-system last: the CNI daemon that answers the others' DEL is one of them.
+    sandboxes.sort_by_key(|s| {
+        s.metadata
+            .as_ref()
+            .is_some_and(|m| m.namespace == "kube-system")
+    });
     for sandbox in &sandboxes {
         client.stop_and_remove(&sandbox.id).await?;
     }

@@ -136,8 +136,11 @@ pub fn remove_sandboxes(t: &Topology, state: &LabState, grace: Duration) -> anyh
     if runtimes.is_empty() {
         return Ok(0);
     }
-    if let Some((pid, start)) = state.process("agent") {
-        process::stop(pid, start, grace);
+    // The agent and real kubelets would make the sandboxes again.
+    for (component, pid, start) in state.processes() {
+        if component == "agent" || kube_ovn_lab::cluster::kubelet::node_of(component).is_some() {
+            process::stop(pid, start, grace);
+        }
     }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

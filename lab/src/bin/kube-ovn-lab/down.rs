@@ -1,6 +1,6 @@
 //! `kube-ovn-lab down`: everything the lab made goes, and nothing else.
 //!
-//! 0. with containerd as the runtime: the agent, then every sandbox through the CRI while the
+//! 0. with containerd as the runtime: the agent and the kubelets, then every sandbox through the CRI while the
 //!    node daemons still answer CNI DEL (`containerd::remove_sandboxes`);
 //! 1. the recorded processes, newest first, by PID (SIGTERM to all, etcd SIGKILL at once, then
 //!    SIGKILL to those still there after 5 s); a PID whose start time differs belongs to someone else and is left alone;
@@ -9,7 +9,9 @@
 //! 3. the namespaces: pods' (the prefix `kl_<lab>_p`, owned by this lab alone), then the lab's;
 //!    their veths go with them;
 //! 4. everything mounted under the lab's directory (containerd's sandboxes' namespaces, the
-//!    shared bind mount), then the directory (state, logs, sockets).
+//!    kubelets' volumes, the shared bind mount), the nodes' machines' namespace files, the
+//!    kubelets' cgroups (what is left in them killed), then the directory (state, logs,
+//!    sockets).
 //!
 //! It works from the state file, so a lab whose `up` crashed halfway comes down the same way.
 
@@ -88,6 +90,13 @@ pub fn down(name: &str, run_dir: &Path) -> anyhow::Result<ExitCode> {
         net::del_netns(ns).with_context(|| format!("deleting namespace {ns}"))?;
     }
     super::containerd::unmount(&t)?;
+    // Nodes' machines (`up --install manifests`): their namespace files, then the kubelets'
+    // cgroups with anything left in them.
+    kube_ovn_lab::cluster::machine::release(&t);
+    let cgroups = kube_ovn_lab::cluster::machine::remove_cgroups(&t);
+    if cgroups > 0 {
+        println!("{cgroups} cgroups of the kubelets removed");
+    }
     if t.dir.exists() {
         std::fs::remove_dir_all(&t.dir).with_context(|| format!("removing {}", t.dir.display()))?;
     }

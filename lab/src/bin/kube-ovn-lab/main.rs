@@ -5,9 +5,11 @@
 mod apiserver;
 mod containerd;
 mod down;
+mod install;
 mod matrix;
 mod prepare;
 mod probe;
+mod processes;
 mod status;
 mod up;
 mod verbs;
@@ -100,6 +102,9 @@ struct AgentArgs {
     /// Which runtime the kubelets make pods with (`up --runtime` starts the agent with it).
     #[arg(long, env = "KUBE_OVN_LAB_RUNTIME", value_enum, default_value = "direct")]
     runtime: containerd::RuntimeArg,
+    /// No kubelet stand-ins (the nodes run real kubelets: `up --install manifests`).
+    #[arg(long, env = "KUBE_OVN_LAB_NO_KUBELETS")]
+    no_kubelets: bool,
 }
 
 #[derive(clap::Args)]
@@ -166,6 +171,9 @@ async fn agent(
     let mut config = kube_ovn_lab::agent::AgentConfig::for_lab(&topology);
     if args.runtime == containerd::RuntimeArg::Containerd {
         config = config.with_containerd(&topology);
+    }
+    if args.no_kubelets {
+        config.kubelets.clear();
     }
     tokio::select! {
         r = kube_ovn_lab::agent::run(client, config) => r?,

@@ -51,6 +51,9 @@ pub async fn targets(t: &Topology, client: &kube::Client) -> anyhow::Result<(Vec
         .into_iter()
         .filter_map(|n| Some((n.metadata.name?, n.metadata.labels.unwrap_or_default())))
         .collect();
+    let install = kube_ovn_lab::cluster::state::LabState::load(&t.state_file())?
+        .map(|s| s.install)
+        .unwrap_or_default();
     let mut targets = Vec::new();
     let mut netns = Vec::new();
     for pod in pods.items {
@@ -115,7 +118,7 @@ pub async fn targets(t: &Topology, client: &kube::Client) -> anyhow::Result<(Vec
             nat_outgoing: subnet.and_then(|s| s.spec.nat_outgoing).unwrap_or(false),
             subnet: subnet_name,
         });
-        netns.push(super::verbs::pod_netns(t, &namespace, &name)?);
+        netns.push(super::verbs::pod_netns(t, install, &namespace, &name).await?);
     }
     Ok((targets, netns))
 }

@@ -19,14 +19,13 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::ListParams;
-use kube_ovn_lab::cluster::components::{self, Binaries, NB_SCHEMA, SB_SCHEMA, VSWITCH_SCHEMA};
+use kube_ovn_lab::cluster::components::{self, Binaries};
 use kube_ovn_lab::cluster::net::{self, run};
 use kube_ovn_lab::cluster::process::{self, Launch};
-use kube_ovn_lab::cluster::state::{LabState, Made};
-use kube_ovn_lab::cluster::topology::{NodePlan, Topology};
+use kube_ovn_lab::cluster::state::{Install, LabState, Made};
+use kube_ovn_lab::cluster::topology::Topology;
 use kube_ovn_lab::cluster::tor;
 use kube_ovn_lab::cluster::wait::{nothing_missing, wait_for};
 
@@ -59,17 +58,39 @@ pub struct UpArgs {
     /// itself) or `containerd` (one per node; pods are real sandboxes, netexec a container).
     #[arg(long, env = "KUBE_OVN_LAB_RUNTIME", value_enum, default_value = "direct")]
     pub runtime: RuntimeArg,
+    /// How our components run: `processes` (lab processes; the kubelet stand-in makes pods) or
+    /// `manifests` (a real kubelet and containerd per node, the images built here,
+    /// `kubectl apply -k deploy/overlays/lab`: installed as users install it).
+    #[arg(long, env = "KUBE_OVN_LAB_INSTALL", value_enum, default_value = "processes")]
+    pub install: InstallArg,
+    /// The kustomization `--install manifests` applies (the CRDs from the `crds/` directory
+    /// above it); default: the repository's `deploy/overlays/lab`.
+    #[arg(long, env = "KUBE_OVN_LAB_MANIFESTS")]
+    pub manifests: Option<PathBuf>,
     /// How long each wait of `up` may take (Go duration).
     #[arg(long, env = "KUBE_OVN_LAB_TIMEOUT", default_value = "120s", value_parser = parse_timeout)]
     pub timeout: Duration,
 }
 
+/// How the lab's components run (see `UpArgs::install`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum InstallArg {
+    Processes,
+    Manifests,
+}
+
+impl From<InstallArg> for Install {
+    fn from(i: InstallArg) -> Self {
+        match i {
+            InstallArg::Processes => Install::Processes,
+            InstallArg::Manifests => Install::Manifests,
+        }
+    }
+}
+
 fn parse_timeout(text: &str) -> Result<Duration, String> {
     kube_ovn_support::parse_duration(text).map_err(|e| e.to_string())
 }
-
-/// The components' ServiceAccounts and roles, exactly as a real cluster gets them from `deploy/`.
-const RBAC: &str = include_str!("../../../../deploy/base/rbac.yaml");
 
 /// What `up` made so far, saved after every addition (see `cluster::state`).
 #[derive(Clone)]
@@ -167,6 +188,7 @@ pub fn up(name: &str, run_dir: &Path, args: &UpArgs) -> anyhow::Result<std::proc
         tor: topology.tor_kind,
         bin_dir: bins.dir.clone(),
         up_finished: false,
+        install: args.install.into(),
         made: Vec::new(),
     };
     state.save(&topology.state_file())?;
@@ -174,7 +196,11 @@ pub fn up(name: &str, run_dir: &Path, args: &UpArgs) -> anyhow::Result<std::proc
         state: Arc::new(Mutex::new(state)),
         path: topology.state_file(),
     };
-    if args.runtime == RuntimeArg::Containerd {
+    anyhow::ensure!(
+        !(args.runtime == RuntimeArg::Containerd && args.install == InstallArg::Manifests),
+        "--runtime containerd is the process mode's: with --install manifests every node runs containerd and a kubelet"
+    );
+    if args.runtime == RuntimeArg::Containerd || args.install == InstallArg::Manifests {
         super::containerd::prepare(&topology)?;
     }
 
@@ -225,12 +251,6 @@ fn name_flag(name: &str) -> String {
     } else {
         format!(" --name {name}")
     }
-}
-
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> anyhow::Result<T> + Send + 'static,
-) -> anyhow::Result<T> {
-    tokio::task::spawn_blocking(f).await?
 }
 
 /// Waits until the process `started` (with `launch`) accepts connections on `path`; fails at
@@ -293,20 +313,9 @@ async fn bring_up(
         }
     }
     let (apiserver, apiserver_started) = apiserver.context("no kube-apiserver in the plan")?;
-    // OVN central.
-    let cp = t.cp_dir();
-    for (schema, db) in [(NB_SCHEMA, "ovnnb_db.db"), (SB_SCHEMA, "ovnsb_db.db")] {
-        run("ovsdb-tool", &["create", &cp.join(db).to_string_lossy(), schema])?;
+    if args.install == InstallArg::Processes {
+        super::processes::ovn_central(t, rec, timeout).await?;
     }
-    for (launch, (sock, ctl)) in components::ovn_databases(t)
-        .iter()
-        .zip([("ovnnb_db.sock", "ovn-nbctl"), ("ovnsb_db.sock", "ovn-sbctl")])
-    {
-        let started = rec.start(launch)?;
-        wait_serving(launch, started, cp.join(sock), timeout).await?;
-        run(ctl, &[&format!("--db=unix:{}", cp.join(sock).display()), "init"])?;
-    }
-    rec.start(&components::northd(t))?;
     let client = kube_ovn_support::kube_client(Some(&t.admin_kubeconfig())).await?;
     kube_ovn_lab::kubernetes::lab::wait_ready(&client, timeout, || {
         if process::alive(apiserver_started.0, apiserver_started.1) {
@@ -321,45 +330,21 @@ async fn bring_up(
     .await
     .map_err(anyhow::Error::msg)?;
     clock.step("control plane: etcd, kube-apiserver (ready), kube-controller-manager, kube-scheduler, OVN NB/SB + northd");
-    let crds: Vec<CustomResourceDefinition> = kube_ovn_api::crds()
-        .into_iter()
-        .chain(kube_ovn_api::extension_crds())
-        .collect();
-    kube_ovn_lab::kubernetes::fixture::install_crds(&client, &crds)
-        .await
-        .context("installing the CRDs")?;
-    kube_ovn_lab::manifests::create_all(&client, RBAC)
-        .await
-        .context("creating the ServiceAccounts and roles of deploy/base/rbac.yaml")?;
-    super::verbs::write_component_kubeconfigs(t, &client).await?;
-    clock.step("CRDs served, deploy/base/rbac.yaml applied, a ServiceAccount token per component");
-    rec.start(&components::controller(t, bins))?;
-    rec.start(&args.runtime.agent(components::agent(
-        t,
-        bins,
-        t.dir.parent().unwrap_or(Path::new("/")),
-    )))?;
-
-    // Nodes, side by side.
-    let mut tasks = Vec::new();
-    for node in t.nodes.clone() {
-        let (t, bins, rec, client) = (t.clone(), bins.clone(), rec.clone(), client.clone());
-        tasks.push(tokio::spawn(async move {
-            start_node(&t, &bins, &rec, &client, &node, timeout).await
-        }));
+    match args.install {
+        InstallArg::Processes => super::processes::start(t, bins, rec, &client, args, &|s| clock.step(s)).await?,
+        InstallArg::Manifests => {
+            let manifests = args
+                .manifests
+                .clone()
+                .or_else(|| prepare::workspace().map(|w| w.join("deploy/overlays/lab")))
+                .context("--install manifests: no --manifests given and no repository beside this binary")?;
+            super::install::install(t, bins, rec, &client, &manifests, timeout, &|s| clock.step(s)).await?;
+            // The LoadBalancer IP allocator only: the nodes have real kubelets.
+            let mut agent = components::agent(t, bins, t.dir.parent().unwrap_or(Path::new("/")));
+            agent.args.push("--no-kubelets".into());
+            rec.start(&agent)?;
+        }
     }
-    for task in tasks {
-        task.await??;
-    }
-    clock.step(&format!(
-        "{} nodes: OVS, daemon, ovn-controller, speaker",
-        t.nodes.len()
-    ));
-    if args.runtime == RuntimeArg::Containerd {
-        super::containerd::start(t, bins, rec, timeout).await?;
-        clock.step("containerd on every node, with the pause and netexec images");
-    }
-
     wait_nodes_ready(t, &client, timeout).await?;
     clock.step("nodes Ready with chassis and join addresses");
 
@@ -425,84 +410,6 @@ async fn apply_examples(t: &Topology, dir: &Path, timeout: Duration) -> anyhow::
             Err(e) => return Err(e),
         }
     }
-}
-
-async fn start_node(
-    t: &Topology,
-    bins: &Binaries,
-    rec: &Recorder,
-    client: &kube::Client,
-    node: &NodePlan,
-    timeout: Duration,
-) -> anyhow::Result<()> {
-    let dir = t.node_dir(&node.name);
-    let conf = dir.join("conf.db");
-    run("ovsdb-tool", &["create", &conf.to_string_lossy(), VSWITCH_SCHEMA])?;
-    let ovs = components::node_ovs(t, node);
-    let started = rec.start(&ovs[0])?;
-    wait_serving(&ovs[0], started, dir.join("db.sock"), timeout).await?;
-    let db = format!("--db=unix:{}", dir.join("db.sock").display());
-    run("ovs-vsctl", &[&db, "--no-wait", "init"])?;
-    rec.start(&ovs[1])?;
-    // Without --no-wait, ovs-vsctl returns once ovs-vswitchd applied the change: the bridge
-    // and its ports exist, and vswitchd is connected.
-    let (node_c, db_c) = (node.clone(), db.clone());
-    blocking(move || {
-        run(
-            "ovs-vsctl",
-            &[
-                &db_c,
-                "--timeout=60",
-                "--may-exist",
-                "add-br",
-                "br-ul",
-                "--",
-                "set",
-                "Bridge",
-                "br-ul",
-                "datapath_type=netdev",
-                "--",
-                "--may-exist",
-                "add-port",
-                "br-ul",
-                "eth0",
-                "--",
-                "set",
-                "Interface",
-                "br-ul",
-                "mtu_request=1500",
-            ],
-        )?;
-        net::address_node(&node_c)?;
-        Ok(())
-    })
-    .await
-    .with_context(|| format!("{}: the underlay bridge br-ul", node.name))?;
-    // A node's daemon needs its Node, which the node's kubelet (in the agent) registers, as on
-    // a real cluster where DaemonSet pods run on registered nodes only.
-    let nodes: Api<Node> = Api::all(client.clone());
-    wait_for(
-        &format!("{} to be registered by its kubelet", node.name),
-        timeout,
-        Duration::from_millis(20),
-        || {
-            let (nodes, name) = (nodes.clone(), node.name.clone());
-            async move { nodes.get_opt(&name).await.map(|n| n.is_some()) }
-        },
-    )
-    .await?;
-    let daemon = components::node_daemon(t, bins, node);
-    let started = rec.start(&daemon)?;
-    wait_serving(
-        &daemon,
-        started,
-        components::daemon_socket(t, &node.name),
-        timeout,
-    )
-    .await?;
-    rec.start(&components::node_ovn_controller(t, node))?;
-    rec.start(&components::node_speaker(t, bins, node))?;
-    Ok(())
 }
 
 async fn wait_nodes_ready(t: &Topology, client: &kube::Client, timeout: Duration) -> anyhow::Result<()> {

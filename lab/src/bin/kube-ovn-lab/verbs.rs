@@ -8,7 +8,8 @@ use std::process::{Command, ExitCode};
 use anyhow::{Context, bail};
 use kube_ovn_lab::cluster::components::ovs_env;
 use kube_ovn_lab::cluster::process::private_run_prefix;
-use kube_ovn_lab::cluster::state::LabState;
+use kube_ovn_lab::cluster::state::{Install, LabState};
+use kube_ovn_lab::runtime::cri::CriClient;
 use kube_ovn_lab::cluster::topology::{Topology, TorKind};
 
 /// The topology of the running lab `name`, from its state file; an error naming the lab when
@@ -145,16 +146,45 @@ pub fn kubectl_output(t: &Topology, args: &[&str]) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// The network namespace file of pod `namespace/name`, from the kubelet stand-in's records:
-/// `/run/netns/<name>` (direct runtime) or containerd's under its state dir.
-pub fn pod_netns(t: &Topology, namespace: &str, name: &str) -> anyhow::Result<PathBuf> {
-    let dir = kube_ovn_lab::agent::kubelet::sandbox::SandboxDir::open(&t.sandbox_dir())
-        .with_context(|| format!("the lab's sandbox records in {}", t.sandbox_dir().display()))?;
-    dir.load_for(namespace, name)
-        .into_iter()
-        .find(kube_ovn_lab::agent::kubelet::SandboxRecord::is_ready)
-        .map(|r| r.netns_path())
-        .with_context(|| format!("pod {namespace}/{name} has no sandbox in lab {} (is it scheduled and Running? `kubectl get pod -n {namespace} {name} -o wide`)", t.name))
+/// The network namespace file of pod `namespace/name`. Process mode: from the kubelet
+/// stand-in's records (`/run/netns/<name>`, or containerd's under its state dir). Manifests mode:
+/// from the containerd of whichever node runs it, through the CRI, as `crictl inspectp` shows it
+/// (under the containerd's state dir, in the lab's directory).
+pub async fn pod_netns(t: &Topology, install: Install, namespace: &str, name: &str) -> anyhow::Result<PathBuf> {
+    let not_found = || {
+        anyhow::anyhow!(
+            "pod {namespace}/{name} has no sandbox in lab {} (is it scheduled and Running? `kubectl get pod -n {namespace} {name} -o wide`)",
+            t.name
+        )
+    };
+    if install == Install::Processes {
+        let dir = kube_ovn_lab::agent::kubelet::sandbox::SandboxDir::open(&t.sandbox_dir())
+            .with_context(|| format!("the lab's sandbox records in {}", t.sandbox_dir().display()))?;
+        return dir
+            .load_for(namespace, name)
+            .into_iter()
+            .find(kube_ovn_lab::agent::kubelet::SandboxRecord::is_ready)
+            .map(|r| r.netns_path())
+            .ok_or_else(not_found);
+    }
+    let labels = [
+        ("io.kubernetes.pod.namespace", namespace),
+        ("io.kubernetes.pod.name", name),
+    ];
+    for node in &t.nodes {
+        let socket = kube_ovn_lab::cluster::containerd::instance(t, node).socket();
+        let Ok(cri) = CriClient::connect(&socket).await else {
+            continue;
+        };
+        for sandbox in cri.list_pod_sandboxes_labelled(&labels).await? {
+            if sandbox.state != 0 {
+                continue; // SANDBOX_READY is 0
+            }
+            let status = cri.pod_sandbox_status(&sandbox.id).await?;
+            return Ok(kube_ovn_lab::runtime::cri::sandbox_netns(&status)?);
+        }
+    }
+    Err(not_found())
 }
 
 pub fn exec_pod(name: &str, run_dir: &Path, pod: &str, command: &[String]) -> anyhow::Result<ExitCode> {
@@ -162,7 +192,11 @@ pub fn exec_pod(name: &str, run_dir: &Path, pod: &str, command: &[String]) -> an
     let (namespace, pod) = pod
         .split_once('/')
         .with_context(|| format!("{pod:?}: give the pod as NAMESPACE/NAME"))?;
-    let path = pod_netns(&t, namespace, pod)?;
+    let (_, state) = lab(name, run_dir)?;
+    let path = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(pod_netns(&t, state.install, namespace, pod))?;
     if let Ok(ns) = path.strip_prefix("/run/netns") {
         return in_netns(&ns.to_string_lossy(), command, &[]);
     }
@@ -191,12 +225,40 @@ pub fn node(name: &str, run_dir: &Path, node: &str, command: &[String]) -> anyho
                 .join(", ")
         )
     })?;
+    let (_, state) = lab(name, run_dir)?;
+    if state.install == Install::Manifests {
+        // The node's machine: its /run/openvswitch, where plain ovs-vsctl looks.
+        let mut cmd = Command::new("nsenter");
+        cmd.args(kube_ovn_lab::cluster::machine::enter_args(&t, plan))
+            .args(command);
+        return interactive(cmd);
+    }
     in_netns(&plan.netns, command, &ovs_env(&t.node_dir(node)))
 }
 
 pub fn cp(name: &str, run_dir: &Path, command: &[String]) -> anyhow::Result<ExitCode> {
-    let t = topology_of(name, run_dir)?;
-    in_netns(&t.cp_netns(), command, &ovs_env(&t.cp_dir()))
+    let (t, state) = lab(name, run_dir)?;
+    in_netns(&t.cp_netns(), command, &ovn_central_env(&t, state.install))
+}
+
+/// Where `ovn-nbctl`/`ovn-sbctl` find the databases: the control plane's directory (process
+/// mode), or the sockets of the `ovn-central` pod in the master's machine (its `/run/ovn`).
+pub fn ovn_central_env(t: &Topology, install: Install) -> Vec<(String, String)> {
+    if install == Install::Processes {
+        return ovs_env(&t.cp_dir());
+    }
+    let master = kube_ovn_lab::cluster::kubelet::master(t);
+    let run_ovn = kube_ovn_lab::cluster::machine::host_path(t, master, "/run/ovn");
+    vec![
+        (
+            "OVN_NB_DB".into(),
+            format!("unix:{}", run_ovn.join("ovnnb_db.sock").display()),
+        ),
+        (
+            "OVN_SB_DB".into(),
+            format!("unix:{}", run_ovn.join("ovnsb_db.sock").display()),
+        ),
+    ]
 }
 
 pub fn outside(name: &str, run_dir: &Path, command: &[String]) -> anyhow::Result<ExitCode> {
