@@ -15,10 +15,10 @@
 mod flags;
 #[path = "deploy/kubectl.rs"]
 mod kubectl;
-#[path = "deploy/rules.rs"]
-mod rules;
 #[path = "deploy/lab_overlay.rs"]
 mod lab_overlay;
+#[path = "deploy/rules.rs"]
+mod rules;
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -418,7 +418,11 @@ fn every_flag_in_the_manifests_parses_with_its_binary() {
     let mut refused = Vec::new();
     for line in flags::command_lines(&docs).unwrap() {
         if let Err(e) = flags::parse(&line.binary, &line.argv) {
-            assert!(e.contains("--ovn-db-ips") && e.contains("is empty"), "{}: {e}", line.workload);
+            assert!(
+                e.contains("--ovn-db-ips") && e.contains("is empty"),
+                "{}: {e}",
+                line.workload
+            );
             refused.push(line.workload);
         }
     }
@@ -429,7 +433,11 @@ fn every_flag_in_the_manifests_parses_with_its_binary() {
         .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "kube-ovn-config")
         .unwrap();
     config["data"]["ovn-central-ips"] = "192.0.2.11".into();
-    assert_eq!(flags::check_all(&docs).unwrap(), OUR_WORKLOADS, "deploy/base, filled in");
+    assert_eq!(
+        flags::check_all(&docs).unwrap(),
+        OUR_WORKLOADS,
+        "deploy/base, filled in"
+    );
 }
 
 #[test]
@@ -482,7 +490,10 @@ fn the_workloads_have_what_their_components_need() {
 
     // The databases by the ovn-central members' addresses (the ConfigMap key is required), no
     // ClusterIP.
-    for (kind, name) in [("Deployment", "kube-ovn-controller"), ("DaemonSet", "kube-ovn-cni")] {
+    for (kind, name) in [
+        ("Deployment", "kube-ovn-controller"),
+        ("DaemonSet", "kube-ovn-cni"),
+    ] {
         let c = &pod(kind, name)["containers"][0];
         let env = c["env"]
             .as_array()
@@ -491,7 +502,10 @@ fn the_workloads_have_what_their_components_need() {
             .find(|e| e["name"] == "OVN_DB_IPS")
             .unwrap_or_else(|| panic!("{name}: no OVN_DB_IPS"));
         let r = &env["valueFrom"]["configMapKeyRef"];
-        assert_eq!((&r["name"], &r["key"]), (&"kube-ovn-config".into(), &"ovn-central-ips".into()));
+        assert_eq!(
+            (&r["name"], &r["key"]),
+            (&"kube-ovn-config".into(), &"ovn-central-ips".into())
+        );
         assert!(r["optional"].is_null(), "{name}: {r}");
         for a in flags::args(c) {
             assert!(!a.contains("SERVICE_HOST"), "{name}: {a}");
@@ -526,8 +540,12 @@ fn the_workloads_have_what_their_components_need() {
     assert!(daemon.system_id_file.starts_with("/etc/openvswitch"));
     let ovs = &pod("DaemonSet", "ovs-ovn")["containers"][0];
     assert_eq!(
-        ovs["env"].as_array().unwrap().iter().find(|e| e["name"] == "OVS_NETDEV_UPLINK").unwrap()
-            ["valueFrom"]["configMapKeyRef"]["key"],
+        ovs["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == "OVS_NETDEV_UPLINK")
+            .unwrap()["valueFrom"]["configMapKeyRef"]["key"],
         "ovs-netdev-uplink"
     );
 
@@ -553,7 +571,10 @@ fn the_workloads_have_what_their_components_need() {
                     .and_then(|t| t.parse::<u64>().ok())
                     .unwrap_or_else(|| panic!("{name} {probe}: the command has no --timeout"));
                 let kubelet = p["timeoutSeconds"].as_u64().unwrap_or(1);
-                assert!(kubelet > own, "{name} {probe}: timeoutSeconds {kubelet} ≤ --timeout={own}");
+                assert!(
+                    kubelet > own,
+                    "{name} {probe}: timeoutSeconds {kubelet} ≤ --timeout={own}"
+                );
             }
         }
     }
@@ -564,6 +585,11 @@ fn the_workloads_have_what_their_components_need() {
     assert_eq!(spec["nodeSelector"]["ovn.kubernetes.io/bgp"], "true");
     let caps = &spec["containers"][0]["securityContext"]["capabilities"]["add"];
     assert_eq!(caps, &serde_json::json!(["NET_ADMIN", "NET_BIND_SERVICE"]));
+    // It writes only its state directory (a hostPath), as the controller writes nothing.
+    assert_eq!(
+        spec["containers"][0]["securityContext"]["readOnlyRootFilesystem"],
+        true
+    );
 
     // ovn-central and ovs-ovn do not use the API: no token in their pods.
     for (kind, name) in [("Deployment", "ovn-central"), ("DaemonSet", "ovs-ovn")] {

@@ -52,8 +52,18 @@ impl Lab {
         run(
             "ip",
             &[
-                "link", "add", "up0", "netns", node.name(), "type", "veth", "peer", "name", "tor0",
-                "netns", tor.name(),
+                "link",
+                "add",
+                "up0",
+                "netns",
+                node.name(),
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "tor0",
+                "netns",
+                tor.name(),
             ],
         )
         .unwrap();
@@ -118,10 +128,14 @@ impl Lab {
     }
 
     fn daemon_pids(&self) -> Vec<i32> {
-        ["run-ovs/ovsdb-server.pid", "run-ovs/ovs-vswitchd.pid", "run-ovn/ovn-controller.pid"]
-            .into_iter()
-            .filter_map(|f| self.pid(f))
-            .collect()
+        [
+            "run-ovs/ovsdb-server.pid",
+            "run-ovs/ovs-vswitchd.pid",
+            "run-ovn/ovn-controller.pid",
+        ]
+        .into_iter()
+        .filter_map(|f| self.pid(f))
+        .collect()
     }
 
     /// The node as the script must leave it: the addresses on br-ul (none left on the uplink),
@@ -138,7 +152,10 @@ impl Lab {
         assert!(v4.contains(NODE_V4), "br-ul has no {NODE_V4}:\n{v4}");
         let v6 = self.node.ip(&["-6", "addr", "show", "dev", "br-ul"]).unwrap();
         assert!(v6.contains(NODE_V6), "br-ul has no {NODE_V6}:\n{v6}");
-        let uplink = self.node.ip(&["addr", "show", "dev", "up0", "scope", "global"]).unwrap();
+        let uplink = self
+            .node
+            .ip(&["addr", "show", "dev", "up0", "scope", "global"])
+            .unwrap();
         assert!(!uplink.contains("inet"), "up0 kept an address:\n{uplink}");
         let routes = self.node.ip(&["-4", "route", "show"]).unwrap();
         for want in [
@@ -227,7 +244,11 @@ fn the_uplink_moves_onto_br_ul_and_comes_back_after_ovs_vswitchd_dies() {
     .unwrap();
     let status = script.kill().expect("the script was running");
     assert_eq!(status.code(), Some(1), "{status:?}\n{}", script.log_tail(20));
-    assert!(script.log().contains("ovs-vswitchd.pid exited"), "{}", script.log_tail(20));
+    assert!(
+        script.log().contains("ovs-vswitchd.pid exited"),
+        "{}",
+        script.log_tail(20)
+    );
     lab.assert_gone(&pids);
 
     // The kubelet starts the container again: the node is back on br-ul.
@@ -243,7 +264,10 @@ fn the_uplink_moves_onto_br_ul_and_comes_back_after_ovs_vswitchd_dies() {
     // on it; without the tap (another OVS version, a node whose tap was removed) the addresses
     // and routes are gone with it, and the uplink has none either.
     lab.node.ip(&["link", "del", "br-ul"]).unwrap();
-    let uplink = lab.node.ip(&["addr", "show", "dev", "up0", "scope", "global"]).unwrap();
+    let uplink = lab
+        .node
+        .ip(&["addr", "show", "dev", "up0", "scope", "global"])
+        .unwrap();
     assert!(!uplink.contains("inet"), "{uplink}");
 
     // Started again, the script restores them from br-ul's external_ids.

@@ -466,7 +466,10 @@ mod tests {
                 .validate()
                 .unwrap_err()
                 .to_string();
-            assert!(err.starts_with("--ovn-db-ips: ") && err.contains(why), "{value:?}: {err}");
+            assert!(
+                err.starts_with("--ovn-db-ips: ") && err.contains(why),
+                "{value:?}: {err}"
+            );
         }
     }
 

@@ -89,8 +89,14 @@ pub fn command_lines(docs: &[Value]) -> Result<Vec<CommandLine>, String> {
 pub fn check_all(docs: &[Value]) -> Result<Vec<String>, String> {
     let mut checked = Vec::new();
     for line in command_lines(docs)? {
-        parse(&line.binary, &line.argv)
-            .map_err(|e| format!("{}: {} {}: {e}", line.workload, line.binary, line.argv[1..].join(" ")))?;
+        parse(&line.binary, &line.argv).map_err(|e| {
+            format!(
+                "{}: {} {}: {e}",
+                line.workload,
+                line.binary,
+                line.argv[1..].join(" ")
+            )
+        })?;
         checked.push(line.workload);
     }
     checked.sort();

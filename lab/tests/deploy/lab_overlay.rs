@@ -6,7 +6,7 @@ use std::path::Path;
 
 use clap::Parser as _;
 use kube_ovn_lab::cluster::topology::{
-    CLUSTER_AS, EXTERNAL_IP_CIDR, SERVICE_CIDR, TOR_AS, TorKind, Topology,
+    CLUSTER_AS, EXTERNAL_IP_CIDR, SERVICE_CIDR, TOR_AS, Topology, TorKind,
 };
 
 use super::flags;
@@ -82,10 +82,22 @@ fn the_lab_overlay_configures_the_components_as_the_lab_s_process_mode_does() {
     ] {
         let c = &find(&docs, kind, name)["spec"]["template"]["spec"]["containers"][0];
         let var = |n: &str| {
-            c["env"].as_array().unwrap().iter().find(|e| e["name"] == n).map(|e| e["value"].clone())
+            c["env"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["name"] == n)
+                .map(|e| e["value"].clone())
         };
-        assert_eq!(var("KUBERNETES_SERVICE_HOST"), Some(api.ip().to_string().into()), "{name}");
-        assert_eq!(var("KUBERNETES_SERVICE_PORT"), Some(api.port().to_string().into()), "{name}");
+        assert_eq!(
+            var("KUBERNETES_SERVICE_HOST"),
+            Some(api.ip().to_string().into()),
+            "{name}"
+        );
+        assert_eq!(
+            var("KUBERNETES_SERVICE_PORT"),
+            Some(api.port().to_string().into()),
+            "{name}"
+        );
     }
 }
-
