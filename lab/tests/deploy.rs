@@ -566,8 +566,7 @@ fn the_workloads_have_what_their_components_need() {
             if let Some(cmd) = p["exec"]["command"].as_array() {
                 let own = cmd
                     .iter()
-                    .filter_map(|a| a.as_str()?.strip_prefix("--timeout="))
-                    .next()
+                    .find_map(|a| a.as_str()?.strip_prefix("--timeout="))
                     .and_then(|t| t.parse::<u64>().ok())
                     .unwrap_or_else(|| panic!("{name} {probe}: the command has no --timeout"));
                 let kubelet = p["timeoutSeconds"].as_u64().unwrap_or(1);

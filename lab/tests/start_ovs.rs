@@ -10,6 +10,7 @@
 //! stopped the other daemons; started again, it puts everything back, also when br-ul's tap
 //! (and the node's addresses with it) is gone.
 
+use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -103,17 +104,19 @@ impl Lab {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/image/start-ovs.sh");
         let mut setup = String::new();
         for (sub, target) in MOUNTS {
-            setup.push_str(&format!(
+            let _ = write!(
+                setup,
                 "mkdir -p {target} && mount --bind {} {target} && ",
                 self.path(sub).display()
-            ));
+            );
         }
-        setup.push_str(&format!(
+        let _ = write!(
+            setup,
             "exec nsenter --net={} env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
              OVS_DATAPATH_TYPE=netdev OVS_NETDEV_UPLINK=up0 sh {}",
             self.node.path().display(),
             script.display()
-        ));
+        );
         self.runs += 1;
         let log = self.path(&format!("start-ovs-{}.log", self.runs));
         let args: Vec<String> = ["--mount", "--propagation", "private", "sh", "-c", &setup]
@@ -182,7 +185,7 @@ impl Lab {
         self.tor.wait_ping(node_ip, T).unwrap();
     }
 
-    fn assert_gone(&self, pids: &[i32]) {
+    fn assert_gone(pids: &[i32]) {
         wait_until("the script's daemons to be gone", T, || {
             Ok(pids.iter().all(|pid| !alive(*pid)))
         })
@@ -249,7 +252,7 @@ fn the_uplink_moves_onto_br_ul_and_comes_back_after_ovs_vswitchd_dies() {
         "{}",
         script.log_tail(20)
     );
-    lab.assert_gone(&pids);
+    Lab::assert_gone(&pids);
 
     // The kubelet starts the container again: the node is back on br-ul.
     let mut script = lab.start();
@@ -259,7 +262,7 @@ fn the_uplink_moves_onto_br_ul_and_comes_back_after_ovs_vswitchd_dies() {
     let pids = lab.daemon_pids();
     let status = script.terminate(T).unwrap();
     assert!(status.success(), "{status:?}\n{}", script.log_tail(20));
-    lab.assert_gone(&pids);
+    Lab::assert_gone(&pids);
     // OVS 3.1 keeps br-ul's tap (persistent) when ovs-vswitchd exits, and the node's addresses
     // on it; without the tap (another OVS version, a node whose tap was removed) the addresses
     // and routes are gone with it, and the uplink has none either.
@@ -275,5 +278,5 @@ fn the_uplink_moves_onto_br_ul_and_comes_back_after_ovs_vswitchd_dies() {
     lab.assert_node_on_bridge(&mut script);
     let pids = lab.daemon_pids();
     assert!(script.terminate(T).unwrap().success());
-    lab.assert_gone(&pids);
+    Lab::assert_gone(&pids);
 }

@@ -9,6 +9,8 @@ use kube_ovn_lab::cluster::topology::{
     CLUSTER_AS, EXTERNAL_IP_CIDR, SERVICE_CIDR, TOR_AS, Topology, TorKind,
 };
 
+use kube_ovn_controller::config::comma_joined;
+
 use super::flags;
 use super::kubectl::kustomize;
 use super::{documents, find};
@@ -32,7 +34,6 @@ fn the_lab_overlay_configures_the_components_as_the_lab_s_process_mode_does() {
         .unwrap()
         .validate()
         .unwrap();
-    use kube_ovn_controller::config::comma_joined;
     assert_eq!(comma_joined(&ctl.nb_remotes), format!("tcp:{node1}:6641"));
     assert_eq!(comma_joined(&ctl.sb_remotes), format!("tcp:{node1}:6642"));
     assert_eq!(ctl.default_subnet.cidr_block(), "10.16.0.0/16");
