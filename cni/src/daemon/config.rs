@@ -243,7 +243,10 @@ impl Flags {
             _ => self.ovn_sb_addr.clone(),
         };
         if encap_ip.is_none() && self.iface.is_empty() && !ovn_remote.is_empty() {
-            return Err(bad("encap-ip", "needed (or --iface) when --ovn-sb-addr is set"));
+            return Err(bad(
+                "encap-ip",
+                "needed (or --iface) when --ovn-sb-addr or --ovn-db-ips is set",
+            ));
         }
         if self.mtu != 0 && !(68..=65535).contains(&self.mtu) {
             return Err(bad("mtu", format!("{} is outside 68..65535", self.mtu)));
