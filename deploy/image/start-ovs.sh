@@ -133,7 +133,9 @@ setup_uplink() {
   fi
   # From netlink, not /sys/class/net: /sys may show another network namespace than ours.
   mtu=$(ip -o link show dev "$UPLINK" | sed -n 's/.* mtu \([0-9]*\) .*/\1/p')
-  # Without --no-wait: returns once ovs-vswitchd made the bridge, its tap included.
+  # Without --no-wait: returns once ovs-vswitchd made the bridge, its tap included. The
+  # addresses are recorded in the same transaction, before any is moved.
+  # shellcheck disable=SC2086 # $addresses: one word per address, joined with commas
   ovs-vsctl --timeout=60 \
     -- --may-exist add-br "$UPLINK_BRIDGE" \
     -- set Bridge "$UPLINK_BRIDGE" datapath_type=netdev \
