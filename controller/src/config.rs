@@ -21,11 +21,19 @@ pub struct Flags {
     #[arg(long, env = "KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
     /// OVN northbound remotes: comma-separated `tcp:HOST:PORT` / `unix:PATH` (every RAFT member).
-    #[arg(long, env = "OVN_NB_ADDR")]
+    /// Required unless `--ovn-db-ips` is given; wins over it.
+    #[arg(long, env = "OVN_NB_ADDR", default_value = "")]
     pub ovn_nb_addr: String,
     /// OVN southbound remotes (accepted for compatibility; chassis tagging is not done yet).
     #[arg(long, env = "OVN_SB_ADDR", default_value = "")]
     pub ovn_sb_addr: String,
+    /// The ovn-central members' addresses, comma-separated (Kube-OVN's `OVN_DB_IPS`, from
+    /// kube-ovn-config's `ovn-central-ips`): the northbound remotes are `tcp:IP:6641` and the
+    /// southbound `tcp:IP:6642` for each, where `--ovn-nb-addr` / `--ovn-sb-addr` are not given.
+    /// The members' own addresses, not a ClusterIP: with host networking a ClusterIP needs
+    /// kube-proxy or our own node routing, which needs OVN first. Given but empty is an error.
+    #[arg(long, env = "OVN_DB_IPS")]
+    pub ovn_db_ips: Option<String>,
     /// CIDR of the default subnet (`v4`, `v6` or `v4,v6`).
     #[arg(long, env = "DEFAULT_CIDR", default_value = "10.16.0.0/16")]
     pub default_cidr: String,
@@ -339,6 +347,41 @@ fn remotes(flag: &'static str, value: &str) -> Result<Vec<kube_ovn_ovsdb::Remote
     kube_ovn_ovsdb::Remote::parse_list(value).map_err(|e| bad(flag, value, e.to_string()))
 }
 
+/// The client ports of ovn-central's databases (Kube-OVN's, deploy/image/start-ovn-central.sh).
+const NB_PORT: u16 = 6641;
+const SB_PORT: u16 = 6642;
+
+/// `--ovn-db-ips`: one address per ovn-central member, comma-separated. Empty (the ConfigMap key
+/// left unset) is an error here rather than a controller that waits for a database forever.
+fn db_ips(value: &str) -> Result<Vec<IpAddr>, FlagError> {
+    let flag = "ovn-db-ips";
+    if value.trim().is_empty() {
+        return Err(bad(
+            flag,
+            value,
+            "is empty: list the ovn-central members' addresses (kube-ovn-config's ovn-central-ips)",
+        ));
+    }
+    value
+        .split(',')
+        .map(|ip| {
+            ip.trim()
+                .parse()
+                .map_err(|_| bad(flag, value, format!("{ip:?} is not an IP address")))
+        })
+        .collect()
+}
+
+/// `tcp:IP:PORT` for each member; an IPv6 address is bracketed when printed (`tcp:[IP]:PORT`).
+fn db_remotes(ips: &[IpAddr], port: u16) -> Vec<kube_ovn_ovsdb::Remote> {
+    ips.iter()
+        .map(|ip| kube_ovn_ovsdb::Remote::Tcp {
+            host: ip.to_string(),
+            port,
+        })
+        .collect()
+}
+
 fn name(flag: &'static str, value: &str) -> Result<String, FlagError> {
     let ok = !value.is_empty()
         && value.len() <= 63
@@ -354,9 +397,23 @@ fn name(flag: &'static str, value: &str) -> Result<String, FlagError> {
 
 impl Flags {
     pub fn validate(&self) -> Result<Config, FlagError> {
-        if self.ovn_nb_addr.is_empty() {
-            return Err(bad("ovn-nb-addr", "", "is required"));
-        }
+        let db_ips = self.ovn_db_ips.as_deref().map(db_ips).transpose()?;
+        let nb_remotes = match (self.ovn_nb_addr.is_empty(), &db_ips) {
+            (false, _) => remotes("ovn-nb-addr", &self.ovn_nb_addr)?,
+            (true, Some(ips)) => db_remotes(ips, NB_PORT),
+            (true, None) => {
+                return Err(bad(
+                    "ovn-nb-addr",
+                    "",
+                    "is required, or --ovn-db-ips (OVN_DB_IPS) with the ovn-central members' addresses",
+                ));
+            }
+        };
+        let sb_remotes = match (self.ovn_sb_addr.is_empty(), &db_ips) {
+            (false, _) => remotes("ovn-sb-addr", &self.ovn_sb_addr)?,
+            (true, Some(ips)) => db_remotes(ips, SB_PORT),
+            (true, None) => Vec::new(),
+        };
         let default_cidrs = cidrs("default-cidr", &self.default_cidr)?;
         let node_cidrs = cidrs("node-switch-cidr", &self.node_switch_cidr)?;
         for d in &default_cidrs {
@@ -402,12 +459,8 @@ impl Flags {
         };
         Ok(Config {
             kubeconfig: self.kubeconfig.clone(),
-            nb_remotes: remotes("ovn-nb-addr", &self.ovn_nb_addr)?,
-            sb_remotes: if self.ovn_sb_addr.is_empty() {
-                Vec::new()
-            } else {
-                remotes("ovn-sb-addr", &self.ovn_sb_addr)?
-            },
+            nb_remotes,
+            sb_remotes,
             default_subnet: DefaultSubnet {
                 name: default_ls,
                 gateways: gateways("default-gateway", &self.default_gateway, &default_cidrs)?,
@@ -509,10 +562,69 @@ mod tests {
             let err = flags(&args).validate().unwrap_err().to_string();
             assert!(err.starts_with(&format!("invalid {flag} ")), "{args:?}: {err}");
         }
+        let err = Flags::try_parse_from(["kube-ovn-controller"])
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
         assert!(
-            Flags::try_parse_from(["kube-ovn-controller"]).is_err(),
-            "--ovn-nb-addr is required"
+            err.starts_with("invalid --ovn-nb-addr ") && err.contains("--ovn-db-ips"),
+            "--ovn-nb-addr or --ovn-db-ips is required: {err}"
         );
+    }
+
+    fn only(args: &[&str]) -> Result<Config, FlagError> {
+        let mut all = vec!["kube-ovn-controller"];
+        all.extend_from_slice(args);
+        Flags::try_parse_from(all).unwrap().validate()
+    }
+
+    #[test]
+    fn database_remotes_from_the_ovn_central_members() {
+        let shown = |r: &[kube_ovn_ovsdb::Remote]| comma_joined(r);
+        let c = only(&["--ovn-db-ips", "172.30.0.11, 172.30.0.12,fd00::13"]).unwrap();
+        assert_eq!(
+            shown(&c.nb_remotes),
+            "tcp:172.30.0.11:6641,tcp:172.30.0.12:6641,tcp:[fd00::13]:6641"
+        );
+        assert_eq!(
+            shown(&c.sb_remotes),
+            "tcp:172.30.0.11:6642,tcp:172.30.0.12:6642,tcp:[fd00::13]:6642"
+        );
+        // An explicit address wins, each database on its own.
+        let c = only(&[
+            "--ovn-db-ips=172.30.0.11",
+            "--ovn-nb-addr=unix:/run/ovn/ovnnb_db.sock",
+        ])
+        .unwrap();
+        assert_eq!(shown(&c.nb_remotes), "unix:/run/ovn/ovnnb_db.sock");
+        assert_eq!(shown(&c.sb_remotes), "tcp:172.30.0.11:6642");
+        // Neither: no southbound remotes, as before.
+        let c = only(&["--ovn-nb-addr=tcp:10.0.0.1:6641"]).unwrap();
+        assert!(c.sb_remotes.is_empty());
+        for (value, why) in [
+            ("", "is empty"),
+            (" ", "is empty"),
+            ("172.30.0.11,,172.30.0.12", "\"\" is not an IP address"),
+            ("ovn-central", "\"ovn-central\" is not an IP address"),
+            ("[fd00::1]", "is not an IP address"),
+            ("172.30.0.11:6641", "is not an IP address"),
+        ] {
+            let err = only(&[&format!("--ovn-db-ips={value}")]).unwrap_err().to_string();
+            assert!(
+                err.starts_with("invalid --ovn-db-ips ") && err.contains(why),
+                "{value:?}: {err}"
+            );
+            // Even beside explicit addresses, a bad list is reported, not ignored.
+            let err = only(&[
+                &format!("--ovn-db-ips={value}"),
+                "--ovn-nb-addr=tcp:10.0.0.1:6641",
+                "--ovn-sb-addr=tcp:10.0.0.1:6642",
+            ])
+            .unwrap_err()
+            .to_string();
+            assert!(err.starts_with("invalid --ovn-db-ips "), "{value:?}: {err}");
+        }
     }
 
     #[test]

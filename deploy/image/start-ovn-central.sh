@@ -77,10 +77,16 @@ trap stop TERM INT
 
 echo "start-ovn-central: NB $(remotes 6641), SB $(remotes 6642), this member $SELF"
 # The logs go to the container's output; the loop ends (and the pod restarts) when a daemon dies.
-tail -n +1 -F "$LOG_DIR/ovnnb_db.log" "$LOG_DIR/ovnsb_db.log" "$LOG_DIR/ovn-northd.log" &
+# --pid: the follower ends with this shell, also when it is killed outright.
+tail --pid=$$ -n +1 -F "$LOG_DIR/ovnnb_db.log" "$LOG_DIR/ovnsb_db.log" "$LOG_DIR/ovn-northd.log" &
+# A daemon that exits cleanly removes its PID file: that counts as dead too (never `kill -0 0`,
+# which would signal this process group and succeed).
+alive() {
+  pid=$(cat "$1" 2>/dev/null) && [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null
+}
 while :; do
   for p in ovnnb_db ovnsb_db ovn-northd; do
-    if ! kill -0 "$(cat "$RUN_DIR/$p.pid" 2>/dev/null || echo 0)" 2>/dev/null; then
+    if ! alive "$RUN_DIR/$p.pid"; then
       echo "start-ovn-central: $p exited" >&2
       exit 1
     fi

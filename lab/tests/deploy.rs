@@ -1,5 +1,6 @@
 //! `deploy/` on a real kube-apiserver: `kubectl kustomize` (the kubectl built with the control
-//! plane) renders the base and the example overlay with every component's objects; the CRDs,
+//! plane) renders the base, the example overlay and the lab's overlay with every component's
+//! objects; the CRDs,
 //! then everything rendered, apply (`--dry-run=server`, then for real, then again changing
 //! nothing) with strict server-side field validation to an API server of the test with RBAC
 //! on; there each component's ServiceAccount is granted its ClusterRole (and its Role in
@@ -14,12 +15,15 @@
 mod flags;
 #[path = "deploy/kubectl.rs"]
 mod kubectl;
+#[path = "deploy/lab_overlay.rs"]
+mod lab_overlay;
 #[path = "deploy/rules.rs"]
 mod rules;
 
 use std::collections::BTreeSet;
 use std::path::Path;
 
+use clap::Parser as _;
 use k8s_openapi::api::authorization::v1::{SelfSubjectRulesReview, SelfSubjectRulesReviewSpec};
 use kube::api::{Api, PostParams};
 use kube_ovn_lab::kubernetes::fixture::{ApiServer, ApiServerOptions};
@@ -27,7 +31,7 @@ use kubectl::{Kubectl, kustomize, repo};
 use rules::Grant;
 use serde_json::Value;
 
-fn documents(yaml: &str) -> Vec<Value> {
+pub(crate) fn documents(yaml: &str) -> Vec<Value> {
     serde_saphyr::from_multiple::<Value>(yaml)
         .expect("rendered YAML parses")
         .into_iter()
@@ -35,7 +39,7 @@ fn documents(yaml: &str) -> Vec<Value> {
         .collect()
 }
 
-fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+pub(crate) fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
     docs.iter()
         .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
         .unwrap_or_else(|| panic!("no {kind} {name} rendered"))
@@ -100,12 +104,17 @@ fn apply_overlay(admin: &Kubectl, dir: &Path, overlay: &str) -> Vec<Value> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn base_and_example_render_and_apply_to_a_real_api_server() {
-    let (base, example) = tokio::join!(
+async fn base_and_overlays_render_and_apply_to_a_real_api_server() {
+    let (base, example, lab) = tokio::join!(
+        ApiServer::start_with(ApiServerOptions::default()),
         ApiServer::start_with(ApiServerOptions::default()),
         ApiServer::start_with(ApiServerOptions::default())
     );
-    for (server, overlay) in [(base.unwrap(), "base"), (example.unwrap(), "overlays/example")] {
+    for (server, overlay) in [
+        (base.unwrap(), "base"),
+        (example.unwrap(), "overlays/example"),
+        (lab.unwrap(), "overlays/lab"),
+    ] {
         let dir = tempfile::tempdir().unwrap();
         let admin = admin(&server, dir.path());
         let docs = apply_overlay(&admin, dir.path(), overlay);
@@ -391,17 +400,44 @@ fn forbidden(kubectl: &Kubectl, args: &[&str], mentions: &str) {
     );
 }
 
+const OUR_WORKLOADS: [&str; 3] = ["kube-ovn-cni", "kube-ovn-controller", "kube-ovn-speaker"];
+
 #[test]
 fn every_flag_in_the_manifests_parses_with_its_binary() {
-    for overlay in ["base", "overlays/example"] {
+    for overlay in ["overlays/example", "overlays/lab"] {
         let docs = documents(&kustomize(overlay));
         let checked = flags::check_all(&docs).unwrap_or_else(|e| panic!("deploy/{overlay}: {e}"));
         assert_eq!(
-            checked,
-            ["kube-ovn-cni", "kube-ovn-controller", "kube-ovn-speaker"],
+            checked, OUR_WORKLOADS,
             "deploy/{overlay}: the containers running our binaries"
         );
     }
+    // The base leaves ovn-central-ips to the installer: the controller and the node daemon
+    // refuse to start without it, naming the flag, rather than wait for a database forever.
+    let mut docs = documents(&kustomize("base"));
+    let mut refused = Vec::new();
+    for line in flags::command_lines(&docs).unwrap() {
+        if let Err(e) = flags::parse(&line.binary, &line.argv) {
+            assert!(
+                e.contains("--ovn-db-ips") && e.contains("is empty"),
+                "{}: {e}",
+                line.workload
+            );
+            refused.push(line.workload);
+        }
+    }
+    refused.sort();
+    assert_eq!(refused, ["kube-ovn-cni", "kube-ovn-controller"]);
+    let config = docs
+        .iter_mut()
+        .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "kube-ovn-config")
+        .unwrap();
+    config["data"]["ovn-central-ips"] = "192.0.2.11".into();
+    assert_eq!(
+        flags::check_all(&docs).unwrap(),
+        OUR_WORKLOADS,
+        "deploy/base, filled in"
+    );
 }
 
 #[test]
@@ -452,12 +488,107 @@ fn the_workloads_have_what_their_components_need() {
         "{m:?}"
     );
 
+    // The databases by the ovn-central members' addresses (the ConfigMap key is required), no
+    // ClusterIP.
+    for (kind, name) in [
+        ("Deployment", "kube-ovn-controller"),
+        ("DaemonSet", "kube-ovn-cni"),
+    ] {
+        let c = &pod(kind, name)["containers"][0];
+        let env = c["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == "OVN_DB_IPS")
+            .unwrap_or_else(|| panic!("{name}: no OVN_DB_IPS"));
+        let r = &env["valueFrom"]["configMapKeyRef"];
+        assert_eq!(
+            (&r["name"], &r["key"]),
+            (&"kube-ovn-config".into(), &"ovn-central-ips".into())
+        );
+        assert!(r["optional"].is_null(), "{name}: {r}");
+        for a in flags::args(c) {
+            assert!(!a.contains("SERVICE_HOST"), "{name}: {a}");
+        }
+    }
+    // The daemon reads the chassis name from the file start-ovs.sh keeps in ovs-ovn's
+    // /etc/openvswitch: the same host directory, mounted where --system-id-file points.
+    let host_path = |kind: &str, name: &str, mount: &str| -> String {
+        let spec = pod(kind, name);
+        let volume = spec["containers"][0]["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["mountPath"] == mount)
+            .unwrap_or_else(|| panic!("{name} mounts no {mount}"))["name"]
+            .clone();
+        spec["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == volume)
+            .unwrap()["hostPath"]["path"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(
+        host_path("DaemonSet", "kube-ovn-cni", "/etc/openvswitch"),
+        host_path("DaemonSet", "ovs-ovn", "/etc/openvswitch")
+    );
+    let daemon = kube_ovn_cni::daemon::config::Flags::try_parse_from(["d", "--node-name=n"]).unwrap();
+    assert!(daemon.system_id_file.starts_with("/etc/openvswitch"));
+    let ovs = &pod("DaemonSet", "ovs-ovn")["containers"][0];
+    assert_eq!(
+        ovs["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == "OVS_NETDEV_UPLINK")
+            .unwrap()["valueFrom"]["configMapKeyRef"]["key"],
+        "ovs-netdev-uplink"
+    );
+
+    // No liveness probe before the component first answers (a startup probe holds it), and no
+    // exec probe that the kubelet times out before its command would.
+    for (kind, name) in [
+        ("Deployment", "ovn-central"),
+        ("DaemonSet", "ovs-ovn"),
+        ("Deployment", "kube-ovn-controller"),
+        ("DaemonSet", "kube-ovn-cni"),
+        ("DaemonSet", "kube-ovn-speaker"),
+    ] {
+        let c = &pod(kind, name)["containers"][0];
+        assert!(c["startupProbe"].is_object(), "{name}: no startupProbe");
+        assert!(c["livenessProbe"]["initialDelaySeconds"].is_null(), "{name}");
+        for probe in ["startupProbe", "readinessProbe", "livenessProbe"] {
+            let p = &c[probe];
+            if let Some(cmd) = p["exec"]["command"].as_array() {
+                let own = cmd
+                    .iter()
+                    .find_map(|a| a.as_str()?.strip_prefix("--timeout="))
+                    .and_then(|t| t.parse::<u64>().ok())
+                    .unwrap_or_else(|| panic!("{name} {probe}: the command has no --timeout"));
+                let kubelet = p["timeoutSeconds"].as_u64().unwrap_or(1);
+                assert!(
+                    kubelet > own,
+                    "{name} {probe}: timeoutSeconds {kubelet} ≤ --timeout={own}"
+                );
+            }
+        }
+    }
+
     let spec = pod("DaemonSet", "kube-ovn-speaker");
     assert_eq!(spec["serviceAccountName"], "kube-ovn-speaker");
     assert_eq!(spec["hostNetwork"], true);
     assert_eq!(spec["nodeSelector"]["ovn.kubernetes.io/bgp"], "true");
     let caps = &spec["containers"][0]["securityContext"]["capabilities"]["add"];
     assert_eq!(caps, &serde_json::json!(["NET_ADMIN", "NET_BIND_SERVICE"]));
+    // It writes only its state directory (a hostPath), as the controller writes nothing.
+    assert_eq!(
+        spec["containers"][0]["securityContext"]["readOnlyRootFilesystem"],
+        true
+    );
 
     // ovn-central and ovs-ovn do not use the API: no token in their pods.
     for (kind, name) in [("Deployment", "ovn-central"), ("DaemonSet", "ovs-ovn")] {

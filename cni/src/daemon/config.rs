@@ -34,6 +34,12 @@ pub struct Flags {
     /// when empty (Kube-OVN's start-ovs.sh sets it).
     #[arg(long, env = "OVN_SB_ADDR", default_value = "")]
     pub ovn_sb_addr: String,
+    /// The ovn-central members' addresses, comma-separated (Kube-OVN's `OVN_DB_IPS`, from
+    /// kube-ovn-config's `ovn-central-ips`): `ovn-remote` becomes `tcp:IP:6642` for each where
+    /// `--ovn-sb-addr` is not given. Given but empty is an error (ovn-controller would wait for
+    /// a southbound database forever).
+    #[arg(long, env = "OVN_DB_IPS")]
+    pub ovn_db_ips: Option<String>,
     /// Tunnel endpoint address (`external_ids:ovn-encap-ip`); else the first address of `--iface`.
     #[arg(long, env = "ENCAP_IP", default_value = "")]
     pub encap_ip: String,
@@ -185,6 +191,9 @@ pub struct Config {
     pub service_cidrs: Vec<IpNet>,
     /// Parsed `--neighbor-address` and `--neighbor-ipv6-address`.
     pub bgp_neighbors: Vec<IpAddr>,
+    /// `external_ids:ovn-remote` for ovn-controller: `--ovn-sb-addr`, else from `--ovn-db-ips`;
+    /// empty: left as found.
+    pub ovn_remote: String,
 }
 
 pub use kube_ovn_support::FlagError;
@@ -228,8 +237,16 @@ impl Flags {
                     .map_err(|_| bad("encap-ip", format!("{text:?} is not an IP address")))?,
             ),
         };
-        if encap_ip.is_none() && self.iface.is_empty() && !self.ovn_sb_addr.is_empty() {
-            return Err(bad("encap-ip", "needed (or --iface) when --ovn-sb-addr is set"));
+        let db_ips = self.ovn_db_ips.as_deref().map(parse_db_ips).transpose()?;
+        let ovn_remote = match db_ips {
+            Some(ips) if self.ovn_sb_addr.is_empty() => sb_remotes(&ips),
+            _ => self.ovn_sb_addr.clone(),
+        };
+        if encap_ip.is_none() && self.iface.is_empty() && !ovn_remote.is_empty() {
+            return Err(bad(
+                "encap-ip",
+                "needed (or --iface) when --ovn-sb-addr or --ovn-db-ips is set",
+            ));
         }
         if self.mtu != 0 && !(68..=65535).contains(&self.mtu) {
             return Err(bad("mtu", format!("{} is outside 68..65535", self.mtu)));
@@ -269,8 +286,41 @@ impl Flags {
             cni_conf_version,
             service_cidrs,
             bgp_neighbors,
+            ovn_remote,
         })
     }
+}
+
+/// The southbound database's client port (Kube-OVN's, deploy/image/start-ovn-central.sh).
+const SB_PORT: u16 = 6642;
+
+/// `--ovn-db-ips`: one address per ovn-central member.
+fn parse_db_ips(text: &str) -> Result<Vec<IpAddr>, FlagError> {
+    let flag = "ovn-db-ips";
+    if text.trim().is_empty() {
+        return Err(bad(
+            flag,
+            "is empty: list the ovn-central members' addresses (kube-ovn-config's ovn-central-ips)",
+        ));
+    }
+    text.split(',')
+        .map(|ip| {
+            ip.trim()
+                .parse()
+                .map_err(|_| bad(flag, format!("{ip:?} in {text:?} is not an IP address")))
+        })
+        .collect()
+}
+
+/// `tcp:IP:6642,...`, an IPv6 address in brackets (OVSDB's remote syntax).
+fn sb_remotes(ips: &[IpAddr]) -> String {
+    ips.iter()
+        .map(|ip| match ip {
+            IpAddr::V4(v4) => format!("tcp:{v4}:{SB_PORT}"),
+            IpAddr::V6(v6) => format!("tcp:[{v6}]:{SB_PORT}"),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// `v4`, `v6` or a comma pair of one each, as kube-apiserver takes it.
@@ -386,6 +436,44 @@ mod tests {
             ])
             .is_err()
         );
+    }
+
+    #[test]
+    fn ovn_remote_from_the_ovn_central_members() {
+        let c = flags(&["--ovn-db-ips", "172.30.0.11, fd00::12", "--encap-ip=172.30.0.12"])
+            .validate()
+            .unwrap();
+        assert_eq!(c.ovn_remote, "tcp:172.30.0.11:6642,tcp:[fd00::12]:6642");
+        // An explicit --ovn-sb-addr wins.
+        let c = flags(&[
+            "--ovn-db-ips=172.30.0.11",
+            "--ovn-sb-addr=tcp:10.0.0.1:6642",
+            "--encap-ip=172.30.0.12",
+        ])
+        .validate()
+        .unwrap();
+        assert_eq!(c.ovn_remote, "tcp:10.0.0.1:6642");
+        // Neither: left as found.
+        assert_eq!(flags(&[]).validate().unwrap().ovn_remote, "");
+        // The remote needs a tunnel endpoint, as with --ovn-sb-addr.
+        let err = flags(&["--ovn-db-ips=172.30.0.11"]).validate().unwrap_err();
+        assert!(err.to_string().starts_with("--encap-ip"), "{err}");
+        for (value, why) in [
+            ("", "is empty"),
+            ("  ", "is empty"),
+            ("172.30.0.11,", "\"\" in"),
+            ("ovn-central", "\"ovn-central\" in"),
+            ("[fd00::1]", "is not an IP address"),
+        ] {
+            let err = flags(&[&format!("--ovn-db-ips={value}"), "--encap-ip=172.30.0.12"])
+                .validate()
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.starts_with("--ovn-db-ips: ") && err.contains(why),
+                "{value:?}: {err}"
+            );
+        }
     }
 
     #[test]

@@ -123,8 +123,8 @@ impl Node {
         if let Some(ip) = self.encap_ip().await? {
             ids.insert("ovn-encap-ip".into(), ip.to_string());
         }
-        if !flags.ovn_sb_addr.is_empty() {
-            ids.insert("ovn-remote".into(), flags.ovn_sb_addr.clone());
+        if !self.config.ovn_remote.is_empty() {
+            ids.insert("ovn-remote".into(), self.config.ovn_remote.clone());
         }
         self.ovs.set_chassis_ids(&ids).await?;
         let patch = serde_json::json!({"metadata": {"annotations": {keys::CHASSIS: system_id}}});

@@ -36,9 +36,17 @@ pub fn env_field<'a>(container: &'a Value, name: &str) -> Option<&'a str> {
         .as_str()
 }
 
-/// Checks every container that runs one of [`BINARIES`]; the names of their workloads, sorted.
-pub fn check_all(docs: &[Value]) -> Result<Vec<String>, String> {
-    let mut checked = Vec::new();
+/// A container running one of [`BINARIES`]: its workload, the binary and the command line the
+/// kubelet would start (variables expanded, flag variables added as flags).
+pub struct CommandLine {
+    pub workload: String,
+    pub binary: String,
+    pub argv: Vec<String>,
+}
+
+/// The command line of every container that runs one of [`BINARIES`].
+pub fn command_lines(docs: &[Value]) -> Result<Vec<CommandLine>, String> {
+    let mut out = Vec::new();
     for doc in docs {
         if !matches!(
             doc["kind"].as_str(),
@@ -67,9 +75,29 @@ pub fn check_all(docs: &[Value]) -> Result<Vec<String>, String> {
                     "{name}: {binary}: {a:?} names a variable the container does not have"
                 ));
             }
-            parse(binary, &argv).map_err(|e| format!("{name}: {binary} {}: {e}", argv[1..].join(" ")))?;
-            checked.push(name.to_owned());
+            out.push(CommandLine {
+                workload: name.to_owned(),
+                binary: binary.to_owned(),
+                argv,
+            });
         }
+    }
+    Ok(out)
+}
+
+/// Checks every container that runs one of [`BINARIES`]; the names of their workloads, sorted.
+pub fn check_all(docs: &[Value]) -> Result<Vec<String>, String> {
+    let mut checked = Vec::new();
+    for line in command_lines(docs)? {
+        parse(&line.binary, &line.argv).map_err(|e| {
+            format!(
+                "{}: {} {}: {e}",
+                line.workload,
+                line.binary,
+                line.argv[1..].join(" ")
+            )
+        })?;
+        checked.push(line.workload);
     }
     checked.sort();
     Ok(checked)
@@ -259,7 +287,8 @@ fn flag_variables(binary: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-fn parse(binary: &str, argv: &[String]) -> Result<(), String> {
+/// Parses and validates `argv` with `binary`'s own flags, as the binary does at start.
+pub fn parse(binary: &str, argv: &[String]) -> Result<(), String> {
     match binary {
         "kube-ovn-controller" => {
             let flags =
