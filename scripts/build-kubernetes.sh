@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds upstream Kubernetes and etcd from source (the Go module in kubernetes/, which pins the
 # release) into /opt/kube-ovn-rs/kubernetes-<version>/, once per version and module contents:
-#   etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl
+#   etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl
 # Nothing prebuilt is downloaded: the Go tool fetches sources from the module proxy and go.sum
 # checks them. A second run with the same module is a stamp comparison (milliseconds).
 #
@@ -19,7 +19,7 @@ root=${KUBE_OVN_RS_K8S_ROOT:-/opt/kube-ovn-rs}
 dest="$root/kubernetes-$version"
 # The stamp covers everything that decides the binaries: a changed main or pin rebuilds.
 stamp=$(cat go.mod go.sum cmd/*/main.go "$self" | sha256sum | cut -d' ' -f1)
-binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
+binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
 
 if [ "$(cat "$dest/.stamp" 2>/dev/null || true)" = "$stamp" ]; then
   echo "$dest"

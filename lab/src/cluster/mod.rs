@@ -5,6 +5,7 @@
 
 pub mod components;
 pub mod containerd;
+pub mod kube_proxy;
 pub mod kubelet;
 pub mod machine;
 pub mod matrix;

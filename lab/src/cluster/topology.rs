@@ -253,7 +253,7 @@ impl Topology {
             etcd_peer_port: ETCD_PEER_PORT,
             service_cidrs: SERVICE_CIDR.split(',').map(str::to_owned).collect(),
             audit_log: self.log("kube-apiserver-audit"),
-            // The agent, and a kubelet per node (`up --install manifests` runs real ones).
+            // The agent, a kubelet per node and kube-proxy (`up --install manifests` runs them).
             extra_clients: std::iter::once(crate::kubernetes::pki::ClientIdentity::new(
                 "agent",
                 AGENT_USER,
@@ -264,6 +264,7 @@ impl Topology {
                     .iter()
                     .map(|n| crate::kubernetes::kubelet::identity(&n.name)),
             )
+            .chain([super::kube_proxy::identity()])
             .collect(),
         }
     }

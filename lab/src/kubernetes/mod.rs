@@ -1,5 +1,5 @@
 //! Upstream Kubernetes, the only Kubernetes the lab and the tests know: etcd, kube-apiserver,
-//! kube-controller-manager, kube-scheduler, kubelet and kubectl, built from source by
+//! kube-controller-manager, kube-scheduler, kubelet, kube-proxy and kubectl, built from source by
 //! `scripts/build-kubernetes.sh` (the Go module in `kubernetes/`, which pins the release) into
 //! `/opt/kube-ovn-rs/kubernetes-<version>/`.
 //!
@@ -23,12 +23,13 @@ use std::path::{Path, PathBuf};
 const GO_MOD: &str = include_str!("../../../kubernetes/go.mod");
 
 /// The programs the build puts in the version's directory.
-pub const BINARIES: [&str; 6] = [
+pub const BINARIES: [&str; 7] = [
     "etcd",
     "kube-apiserver",
     "kube-controller-manager",
     "kube-scheduler",
     "kubelet",
+    "kube-proxy",
     "kubectl",
 ];
 

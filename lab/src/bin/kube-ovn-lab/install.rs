@@ -1,5 +1,5 @@
 //! `up --install manifests`: kube-ovn-rs installed the way users install it. Each node becomes a
-//! machine of its own (`cluster::machine`) running containerd and a real kubelet; the images are
+//! machine of its own (`cluster::machine`) running containerd, a real kubelet and kube-proxy; the images are
 //! built here and loaded into every node's containerd; then what an administrator does:
 //! label the master and the BGP nodes, `kubectl apply -f deploy/crds`, `kubectl apply -k
 //! deploy/overlays/lab`. Nothing of ours runs as a lab process in this mode: `ovn-central`,
@@ -16,7 +16,7 @@ use kube::api::ListParams;
 use kube_ovn_lab::cluster::components::Binaries;
 use kube_ovn_lab::cluster::topology::{NodePlan, Topology};
 use kube_ovn_lab::cluster::wait::{nothing_missing, wait_for};
-use kube_ovn_lab::cluster::{containerd, kubelet, machine, net};
+use kube_ovn_lab::cluster::{containerd, kube_proxy, kubelet, machine, net};
 use kube_ovn_lab::runtime::images;
 
 use super::up::{Recorder, wait_serving};
@@ -69,6 +69,10 @@ async fn start_node(
     std::fs::write(&spec.config_file, spec.config_yaml())
         .with_context(|| format!("writing {}", spec.config_file.display()))?;
     rec.start(&kubelet::launch(t, node))?;
+    let proxy = kube_proxy::config_file(t, node);
+    std::fs::write(&proxy, kube_proxy::config_yaml(t, node))
+        .with_context(|| format!("writing {}", proxy.display()))?;
+    rec.start(&kube_proxy::launch(t, node))?;
     Ok(())
 }
 

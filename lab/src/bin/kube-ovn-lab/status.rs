@@ -162,11 +162,22 @@ pub async fn cluster_view(t: &Topology, client: &kube::Client) -> anyhow::Result
                 pod.metadata.namespace.as_deref().unwrap_or(""),
                 pod.metadata.name.as_deref().unwrap_or("")
             );
+            // Containers ready and restarts: a crashed component the kubelet brought back
+            // shows here (`up --install manifests`).
+            let containers = status.container_statuses.clone().unwrap_or_default();
+            let ready = containers.iter().filter(|c| c.ready).count();
+            let restarts: i32 = containers.iter().map(|c| c.restart_count).sum();
             let _ = writeln!(
                 out,
-                "    {label:32} {:15} {}",
+                "    {label:44} {:15} {:8} {ready}/{} ready{}",
                 status.pod_ip.unwrap_or_default(),
-                status.phase.unwrap_or_default()
+                status.phase.unwrap_or_default(),
+                containers.len(),
+                match restarts {
+                    0 => String::new(),
+                    1 => ", 1 restart".into(),
+                    n => format!(", {n} restarts"),
+                }
             );
         }
     }

@@ -1,0 +1,329 @@
+//! The lab installed as users install kube-ovn-rs (`up --install manifests`): real kubelets and
+//! containerd per node, the images built here, `kubectl apply -k deploy/overlays/lab`. Then the
+//! operations users do, each with real traffic from the outside host to an announced pod and to
+//! a LoadBalancer IP flowing throughout: rolling restarts of the speaker, the CNI daemon and the
+//! controller, and a gateway node's BGP label taken away and given back. Needs root, the
+//! packages of `scripts/install-deps.sh`, podman and debootstrap (the images), and the other
+//! binaries beside `kube-ovn-lab` (as `lab.rs`).
+
+#[allow(
+    dead_code,
+    reason = "each test binary uses its own subset of the shared helpers"
+)]
+mod common;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use common::lab::Lab;
+use kube_ovn_testkit::wait_until;
+
+const WAIT: Duration = Duration::from_mins(2);
+
+/// What a traffic generator saw: requests answered and failed (with when and why).
+#[derive(Debug, Default)]
+struct TrafficReport {
+    answered: usize,
+    failed: Vec<String>,
+}
+
+/// HTTP requests from the outside host to each target in turn, every 50 ms, until stopped.
+struct Traffic {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Result<TrafficReport>>,
+}
+
+impl Traffic {
+    fn start(outside_netns: &Path, targets: Vec<SocketAddr>) -> Result<Self> {
+        let netns = kube_ovn_dataplane::Netns::open(outside_netns)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            netns.run(move || {
+                let began = Instant::now();
+                let mut report = TrafficReport::default();
+                while !flag.load(Ordering::Relaxed) {
+                    for target in &targets {
+                        match kube_ovn_lab::netexec::http_get(*target, "/hostname", Duration::from_secs(2)) {
+                            Ok(a) if a.status == 200 => report.answered += 1,
+                            Ok(a) => report.failed.push(format!(
+                                "{:.1}s {target}: HTTP {}",
+                                began.elapsed().as_secs_f64(),
+                                a.status
+                            )),
+                            Err(e) => report
+                                .failed
+                                .push(format!("{:.1}s {target}: {e}", began.elapsed().as_secs_f64())),
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                report
+            })
+            .map_err(anyhow::Error::from)
+        });
+        Ok(Self { stop, thread })
+    }
+
+    fn stop(self) -> Result<TrafficReport> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .join()
+            .map_err(|_| anyhow::anyhow!("the traffic thread panicked"))?
+    }
+}
+
+/// Polls the ToR's routing table every 100 ms until stopped; the prefixes (of `watched`) that
+/// were ever missing, with when.
+struct RouteWatch {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Result<Vec<String>>>,
+}
+
+impl RouteWatch {
+    fn start(lab: &Lab, watched: Vec<String>) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let (name, dir) = (lab.name.clone(), lab.dir.path().to_owned());
+        let thread = std::thread::spawn(move || {
+            let began = Instant::now();
+            let mut lost = Vec::new();
+            while !flag.load(Ordering::Relaxed) {
+                let out = std::process::Command::new(Lab::bin())
+                    .args(["--name", &name, "--labs-dir"])
+                    .arg(&dir)
+                    .args(["tor", "--", "birdc", "show route"])
+                    .output()?;
+                let table = String::from_utf8_lossy(&out.stdout);
+                for prefix in &watched {
+                    if !table.contains(prefix.as_str()) {
+                        lost.push(format!("{:.1}s {prefix}", began.elapsed().as_secs_f64()));
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Ok(lost)
+        });
+        Self { stop, thread }
+    }
+
+    fn stop(self) -> Result<Vec<String>> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .join()
+            .map_err(|_| anyhow::anyhow!("the route watch panicked"))?
+    }
+}
+
+fn jsonpath(lab: &Lab, args: &[&str], path: &str) -> Result<String> {
+    let mut all = vec!["kubectl"];
+    all.extend_from_slice(args);
+    let out = format!("jsonpath={path}");
+    all.extend(["-o", &out]);
+    lab.ok(&all)
+}
+
+/// `kubectl rollout restart`, then `rollout status` until it is done.
+fn rollout_restart(lab: &Lab, what: &str) -> Result<()> {
+    lab.ok(&["kubectl", "-n", "kube-system", "rollout", "restart", what])?;
+    lab.ok(&[
+        "kubectl",
+        "-n",
+        "kube-system",
+        "rollout",
+        "status",
+        what,
+        "--timeout=180s",
+    ])?;
+    Ok(())
+}
+
+/// Runs `operation` with traffic to `targets` and the ToR's routes to `prefixes` watched; fails
+/// when a request failed or a route went missing meanwhile.
+fn without_loss(
+    lab: &Lab,
+    what: &str,
+    targets: &[SocketAddr],
+    prefixes: &[String],
+    operation: impl FnOnce() -> Result<()>,
+) -> Result<()> {
+    let outside = Path::new("/run/netns").join(format!("kl_{}_outside", lab.name));
+    let traffic = Traffic::start(&outside, targets.to_vec())?;
+    let routes = RouteWatch::start(lab, prefixes.to_vec());
+    let result = operation();
+    let lost = routes.stop()?;
+    let report = traffic.stop()?;
+    result.with_context(|| what.to_owned())?;
+    println!(
+        "{what}: {} requests answered, {} failed; {} route checks missing",
+        report.answered,
+        report.failed.len(),
+        lost.len()
+    );
+    ensure!(report.answered > 0, "{what}: no request was answered at all");
+    ensure!(
+        report.failed.is_empty(),
+        "{what}: requests failed: {:?}",
+        report.failed
+    );
+    ensure!(lost.is_empty(), "{what}: the ToR lost routes: {lost:?}");
+    Ok(())
+}
+
+#[test]
+fn installed_from_deploy_on_real_kubelets_it_is_green_and_keeps_serving_through_operations() -> Result<()> {
+    let lab = Lab::new("m");
+    let out = lab.up(&["--install", "manifests", "--nodes", "2"])?;
+    println!("{out}");
+    ensure!(
+        out.contains("checks as expected") && !out.contains("FAIL"),
+        "the matrix is not green:\n{out}"
+    );
+    ensure!(
+        out.contains("no request of any component was refused"),
+        "RBAC refusals:\n{out}"
+    );
+
+    // Our components are pods the kubelets made through containerd: as many as deploy/ asks.
+    let pods = jsonpath(
+        &lab,
+        &["get", "pods", "-n", "kube-system"],
+        "{range .items[*]}{.metadata.labels.app} {.spec.nodeName} {.status.containerStatuses[0].containerID} {.status.containerStatuses[0].ready}{\"\\n\"}{end}",
+    )?;
+    for (app, count) in [
+        ("ovs", 2),
+        ("kube-ovn-cni", 2),
+        ("kube-ovn-speaker", 2),
+        ("kube-ovn-controller", 2),
+        ("ovn-central", 1),
+    ] {
+        let ready = pods
+            .lines()
+            .filter(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                f.len() == 4 && f[0] == app && f[2].starts_with("containerd://") && f[3] == "true"
+            })
+            .count();
+        ensure!(ready == count, "{app}: {ready} ready pods, want {count}:\n{pods}");
+    }
+
+    // Traffic targets: an announced pod (its /32 at the ToR) and the LoadBalancer IP.
+    let fixed: SocketAddr = "10.17.0.100:8080".parse()?;
+    let lb_ip = jsonpath(
+        &lab,
+        &["get", "service", "-n", "demo", "hello"],
+        "{.status.loadBalancer.ingress[0].ip}",
+    )?;
+    let lb: SocketAddr = format!("{lb_ip}:80").parse().context("the LoadBalancer IP")?;
+    let targets = [fixed, lb];
+    let prefixes = vec!["10.17.0.100/32".to_owned(), format!("{lb_ip}/32")];
+
+    // The speakers restart one node at a time: graceful restart keeps the ToR's routes.
+    without_loss(&lab, "rollout restart ds/kube-ovn-speaker", &targets, &prefixes, || {
+        rollout_restart(&lab, "ds/kube-ovn-speaker")
+    })?;
+    // The CNI daemons restart: the pods keep their network; a new pod starts afterwards.
+    without_loss(&lab, "rollout restart ds/kube-ovn-cni", &targets, &prefixes, || {
+        rollout_restart(&lab, "ds/kube-ovn-cni")
+    })?;
+    lab.ok(&[
+        "kubectl",
+        "-n",
+        "demo",
+        "run",
+        "after-cni",
+        "--image=kube-ovn-lab/netexec",
+        "--image-pull-policy=IfNotPresent",
+        "--port=8080",
+    ])?;
+    lab.ok(&[
+        "kubectl",
+        "-n",
+        "demo",
+        "wait",
+        "--for=condition=Ready",
+        "pod/after-cni",
+        "--timeout=60s",
+    ])?;
+
+    // The controller restarts: the lease moves to a new pod, which gives new pods addresses.
+    let holder = |lab: &Lab| {
+        jsonpath(
+            lab,
+            &["get", "lease", "-n", "kube-system", "kube-ovn-controller"],
+            "{.spec.holderIdentity}",
+        )
+    };
+    let before = holder(&lab)?;
+    without_loss(&lab, "rollout restart deploy/kube-ovn-controller", &targets, &prefixes, || {
+        rollout_restart(&lab, "deploy/kube-ovn-controller")
+    })?;
+    wait_until("the controller's lease to move to a new pod", WAIT, || {
+        let now = holder(&lab)?;
+        Ok(!now.is_empty() && now != before)
+    })?;
+    lab.ok(&[
+        "kubectl",
+        "-n",
+        "demo",
+        "run",
+        "after-controller",
+        "--image=kube-ovn-lab/netexec",
+        "--image-pull-policy=IfNotPresent",
+    ])?;
+    lab.ok(&[
+        "kubectl",
+        "-n",
+        "demo",
+        "wait",
+        "--for=condition=Ready",
+        "pod/after-controller",
+        "--timeout=60s",
+    ])?;
+
+    // A gateway node's label: removed, its speaker goes and its session with the ToR closes;
+    // given back, a speaker starts there and the session comes up.
+    let session = |lab: &Lab| -> Result<bool> {
+        let out = lab.ok(&["tor", "--", "birdc", "show protocols"])?;
+        Ok(out
+            .lines()
+            .any(|l| l.contains("node2") && l.contains("Established")))
+    };
+    ensure!(session(&lab)?, "node2's session is not Established before");
+    lab.ok(&["kubectl", "label", "node", "node2", "ovn.kubernetes.io/bgp-"])?;
+    wait_until("node2's speaker pod to go and its session to close", WAIT, || {
+        let on_node2 = jsonpath(
+            &lab,
+            &[
+                "get",
+                "pods",
+                "-n",
+                "kube-system",
+                "-l",
+                "app=kube-ovn-speaker",
+                "--field-selector=spec.nodeName=node2",
+            ],
+            "{.items[*].metadata.name}",
+        )?;
+        Ok(on_node2.trim().is_empty() && !session(&lab)?)
+    })?;
+    lab.ok(&["kubectl", "label", "node", "node2", "ovn.kubernetes.io/bgp=true"])?;
+    wait_until("node2's session to come up again", WAIT, || session(&lab))?;
+
+    let state = lab.state()?;
+    let lab_dir = lab.dir.path().join(&lab.name);
+    lab.down_and_check_clean(&state)?;
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo")?;
+    ensure!(
+        !mounts.contains(&lab_dir.to_string_lossy().into_owned()),
+        "mounts left under {}",
+        lab_dir.display()
+    );
+    let cgroups = Path::new("/sys/fs/cgroup/memory/kube-ovn-lab").join(&lab.name);
+    ensure!(!cgroups.exists(), "{} is left", cgroups.display());
+    Ok(())
+}
