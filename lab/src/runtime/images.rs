@@ -24,6 +24,12 @@ pub const PAUSE_IMAGE: &str = "localhost/kube-ovn-rs/pause:1";
 /// The netexec image's name in the runtime. Pods ask for `kube-ovn-lab/netexec` with any tag;
 /// the kubelet stand-in runs this image for them (there is nothing to pull from).
 pub const NETEXEC_IMAGE: &str = "localhost/kube-ovn-lab/netexec:latest";
+/// The netexec image's name as a kubelet normalizes the pods' `kube-ovn-lab/netexec`.
+pub const NETEXEC_IMAGE_NORMALIZED: &str = "docker.io/kube-ovn-lab/netexec:latest";
+/// What the image runs for a pod that only names it (`CMD` after the `ENTRYPOINT`
+/// `kube-ovn-lab netexec`): HTTP and UDP on 8080, as agnhost's netexec; `/hostname` answers the
+/// system hostname, which in a pod is the pod's name.
+const NETEXEC_DEFAULT_ARGS: &str = r#""--http-port=8080", "--udp-port=8080""#;
 /// Where the netexec image has the binary.
 pub const NETEXEC_BINARY: &str = "/kube-ovn-lab";
 
@@ -39,7 +45,8 @@ pub fn default_cache_root() -> PathBuf {
 struct ImageInputs {
     /// The cache entry's directory name under the cache root.
     cache_name: &'static str,
-    tag: &'static str,
+    /// The names the image is saved under (the first is the one it is built as).
+    tags: &'static [&'static str],
     containerfile: String,
     /// (path in the build context, file on this machine).
     files: Vec<(PathBuf, PathBuf)>,
@@ -50,23 +57,23 @@ impl ImageInputs {
     fn key(&self) -> Result<String, RuntimeError> {
         let mut key = self.containerfile.clone();
         for (at, from) in &self.files {
-            let meta = std::fs::metadata(from).map_err(io_err("image input", from))?;
-            let mtime = meta
-                .modified()
-                .ok()
-                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                .map(|d| d.as_nanos())
-                .unwrap_or_default();
-            let _ = write!(
-                key,
-                "\n{} <- {} {} {mtime}",
-                at.display(),
-                from.display(),
-                meta.len()
-            );
+            let _ = write!(key, "\n{} <- {}", at.display(), file_stamp(from)?);
         }
         Ok(key)
     }
+}
+
+/// A file's identity in a cache key: its path, size and modification time (a rebuilt binary
+/// or an upgraded package changes it; reading the contents would cost more than a build).
+pub(super) fn file_stamp(path: &Path) -> Result<String, RuntimeError> {
+    let meta = std::fs::metadata(path).map_err(io_err("image input", path))?;
+    let mtime = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    Ok(format!("{} {} {mtime}", path.display(), meta.len()))
 }
 
 /// The pause image as a docker archive.
@@ -81,7 +88,7 @@ pub fn pause_image_archive(cache_root: &Path) -> Result<PathBuf, RuntimeError> {
         cache_root,
         &ImageInputs {
             cache_name: "kube-ovn-rs-pause-image",
-            tag: PAUSE_IMAGE,
+            tags: &[PAUSE_IMAGE],
             containerfile:
                 "FROM scratch\nCOPY rootfs/ /\nENTRYPOINT [\"/bin/busybox\", \"sleep\", \"2147483647\"]\n"
                     .into(),
@@ -117,9 +124,10 @@ pub fn netexec_image_archive(cache_root: &Path, binary: &Path) -> Result<PathBuf
         cache_root,
         &ImageInputs {
             cache_name: "kube-ovn-lab-netexec-image",
-            tag: NETEXEC_IMAGE,
+            tags: &[NETEXEC_IMAGE, NETEXEC_IMAGE_NORMALIZED],
             containerfile: format!(
-                "FROM scratch\nCOPY rootfs/ /\n{env}ENTRYPOINT [\"{NETEXEC_BINARY}\", \"netexec\"]\n"
+                "FROM scratch\nCOPY rootfs/ /\n{env}ENTRYPOINT [\"{NETEXEC_BINARY}\", \"netexec\"]\n\
+                 CMD [{NETEXEC_DEFAULT_ARGS}]\n"
             ),
             files,
         },
@@ -214,18 +222,19 @@ fn build_cached(cache_root: &Path, inputs: &ImageInputs) -> Result<PathBuf, Runt
         run("podman", &full)
     };
     let context_dir = context.display().to_string();
-    podman(&["build", "--quiet", "--tag", inputs.tag, &context_dir])?;
+    let mut build = vec!["build", "--quiet"];
+    for tag in inputs.tags {
+        build.extend(["--tag", tag]);
+    }
+    build.push(&context_dir);
+    podman(&build)?;
     let entry = work.path().join("entry");
     std::fs::create_dir(&entry).map_err(io_err("creating", &entry))?;
     let built = entry.join("image.tar");
-    podman(&[
-        "save",
-        "--format",
-        "docker-archive",
-        "--output",
-        &built.display().to_string(),
-        inputs.tag,
-    ])?;
+    let output = built.display().to_string();
+    let mut save = vec!["save", "--format", "docker-archive", "--output", &output];
+    save.extend_from_slice(inputs.tags);
+    podman(&save)?;
     std::fs::write(entry.join("key"), &key).map_err(io_err("writing the key of", &built))?;
     // The entry becomes the cache by one rename; a process that renamed first wins, and its
     // result is as good when its key is ours.
@@ -234,7 +243,7 @@ fn build_cached(cache_root: &Path, inputs: &ImageInputs) -> Result<PathBuf, Runt
         && !(std::fs::read_to_string(cache.join("key")).is_ok_and(|k| k == key) && archive.is_file())
     {
         return Err(RuntimeError::Other {
-            what: format!("image {}", inputs.tag),
+            what: format!("image {}", inputs.tags.join(", ")),
             reason: format!("cannot put the archive into {}", cache.display()),
         });
     }
