@@ -397,6 +397,12 @@ pub async fn udp_request_in(
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_default_hostname_is_the_kernels() {
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+        assert_eq!(system_hostname(), kernel.trim());
+    }
+
     fn client() -> SocketAddr {
         "10.0.0.7:41000".parse().unwrap()
     }

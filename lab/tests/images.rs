@@ -20,13 +20,9 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{Context, Result, ensure};
 use kube_ovn_dataplane::Netns;
 use kube_ovn_lab::netexec::{http_get_in, udp_request_in};
-use kube_ovn_lab::runtime::component_image::{
-    COMPONENT_BINARIES, COMPONENT_IMAGE, component_image_archive,
-};
+use kube_ovn_lab::runtime::component_image::{COMPONENT_BINARIES, COMPONENT_IMAGE, component_image_archive};
 use kube_ovn_lab::runtime::containerd::{self, CRI_NAMESPACE, CniDirs, Instance, Snapshotter};
-use kube_ovn_lab::runtime::images::{
-    self, NETEXEC_IMAGE, NETEXEC_IMAGE_NORMALIZED, netexec_image_archive,
-};
+use kube_ovn_lab::runtime::images::{self, NETEXEC_IMAGE, NETEXEC_IMAGE_NORMALIZED, netexec_image_archive};
 use kube_ovn_testkit::{Daemon, wait_until};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -73,7 +69,7 @@ fn modified(path: &Path) -> Result<SystemTime> {
 struct Containerd {
     instance: Instance,
     daemon: Daemon,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Containerd {
@@ -104,7 +100,7 @@ impl Containerd {
         Ok(Self {
             instance,
             daemon,
-            _dir: dir,
+            dir,
         })
     }
 
@@ -117,7 +113,12 @@ impl Containerd {
             .args(args)
             .output()?;
         let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-        ensure!(out.status.success(), "ctr {}: {}: {text}", args.join(" "), out.status);
+        ensure!(
+            out.status.success(),
+            "ctr {}: {}: {text}",
+            args.join(" "),
+            out.status
+        );
         Ok(text)
     }
 
@@ -141,7 +142,7 @@ impl Drop for Containerd {
         // overlayfs snapshots of a container that outlived a failed test.
         let _ = Command::new("umount")
             .args(["--recursive", "--lazy"])
-            .arg(self._dir.path().join("state"))
+            .arg(self.dir.path().join("state"))
             .stderr(std::process::Stdio::null())
             .status();
     }
@@ -185,7 +186,10 @@ fn the_component_image_is_built_from_deploy_dockerfile_cached_and_runs_in_contai
         clock.elapsed(),
         std::fs::metadata(&rebuilt)?.len() / 1_000_000
     );
-    ensure!(modified(&rebuilt)? != first_modified, "a changed binary gave the cached archive");
+    ensure!(
+        modified(&rebuilt)? != first_modified,
+        "a changed binary gave the cached archive"
+    );
     let layers = archive_layers(&rebuilt)?;
     ensure!(
         layers.len() == first_layers.len()
@@ -203,8 +207,15 @@ fn the_component_image_is_built_from_deploy_dockerfile_cached_and_runs_in_contai
         listed.lines().any(|l| l == COMPONENT_IMAGE),
         "{COMPONENT_IMAGE} not in\n{listed}"
     );
-    let help = runtime.run(COMPONENT_IMAGE, "kube-ovn-help", &["kube-ovn-controller", "--help"])?;
-    ensure!(help.contains("--ovn-nb-addr"), "kube-ovn-controller --help:\n{help}");
+    let help = runtime.run(
+        COMPONENT_IMAGE,
+        "kube-ovn-help",
+        &["kube-ovn-controller", "--help"],
+    )?;
+    ensure!(
+        help.contains("--ovn-nb-addr"),
+        "kube-ovn-controller --help:\n{help}"
+    );
     for (id, command) in [
         ("vswitchd-version", ["ovs-vswitchd", "--version"]),
         ("northd-version", ["ovn-northd", "--version"]),
@@ -227,9 +238,13 @@ fn the_component_image_is_built_from_deploy_dockerfile_cached_and_runs_in_contai
             "ls -l /kube-ovn/ /usr/bin/kube-ovn-daemon && test -x /kube-ovn/start-ovs.sh",
         ],
     )?;
-    for name in ["start-ovn-central.sh", "start-ovs.sh", "/usr/bin/kube-ovn-daemon -> /kube-ovn/kube-ovn-daemon"]
-        .into_iter()
-        .chain(COMPONENT_BINARIES)
+    for name in [
+        "start-ovn-central.sh",
+        "start-ovs.sh",
+        "/usr/bin/kube-ovn-daemon -> /kube-ovn/kube-ovn-daemon",
+    ]
+    .into_iter()
+    .chain(COMPONENT_BINARIES)
     {
         ensure!(listing.contains(name), "{name} not in\n{listing}");
     }

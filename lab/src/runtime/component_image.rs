@@ -15,7 +15,9 @@
 //! binary's path, size and modification time) and returned without podman while the key holds.
 //! Packages are not in the key: removing the cache directory gets Debian's newest.
 
+use std::fmt::Write as _;
 use std::fs::File;
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -39,6 +41,7 @@ pub const BASE_IMAGE: &str = "localhost/kube-ovn-rs/debian:bookworm";
 /// The Dockerfile and the files of the repository it copies, at their paths in the repository
 /// (the build context is a directory holding just these).
 const DOCKERFILE: &str = include_str!("../../../deploy/Dockerfile");
+/// The start scripts (made executable in the context).
 const CONTEXT_FILES: [(&str, &str); 2] = [
     (
         "deploy/image/start-ovn-central.sh",
@@ -146,7 +149,10 @@ pub fn component_image_archive(cache_root: &Path, binaries_dir: &Path) -> Result
 
 /// What the base image is made from.
 fn base_key(mirror: &str) -> String {
-    format!("debootstrap --variant=minbase bookworm {mirror}\n{}", sources_list(mirror))
+    format!(
+        "debootstrap --variant=minbase bookworm {mirror}\n{}",
+        sources_list(mirror)
+    )
 }
 
 /// The apt sources of the base: the release, its updates and security.
@@ -161,7 +167,7 @@ fn sources_list(mirror: &str) -> String {
 fn image_key(base_key: &str, binary_stamps: &[String]) -> String {
     let mut key = format!("{DOCKERFILE}\n{base_key}\n");
     for (path, text) in CONTEXT_FILES {
-        key.push_str(&format!("{path} {}\n", text.len()));
+        let _ = writeln!(key, "{path} {}", text.len());
         key.push_str(text);
     }
     for stamp in binary_stamps {
@@ -174,19 +180,17 @@ fn image_key(base_key: &str, binary_stamps: &[String]) -> String {
 /// The build context: the Dockerfile and the files it copies, at their repository paths (the
 /// repository itself would send its target directory).
 fn write_context(context: &Path) -> Result<(), RuntimeError> {
-    let files = std::iter::once(("deploy/Dockerfile", DOCKERFILE)).chain(CONTEXT_FILES);
-    for (path, text) in files {
+    // The start scripts are run as commands: their mode is copied into the image.
+    let files = std::iter::once(("deploy/Dockerfile", DOCKERFILE, 0o644))
+        .chain(CONTEXT_FILES.map(|(path, text)| (path, text, 0o755)));
+    for (path, text, mode) in files {
         let to = context.join(path);
         if let Some(dir) = to.parent() {
             std::fs::create_dir_all(dir).map_err(io_err("creating", dir))?;
         }
         std::fs::write(&to, text).map_err(io_err("writing", &to))?;
-        // The start scripts are run as commands; their mode is copied into the image.
-        if path.ends_with(".sh") {
-            use std::os::unix::fs::PermissionsExt as _;
-            std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755))
-                .map_err(io_err("making executable", &to))?;
-        }
+        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(mode))
+            .map_err(io_err("setting the mode of", &to))?;
     }
     Ok(())
 }
@@ -212,7 +216,10 @@ fn ensure_base(podman: &Podman, dir: &Path, mirror: &str, base_key: &str) -> Res
     // debootstrap's downloads and lists are not part of the image.
     for cache in ["var/cache/apt/archives", "var/lib/apt/lists"] {
         let cache = rootfs.join(cache);
-        for entry in std::fs::read_dir(&cache).map_err(io_err("reading", &cache))?.flatten() {
+        for entry in std::fs::read_dir(&cache)
+            .map_err(io_err("reading", &cache))?
+            .flatten()
+        {
             let path = entry.path();
             if path.is_file() {
                 std::fs::remove_file(&path).map_err(io_err("removing", &path))?;
@@ -224,7 +231,7 @@ fn ensure_base(podman: &Podman, dir: &Path, mirror: &str, base_key: &str) -> Res
         .stdout(Stdio::piped())
         .spawn()
         .map_err(io_err("running tar on", &rootfs))?;
-    let stdout = tar.stdout.take().map(Stdio::from).unwrap_or_else(Stdio::null);
+    let stdout = tar.stdout.take().map_or_else(Stdio::null, Stdio::from);
     let imported = checked(
         podman
             .command(&[
@@ -312,12 +319,10 @@ fn fnv1a(path: &Path) -> u64 {
 /// its stdout, podman's own on stderr).
 fn checked(command: &mut Command, what: &str) -> Result<String, RuntimeError> {
     // `output` captures stdout and stderr.
-    let out = command
-        .output()
-        .map_err(|e| RuntimeError::Other {
-            what: what.to_owned(),
-            reason: format!("{e} (is it installed? {INSTALL_HINT})"),
-        })?;
+    let out = command.output().map_err(|e| RuntimeError::Other {
+        what: what.to_owned(),
+        reason: format!("{e} (is it installed? {INSTALL_HINT})"),
+    })?;
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     if out.status.success() {
         return Ok(stdout);
@@ -363,7 +368,10 @@ mod tests {
     #[test]
     fn the_lab_context_holds_every_file_the_dockerfile_copies() {
         let copies = dockerfile_context_copies(DOCKERFILE);
-        assert!(!copies.is_empty(), "no COPY of repository files in deploy/Dockerfile");
+        assert!(
+            !copies.is_empty(),
+            "no COPY of repository files in deploy/Dockerfile"
+        );
         for file in &copies {
             assert!(
                 CONTEXT_FILES.iter().any(|(path, _)| path == file),
@@ -390,14 +398,24 @@ mod tests {
         let stamps = vec!["kube-ovn <- /b/kube-ovn 10 1".to_owned()];
         let key = image_key(&base, &stamps);
         assert_eq!(key, image_key(&base, &stamps));
-        assert_ne!(key, image_key(&base, &["kube-ovn <- /b/kube-ovn 10 2".to_owned()]));
+        assert_ne!(
+            key,
+            image_key(&base, &["kube-ovn <- /b/kube-ovn 10 2".to_owned()])
+        );
         assert_ne!(key, image_key(&base_key("http://mirror.example/debian"), &stamps));
     }
 
     #[test]
     fn the_run_root_is_short_and_stable() {
-        let a = fnv1a(Path::new("/var/lib/kube-ovn-lab/.image-cache/kube-ovn-rs-component-image"));
-        assert_eq!(a, fnv1a(Path::new("/var/lib/kube-ovn-lab/.image-cache/kube-ovn-rs-component-image")));
+        let a = fnv1a(Path::new(
+            "/var/lib/kube-ovn-lab/.image-cache/kube-ovn-rs-component-image",
+        ));
+        assert_eq!(
+            a,
+            fnv1a(Path::new(
+                "/var/lib/kube-ovn-lab/.image-cache/kube-ovn-rs-component-image"
+            ))
+        );
         assert_ne!(a, fnv1a(Path::new("/tmp/kube-ovn-rs-component-image")));
         assert!(format!("/run/kube-ovn-rs-podman-{a:016x}").len() <= 50);
     }

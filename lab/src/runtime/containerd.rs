@@ -269,6 +269,12 @@ mod tests {
     }
 
     #[test]
+    fn snapshotters_have_containerds_names() {
+        assert_eq!(Snapshotter::Native.name(), "native");
+        assert_eq!(Snapshotter::Overlayfs.name(), "overlayfs");
+    }
+
+    #[test]
     fn a_shim_is_known_by_the_socket_it_serves() {
         let line = b"/usr/bin/containerd-shim-runc-v2\0-namespace\0k8s.io\0-id\0abc\0-address\0/l/c.sock\0";
         assert!(is_shim_of(line, "/l/c.sock"));

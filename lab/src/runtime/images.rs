@@ -6,7 +6,12 @@
 //! - the pause image: Debian's static busybox running `sleep` (the runtime stops a sandbox with
 //!   SIGKILL, so PID 1 needs no signal handling);
 //! - `kube-ovn-lab/netexec`: the `kube-ovn-lab` binary, whose `netexec` subcommand is the server,
-//!   with the shared libraries `ldd` says it links, at the same paths.
+//!   with the shared libraries `ldd` says it links, at the same paths. A pod that only names the
+//!   image runs `kube-ovn-lab netexec --http-port=8080 --udp-port=8080` (`ENTRYPOINT` and
+//!   `CMD`), answering `/hostname` with the pod's name (its hostname); the kubelet stand-in
+//!   passes its own command and arguments. Saved as `localhost/kube-ovn-lab/netexec:latest`
+//!   (the stand-in's name) and `docker.io/kube-ovn-lab/netexec:latest` (a kubelet's, normalized
+//!   from the pods' `kube-ovn-lab/netexec`).
 //!
 //! A cache entry is a directory holding the archive and the key of its inputs (the Containerfile
 //! and each input file's path, size and modification time); it is used only when the key is the
@@ -21,8 +26,9 @@ use crate::cluster::net::run;
 
 /// The pause image's name, as containerd's `sandbox_image` refers to it.
 pub const PAUSE_IMAGE: &str = "localhost/kube-ovn-rs/pause:1";
-/// The netexec image's name in the runtime. Pods ask for `kube-ovn-lab/netexec` with any tag;
-/// the kubelet stand-in runs this image for them (there is nothing to pull from).
+/// The netexec image's name in the runtime for the kubelet stand-in. Pods ask for
+/// `kube-ovn-lab/netexec` with any tag; the stand-in runs this image for them (there is nothing
+/// to pull from).
 pub const NETEXEC_IMAGE: &str = "localhost/kube-ovn-lab/netexec:latest";
 /// The netexec image's name as a kubelet normalizes the pods' `kube-ovn-lab/netexec`.
 pub const NETEXEC_IMAGE_NORMALIZED: &str = "docker.io/kube-ovn-lab/netexec:latest";
@@ -114,23 +120,28 @@ pub fn netexec_image_archive(cache_root: &Path, binary: &Path) -> Result<PathBuf
             dirs.push(dir);
         }
     }
-    // The loader finds the libraries where ldd found them, whatever its built-in search path.
-    let env = if dirs.is_empty() {
-        String::new()
-    } else {
-        format!("ENV LD_LIBRARY_PATH={}\n", dirs.join(":"))
-    };
     build_cached(
         cache_root,
         &ImageInputs {
             cache_name: "kube-ovn-lab-netexec-image",
             tags: &[NETEXEC_IMAGE, NETEXEC_IMAGE_NORMALIZED],
-            containerfile: format!(
-                "FROM scratch\nCOPY rootfs/ /\n{env}ENTRYPOINT [\"{NETEXEC_BINARY}\", \"netexec\"]\n\
-                 CMD [{NETEXEC_DEFAULT_ARGS}]\n"
-            ),
+            containerfile: netexec_containerfile(&dirs),
             files,
         },
+    )
+}
+
+/// The netexec image's Containerfile, its libraries in `library_dirs`.
+fn netexec_containerfile(library_dirs: &[String]) -> String {
+    // The loader finds the libraries where ldd found them, whatever its built-in search path.
+    let env = if library_dirs.is_empty() {
+        String::new()
+    } else {
+        format!("ENV LD_LIBRARY_PATH={}\n", library_dirs.join(":"))
+    };
+    format!(
+        "FROM scratch\nCOPY rootfs/ /\n{env}ENTRYPOINT [\"{NETEXEC_BINARY}\", \"netexec\"]\n\
+         CMD [{NETEXEC_DEFAULT_ARGS}]\n"
     )
 }
 
@@ -253,6 +264,23 @@ fn build_cached(cache_root: &Path, inputs: &ImageInputs) -> Result<PathBuf, Runt
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pod_naming_only_the_netexec_image_serves_8080_as_its_hostname() {
+        let file = netexec_containerfile(&["/lib/x86_64-linux-gnu".to_owned(), "/lib64".to_owned()]);
+        assert!(
+            file.contains("ENV LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:/lib64\n"),
+            "{file}"
+        );
+        assert!(
+            file.ends_with(
+                "ENTRYPOINT [\"/kube-ovn-lab\", \"netexec\"]\nCMD [\"--http-port=8080\", \"--udp-port=8080\"]\n"
+            ),
+            "{file}"
+        );
+        // No --hostname: netexec answers the system hostname, the pod's name.
+        assert!(!file.contains("hostname"), "{file}");
+    }
 
     #[test]
     fn ldd_output_gives_the_files_to_copy() {

@@ -177,7 +177,9 @@ async fn agent(
 async fn netexec(args: NetexecArgs) -> anyhow::Result<std::process::ExitCode> {
     init_logs();
     let config = kube_ovn_lab::netexec::NetexecConfig {
-        hostname: args.hostname.unwrap_or_else(kube_ovn_lab::netexec::system_hostname),
+        hostname: args
+            .hostname
+            .unwrap_or_else(kube_ovn_lab::netexec::system_hostname),
         http_ports: args.http_ports,
         udp_ports: args.udp_ports,
         address: std::net::IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
