@@ -20,7 +20,9 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{Context, Result, ensure};
 use kube_ovn_dataplane::Netns;
 use kube_ovn_lab::netexec::{http_get_in, udp_request_in};
-use kube_ovn_lab::runtime::component_image::{COMPONENT_BINARIES, COMPONENT_IMAGE, component_image_archive};
+use kube_ovn_lab::runtime::component_image::{
+    COMPONENT_BINARIES, COMPONENT_IMAGE, COMPONENT_IMAGE_SHORT, component_image_archive,
+};
 use kube_ovn_lab::runtime::containerd::{self, CRI_NAMESPACE, CniDirs, Instance, Snapshotter};
 use kube_ovn_lab::runtime::images::{self, NETEXEC_IMAGE, NETEXEC_IMAGE_NORMALIZED, netexec_image_archive};
 use kube_ovn_testkit::{Daemon, wait_until};
@@ -59,6 +61,33 @@ fn archive_layers(archive: &Path) -> Result<Vec<String>> {
         .iter()
         .filter_map(|l| l.as_str().map(str::to_owned))
         .collect())
+}
+
+/// The names the CRI plugin of the containerd at `socket` gives the image a pod names as
+/// `image`, as a kubelet asks (`ImageStatus`); empty when it has no such image.
+async fn cri_image_names(socket: &Path, image: &str) -> Result<Vec<String>> {
+    use hyper_util::rt::TokioIo;
+    use kube_ovn_lab::runtime::cri::api::image_service_client::ImageServiceClient;
+    use kube_ovn_lab::runtime::cri::api::{ImageSpec, ImageStatusRequest};
+    let path = socket.to_owned();
+    // The URI is required and unused: the connector dials the socket.
+    let channel = tonic::transport::Endpoint::from_static("http://[::1]:0")
+        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+            let path = path.clone();
+            async move { Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
+        }))
+        .await?;
+    let status = ImageServiceClient::new(channel)
+        .image_status(ImageStatusRequest {
+            image: Some(ImageSpec {
+                image: image.to_owned(),
+                ..ImageSpec::default()
+            }),
+            verbose: false,
+        })
+        .await?
+        .into_inner();
+    Ok(status.image.map(|i| i.repo_tags).unwrap_or_default())
 }
 
 fn modified(path: &Path) -> Result<SystemTime> {
@@ -207,6 +236,13 @@ fn the_component_image_is_built_from_deploy_dockerfile_cached_and_runs_in_contai
         listed.lines().any(|l| l == COMPONENT_IMAGE),
         "{COMPONENT_IMAGE} not in\n{listed}"
     );
+    // What a kubelet asks for the manifests' `image: kube-ovn-rs:dev`.
+    let names = tokio::runtime::Runtime::new()?
+        .block_on(cri_image_names(&runtime.instance.socket(), COMPONENT_IMAGE_SHORT))?;
+    ensure!(
+        names.iter().any(|n| n == COMPONENT_IMAGE),
+        "the CRI has {COMPONENT_IMAGE_SHORT} as {names:?}"
+    );
     let help = runtime.run(
         COMPONENT_IMAGE,
         "kube-ovn-help",
@@ -301,6 +337,12 @@ async fn a_container_naming_only_the_netexec_image_serves_8080_as_its_hostname()
     for name in [NETEXEC_IMAGE, NETEXEC_IMAGE_NORMALIZED] {
         ensure!(listed.lines().any(|l| l == name), "{name} not in\n{listed}");
     }
+    // What a kubelet asks for the lab's pods' `image: kube-ovn-lab/netexec`.
+    let names = cri_image_names(&runtime.instance.socket(), "kube-ovn-lab/netexec").await?;
+    ensure!(
+        names.iter().any(|n| n == NETEXEC_IMAGE_NORMALIZED),
+        "the CRI has kube-ovn-lab/netexec as {names:?}"
+    );
 
     let pod = PodNamespaces::new("web-1")?;
     let netns_arg = format!("network:/run/netns/{}", pod.netns);
