@@ -102,6 +102,7 @@ pub fn component_image_archive(cache_root: &Path, binaries_dir: &Path) -> Result
         return Ok(archive);
     }
 
+    tracing::info!(binaries = %binaries_dir.display(), cache = %dir.display(), "building the kube-ovn-rs image from deploy/Dockerfile");
     let podman = Podman::new(&dir)?;
     ensure_base(&podman, &dir, &mirror, &base_key)?;
     let work = podman.scratch_dir()?;
@@ -207,10 +208,16 @@ fn ensure_base(podman: &Podman, dir: &Path, mirror: &str, base_key: &str) -> Res
     let work = podman.scratch_dir()?;
     let rootfs = work.path().join("rootfs");
     let rootfs_arg = rootfs.display().to_string();
-    checked(
+    tracing::info!(%mirror, "debootstrapping Debian 12 for the kube-ovn-rs image (once per cache)");
+    let bootstrapped = checked(
         Command::new("debootstrap").args(["--variant=minbase", "bookworm", &rootfs_arg, mirror]),
         "debootstrap --variant=minbase bookworm",
-    )?;
+    );
+    if bootstrapped.is_err() {
+        // A failed debootstrap may leave /proc and /sys mounted in the rootfs.
+        unmount_under(&rootfs);
+    }
+    bootstrapped?;
     let sources = rootfs.join("etc/apt/sources.list");
     std::fs::write(&sources, sources_list(mirror)).map_err(io_err("writing", &sources))?;
     // debootstrap's downloads and lists are not part of the image.
@@ -264,7 +271,13 @@ struct Podman {
 
 impl Podman {
     fn new(dir: &Path) -> Result<Self, RuntimeError> {
+        // What an interrupted build left goes first (the caller holds the cache's lock): a
+        // killed debootstrap leaves its rootfs with /proc and /sys mounted.
         let tmp = dir.join("tmp");
+        unmount_under(&tmp);
+        if tmp.exists() {
+            std::fs::remove_dir_all(&tmp).map_err(io_err("removing", &tmp))?;
+        }
         std::fs::create_dir_all(&tmp).map_err(io_err("creating", &tmp))?;
         Ok(Self {
             root: dir.join("storage"),
@@ -301,6 +314,55 @@ impl Podman {
     fn run(&self, args: &[&str]) -> Result<String, RuntimeError> {
         checked(&mut self.command(args), &format!("podman {}", args.join(" ")))
     }
+}
+
+/// Unmounts (lazily, deepest first) every mount at or under `dir`; failures are left to the
+/// removal that follows, which then names the path.
+fn unmount_under(dir: &Path) {
+    let Ok(mountinfo) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return;
+    };
+    for mount in mounts_under(&mountinfo, dir) {
+        let _ = Command::new("umount")
+            .arg("--lazy")
+            .arg(&mount)
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// The mount points at or under `dir` in `/proc/self/mountinfo`'s text, deepest first. The mount
+/// point is the fifth field, with space, tab, newline and backslash octal-escaped (proc(5)).
+fn mounts_under(mountinfo: &str, dir: &Path) -> Vec<PathBuf> {
+    let mut mounts: Vec<PathBuf> = mountinfo
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(|field| PathBuf::from(unescape_octal(field)))
+        .filter(|mount| mount.starts_with(dir))
+        .collect();
+    mounts.sort_by_key(|m| std::cmp::Reverse(m.components().count()));
+    mounts.dedup();
+    mounts
+}
+
+fn unescape_octal(field: &str) -> String {
+    let mut out = String::new();
+    let mut rest = field;
+    while let Some(at) = rest.find('\\') {
+        out.push_str(&rest[..at]);
+        let code = rest
+            .get(at + 1..at + 4)
+            .and_then(|d| u8::from_str_radix(d, 8).ok());
+        if let Some(byte) = code {
+            out.push(char::from(byte));
+            rest = &rest[at + 4..];
+        } else {
+            out.push('\\');
+            rest = &rest[at + 1..];
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// FNV-1a of a path's bytes: a stable name for the path (std's hasher is not stable across
@@ -341,29 +403,29 @@ fn checked(command: &mut Command, what: &str) -> Result<String, RuntimeError> {
     })
 }
 
-/// The repository files the Dockerfile's final stage copies from the build context (`COPY`
-/// without `--from`): the context [`write_context`] makes must hold each.
-pub fn dockerfile_context_copies(dockerfile: &str) -> Vec<String> {
-    let mut files = Vec::new();
-    for line in dockerfile.lines().map(str::trim) {
-        let Some(rest) = line.strip_prefix("COPY ") else {
-            continue;
-        };
-        if rest.contains("--from=") {
-            continue;
-        }
-        let words: Vec<&str> = rest.split_whitespace().collect();
-        // The last word is the destination; `COPY . .` is the builder's (skipped here).
-        if let Some((_, sources)) = words.split_last() {
-            files.extend(sources.iter().filter(|s| **s != ".").map(|s| (*s).to_owned()));
-        }
-    }
-    files
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The repository files the Dockerfile's final stage copies from the build context (`COPY`
+    /// without `--from`): the context [`write_context`] makes must hold each.
+    fn dockerfile_context_copies(dockerfile: &str) -> Vec<String> {
+        let mut files = Vec::new();
+        for line in dockerfile.lines().map(str::trim) {
+            let Some(rest) = line.strip_prefix("COPY ") else {
+                continue;
+            };
+            if rest.contains("--from=") {
+                continue;
+            }
+            let words: Vec<&str> = rest.split_whitespace().collect();
+            // The last word is the destination; `COPY . .` is the builder's (skipped here).
+            if let Some((_, sources)) = words.split_last() {
+                files.extend(sources.iter().filter(|s| **s != ".").map(|s| (*s).to_owned()));
+            }
+        }
+        files
+    }
 
     #[test]
     fn the_lab_context_holds_every_file_the_dockerfile_copies() {
@@ -403,6 +465,27 @@ mod tests {
             image_key(&base, &["kube-ovn <- /b/kube-ovn 10 2".to_owned()])
         );
         assert_ne!(key, image_key(&base_key("http://mirror.example/debian"), &stamps));
+    }
+
+    #[test]
+    fn the_mounts_left_under_a_build_dir_are_found_deepest_first() {
+        let mountinfo = "\
+22 1 8:0 / / rw,relatime - ext4 /dev/vda rw
+90 22 0:5 / /c/tmp/build-1/rootfs/proc rw - proc proc rw
+91 22 0:6 / /c/tmp/build-1/rootfs rw - tmpfs tmpfs rw
+92 91 0:7 / /c/tmp/build-1/rootfs/sys rw - sysfs sysfs rw
+93 22 0:8 / /c/tmp/a\\040b rw - tmpfs tmpfs rw
+94 22 0:9 / /c/tmpx rw - tmpfs tmpfs rw
+";
+        assert_eq!(
+            mounts_under(mountinfo, Path::new("/c/tmp")),
+            [
+                PathBuf::from("/c/tmp/build-1/rootfs/proc"),
+                "/c/tmp/build-1/rootfs/sys".into(),
+                "/c/tmp/build-1/rootfs".into(),
+                "/c/tmp/a b".into(),
+            ]
+        );
     }
 
     #[test]
