@@ -305,6 +305,9 @@ impl Podman {
             .arg("--runroot")
             .arg(&self.runroot)
             .args(["--storage-driver", "overlay"])
+            // No private bind mount of the storage on itself, which a podman killed mid-build
+            // would leave behind (and which would keep the cache from being removed).
+            .args(["--storage-opt", "overlay.skip_mount_home=true"])
             .args(args)
             // podman and buildah's large temporary files (layers being saved) stay in the cache.
             .env("TMPDIR", &self.tmp);
