@@ -4,6 +4,8 @@
 # in it. As root, on Debian 12. Too slow for CI (a release build); docs/testing.md has a recorded run.
 #
 #   scripts/build-image.sh [TAG]        # default kube-ovn-rs:dev
+#   BINARIES=target/release scripts/build-image.sh [TAG]
+#                                       # binaries built already: no builder, no cargo in podman
 #
 # The two images deploy/Dockerfile starts from are made here instead of pulled:
 #   - the runtime base: Debian 12 from `debootstrap --variant=minbase`, imported into podman
@@ -12,6 +14,9 @@
 #     selects; rustup cannot download one here), localhost/kube-ovn-rs/builder:<rust version>.
 # The cargo registry cache of this machine is mounted into the build (crates need not be fetched
 # again) and so is a target directory kept in /var/cache/kube-ovn-rs (a second build is quick).
+# With BINARIES=DIR (kube-ovn-controller, kube-ovn-daemon, kube-ovn, kube-ovn-speaker in DIR),
+# `--build-context binaries=DIR` replaces the Dockerfile's builder: seconds once the base and the
+# packages' layer exist. The lab builds the same way (lab/src/runtime/component_image.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -49,34 +54,40 @@ SOURCES
   rm -rf "$work/rootfs"
 fi
 
-# The toolchain rust-toolchain.toml selects, as rustup resolved it (its bin/ and lib/ only).
-cargo_bin=$(rustup which cargo)
-toolchain=$(dirname "$(dirname "$cargo_bin")")
-rust_version=$("$toolchain/bin/rustc" --version | awk '{print $2}')
-builder=localhost/kube-ovn-rs/builder:$rust_version
-if ! podman image exists "$builder"; then
-  echo "build-image: builder $builder from $toolchain"
-  mkdir -p "$work/builder/rust"
-  cp -a "$toolchain/bin" "$toolchain/lib" "$work/builder/rust/"
-  cat >"$work/builder/Containerfile" <<CONTAINERFILE
+build=(podman build --network=host --build-arg "RUNTIME_IMAGE=$base")
+if [ -n "${BINARIES:-}" ]; then
+  for b in kube-ovn-controller kube-ovn-daemon kube-ovn kube-ovn-speaker; do
+    [ -x "$BINARIES/$b" ] || { echo "build-image: $BINARIES/$b is missing" >&2; exit 1; }
+  done
+  build+=(--build-context "binaries=$(realpath "$BINARIES")")
+else
+  # The toolchain rust-toolchain.toml selects, as rustup resolved it (its bin/ and lib/ only).
+  cargo_bin=$(rustup which cargo)
+  toolchain=$(dirname "$(dirname "$cargo_bin")")
+  rust_version=$("$toolchain/bin/rustc" --version | awk '{print $2}')
+  builder=localhost/kube-ovn-rs/builder:$rust_version
+  if ! podman image exists "$builder"; then
+    echo "build-image: builder $builder from $toolchain"
+    mkdir -p "$work/builder/rust"
+    cp -a "$toolchain/bin" "$toolchain/lib" "$work/builder/rust/"
+    cat >"$work/builder/Containerfile" <<CONTAINERFILE
 FROM $base
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       gcc libc6-dev ca-certificates && rm -rf /var/lib/apt/lists/*
 COPY rust /usr/local/rust
 ENV CARGO_HOME=/usr/local/cargo PATH=/usr/local/rust/bin:/usr/local/cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 CONTAINERFILE
-  podman build --network=host -t "$builder" "$work/builder"
-  rm -rf "$work/builder"
+    podman build --network=host -t "$builder" "$work/builder"
+    rm -rf "$work/builder"
+  fi
+  mkdir -p "$cache/target" "${CARGO_HOME:-$HOME/.cargo}/registry"
+  build+=(--volume "${CARGO_HOME:-$HOME/.cargo}/registry:/usr/local/cargo/registry"
+    --volume "$cache/target:/src/target" --build-arg "BUILDER_IMAGE=$builder")
 fi
 
-mkdir -p "$cache/target" "${CARGO_HOME:-$HOME/.cargo}/registry"
-echo "build-image: building $tag"
+echo "build-image: building $tag${BINARIES:+ with the binaries of $BINARIES}"
 start=$(date +%s)
-podman build --network=host \
-  --volume "${CARGO_HOME:-$HOME/.cargo}/registry:/usr/local/cargo/registry" \
-  --volume "$cache/target:/src/target" \
-  --build-arg "BUILDER_IMAGE=$builder" --build-arg "RUNTIME_IMAGE=$base" \
-  -f deploy/Dockerfile -t "$tag" .
+"${build[@]}" -f deploy/Dockerfile -t "$tag" .
 echo "build-image: built $tag in $(($(date +%s) - start)) s"
 
 # Explicit small limits: podman copies the caller's, and some sandboxes (this workplace's among

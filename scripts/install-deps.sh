@@ -14,6 +14,7 @@
 #                               and `loopback`, which containerd's CRI runs before our conflist
 #   containerd                  containerd 1.6 with its CRI plugin (and runc): the runtime of cni/tests/cri.rs
 #   podman busybox-static       build the pause image locally (FROM scratch + static busybox; no registry here)
+#   debootstrap                 the Debian 12 base of the kube-ovn-rs image the lab builds (deploy/Dockerfile)
 #   protobuf-compiler           protoc, for k8s-cri's generated CRI client (testkit feature `cri`)
 #   bird2 frr gobgpd            real BGP and BFD peers for the speaker's tests and benchmark (bird/birdc,
 #                               bgpd/bfdd/vtysh, gobgpd/gobgp); each test starts its own in a netns
@@ -22,7 +23,7 @@ set -euo pipefail
 packages=(
   openvswitch-switch openvswitch-common ovn-central ovn-host ovn-common
   iproute2 iputils-ping curl ethtool nftables iptables ipset procps binutils containernetworking-plugins
-  bird2 frr gobgpd containerd podman busybox-static protobuf-compiler
+  bird2 frr gobgpd containerd podman busybox-static debootstrap protobuf-compiler
 )
 
 if [ "$(id -u)" -ne 0 ]; then

@@ -101,7 +101,8 @@ fn start_containerd(name: &str, cni: CniDirs) -> Result<(Instance, Daemon, tempf
         Ok(socket.exists())
     })
     .with_context(|| daemon.log_tail(30))?;
-    containerd::import(&socket, &archive).with_context(|| format!("{name}: import the pause image"))?;
+    containerd::import(&socket, &archive, containerd::Snapshotter::Native)
+        .with_context(|| format!("{name}: import the pause image"))?;
     Ok((instance, daemon, dir))
 }
 

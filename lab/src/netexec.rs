@@ -64,6 +64,17 @@ pub struct NetexecConfig {
     pub address: IpAddr,
 }
 
+/// What `/hostname` answers when not told: the system's hostname, which in a pod is the pod's
+/// name (the kubelet sets it, as agnhost's netexec relies on); `localhost` if none can be read.
+pub fn system_hostname() -> String {
+    ["/proc/sys/kernel/hostname", "/etc/hostname"]
+        .into_iter()
+        .filter_map(|path| std::fs::read_to_string(path).ok())
+        .map(|name| name.trim().to_owned())
+        .find(|name| !name.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
 /// Binds every port of `config` and serves them until one server fails or the future is dropped.
 pub async fn run(config: NetexecConfig) -> Result<(), Error> {
     let hostname: Arc<str> = Arc::from(config.hostname.as_str());
@@ -385,6 +396,12 @@ pub async fn udp_request_in(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_hostname_is_the_kernels() {
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+        assert_eq!(system_hostname(), kernel.trim());
+    }
 
     fn client() -> SocketAddr {
         "10.0.0.7:41000".parse().unwrap()

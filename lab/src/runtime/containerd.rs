@@ -200,9 +200,31 @@ fn is_shim_of(cmdline: &[u8], socket: &str) -> bool {
             .any(|w| w[0] == b"-address" && w[1] == socket.as_bytes())
 }
 
-/// Loads a docker archive into the instance at `socket`, unpacked for the native snapshotter,
-/// where the CRI plugin finds it.
-pub fn import(socket: &Path, archive: &Path) -> Result<(), RuntimeError> {
+/// Which snapshotter `ctr images import` unpacks an image for: the one the runtime's CRI plugin
+/// creates containers with (an image unpacked for another is there but cannot be run).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Snapshotter {
+    /// Plain copies: needs no mounts (this module's [`Instance`]).
+    Native,
+    /// Overlay mounts, containerd's default (a kubelet's containerd).
+    Overlayfs,
+}
+
+impl Snapshotter {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Native => "native",
+            Self::Overlayfs => "overlayfs",
+        }
+    }
+}
+
+/// Loads a docker archive into the containerd at `socket`, in the CRI plugin's namespace and
+/// unpacked for `snapshotter`, where the CRI plugin (and so a kubelet) finds it. The image gets
+/// every name the archive carries, normalized as a kubelet normalizes a pod's image
+/// (`kube-ovn-rs:dev` is `docker.io/library/kube-ovn-rs:dev`); our archives carry the
+/// normalized names and, for the existing callers, the `localhost/` ones.
+pub fn import(socket: &Path, archive: &Path, snapshotter: Snapshotter) -> Result<(), RuntimeError> {
     let address = socket.display().to_string();
     run(
         "ctr",
@@ -214,7 +236,7 @@ pub fn import(socket: &Path, archive: &Path) -> Result<(), RuntimeError> {
             "images",
             "import",
             "--snapshotter",
-            "native",
+            snapshotter.name(),
             &archive.display().to_string(),
         ],
     )?;
@@ -269,6 +291,12 @@ mod tests {
             ["--config", "/lab/nodes/node1/containerd/config.toml"]
         );
         assert!(instance.shim_pids().is_empty());
+    }
+
+    #[test]
+    fn snapshotters_have_containerds_names() {
+        assert_eq!(Snapshotter::Native.name(), "native");
+        assert_eq!(Snapshotter::Overlayfs.name(), "overlayfs");
     }
 
     #[test]

@@ -6,7 +6,12 @@
 //! - the pause image: Debian's static busybox running `sleep` (the runtime stops a sandbox with
 //!   SIGKILL, so PID 1 needs no signal handling);
 //! - `kube-ovn-lab/netexec`: the `kube-ovn-lab` binary, whose `netexec` subcommand is the server,
-//!   with the shared libraries `ldd` says it links, at the same paths.
+//!   with the shared libraries `ldd` says it links, at the same paths. A pod that only names the
+//!   image runs `kube-ovn-lab netexec --http-port=8080 --udp-port=8080` (`ENTRYPOINT` and
+//!   `CMD`), answering `/hostname` with the pod's name (its hostname); the kubelet stand-in
+//!   passes its own command and arguments. Saved as `localhost/kube-ovn-lab/netexec:latest`
+//!   (the stand-in's name) and `docker.io/kube-ovn-lab/netexec:latest` (a kubelet's, normalized
+//!   from the pods' `kube-ovn-lab/netexec`).
 //!
 //! A cache entry is a directory holding the archive and the key of its inputs (the Containerfile
 //! and each input file's path, size and modification time); it is used only when the key is the
@@ -21,9 +26,16 @@ use crate::cluster::net::run;
 
 /// The pause image's name, as containerd's `sandbox_image` refers to it.
 pub const PAUSE_IMAGE: &str = "localhost/kube-ovn-rs/pause:1";
-/// The netexec image's name in the runtime. Pods ask for `kube-ovn-lab/netexec` with any tag;
-/// the kubelet stand-in runs this image for them (there is nothing to pull from).
+/// The netexec image's name in the runtime for the kubelet stand-in. Pods ask for
+/// `kube-ovn-lab/netexec` with any tag; the stand-in runs this image for them (there is nothing
+/// to pull from).
 pub const NETEXEC_IMAGE: &str = "localhost/kube-ovn-lab/netexec:latest";
+/// The netexec image's name as a kubelet normalizes the pods' `kube-ovn-lab/netexec`.
+pub const NETEXEC_IMAGE_NORMALIZED: &str = "docker.io/kube-ovn-lab/netexec:latest";
+/// What the image runs for a pod that only names it (`CMD` after the `ENTRYPOINT`
+/// `kube-ovn-lab netexec`): HTTP and UDP on 8080, as agnhost's netexec; `/hostname` answers the
+/// system hostname, which in a pod is the pod's name.
+const NETEXEC_DEFAULT_ARGS: &str = r#""--http-port=8080", "--udp-port=8080""#;
 /// Where the netexec image has the binary.
 pub const NETEXEC_BINARY: &str = "/kube-ovn-lab";
 
@@ -39,7 +51,8 @@ pub fn default_cache_root() -> PathBuf {
 struct ImageInputs {
     /// The cache entry's directory name under the cache root.
     cache_name: &'static str,
-    tag: &'static str,
+    /// The names the image is saved under (the first is the one it is built as).
+    tags: &'static [&'static str],
     containerfile: String,
     /// (path in the build context, file on this machine).
     files: Vec<(PathBuf, PathBuf)>,
@@ -50,23 +63,23 @@ impl ImageInputs {
     fn key(&self) -> Result<String, RuntimeError> {
         let mut key = self.containerfile.clone();
         for (at, from) in &self.files {
-            let meta = std::fs::metadata(from).map_err(io_err("image input", from))?;
-            let mtime = meta
-                .modified()
-                .ok()
-                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                .map(|d| d.as_nanos())
-                .unwrap_or_default();
-            let _ = write!(
-                key,
-                "\n{} <- {} {} {mtime}",
-                at.display(),
-                from.display(),
-                meta.len()
-            );
+            let _ = write!(key, "\n{} <- {}", at.display(), file_stamp(from)?);
         }
         Ok(key)
     }
+}
+
+/// A file's identity in a cache key: its path, size and modification time (a rebuilt binary
+/// or an upgraded package changes it; reading the contents would cost more than a build).
+pub(super) fn file_stamp(path: &Path) -> Result<String, RuntimeError> {
+    let meta = std::fs::metadata(path).map_err(io_err("image input", path))?;
+    let mtime = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    Ok(format!("{} {} {mtime}", path.display(), meta.len()))
 }
 
 /// The pause image as a docker archive.
@@ -81,7 +94,7 @@ pub fn pause_image_archive(cache_root: &Path) -> Result<PathBuf, RuntimeError> {
         cache_root,
         &ImageInputs {
             cache_name: "kube-ovn-rs-pause-image",
-            tag: PAUSE_IMAGE,
+            tags: &[PAUSE_IMAGE],
             containerfile:
                 "FROM scratch\nCOPY rootfs/ /\nENTRYPOINT [\"/bin/busybox\", \"sleep\", \"2147483647\"]\n"
                     .into(),
@@ -107,22 +120,28 @@ pub fn netexec_image_archive(cache_root: &Path, binary: &Path) -> Result<PathBuf
             dirs.push(dir);
         }
     }
-    // The loader finds the libraries where ldd found them, whatever its built-in search path.
-    let env = if dirs.is_empty() {
-        String::new()
-    } else {
-        format!("ENV LD_LIBRARY_PATH={}\n", dirs.join(":"))
-    };
     build_cached(
         cache_root,
         &ImageInputs {
             cache_name: "kube-ovn-lab-netexec-image",
-            tag: NETEXEC_IMAGE,
-            containerfile: format!(
-                "FROM scratch\nCOPY rootfs/ /\n{env}ENTRYPOINT [\"{NETEXEC_BINARY}\", \"netexec\"]\n"
-            ),
+            tags: &[NETEXEC_IMAGE, NETEXEC_IMAGE_NORMALIZED],
+            containerfile: netexec_containerfile(&dirs),
             files,
         },
+    )
+}
+
+/// The netexec image's Containerfile, its libraries in `library_dirs`.
+fn netexec_containerfile(library_dirs: &[String]) -> String {
+    // The loader finds the libraries where ldd found them, whatever its built-in search path.
+    let env = if library_dirs.is_empty() {
+        String::new()
+    } else {
+        format!("ENV LD_LIBRARY_PATH={}\n", library_dirs.join(":"))
+    };
+    format!(
+        "FROM scratch\nCOPY rootfs/ /\n{env}ENTRYPOINT [\"{NETEXEC_BINARY}\", \"netexec\"]\n\
+         CMD [{NETEXEC_DEFAULT_ARGS}]\n"
     )
 }
 
@@ -214,18 +233,19 @@ fn build_cached(cache_root: &Path, inputs: &ImageInputs) -> Result<PathBuf, Runt
         run("podman", &full)
     };
     let context_dir = context.display().to_string();
-    podman(&["build", "--quiet", "--tag", inputs.tag, &context_dir])?;
+    let mut build = vec!["build", "--quiet"];
+    for tag in inputs.tags {
+        build.extend(["--tag", tag]);
+    }
+    build.push(&context_dir);
+    podman(&build)?;
     let entry = work.path().join("entry");
     std::fs::create_dir(&entry).map_err(io_err("creating", &entry))?;
     let built = entry.join("image.tar");
-    podman(&[
-        "save",
-        "--format",
-        "docker-archive",
-        "--output",
-        &built.display().to_string(),
-        inputs.tag,
-    ])?;
+    let output = built.display().to_string();
+    let mut save = vec!["save", "--format", "docker-archive", "--output", &output];
+    save.extend_from_slice(inputs.tags);
+    podman(&save)?;
     std::fs::write(entry.join("key"), &key).map_err(io_err("writing the key of", &built))?;
     // The entry becomes the cache by one rename; a process that renamed first wins, and its
     // result is as good when its key is ours.
@@ -234,7 +254,7 @@ fn build_cached(cache_root: &Path, inputs: &ImageInputs) -> Result<PathBuf, Runt
         && !(std::fs::read_to_string(cache.join("key")).is_ok_and(|k| k == key) && archive.is_file())
     {
         return Err(RuntimeError::Other {
-            what: format!("image {}", inputs.tag),
+            what: format!("image {}", inputs.tags.join(", ")),
             reason: format!("cannot put the archive into {}", cache.display()),
         });
     }
@@ -244,6 +264,23 @@ fn build_cached(cache_root: &Path, inputs: &ImageInputs) -> Result<PathBuf, Runt
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pod_naming_only_the_netexec_image_serves_8080_as_its_hostname() {
+        let file = netexec_containerfile(&["/lib/x86_64-linux-gnu".to_owned(), "/lib64".to_owned()]);
+        assert!(
+            file.contains("ENV LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:/lib64\n"),
+            "{file}"
+        );
+        assert!(
+            file.ends_with(
+                "ENTRYPOINT [\"/kube-ovn-lab\", \"netexec\"]\nCMD [\"--http-port=8080\", \"--udp-port=8080\"]\n"
+            ),
+            "{file}"
+        );
+        // No --hostname: netexec answers the system hostname, the pod's name.
+        assert!(!file.contains("hostname"), "{file}");
+    }
 
     #[test]
     fn ldd_output_gives_the_files_to_copy() {

@@ -9,10 +9,13 @@
 //! - [`images`]: the images such an instance needs, built here because these machines reach no
 //!   registry: the pause image (Debian's static busybox) and `kube-ovn-lab/netexec` (this crate's
 //!   `kube-ovn-lab` binary and the libraries it links), both `FROM scratch`.
+//! - [`component_image`]: the kube-ovn-rs image itself, `deploy/Dockerfile` built on a
+//!   debootstrapped Debian 12 with the binaries of a directory, layers cached.
 //!
 //! How containerd is run (a test's child process, or a detached lab process in a node's network
 //! namespace) is the caller's choice: this module gives the config and command line.
 
+pub mod component_image;
 pub mod containerd;
 pub mod cri;
 pub mod images;

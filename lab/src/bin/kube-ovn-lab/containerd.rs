@@ -20,7 +20,7 @@ use kube_ovn_lab::cluster::containerd::{self, Mount};
 use kube_ovn_lab::cluster::process::{self, Launch};
 use kube_ovn_lab::cluster::state::LabState;
 use kube_ovn_lab::cluster::topology::Topology;
-use kube_ovn_lab::runtime::containerd::{import, remove_all_sandboxes};
+use kube_ovn_lab::runtime::containerd::{Snapshotter, import, remove_all_sandboxes};
 use kube_ovn_lab::runtime::cri::CriClient;
 use kube_ovn_lab::runtime::images;
 
@@ -100,7 +100,7 @@ pub async fn start(t: &Topology, bins: &Binaries, rec: &Recorder, timeout: Durat
             let socket = instance.socket();
             tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
                 for archive in &archives {
-                    import(&socket, archive)?;
+                    import(&socket, archive, Snapshotter::Native)?;
                 }
                 Ok(())
             })

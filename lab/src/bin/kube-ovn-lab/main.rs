@@ -109,9 +109,9 @@ struct AgentArgs {
 
 #[derive(clap::Args)]
 struct NetexecArgs {
-    /// What `/hostname` answers.
+    /// What `/hostname` answers [default: the system's hostname, in a pod the pod's name].
     #[arg(long, env = "NETEXEC_HOSTNAME")]
-    hostname: String,
+    hostname: Option<String>,
     /// TCP ports to serve HTTP on (repeat or comma-separate).
     #[arg(
         long = "http-port",
@@ -185,7 +185,9 @@ async fn agent(
 async fn netexec(args: NetexecArgs) -> anyhow::Result<std::process::ExitCode> {
     init_logs();
     let config = kube_ovn_lab::netexec::NetexecConfig {
-        hostname: args.hostname,
+        hostname: args
+            .hostname
+            .unwrap_or_else(kube_ovn_lab::netexec::system_hostname),
         http_ports: args.http_ports,
         udp_ports: args.udp_ports,
         address: std::net::IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
