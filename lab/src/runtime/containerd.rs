@@ -40,9 +40,9 @@ pub struct CniDirs {
 pub struct Instance {
     pub dir: PathBuf,
     pub cni: CniDirs,
-    /// `native` (copies, no mounts: the default) or `overlayfs` (for big images: a container's
+    /// Native (copies, no mounts: the default) or overlayfs (for big images: a container's
     /// root is an overlay mount, not a copy).
-    pub snapshotter: &'static str,
+    pub snapshotter: Snapshotter,
 }
 
 impl Instance {
@@ -50,14 +50,14 @@ impl Instance {
         Self {
             dir: dir.into(),
             cni,
-            snapshotter: "native",
+            snapshotter: Snapshotter::Native,
         }
     }
 
     /// The same instance with the overlayfs snapshotter.
     #[must_use]
     pub fn with_overlayfs(mut self) -> Self {
-        self.snapshotter = "overlayfs";
+        self.snapshotter = Snapshotter::Overlayfs;
         self
     }
 
@@ -155,8 +155,8 @@ disabled_plugins = [
             socket = self.socket().display(),
             bin = self.cni.bin_dir.display(),
             conf = self.cni.conf_dir.display(),
-            snapshotter = self.snapshotter,
-            overlay = if self.snapshotter == "overlayfs" {
+            snapshotter = self.snapshotter.name(),
+            overlay = if self.snapshotter == Snapshotter::Overlayfs {
                 ""
             } else {
                 "\n  \"io.containerd.snapshotter.v1.overlayfs\","

@@ -17,7 +17,8 @@ use kube_ovn_lab::cluster::components::Binaries;
 use kube_ovn_lab::cluster::topology::{NodePlan, Topology};
 use kube_ovn_lab::cluster::wait::{nothing_missing, wait_for};
 use kube_ovn_lab::cluster::{containerd, kube_proxy, kubelet, machine, net};
-use kube_ovn_lab::runtime::images;
+use kube_ovn_lab::runtime::containerd::{Snapshotter, import};
+use kube_ovn_lab::runtime::{component_image, images};
 
 use super::up::{Recorder, wait_serving};
 
@@ -29,7 +30,7 @@ async fn build_images(t: &Topology, bins: &Binaries) -> anyhow::Result<Vec<PathB
         Ok(vec![
             images::pause_image_archive(&cache)?,
             images::netexec_image_archive(&cache, &bins.path("kube-ovn-lab"))?,
-            component_image_archive(&cache, &bins.dir)?,
+            component_image::component_image_archive(&cache, &bins.dir)?,
         ])
     })
     .await?
@@ -58,7 +59,7 @@ async fn start_node(
     let (socket, archives) = (instance.socket(), archives.to_vec());
     tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
         for archive in &archives {
-            import_with(&socket, archive, "overlayfs")?;
+            import(&socket, archive, Snapshotter::Overlayfs)?;
         }
         Ok(())
     })
@@ -201,20 +202,5 @@ async fn wait_workloads(client: &kube::Client, timeout: Duration) -> anyhow::Res
         },
     )
     .await?;
-    Ok(())
-}
-
-// MERGE: replaced by the images helper's functions.
-fn component_image_archive(cache: &Path, _bins: &Path) -> anyhow::Result<PathBuf> {
-    let p = cache.join("component.tar");
-    anyhow::ensure!(p.is_file(), "no component image yet at {}", p.display());
-    Ok(p)
-}
-fn import_with(socket: &Path, archive: &Path, snapshotter: &str) -> anyhow::Result<()> {
-    kube_ovn_lab::cluster::net::run(
-        "ctr",
-        &["--address", &socket.display().to_string(), "--namespace", "k8s.io", "images", "import",
-          "--snapshotter", snapshotter, &archive.display().to_string()],
-    )?;
     Ok(())
 }
