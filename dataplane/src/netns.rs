@@ -104,9 +104,28 @@ impl Netns {
 
     /// Moves the calling thread into this namespace (for the threads `run*` start, only).
     fn enter(&self) -> Result<()> {
+        // setns(2) needs CAP_SYS_ADMIN even into the namespace the thread is already in; a
+        // component run without it (the speaker's DaemonSet drops every capability but
+        // NET_ADMIN and NET_BIND_SERVICE) works in its own namespace, so that case is a no-op.
+        if self.is_current_thread_namespace() {
+            return Ok(());
+        }
         setns(self.file.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|errno| Error::Netns {
             path: self.path.clone(),
             source: errno.into(),
         })
+    }
+
+    /// Whether this thread is in this namespace already (same device and inode as
+    /// `/proc/thread-self/ns/net`).
+    fn is_current_thread_namespace(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let (Ok(mine), Ok(current)) = (
+            self.file.metadata(),
+            std::fs::metadata("/proc/thread-self/ns/net"),
+        ) else {
+            return false;
+        };
+        mine.dev() == current.dev() && mine.ino() == current.ino()
     }
 }

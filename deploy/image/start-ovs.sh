@@ -92,15 +92,16 @@ ovsdb-server "$DB" --detach --no-chdir --remote="punix:$OVS_RUN/db.sock" \
   --remote=db:Open_vSwitch,Open_vSwitch,manager_options \
   --unixctl="$OVS_RUN/ovsdb-server.ctl" --pidfile="$OVS_RUN/ovsdb-server.pid" \
   --log-file=/var/log/openvswitch/ovsdb-server.log
-ovs-vsctl --no-wait init
-
 # The chassis name, kept on the node (the hostPath) so that OVN sees the same chassis after a
-# restart; kube-ovn-daemon reads the file (--system-id-file) and writes it to external_ids.
+# restart. Written with `init` in one transaction: kube-ovn-daemon waits for the initialized
+# database and takes the chassis name from it. The datapath type too: ovn-controller, started
+# below, makes br-int of that type if the daemon has not made it yet.
 if [ ! -s /etc/openvswitch/system-id.conf ]; then
   cat /proc/sys/kernel/random/uuid >/etc/openvswitch/system-id.conf
 fi
-ovs-vsctl --no-wait set Open_vSwitch . \
-  external_ids:system-id="$(cat /etc/openvswitch/system-id.conf)"
+ovs-vsctl --no-wait init -- set Open_vSwitch . \
+  external_ids:system-id="$(cat /etc/openvswitch/system-id.conf)" \
+  external_ids:ovn-bridge-datapath-type="$DATAPATH"
 
 # shellcheck disable=SC2086 # $datapath is one flag or none
 ovs-vswitchd "unix:$OVS_RUN/db.sock" --detach --no-chdir $datapath \

@@ -43,28 +43,33 @@ impl Traffic {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::spawn(move || {
-            netns.run(move || {
-                let began = Instant::now();
-                let mut report = TrafficReport::default();
-                while !flag.load(Ordering::Relaxed) {
-                    for target in &targets {
-                        match kube_ovn_lab::netexec::http_get(*target, "/hostname", Duration::from_secs(2)) {
-                            Ok(a) if a.status == 200 => report.answered += 1,
-                            Ok(a) => report.failed.push(format!(
-                                "{:.1}s {target}: HTTP {}",
-                                began.elapsed().as_secs_f64(),
-                                a.status
-                            )),
-                            Err(e) => report
-                                .failed
-                                .push(format!("{:.1}s {target}: {e}", began.elapsed().as_secs_f64())),
+            netns
+                .run(move || {
+                    let began = Instant::now();
+                    let mut report = TrafficReport::default();
+                    while !flag.load(Ordering::Relaxed) {
+                        for target in &targets {
+                            match kube_ovn_lab::netexec::http_get(
+                                *target,
+                                "/hostname",
+                                Duration::from_secs(2),
+                            ) {
+                                Ok(a) if a.status == 200 => report.answered += 1,
+                                Ok(a) => report.failed.push(format!(
+                                    "{:.1}s {target}: HTTP {}",
+                                    began.elapsed().as_secs_f64(),
+                                    a.status
+                                )),
+                                Err(e) => report
+                                    .failed
+                                    .push(format!("{:.1}s {target}: {e}", began.elapsed().as_secs_f64())),
+                            }
                         }
+                        std::thread::sleep(Duration::from_millis(50));
                     }
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                report
-            })
-            .map_err(anyhow::Error::from)
+                    report
+                })
+                .map_err(anyhow::Error::from)
         });
         Ok(Self { stop, thread })
     }
@@ -223,13 +228,21 @@ fn installed_from_deploy_on_real_kubelets_it_is_green_and_keeps_serving_through_
     let prefixes = vec!["10.17.0.100/32".to_owned(), format!("{lb_ip}/32")];
 
     // The speakers restart one node at a time: graceful restart keeps the ToR's routes.
-    without_loss(&lab, "rollout restart ds/kube-ovn-speaker", &targets, &prefixes, || {
-        rollout_restart(&lab, "ds/kube-ovn-speaker")
-    })?;
+    without_loss(
+        &lab,
+        "rollout restart ds/kube-ovn-speaker",
+        &targets,
+        &prefixes,
+        || rollout_restart(&lab, "ds/kube-ovn-speaker"),
+    )?;
     // The CNI daemons restart: the pods keep their network; a new pod starts afterwards.
-    without_loss(&lab, "rollout restart ds/kube-ovn-cni", &targets, &prefixes, || {
-        rollout_restart(&lab, "ds/kube-ovn-cni")
-    })?;
+    without_loss(
+        &lab,
+        "rollout restart ds/kube-ovn-cni",
+        &targets,
+        &prefixes,
+        || rollout_restart(&lab, "ds/kube-ovn-cni"),
+    )?;
     lab.ok(&[
         "kubectl",
         "-n",
@@ -259,9 +272,13 @@ fn installed_from_deploy_on_real_kubelets_it_is_green_and_keeps_serving_through_
         )
     };
     let before = holder(&lab)?;
-    without_loss(&lab, "rollout restart deploy/kube-ovn-controller", &targets, &prefixes, || {
-        rollout_restart(&lab, "deploy/kube-ovn-controller")
-    })?;
+    without_loss(
+        &lab,
+        "rollout restart deploy/kube-ovn-controller",
+        &targets,
+        &prefixes,
+        || rollout_restart(&lab, "deploy/kube-ovn-controller"),
+    )?;
     wait_until("the controller's lease to move to a new pod", WAIT, || {
         let now = holder(&lab)?;
         Ok(!now.is_empty() && now != before)

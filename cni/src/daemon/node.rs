@@ -99,15 +99,34 @@ pub async fn node_task(node: std::sync::Arc<Node>) {
 }
 
 impl Node {
-    /// The chassis settings ovn-controller reads, and `br-int`.
+    /// The chassis settings ovn-controller reads, and `br-int`. Waits for the database to be
+    /// initialized first: the daemon and `ovs-ovn` start side by side, and ovsdb-server
+    /// serves before `ovs-vsctl init` made its row.
     pub async fn init_ovs(&self) -> Result<String, DaemonError> {
         let flags = &self.config.flags;
+        let mut waited = false;
+        while !self.ovs.initialized() {
+            if !waited {
+                tracing::info!("waiting for the Open_vSwitch database to be initialized (ovs-vsctl init)");
+                waited = true;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         self.ovs.ensure_bridge(self.config.datapath.as_str()).await?;
-        let system_id = std::fs::read_to_string(&flags.system_id_file)
-            .ok()
-            .map(|s| s.trim().to_owned())
+        // The chassis name OVS already has (ovs-ovn sets it from the node's file in the same
+        // transaction as `init`), else the file, else the node's name.
+        let system_id = self
+            .ovs
+            .chassis_ids()
+            .get("system-id")
+            .cloned()
             .filter(|s| !s.is_empty())
-            .or_else(|| self.ovs.chassis_ids().get("system-id").cloned())
+            .or_else(|| {
+                std::fs::read_to_string(&flags.system_id_file)
+                    .ok()
+                    .map(|s| s.trim().to_owned())
+                    .filter(|s| !s.is_empty())
+            })
             .unwrap_or_else(|| flags.node_name.clone());
         let mut ids = BTreeMap::from([
             ("system-id".to_owned(), system_id.clone()),

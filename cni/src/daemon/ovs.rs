@@ -180,6 +180,15 @@ impl Ovs {
         .await
     }
 
+    /// Whether the database is initialized (`ovs-vsctl init` made its one `Open_vSwitch`
+    /// row): until then a write to that row matches nothing and is lost, and a bridge inserted
+    /// is not referenced from it, so garbage-collected.
+    pub fn initialized(&self) -> bool {
+        self.client
+            .rows::<kube_ovn_ovsdb::tables::vswitch::OpenVSwitch>()
+            .is_ok_and(|rows| !rows.is_empty())
+    }
+
     /// `Open_vSwitch.external_ids`.
     pub fn chassis_ids(&self) -> BTreeMap<String, String> {
         self.client

@@ -71,9 +71,12 @@ pub fn launch(t: &Topology, node: &NodePlan) -> Launch {
 }
 
 /// The node's containerd in the node's machine (`up --install manifests`): the overlayfs
-/// snapshotter (the component image is hundreds of MB; `native` would copy it per container).
+/// snapshotter (the component image is hundreds of MB; `native` would copy it per container),
+/// sandboxes' network namespaces in the machine's `/var/run/netns`, where `kube-ovn-cni`'s
+/// host path shows them to the daemon (the host sees them under the machine's `/run`:
+/// `machine::host_path`).
 pub fn instance_in_machine(t: &Topology, node: &NodePlan) -> Instance {
-    instance(t, node).with_overlayfs()
+    instance(t, node).for_machine()
 }
 
 pub fn launch_in_machine(t: &Topology, node: &NodePlan) -> Launch {

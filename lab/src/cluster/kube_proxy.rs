@@ -71,8 +71,7 @@ mod tests {
     #[test]
     fn kube_proxy_serves_node_ports_on_the_fabric_address_in_nftables_mode() {
         let t = Topology::new("t", 2, TorKind::Bird, std::path::Path::new("/l")).unwrap();
-        let config: serde_json::Value =
-            serde_saphyr::from_str(&config_yaml(&t, &t.nodes[1])).unwrap();
+        let config: serde_json::Value = serde_saphyr::from_str(&config_yaml(&t, &t.nodes[1])).unwrap();
         assert_eq!(config["mode"], "nftables");
         assert_eq!(config["hostnameOverride"], "node2");
         assert_eq!(config["nodePortAddresses"][0], "172.30.0.12/32");

@@ -19,6 +19,9 @@
 //! verbs open pods' network namespaces there), and `down` unmounts it all. Every other mount is
 //! made a slave in the machine, so nothing mounted there reaches the host's own paths.
 //!
+//! Inside, every mount is shared (as systemd makes them on a real host), in peer groups of the
+//! machine's own except the lab's directory's.
+//!
 //! `/sys` is mounted again inside (the node's network devices, as `ip netns exec` gives), with
 //! the host's cgroup hierarchies moved under it: the kubelet needs them.
 //!
@@ -47,6 +50,12 @@ pub fn binds(t: &Topology, node: &NodePlan) -> Vec<(PathBuf, &'static str)> {
 /// Where a path of the machine is on the host (`/run/ovn` → `nodes/<node>/root/run/ovn`),
 /// for paths under one of its [`binds`]; other paths are the host's own.
 pub fn host_path(t: &Topology, node: &NodePlan, inside: &str) -> PathBuf {
+    // Debian's /var/run is a link to /run (and the machine binds /run over it where not).
+    let inside = match inside.strip_prefix("/var/run/") {
+        Some(rest) => format!("/run/{rest}"),
+        None => inside.to_owned(),
+    };
+    let inside = inside.as_str();
     binds(t, node)
         .into_iter()
         .filter_map(|(host, at)| {
@@ -111,6 +120,13 @@ while [ $# -ge 2 ]; do
   mount --bind "$1" "$2"
   shift 2
 done
+# Where /var/run is a directory rather than Debian's link to /run, it is the node's /run too
+# (runtimes check the propagation of /var/run/netns where it is).
+[ -L /var/run ] || mount --bind /run /var/run
+# Shared, as on a systemd host, for the containers' mount propagation (containerd requires it
+# for Bidirectional mounts, and checks `/var/run/netns` without following the link to /run).
+# What was made a slave above stays one: new peer groups, within this machine only.
+mount --make-rshared /
 "#
 }
 
@@ -182,7 +198,8 @@ pub fn create_cgroups(t: &Topology, node: &str) -> Result<(), CommandError> {
             std::fs::create_dir(&dir).map_err(|e| io_error(&dir, &e))?;
             for file in ["cpuset.cpus", "cpuset.mems"] {
                 if let Ok(value) = std::fs::read_to_string(parent.join(file)) {
-                    std::fs::write(dir.join(file), value.trim()).map_err(|e| io_error(&dir.join(file), &e))?;
+                    std::fs::write(dir.join(file), value.trim())
+                        .map_err(|e| io_error(&dir.join(file), &e))?;
                 }
             }
         }
@@ -233,10 +250,7 @@ fn kill_all_in(dir: &Path) {
         return;
     };
     for pid in text.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
     }
 }
 
@@ -279,7 +293,13 @@ mod tests {
         let node = &t.nodes[1];
         let binds = binds(&t, node);
         let inside: Vec<&str> = binds.iter().map(|(_, i)| *i).collect();
-        for path in ["/run", "/etc/origin", "/var/lib/kubelet", "/etc/cni/net.d", "/opt/cni/bin"] {
+        for path in [
+            "/run",
+            "/etc/origin",
+            "/var/lib/kubelet",
+            "/etc/cni/net.d",
+            "/opt/cni/bin",
+        ] {
             assert!(inside.contains(&path), "{path} in {inside:?}");
         }
         assert!(
@@ -306,5 +326,9 @@ mod tests {
             Path::new("/var/lib/kube-ovn-lab/t/nodes/node2/bin/kube-ovn")
         );
         assert_eq!(host_path(&t, node, "/usr/bin/ls"), Path::new("/usr/bin/ls"));
+        assert_eq!(
+            host_path(&t, node, "/var/run/netns/cni-1"),
+            Path::new("/var/lib/kube-ovn-lab/t/nodes/node2/root/run/netns/cni-1")
+        );
     }
 }

@@ -188,13 +188,7 @@ pub fn address_node_on(node: &NodePlan, dev: &str) -> Result<(), CommandError> {
     let ns = &node.netns;
     ip(
         ns,
-        &[
-            "addr",
-            "add",
-            &format!("{}/{FABRIC_PREFIX}", node.ip),
-            "dev",
-            dev,
-        ],
+        &["addr", "add", &format!("{}/{FABRIC_PREFIX}", node.ip), "dev", dev],
     )?;
     ip(ns, &["link", "set", dev, "up"])?;
     ip(

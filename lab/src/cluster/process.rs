@@ -28,7 +28,10 @@ use nix::unistd::Pid;
 pub enum Enter {
     Netns(String),
     NetOnly(String),
-    NetnsPrivateRun { netns: String, run_dir: PathBuf },
+    NetnsPrivateRun {
+        netns: String,
+        run_dir: PathBuf,
+    },
     /// `nsenter` into a node's machine (`cluster::machine`): its mount, UTS and network
     /// namespaces; the arguments up to the program.
     Machine(Vec<String>),

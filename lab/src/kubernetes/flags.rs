@@ -100,8 +100,14 @@ pub fn apiserver_args(spec: &ApiServerSpec, pki: &Pki) -> Vec<String> {
         args.push("--endpoint-reconciler-type=none".into());
     }
     if spec.kubelet_client {
-        args.push(format!("--kubelet-client-certificate={}", p("apiserver-kubelet-client.crt")));
-        args.push(format!("--kubelet-client-key={}", p("apiserver-kubelet-client.key")));
+        args.push(format!(
+            "--kubelet-client-certificate={}",
+            p("apiserver-kubelet-client.crt")
+        ));
+        args.push(format!(
+            "--kubelet-client-key={}",
+            p("apiserver-kubelet-client.key")
+        ));
         // Nodes' names are not in any DNS here (nor on many bare-metal clusters).
         args.push("--kubelet-preferred-address-types=InternalIP,Hostname".into());
     }

@@ -51,11 +51,7 @@ pub fn identity(node_name: &str) -> ClientIdentity {
 /// The identity kube-apiserver presents to kubelets (`kubectl exec`, `logs`, `port-forward`),
 /// bound to `system:kubelet-api-admin` by [`APISERVER_KUBELET_BINDING`].
 pub fn apiserver_client_identity() -> ClientIdentity {
-    ClientIdentity::new(
-        "apiserver-kubelet-client",
-        "kube-apiserver-kubelet-client",
-        None,
-    )
+    ClientIdentity::new("apiserver-kubelet-client", "kube-apiserver-kubelet-client", None)
 }
 
 /// What kubeadm binds for the same user: kube-apiserver may use every kubelet API.

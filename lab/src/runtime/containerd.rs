@@ -43,6 +43,11 @@ pub struct Instance {
     /// Native (copies, no mounts: the default) or overlayfs (for big images: a container's
     /// root is an overlay mount, not a copy).
     pub snapshotter: Snapshotter,
+    /// Sandboxes' network namespaces under the state dir (`netns_mounts_under_state_dir`: two
+    /// instances on one host never meet) rather than containerd's default `/var/run/netns`,
+    /// where a CNI daemon in a container finds them through its host path (a node's machine
+    /// has its own `/var/run`).
+    pub netns_under_state_dir: bool,
 }
 
 impl Instance {
@@ -51,13 +56,16 @@ impl Instance {
             dir: dir.into(),
             cni,
             snapshotter: Snapshotter::Native,
+            netns_under_state_dir: true,
         }
     }
 
-    /// The same instance with the overlayfs snapshotter.
+    /// The same instance as a node's own (in a machine: `crate::cluster::machine`): the
+    /// overlayfs snapshotter, network namespaces at containerd's default path.
     #[must_use]
-    pub fn with_overlayfs(mut self) -> Self {
+    pub fn for_machine(mut self) -> Self {
         self.snapshotter = Snapshotter::Overlayfs;
+        self.netns_under_state_dir = false;
         self
     }
 
@@ -137,7 +145,7 @@ disabled_plugins = [
 [{cri}]
   sandbox_image = "{PAUSE_IMAGE}"
   restrict_oom_score_adj = true
-  netns_mounts_under_state_dir = true
+  netns_mounts_under_state_dir = {netns_under_state_dir}
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
   [{cri}.containerd]
@@ -156,6 +164,7 @@ disabled_plugins = [
             bin = self.cni.bin_dir.display(),
             conf = self.cni.conf_dir.display(),
             snapshotter = self.snapshotter.name(),
+            netns_under_state_dir = self.netns_under_state_dir,
             overlay = if self.snapshotter == Snapshotter::Overlayfs {
                 ""
             } else {
@@ -249,11 +258,7 @@ pub async fn remove_all_sandboxes(socket: &Path) -> Result<usize, CriError> {
     let client = CriClient::connect(socket).await?;
     let mut sandboxes = client.list_pod_sandboxes().await?;
     // Pods in kube-system last: the CNI daemon that answers the others' DEL is one of them.
-    sandboxes.sort_by_key(|s| {
-        s.metadata
-            .as_ref()
-            .is_some_and(|m| m.namespace == "kube-system")
-    });
+    sandboxes.sort_by_key(|s| s.metadata.as_ref().is_some_and(|m| m.namespace == "kube-system"));
     for sandbox in &sandboxes {
         client.stop_and_remove(&sandbox.id).await?;
     }

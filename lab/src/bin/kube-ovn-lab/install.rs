@@ -22,18 +22,15 @@ use kube_ovn_lab::runtime::{component_image, images};
 
 use super::up::{Recorder, wait_serving};
 
-/// The images every node gets: the pause image, the lab's netexec, ours.
-async fn build_images(t: &Topology, bins: &Binaries) -> anyhow::Result<Vec<PathBuf>> {
+/// The images every node gets, as archives: the pause image, the lab's netexec, ours. Run in
+/// the host's namespaces (debootstrap and apt reach the Debian mirror from there only).
+pub fn build_images(t: &Topology, bins: &Binaries) -> anyhow::Result<Vec<PathBuf>> {
     let cache = containerd::image_cache(t);
-    let bins = bins.clone();
-    tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<PathBuf>> {
-        Ok(vec![
-            images::pause_image_archive(&cache)?,
-            images::netexec_image_archive(&cache, &bins.path("kube-ovn-lab"))?,
-            component_image::component_image_archive(&cache, &bins.dir)?,
-        ])
-    })
-    .await?
+    Ok(vec![
+        images::pause_image_archive(&cache)?,
+        images::netexec_image_archive(&cache, &bins.path("kube-ovn-lab"))?,
+        component_image::component_image_archive(&cache, &bins.dir)?,
+    ])
 }
 
 /// A node's machine, its containerd with the images, and its kubelet.
@@ -50,7 +47,7 @@ async fn start_node(
         machine::create(&tc, &nc)
     })
     .await?
-        .with_context(|| format!("{}: making its machine (mount and UTS namespaces)", node.name))?;
+    .with_context(|| format!("{}: making its machine (mount and UTS namespaces)", node.name))?;
     let instance = containerd::instance_in_machine(t, node);
     instance.prepare()?;
     let launch = containerd::launch_in_machine(t, node);
@@ -80,21 +77,22 @@ async fn start_node(
 /// Everything from the running control plane to kube-ovn-rs installed and every node Ready.
 pub async fn install(
     t: &Topology,
-    bins: &Binaries,
     rec: &Recorder,
     client: &kube::Client,
+    archives: &[PathBuf],
     manifests: &Path,
     timeout: Duration,
     step: &dyn Fn(&str),
 ) -> anyhow::Result<()> {
-    let archives = build_images(t, bins).await?;
-    step("images: pause, netexec, kube-ovn-rs (cached by content)");
-    kube_ovn_lab::manifests::create_all(client, kube_ovn_lab::kubernetes::kubelet::APISERVER_KUBELET_BINDING)
-        .await
-        .context("letting kube-apiserver use the kubelets' API")?;
+    kube_ovn_lab::manifests::create_all(
+        client,
+        kube_ovn_lab::kubernetes::kubelet::APISERVER_KUBELET_BINDING,
+    )
+    .await
+    .context("letting kube-apiserver use the kubelets' API")?;
     let mut tasks = Vec::new();
     for node in t.nodes.clone() {
-        let (t, rec, archives) = (t.clone(), rec.clone(), archives.clone());
+        let (t, rec, archives) = (t.clone(), rec.clone(), archives.to_vec());
         tasks.push(tokio::spawn(async move {
             start_node(&t, &rec, &node, &archives, timeout).await
         }));
@@ -135,7 +133,13 @@ fn label_nodes(t: &Topology) -> anyhow::Result<()> {
     let (key, value) = kubelet::MASTER_LABEL;
     super::verbs::kubectl_output(
         t,
-        &["label", "node", &kubelet::master(t).name, &format!("{key}={value}"), "--overwrite"],
+        &[
+            "label",
+            "node",
+            &kubelet::master(t).name,
+            &format!("{key}={value}"),
+            "--overwrite",
+        ],
     )?;
     let (key, value) = kubelet::BGP_LABEL;
     let mut args = vec!["label".to_owned(), "node".into()];
@@ -149,17 +153,22 @@ fn label_nodes(t: &Topology) -> anyhow::Result<()> {
 async fn wait_registered(t: &Topology, client: &kube::Client, timeout: Duration) -> anyhow::Result<()> {
     let api: Api<Node> = Api::all(client.clone());
     let names: Vec<String> = t.nodes.iter().map(|n| n.name.clone()).collect();
-    wait_for("every kubelet to register its Node", timeout, Duration::from_millis(100), || {
-        let (api, names) = (api.clone(), names.clone());
-        async move {
-            let nodes = api.list(&ListParams::default()).await?;
-            let missing: Vec<String> = names
-                .into_iter()
-                .filter(|n| !nodes.items.iter().any(|x| x.metadata.name.as_ref() == Some(n)))
-                .collect();
-            nothing_missing(&missing).map_err(anyhow::Error::msg)
-        }
-    })
+    wait_for(
+        "every kubelet to register its Node",
+        timeout,
+        Duration::from_millis(100),
+        || {
+            let (api, names) = (api.clone(), names.clone());
+            async move {
+                let nodes = api.list(&ListParams::default()).await?;
+                let missing: Vec<String> = names
+                    .into_iter()
+                    .filter(|n| !nodes.items.iter().any(|x| x.metadata.name.as_ref() == Some(n)))
+                    .collect();
+                nothing_missing(&missing).map_err(anyhow::Error::msg)
+            }
+        },
+    )
     .await?;
     Ok(())
 }

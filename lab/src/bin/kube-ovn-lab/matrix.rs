@@ -338,7 +338,14 @@ pub async fn measure(t: &Topology, client: &kube::Client, timeout: Duration) -> 
     )
     .await?;
     let (targets, pod_netns) = targets(t, client).await?;
-    let services = services(client, &join_addresses(client).await?).await?;
+    // Services of netexec servers only: the probes speak netexec's HTTP (kube-system's
+    // ovn-nb/ovn-sb, with `up --install manifests`, front OVSDB).
+    let mut services = services(client, &join_addresses(client).await?).await?;
+    services.retain(|s| {
+        s.backends
+            .iter()
+            .all(|b| targets.iter().any(|x| x.namespace == s.namespace && x.name == *b))
+    });
     let announced: Vec<IpAddr> = targets
         .iter()
         .filter(|x| x.announced && x.vpc == matrix::DEFAULT_VPC)

@@ -36,7 +36,8 @@ pub async fn ovn_central(t: &Topology, rec: &Recorder, timeout: Duration) -> any
         wait_serving(launch, started, cp.join(sock), timeout).await?;
         run(ctl, &[&format!("--db=unix:{}", cp.join(sock).display()), "init"])?;
     }
-    rec.start(&components::northd(t))?;    Ok(())
+    rec.start(&components::northd(t))?;
+    Ok(())
 }
 
 /// The CRDs, RBAC and tokens, the controller, the agent and every node's components.

@@ -221,9 +221,18 @@ pub fn up(name: &str, run_dir: &Path, args: &UpArgs) -> anyhow::Result<std::proc
     // Everything from here talks to the API, which lives in the control plane's namespace: run
     // it on a thread in that namespace (its runtime's threads are born there too).
     let cp = kube_ovn_dataplane::Netns::open(Path::new("/run/netns").join(topology.cp_netns()))?;
+    // The images are built here, in the host's namespaces: debootstrap and apt need the
+    // mirror, which the lab's namespaces cannot reach.
+    let images = if args.install == InstallArg::Manifests {
+        let images = super::install::build_images(&topology, &bins)?;
+        clock.step("images: pause, netexec, kube-ovn-rs (cached by content)");
+        images
+    } else {
+        Vec::new()
+    };
     let healthy = cp.run(|| -> anyhow::Result<bool> {
         let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-        rt.block_on(bring_up(&topology, &bins, &recorder, args, &clock))
+        rt.block_on(bring_up(&topology, &bins, &recorder, args, &images, &clock))
     })??;
     recorder.finish()?;
     clock.step(if healthy {
@@ -288,6 +297,7 @@ async fn bring_up(
     bins: &Binaries,
     rec: &Recorder,
     args: &UpArgs,
+    images: &[PathBuf],
     clock: &Clock,
 ) -> anyhow::Result<bool> {
     let timeout = args.timeout;
@@ -329,16 +339,22 @@ async fn bring_up(
     })
     .await
     .map_err(anyhow::Error::msg)?;
-    clock.step("control plane: etcd, kube-apiserver (ready), kube-controller-manager, kube-scheduler, OVN NB/SB + northd");
+    clock.step(if args.install == InstallArg::Processes {
+        "control plane: etcd, kube-apiserver (ready), kube-controller-manager, kube-scheduler, OVN NB/SB + northd"
+    } else {
+        "control plane: etcd, kube-apiserver (ready), kube-controller-manager, kube-scheduler"
+    });
     match args.install {
-        InstallArg::Processes => super::processes::start(t, bins, rec, &client, args, &|s| clock.step(s)).await?,
+        InstallArg::Processes => {
+            super::processes::start(t, bins, rec, &client, args, &|s| clock.step(s)).await?
+        }
         InstallArg::Manifests => {
             let manifests = args
                 .manifests
                 .clone()
                 .or_else(|| prepare::workspace().map(|w| w.join("deploy/overlays/lab")))
                 .context("--install manifests: no --manifests given and no repository beside this binary")?;
-            super::install::install(t, bins, rec, &client, &manifests, timeout, &|s| clock.step(s)).await?;
+            super::install::install(t, rec, &client, images, &manifests, timeout, &|s| clock.step(s)).await?;
             // The LoadBalancer IP allocator only: the nodes have real kubelets.
             let mut agent = components::agent(t, bins, t.dir.parent().unwrap_or(Path::new("/")));
             agent.args.push("--no-kubelets".into());

@@ -9,8 +9,8 @@ use anyhow::{Context, bail};
 use kube_ovn_lab::cluster::components::ovs_env;
 use kube_ovn_lab::cluster::process::private_run_prefix;
 use kube_ovn_lab::cluster::state::{Install, LabState};
-use kube_ovn_lab::runtime::cri::CriClient;
 use kube_ovn_lab::cluster::topology::{Topology, TorKind};
+use kube_ovn_lab::runtime::cri::CriClient;
 
 /// The topology of the running lab `name`, from its state file; an error naming the lab when
 /// it is not up.
@@ -150,7 +150,12 @@ pub fn kubectl_output(t: &Topology, args: &[&str]) -> anyhow::Result<String> {
 /// stand-in's records (`/run/netns/<name>`, or containerd's under its state dir). Manifests mode:
 /// from the containerd of whichever node runs it, through the CRI, as `crictl inspectp` shows it
 /// (under the containerd's state dir, in the lab's directory).
-pub async fn pod_netns(t: &Topology, install: Install, namespace: &str, name: &str) -> anyhow::Result<PathBuf> {
+pub async fn pod_netns(
+    t: &Topology,
+    install: Install,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<PathBuf> {
     let not_found = || {
         anyhow::anyhow!(
             "pod {namespace}/{name} has no sandbox in lab {} (is it scheduled and Running? `kubectl get pod -n {namespace} {name} -o wide`)",
@@ -181,7 +186,12 @@ pub async fn pod_netns(t: &Topology, install: Install, namespace: &str, name: &s
                 continue; // SANDBOX_READY is 0
             }
             let status = cri.pod_sandbox_status(&sandbox.id).await?;
-            return Ok(kube_ovn_lab::runtime::cri::sandbox_netns(&status)?);
+            let inside = kube_ovn_lab::runtime::cri::sandbox_netns(&status)?;
+            return Ok(kube_ovn_lab::cluster::machine::host_path(
+                t,
+                node,
+                &inside.to_string_lossy(),
+            ));
         }
     }
     Err(not_found())
