@@ -48,12 +48,10 @@ pub fn pod_log_dir(t: &Topology) -> PathBuf {
     t.logs_dir().join("pods")
 }
 
-/// Where built images are kept between labs: beside the labs (a name no lab can have).
-pub fn image_cache(t: &Topology) -> PathBuf {
-    t.dir
-        .parent()
-        .unwrap_or(Path::new("/var/lib/kube-ovn-lab"))
-        .join(".image-cache")
+/// Where built images are kept between labs and tests: the machine's cache
+/// ([`crate::runtime::images::default_cache_root`]), whatever the labs directory.
+pub fn image_cache(_t: &Topology) -> PathBuf {
+    crate::runtime::images::default_cache_root()
 }
 
 /// The node's containerd, in the node's network namespace with the host's mounts.
@@ -190,11 +188,6 @@ mod tests {
         assert_eq!(l.component, "node2-containerd");
         assert_eq!(node_of(&l.component), Some("node2"));
         assert!(matches!(&l.enter, Enter::NetOnly(ns) if *ns == node.netns));
-        assert_eq!(
-            image_cache(&t),
-            PathBuf::from("/var/lib/kube-ovn-lab/.image-cache")
-        );
-        assert!(super::super::topology::validate_name(".image-cache").is_err());
     }
 
     #[test]

@@ -42,10 +42,14 @@ pub const NETEXEC_BINARY: &str = "/kube-ovn-lab";
 /// Where Debian's `busybox-static` puts the binary.
 const BUSYBOX: &str = "/bin/busybox";
 
-/// The cache directory when the caller has none: `$KUBE_OVN_RS_CACHE`, else the temp dir.
+/// The image cache: `$KUBE_OVN_RS_CACHE`, else [`MACHINE_CACHE`].
 pub fn default_cache_root() -> PathBuf {
-    std::env::var_os("KUBE_OVN_RS_CACHE").map_or_else(std::env::temp_dir, PathBuf::from)
+    std::env::var_os("KUBE_OVN_RS_CACHE").map_or_else(|| PathBuf::from(MACHINE_CACHE), PathBuf::from)
 }
+
+/// The machine's image cache when `$KUBE_OVN_RS_CACHE` is not set: one for every lab and test
+/// (the component image's debootstrapped base takes a minute to make; its layers are reused).
+pub const MACHINE_CACHE: &str = "/var/cache/kube-ovn-rs";
 
 /// An image to build: its tag, its Containerfile, and files copied into the build context.
 struct ImageInputs {
