@@ -79,10 +79,16 @@ echo "start-ovn-central: NB $(remotes 6641), SB $(remotes 6642), this member $SE
 # The logs go to the container's output; the loop ends (and the pod restarts) when a daemon dies.
 # --pid: the follower ends with this shell, also when it is killed outright.
 tail --pid=$$ -n +1 -F "$LOG_DIR/ovnnb_db.log" "$LOG_DIR/ovnsb_db.log" "$LOG_DIR/ovn-northd.log" &
+# Whether process $1 runs: a zombie does not. The daemons detach, so with hostPID their parent is
+# the runtime's shim, which may not have reaped a dead one yet (`kill -0` succeeds on a zombie).
+running() {
+  state=$(sed -n 's/^[0-9]* (.*) \(.\) .*/\1/p' "/proc/$1/stat" 2>/dev/null) || return 1
+  [ -n "$state" ] && [ "$state" != Z ]
+}
 # A daemon that exits cleanly removes its PID file: that counts as dead too (never `kill -0 0`,
 # which would signal this process group and succeed).
 alive() {
-  pid=$(cat "$1" 2>/dev/null) && [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null
+  pid=$(cat "$1" 2>/dev/null) && [ -n "$pid" ] && running "$pid"
 }
 while :; do
   for p in ovnnb_db ovnsb_db ovn-northd; do

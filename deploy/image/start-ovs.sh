@@ -57,6 +57,12 @@ else
   ovsdb-tool create "$DB" "$SCHEMA"
 fi
 
+# Whether process $1 runs: a zombie does not. The daemons detach, so with hostPID their parent is
+# the runtime's shim, which may not have reaped a dead one yet (`kill -0` succeeds on a zombie).
+running() {
+  state=$(sed -n 's/^[0-9]* (.*) \(.\) .*/\1/p' "/proc/$1/stat" 2>/dev/null) || return 1
+  [ -n "$state" ] && [ "$state" != Z ]
+}
 # Asks each daemon to exit and waits (up to 10 s, then SIGKILL) until they have: a container started again
 # right after must not find the database locked or a socket taken.
 stop() {
@@ -65,11 +71,11 @@ stop() {
   ovs-appctl --timeout=5 -t "$OVS_RUN/ovs-vswitchd.ctl" exit 2>/dev/null || true
   ovs-appctl --timeout=5 -t "$OVS_RUN/ovsdb-server.ctl" exit 2>/dev/null || true
   for _ in $(seq 100); do
-    running=""
+    left=""
     for pid in $pids; do
-      if kill -0 "$pid" 2>/dev/null; then running=$pid; fi
+      if running "$pid"; then left=$pid; fi
     done
-    [ -n "$running" ] || return 0
+    [ -n "$left" ] || return 0
     sleep 0.1
   done
   log "daemons still running 10 s after they were asked to exit, killed: $pids"
@@ -187,7 +193,7 @@ tail_pid=$!
 # A daemon that exits cleanly removes its PID file: that counts as dead too (never `kill -0 0`,
 # which would signal this process group and succeed).
 alive() {
-  pid=$(cat "$1" 2>/dev/null) && [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null
+  pid=$(cat "$1" 2>/dev/null) && [ -n "$pid" ] && running "$pid"
 }
 while :; do
   for pidfile in "$OVS_RUN/ovsdb-server.pid" "$OVS_RUN/ovs-vswitchd.pid" "$OVN_RUN/ovn-controller.pid"; do

@@ -302,6 +302,57 @@ fn installed_from_deploy_on_real_kubelets_it_is_green_and_keeps_serving_through_
         "--timeout=60s",
     ])?;
 
+    // ovs-vswitchd dies on the node of bgp/fixed (as Debian 12's OVS 3.1 userspace conntrack
+    // aborts under connection churn): start-ovs.sh exits, the kubelet starts ovs-ovn again, the
+    // node's pods answer again; `status` reports the restart.
+    let node = jsonpath(&lab, &["get", "pod", "-n", "bgp", "fixed"], "{.spec.nodeName}")?;
+    let pidfile = lab
+        .dir
+        .path()
+        .join(&lab.name)
+        .join("nodes")
+        .join(&node)
+        .join("root/run/openvswitch/ovs-vswitchd.pid");
+    let pid: u32 = std::fs::read_to_string(&pidfile)
+        .with_context(|| format!("{}", pidfile.display()))?
+        .trim()
+        .parse()?;
+    let started = kube_ovn_lab::cluster::process::start_time(pid).map_err(anyhow::Error::msg)?;
+    let outside = Path::new("/run/netns").join(format!("kl_{}_outside", lab.name));
+    let probe = kube_ovn_dataplane::Netns::open(&outside)?;
+    let answers = || -> Result<bool> {
+        Ok(probe.run(|| {
+            kube_ovn_lab::netexec::http_get(fixed, "/hostname", Duration::from_secs(1))
+                .is_ok_and(|a| a.status == 200)
+        })?)
+    };
+    ensure!(
+        answers()?,
+        "bgp/fixed does not answer before ovs-vswitchd is killed"
+    );
+    let killed = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(pid)?),
+        nix::sys::signal::Signal::SIGKILL,
+    )?;
+    wait_until(
+        "bgp/fixed to answer again after ovs-vswitchd was killed",
+        WAIT,
+        || Ok(!kube_ovn_lab::cluster::process::alive(pid, started) && answers()?),
+    )?;
+    println!(
+        "ovs-vswitchd killed on {node}: bgp/fixed answers again after {:.1} s",
+        killed.elapsed().as_secs_f64()
+    );
+    let status = lab.run(&["status"])?;
+    let status = String::from_utf8_lossy(&status.stdout);
+    ensure!(
+        status
+            .lines()
+            .any(|l| l.contains("kube-system/ovs-ovn-") && l.contains("1 restart")),
+        "status does not report ovs-ovn's restart:\n{status}"
+    );
+
     // A gateway node's label: removed, its speaker goes and its session with the ToR closes;
     // given back, a speaker starts there and the session comes up.
     let session = |lab: &Lab| -> Result<bool> {
@@ -330,6 +381,79 @@ fn installed_from_deploy_on_real_kubelets_it_is_green_and_keeps_serving_through_
     })?;
     lab.ok(&["kubectl", "label", "node", "node2", "ovn.kubernetes.io/bgp=true"])?;
     wait_until("node2's session to come up again", WAIT, || session(&lab))?;
+
+    // node2 drained (node1 holds the single ovn-central member, which may run on a master only)
+    // and uncordoned: its Deployment pods move to node1, the LoadBalancer IP still answers from
+    // outside, and OVN keeps a port for exactly the pods that exist.
+    lab.ok(&[
+        "kubectl",
+        "drain",
+        "node2",
+        "--ignore-daemonsets",
+        "--force",
+        "--timeout=120s",
+    ])?;
+    wait_until("demo/hello's pods to run on node1 only", WAIT, || {
+        let nodes = jsonpath(
+            &lab,
+            &[
+                "get",
+                "pods",
+                "-n",
+                "demo",
+                "-l",
+                "app=hello",
+                "--field-selector=status.phase=Running",
+            ],
+            "{.items[*].spec.nodeName}",
+        )?;
+        let nodes: Vec<&str> = nodes.split_whitespace().collect();
+        Ok(nodes.len() == 2 && nodes.iter().all(|n| *n == "node1"))
+    })?;
+    let outside_probe = kube_ovn_dataplane::Netns::open(&outside)?;
+    wait_until("the LoadBalancer IP to answer from node1's pods", WAIT, || {
+        Ok(outside_probe.run(|| {
+            kube_ovn_lab::netexec::http_get(lb, "/hostname", Duration::from_secs(1))
+                .is_ok_and(|a| a.status == 200)
+        })?)
+    })?;
+    lab.ok(&["kubectl", "uncordon", "node2"])?;
+    let last = std::cell::RefCell::new(String::new());
+    wait_until("OVN's pod ports to be exactly the pods", WAIT, || {
+        // `<name>.<namespace>` of every pod not on the host's network (those have no port).
+        let listed = jsonpath(
+            &lab,
+            &["get", "pods", "-A"],
+            "{range .items[*]}{.metadata.name}.{.metadata.namespace} {.spec.hostNetwork}{\"\\n\"}{end}",
+        )?;
+        let mut pods: Vec<&str> = listed
+            .lines()
+            .filter_map(|l| {
+                let mut f = l.split_whitespace();
+                let name = f.next()?;
+                (f.next() != Some("true")).then_some(name)
+            })
+            .collect();
+        pods.sort_unstable();
+        let listed_ports = lab.ok(&[
+            "cp",
+            "--",
+            "ovn-nbctl",
+            "--bare",
+            "--columns=name",
+            "find",
+            "Logical_Switch_Port",
+            "type=\"\"",
+        ])?;
+        let mut ports: Vec<&str> = listed_ports
+            .lines()
+            .filter(|l| !l.is_empty() && !l.starts_with("node-"))
+            .collect();
+        ports.sort_unstable();
+        *last.borrow_mut() = format!("pods {pods:?}, ports {ports:?}");
+        Ok(pods == ports)
+    })
+    .with_context(|| last.borrow().clone())?;
 
     let state = lab.state()?;
     let lab_dir = lab.dir.path().join(&lab.name);
