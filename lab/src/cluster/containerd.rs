@@ -79,15 +79,7 @@ pub fn instance_in_machine(t: &Topology, node: &NodePlan) -> Instance {
 
 pub fn launch_in_machine(t: &Topology, node: &NodePlan) -> Launch {
     let (program, args) = instance_in_machine(t, node).command();
-    let component = component(&node.name);
-    Launch {
-        log: t.log(&component),
-        component,
-        enter: Enter::Machine(super::machine::enter_args(t, node)),
-        program: program.into(),
-        args,
-        env: vec![],
-    }
+    super::machine::launch(t, node, component(&node.name), program.into(), args)
 }
 
 /// Makes the lab's directory a shared mount (a bind mount onto itself), so mounts made under it

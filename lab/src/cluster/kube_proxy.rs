@@ -6,7 +6,7 @@
 //! (`system:kube-proxy`, which kube-apiserver's bootstrap RBAC binds to `system:node-proxier`).
 
 use super::machine;
-use super::process::{Enter, Launch};
+use super::process::Launch;
 use super::topology::{NodePlan, Topology};
 use crate::kubernetes::pki::ClientIdentity;
 
@@ -52,15 +52,13 @@ pub fn config_file(t: &Topology, node: &NodePlan) -> std::path::PathBuf {
 }
 
 pub fn launch(t: &Topology, node: &NodePlan) -> Launch {
-    let component = component(&node.name);
-    Launch {
-        log: t.log(&component),
-        component,
-        enter: Enter::Machine(machine::enter_args(t, node)),
-        program: crate::kubernetes::bin_dir().join("kube-proxy"),
-        args: vec![format!("--config={}", config_file(t, node).display())],
-        env: vec![],
-    }
+    machine::launch(
+        t,
+        node,
+        component(&node.name),
+        crate::kubernetes::bin_dir().join("kube-proxy"),
+        vec![format!("--config={}", config_file(t, node).display())],
+    )
 }
 
 #[cfg(test)]

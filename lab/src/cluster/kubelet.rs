@@ -2,7 +2,7 @@
 //! node's machine ([`super::machine`]) beside the node's containerd, as `<node>-kubelet`.
 
 use super::machine;
-use super::process::{Enter, Launch};
+use super::process::Launch;
 use super::topology::{NodePlan, Topology};
 use crate::kubernetes::kubelet::{KubeletSpec, identity};
 
@@ -41,13 +41,11 @@ pub fn spec(t: &Topology, node: &NodePlan) -> KubeletSpec {
 }
 
 pub fn launch(t: &Topology, node: &NodePlan) -> Launch {
-    let component = component(&node.name);
-    Launch {
-        log: t.log(&component),
-        component,
-        enter: Enter::Machine(machine::enter_args(t, node)),
-        program: crate::kubernetes::bin_dir().join("kubelet"),
-        args: spec(t, node).args(),
-        env: vec![],
-    }
+    machine::launch(
+        t,
+        node,
+        component(&node.name),
+        crate::kubernetes::bin_dir().join("kubelet"),
+        spec(t, node).args(),
+    )
 }

@@ -91,6 +91,25 @@ pub fn enter_args(t: &Topology, node: &NodePlan) -> Vec<String> {
     ]
 }
 
+/// A node service run in the node's machine (containerd, the kubelet, kube-proxy), logging to
+/// the lab's log of `component`.
+pub fn launch(
+    t: &Topology,
+    node: &NodePlan,
+    component: String,
+    program: PathBuf,
+    args: Vec<String>,
+) -> super::process::Launch {
+    super::process::Launch {
+        log: t.log(&component),
+        component,
+        enter: super::process::Enter::Machine(enter_args(t, node)),
+        program,
+        args,
+        env: vec![],
+    }
+}
+
 /// The kubelet's cgroup root: one per node of one lab.
 pub fn cgroup_root(t: &Topology, node: &str) -> String {
     format!("/kube-ovn-lab/{}/{node}", t.name)

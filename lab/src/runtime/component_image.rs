@@ -322,50 +322,7 @@ impl Podman {
 /// Unmounts (lazily, deepest first) every mount at or under `dir`; failures are left to the
 /// removal that follows, which then names the path.
 fn unmount_under(dir: &Path) {
-    let Ok(mountinfo) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return;
-    };
-    for mount in mounts_under(&mountinfo, dir) {
-        let _ = Command::new("umount")
-            .arg("--lazy")
-            .arg(&mount)
-            .stderr(Stdio::null())
-            .status();
-    }
-}
-
-/// The mount points at or under `dir` in `/proc/self/mountinfo`'s text, deepest first. The mount
-/// point is the fifth field, with space, tab, newline and backslash octal-escaped (proc(5)).
-fn mounts_under(mountinfo: &str, dir: &Path) -> Vec<PathBuf> {
-    let mut mounts: Vec<PathBuf> = mountinfo
-        .lines()
-        .filter_map(|line| line.split(' ').nth(4))
-        .map(|field| PathBuf::from(unescape_octal(field)))
-        .filter(|mount| mount.starts_with(dir))
-        .collect();
-    mounts.sort_by_key(|m| std::cmp::Reverse(m.components().count()));
-    mounts.dedup();
-    mounts
-}
-
-fn unescape_octal(field: &str) -> String {
-    let mut out = String::new();
-    let mut rest = field;
-    while let Some(at) = rest.find('\\') {
-        out.push_str(&rest[..at]);
-        let code = rest
-            .get(at + 1..at + 4)
-            .and_then(|d| u8::from_str_radix(d, 8).ok());
-        if let Some(byte) = code {
-            out.push(char::from(byte));
-            rest = &rest[at + 4..];
-        } else {
-            out.push('\\');
-            rest = &rest[at + 1..];
-        }
-    }
-    out.push_str(rest);
-    out
+    let _ = crate::cluster::containerd::unmount_under(dir);
 }
 
 /// FNV-1a of a path's bytes: a stable name for the path (std's hasher is not stable across
@@ -468,27 +425,6 @@ mod tests {
             image_key(&base, &["kube-ovn <- /b/kube-ovn 10 2".to_owned()])
         );
         assert_ne!(key, image_key(&base_key("http://mirror.example/debian"), &stamps));
-    }
-
-    #[test]
-    fn the_mounts_left_under_a_build_dir_are_found_deepest_first() {
-        let mountinfo = "\
-22 1 8:0 / / rw,relatime - ext4 /dev/vda rw
-90 22 0:5 / /c/tmp/build-1/rootfs/proc rw - proc proc rw
-91 22 0:6 / /c/tmp/build-1/rootfs rw - tmpfs tmpfs rw
-92 91 0:7 / /c/tmp/build-1/rootfs/sys rw - sysfs sysfs rw
-93 22 0:8 / /c/tmp/a\\040b rw - tmpfs tmpfs rw
-94 22 0:9 / /c/tmpx rw - tmpfs tmpfs rw
-";
-        assert_eq!(
-            mounts_under(mountinfo, Path::new("/c/tmp")),
-            [
-                PathBuf::from("/c/tmp/build-1/rootfs/proc"),
-                "/c/tmp/build-1/rootfs/sys".into(),
-                "/c/tmp/build-1/rootfs".into(),
-                "/c/tmp/a b".into(),
-            ]
-        );
     }
 
     #[test]

@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::ListParams;
 use kube_ovn_lab::cluster::components::Binaries;
+use kube_ovn_lab::cluster::process::{self, Launch};
 use kube_ovn_lab::cluster::topology::{NodePlan, Topology};
 use kube_ovn_lab::cluster::wait::{nothing_missing, wait_for};
 use kube_ovn_lab::cluster::{containerd, kube_proxy, kubelet, machine, net};
@@ -33,14 +34,15 @@ pub fn build_images(t: &Topology, bins: &Binaries) -> anyhow::Result<Vec<PathBuf
     ])
 }
 
-/// A node's machine, its containerd with the images, and its kubelet.
+/// A node's machine, its containerd with the images, its kubelet and kube-proxy; the
+/// kubelet's launch and (PID, start time).
 async fn start_node(
     t: &Topology,
     rec: &Recorder,
     node: &NodePlan,
     archives: &[PathBuf],
     timeout: Duration,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<(Launch, (u32, u64))> {
     let (tc, nc) = (t.clone(), node.clone());
     tokio::task::spawn_blocking(move || {
         net::address_node_on(&nc, "eth0")?;
@@ -66,12 +68,13 @@ async fn start_node(
     let spec = kubelet::spec(t, node);
     std::fs::write(&spec.config_file, spec.config_yaml())
         .with_context(|| format!("writing {}", spec.config_file.display()))?;
-    rec.start(&kubelet::launch(t, node))?;
+    let kubelet = kubelet::launch(t, node);
+    let started = rec.start(&kubelet)?;
     let proxy = kube_proxy::config_file(t, node);
     std::fs::write(&proxy, kube_proxy::config_yaml(t, node))
         .with_context(|| format!("writing {}", proxy.display()))?;
     rec.start(&kube_proxy::launch(t, node))?;
-    Ok(())
+    Ok((kubelet, started))
 }
 
 /// Everything from the running control plane to kube-ovn-rs installed and every node Ready.
@@ -97,10 +100,11 @@ pub async fn install(
             start_node(&t, &rec, &node, &archives, timeout).await
         }));
     }
+    let mut kubelets = Vec::new();
     for task in tasks {
-        task.await??;
+        kubelets.push(task.await??);
     }
-    wait_registered(t, client, timeout).await?;
+    wait_registered(t, client, &kubelets, timeout).await?;
     step("every node a machine with containerd and a kubelet, registered");
     label_nodes(t)?;
     let root = manifests
@@ -150,7 +154,14 @@ fn label_nodes(t: &Topology) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn wait_registered(t: &Topology, client: &kube::Client, timeout: Duration) -> anyhow::Result<()> {
+/// Until every node's Node exists. A kubelet that exited (one refusing its configuration exits
+/// at start) is what the timeout's message names, with its log's last lines.
+async fn wait_registered(
+    t: &Topology,
+    client: &kube::Client,
+    kubelets: &[(Launch, (u32, u64))],
+    timeout: Duration,
+) -> anyhow::Result<()> {
     let api: Api<Node> = Api::all(client.clone());
     let names: Vec<String> = t.nodes.iter().map(|n| n.name.clone()).collect();
     wait_for(
@@ -160,6 +171,16 @@ async fn wait_registered(t: &Topology, client: &kube::Client, timeout: Duration)
         || {
             let (api, names) = (api.clone(), names.clone());
             async move {
+                if let Some((launch, _)) = kubelets
+                    .iter()
+                    .find(|(_, (pid, start))| !process::alive(*pid, *start))
+                {
+                    anyhow::bail!(
+                        "{} exited; its log ends:\n{}",
+                        launch.component,
+                        process::log_tail(&launch.log, 10)
+                    );
+                }
                 let nodes = api.list(&ListParams::default()).await?;
                 let missing: Vec<String> = names
                     .into_iter()
