@@ -29,7 +29,7 @@ const NAMESPACE: &str = "bench";
 const PORT: u16 = 8080;
 
 fn median(v: Vec<f64>) -> f64 {
-    percentile(v, 0.5)
+    percentile(v, 50)
 }
 
 /// `up` to a green matrix, `runs` times (2 nodes, BIRD, the examples): wall time of the whole
@@ -246,10 +246,10 @@ fn one_at_a_time(lab: &Lab, pods: usize, install: &str) -> Result<Vec<f64>> {
     Ok(times)
 }
 
-/// The value below which `p` of the samples are (nearest rank).
-fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
+/// The value below which `percent` % of the samples are (nearest rank).
+fn percentile(mut v: Vec<f64>, percent: usize) -> f64 {
     v.sort_by(f64::total_cmp);
-    let rank = ((p * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    let rank = (percent * v.len()).div_ceil(100).clamp(1, v.len());
     v[rank - 1]
 }
 
@@ -278,16 +278,16 @@ fn main() -> Result<()> {
     let single = one_at_a_time(&lab, pods, install)?;
     println!(
         "--install {install}: {pods} pods one at a time on 2 nodes, create to first answer: median {:.2} s, p99 {:.2} s",
-        percentile(single.clone(), 0.5),
-        percentile(single, 0.99)
+        percentile(single.clone(), 50),
+        percentile(single, 99)
     );
     let figures = many_pods(&lab, pods, install)?;
     println!(
         "--install {install}: {pods} pods at once on 3 nodes: all Running after {:.2} s, all answering HTTP from node1 after {:.2} s; a pod's create to its first answer: median {:.2} s, p99 {:.2} s",
         figures.all_running,
         figures.all_answering,
-        percentile(figures.create_to_answer.clone(), 0.5),
-        percentile(figures.create_to_answer, 0.99)
+        percentile(figures.create_to_answer.clone(), 50),
+        percentile(figures.create_to_answer, 99)
     );
     Ok(())
 }

@@ -346,7 +346,7 @@ async fn bring_up(
     });
     match args.install {
         InstallArg::Processes => {
-            super::processes::start(t, bins, rec, &client, args, &|s| clock.step(s)).await?
+            super::processes::start(t, bins, rec, &client, args, &|s| clock.step(s)).await?;
         }
         InstallArg::Manifests => {
             let manifests = args
