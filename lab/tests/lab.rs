@@ -349,7 +349,7 @@ fn down_undoes_an_up_that_was_killed_halfway() -> Result<()> {
         .to_string_lossy()
         .into_owned();
     let mut up = lab
-        .command(&["up", "--no-install", "--bin-dir", &bins])
+        .command(&["up", "--no-install", "--install", "processes", "--bin-dir", &bins])
         .stdout(std::process::Stdio::null())
         .spawn()?;
     // Killed once the control plane runs and the nodes are being made.

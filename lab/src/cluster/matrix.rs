@@ -475,7 +475,7 @@ impl Report {
             if !reachable.is_empty() {
                 let _ = writeln!(
                     out,
-                    "  outside host → Services (LoadBalancer IPs over BGP through the ToR, no kube-proxy):"
+                    "  outside host → Services (LoadBalancer IPs over BGP through the ToR):"
                 );
                 for (k, ip) in reachable {
                     let _ = writeln!(

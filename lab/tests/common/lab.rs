@@ -100,6 +100,11 @@ impl Lab {
         }
         let bin_dir = bins.to_string_lossy().into_owned();
         let mut args = vec!["up", "--no-install", "--bin-dir", &bin_dir];
+        // The process mode unless the caller names one: most labs here test our components'
+        // behaviour, which it shows in a third of the time (`lab_manifests` installs for real).
+        if !extra.contains(&"--install") {
+            args.extend(["--install", "processes"]);
+        }
         args.extend_from_slice(extra);
         self.ok(&args)
     }

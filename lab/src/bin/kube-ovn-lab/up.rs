@@ -58,10 +58,11 @@ pub struct UpArgs {
     /// itself) or `containerd` (one per node; pods are real sandboxes, netexec a container).
     #[arg(long, env = "KUBE_OVN_LAB_RUNTIME", value_enum, default_value = "direct")]
     pub runtime: RuntimeArg,
-    /// How our components run: `processes` (lab processes; the kubelet stand-in makes pods) or
-    /// `manifests` (a real kubelet and containerd per node, the images built here,
-    /// `kubectl apply -k deploy/overlays/lab`: installed as users install it).
-    #[arg(long, env = "KUBE_OVN_LAB_INSTALL", value_enum, default_value = "processes")]
+    /// How our components run: `manifests` (a real kubelet, containerd and kube-proxy per node,
+    /// our image built here, `kubectl apply -k deploy/overlays/lab`: installed as users install
+    /// it) or `processes` (our binaries as lab processes, the kubelet stand-in making pods:
+    /// faster, for development).
+    #[arg(long, env = "KUBE_OVN_LAB_INSTALL", value_enum, default_value = "manifests")]
     pub install: InstallArg,
     /// The kustomization `--install manifests` applies (the CRDs from the `crds/` directory
     /// above it); default: the repository's `deploy/overlays/lab`.
@@ -198,7 +199,7 @@ pub fn up(name: &str, run_dir: &Path, args: &UpArgs) -> anyhow::Result<std::proc
     };
     anyhow::ensure!(
         !(args.runtime == RuntimeArg::Containerd && args.install == InstallArg::Manifests),
-        "--runtime containerd is the process mode's: with --install manifests every node runs containerd and a kubelet"
+        "--runtime containerd is the process mode's (--install processes): with --install manifests (the default) every node runs containerd and a kubelet"
     );
     if args.runtime == RuntimeArg::Containerd || args.install == InstallArg::Manifests {
         super::containerd::prepare(&topology)?;
