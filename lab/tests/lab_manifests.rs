@@ -437,6 +437,16 @@ fn installed_from_deploy_on_real_kubelets_it_is_green_and_keeps_serving_through_
         )?;
         Ok(on_node2.trim().is_empty() && !session(&lab)?)
     })?;
+    // The speaker saw its node leave BGP: Cease, so the ToR withdrew node2's routes at once
+    // rather than keeping them stale for a restart (90 s) that will not come.
+    wait_until(
+        "the ToR to have no route via node2",
+        Duration::from_secs(15),
+        || {
+            let routes = lab.ok(&["tor", "--", "birdc", "show route"])?;
+            Ok(!routes.contains("via 172.30.0.12"))
+        },
+    )?;
     lab.ok(&["kubectl", "label", "node", "node2", "ovn.kubernetes.io/bgp=true"])?;
     wait_until("node2's session to come up again", WAIT, || session(&lab))?;
 

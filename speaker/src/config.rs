@@ -69,6 +69,12 @@ pub struct Flags {
     /// How long to hold UPDATEs after a restart waiting for the caches (1s..18h).
     #[arg(long, env = "GRACEFUL_RESTART_DEFERRAL_TIME", default_value = "360s", value_parser = kube_ovn_support::parse_duration)]
     pub graceful_restart_deferral_time: Duration,
+    /// The node label (`key=value`) that makes a node a BGP node (the DaemonSet's nodeSelector in
+    /// `deploy/`). At SIGTERM, a node that no longer has it is being taken out of BGP: every
+    /// session gets Cease and the ToRs withdraw our routes at once, instead of keeping them for
+    /// a restart that will not come. Empty: every stop is a restart (graceful restart's way).
+    #[arg(long, env = "BGP_NODE_LABEL", default_value = "ovn.kubernetes.io/bgp=true")]
+    pub bgp_node_label: String,
     /// Only accept sessions; never connect.
     #[arg(long, env = "PASSIVEMODE", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub passivemode: bool,
@@ -177,6 +183,17 @@ impl Flags {
     pub fn validate(self) -> Result<Config, FlagError> {
         if self.cluster_as == 0 {
             return Err(bad("cluster-as", "required (the local AS number)"));
+        }
+        if !self.bgp_node_label.is_empty()
+            && self
+                .bgp_node_label
+                .split_once('=')
+                .is_none_or(|(k, _)| k.is_empty())
+        {
+            return Err(bad(
+                "bgp-node-label",
+                "a node label as key=value (e.g. ovn.kubernetes.io/bgp=true), or empty",
+            ));
         }
         let mut neighbors = ip_list("neighbor-address", &self.neighbor_address, Some(false))?;
         neighbors.extend(ip_list(

@@ -11,7 +11,8 @@
 //!  state file heartbeat (graceful restart: "did we restart within the restart time?")
 //!  SIGTERM ─▶ sessions with graceful restart closed without NOTIFICATION (the peer keeps our
 //!             routes stale, the state file stays fresh: the next start sets the R bit), the
-//!             others get Cease / Administrative Shutdown (see [`StopKind`])
+//!             others get Cease / Administrative Shutdown (see [`StopKind`]); every session
+//!             gets Cease when the node lost its BGP label (`--bgp-node-label`: it leaves BGP)
 //!  side tasks: the seam for the centralized-gateway NAT task (a later issue) beside the BGP one
 //! ```
 //!
@@ -307,6 +308,7 @@ pub async fn run(
         Some(format!("metadata.name={}", flags.node_name)),
         None,
     );
+    let node_cache = nodes.clone();
     let metrics_listener = tokio::net::TcpListener::bind((flags.metrics_address, flags.pprof_port))
         .await
         .map_err(|source| RunError::Io {
@@ -369,9 +371,13 @@ pub async fn run(
     });
     shutdown.await;
     tasks.shutdown().await;
+    let leaving = leaving_bgp(&flags, &kube, &node_cache).await;
+    if leaving {
+        tracing::info!(label = %flags.bgp_node_label, "this node no longer has the BGP label: every session gets Cease");
+    }
     // A BgpPeer may turn graceful restart on while the flag is off: any session closed for a
     // restart makes the next start a restart.
-    let for_restart = stop_peers(&peers.all()).await;
+    let for_restart = stop_peers(&peers.all(), leaving).await;
     state::stopped(&flags.state_dir, for_restart);
     Ok(())
 }
@@ -405,12 +411,48 @@ impl StopKind {
     }
 }
 
-/// Ends every session as its [`StopKind`] says, each waited for (the driver bounds it); true
-/// when one was closed for a restart.
-async fn stop_peers(peers: &[Arc<RunningPeer>]) -> bool {
+/// Whether `node` lacks `label` (`key=value`; empty: never): its speaker is stopping because the
+/// node leaves BGP (the DaemonSet no longer selects it), not for a restart. A Node that cannot
+/// be read decides nothing: graceful restart stays the default.
+pub fn node_leaves_bgp(node: Option<&Node>, label: &str) -> bool {
+    let Some((key, value)) = label.split_once('=') else {
+        return false;
+    };
+    let Some(node) = node else {
+        return false;
+    };
+    node.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(key))
+        .is_none_or(|v| v != value)
+}
+
+/// The node as it is now (a GET, 2 s at most; the watch's copy when the API does not answer),
+/// judged by [`node_leaves_bgp`].
+async fn leaving_bgp(flags: &crate::config::Flags, kube: &kube::Client, cache: &Watched<Node>) -> bool {
+    if flags.bgp_node_label.is_empty() || flags.node_name.is_empty() {
+        return false;
+    }
+    let api: Api<Node> = Api::all(kube.clone());
+    let node =
+        match tokio::time::timeout(std::time::Duration::from_secs(2), api.get_opt(&flags.node_name)).await {
+            Ok(Ok(node)) => node,
+            _ => cache.get(&flags.node_name, None).map(|n| (*n).clone()),
+        };
+    node_leaves_bgp(node.as_ref(), &flags.bgp_node_label)
+}
+
+/// Ends every session as its [`StopKind`] says (every one with Cease when the node `leaving`
+/// BGP), each waited for (the driver bounds it); true when one was closed for a restart.
+async fn stop_peers(peers: &[Arc<RunningPeer>], leaving: bool) -> bool {
     let mut for_restart = false;
     for peer in peers {
-        let kind = StopKind::for_peer(&peer.plan);
+        let kind = if leaving {
+            StopKind::Shutdown
+        } else {
+            StopKind::for_peer(&peer.plan)
+        };
         for_restart |= kind == StopKind::ForRestart;
         let address = peer.handle.address();
         tracing::info!(peer = %address, ?kind, "stopping the session");
@@ -423,4 +465,36 @@ async fn stop_peers(peers: &[Arc<RunningPeer>]) -> bool {
         }
     }
     for_restart
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(labels: &[(&str, &str)]) -> Node {
+        let mut n = Node::default();
+        n.metadata.labels = Some(
+            labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        );
+        n
+    }
+
+    #[test]
+    fn a_node_without_the_bgp_label_leaves_bgp_and_a_restart_does_not() {
+        let label = "ovn.kubernetes.io/bgp=true";
+        assert!(!node_leaves_bgp(
+            Some(&node(&[("ovn.kubernetes.io/bgp", "true")])),
+            label
+        ));
+        assert!(node_leaves_bgp(
+            Some(&node(&[("ovn.kubernetes.io/bgp", "false")])),
+            label
+        ));
+        assert!(node_leaves_bgp(Some(&node(&[])), label));
+        assert!(!node_leaves_bgp(None, label), "a Node that cannot be read");
+        assert!(!node_leaves_bgp(Some(&node(&[])), ""), "the check off");
+    }
 }
