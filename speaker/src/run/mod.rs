@@ -371,7 +371,7 @@ pub async fn run(
     });
     shutdown.await;
     tasks.shutdown().await;
-    let leaving = leaving_bgp(&flags, &kube, &node_cache).await;
+    let leaving = leaving_bgp(&flags, &node_cache);
     if leaving {
         tracing::info!(label = %flags.bgp_node_label, "this node no longer has the BGP label: every session gets Cease");
     }
@@ -428,19 +428,15 @@ pub fn node_leaves_bgp(node: Option<&Node>, label: &str) -> bool {
         .is_none_or(|v| v != value)
 }
 
-/// The node as it is now (a GET, 2 s at most; the watch's copy when the API does not answer),
+/// The node as the watch last saw it (the speaker may list and watch Nodes, not get them; the
+/// label's removal reaches the watch before the DaemonSet controller deletes the pod for it),
 /// judged by [`node_leaves_bgp`].
-async fn leaving_bgp(flags: &crate::config::Flags, kube: &kube::Client, cache: &Watched<Node>) -> bool {
+fn leaving_bgp(flags: &crate::config::Flags, nodes: &Watched<Node>) -> bool {
     if flags.bgp_node_label.is_empty() || flags.node_name.is_empty() {
         return false;
     }
-    let api: Api<Node> = Api::all(kube.clone());
-    let node =
-        match tokio::time::timeout(std::time::Duration::from_secs(2), api.get_opt(&flags.node_name)).await {
-            Ok(Ok(node)) => node,
-            _ => cache.get(&flags.node_name, None).map(|n| (*n).clone()),
-        };
-    node_leaves_bgp(node.as_ref(), &flags.bgp_node_label)
+    let node = nodes.get(&flags.node_name, None);
+    node_leaves_bgp(node.as_deref(), &flags.bgp_node_label)
 }
 
 /// Ends every session as its [`StopKind`] says (every one with Cease when the node `leaving`
