@@ -75,6 +75,21 @@ async fn running(client: &kube::Client) -> Result<Vec<(String, IpAddr)>> {
         .collect())
 }
 
+/// Until kube-controller-manager made the bench namespace's `default` ServiceAccount: pods are
+/// refused before it (the ServiceAccount admission plugin); not part of any figure.
+async fn default_service_account(client: &kube::Client) -> Result<()> {
+    let accounts = Api::<ServiceAccount>::namespaced(client.clone(), NAMESPACE);
+    let deadline = Instant::now() + Duration::from_mins(1);
+    while accounts.get_opt("default").await?.is_none() {
+        ensure!(
+            Instant::now() < deadline,
+            "no ServiceAccount {NAMESPACE}/default after 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
 /// What `many_pods` measured, in seconds from the first create.
 struct PodFigures {
     all_running: f64,
@@ -96,17 +111,7 @@ fn many_pods(lab: &Lab, pods: usize, install: &str) -> Result<PodFigures> {
         rt.block_on(async {
             let client = kube_ovn_support::kube_client(Some(&kubeconfig)).await?;
             let api = Api::<Pod>::namespaced(client.clone(), NAMESPACE);
-            // Pods are refused until kube-controller-manager made the namespace's `default`
-            // ServiceAccount (the ServiceAccount admission plugin); not part of the figure.
-            let accounts = Api::<ServiceAccount>::namespaced(client.clone(), NAMESPACE);
-            let deadline = Instant::now() + Duration::from_mins(1);
-            while accounts.get_opt("default").await?.is_none() {
-                ensure!(
-                    Instant::now() < deadline,
-                    "no ServiceAccount {NAMESPACE}/default after 60 s"
-                );
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            default_service_account(&client).await?;
             let start = Instant::now();
             let creates = (0..pods).map(|i| {
                 let api = api.clone();
@@ -199,15 +204,7 @@ fn one_at_a_time(lab: &Lab, pods: usize, install: &str) -> Result<Vec<f64>> {
             .build()?;
         rt.block_on(async {
             let client = kube_ovn_support::kube_client(Some(&kubeconfig)).await?;
-            let accounts = Api::<ServiceAccount>::namespaced(client.clone(), NAMESPACE);
-            let deadline = Instant::now() + Duration::from_mins(1);
-            while accounts.get_opt("default").await?.is_none() {
-                ensure!(
-                    Instant::now() < deadline,
-                    "no ServiceAccount {NAMESPACE}/default after 60 s"
-                );
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            default_service_account(&client).await?;
             let api = Api::<Pod>::namespaced(client.clone(), NAMESPACE);
             let mut times = Vec::new();
             for i in 0..pods {

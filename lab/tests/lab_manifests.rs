@@ -132,6 +132,30 @@ fn jsonpath(lab: &Lab, args: &[&str], path: &str) -> Result<String> {
     lab.ok(&all)
 }
 
+/// `kubectl run` of a netexec pod in `demo`, then `kubectl wait` until it is Ready.
+fn new_pod_ready(lab: &Lab, name: &str) -> Result<()> {
+    lab.ok(&[
+        "kubectl",
+        "-n",
+        "demo",
+        "run",
+        name,
+        "--image=kube-ovn-lab/netexec",
+        "--image-pull-policy=IfNotPresent",
+        "--port=8080",
+    ])?;
+    lab.ok(&[
+        "kubectl",
+        "-n",
+        "demo",
+        "wait",
+        "--for=condition=Ready",
+        &format!("pod/{name}"),
+        "--timeout=60s",
+    ])?;
+    Ok(())
+}
+
 /// `kubectl rollout restart`, then `rollout status` until it is done.
 fn rollout_restart(lab: &Lab, what: &str) -> Result<()> {
     lab.ok(&["kubectl", "-n", "kube-system", "rollout", "restart", what])?;
@@ -302,25 +326,7 @@ fn installed_from_deploy_on_real_kubelets_it_is_green_and_keeps_serving_through_
         Requests::AllAnswered,
         || rollout_restart(&lab, "ds/kube-ovn-cni"),
     )?;
-    lab.ok(&[
-        "kubectl",
-        "-n",
-        "demo",
-        "run",
-        "after-cni",
-        "--image=kube-ovn-lab/netexec",
-        "--image-pull-policy=IfNotPresent",
-        "--port=8080",
-    ])?;
-    lab.ok(&[
-        "kubectl",
-        "-n",
-        "demo",
-        "wait",
-        "--for=condition=Ready",
-        "pod/after-cni",
-        "--timeout=60s",
-    ])?;
+    new_pod_ready(&lab, "after-cni")?;
 
     // The controller restarts: the lease moves to a new pod, which gives new pods addresses.
     let holder = |lab: &Lab| {
@@ -343,24 +349,7 @@ fn installed_from_deploy_on_real_kubelets_it_is_green_and_keeps_serving_through_
         let now = holder(&lab)?;
         Ok(!now.is_empty() && now != before)
     })?;
-    lab.ok(&[
-        "kubectl",
-        "-n",
-        "demo",
-        "run",
-        "after-controller",
-        "--image=kube-ovn-lab/netexec",
-        "--image-pull-policy=IfNotPresent",
-    ])?;
-    lab.ok(&[
-        "kubectl",
-        "-n",
-        "demo",
-        "wait",
-        "--for=condition=Ready",
-        "pod/after-controller",
-        "--timeout=60s",
-    ])?;
+    new_pod_ready(&lab, "after-controller")?;
 
     // ovs-vswitchd dies on the node of bgp/fixed (as Debian 12's OVS 3.1 userspace conntrack
     // aborts under connection churn): start-ovs.sh exits, the kubelet starts ovs-ovn again, the
