@@ -12,7 +12,7 @@
 #   binutils                    nm, for the test that the CNI shim links no netlink/tokio/kube code
 #   containernetworking-plugins the reference bridge + host-local plugins the CNI benchmark compares with,
 #                               and `loopback`, which containerd's CRI runs before our conflist
-#   containerd                  containerd 1.6 with its CRI plugin (and runc): the runtime of cni/tests/cri.rs
+#   containerd                  containerd 1.6 with its CRI plugin (and runc): the runtime of node/tests/cri.rs
 #   podman busybox-static       build the pause image locally (FROM scratch + static busybox; no registry here)
 #   debootstrap                 the Debian 12 base of the kube-ovn-rs image the lab builds (deploy/Dockerfile)
 #   protobuf-compiler           protoc, for k8s-cri's generated CRI client (testkit feature `cri`)

@@ -4,11 +4,11 @@
 //! unix socket ([`http`]), and one whole invocation behind a transport trait ([`shim`]).
 //!
 //! The binary `kube-ovn` adds only the process edges: environment, stdin, the socket, stdout,
-//! exit status. The node daemon (`kube-ovn-daemon`) is [`daemon`]; the shim binary uses none
-//! of it, so it links no tokio, netlink or kube client.
+//! exit status. The node daemon (`kube-ovn-daemon`) is the `kube-ovn-node` crate, which depends on
+//! this one for the wire types; this crate's own dependencies (serde, ipnet, the api wire types)
+//! are all the shim links, so it carries no tokio, netlink or kube client.
 
 pub mod config;
-pub mod daemon;
 pub mod env;
 pub mod error;
 pub mod http;

@@ -441,36 +441,6 @@ fn check_against_a_daemon_without_the_endpoint_passes() -> Result<()> {
     Ok(())
 }
 
-/// The shim starts with every pod; it must stay small: none of the daemon's netlink, tokio or
-/// kube client code may be linked in. Linked functions keep their crate's path in the symbol
-/// table (`nm -C`), so their absence is the check, and their presence in the daemon shows the
-/// check can see them. (Raw bytes would not do: debug info names types of unlinked code.)
-#[test]
-fn the_shim_links_no_netlink_tokio_or_kube_client() -> Result<()> {
-    let symbols = |binary: &str| -> Result<String> {
-        let out = Command::new("nm")
-            .args(["-C", "--defined-only", binary])
-            .output()
-            .context("run nm (binutils; scripts/install-deps.sh installs it)")?;
-        anyhow::ensure!(
-            out.status.success(),
-            "nm {binary}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    };
-    let shim = symbols(env!("CARGO_BIN_EXE_kube-ovn"))?;
-    let daemon = symbols(env!("CARGO_BIN_EXE_kube-ovn-daemon"))?;
-    for needle in ["rtnetlink::", "kube_client::", "tokio::", "hyper::"] {
-        assert!(
-            daemon.contains(needle),
-            "the daemon should contain {needle}; the check is blind"
-        );
-        assert!(!shim.contains(needle), "the shim links {needle}");
-    }
-    Ok(())
-}
-
 /// The bound every plugin run in these tests has: a process that never exits is killed and
 /// reported, not waited for.
 #[test]

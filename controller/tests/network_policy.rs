@@ -1,6 +1,6 @@
 //! NetworkPolicy rows in a real NB as a policy lives: created, edited, refused (bad input is
 //! refused by the real API server's validation, naming the field, and the rows stay), deleted (exactly its rows go). Traffic is
-//! the truth table's job (`cni/tests/network_policy.rs`).
+//! the truth table's job (`node/tests/network_policy.rs`).
 
 mod common;
 

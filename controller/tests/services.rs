@@ -1,5 +1,5 @@
 //! Services on OVN load balancers, against a real northbound database and ovn-northd (no
-//! chassis; traffic is in `cni/tests/services.rs`): the VPCs' six load balancers and their
+//! chassis; traffic is in `node/tests/services.rs`): the VPCs' six load balancers and their
 //! switches, VIPs from Services and EndpointSlices as the test writes them (as
 //! kube-controller-manager would), ovn-trace as the oracle for the balancing, bad input, and a
 //! restarted controller writing nothing.

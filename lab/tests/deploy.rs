@@ -536,7 +536,7 @@ fn the_workloads_have_what_their_components_need() {
         host_path("DaemonSet", "kube-ovn-cni", "/etc/openvswitch"),
         host_path("DaemonSet", "ovs-ovn", "/etc/openvswitch")
     );
-    let daemon = kube_ovn_cni::daemon::config::Flags::try_parse_from(["d", "--node-name=n"]).unwrap();
+    let daemon = kube_ovn_node::config::Flags::try_parse_from(["d", "--node-name=n"]).unwrap();
     assert!(daemon.system_id_file.starts_with("/etc/openvswitch"));
     let ovs = &pod("DaemonSet", "ovs-ovn")["containers"][0];
     assert_eq!(

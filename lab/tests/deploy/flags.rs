@@ -278,7 +278,7 @@ fn command_line(binary: &str, raw_args: &[String], env: &BTreeMap<String, String
 fn flag_variables(binary: &str) -> Vec<(String, String)> {
     let cmd = match binary {
         "kube-ovn-controller" => kube_ovn_controller::config::Flags::command(),
-        "kube-ovn-daemon" => kube_ovn_cni::daemon::config::Flags::command(),
+        "kube-ovn-daemon" => kube_ovn_node::config::Flags::command(),
         "kube-ovn-speaker" => kube_ovn_speaker::config::Flags::command(),
         other => unreachable!("{other} is not one of BINARIES"),
     };
@@ -296,8 +296,7 @@ pub fn parse(binary: &str, argv: &[String]) -> Result<(), String> {
             flags.validate().map(drop).map_err(|e| e.to_string())
         }
         "kube-ovn-daemon" => {
-            let flags =
-                kube_ovn_cni::daemon::config::Flags::try_parse_from(argv).map_err(|e| e.to_string())?;
+            let flags = kube_ovn_node::config::Flags::try_parse_from(argv).map_err(|e| e.to_string())?;
             flags.validate().map(drop).map_err(|e| e.to_string())
         }
         "kube-ovn-speaker" => {

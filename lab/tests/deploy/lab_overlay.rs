@@ -41,12 +41,12 @@ fn the_lab_overlay_configures_the_components_as_the_lab_s_process_mode_does() {
     let external: std::net::IpAddr = EXTERNAL_IP_CIDR.replace(".0/24", ".7").parse().unwrap();
     assert!(ctl.service_external_ip_cidrs.allows(external));
 
-    let daemon = kube_ovn_cni::daemon::config::Flags::try_parse_from(argv("kube-ovn-daemon"))
+    let daemon = kube_ovn_node::config::Flags::try_parse_from(argv("kube-ovn-daemon"))
         .unwrap()
         .validate()
         .unwrap();
     assert_eq!(daemon.ovn_remote, format!("tcp:{node1}:6642"));
-    assert_eq!(daemon.datapath, kube_ovn_cni::daemon::config::Datapath::Netdev);
+    assert_eq!(daemon.datapath, kube_ovn_node::config::Datapath::Netdev);
     assert_eq!(daemon.default_mtu, 1400);
     assert_eq!(daemon.flags.network_type, "geneve");
     assert_eq!(daemon.flags.service_cluster_ip_range, SERVICE_CIDR);

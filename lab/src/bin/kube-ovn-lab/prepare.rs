@@ -59,6 +59,8 @@ pub fn binaries(bin_dir: Option<&Path>) -> anyhow::Result<Binaries> {
         "-p",
         "kube-ovn-cni",
         "-p",
+        "kube-ovn-node",
+        "-p",
         "kube-ovn-speaker",
     ]);
     if !cfg!(debug_assertions) {

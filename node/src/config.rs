@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::Parser;
 use ipnet::IpNet;
 
-use crate::version::CniVersion;
+use kube_ovn_cni::version::CniVersion;
 
 #[derive(Debug, Clone, Parser)]
 #[command(
@@ -261,7 +261,7 @@ impl Flags {
         let cni_conf_version = self
             .cni_conf_version
             .parse()
-            .map_err(|e: crate::version::UnsupportedVersion| bad("cni-conf-version", e.to_string()))?;
+            .map_err(|e: kube_ovn_cni::version::UnsupportedVersion| bad("cni-conf-version", e.to_string()))?;
         let service_cidrs = parse_service_cidrs(&self.service_cluster_ip_range)?;
         let mut bgp_neighbors = Vec::new();
         for (flag, list, v6) in [

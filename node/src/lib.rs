@@ -1,5 +1,5 @@
-//! `kube-ovn-daemon`, the node agent: the CNI server behind the `kube-ovn` shim, and the
-//! node's own OVS and kernel plumbing.
+//! `kube-ovn-daemon`, the node agent: the CNI server behind the `kube-ovn` shim (the
+//! `kube-ovn-cni` crate, whose wire types it answers), and the node's own OVS and kernel plumbing.
 //!
 //! Tasks (all on one tokio runtime; inputs are watch events and requests):
 //!

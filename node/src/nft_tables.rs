@@ -21,7 +21,7 @@ use kube_ovn_dataplane::nft::{self, ElementUpdate, NftFamily, NftNetlink};
 use kube_ovn_gateway::listing::parse_listing;
 use kube_ovn_gateway::{Family, Ruleset, SetUpdate, TABLE};
 
-use super::error::DaemonError;
+use crate::error::DaemonError;
 
 /// What an apply did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,8 +12,8 @@ use kube_ovn_api::annotations::{
 use kube_ovn_api::names;
 use kube_ovn_api::wire::{CniRequest, CniResponse, IpConfig, Route as WireRoute};
 
-pub use super::rates::{QosPlan, qos_plan};
-pub use super::veth_name::{IfnameError, check_ifname, host_nic_name, legacy_host_nic_name};
+pub use crate::rates::{QosPlan, qos_plan};
+pub use crate::veth_name::{IfnameError, check_ifname, host_nic_name, legacy_host_nic_name};
 
 /// Where ADD stands with the controller's annotations.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -19,11 +19,11 @@ use kube_ovn_api::annotations::{CidrPair, IpPair, MacAddr, get, is_true, keys};
 use kube_ovn_api::names;
 use kube_ovn_api::node::internal_ip_per_family;
 
-use super::Node;
-use super::error::DaemonError;
-use super::node_routes::{RouteInputs, desired_routes, foreign_source, route_changes, with_last_validated};
-use super::ovs::PortSpec;
-use super::plan::QosPlan;
+use crate::Node;
+use crate::error::DaemonError;
+use crate::node_routes::{RouteInputs, desired_routes, foreign_source, route_changes, with_last_validated};
+use crate::ovs::PortSpec;
+use crate::plan::QosPlan;
 
 /// The node port on `br-int` (Kube-OVN's name).
 pub const OVN0: &str = "ovn0";

@@ -3,8 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::config::Config;
-use crate::version::CniVersion;
+use crate::config::Config;
+use kube_ovn_cni::version::CniVersion;
 
 /// The conflist for this daemon's socket, declaring `version` (`--cni-conf-version`). Kube-OVN
 /// chains `portmap` after `kube-ovn`; we do too when that plugin is installed beside ours.

@@ -17,9 +17,9 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kube_ovn_dataplane::ping;
 
-use super::Node;
-use super::error::DaemonError;
-use super::node::{OVN0, join_address};
+use crate::Node;
+use crate::error::DaemonError;
+use crate::node::{OVN0, join_address};
 
 /// The Node condition type (Kubernetes' own) and Kube-OVN's reasons.
 pub const CONDITION: &str = "NetworkUnavailable";

@@ -16,7 +16,7 @@
 //!   network directly; a route through `ovn0` would take it away).
 //!
 //! LoadBalancer IPs are no routes here: only the Service's ports on them go into `ovn0`, by mark
-//! and policy routing (`super::lb_ingress`, `kube_ovn_gateway::ingress`).
+//! and policy routing (`crate::lb_ingress`, `kube_ovn_gateway::ingress`).
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -26,7 +26,7 @@ use ipnet::IpNet;
 use kube_ovn_api::crd::Subnet;
 use kube_ovn_dataplane::Route;
 
-use super::node::JoinAddress;
+use crate::node::JoinAddress;
 
 /// The kernel's metric for an IPv6 prefix route (what it gives the join CIDR's own route).
 const IPV6_PREFIX_ROUTE_METRIC: u32 = 256;

@@ -2,7 +2,7 @@
 
 use anyhow::Context as _;
 use clap::Parser;
-use kube_ovn_cni::daemon::config::Flags;
+use kube_ovn_node::config::Flags;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -11,6 +11,6 @@ async fn main() -> anyhow::Result<()> {
     let kube = kube_ovn_support::kube_client(config.flags.kubeconfig.as_deref()).await?;
     // A clean stop removes the socket, so the shim reports "daemon not running" at once.
     let shutdown = kube_ovn_support::shutdown_signal().context("installing the SIGTERM handler")?;
-    kube_ovn_cni::daemon::run(config, kube, shutdown).await?;
+    kube_ovn_node::run(config, kube, shutdown).await?;
     Ok(())
 }

@@ -10,8 +10,8 @@ use kube_ovn_ovsdb::{
     Atom, Client, Condition, Mutation, Operation, Row, Table, TransactError, Uuid, Value, WaitUntil,
 };
 
-use super::error::DaemonError;
-use super::plan::QosPlan;
+use crate::error::DaemonError;
+use crate::plan::QosPlan;
 
 /// How often a QoS write that lost a race to another writer is tried again.
 const QOS_RACE_RETRIES: u32 = 3;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use common::{Cluster, WAIT};
-use kube_ovn_cni::daemon::plan::{host_nic_name, legacy_host_nic_name};
+use kube_ovn_node::plan::{host_nic_name, legacy_host_nic_name};
 use kube_ovn_testkit::wait_until;
 
 /// What KubeVirt (v1.0 and later) names a VM's secondary interface in its launcher pod: `pod`

@@ -22,11 +22,11 @@ use ipnet::IpNet;
 use kube_ovn_api::wire::CniRequest;
 use kube_ovn_dataplane::{Netlink, Netns, Route, VethPair, ethtool};
 
-use super::Node;
-use super::config::Datapath;
-use super::error::DaemonError;
-use super::ovs::PortSpec;
-use super::plan::{NicPlan, QosPlan, early_port, host_nic_name};
+use crate::Node;
+use crate::config::Datapath;
+use crate::error::DaemonError;
+use crate::ovs::PortSpec;
+use crate::plan::{NicPlan, QosPlan, early_port, host_nic_name};
 
 impl Node {
     /// ADD: the NIC for `request`, in the order the annotations allow; the plan it was built to.

@@ -8,11 +8,11 @@
 //!   ovn-controller binds its ports as it binds ours: the reference that does the same work.
 //! - Debian's `bridge` + `host-local` plugins: a veth on a Linux bridge, no OVN; context only.
 //!
-//! `cargo bench -p kube-ovn-cni --bench cni_bench -- [PODS]` (default 100): the controller has
+//! `cargo bench -p kube-ovn-node --bench cni_bench -- [PODS]` (default 100): the controller has
 //! annotated every pod before timing starts, so the figures are the node's share; pod by pod,
 //! ours, the script, bridge, alternating.
 //!
-//! `cargo bench -p kube-ovn-cni --bench cni_bench -- [PODS] --late MS`: annotations arrive
+//! `cargo bench -p kube-ovn-node --bench cni_bench -- [PODS] --late MS`: annotations arrive
 //! late. Two nodes, `--early-plug=true` on one and `false` on the other; for each pod, on the
 //! nodes in turn: the controller is held back (its northbound ovsdb-server stopped), the pod is
 //! created, ADD starts, and after MS milliseconds the controller is let go. ADD is timed from

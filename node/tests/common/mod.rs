@@ -30,6 +30,18 @@ pub const WAIT: Duration = Duration::from_mins(1);
 
 pub use kube_ovn_testkit::init_logging;
 
+/// The `kube-ovn` shim, a binary of the `kube-ovn-cni` crate: Cargo builds it beside this crate's
+/// binaries when the workspace is tested (`cargo test --workspace`, as scripts/test.sh does).
+pub fn shim_binary() -> Result<PathBuf> {
+    let shim = std::path::Path::new(env!("CARGO_BIN_EXE_kube-ovn-daemon")).with_file_name("kube-ovn");
+    anyhow::ensure!(
+        shim.exists(),
+        "the CNI shim {} is not built (cargo build -p kube-ovn-cni --bin kube-ovn)",
+        shim.display()
+    );
+    Ok(shim)
+}
+
 pub mod egress;
 pub mod policy;
 pub mod policy_cases;
@@ -259,7 +271,7 @@ impl Cluster {
             "--install-cni-config=true".into(),
             format!("--cni-conf-dir={}", conf_dir.display()),
             format!("--cni-bin-dir={}", bin_dir.display()),
-            format!("--cni-bin={}", env!("CARGO_BIN_EXE_kube-ovn")),
+            format!("--cni-bin={}", shim_binary()?.display()),
             format!("--pprof-port={metrics_port}"),
             "--metrics-address=127.0.0.1".into(),
             format!("--system-id-file={}", dir.path().join("no-system-id").display()),

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::Result;
-use kube_ovn_cni::daemon::ovs::{MONITORED, Ovs, PortSpec};
-use kube_ovn_cni::daemon::plan::{QosPlan, qos_plan};
+use kube_ovn_node::ovs::{MONITORED, Ovs, PortSpec};
+use kube_ovn_node::plan::{QosPlan, qos_plan};
 use kube_ovn_ovsdb::{Client, ClientConfig, MonitorTables, Remote};
 use kube_ovn_testkit::OvsNode;
 

@@ -20,10 +20,10 @@ use k8s_openapi::api::core::v1::Pod;
 use kube_ovn_api::wire::{ADD_PATH, CniRequest, DEL_PATH, ErrorResponse};
 use tracing::Instrument;
 
-use super::Node;
-use super::error::DaemonError;
-use super::plan::{self, PlanInputs, Readiness, WaitingFor};
-use crate::shim::{CHECK_PATH, GC_PATH, GcRequest, STATUS_PATH};
+use crate::Node;
+use crate::error::DaemonError;
+use crate::plan::{self, PlanInputs, Readiness, WaitingFor};
+use kube_ovn_cni::shim::{CHECK_PATH, GC_PATH, GcRequest, STATUS_PATH};
 
 type Shared = State<Arc<Node>>;
 

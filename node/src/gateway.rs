@@ -11,7 +11,7 @@
 //! for a moment. Input the planner refuses is a Warning event on the Subnet (once per distinct
 //! message) and leaves that subnet's previous plan in force.
 //!
-//! The task also plans ingress to the Services' ports on LoadBalancer IPs (`super::lb_ingress`):
+//! The task also plans ingress to the Services' ports on LoadBalancer IPs (`crate::lb_ingress`):
 //! an address the guard refuses is a Warning event on the Service, once per Service, field and
 //! reason. A distributed `externalEgressGateway` routes this node's pods by the addresses the
 //! controller recorded in their IP CRs, never a node's (`pods`); a forged address is a Warning
@@ -38,11 +38,11 @@ use kube_ovn_dataplane::{Netlink, PolicyRule, TableRoute, ethtool};
 use kube_ovn_gateway::{GatewayInput, LastGood, NodeFacts, PlanError, PolicyRouting, plan};
 use kube_ovn_support::Watched;
 
-use super::Node;
-use super::error::DaemonError;
-use super::lb_ingress::{Protected, ProtectedInputs, api_server_endpoints, lb_ingress, node_addresses};
-use super::nft_tables::{Applied, NftTables};
-use super::node::{OVN0, join_address};
+use crate::Node;
+use crate::error::DaemonError;
+use crate::lb_ingress::{Protected, ProtectedInputs, api_server_endpoints, lb_ingress, node_addresses};
+use crate::nft_tables::{Applied, NftTables};
+use crate::node::{OVN0, join_address};
 
 /// How long the task waits for the caches' first list before saying so in the log.
 const SYNC_WAIT: Duration = Duration::from_secs(30);
@@ -324,7 +324,7 @@ async fn warn(
 async fn report_refusals(
     node: &Node,
     state: &mut Egress,
-    refused: &[super::lb_ingress::Refusal],
+    refused: &[crate::lb_ingress::Refusal],
     forged: &[pods::Forged],
 ) {
     let me = &node.config.flags.node_name;

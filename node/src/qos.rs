@@ -21,9 +21,9 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::Node;
-use super::error::DaemonError;
-use super::plan;
+use crate::Node;
+use crate::error::DaemonError;
+use crate::plan;
 
 /// The first retry's delay; each further one doubles it.
 pub const RETRY_MIN: Duration = Duration::from_millis(200);
