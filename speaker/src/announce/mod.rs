@@ -261,5 +261,3 @@ pub fn desired(objects: &Objects<'_>, scope: &Scope<'_>) -> Desired {
 
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_trust;
