@@ -19,10 +19,10 @@ mod sample;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use common::kubectl::{Kubectl, repo};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use kube_ovn_lab::kubernetes::fixture::{ApiServer, ApiServerOptions};
-use common::kubectl::{Kubectl, repo};
 use serde_json::Value;
 
 /// Every document of every `*.yaml` in `dir` (not recursive), with its file's path.

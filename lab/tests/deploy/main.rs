@@ -26,10 +26,10 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use clap::Parser as _;
+use common::kubectl::{Kubectl, kustomize, repo};
 use k8s_openapi::api::authorization::v1::{SelfSubjectRulesReview, SelfSubjectRulesReviewSpec};
 use kube::api::{Api, PostParams};
 use kube_ovn_lab::kubernetes::fixture::{ApiServer, ApiServerOptions};
-use common::kubectl::{self, Kubectl, kustomize, repo};
 use rules::Grant;
 use serde_json::Value;
 
