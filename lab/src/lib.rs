@@ -5,8 +5,10 @@
 //!   the tests' fixture (an API server per test on a shared etcd), and the lab's control plane
 //!   ([`kubernetes::lab`]: what `up` and `kube-ovn-lab apiserver` start).
 //! - [`agent`]: what a cluster has beyond the control plane and the lab lacks, run by
-//!   `kube-ovn-lab agent`: a kubelet stand-in per node (Node, Lease and status heartbeats, pod
-//!   sandboxes) and the LoadBalancer IP allocator.
+//!   `kube-ovn-lab agent`: a kubelet stand-in per node in the process mode (`up --install
+//!   processes`; Node, Lease and status heartbeats, pod sandboxes) and the LoadBalancer IP
+//!   allocator. The default mode (`--install manifests`) runs real kubelets instead
+//!   ([`kubernetes::kubelet`], [`cluster::kubelet`]).
 //! - [`cni_runtime`]: a container runtime's side of CNI (conflist, plugin runs), used by the
 //!   kubelet stand-in and by the CNI tests.
 //! - [`netexec`]: the server behind the image `kube-ovn-lab/netexec` (as agnhost's `netexec`).

@@ -409,5 +409,4 @@ fn by_type(c: &MessageCounts) -> [(&'static str, u64); 5] {
 }
 
 #[cfg(test)]
-#[path = "metrics_tests.rs"]
 mod tests;

@@ -39,6 +39,7 @@ fn status(state: State, prefixes: usize, error: Option<&str>) -> PeerStatus {
         ready: true,
         initial_table_sent: true,
         bfd_down: false,
+        idle_holds_waited_for_bfd: 0,
         stopped: false,
     }
 }

@@ -111,11 +111,15 @@ async fn session_routes_bfd_seam_and_shutdown_notification() {
             .contains("BFD down (6/10)"),
         "{down:?}"
     );
-    // What is checked is that nothing happens: the session must not come back on its own
-    // although its idle hold (1 s) runs out meanwhile. No event marks "still nothing", so this
-    // waits 2.5 idle holds and then looks.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-    let held = a.status();
+    // What is checked is that nothing happens: the session must not come back on its own when
+    // its idle hold (1 s) runs out. The driver counts the idle holds that ran out while BFD held
+    // the session down: once one has, the session must still be Idle.
+    let held = a
+        .wait_for("the idle hold to run out while BFD is down", WAIT, |s| {
+            s.idle_holds_waited_for_bfd >= 1
+        })
+        .await
+        .unwrap();
     assert!(held.bfd_down && held.state == State::Idle, "{held:?}");
     a.bfd_up().unwrap();
     a.wait_for("Established again", WAIT, |s| {

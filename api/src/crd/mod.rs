@@ -2,6 +2,12 @@
 //! [`Condition`], and [`crds`], the single source of truth for the CustomResourceDefinitions we
 //! install (the `crdgen` binary writes them to `deploy/crds/`; the tests check them).
 //!
+//! 16 of Kube-OVN's 25 kinds: Vpc, Subnet, IP, IPPool, Vlan, ProviderNetwork, Vip,
+//! VpcNatGateway, OvnEip, OvnFip, OvnSnatRule, OvnDnatRule, IptablesEIP, IptablesFIPRule,
+//! IptablesSnatRule and IptablesDnatRule. Kube-OVN's QoSPolicy, SecurityGroup, SwitchLBRule,
+//! RouterLBRule, VpcDns, VpcEgressGateway, BgpConf, EvpnConf and DNSNameResolver are not defined
+//! here. Our own BgpPeer is in another group ([`crate::bgp_peer`], [`crate::extension_crds`]).
+//!
 //! Every kind is cluster-scoped, as in Kube-OVN. Field names, types, defaults, short names,
 //! plurals, printer columns and status subresources follow Kube-OVN's CRDs exactly. On the Rust
 //! side every spec and status field is an `Option` (or `Option<Vec<_>>`), so reading an object

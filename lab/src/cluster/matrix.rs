@@ -521,5 +521,4 @@ impl Report {
 }
 
 #[cfg(test)]
-#[path = "matrix_tests.rs"]
 mod tests;

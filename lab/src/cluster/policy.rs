@@ -178,5 +178,4 @@ fn in_range(first: i32, end: Option<i32>, port: u16) -> bool {
 }
 
 #[cfg(test)]
-#[path = "policy_tests.rs"]
 mod tests;

@@ -1,5 +1,5 @@
-//! Helpers shared by the lab's integration tests: bounded waits, and the `kube-ovn-lab` binary
-//! as a child process (`apiserver`, and whole labs in [`lab`]).
+//! Helpers shared by the lab's integration tests: bounded waits, the `kube-ovn-lab` binary as a
+//! child process (`apiserver`, and whole labs in [`lab`]), and the built kubectl ([`kubectl`]).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -10,6 +10,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 pub mod agent;
+pub mod kubectl;
 pub mod lab;
 
 /// How long any single condition may take before a test fails. Generous: the machine has two

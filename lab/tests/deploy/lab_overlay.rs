@@ -11,8 +11,8 @@ use kube_ovn_lab::cluster::topology::{
 
 use kube_ovn_controller::config::comma_joined;
 
+use super::common::kubectl::kustomize;
 use super::flags;
-use super::kubectl::kustomize;
 use super::{documents, find};
 
 /// The lab's overlay starts the components with what the lab's process mode passes as flags

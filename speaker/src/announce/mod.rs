@@ -20,11 +20,14 @@
 //!   `--announce-cluster-ip` is set; LoadBalancer ingress IPs always; `spec.externalIPs` only
 //!   inside `--service-external-ip-cidrs` (empty by default: none) ([`services`]).
 //! - IptablesEIPs with `bgp: "true"` that are ready: `spec.v4ip`/`spec.v6ip`, from the speaker
-//!   on the node where a Running pod of the EIP's NAT gateway (`spec.natGwDp`) is: Kube-OVN's
-//!   `--node-route-eip-mode`, always on here. The gateway pod is found by its label
-//!   `ovn.kubernetes.io/vpc-nat-gw=true` and annotation `ovn.kubernetes.io/vpc_nat_gw=<gw>`, in
-//!   any namespace (Kube-OVN looks up `vpc-nat-gw-<gw>-0` in `--vpc-nat-gw-namespace`, which
-//!   misses Deployment-style gateways and gateways in other namespaces).
+//!   on the node where a Running pod of the EIP's NAT gateway (`spec.natGwDp`) is. This is ours:
+//!   released Kube-OVN announces an EIP only from a speaker inside the NAT gateway pod
+//!   (`--nat-gw-mode`); announcing it from the node's speaker is what an unmerged Kube-OVN
+//!   proposal calls `--node-route-eip-mode`. There is no such flag here: it is always on. The
+//!   gateway pod is found by its label `ovn.kubernetes.io/vpc-nat-gw=true` and annotation
+//!   `ovn.kubernetes.io/vpc_nat_gw=<gw>`, in any namespace (the proposal looks up
+//!   `vpc-nat-gw-<gw>-0` in `--vpc-nat-gw-namespace`, which misses Deployment-style gateways and
+//!   gateways in other namespaces).
 //!
 //! Every address and prefix must be a routable unicast one (not multicast, broadcast,
 //! unspecified, loopback, link-local, ...): one that is not is refused alone ([`refusal`]), so it
@@ -261,5 +264,3 @@ pub fn desired(objects: &Objects<'_>, scope: &Scope<'_>) -> Desired {
 
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_trust;

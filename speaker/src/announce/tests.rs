@@ -1,6 +1,8 @@
 //! Unit tests of [`super::desired`]: objects as Kube-OVN writes them, prefixes out. Pods come
 //! with the IP records the controller writes for them ([`records_for`]); what happens without
-//! them, and every other refusal, is in `tests_trust.rs`.
+//! them, and every other refusal, is in `tests/trust.rs`.
+
+mod trust;
 
 use std::sync::LazyLock;
 
@@ -8,13 +10,13 @@ use serde_json::{Value, json};
 
 use super::*;
 
-pub(super) fn obj<T: serde::de::DeserializeOwned>(v: Value) -> Arc<T> {
+fn obj<T: serde::de::DeserializeOwned>(v: Value) -> Arc<T> {
     Arc::new(serde_json::from_value(v).unwrap())
 }
 
 /// The IP record the controller writes for one NIC of a pod (`ip_record.rs`): named like the
 /// port, labelled `ip_reserved=false`.
-pub(super) fn record(name: &str, pod: &str, ns: &str, subnet: &str, ips: &str) -> Arc<Ip> {
+fn record(name: &str, pod: &str, ns: &str, subnet: &str, ips: &str) -> Arc<Ip> {
     let v4 = ips.split(',').find(|a| a.contains('.')).unwrap_or_default();
     let v6 = ips.split(',').find(|a| a.contains(':')).unwrap_or_default();
     obj(json!({"apiVersion": "kubeovn.io/v1", "kind": "IP",
@@ -25,7 +27,7 @@ pub(super) fn record(name: &str, pod: &str, ns: &str, subnet: &str, ips: &str) -
 }
 
 /// The records the controller would have written for these pods' annotations.
-pub(super) fn records_for(pods: &[Arc<Pod>]) -> Vec<Arc<Ip>> {
+fn records_for(pods: &[Arc<Pod>]) -> Vec<Arc<Ip>> {
     let mut out = Vec::new();
     for pod in pods {
         let (name, ns) = (
@@ -45,7 +47,7 @@ pub(super) fn records_for(pods: &[Arc<Pod>]) -> Vec<Arc<Ip>> {
     out
 }
 
-pub(super) fn subnet(name: &str, cidr: &str, bgp: Option<&str>, ready: bool) -> Arc<Subnet> {
+fn subnet(name: &str, cidr: &str, bgp: Option<&str>, ready: bool) -> Arc<Subnet> {
     let ann = bgp
         .map(|b| json!({"ovn.kubernetes.io/bgp": b}))
         .unwrap_or(json!({}));
@@ -56,7 +58,7 @@ pub(super) fn subnet(name: &str, cidr: &str, bgp: Option<&str>, ready: bool) -> 
         "status": {"conditions": [{"type": "Ready", "status": status}]}}))
 }
 
-pub(super) fn pod(name: &str, node: &str, ann: &Value, phase: &str) -> Arc<Pod> {
+fn pod(name: &str, node: &str, ann: &Value, phase: &str) -> Arc<Pod> {
     obj(
         json!({"metadata": {"name": name, "namespace": "ns", "annotations": ann},
         "spec": {"nodeName": node, "containers": [], "restartPolicy": "Never"},
@@ -64,11 +66,11 @@ pub(super) fn pod(name: &str, node: &str, ann: &Value, phase: &str) -> Arc<Pod> 
     )
 }
 
-pub(super) fn allocated(ip: &str, subnet: &str) -> Value {
+fn allocated(ip: &str, subnet: &str) -> Value {
     json!({"ovn.kubernetes.io/ip_address": ip, "ovn.kubernetes.io/logical_switch": subnet})
 }
 
-pub(super) fn prefixes(d: &Desired) -> Vec<String> {
+fn prefixes(d: &Desired) -> Vec<String> {
     d.prefixes.keys().map(ToString::to_string).collect()
 }
 
@@ -76,7 +78,7 @@ pub(super) fn prefixes(d: &Desired) -> Vec<String> {
 static NO_EXTERNAL_IPS: LazyLock<ExternalIpCidrs> = LazyLock::new(ExternalIpCidrs::default);
 
 /// The speaker on n1 with the default flags.
-pub(super) fn here() -> Scope<'static> {
+fn here() -> Scope<'static> {
     Scope {
         node_name: "n1",
         announce_cluster_ip: false,

@@ -1,6 +1,6 @@
 //! The BGP core of the speaker, sans-IO: [`wire`] (codec), [`fsm`] (RFC 4271 session state
-//! machine), [`rib_out`] (Adj-RIB-Out and UPDATE packing). A driver that owns sockets and timers
-//! feeds them; see [`fsm`] for the loop it is expected to run.
+//! machine), [`rib_out`] (Adj-RIB-Out and UPDATE packing). The driver that owns sockets and
+//! timers and feeds them is [`crate::driver`]; [`fsm`] draws the loop it runs.
 
 pub mod fsm;
 pub mod rib_out;

@@ -36,7 +36,7 @@ fn main() -> anyhow::Result<()> {
     main_runtime.block_on(async move {
         let kube = kube_ovn_support::kube_client(config.flags.kubeconfig.as_deref()).await?;
         let shutdown = kube_ovn_support::shutdown_signal().context("installing the SIGTERM handler")?;
-        run::run(config, kube, place, shutdown, Vec::new()).await?;
+        run::run(config, kube, place, shutdown).await?;
         anyhow::Ok(())
     })?;
     bgp_runtime.shutdown_timeout(std::time::Duration::from_secs(2));

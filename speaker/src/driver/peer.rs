@@ -184,6 +184,7 @@ impl PeerTask {
             self.timers.remove(&timer);
             // While BFD says the path is down the session waits for `bfd_up`, not the clock.
             if timer == Timer::IdleHold && self.status.bfd_down {
+                self.status.idle_holds_waited_for_bfd += 1;
                 continue;
             }
             self.feed(Input::TimerExpired(timer));

@@ -69,6 +69,9 @@ pub struct PeerStatus {
     pub initial_table_sent: bool,
     /// BFD reported the path down; the session stays down until it is back.
     pub bfd_down: bool,
+    /// Idle holds that ran out while BFD said the path was down: each is a start the session
+    /// skipped, waiting for `bfd_up` rather than the clock (so a test can see the wait happen).
+    pub idle_holds_waited_for_bfd: u64,
     /// The peer task has ended (shut down); nothing will change any more.
     pub stopped: bool,
 }
@@ -93,6 +96,7 @@ impl PeerStatus {
             ready: false,
             initial_table_sent: false,
             bfd_down: false,
+            idle_holds_waited_for_bfd: 0,
             stopped: false,
         }
     }

@@ -13,7 +13,6 @@
 //!             routes stale, the state file stays fresh: the next start sets the R bit), the
 //!             others get Cease / Administrative Shutdown (see [`StopKind`]); every session
 //!             gets Cease when the node lost its BGP label (`--bgp-node-label`: it leaves BGP)
-//!  side tasks: the seam for the centralized-gateway NAT task (a later issue) beside the BGP one
 //! ```
 //!
 //! BGP sockets, BFD sockets and netlink live in the namespace given as `bgp_ns` and are made on
@@ -233,13 +232,12 @@ impl PeerSet {
     }
 }
 
-/// Runs the speaker until `shutdown` completes; `side_tasks` run beside it (the NAT seam).
+/// Runs the speaker until `shutdown` completes.
 pub async fn run(
     config: Config,
     kube: kube::Client,
     place: BgpPlace,
     shutdown: impl Future<Output = ()>,
-    side_tasks: Vec<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>>,
 ) -> Result<(), RunError> {
     let flags = config.flags.clone();
     let netlink = Netlink::connect(&place.netns)?;
@@ -360,9 +358,6 @@ pub async fn run(
         // graceful restart's memory, so that end is not a failure of the process.
         std::future::pending::<()>().await;
     });
-    for (i, side) in side_tasks.into_iter().enumerate() {
-        tasks.spawn(format!("side-{i}"), side);
-    }
     let endpoints = tasks::metrics_endpoints(rt.clone(), peers.clone(), tables_handed).supervised(&tasks);
     tasks.spawn("metrics-server", async move {
         if let Err(e) = endpoints.serve(metrics_listener).await {

@@ -1,8 +1,8 @@
-//! `up` in its process mode (the default, `--install processes`): OVN central, the controller,
+//! `up` in its process mode (`--install processes`): OVN central, the controller,
 //! every node's OVS, daemon, ovn-controller and speaker run as lab processes with the flags an
 //! operator would give them; the agent's kubelet stand-ins make the pods (directly, or through
 //! containerd with `--runtime containerd`). Fast to start and to debug; `--install manifests`
-//! (`super::install`) runs the same components from `deploy/` on real kubelets.
+//! (`super::install`, the default) runs the same components from `deploy/` on real kubelets.
 
 use std::path::Path;
 use std::time::Duration;

@@ -10,13 +10,13 @@
 //! itself after an idle hold time that doubles up to a minute (RFC 4271 §8.1.1,
 //! DampPeerOscillations), unless it was stopped by the operator.
 //!
-//! # The driver (one tokio task per peer; not in this crate yet)
+//! # The driver ([`crate::driver`]: one tokio task per peer, `driver/peer.rs`)
 //!
 //! ```text
 //!   listener task ──accepted socket (source checked)──┐
 //!   connect future ──connected / failed───────────────┤
 //!   reader task per socket ──bytes───────────────────┼──► Input ──► Session::handle ──► Vec<Action>
-//!   timer wheel (tokio::time::sleep_until per Timer)──┤                                   │
+//!   timers (sleep_until the earliest deadline)───────┤                                   │
 //!   operator / config / BFD ──Start, Stop────────────┘                                   │
 //!                                                                                         ▼
 //!   Connect          → spawn a connect (MD5 key and local address set before connect())

@@ -1,5 +1,10 @@
 //! The state machine by input → output: exact action lists for the open sequences, and for
-//! every error path the NOTIFICATION sent, the connection closed and the state reached.
+//! every error path the NOTIFICATION sent, the connection closed and the state reached;
+//! restarts, collisions, graceful restart and established traffic in `collisions_and_restarts`,
+//! a hold time of 0 in `hold_time`.
+
+mod collisions_and_restarts;
+mod hold_time;
 
 use std::net::Ipv4Addr;
 use std::time::Duration;
@@ -566,6 +571,3 @@ fn stop_reasons_send_their_cease_subcode() {
         b"\x0bmaintenance".to_vec()
     );
 }
-
-mod collisions_and_restarts;
-mod hold_time;

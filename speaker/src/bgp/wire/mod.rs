@@ -27,8 +27,6 @@ mod update_check;
 
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_update;
 
 pub use decode::{DecodeContext, Decoded, UpdateMode, decode_frame, decode_message};
 pub use encode::{EncodeContext, encode, encode_into};

@@ -1,5 +1,8 @@
 //! Codec tests: round trips of what we send, hand-built bytes for every header and OPEN error,
-//! and the framing of a stream cut at every point.
+//! and the framing of a stream cut at every point. RFC 7606 handling of received UPDATEs is
+//! in `update`.
+
+mod update;
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 

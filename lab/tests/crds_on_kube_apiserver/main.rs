@@ -7,22 +7,22 @@
 //! object of each kind with every field of its schema set is accepted, kept as sent and read
 //! back through our types.
 
+// A test of several files (`tests/<name>/main.rs`) reaches the shared helpers by path.
 #[allow(
     dead_code,
-    reason = "deploy.rs renders with `kustomize`; this file needs no rendering"
+    reason = "each test binary uses its own subset of the shared helpers"
 )]
-#[path = "deploy/kubectl.rs"]
-mod kubectl;
-#[path = "crds/sample.rs"]
+#[path = "../common/mod.rs"]
+mod common;
 mod sample;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use common::kubectl::{Kubectl, repo};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use kube_ovn_lab::kubernetes::fixture::{ApiServer, ApiServerOptions};
-use kubectl::{Kubectl, repo};
 use serde_json::Value;
 
 /// Every document of every `*.yaml` in `dir` (not recursive), with its file's path.
@@ -388,7 +388,7 @@ async fn an_unknown_field_is_refused_under_strict_validation_and_pruned_without_
     );
 }
 
-/// Every field of every CRD's schema set at once (see `crds/sample.rs`): the server accepts the
+/// Every field of every CRD's schema set at once (see `sample.rs`): the server accepts the
 /// object (the status through the status subresource where there is one), stores every value as
 /// sent, and the stored object survives our types, spec and status.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,8 +3,8 @@
 
 use proptest::prelude::*;
 
-use super::notification::update as sub;
-use super::*;
+use crate::bgp::wire::notification::update as sub;
+use crate::bgp::wire::*;
 
 const ORIGIN: &str = "40 01 01 00";
 const AS_PATH: &str = "40 02 06 02 01 0000fde9";

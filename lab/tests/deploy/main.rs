@@ -9,25 +9,27 @@
 //! the audit log). Every flag in a container's args (and every flag variable in its env) parses
 //! with the binary's own flag types and passes its validation; the workloads have what their
 //! components need. (The CRDs and the custom resources in deploy/ and examples/ are checked on
-//! the server in crds_on_kube_apiserver.rs.)
+//! the server in crds_on_kube_apiserver/.)
 
-#[path = "deploy/flags.rs"]
+// A test of several files (`tests/<name>/main.rs`) reaches the shared helpers by path.
+#[allow(
+    dead_code,
+    reason = "each test binary uses its own subset of the shared helpers"
+)]
+#[path = "../common/mod.rs"]
+mod common;
 mod flags;
-#[path = "deploy/kubectl.rs"]
-mod kubectl;
-#[path = "deploy/lab_overlay.rs"]
 mod lab_overlay;
-#[path = "deploy/rules.rs"]
 mod rules;
 
 use std::collections::BTreeSet;
 use std::path::Path;
 
 use clap::Parser as _;
+use common::kubectl::{Kubectl, kustomize, repo};
 use k8s_openapi::api::authorization::v1::{SelfSubjectRulesReview, SelfSubjectRulesReviewSpec};
 use kube::api::{Api, PostParams};
 use kube_ovn_lab::kubernetes::fixture::{ApiServer, ApiServerOptions};
-use kubectl::{Kubectl, kustomize, repo};
 use rules::Grant;
 use serde_json::Value;
 

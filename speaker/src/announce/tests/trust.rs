@@ -1,12 +1,12 @@
-//! Unit tests of what [`super::desired`] refuses: addresses a tenant chose (a pod's annotation
+//! Unit tests of what [`crate::announce::desired`] refuses: addresses a tenant chose (a pod's annotation
 //! without the controller's IP record, `externalIPs` outside the operator's CIDRs), addresses
 //! outside their subnet or of a subnet not Ready, and non-unicast prefixes, each dropped alone
 //! with a refusal naming the object and the field.
 
 use serde_json::json;
 
-use super::tests::{allocated, here, obj, pod, prefixes, record, records_for, subnet};
-use super::*;
+use super::{allocated, here, obj, pod, prefixes, record, records_for, subnet};
+use crate::announce::*;
 use crate::bgp::rib_out::{AdjRibOut, RouteAttributes, check_unicast};
 
 const IP_ADDRESS_FIELD: &str = r#"metadata.annotations["ovn.kubernetes.io/ip_address"]"#;
