@@ -1,7 +1,7 @@
 //! `BgpPeer` (`bgppeers.bgp.kube-ovn-rs.io/v1alpha1`): declarative BGP peers of the speaker, our
 //! own extension beyond Kube-OVN's speaker flags (which remain, and keep working unchanged). Not a
 //! Kube-OVN kind, so it lives in its own group, outside [`crate::crd`]; `crdgen` writes and
-//! checks its CRD beside Kube-OVN's ([`crate::crd::extension_crds`]).
+//! checks its CRD beside Kube-OVN's ([`crate::extension_crds`]).
 //!
 //! A BgpPeer is cluster-scoped. Its `spec.nodeSelector` picks the speaker nodes that peer with
 //! it (empty or absent: every node running a speaker); each of those speakers opens its own

@@ -17,4 +17,13 @@ pub mod selector;
 pub mod service_protocol;
 pub mod wire;
 
-pub use crd::{crds, extension_crds};
+pub use crd::crds;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+
+/// The CRDs of our own kinds, outside Kube-OVN's group: `crdgen` writes and checks them beside
+/// [`crds`] in `deploy/crds/`. Here rather than in [`crd`], which is Kube-OVN's group only (and
+/// which [`bgp_peer`] uses for the schema clean-up every CRD of ours gets).
+pub fn extension_crds() -> Vec<CustomResourceDefinition> {
+    vec![bgp_peer::crd()]
+}

@@ -17,11 +17,16 @@
 //! - [`manifests`]: a YAML manifest's objects created through a kube client.
 //! - [`cluster`]: `up`, `status`, `down` and the other verbs: network namespaces, daemons, the ToR
 //!   and the outside host, recorded in a state file.
+//! - [`command`] and [`mounts`]: running a program, and the mounts under a directory; below both
+//!   `cluster` and `runtime`, which do not depend on each other in a cycle (`cluster` uses
+//!   `runtime`).
 
 pub mod agent;
 pub mod cluster;
 pub mod cni_runtime;
+pub mod command;
 pub mod kubernetes;
 pub mod manifests;
+pub mod mounts;
 pub mod netexec;
 pub mod runtime;

@@ -11,6 +11,7 @@ use serde::Deserialize;
 use serde::de::{Deserializer, IgnoredAny};
 use uuid::Uuid;
 
+pub use crate::change::{Change, ChangeKind};
 use crate::data::Row;
 use crate::error::{DecodeError, ProtocolError};
 use crate::index::NameIndex;
@@ -121,32 +122,6 @@ impl MonitorUpdate {
             Self::Update { monitor, .. } | Self::Update2 { monitor, .. } | Self::Update3 { monitor, .. } => {
                 monitor
             }
-        }
-    }
-}
-
-/// One row that changed. `old` is absent for an insert, `new` for a delete.
-#[derive(Clone, Debug)]
-pub struct Change {
-    pub table: Arc<str>,
-    pub uuid: Uuid,
-    pub old: Option<Arc<Row>>,
-    pub new: Option<Arc<Row>>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum ChangeKind {
-    Insert,
-    Update,
-    Delete,
-}
-
-impl Change {
-    pub fn kind(&self) -> ChangeKind {
-        match (&self.old, &self.new) {
-            (None, _) => ChangeKind::Insert,
-            (Some(_), None) => ChangeKind::Delete,
-            (Some(_), Some(_)) => ChangeKind::Update,
         }
     }
 }

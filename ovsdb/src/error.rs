@@ -1,11 +1,14 @@
 //! Error types. Every error names what it is about: the remote, the method, the table, the row.
+//!
+//! The protocol modules ([`crate::rpc`], [`crate::cache`], the client) return these types; this
+//! module depends on none of them, only on [`crate::reply`] for a failed transaction's error.
 
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::ops::TransactError;
-use crate::rpc::RpcError;
+use crate::reply::TransactError;
 
 /// A broken byte stream or message. The connection that produced it is dropped.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -16,6 +19,23 @@ pub enum ProtocolError {
     Json(String),
     #[error("invalid message: {0}")]
     Invalid(String),
+}
+
+/// The `error` member of a failed response (RFC 7047 §4.1.1 and JSON-RPC 1.0).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+pub struct RpcError {
+    pub error: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<String>,
+}
+
+impl std::fmt::Display for RpcError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.details {
+            Some(d) => write!(f, "{}: {d}", self.error),
+            None => f.write_str(&self.error),
+        }
+    }
 }
 
 /// A typed row could not be built from what the server holds.

@@ -5,7 +5,8 @@
 use std::sync::Arc;
 
 use crate::cache::{DbCache, MonitorUpdate, TableUpdates, TableUpdates2};
-use crate::ops::{Operation, parse_transact_reply};
+use crate::ops::Operation;
+use crate::reply::parse_transact_reply;
 use crate::rpc::{FrameSplitter, Message};
 use crate::schema::DatabaseSchema;
 

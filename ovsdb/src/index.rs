@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use uuid::Uuid;
 
-use crate::cache::Change;
+use crate::change::Change;
 use crate::data::Row;
 
 #[derive(Clone, Debug, Default)]

@@ -23,6 +23,7 @@
 //! ```
 
 pub mod cache;
+pub mod change;
 pub mod client;
 pub mod data;
 pub mod error;
@@ -36,14 +37,16 @@ pub mod rpc;
 pub mod schema;
 pub mod table;
 pub mod tables;
+mod typed_value;
 pub mod wire;
 
 pub use cache::{Change, ChangeKind, DbCache};
 pub use client::{ChangeSet, Client, ClientConfig, ClientStats, ConnectionState, MonitorTables};
 pub use data::{Atom, Row, Value};
 pub use error::{DecodeError, Error, ProtocolError, Result};
-pub use ops::{Condition, Function, Mutation, Mutator, Operation, OperationResult, TransactError, WaitUntil};
+pub use ops::{Condition, Function, Mutation, Mutator, Operation, WaitUntil};
 pub use remote::Remote;
+pub use reply::{OperationResult, TransactError};
 pub use schema::DatabaseSchema;
 pub use table::Table;
 pub use uuid::Uuid;

@@ -375,8 +375,6 @@ impl Serialize for Operation {
     }
 }
 
-pub use crate::reply::{OperationResult, TransactError, parse_transact_reply};
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,6 +10,7 @@ use serde_json::Value as Json;
 use serde_json::value::RawValue;
 
 use crate::error::ProtocolError;
+pub use crate::error::RpcError;
 
 /// A frame larger than this is refused. The biggest legitimate frame is a monitor reply with every
 /// row of the database: 100,000 NB ports are about 40 MB, so this leaves ample room while still
@@ -132,23 +133,6 @@ pub enum Message {
         id: Id,
         result: Result<Box<RawValue>, RpcError>,
     },
-}
-
-/// The `error` member of a failed response (RFC 7047 §4.1.1 and JSON-RPC 1.0).
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
-pub struct RpcError {
-    pub error: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub details: Option<String>,
-}
-
-impl std::fmt::Display for RpcError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.details {
-            Some(d) => write!(f, "{}: {d}", self.error),
-            None => f.write_str(&self.error),
-        }
-    }
 }
 
 #[derive(Deserialize)]

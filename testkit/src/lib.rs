@@ -9,6 +9,7 @@
 
 mod daemon;
 pub mod drill;
+pub mod module_graph;
 mod netns;
 mod ovn;
 mod ovs_node;

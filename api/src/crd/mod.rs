@@ -101,9 +101,3 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
     all.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     all
 }
-
-/// The CRDs of our own kinds, outside Kube-OVN's group: `crdgen` writes and checks them beside
-/// [`crds`] in `deploy/crds/`.
-pub fn extension_crds() -> Vec<CustomResourceDefinition> {
-    vec![crate::bgp_peer::crd()]
-}

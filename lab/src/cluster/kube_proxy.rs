@@ -7,13 +7,7 @@
 
 use super::machine;
 use super::process::Launch;
-use super::topology::{NodePlan, Topology};
-use crate::kubernetes::pki::ClientIdentity;
-
-/// kube-proxy's identity (`kube-proxy.crt` in the PKI).
-pub fn identity() -> ClientIdentity {
-    ClientIdentity::new("kube-proxy", "system:kube-proxy", None)
-}
+use super::topology::{NodePlan, Topology, kube_proxy_identity};
 
 pub fn component(node: &str) -> String {
     format!("{node}-kube-proxy")
@@ -43,7 +37,10 @@ conntrack:
 ",
         name = node.name,
         ip = node.ip,
-        kubeconfig = t.control_plane().kubeconfig(&identity().stem).display(),
+        kubeconfig = t
+            .control_plane()
+            .kubeconfig(&kube_proxy_identity().stem)
+            .display(),
     )
 }
 

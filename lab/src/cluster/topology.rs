@@ -113,6 +113,12 @@ pub struct Topology {
     pub nodes: Vec<NodePlan>,
 }
 
+/// kube-proxy's identity (`kube-proxy.crt` in the PKI): one of the control plane's clients
+/// ([`Topology::control_plane`]) and what [`super::kube_proxy`]'s kubeconfig names.
+pub fn kube_proxy_identity() -> crate::kubernetes::pki::ClientIdentity {
+    crate::kubernetes::pki::ClientIdentity::new("kube-proxy", "system:kube-proxy", None)
+}
+
 impl Topology {
     /// The plan for lab `name` with `nodes` nodes under `run_dir` (`/var/lib/kube-ovn-lab`).
     pub fn new(
@@ -264,7 +270,7 @@ impl Topology {
                     .iter()
                     .map(|n| crate::kubernetes::kubelet::identity(&n.name)),
             )
-            .chain([super::kube_proxy::identity()])
+            .chain([kube_proxy_identity()])
             .collect(),
         }
     }

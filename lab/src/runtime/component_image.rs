@@ -322,7 +322,7 @@ impl Podman {
 /// Unmounts (lazily, deepest first) every mount at or under `dir`; failures are left to the
 /// removal that follows, which then names the path.
 fn unmount_under(dir: &Path) {
-    let _ = crate::cluster::containerd::unmount_under(dir);
+    let _ = crate::mounts::unmount_under(dir);
 }
 
 /// FNV-1a of a path's bytes: a stable name for the path (std's hasher is not stable across

@@ -20,8 +20,9 @@ use super::{ChangeSet, Command, ConnectionState, MonitorTables, Shared};
 use crate::cache::{DbCache, MonitorUpdate, TableUpdates, TableUpdates2};
 use crate::data::Row;
 use crate::error::{Error, ProtocolError, Result};
-use crate::ops::{Operation, OperationResult, parse_transact_reply};
+use crate::ops::Operation;
 use crate::remote::Remote;
+use crate::reply::{OperationResult, parse_transact_reply};
 use crate::rpc::{Message, RpcError};
 use crate::schema::DatabaseSchema;
 

@@ -38,8 +38,9 @@ pub use monitor::{MonitorTables, ServerStatus};
 
 use crate::cache::{Change, DbCache};
 use crate::error::{DecodeError, Error, Result};
-use crate::ops::{Operation, OperationResult};
+use crate::ops::Operation;
 use crate::remote::Remote;
+use crate::reply::OperationResult;
 use crate::schema::DatabaseSchema;
 use crate::table::Table;
 

@@ -24,7 +24,7 @@ use kube_ovn_lab::runtime::containerd::{Snapshotter, import, remove_all_sandboxe
 use kube_ovn_lab::runtime::cri::CriClient;
 use kube_ovn_lab::runtime::images;
 
-use super::up::{Recorder, wait_serving};
+use super::record::{Recorder, wait_serving};
 
 /// How long `down` lets each containerd take to remove its sandboxes.
 const REMOVE_TIMEOUT: Duration = Duration::from_mins(1);

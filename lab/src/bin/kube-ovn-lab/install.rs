@@ -21,7 +21,7 @@ use kube_ovn_lab::cluster::{containerd, kube_proxy, kubelet, machine, net};
 use kube_ovn_lab::runtime::containerd::{Snapshotter, import};
 use kube_ovn_lab::runtime::{component_image, images};
 
-use super::up::{Recorder, wait_serving};
+use super::record::{Recorder, wait_serving};
 
 /// The images every node gets, as archives: the pause image, the lab's netexec, ours. Run in
 /// the host's namespaces (debootstrap and apt reach the Debian mirror from there only).

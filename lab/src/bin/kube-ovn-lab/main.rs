@@ -10,8 +10,10 @@ mod matrix;
 mod prepare;
 mod probe;
 mod processes;
+mod record;
 mod status;
 mod up;
+mod up_args;
 mod verbs;
 
 use std::path::PathBuf;
@@ -45,7 +47,7 @@ struct Cli {
 enum Command {
     /// Bring a lab up: namespaces, OVN, the controller, N nodes with their daemons and
     /// speakers, a BGP ToR, an outside host; apply the examples; print a connectivity matrix.
-    Up(up::UpArgs),
+    Up(up_args::UpArgs),
     /// Say which components run and which are unhealthy, and why.
     Status,
     /// Remove everything the lab made (processes by PID, namespaces, its directory).

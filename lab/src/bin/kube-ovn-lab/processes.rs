@@ -17,7 +17,8 @@ use kube_ovn_lab::cluster::topology::{NodePlan, Topology};
 use kube_ovn_lab::cluster::wait::wait_for;
 
 use super::containerd::RuntimeArg;
-use super::up::{Recorder, UpArgs, wait_serving};
+use super::record::{Recorder, wait_serving};
+use super::up_args::UpArgs;
 
 /// The components' ServiceAccounts and roles, exactly as a real cluster gets them from `deploy/`.
 const RBAC: &str = include_str!("../../../../deploy/base/rbac.yaml");

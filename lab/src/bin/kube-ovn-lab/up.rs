@@ -13,7 +13,6 @@
 //! 6. the examples (`kubectl apply`), then the wait for pods and routes, and the matrix.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -23,115 +22,16 @@ use kube::Api;
 use kube::api::ListParams;
 use kube_ovn_lab::cluster::components::{self, Binaries};
 use kube_ovn_lab::cluster::net::{self, run};
-use kube_ovn_lab::cluster::process::{self, Launch};
-use kube_ovn_lab::cluster::state::{Install, LabState, Made};
+use kube_ovn_lab::cluster::process;
+use kube_ovn_lab::cluster::state::{LabState, Made};
 use kube_ovn_lab::cluster::topology::Topology;
 use kube_ovn_lab::cluster::tor;
 use kube_ovn_lab::cluster::wait::{nothing_missing, wait_for};
 
 use super::containerd::RuntimeArg;
-use super::{TorArg, prepare};
-
-#[derive(clap::Args)]
-pub struct UpArgs {
-    /// How many nodes (`node1` … `nodeN`).
-    #[arg(long, env = "KUBE_OVN_LAB_NODES", default_value_t = 2)]
-    pub nodes: usize,
-    /// The ToR's routing daemon.
-    #[arg(long, env = "KUBE_OVN_LAB_TOR", value_enum, default_value = "bird")]
-    pub tor: TorArg,
-    /// Objects to apply once the lab runs (`kubectl apply -R -f`); default: the repository's
-    /// `examples/lab`.
-    #[arg(long, env = "KUBE_OVN_LAB_EXAMPLES")]
-    pub examples: Option<PathBuf>,
-    /// Apply no examples (an empty cluster).
-    #[arg(long, env = "KUBE_OVN_LAB_NO_EXAMPLES", conflicts_with = "examples")]
-    pub no_examples: bool,
-    /// Where the binaries are (`kube-ovn-controller`, `kube-ovn-daemon`, `kube-ovn`,
-    /// `kube-ovn-speaker`); default: beside this one, built first when missing.
-    #[arg(long, env = "KUBE_OVN_LAB_BIN_DIR")]
-    pub bin_dir: Option<PathBuf>,
-    /// Do not run the project's install script (the packages are known to be there).
-    #[arg(long, env = "KUBE_OVN_LAB_NO_INSTALL")]
-    pub no_install: bool,
-    /// Which runtime makes the pods: `direct` (the kubelet stand-in runs the CNI conflist
-    /// itself) or `containerd` (one per node; pods are real sandboxes, netexec a container).
-    #[arg(long, env = "KUBE_OVN_LAB_RUNTIME", value_enum, default_value = "direct")]
-    pub runtime: RuntimeArg,
-    /// How our components run: `manifests` (a real kubelet, containerd and kube-proxy per node,
-    /// our image built here, `kubectl apply -k deploy/overlays/lab`: installed as users install
-    /// it) or `processes` (our binaries as lab processes, the kubelet stand-in making pods:
-    /// faster, for development).
-    #[arg(long, env = "KUBE_OVN_LAB_INSTALL", value_enum, default_value = "manifests")]
-    pub install: InstallArg,
-    /// The kustomization `--install manifests` applies (the CRDs from the `crds/` directory
-    /// above it); default: the repository's `deploy/overlays/lab`.
-    #[arg(long, env = "KUBE_OVN_LAB_MANIFESTS")]
-    pub manifests: Option<PathBuf>,
-    /// How long each wait of `up` may take (Go duration).
-    #[arg(long, env = "KUBE_OVN_LAB_TIMEOUT", default_value = "120s", value_parser = parse_timeout)]
-    pub timeout: Duration,
-}
-
-/// How the lab's components run (see `UpArgs::install`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum InstallArg {
-    Processes,
-    Manifests,
-}
-
-impl From<InstallArg> for Install {
-    fn from(i: InstallArg) -> Self {
-        match i {
-            InstallArg::Processes => Install::Processes,
-            InstallArg::Manifests => Install::Manifests,
-        }
-    }
-}
-
-fn parse_timeout(text: &str) -> Result<Duration, String> {
-    kube_ovn_support::parse_duration(text).map_err(|e| e.to_string())
-}
-
-/// What `up` made so far, saved after every addition (see `cluster::state`).
-#[derive(Clone)]
-pub struct Recorder {
-    state: Arc<Mutex<LabState>>,
-    path: PathBuf,
-}
-
-impl Recorder {
-    pub fn record(&self, made: Made) -> anyhow::Result<()> {
-        let mut state = self
-            .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        state.made.push(made);
-        state.save(&self.path)?;
-        Ok(())
-    }
-
-    fn finish(&self) -> anyhow::Result<()> {
-        let mut state = self
-            .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        state.up_finished = true;
-        state.save(&self.path)?;
-        Ok(())
-    }
-
-    /// Starts a process and records it at once.
-    pub fn start(&self, launch: &Launch) -> anyhow::Result<(u32, u64)> {
-        let (pid, start_time) = process::spawn(launch)?;
-        self.record(Made::Process {
-            component: launch.component.clone(),
-            pid,
-            start_time,
-        })?;
-        Ok((pid, start_time))
-    }
-}
+use super::prepare;
+use super::record::Recorder;
+use super::up_args::{InstallArg, UpArgs};
 
 /// Prints a step with the time since `up` began.
 struct Clock(Instant);
@@ -193,10 +93,7 @@ pub fn up(name: &str, run_dir: &Path, args: &UpArgs) -> anyhow::Result<std::proc
         made: Vec::new(),
     };
     state.save(&topology.state_file())?;
-    let recorder = Recorder {
-        state: Arc::new(Mutex::new(state)),
-        path: topology.state_file(),
-    };
+    let recorder = Recorder::new(state, topology.state_file());
     anyhow::ensure!(
         !(args.runtime == RuntimeArg::Containerd && args.install == InstallArg::Manifests),
         "--runtime containerd is the process mode's (--install processes): with --install manifests (the default) every node runs containerd and a kubelet"
@@ -261,36 +158,6 @@ fn name_flag(name: &str) -> String {
     } else {
         format!(" --name {name}")
     }
-}
-
-/// Waits until the process `started` (with `launch`) accepts connections on `path`; fails at
-/// once, with its log's last lines, if it exits meanwhile.
-pub async fn wait_serving(
-    launch: &Launch,
-    started: (u32, u64),
-    path: PathBuf,
-    timeout: Duration,
-) -> anyhow::Result<()> {
-    let what = format!("{} to serve on {}", launch.component, path.display());
-    let log = launch.log.clone();
-    wait_for(&what, timeout, Duration::from_millis(10), || {
-        let (path, log) = (path.clone(), log.clone());
-        async move {
-            if tokio::net::UnixStream::connect(&path).await.is_ok() {
-                return Ok(true);
-            }
-            if process::alive(started.0, started.1) {
-                Ok(false)
-            } else {
-                Err(anyhow::anyhow!(
-                    "it exited; its log ends:\n{}",
-                    process::log_tail(&log, 10)
-                ))
-            }
-        }
-    })
-    .await?;
-    Ok(())
 }
 
 async fn bring_up(

@@ -49,9 +49,9 @@ mod tests;
 use std::time::Duration;
 
 pub use collision::{ConnectionId, collision_winner};
-pub use open::Negotiated;
 pub use types::{
-    Action, ConfigError, DownReason, GracefulRestartConfig, Input, SessionConfig, State, StopReason, Timer,
+    Action, ConfigError, DownReason, GracefulRestartConfig, Input, Negotiated, SessionConfig, State,
+    StopReason, Timer,
 };
 
 use crate::bgp::wire::notification::{cease, fsm as fsm_subcode};

@@ -1,10 +1,59 @@
-//! The configuration, inputs, outputs and states of [`super::Session`].
+//! The configuration, inputs, outputs and states of [`super::Session`], and what a session
+//! negotiated ([`Negotiated`], built by `open`, which depends on this module and not the other
+//! way round).
 
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use super::{ConnectionId, Negotiated};
-use crate::bgp::wire::{DecodeError, Family, Message, Notification, Update};
+use super::ConnectionId;
+use crate::bgp::wire::{
+    DecodeContext, DecodeError, EncodeContext, ExtendedNextHop, Family, GracefulRestart, Message,
+    Notification, Update, UpdateContext, UpdateMode,
+};
+
+/// What both sides agreed on, handed to the driver when the session is Established.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Negotiated {
+    pub peer_as: u32,
+    pub peer_bgp_id: Ipv4Addr,
+    /// The smaller of the two hold times (RFC 4271 §4.2); 0 means no hold timer and no keepalives.
+    pub hold_time: u16,
+    /// One third of the hold time (RFC 4271 §10), `None` when the hold time is 0.
+    pub keepalive: Option<Duration>,
+    /// Both sides sent the 4-octet AS capability (RFC 6793 §4).
+    pub four_octet_as: bool,
+    /// Families both sides announced in Multiprotocol capabilities (RFC 4760 §8).
+    pub families: Vec<Family>,
+    /// The peer accepts ROUTE-REFRESH from us (RFC 2918).
+    pub peer_route_refresh: bool,
+    /// The peer's Graceful Restart capability, if it sent one (RFC 4724 §3).
+    pub peer_graceful_restart: Option<GracefulRestart>,
+    /// We sent the R bit: the Adj-RIB-Out must hold UPDATEs until our routes are ready, then send
+    /// End-of-RIB per family (RFC 4724 §4.1).
+    pub local_restarting: bool,
+    /// Extended next hop encodings both sides announced (RFC 8950 §3).
+    pub extended_next_hop: Vec<ExtendedNextHop>,
+    /// The peer is in another AS.
+    pub external: bool,
+}
+
+impl Negotiated {
+    pub fn encode_context(&self) -> EncodeContext {
+        EncodeContext {
+            four_octet_as: self.four_octet_as,
+        }
+    }
+
+    pub fn decode_context(&self, update_mode: UpdateMode) -> DecodeContext {
+        DecodeContext {
+            update: UpdateContext {
+                four_octet_as: self.four_octet_as,
+                external_peer: self.external,
+            },
+            update_mode,
+        }
+    }
+}
 
 /// Graceful restart as the restarting speaker (RFC 4724).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
