@@ -38,6 +38,7 @@ pub mod network_policy_plan;
 pub mod node;
 pub mod node_state;
 pub mod pod;
+pub mod pod_plan;
 pub mod pod_request;
 pub mod pod_state;
 pub mod service;
