@@ -10,6 +10,11 @@
 //! with nothing to do writes nothing. One pod key is handled by one task at a time
 //! ([`kube_ovn_support::KeyLocks`]).
 
+pub mod plan;
+pub mod request;
+pub mod state;
+pub mod tenancy;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,22 +29,21 @@ use kube_ovn_api::annotations::keys;
 use kube_ovn_api::crd::{Ip, Subnet};
 use serde_json::json;
 
-use super::binding;
-use super::ip_record::{IpRecord, delete_ip, is_reserved, upsert_ip};
-use super::node_state::internal_ips;
-use super::pod_plan::{PodInput, PodPlan, plan_pod};
-use super::pod_request::{
-    Cluster, allocate, namespace_pool, static_addresses, uses_namespace_pools, validate, validate_routes,
-};
-use super::pod_state::{grace_left, is_alive, port_name};
-use super::statefulset;
-use super::subnet_spec::effective;
-use super::tenancy;
 use crate::context::Context;
 use crate::error::{Doing, Error, Result};
 use crate::ipam::IpamError;
 use crate::ovn::plan::Plan;
 use crate::ovn::topology::remove_switch_port;
+use crate::reconcile::binding;
+use crate::reconcile::ip::record::{IpRecord, delete_ip, is_reserved, upsert_ip};
+use crate::reconcile::node::state::internal_ips;
+use crate::reconcile::pod::plan::{PodInput, PodPlan, plan_pod};
+use crate::reconcile::pod::request::{
+    Cluster, allocate, namespace_pool, static_addresses, uses_namespace_pools, validate, validate_routes,
+};
+use crate::reconcile::pod::state::{grace_left, is_alive, port_name};
+use crate::reconcile::statefulset;
+use crate::reconcile::subnet::spec::effective;
 
 pub const KIND: &str = "Pod";
 /// How a pod's subnet was chosen.

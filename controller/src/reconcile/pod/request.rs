@@ -19,9 +19,9 @@ use kube_ovn_api::annotations::{
 };
 use kube_ovn_api::crd::IPPool;
 
-use super::statefulset;
 use crate::error::{Error, Result};
 use crate::ipam::{Allocation, Family, Ipam, IpamError, Request};
+use crate::reconcile::statefulset;
 
 /// What a pod's request reads besides the pod and IPAM: the IP pools (its namespace's come from
 /// them) and the nodes' own addresses, which Kube-OVN never hands a pod (`validatePodIP`).

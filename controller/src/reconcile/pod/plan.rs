@@ -2,7 +2,7 @@
 //! what the reconciler writes — the switch port `<pod>.<ns>` and its memberships, the port groups
 //! it waits for, and the annotations it merges into the pod.
 //!
-//! Pure: no I/O, no clock, no context. [`super::pod`] gathers the inputs, calls [`plan_pod`] and
+//! Pure: no I/O, no clock, no context. [`crate::reconcile::pod`] gathers the inputs, calls [`plan_pod`] and
 //! applies the result in a crash-safe order.
 
 use std::collections::BTreeMap;
@@ -14,12 +14,12 @@ use kube_ovn_api::names;
 use kube_ovn_ovsdb::tables::nb::{LogicalSwitch, LogicalSwitchPort, PortGroup};
 use kube_ovn_ovsdb::{Atom, DbCache, Table, Uuid, Value};
 
-use super::pod_request::handshake;
-use super::subnet_spec::Effective;
+use super::request::handshake;
 use crate::error::{Error, Result};
 use crate::ipam::Allocation;
 use crate::ovn::plan::{Plan, RowRef, owned_ids};
 use crate::ovn::topology::{add_to_port_group, ensure_switch_port};
+use crate::reconcile::subnet::spec::Effective;
 
 /// What a pod's plan reads besides the northbound replica.
 #[derive(Debug, Clone, Copy)]
