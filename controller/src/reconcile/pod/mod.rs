@@ -3,12 +3,21 @@
 //! `logical_switch`, `allocated=true`, then `routed=true` once the port is in its node's port
 //! groups. Host-network pods are not ours.
 //!
+//! ```text
+//!   Pod ─▶ validate (request::validate) ─▶ tenancy (tenancy.rs) ─▶ choose the subnet
+//!       ─▶ allocate in IPAM (request::allocate) ─▶ plan::plan_pod(pod, subnet, allocation, NB)
+//!       ─▶ apply: port rows + IP CR ─▶ free an old subnet's address ─▶ annotations
+//! ```
+//!
+//! This file gathers the inputs and applies; what to write is [`plan`]'s (pure: the port, its
+//! switch and port groups, the groups still missing, the annotation patch), what a pod asks IPAM
+//! for is [`request`]'s, and what its object says (its key, whether it lives) [`state`]'s.
+//!
 //! Writes go in an order a crash cannot make unsafe: the address is made durable in the northbound
 //! port and the IP CR (written at once; IPAM is rebuilt from either) before the annotations name
-//! it; a release removes
-//! the port, then the IP CR, then frees the address. Every step checks before it writes, so a run
-//! with nothing to do writes nothing. One pod key is handled by one task at a time
-//! ([`kube_ovn_support::KeyLocks`]).
+//! it; a release removes the port, then the IP CR, then frees the address. Every step checks
+//! before it writes, so a run with nothing to do writes nothing. One pod key is handled by one
+//! task at a time ([`kube_ovn_support::KeyLocks`]).
 
 pub mod plan;
 pub mod request;

@@ -322,6 +322,8 @@ pub fn handshake(
 mod tests {
     use serde_json::json;
 
+    use kube_ovn_api::annotations::IpRange;
+
     use super::*;
 
     fn pod(annotations: serde_json::Value) -> Pod {
@@ -357,6 +359,52 @@ mod tests {
         // A dual-stack subnet, but the pod asks for IPv4 only.
         let narrowed = pod(json!({keys::ROUTES: r#"[{"dst":"fd00:1::/64"}]"#, keys::IP_FAMILY: "ipv4"}));
         assert!(validate_routes(&narrowed, "s", &dual).is_err());
+    }
+
+    fn pool(name: &str, namespaces: &[&str]) -> Arc<IPPool> {
+        Arc::new(
+            serde_json::from_value(json!({"metadata": {"name": name},
+                "spec": {"subnet": "s", "ips": ["10.16.0.8/29"], "namespaces": namespaces}}))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn allocate_takes_the_namespace_pool_and_skips_the_nodes_addresses_in_the_ipam_it_is_given() {
+        let mut ipam = Ipam::with_seed(7);
+        let config = crate::ipam::SubnetConfig {
+            cidrs: cidrs(&["10.16.0.0/27"]),
+            gateways: vec!["10.16.0.1".parse().unwrap()],
+            exclude_ips: Vec::new(),
+        };
+        ipam.add_or_update_subnet("s", &config).unwrap();
+        ipam.add_or_update_pool("s", "ns-pool", &[IpRange::Cidr("10.16.0.8/29".parse().unwrap())])
+            .unwrap();
+        let pools = [pool("other", &["elsewhere"]), pool("ns-pool", &["ns"])];
+        let node_ips: Vec<IpAddr> = ["10.16.0.8".parse().unwrap(), "10.16.0.9".parse().unwrap()].into();
+        let cluster = Cluster {
+            pools: &pools,
+            node_ips: &node_ips,
+        };
+        assert!(uses_namespace_pools(&pod(json!({}))));
+        let a = allocate(&mut ipam, &cluster, &pod(json!({})), "s", "p.ns").unwrap();
+        assert_eq!(a.pool, "ns-pool");
+        let v4 = a.v4.unwrap();
+        assert!(
+            "10.16.0.8/29".parse::<ipnet::Ipv4Net>().unwrap().contains(&v4) && !node_ips.contains(&v4.into()),
+            "{v4}: in the namespace's pool, not a node's address"
+        );
+        assert_eq!(
+            ipam.allocation("s", "p.ns"),
+            Some(&a),
+            "the IPAM handed in holds it"
+        );
+
+        // A static address is asked for as it is, and a taken one is refused: nothing changes.
+        let pinned = pod(json!({keys::IP_ADDRESS: v4.to_string()}));
+        let e = allocate(&mut ipam, &cluster, &pinned, "s", "q.ns").unwrap_err();
+        assert!(matches!(e, Error::Ipam(IpamError::Conflict { .. })), "{e}");
+        assert_eq!(ipam.allocation("s", "q.ns"), None);
     }
 
     #[test]
