@@ -28,7 +28,7 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube_ovn_controller::reconcile::network_policy_plan::{Families, PolicyRows, World, plan_policy};
+use kube_ovn_controller::reconcile::network_policy::plan::{Families, PolicyRows, World, plan_policy};
 use kube_ovn_testkit::OvnCentral;
 use serde_json::json;
 use support::{Controller, until};

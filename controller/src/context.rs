@@ -30,7 +30,7 @@ pub struct Context {
 }
 
 impl Context {
-    /// `ipam` is what the durable records say (see [`crate::reconcile::ipam_rebuild`]), rebuilt
+    /// `ipam` is what the durable records say (see [`crate::reconcile::ip::ipam_rebuild`]), rebuilt
     /// from `stores` once they have listed: a context exists only once both are true.
     pub fn new(
         config: Config,

@@ -187,7 +187,7 @@ async fn run_inner(
         // A reconciler reading a cache still filling would take "absent" for "gone", and IPAM
         // must hold every recorded address before anyone allocates or releases.
         stores.synced().await?;
-        let (ipam, _) = reconcile::ipam_rebuild::rebuild_ipam(&config, &stores, &nb);
+        let (ipam, _) = reconcile::ip::ipam_rebuild::rebuild_ipam(&config, &stores, &nb);
         let ctx = Arc::new(Context::new(config, kube, nb, metrics, stores, ipam, pod_writes));
         let weak = Arc::downgrade(&ctx);
         let _ = ipam_view.set(Box::new(move || {
@@ -222,7 +222,7 @@ async fn run_inner(
             let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
             loop {
                 tick.tick().await;
-                if let Err(e) = reconcile::subnet_status::refresh_counters(&c).await {
+                if let Err(e) = reconcile::subnet::status::refresh_counters(&c).await {
                     tracing::debug!(error = %e, "subnet counters not refreshed");
                 }
             }

@@ -19,8 +19,18 @@
 //! `/debug/ipam`) hold exactly the live pods' (and the nodes' join addresses); and a fresh
 //! process, started after the last one is killed, rebuilds exactly the same IPAM.
 //!
+//! The schedule is the seed's: which pods come and go, on which node, and when the controller
+//! dies are drawn from it. After each batch of 20 changes the running controller works until it
+//! has routed a number of the batch's new pods drawn from the seed (none to all: so it dies amid
+//! its work as often as after it), or until it has died at its crash point — a wait on what the
+//! API server shows, not a pause of some milliseconds, so a replay kills at the same point of the
+//! controller's progress however loaded the machine is. Then, for random kills, it is killed
+//! every fifth batch and at one batch in six otherwise, and stays down for one to three batches;
+//! a process that died at a crash point comes back at once or after up to two batches.
+//!
 //! Each run draws fresh seeds (10 for random kills, 4 for crash points; `CRASH_SEEDS=<n>` for n
-//! of each) and prints them; `CRASH_SEED=<s>` replays one seed in both drills.
+//! of each) and prints them, and every failure names its seed; `CRASH_SEED=<s>` replays one seed
+//! in both drills.
 
 mod common;
 mod netkit;
@@ -52,6 +62,10 @@ const NODES: [(&str, &str); 2] = [("n1", "172.18.0.2"), ("n2", "172.18.0.3")];
 /// Only the mechanism cleans up: no periodic collection.
 const FLAGS: [&str; 1] = ["--gc-interval=0"];
 const CONVERGE_WITHIN: Duration = Duration::from_mins(2);
+/// How long a running controller may take to route the pods a batch's schedule waits for.
+const WORK_WITHIN: Duration = Duration::from_mins(1);
+/// How often the API server is asked how far the controller got.
+const POLL: Duration = Duration::from_millis(20);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Deaths {
@@ -138,6 +152,40 @@ impl Lifecycle {
         let process = self.bin.spawn_with_env("controller", &[], &envs).await;
         self.current = Some(Running { process, armed });
         Ok(())
+    }
+
+    /// After batch `batch`, which created `new` (those still live): the running controller
+    /// works until it has routed a seeded number of them, or has died (at its crash point; the
+    /// next [`Self::after_batch`] sees it). Nothing to wait for while none runs.
+    async fn work(&mut self, pods: &Api<Pod>, new: &BTreeSet<String>, batch: usize) -> anyhow::Result<()> {
+        let want = self.rng.below(new.len() + 1);
+        let Some(running) = self.current.as_mut() else {
+            return Ok(());
+        };
+        let deadline = Instant::now() + WORK_WITHIN;
+        loop {
+            if want == 0 || running.process.has_exited() {
+                return Ok(());
+            }
+            let routed = pods
+                .list(&ListParams::default())
+                .await?
+                .items
+                .iter()
+                .filter(|p| new.contains(&p.name_any()) && is_routed(p))
+                .count();
+            if routed >= want {
+                return Ok(());
+            }
+            ensure!(
+                Instant::now() < deadline,
+                "seed {}: after batch {batch} the controller routed {routed} of the {want} new pods \
+                 the schedule waits for, within {WORK_WITHIN:?}; its log ends:\n{}",
+                self.seed,
+                running.process.log_tail(40)
+            );
+            tokio::time::sleep(POLL).await;
+        }
     }
 
     /// After a batch of pod changes: the controller may die, or come back.
@@ -256,6 +304,7 @@ async fn run_seed(seed: u64, deaths: Deaths) -> anyhow::Result<()> {
     let more =
         |life: &Lifecycle, created: usize| created < PODS || (!life.enough_deaths() && created < 2 * PODS);
     while more(&life, created) {
+        let mut new = BTreeSet::new();
         for _ in 0..20 {
             let may_create = more(&life, created);
             let rng = &mut life.rng;
@@ -274,18 +323,20 @@ async fn run_seed(seed: u64, deaths: Deaths) -> anyhow::Result<()> {
                 let pod: Pod = serde_json::from_value(json!({"metadata": {"name": name, "namespace": NS},
                     "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]}}))?;
                 pods.create(&PostParams::default(), &pod).await?;
+                new.insert(name.clone());
                 live.push(name);
                 created += 1;
             } else {
                 let name = live.swap_remove(rng.below(live.len()));
+                new.remove(&name);
                 // Gone for good (grace 0), as the kubelet confirms a deletion.
                 pods.delete(&name, &DeleteParams::default().grace_period(0))
                     .await?;
             }
         }
         batch += 1;
-        // Let the controller work for a random while, then see what happens to it.
-        tokio::time::sleep(Duration::from_millis(life.rng.below(60) as u64)).await;
+        // Let the controller work as far as the schedule says, then see what happens to it.
+        life.work(&pods, &new, batch).await?;
         life.after_batch(batch).await?;
     }
     let mut controller = life.settle().await?;
@@ -351,6 +402,13 @@ async fn run_seed(seed: u64, deaths: Deaths) -> anyhow::Result<()> {
         started.elapsed()
     );
     Ok(())
+}
+
+/// Whether the controller has finished the pod's handshake (`routed=true`).
+fn is_routed(pod: &Pod) -> bool {
+    pod.annotations()
+        .get("ovn.kubernetes.io/routed")
+        .is_some_and(|v| v == "true")
 }
 
 /// A controller's `/debug/ipam` (an error until its IPAM is rebuilt).

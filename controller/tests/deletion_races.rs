@@ -21,7 +21,7 @@ use kube_ovn_controller::context::Context;
 use kube_ovn_controller::informer::OwnWrites;
 use kube_ovn_controller::metrics::Metrics;
 use kube_ovn_controller::ovn::Nb;
-use kube_ovn_controller::reconcile::ipam_rebuild::rebuild_ipam;
+use kube_ovn_controller::reconcile::ip::ipam_rebuild::rebuild_ipam;
 use kube_ovn_controller::stores::Informers;
 use kube_ovn_lab::kubernetes::fixture::ApiServerOptions;
 use kube_ovn_support::AbortOnDrop;

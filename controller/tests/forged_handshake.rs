@@ -1,7 +1,7 @@
 //! Issue 21: a pod's own annotations are not a record of what the controller allocated. A tenant
 //! can create a pod that already carries the whole handshake (`allocated: "true"`, another
 //! tenant's `logical_switch`, an `ip_address` in it, a `mac_address`); the IPAM rebuild at
-//! controller start-up (`controller/src/reconcile/ipam_rebuild.rs`) must not reserve that address
+//! controller start-up (`controller/src/reconcile/ip/ipam_rebuild.rs`) must not reserve that address
 //! for the pod, or a restart hands it to the forger and refuses it to its rightful claimant.
 //!
 //! The forged pod also carries an annotation the controller refuses (`ingress_rate: fast`), so

@@ -314,7 +314,7 @@ async fn policies_of_colliding_names_keep_their_own_rows() {
         .get("allow-team")
         .await
         .unwrap();
-    let hashed = kube_ovn_controller::reconcile::network_policy_names::hashed_name(&young);
+    let hashed = kube_ovn_controller::reconcile::network_policy::names::hashed_name(&young);
     let attacker_port = port_of(ovn, "attacker.x");
     eventually(ovn, "the attacker's group under the hashed name", || {
         group(ovn, &hashed, "ports") == attacker_port

@@ -312,7 +312,7 @@ async fn a_custom_vpcs_service_and_bad_input_and_a_restart_that_writes_nothing()
 
     // Bad input. A malformed address in a slice never reaches the controller: the API server's
     // validation refuses it, naming the field (the controller's own check, for input that got
-    // through, is unit-tested in service_plan_tests). A port naming no container port is valid
+    // through, is unit-tested in service::plan::tests). A port naming no container port is valid
     // to the API server and the controller's to refuse: an event naming the object and field.
     // The good endpoint and the other Service still work.
     let good = slice("bad", &[(&c, true)]);

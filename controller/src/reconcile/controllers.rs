@@ -12,9 +12,9 @@
 //!   Pod        ◀─ its own; a Subnet's spec, deletion or turning ready → the pods waiting for it;
 //!                 VPCs (spec, default subnet, deletion), IPPools (spec, deletion) → every pod
 //!                 not yet routed; a Namespace's labels → its pods not yet routed (the subnets
-//!                 and pools they may use, tenancy.rs)
-//!   Service    ◀─ its own; its EndpointSlices (service.rs); Services losing an address → sweep
-//!   NetworkPolicy ◀─ its own; Pods, Namespaces → the policies they concern (network_policy.rs)
+//!                 and pools they may use, pod/tenancy.rs)
+//!   Service    ◀─ its own; its EndpointSlices (service/mod.rs); Services losing an address → sweep
+//!   NetworkPolicy ◀─ its own; Pods, Namespaces → the policies they concern (network_policy/mod.rs)
 //! ```
 
 use std::future::Future;
@@ -29,7 +29,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube_ovn_api::annotations::keys;
 use kube_ovn_api::crd::{IPPool, Ip, Subnet, Vpc};
 
-use super::ip_record::wants_reconcile;
+use super::ip::record::wants_reconcile;
 use super::triggers::{self, waits_for};
 use super::{all_refs, drive, error_policy, instrumented};
 use crate::config::Config;
@@ -193,7 +193,7 @@ impl Controllers {
                     .changes()
                     .map(super::service::services_of_slice, every(&stores.services)),
             )
-            // Claimants of an address whose owner changed or went (service_claims' rule).
+            // Claimants of an address whose owner changed or went (service::claims' rule).
             .reconcile_on(informers.services.changes().map(
                 move |c| super::service::claimants_of(c, &claimed.state()),
                 Vec::new,
@@ -257,7 +257,7 @@ impl Controllers {
                 drive(
                     "IPPool",
                     ippools.run(
-                        |o, c| instrumented(super::ippool::KIND, o, c, super::ippool::reconcile),
+                        |o, c| instrumented(super::ip::pool::KIND, o, c, super::ip::pool::reconcile),
                         error_policy,
                         ctx.clone()
                     )
@@ -298,7 +298,7 @@ impl Controllers {
                 drive(
                     "IP",
                     ips.run(
-                        |o, c| instrumented(super::ip_cr::KIND, o, c, super::ip_cr::reconcile),
+                        |o, c| instrumented(super::ip::cr::KIND, o, c, super::ip::cr::reconcile),
                         error_policy,
                         ctx.clone()
                     )

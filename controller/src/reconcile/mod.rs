@@ -22,40 +22,39 @@
 //! Reconcilers are level-triggered: each computes the desired northbound rows and Kubernetes
 //! state from what exists now and applies the difference, so a crash at any point is repaired by
 //! the next run.
+//!
+//! The layout: one folder per kind — [`pod`], [`subnet`], [`vpc`], [`service`],
+//! [`network_policy`], [`ip`] (IP CRs, IP pools, the IPAM rebuild), [`node`] — whose `mod.rs` is
+//! the reconciler (the apply side: reads the caches, writes Kubernetes and the northbound
+//! database) and whose other files are its pure parts (`plan`, `spec`, `request`, `state`, …) with
+//! their unit tests. What no single kind owns stays here: the wiring of the controllers
+//! ([`controllers`], [`triggers`], [`startup`], [`leader`], [`gc`]), and the rules several kinds
+//! read — which subnets a namespace binds ([`binding`]: pods, namespaces, services, the tenancy
+//! rule), a StatefulSet's claim on its pods' addresses ([`statefulset`]: pods and the deletion
+//! path) — and the namespace reconciler ([`namespace`]), which only mirrors the subnets and pools
+//! bound to a namespace into its annotations. The tenancy rule is the pods' ([`pod::tenancy`]):
+//! only a pod's own annotations are checked against it.
 
+// By kind: each folder holds the kind's reconciler (`mod.rs`, the apply side: reads the caches,
+// writes Kubernetes and the northbound database) and its pure parts (plans, specs, rules) beside
+// it.
+pub mod ip;
+pub mod network_policy;
+pub mod node;
+pub mod pod;
+pub mod service;
+pub mod subnet;
+pub mod vpc;
+
+// Across kinds: the controllers' wiring and what several kinds share.
 pub mod binding;
 pub mod controllers;
 pub mod gc;
-pub mod ip_cr;
-pub mod ip_record;
-pub mod ipam_rebuild;
-pub mod ippool;
 pub mod leader;
 pub mod namespace;
-pub mod network_policy;
-pub mod network_policy_names;
-pub mod network_policy_plan;
-pub mod node;
-pub mod node_state;
-pub mod pod;
-pub mod pod_request;
-pub mod pod_state;
-pub mod service;
-pub mod service_claims;
-pub mod service_lb;
-pub mod service_plan;
 pub mod startup;
 pub mod statefulset;
-pub mod subnet;
-pub mod subnet_acl;
-pub mod subnet_gateway;
-pub mod subnet_nat_policy;
-pub mod subnet_spec;
-pub mod subnet_status;
-pub mod tenancy;
 pub mod triggers;
-pub mod vpc;
-pub mod vpc_spec;
 
 use std::fmt::Debug;
 use std::future::Future;

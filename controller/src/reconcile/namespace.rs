@@ -53,7 +53,7 @@ pub async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Context>) -> Result<Action> 
             .collect::<Vec<_>>()
             .join(";"),
     );
-    let pools = super::pod_request::namespace_pools(&ctx, &name)
+    let pools = super::pod::request::namespace_pools(&ctx.stores.ippools.state(), &name)
         .iter()
         .map(|p| p.name_any())
         .collect::<Vec<_>>();

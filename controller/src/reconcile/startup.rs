@@ -1,6 +1,6 @@
 //! Start-up, as Kube-OVN's controller does it: the default VPC and its router, NB_Global's
 //! options, and the join and default subnets as CRs (from the flags). IPAM is rebuilt later, once
-//! the caches are filled ([`super::ipam_rebuild`]).
+//! the caches are filled ([`super::ip::ipam_rebuild`]).
 
 use kube::api::{Api, PostParams};
 use kube_ovn_api::crd::{Subnet, Vpc};

@@ -18,7 +18,7 @@ use kube_ovn_api::annotations::{is_true, keys};
 use kube_ovn_api::crd::condition::{READY, find_condition};
 use kube_ovn_api::crd::{IPPool, Subnet, Vpc};
 
-use super::node_state::{internal_ips, node_ready};
+use super::node::state::{internal_ips, node_ready};
 use crate::informer::Change;
 
 fn deleting(m: &ObjectMeta) -> bool {
@@ -117,7 +117,7 @@ pub fn ippool_spec(a: &IPPool, b: &IPPool) -> bool {
 }
 
 /// A namespace, to the pods waiting in it: its labels, which subnets' `namespaceSelectors` match
-/// (they decide the subnets it may use, [`super::tenancy`]). Not its annotations, which the
+/// (they decide the subnets it may use, [`super::pod::tenancy`]). Not its annotations, which the
 /// namespace reconciler writes from the subnets.
 pub fn namespace_labels(a: &Namespace, b: &Namespace) -> bool {
     a.metadata.labels != b.metadata.labels

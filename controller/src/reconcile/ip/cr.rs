@@ -1,6 +1,6 @@
 //! The IP reconciler: IP CRs are the cluster-visible record of every allocation (`kubectl get
 //! ips`), named like the switch port (`<pod>.<ns>`, `node-<node>`), and one of the sources IPAM is
-//! rebuilt from. The pod and node reconcilers write theirs through [`super::ip_record`]; this
+//! rebuilt from. The pod and node reconcilers write theirs through [`super::record`]; this
 //! reconciler acts on the ones users create.
 //!
 //! Records the controller writes for pods and nodes carry `ovn.kubernetes.io/ip_reserved=false`.
@@ -30,14 +30,14 @@ use kube_ovn_api::crd::{FINALIZER, Ip};
 use kube_ovn_api::names;
 use serde_json::json;
 
-use super::ip_record::{addresses, is_controller_record};
-use super::pod_state::{is_alive, port_name};
-use super::subnet_spec::effective;
+use super::record::{addresses, is_controller_record};
 use crate::context::Context;
 use crate::error::{Doing, Error, Result};
 use crate::ipam::Request;
 use crate::ovn::plan::Plan;
 use crate::ovn::topology::remove_switch_port;
+use crate::reconcile::pod::state::{is_alive, port_name};
+use crate::reconcile::subnet::spec::effective;
 
 pub const KIND: &str = "IP";
 

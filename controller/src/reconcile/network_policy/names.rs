@@ -16,7 +16,7 @@
 //!   names are DNS names), so a hashed name never equals another policy's Kube-OVN name;
 //! - a group of that name that belongs to another policy in the northbound DB (its
 //!   `external_ids:np`), for instance while the other one moves to its own name, is never taken
-//!   over: the reconcile waits until it is gone ([`super::network_policy::write_plan`]).
+//!   over: the reconcile waits until it is gone ([`super::write_plan`]).
 //!
 //! When the older policy goes, the younger gets Kube-OVN's name back (the policy controller
 //! reconciles the policies of a name when one of that name comes or goes), and its rows under

@@ -1,7 +1,7 @@
 //! Writing IP CRs: the cluster-visible record of every allocation (`kubectl get ips`), named
 //! like the switch port (`<pod>.<ns>`, `node-<node>`), which the pod and node reconcilers write
 //! and the collector deletes. Reservations (user-created IP CRs) are the IP reconciler's,
-//! [`super::ip_cr`].
+//! [`super::cr`].
 
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::ObjectRef;

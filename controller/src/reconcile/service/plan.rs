@@ -1,5 +1,5 @@
 //! What one Service wants in its VPC's load balancers, from the Service, its EndpointSlices and
-//! the pods they point at. Pure: no I/O; [`super::service`] applies the result.
+//! the pods they point at. Pure: no I/O; [`crate::reconcile::service`] applies the result.
 //!
 //! Following Kube-OVN's `endpoint_slice.go`: the VIPs are the ClusterIPs (or the addresses of the
 //! `switch_lb_vip` / `router_lb_vip` annotations), one key per VIP and Service port; its value is
@@ -7,7 +7,7 @@
 //! ClientIP` goes into the session load balancer; the VPC is the one of the endpoints' pods. A
 //! key with no ready endpoint is left out, so the VIP goes (Kube-OVN deletes it from both load
 //! balancers). Headless Services want nothing. Of the addresses a Service asks for, it gets those
-//! [`super::service_claims`]' rule grants it (its ClusterIPs always; another Service's address
+//! [`claims`](mod@super::claims)' rule grants it (its ClusterIPs always; another Service's address
 //! never); each refused one is reported with its field and reason.
 //!
 //! Input problems (a malformed address, a port name no pod has) do not fail the whole Service:
@@ -22,7 +22,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 use kube_ovn_api::annotations::keys;
 
-use super::service_claims::{Admission, Claims, Owners, claims, grant};
+use super::claims::{Admission, Claims, Owners, claims, grant};
 use crate::ovn::lb::{LbKind, Protocol, vip_key};
 
 /// The label Kubernetes puts on a Service's EndpointSlices.
@@ -47,7 +47,7 @@ pub struct ServiceVips {
 
 /// Every address a Service asks for (its ClusterIPs, or its annotation's VIPs, its LoadBalancer
 /// ingress IPs and its `spec.externalIPs`), whether it gets them or not; a bad address is an
-/// error naming the Service and field. Which it gets is [`super::service_claims`]' rule.
+/// error naming the Service and field. Which it gets is [`claims`](mod@super::claims)' rule.
 ///
 /// Ingress and external IPs are ours, not Kube-OVN's (which leaves them to kube-proxy): the
 /// speaker announces them, so they must lead somewhere without kube-proxy. A pod reaches them
@@ -149,7 +149,7 @@ fn target_port(port: &ServicePort, ep: &Ready<'_>, pod: Option<&Pod>) -> Result<
 }
 
 /// What the Service's VIPs are decided by besides itself: the owner of every address and the
-/// ranges claims must lie in ([`super::service_claims`]).
+/// ranges claims must lie in ([`claims`](mod@super::claims)).
 pub struct Rules<'a> {
     pub owners: &'a Owners,
     pub admission: &'a Admission<'a>,
@@ -221,7 +221,7 @@ pub fn plan_service<'a>(
     // Its keys to make exactly what it wants: those of the addresses it gets, and those it owns
     // and does not use (its ClusterIP under an annotation) or asks for and nobody owns (a claim
     // no longer admissible, say its Subnet went), which are cleared. Never another's.
-    let me = super::service_claims::key_of(svc);
+    let me = super::claims::key_of(svc);
     let unowned = asked
         .cluster
         .iter()
@@ -286,5 +286,4 @@ pub fn plan_service<'a>(
 }
 
 #[cfg(test)]
-#[path = "service_plan_tests.rs"]
 mod tests;

@@ -4,7 +4,8 @@
 //! address of the subnet. Once allocated, the pod carries its address in `ip_address`, so every
 //! later run asks for exactly that address again and a restart never moves it.
 //!
-//! Pure apart from reading the context's caches and IPAM.
+//! Pure: every function takes the IPAM state and the objects it reads ([`Cluster`]) as plain
+//! values; [`allocate`] changes only the IPAM it is handed.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -18,11 +19,17 @@ use kube_ovn_api::annotations::{
 };
 use kube_ovn_api::crd::IPPool;
 
-use super::node_state::internal_ips;
-use super::statefulset;
-use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::ipam::{Allocation, Family, IpamError, Request};
+use crate::ipam::{Allocation, Family, Ipam, IpamError, Request};
+use crate::reconcile::statefulset;
+
+/// What a pod's request reads besides the pod and IPAM: the IP pools (its namespace's come from
+/// them) and the nodes' own addresses, which Kube-OVN never hands a pod (`validatePodIP`).
+#[derive(Debug, Clone, Copy)]
+pub struct Cluster<'a> {
+    pub pools: &'a [Arc<IPPool>],
+    pub node_ips: &'a [IpAddr],
+}
 
 /// Checks every annotation the controller or the CNI reads from a pod (Kube-OVN's
 /// `ValidatePodNetwork`): a bad value is an error naming the key, before anything is allocated.
@@ -104,12 +111,9 @@ pub fn static_addresses(pod: &Pod) -> Vec<IpAddr> {
 
 /// The IP pools bound to a namespace (`spec.namespaces`; what Kube-OVN mirrors into the
 /// namespace's `ip_pool` annotation), by name.
-pub fn namespace_pools(ctx: &Context, namespace: &str) -> Vec<Arc<IPPool>> {
-    let mut pools: Vec<Arc<IPPool>> = ctx
-        .stores
-        .ippools
-        .state()
-        .into_iter()
+pub fn namespace_pools(pools: &[Arc<IPPool>], namespace: &str) -> Vec<Arc<IPPool>> {
+    let mut pools: Vec<Arc<IPPool>> = pools
+        .iter()
         .filter(|p| {
             p.metadata.deletion_timestamp.is_none()
                 && p.spec
@@ -117,6 +121,7 @@ pub fn namespace_pools(ctx: &Context, namespace: &str) -> Vec<Arc<IPPool>> {
                     .as_ref()
                     .is_some_and(|n| n.iter().any(|x| x == namespace))
         })
+        .cloned()
         .collect();
     pools.sort_by_key(|p| p.name_any());
     pools
@@ -139,11 +144,11 @@ fn requested_family(pod: &Pod) -> Option<Family> {
 }
 
 /// Whether `pool` of `subnet` has a free address in every family the pod needs.
-pub fn pool_has_room(ctx: &Context, pod: &Pod, subnet: &str, pool: &str) -> bool {
-    let Ok(u) = ctx.ipam().pool_usage(subnet, pool) else {
+pub fn pool_has_room(ipam: &Ipam, pod: &Pod, subnet: &str, pool: &str) -> bool {
+    let Ok(u) = ipam.pool_usage(subnet, pool) else {
         return false;
     };
-    let Ok(s) = ctx.ipam().subnet_usage(subnet) else {
+    let Ok(s) = ipam.subnet_usage(subnet) else {
         return false;
     };
     let has_v4 = s.v4_available + s.v4_using > 0;
@@ -158,9 +163,14 @@ pub fn pool_has_room(ctx: &Context, pod: &Pod, subnet: &str, pool: &str) -> bool
 /// The first of the namespace's pools in one of `subnets` with room for the pod; `Err` when the
 /// namespace has pools there but none has room (Kube-OVN blocks allocation then rather than
 /// falling back to the rest of the subnet).
-pub fn namespace_pool(ctx: &Context, pod: &Pod, subnets: &[String]) -> Result<Option<(String, String)>> {
+pub fn namespace_pool(
+    ipam: &Ipam,
+    all_pools: &[Arc<IPPool>],
+    pod: &Pod,
+    subnets: &[String],
+) -> Result<Option<(String, String)>> {
     let ns = pod.namespace().unwrap_or_default();
-    let pools: Vec<(String, String)> = namespace_pools(ctx, &ns)
+    let pools: Vec<(String, String)> = namespace_pools(all_pools, &ns)
         .iter()
         .filter_map(|p| Some((p.spec.subnet.clone()?, p.name_any())))
         .filter(|(s, _)| subnets.contains(s))
@@ -168,7 +178,7 @@ pub fn namespace_pool(ctx: &Context, pod: &Pod, subnets: &[String]) -> Result<Op
     if pools.is_empty() {
         return Ok(None);
     }
-    if let Some(found) = pools.iter().find(|(s, p)| pool_has_room(ctx, pod, s, p)) {
+    if let Some(found) = pools.iter().find(|(s, p)| pool_has_room(ipam, pod, s, p)) {
         return Ok(Some(found.clone()));
     }
     let names: Vec<&str> = pools.iter().map(|(_, p)| p.as_str()).collect();
@@ -180,19 +190,13 @@ pub fn namespace_pool(ctx: &Context, pod: &Pod, subnets: &[String]) -> Result<Op
 }
 
 /// The candidates a pod asks IPAM for in `subnet`, in order (the first that can be had wins).
-pub fn requests(ctx: &Context, pod: &Pod, subnet: &str) -> Result<Vec<Request>> {
+pub fn requests(ipam: &Ipam, cluster: &Cluster<'_>, pod: &Pod, subnet: &str) -> Result<Vec<Request>> {
     let ann = pod.metadata.annotations.as_ref();
     let base = Request {
         family: requested_family(pod),
         mac: get::<MacAddr>(ann, keys::MAC_ADDRESS)?,
         // Kube-OVN never hands a pod an address equal to a node's own (`validatePodIP`).
-        skip: ctx
-            .stores
-            .nodes
-            .state()
-            .iter()
-            .flat_map(|n| internal_ips(n))
-            .collect(),
+        skip: cluster.node_ips.to_vec(),
         ..Request::default()
     };
     let pinned = |pair: &IpPair| Request {
@@ -227,7 +231,7 @@ pub fn requests(ctx: &Context, pod: &Pod, subnet: &str) -> Result<Vec<Request>> 
             }
             Ok(list.iter().map(pinned).collect())
         }
-        None => match namespace_pool(ctx, pod, &[subnet.to_owned()])? {
+        None => match namespace_pool(ipam, cluster.pools, pod, &[subnet.to_owned()])? {
             Some((_, pool)) => Ok(vec![Request {
                 pool: Some(pool),
                 ..base
@@ -239,9 +243,14 @@ pub fn requests(ctx: &Context, pod: &Pod, subnet: &str) -> Result<Vec<Request>> 
 
 /// Allocates the first candidate that can be had; the error of the last one otherwise. IPAM
 /// validates before it changes anything, so a failure leaves nothing allocated.
-pub fn allocate(ctx: &Context, pod: &Pod, subnet: &str, key: &str) -> Result<Allocation> {
-    let candidates = requests(ctx, pod, subnet)?;
-    let mut ipam = ctx.ipam();
+pub fn allocate(
+    ipam: &mut Ipam,
+    cluster: &Cluster<'_>,
+    pod: &Pod,
+    subnet: &str,
+    key: &str,
+) -> Result<Allocation> {
+    let candidates = requests(ipam, cluster, pod, subnet)?;
     let mut last = None;
     for req in &candidates {
         match ipam.allocate(subnet, key, req) {
@@ -313,6 +322,8 @@ pub fn handshake(
 mod tests {
     use serde_json::json;
 
+    use kube_ovn_api::annotations::IpRange;
+
     use super::*;
 
     fn pod(annotations: serde_json::Value) -> Pod {
@@ -348,6 +359,52 @@ mod tests {
         // A dual-stack subnet, but the pod asks for IPv4 only.
         let narrowed = pod(json!({keys::ROUTES: r#"[{"dst":"fd00:1::/64"}]"#, keys::IP_FAMILY: "ipv4"}));
         assert!(validate_routes(&narrowed, "s", &dual).is_err());
+    }
+
+    fn pool(name: &str, namespaces: &[&str]) -> Arc<IPPool> {
+        Arc::new(
+            serde_json::from_value(json!({"metadata": {"name": name},
+                "spec": {"subnet": "s", "ips": ["10.16.0.8/29"], "namespaces": namespaces}}))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn allocate_takes_the_namespace_pool_and_skips_the_nodes_addresses_in_the_ipam_it_is_given() {
+        let mut ipam = Ipam::with_seed(7);
+        let config = crate::ipam::SubnetConfig {
+            cidrs: cidrs(&["10.16.0.0/27"]),
+            gateways: vec!["10.16.0.1".parse().unwrap()],
+            exclude_ips: Vec::new(),
+        };
+        ipam.add_or_update_subnet("s", &config).unwrap();
+        ipam.add_or_update_pool("s", "ns-pool", &[IpRange::Cidr("10.16.0.8/29".parse().unwrap())])
+            .unwrap();
+        let pools = [pool("other", &["elsewhere"]), pool("ns-pool", &["ns"])];
+        let node_ips: Vec<IpAddr> = ["10.16.0.8".parse().unwrap(), "10.16.0.9".parse().unwrap()].into();
+        let cluster = Cluster {
+            pools: &pools,
+            node_ips: &node_ips,
+        };
+        assert!(uses_namespace_pools(&pod(json!({}))));
+        let a = allocate(&mut ipam, &cluster, &pod(json!({})), "s", "p.ns").unwrap();
+        assert_eq!(a.pool, "ns-pool");
+        let v4 = a.v4.unwrap();
+        assert!(
+            "10.16.0.8/29".parse::<ipnet::Ipv4Net>().unwrap().contains(&v4) && !node_ips.contains(&v4.into()),
+            "{v4}: in the namespace's pool, not a node's address"
+        );
+        assert_eq!(
+            ipam.allocation("s", "p.ns"),
+            Some(&a),
+            "the IPAM handed in holds it"
+        );
+
+        // A static address is asked for as it is, and a taken one is refused: nothing changes.
+        let pinned = pod(json!({keys::IP_ADDRESS: v4.to_string()}));
+        let e = allocate(&mut ipam, &cluster, &pinned, "s", "q.ns").unwrap_err();
+        assert!(matches!(e, Error::Ipam(IpamError::Conflict { .. })), "{e}");
+        assert_eq!(ipam.allocation("s", "q.ns"), None);
     }
 
     #[test]

@@ -22,11 +22,11 @@ use kube_ovn_api::names;
 use kube_ovn_ovsdb::Table;
 use kube_ovn_ovsdb::tables::nb::LogicalSwitchPort;
 
-use super::subnet_spec::effective;
 use crate::config::Config;
 use crate::ipam::{Ipam, Request};
 use crate::ovn::Nb;
 use crate::ovn::plan::is_owned_by;
+use crate::reconcile::subnet::spec::effective;
 use crate::stores::Stores;
 
 /// What a rebuild reserved, and what it could not: a conflict between two sources (the later

@@ -513,7 +513,7 @@ fn a_port_groups_name_an_older_policy_has_is_hashed_and_so_are_its_sets() {
     let o = plan_policy(&old, &world, false).unwrap();
     let y = plan_policy(&young, &world, false).unwrap();
     assert_eq!(o.port_group, "allow.team.x");
-    let hashed = super::super::network_policy_names::hashed_name(&young);
+    let hashed = crate::reconcile::network_policy::names::hashed_name(&young);
     assert_eq!(y.port_group, hashed);
     assert_eq!(y.address_sets[0].name, format!("{hashed}.ingress.allow.IPv4.0"));
     assert!(y.acls.iter().all(|a| a.r#match.contains(&format!("@{hashed} "))));

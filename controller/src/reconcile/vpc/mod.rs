@@ -12,6 +12,9 @@
 //! - peering ports `<vpc>-<remote>`: those in the spec; ports of peerings removed from the spec
 //!   go (found in the northbound database, so a restart does not leak them).
 
+pub mod lb;
+pub mod spec;
+
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -27,13 +30,13 @@ use kube_ovn_ovsdb::Table;
 use kube_ovn_ovsdb::tables::nb::{LogicalRouter, LogicalSwitch};
 use serde_json::json;
 
-use super::subnet_spec::effective;
-use super::vpc_spec::{VpcRows, join_default_routes, vpc_rows};
 use crate::context::Context;
 use crate::error::{Doing, Error, Result};
 use crate::ovn::owned::{Claim, sync_policies_claimed, sync_routes};
 use crate::ovn::plan::{Plan, owned_ids};
 use crate::ovn::topology::{ensure_peer_port, ensure_vpc_router, remove_stale_peer_ports};
+use crate::reconcile::subnet::spec::effective;
+use crate::reconcile::vpc::spec::{VpcRows, join_default_routes, vpc_rows};
 
 pub const KIND: &str = "Vpc";
 
@@ -53,7 +56,7 @@ pub async fn reconcile(vpc: Arc<Vpc>, ctx: Arc<Context>) -> Result<Action> {
         }
     })
     .await
-    .map_err(super::finalizer_error::<Vpc>(&name))
+    .map_err(crate::reconcile::finalizer_error::<Vpc>(&name))
 }
 
 /// The subnets of a VPC (by `spec.vpc`, defaulting to the default VPC), sorted; subnets being
@@ -65,7 +68,7 @@ pub fn subnets_of(ctx: &Context, vpc: &str, deleting: bool) -> Vec<String> {
         .state()
         .iter()
         .filter(|s| deleting || s.meta().deletion_timestamp.is_none())
-        .filter(|s| super::triggers::subnet_vpc_name(&ctx.config.cluster_router, s) == vpc)
+        .filter(|s| crate::reconcile::triggers::subnet_vpc_name(&ctx.config.cluster_router, s) == vpc)
         .map(|s| s.name_any())
         .collect();
     names.sort();
@@ -112,7 +115,7 @@ async fn apply(vpc: &Vpc, ctx: &Context) -> Result<Action> {
         routes.extend(extra);
     }
     let learn_from_arp = !peerings.is_empty() || vpc.spec.enable_external == Some(true);
-    let lb_switches = super::service_lb::vpc_switches(ctx, &name);
+    let lb_switches = lb::vpc_switches(ctx, &name);
     let plan = ctx.nb.read(|cache| {
         let mut plan = Plan::new();
         let owner = [("vpc", name.as_str())];
@@ -139,7 +142,7 @@ async fn apply(vpc: &Vpc, ctx: &Context) -> Result<Action> {
             Claim::AllExcept(OTHER_POLICY_OWNERS)
         };
         sync_policies_claimed(&mut plan, cache, &name, Some(lr), claim, &tagged);
-        super::service_lb::vpc_lbs(&mut plan, cache, &ctx.config, &name, &lb_switches);
+        lb::vpc_lbs(&mut plan, cache, &ctx.config, &name, &lb_switches);
         plan
     });
     ctx.nb.apply(plan, "vpc").await.doing(format_args!(
@@ -225,7 +228,7 @@ async fn set_status(ctx: &Context, vpc: &Vpc, outcome: &Outcome<'_>) -> Result<(
             status.insert(key.into(), value);
         }
         let old_json = serde_json::to_value(&old).unwrap_or_default();
-        for (key, value) in super::service_lb::lb_status(&ctx.config, &name, &old_json) {
+        for (key, value) in lb::lb_status(&ctx.config, &name, &old_json) {
             changed = true;
             status.insert(key.into(), json!(value));
         }
@@ -233,7 +236,7 @@ async fn set_status(ctx: &Context, vpc: &Vpc, outcome: &Outcome<'_>) -> Result<(
     if !changed {
         return Ok(());
     }
-    super::merge_status::<Vpc>(&ctx.kube, &name, &status).await
+    crate::reconcile::merge_status::<Vpc>(&ctx.kube, &name, &status).await
 }
 
 /// Deletion: refused (the finalizer stays, the status says why) while the VPC has subnets, as
@@ -261,7 +264,7 @@ async fn cleanup(vpc: &Vpc, ctx: &Context) -> Result<Action> {
             plan.delete(LogicalRouter::NAME, *uuid);
         }
         // Its load balancers too (no switch holds them: its subnets are gone).
-        for uuid in crate::ovn::lb::existing_lbs(cache, &super::service_lb::lb_names(&ctx.config, &name)) {
+        for uuid in crate::ovn::lb::existing_lbs(cache, &lb::lb_names(&ctx.config, &name)) {
             plan.delete(kube_ovn_ovsdb::tables::nb::LoadBalancer::NAME, uuid);
         }
         plan

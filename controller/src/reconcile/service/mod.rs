@@ -1,6 +1,6 @@
 //! Services on OVN load balancers: each Service's VIPs in its VPC's load balancers (planned by
-//! [`super::service_plan`]; the load balancers themselves and their switches are
-//! [`super::service_lb`]'s), and the sweep that removes the VIPs of Services gone.
+//! [`plan`]; the load balancers themselves and their switches are
+//! [`crate::reconcile::vpc::lb`]'s), and the sweep that removes the VIPs of Services gone.
 //!
 //! ```text
 //!   Service ◀─ its own changes; its EndpointSlices (label kubernetes.io/service-name);
@@ -13,12 +13,15 @@
 //! ```
 //!
 //! Ownership of a VIP is its address, and the owner of an address is decided by
-//! [`super::service_claims`]' rule from all Services every time (a Service's ClusterIPs are its
+//! [`claims`](mod@claims)' rule from all Services every time (a Service's ClusterIPs are its
 //! own; any other claim goes to the oldest admissible claimant). The keys of a Service are those
 //! that start with an address it owns (Kube-OVN finds them the same way when it cleans up after
 //! a Service), and it never touches the others: a Service claiming another's address changes
 //! nothing of that VIP, and deleting it leaves the owner's as it was. Nothing else is
 //! remembered, so a restart decides the same and writes nothing when nothing changed.
+
+pub mod claims;
+pub mod plan;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -38,14 +41,14 @@ use kube_ovn_api::crd::Subnet;
 use kube_ovn_ovsdb::tables::nb::LoadBalancer;
 use kube_ovn_ovsdb::{Atom, Table, Value};
 
-use super::service_claims::{Admission, Owners, SubnetRange, admitting_vpc, claims};
-use super::service_lb::lb_names;
-use super::service_plan::{Rules, SERVICE_NAME_LABEL, plan_service, service_ips};
 use crate::context::Context;
 use crate::error::{Doing, Error, Result};
 use crate::informer::{Change, Changes};
 use crate::ovn::lb;
 use crate::ovn::plan::{Plan, VENDOR, VENDOR_KEY};
+use crate::reconcile::service::claims::{Admission, Owners, SubnetRange, admitting_vpc, claims};
+use crate::reconcile::service::plan::{Rules, SERVICE_NAME_LABEL, plan_service, service_ips};
+use crate::reconcile::vpc::lb::lb_names;
 
 pub const KIND: &str = "Service";
 
@@ -83,7 +86,7 @@ pub fn claimants_of(change: &Change<Service>, services: &[Arc<Service>]) -> Vec<
     let Some(changed) = change.new.as_ref().or(change.old.as_ref()) else {
         return Vec::new();
     };
-    let me = super::service_claims::key_of(changed);
+    let me = claims::key_of(changed);
     let addresses: BTreeSet<IpAddr> = [&change.old, &change.new]
         .into_iter()
         .flatten()
@@ -92,7 +95,7 @@ pub fn claimants_of(change: &Change<Service>, services: &[Arc<Service>]) -> Vec<
         .collect();
     services
         .iter()
-        .filter(|s| super::service_claims::key_of(s) != me)
+        .filter(|s| claims::key_of(s) != me)
         .filter(|s| claims(s).is_ok_and(|c| c.others.iter().any(|c| addresses.contains(&c.ip))))
         .map(|s| ObjectRef::from_obj(&**s))
         .collect()
@@ -147,7 +150,7 @@ impl Ranges {
             .filter(|s| s.meta().deletion_timestamp.is_none())
             .map(|s| SubnetRange {
                 name: s.name_any(),
-                vpc: super::triggers::subnet_vpc_name(&ctx.config.cluster_router, s).to_owned(),
+                vpc: crate::reconcile::triggers::subnet_vpc_name(&ctx.config.cluster_router, s).to_owned(),
                 cidrs: s
                     .spec
                     .cidr_block
@@ -155,7 +158,7 @@ impl Ranges {
                     .flat_map(|c| c.split(','))
                     .filter_map(|c| c.trim().parse().ok())
                     .collect(),
-                binds: super::binding::subnet_binds(s, ns, &labels),
+                binds: crate::reconcile::binding::subnet_binds(s, ns, &labels),
                 binds_any: s.spec.namespaces.as_ref().is_some_and(|n| !n.is_empty())
                     || s.spec.namespace_selectors.as_ref().is_some_and(|n| !n.is_empty()),
             })

@@ -1,12 +1,12 @@
 //! NetworkPolicies: each policy's port group, address sets and ACLs in the northbound DB, planned
-//! by [`super::network_policy_plan`] from the policy and the pod and namespace caches, then
+//! by [`plan`] from the policy and the pod and namespace caches, then
 //! written in one transaction.
 //!
 //! ```text
 //!   NetworkPolicy ◀─ its own changes; a pod's labels, addresses, port or phase → the policies
 //!                    of its namespace and those selecting namespaces; a namespace's labels →
 //!                    those selecting namespaces; a policy coming or going → the others of its
-//!                    Kube-OVN port group name (network_policy_names)
+//!                    Kube-OVN port group name (names.rs)
 //!   deletion      ─▶ its port group (with its ACLs) and address sets go (watch_deletions)
 //!   start         ─▶ rows of policies that no longer exist go (collect_orphans)
 //! ```
@@ -15,9 +15,12 @@
 //! naming the field, and its rows stay as they were: validate, then apply.
 //!
 //! A row is a policy's only when its `external_ids:np` says so: a policy never writes into a
-//! port group or address set of another's (it waits, see `network_policy_names`), and deleting
+//! port group or address set of another's (it waits, see [`names`]), and deleting
 //! it deletes only its own. Pods' addresses come from their switch ports (what the controller
 //! allocated), not from their annotations.
+
+pub mod names;
+pub mod plan;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -35,13 +38,13 @@ use kube_ovn_api::annotations::keys;
 use kube_ovn_ovsdb::tables::nb::{AddressSet, LogicalSwitchPort, Meter, MeterBand, PortGroup};
 use kube_ovn_ovsdb::{Condition, DbCache, Operation, Table, Uuid, Value};
 
-use super::all_refs;
-use super::network_policy_plan::{Families, PolicyRows, World, plan_policy, port_ips};
 use crate::context::Context;
 use crate::error::{Doing, Error, Result};
 use crate::informer::Changes;
 use crate::ovn::owned::{Claim, Parent, sync_acls};
 use crate::ovn::plan::{Plan, RowRef, owned_ids};
+use crate::reconcile::all_refs;
+use crate::reconcile::network_policy::plan::{Families, PolicyRows, World, plan_policy, port_ips};
 use crate::stores::{Informers, Stores};
 
 pub const KIND: &str = "NetworkPolicy";
@@ -146,7 +149,7 @@ fn np_owner(ids: &std::collections::BTreeMap<String, String>) -> Option<&str> {
 }
 
 /// Refuses to write when a row of `rows`' names belongs to another policy: that one's until it
-/// moves to its own name or goes (`network_policy_names`); `Err` says whose.
+/// moves to its own name or goes ([`names`]); `Err` says whose.
 fn check_names(cache: &DbCache, rows: &PolicyRows) -> std::result::Result<(), String> {
     let key = rows.key.as_str();
     if let Some(pg) = cache.by_name::<PortGroup>(&rows.port_group).ok().flatten()
@@ -178,7 +181,7 @@ pub fn write_plan(cache: &DbCache, rows: &PolicyRows) -> std::result::Result<Pla
     check_names(cache, rows)?;
     let mut plan = Plan::new();
     let key = rows.key.as_str();
-    // Its groups of another name (it was renamed, `network_policy_names`) go, with their ACLs.
+    // Its groups of another name (it was renamed, `names`) go, with their ACLs.
     for (uuid, _) in cache.table(PortGroup::NAME) {
         if let Some(pg) = cache.get::<PortGroup>(uuid).ok().flatten()
             && np_owner(&pg.external_ids) == Some(key)
@@ -434,9 +437,7 @@ pub async fn watch_deletions(ctx: Arc<Context>, changes: Changes<NetworkPolicy>)
 pub fn policies_for_pod(policies: &[Arc<NetworkPolicy>], namespace: &str) -> Vec<ObjectRef<NetworkPolicy>> {
     policies
         .iter()
-        .filter(|p| {
-            p.namespace().as_deref() == Some(namespace) || super::network_policy_plan::selects_namespaces(p)
-        })
+        .filter(|p| p.namespace().as_deref() == Some(namespace) || plan::selects_namespaces(p))
         .map(|p| ObjectRef::from_obj(&**p))
         .collect()
 }
@@ -445,7 +446,7 @@ pub fn policies_for_pod(policies: &[Arc<NetworkPolicy>], namespace: &str) -> Vec
 pub fn policies_for_namespace(policies: &[Arc<NetworkPolicy>]) -> Vec<ObjectRef<NetworkPolicy>> {
     policies
         .iter()
-        .filter(|p| super::network_policy_plan::selects_namespaces(p))
+        .filter(|p| plan::selects_namespaces(p))
         .map(|p| ObjectRef::from_obj(&**p))
         .collect()
 }
@@ -505,7 +506,7 @@ pub fn controller(informers: &Informers, stores: &Stores, workers: u16) -> Contr
             let Some(np) = c.new.as_ref().or(c.old.as_ref()) else {
                 return Vec::new();
             };
-            super::network_policy_names::twins_of(np, &by_name.state())
+            names::twins_of(np, &by_name.state())
                 .iter()
                 .map(|p| ObjectRef::from_obj(&**p))
                 .collect()

@@ -1,11 +1,11 @@
 use serde_json::json;
 
 use super::*;
-use crate::reconcile::service_claims::{Admission, Owners};
+use crate::reconcile::service::claims::{Admission, Owners};
 use kube_ovn_api::external_ips::ExternalIpCidrs;
 
 /// [`plan_service`] with every claim admissible (external IPs anywhere, annotation VIPs in
-/// `vip_vpc`'s ranges) and `svc` the only Service; the claim rule is `service_claims_tests`'.
+/// `vip_vpc`'s ranges) and `svc` the only Service; the claim rule is `service::claims::tests`'.
 fn plan_in<'a>(
     svc: &Service,
     slices: &[&EndpointSlice],

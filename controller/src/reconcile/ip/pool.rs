@@ -44,7 +44,7 @@ pub async fn reconcile(pool: Arc<IPPool>, ctx: Arc<Context>) -> Result<Action> {
         }
     })
     .await
-    .map_err(super::finalizer_error::<IPPool>(&name))
+    .map_err(crate::reconcile::finalizer_error::<IPPool>(&name))
 }
 
 fn ranges(pool: &IPPool) -> Result<Vec<IpRange>> {
@@ -205,7 +205,7 @@ async fn set_status(ctx: &Context, pool: &IPPool, reason: &str, message: &str) -
     if !changed && same_counters(&old, &status) {
         return Ok(());
     }
-    super::merge_status::<IPPool>(&ctx.kube, &name, &status).await
+    crate::reconcile::merge_status::<IPPool>(&ctx.kube, &name, &status).await
 }
 
 fn same_counters(a: &IPPoolStatus, b: &IPPoolStatus) -> bool {

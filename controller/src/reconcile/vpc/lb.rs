@@ -1,5 +1,5 @@
 //! A VPC's six load balancers and the switches they are attached to, for the VPC and subnet
-//! reconcilers (which call these in their own plans); the VIPs are [`super::service`]'s.
+//! reconcilers (which call these in their own plans); the VIPs are [`crate::reconcile::service`]'s.
 //!
 //! The VPC reconciler creates the load balancers and attaches them to the switches of its
 //! subnets that exist; a subnet reconciled before they exist waits for them (as it waits for its
@@ -58,7 +58,7 @@ pub fn vpc_switches(ctx: &Context, vpc: &str) -> Vec<(String, bool)> {
         .state()
         .iter()
         .filter(|s| s.meta().deletion_timestamp.is_none())
-        .filter(|s| super::triggers::subnet_vpc_name(&ctx.config.cluster_router, s) == vpc)
+        .filter(|s| crate::reconcile::triggers::subnet_vpc_name(&ctx.config.cluster_router, s) == vpc)
         .map(|s| {
             let name = s.name_any();
             let enable = subnet_enables_lb(&ctx.config, &name, &s.spec);

@@ -1,11 +1,17 @@
 //! Subnets: a logical switch per subnet attached to its VPC's router, IPAM, the router policies
 //! (priority 31000 allow for traffic to the subnet, in every VPC; the default VPC's gateway
-//! policies, see [`super::subnet_gateway`]), the switch's ACLs (see [`super::subnet_acl`]) and
-//! status (see [`super::subnet_status`]). Defaulting is in [`super::subnet_spec`].
+//! policies, see [`gateway`]), the switch's ACLs (see [`acl`]) and
+//! status (see [`status`]). Defaulting is in [`spec`].
 //!
 //! `natOutgoing` needs nothing in the northbound database: the node daemon masquerades traffic of
 //! such subnets as it leaves through `ovn0`; it reads the spec, and the IDs of
-//! `natOutgoingPolicyRules` from the status (see [`super::subnet_nat_policy`]).
+//! `natOutgoingPolicyRules` from the status (see [`nat_policy`]).
+
+pub mod acl;
+pub mod gateway;
+pub mod nat_policy;
+pub mod spec;
+pub mod status;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -26,14 +32,6 @@ use kube_ovn_ovsdb::tables::nb::{
 };
 use kube_ovn_ovsdb::{DbCache, Table};
 
-use super::node_state::{internal_ips, node_ready};
-use super::pod_state::port_name;
-use super::subnet_acl::subnet_acls;
-use super::subnet_gateway::{GatewayPlan, NodeView, gateway_plan};
-use super::subnet_nat_policy::status_rules;
-use super::subnet_spec::spec_patch;
-use super::subnet_spec::{Effective, effective};
-use super::subnet_status::{Outcome, set_status, warn};
 use crate::context::Context;
 use crate::error::{Doing, Error, Result};
 use crate::ovn::owned::{Claim, Parent, PolicySpec, sync_acls, sync_policies, sync_policies_claimed};
@@ -42,6 +40,14 @@ use crate::ovn::priority::{POLICY_GATEWAY, POLICY_SUBNET_ALLOW};
 use crate::ovn::topology::{
     Attachment, add_to_port_group, ensure_port_group, ensure_router_attachment, ensure_switch,
 };
+use crate::reconcile::node::state::{internal_ips, node_ready};
+use crate::reconcile::pod::state::port_name;
+use crate::reconcile::subnet::acl::subnet_acls;
+use crate::reconcile::subnet::gateway::{GatewayPlan, NodeView, gateway_plan};
+use crate::reconcile::subnet::nat_policy::status_rules;
+use crate::reconcile::subnet::spec::spec_patch;
+use crate::reconcile::subnet::spec::{Effective, effective};
+use crate::reconcile::subnet::status::{Outcome, set_status, warn};
 use kube_ovn_api::crd::NatOutgoingPolicyRuleStatus;
 use kube_ovn_api::selector::Selector;
 
@@ -58,7 +64,7 @@ pub async fn reconcile(subnet: Arc<Subnet>, ctx: Arc<Context>) -> Result<Action>
         }
     })
     .await
-    .map_err(super::finalizer_error::<Subnet>(&name))
+    .map_err(crate::reconcile::finalizer_error::<Subnet>(&name))
 }
 
 /// Reports bad input on the subnet's status and as a Warning event, and returns the error
@@ -184,8 +190,8 @@ async fn apply(subnet: &Subnet, ctx: &Context) -> Result<Action> {
             Claim::Owner(&[("parent", name.as_str())]),
             &acls,
         );
-        let lb = super::service_lb::subnet_enables_lb(&ctx.config, &name, &subnet.spec);
-        super::service_lb::attach_subnet(&mut plan, cache, &ctx.config, &eff.vpc, &ls, lb)?;
+        let lb = crate::reconcile::vpc::lb::subnet_enables_lb(&ctx.config, &name, &subnet.spec);
+        crate::reconcile::vpc::lb::attach_subnet(&mut plan, cache, &ctx.config, &eff.vpc, &ls, lb)?;
         Ok::<_, Error>((plan, mac))
     })?;
     ctx.ipam().set_gateway_mac(&name, mac)?;

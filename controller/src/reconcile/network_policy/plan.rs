@@ -3,7 +3,7 @@
 //!
 //! - a port group `<np>.<ns>` (`-` → `.`, prefixed `np` when the name does not start with a
 //!   letter), `external_ids:np=<ns>/<np>`, holding the selected pods' switch ports; where that
-//!   name is an older policy's too, a hashed one ([`super::network_policy_names`]);
+//!   name is an older policy's too, a hashed one ([`super::names`]);
 //! - per direction in `policyTypes`, a default drop at priority 2000: `outport == @pg && ip`
 //!   (ingress, `to-lport`) or `inport == @pg && ip` (egress, `from-lport`, applied after the load
 //!   balancer so a Service is judged by the backend it was sent to). Kube-OVN's `lax` enforcement
@@ -39,7 +39,7 @@ use kube_ovn_api::annotations::keys;
 use kube_ovn_api::names;
 use kube_ovn_api::selector::Selector;
 
-pub use super::network_policy_names::port_group_name;
+pub use super::names::port_group_name;
 
 use crate::ovn::owned::AclSpec;
 use crate::ovn::priority::{ACL_NODE_ALLOW, ACL_NP_ALLOW, ACL_NP_DEFAULT_DROP};
@@ -208,7 +208,7 @@ pub fn plan_policy(np: &NetworkPolicy, world: &World<'_>, lax: bool) -> Result<P
     let (pods, namespaces, families) = (world.pods, world.namespaces, world.families);
     let ns = np.namespace().unwrap_or_default();
     let name = np.name_any();
-    let pg = super::network_policy_names::port_group_of(np, world.policies);
+    let pg = super::names::port_group_of(np, world.policies);
     let spec = np.spec.clone().unwrap_or_default();
     let log = logging(np);
     let selector = Selector::parse(spec.pod_selector.as_ref(), "spec.podSelector")
@@ -590,5 +590,4 @@ pub fn node_acls(node: &str, node_ips: &[IpAddr]) -> Vec<AclSpec> {
 }
 
 #[cfg(test)]
-#[path = "network_policy_plan_tests.rs"]
 mod tests;

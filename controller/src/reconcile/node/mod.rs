@@ -2,6 +2,8 @@
 //! priority-30000 policy that sends traffic for the node's own address to it, the node port group
 //! `node.<node>`, an IP CR, and the annotations the node daemon waits for.
 
+pub mod state;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -15,8 +17,6 @@ use kube_ovn_ovsdb::Table;
 use kube_ovn_ovsdb::tables::nb::{LogicalSwitch, LogicalSwitchPort};
 use serde_json::json;
 
-use super::ip_record::{IpRecord, upsert_ip};
-use super::node_state::internal_ips;
 use crate::context::Context;
 use crate::error::{Doing, Error, Result};
 use crate::ipam::{Allocation, Request};
@@ -24,6 +24,8 @@ use crate::ovn::owned::{Claim, Parent, PolicySpec, sync_acls, sync_policies};
 use crate::ovn::plan::{Plan, RowRef, owned_ids};
 use crate::ovn::priority::POLICY_NODE;
 use crate::ovn::topology::{add_to_port_group, ensure_port_group, ensure_switch_port};
+use crate::reconcile::ip::record::{IpRecord, upsert_ip};
+use crate::reconcile::node::state::internal_ips;
 
 pub const KIND: &str = "Node";
 
@@ -87,7 +89,7 @@ pub async fn reconcile(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
         add_to_port_group(&mut plan, cache, &pg, &pg_name, &lsp_ref);
         // The node's own addresses always reach its pods, whatever the policies (priority 3000).
         let node_ids = owned_ids(&[("node", name.as_str())]);
-        let acls: Vec<_> = super::network_policy_plan::node_acls(&name, &node_ips)
+        let acls: Vec<_> = crate::reconcile::network_policy::plan::node_acls(&name, &node_ips)
             .into_iter()
             .map(|a| (a, node_ids.clone()))
             .collect();

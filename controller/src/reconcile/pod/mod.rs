@@ -3,12 +3,26 @@
 //! `logical_switch`, `allocated=true`, then `routed=true` once the port is in its node's port
 //! groups. Host-network pods are not ours.
 //!
+//! ```text
+//!   Pod ─▶ validate (request::validate) ─▶ tenancy (tenancy.rs) ─▶ choose the subnet
+//!       ─▶ allocate in IPAM (request::allocate) ─▶ plan::plan_pod(pod, subnet, allocation, NB)
+//!       ─▶ apply: port rows + IP CR ─▶ free an old subnet's address ─▶ annotations
+//! ```
+//!
+//! This file gathers the inputs and applies; what to write is [`plan`]'s (pure: the port, its
+//! switch and port groups, the groups still missing, the annotation patch), what a pod asks IPAM
+//! for is [`request`]'s, and what its object says (its key, whether it lives) [`state`]'s.
+//!
 //! Writes go in an order a crash cannot make unsafe: the address is made durable in the northbound
 //! port and the IP CR (written at once; IPAM is rebuilt from either) before the annotations name
-//! it; a release removes
-//! the port, then the IP CR, then frees the address. Every step checks before it writes, so a run
-//! with nothing to do writes nothing. One pod key is handled by one task at a time
-//! ([`kube_ovn_support::KeyLocks`]).
+//! it; a release removes the port, then the IP CR, then frees the address. Every step checks
+//! before it writes, so a run with nothing to do writes nothing. One pod key is handled by one
+//! task at a time ([`kube_ovn_support::KeyLocks`]).
+
+pub mod plan;
+pub mod request;
+pub mod state;
+pub mod tenancy;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -20,27 +34,25 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
-use kube_ovn_api::annotations::{is_true, keys};
+use kube_ovn_api::annotations::keys;
 use kube_ovn_api::crd::{Ip, Subnet};
-use kube_ovn_api::names;
-use kube_ovn_ovsdb::tables::nb::{LogicalSwitch, LogicalSwitchPort, PortGroup};
-use kube_ovn_ovsdb::{Atom, DbCache, Table, Value};
 use serde_json::json;
 
-use super::binding;
-use super::ip_record::{IpRecord, delete_ip, is_reserved, upsert_ip};
-use super::pod_request::{
-    allocate, handshake, namespace_pool, static_addresses, uses_namespace_pools, validate, validate_routes,
-};
-use super::pod_state::{grace_left, is_alive, port_name};
-use super::statefulset;
-use super::subnet_spec::effective;
-use super::tenancy;
 use crate::context::Context;
 use crate::error::{Doing, Error, Result};
 use crate::ipam::IpamError;
-use crate::ovn::plan::{Plan, RowRef, owned_ids};
-use crate::ovn::topology::{add_to_port_group, ensure_switch_port, remove_switch_port};
+use crate::ovn::plan::Plan;
+use crate::ovn::topology::remove_switch_port;
+use crate::reconcile::binding;
+use crate::reconcile::ip::record::{IpRecord, delete_ip, is_reserved, upsert_ip};
+use crate::reconcile::node::state::internal_ips;
+use crate::reconcile::pod::plan::{PodInput, PodPlan, plan_pod};
+use crate::reconcile::pod::request::{
+    Cluster, allocate, namespace_pool, static_addresses, uses_namespace_pools, validate, validate_routes,
+};
+use crate::reconcile::pod::state::{grace_left, is_alive, port_name};
+use crate::reconcile::statefulset;
+use crate::reconcile::subnet::spec::effective;
 
 pub const KIND: &str = "Pod";
 /// How a pod's subnet was chosen.
@@ -140,8 +152,9 @@ fn choose_subnet(ctx: &Context, pod: &Pod) -> Result<(String, ChosenBy)> {
             &ctx.config.default_subnet.name,
         ));
     }
+    let pools = ctx.stores.ippools.state();
     if uses_namespace_pools(pod)
-        && let Some((subnet, _)) = namespace_pool(ctx, pod, &candidates)?
+        && let Some((subnet, _)) = namespace_pool(&ctx.ipam(), &pools, pod, &candidates)?
     {
         return Ok((subnet, ChosenBy::Namespace));
     }
@@ -278,64 +291,33 @@ async fn apply(pod: &Pod, ctx: &Context, key: &str) -> Result<Action> {
     }
     let eff = effective(&subnet, &ctx.config.cluster_router)?;
     validate_routes(pod, &subnet_name, &eff.cidrs)?;
-    let alloc = allocate(ctx, pod, &subnet_name, key)?;
+    let alloc = {
+        let (pools, nodes) = (ctx.stores.ippools.state(), ctx.stores.nodes.state());
+        let node_ips: Vec<_> = nodes.iter().flat_map(|n| internal_ips(n)).collect();
+        let cluster = Cluster {
+            pools: &pools,
+            node_ips: &node_ips,
+        };
+        allocate(&mut ctx.ipam(), &cluster, pod, &subnet_name, key)?
+    };
+    let input = PodInput {
+        pod,
+        key,
+        subnet: &subnet_name,
+        effective: &eff,
+        alloc: &alloc,
+        cluster_router: &ctx.config.cluster_router,
+    };
+    let PodPlan {
+        rows,
+        missing_groups: missing,
+        annotations,
+    } = ctx.nb.read(|cache| plan_pod(&input, cache))?;
     let node = pod
         .spec
         .as_ref()
         .and_then(|s| s.node_name.clone())
         .unwrap_or_default();
-    // Kube-OVN's routing step: a default-VPC pod joins its node's port group `node.<node>` (the
-    // node-to-pod allow ACLs) and, on a distributed subnet, `<subnet>.<node>` (the gateway policy).
-    let default_vpc = eff.vpc == ctx.config.cluster_router;
-    let mut groups = Vec::new();
-    if default_vpc && !node.is_empty() {
-        groups.push(names::node_port_group(&node));
-        if eff.gateway_type == "distributed" {
-            groups.push(names::subnet_node_port_group(&subnet_name, &node));
-        }
-    }
-    let port_security = is_true(pod.metadata.annotations.as_ref(), keys::PORT_SECURITY);
-    let (plan, missing) = ctx.nb.read(|cache| {
-        let mut plan = Plan::new();
-        let ls = cache
-            .uuids_by_name(LogicalSwitch::NAME, &subnet_name)
-            .first()
-            .map(|u| RowRef::Existing(*u))
-            .ok_or_else(|| Error::NotReady(format!("logical switch {subnet_name} does not exist yet")))?;
-        let addresses = format!(
-            "{} {}",
-            alloc.mac,
-            alloc.addrs().map(|a| a.to_string()).collect::<Vec<_>>().join(" ")
-        );
-        let lsp = LogicalSwitchPort {
-            name: key.to_owned(),
-            addresses: vec![addresses.clone()],
-            port_security: if port_security { vec![addresses] } else { vec![] },
-            external_ids: owned_ids(&[("pod", &format!("{ns}/{name}")), ("ls", subnet_name.as_str())]),
-            ..Default::default()
-        };
-        let port = ensure_switch_port(
-            &mut plan,
-            cache,
-            &ls,
-            &subnet_name,
-            &lsp,
-            &["addresses", "port_security", "external_ids"],
-        );
-        if let Some(existing) = port.existing() {
-            // Moved to another subnet (as Kube-OVN, in the same transaction) or another node (a
-            // StatefulSet pod's successor): out of the old switch and the old node's groups.
-            leave_others(&mut plan, cache, existing, &subnet_name, &node);
-        }
-        let mut missing = Vec::new();
-        for pg in &groups {
-            match cache.uuids_by_name(PortGroup::NAME, pg).first() {
-                Some(u) => add_to_port_group(&mut plan, cache, &RowRef::Existing(*u), pg, &port),
-                None => missing.push(pg.clone()),
-            }
-        }
-        Ok::<_, Error>((plan, missing))
-    })?;
     let pod_type = if statefulset::owner(pod).is_some() {
         "StatefulSet"
     } else {
@@ -352,7 +334,7 @@ async fn apply(pod: &Pod, ctx: &Context, key: &str) -> Result<Action> {
     };
     // The port and the IP CR are independent records of the same allocation (either one is
     // enough for a restarted controller to keep the address), so both are written at once.
-    let (port_written, ip_written) = tokio::join!(ctx.nb.apply(plan, "pod"), upsert_ip(ctx, &record));
+    let (port_written, ip_written) = tokio::join!(ctx.nb.apply(rows, "pod"), upsert_ip(ctx, &record));
     port_written.doing(format_args!("write the port of pod {ns}/{name}"))?;
     ip_written?;
     crate::crash_point::reached(crate::crash_point::POD_PORT_WRITTEN);
@@ -361,9 +343,7 @@ async fn apply(pod: &Pod, ctx: &Context, key: &str) -> Result<Action> {
     if !moved.is_empty() {
         tracing::info!(pod = %key, subnet = %subnet_name, "moved from another subnet");
     }
-    let want = handshake(&subnet_name, &eff.vpc, &eff.cidrs, &eff.gateways, &alloc);
-    let routed = missing.is_empty() && !node.is_empty();
-    if !annotate(ctx, pod, &want, routed).await? {
+    if !annotate(ctx, pod, &annotations).await? {
         // The pod went while we worked: what we just wrote is the deletion path's to undo, and it
         // may have run before us.
         tracing::info!(pod = %key, "pod deleted during allocation; releasing");
@@ -380,51 +360,13 @@ async fn apply(pod: &Pod, ctx: &Context, key: &str) -> Result<Action> {
     Ok(Action::await_change())
 }
 
-/// Removes the port from switches other than `subnet`'s and from other nodes' port groups.
-fn leave_others(plan: &mut Plan, cache: &DbCache, port: kube_ovn_ovsdb::Uuid, subnet: &str, node: &str) {
-    let holds = |row: &kube_ovn_ovsdb::Row| matches!(row.get("ports"), Some(Value::Set(s)) if s.contains(&Atom::Uuid(port)));
-    for (uuid, row) in cache.table(LogicalSwitch::NAME) {
-        let other = kube_ovn_ovsdb::index::row_name(row).is_some_and(|n| n != subnet);
-        if other && holds(row) {
-            plan.remove_members(LogicalSwitch::NAME, &RowRef::Existing(*uuid), "ports", &[port]);
-        }
-    }
-    for (uuid, row) in cache.table(PortGroup::NAME) {
-        if !holds(row) {
-            continue;
-        }
-        // Read from the row as it is: decoding the group would copy all its ports.
-        let other_node = match row.get("external_ids") {
-            Some(Value::Map(ids)) => ids
-                .get(&Atom::from("node"))
-                .is_some_and(|n| *n != Atom::from(node)),
-            _ => false,
-        };
-        if other_node {
-            plan.remove_members(PortGroup::NAME, &RowRef::Existing(*uuid), "ports", &[port]);
-        }
-    }
-}
-
-/// The handshake: everything but `routed`, and `routed=true` once the port is in its groups — in
-/// one patch when both are due (a daemon then sees the address and `routed` together), else in
-/// order, so a daemon never sees `routed` without an address. `false` when the pod no longer
-/// exists.
-async fn annotate(ctx: &Context, pod: &Pod, want: &BTreeMap<String, String>, routed: bool) -> Result<bool> {
-    let have = pod.metadata.annotations.as_ref();
-    let addressed = want.iter().all(|(k, v)| have.and_then(|h| h.get(k)) == Some(v));
-    let route = routed && !is_true(have, keys::ROUTED);
-    if addressed && !route {
+/// Merges the plan's annotations into the pod (nothing to do when there are none). `false` when
+/// the pod no longer exists.
+async fn annotate(ctx: &Context, pod: &Pod, patch: &BTreeMap<String, String>) -> Result<bool> {
+    if patch.is_empty() {
         return Ok(true);
     }
-    let mut patch = if addressed {
-        serde_json::Map::new()
-    } else {
-        want.iter().map(|(k, v)| (k.clone(), json!(v))).collect()
-    };
-    if route {
-        patch.insert(keys::ROUTED.to_owned(), json!("true"));
-    }
+    let patch: serde_json::Map<_, _> = patch.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
     let api: Api<Pod> = Api::namespaced(ctx.kube.clone(), &pod.namespace().unwrap_or_default());
     match merge(&api, pod, json!({"metadata": {"annotations": patch}})).await? {
         Some(written) => {

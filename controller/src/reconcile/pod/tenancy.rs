@@ -20,7 +20,7 @@
 //!      every namespace its VPC admits — in the default VPC (`--cluster-router`), every one;
 //!    - `S` binds `N` (named in `spec.namespaces`, or its labels selected by one of
 //!      `spec.namespaceSelectors`);
-//!    - `S` is one of the subnets `N`'s binding gives it ([`super::binding`], what the namespace
+//!    - `S` is one of the subnets `N`'s binding gives it ([`crate::reconcile::binding`], what the namespace
 //!      reconciler writes as the namespace's `logical_switch` annotation): its custom VPC's
 //!      default subnet, or — for a namespace nothing binds — the cluster's default subnet
 //!      (`--default-subnet`) even when that subnet binds other namespaces.
@@ -58,8 +58,8 @@ use kube::{Resource, ResourceExt};
 use kube_ovn_api::annotations::{IpPoolAnnotation, parse, parse_provider_key};
 use kube_ovn_api::crd::{IPPool, Subnet, Vpc};
 
-use super::binding;
-use super::triggers::subnet_vpc_name;
+use crate::reconcile::binding;
+use crate::reconcile::triggers::subnet_vpc_name;
 
 /// The platform's objects and flags the rule reads.
 #[derive(Debug, Clone, Copy)]
@@ -312,5 +312,4 @@ pub fn check_pod(p: &Platform, t: &Tenant, annotations: &BTreeMap<String, String
 }
 
 #[cfg(test)]
-#[path = "tenancy_tests.rs"]
 mod tests;

@@ -16,7 +16,7 @@ use kube_ovn_api::crd::condition::{Condition, ConditionStatus, ERROR, READY, VAL
 use kube_ovn_api::crd::{IpCount, NatOutgoingPolicyRuleStatus, Subnet, SubnetStatus};
 use serde_json::json;
 
-use super::subnet_spec::{Effective, effective};
+use super::spec::{Effective, effective};
 use crate::context::Context;
 use crate::error::{Doing, Result};
 
@@ -158,7 +158,7 @@ pub async fn set_status(
     if !changed && same_counters(&old, &status) {
         return Ok(());
     }
-    super::merge_status::<Subnet>(&ctx.kube, &name, &status).await
+    crate::reconcile::merge_status::<Subnet>(&ctx.kube, &name, &status).await
 }
 
 /// A Warning event on the subnet (reason `reason`, the message naming the field), beside the

@@ -1,6 +1,6 @@
 //! Which Service owns each load-balancer address, decided by a rule from all Services every time
 //! (not by whichever reconciled last), and which claims of a Service are refused. Pure: no I/O;
-//! [`super::service`] gives it the caches' contents and turns refusals into Warning events.
+//! [`crate::reconcile::service`] gives it the caches' contents and turns refusals into Warning events.
 //!
 //! The rule (issue 21, "addresses that belong to someone stay theirs"):
 //!
@@ -331,5 +331,4 @@ pub fn admitting_vpc(
 }
 
 #[cfg(test)]
-#[path = "service_claims_tests.rs"]
 mod tests;

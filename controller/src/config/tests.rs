@@ -1,0 +1,197 @@
+use super::*;
+
+fn flags(args: &[&str]) -> Flags {
+    let mut all = vec!["kube-ovn-controller"];
+    if !args.contains(&"--ovn-nb-addr") {
+        all.extend(["--ovn-nb-addr", "tcp:127.0.0.1:6641"]);
+    }
+    all.extend_from_slice(args);
+    Flags::try_parse_from(all).unwrap()
+}
+
+#[test]
+fn kube_ovn_defaults() {
+    let c = flags(&[]).validate().unwrap();
+    assert_eq!(c.default_subnet.name, "ovn-default");
+    assert_eq!(c.default_subnet.cidr_block(), "10.16.0.0/16");
+    assert_eq!(c.node_subnet.name, "join");
+    assert_eq!(c.node_subnet.cidr_block(), "100.64.0.0/16");
+    assert_eq!(c.cluster_router, "ovn-cluster");
+    assert_eq!((c.worker_num, c.gc_interval), (3, Some(Duration::from_mins(6))));
+    assert_eq!(c.metrics_addr.port(), 10660);
+}
+
+#[test]
+fn invalid_values_name_the_flag() {
+    for (args, flag) in [
+        (vec!["--default-cidr", "10.16.0.0/33"], "--default-cidr"),
+        (
+            vec!["--default-cidr", "10.16.0.0/16,10.17.0.0/16"],
+            "--default-cidr",
+        ),
+        (vec!["--default-gateway", "10.99.0.1"], "--default-gateway"),
+        (
+            vec!["--default-exclude-ips", "10.16.0.5..x"],
+            "--default-exclude-ips",
+        ),
+        (vec!["--node-switch-cidr", "10.16.0.0/24"], "--node-switch-cidr"),
+        (vec!["--worker-num", "0"], "--worker-num"),
+        (vec!["--ovn-nb-addr", "http://x"], "--ovn-nb-addr"),
+        (vec!["--default-ls", "Bad_Name"], "--default-ls"),
+        (vec!["--ovn-timeout", "0"], "--ovn-timeout"),
+        (
+            vec!["--leader-elect-lease-duration", "15"],
+            "--leader-elect-lease-duration",
+        ),
+        (
+            vec!["--leader-elect-lease-duration", "1500ms"],
+            "--leader-elect-lease-duration",
+        ),
+        (
+            vec!["--leader-elect-lease-duration", "20s"],
+            "--leader-elect-lease-duration",
+        ),
+        (
+            vec!["--leader-elect-renew-deadline", "7s"],
+            "--leader-elect-renew-deadline",
+        ),
+        (
+            vec!["--leader-elect-retry-period", "0s"],
+            "--leader-elect-retry-period",
+        ),
+    ] {
+        let err = flags(&args).validate().unwrap_err().to_string();
+        assert!(err.starts_with(&format!("invalid {flag} ")), "{args:?}: {err}");
+    }
+    let err = Flags::try_parse_from(["kube-ovn-controller"])
+        .unwrap()
+        .validate()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("invalid --ovn-nb-addr ") && err.contains("--ovn-db-ips"),
+        "--ovn-nb-addr or --ovn-db-ips is required: {err}"
+    );
+}
+
+fn only(args: &[&str]) -> Result<Config, FlagError> {
+    let mut all = vec!["kube-ovn-controller"];
+    all.extend_from_slice(args);
+    Flags::try_parse_from(all).unwrap().validate()
+}
+
+#[test]
+fn database_remotes_from_the_ovn_central_members() {
+    let shown = |r: &[kube_ovn_ovsdb::Remote]| comma_joined(r);
+    let c = only(&["--ovn-db-ips", "172.30.0.11, 172.30.0.12,fd00::13"]).unwrap();
+    assert_eq!(
+        shown(&c.nb_remotes),
+        "tcp:172.30.0.11:6641,tcp:172.30.0.12:6641,tcp:[fd00::13]:6641"
+    );
+    assert_eq!(
+        shown(&c.sb_remotes),
+        "tcp:172.30.0.11:6642,tcp:172.30.0.12:6642,tcp:[fd00::13]:6642"
+    );
+    // An explicit address wins, each database on its own.
+    let c = only(&[
+        "--ovn-db-ips=172.30.0.11",
+        "--ovn-nb-addr=unix:/run/ovn/ovnnb_db.sock",
+    ])
+    .unwrap();
+    assert_eq!(shown(&c.nb_remotes), "unix:/run/ovn/ovnnb_db.sock");
+    assert_eq!(shown(&c.sb_remotes), "tcp:172.30.0.11:6642");
+    // Neither: no southbound remotes, as before.
+    let c = only(&["--ovn-nb-addr=tcp:10.0.0.1:6641"]).unwrap();
+    assert!(c.sb_remotes.is_empty());
+    for (value, why) in [
+        ("", "is empty"),
+        (" ", "is empty"),
+        ("172.30.0.11,,172.30.0.12", "\"\" is not an IP address"),
+        ("ovn-central", "\"ovn-central\" is not an IP address"),
+        ("[fd00::1]", "is not an IP address"),
+        ("172.30.0.11:6641", "is not an IP address"),
+    ] {
+        let err = only(&[&format!("--ovn-db-ips={value}")]).unwrap_err().to_string();
+        assert!(
+            err.starts_with("invalid --ovn-db-ips ") && err.contains(why),
+            "{value:?}: {err}"
+        );
+        // Even beside explicit addresses, a bad list is reported, not ignored.
+        let err = only(&[
+            &format!("--ovn-db-ips={value}"),
+            "--ovn-nb-addr=tcp:10.0.0.1:6641",
+            "--ovn-sb-addr=tcp:10.0.0.1:6642",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(err.starts_with("invalid --ovn-db-ips "), "{value:?}: {err}");
+    }
+}
+
+#[test]
+fn leader_election_timing() {
+    let c = flags(&[]).validate().unwrap();
+    let secs = |n| Duration::from_secs(n);
+    assert_eq!(
+        c.leader_election,
+        LeaderElection {
+            lease_duration: secs(30),
+            renew_deadline: secs(20),
+            retry_period: secs(6)
+        }
+    );
+    let c = flags(&[
+        "--leader-elect-lease-duration=1m30s",
+        "--leader-elect-renew-deadline=2.5s",
+        "--leader-elect-retry-period=2s",
+    ])
+    .validate()
+    .unwrap();
+    assert_eq!(c.leader_election.lease_duration, secs(90));
+    assert_eq!(c.leader_election.renew_deadline, Duration::from_millis(2500));
+    let err = flags(&[
+        "--leader-elect-lease-duration=21s",
+        "--leader-elect-renew-deadline=20s",
+        "--leader-elect-retry-period=6s",
+    ])
+    .validate()
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("--leader-elect-lease-duration") && err.contains("plus"),
+        "{err}"
+    );
+    assert_eq!(go_duration("x", "1h").unwrap(), secs(3600));
+    assert_eq!(go_duration("x", "250ms").unwrap(), Duration::from_millis(250));
+    for (bad, why) in [
+        ("", "empty"),
+        ("s", "not a duration"),
+        ("1", "missing unit"),
+        ("1x", "unknown unit"),
+        ("-1s", "negative"),
+        ("1.2.3s", "missing unit"),
+        ("9999999999h", "too large"),
+    ] {
+        let err = go_duration("leader-elect-retry-period", bad)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("invalid --leader-elect-retry-period") && err.contains(why),
+            "{bad:?}: {err}"
+        );
+    }
+}
+
+#[test]
+fn dual_stack_default_subnet() {
+    let c = flags(&[
+        "--default-cidr",
+        "10.16.0.0/16,fd00:10:16::/64",
+        "--default-gateway",
+        "10.16.0.1,fd00:10:16::1",
+    ])
+    .validate()
+    .unwrap();
+    assert_eq!(c.default_subnet.cidrs.len(), 2);
+    assert_eq!(c.default_subnet.gateway(), "10.16.0.1,fd00:10:16::1");
+}
