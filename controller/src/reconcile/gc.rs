@@ -33,8 +33,8 @@ use kube_ovn_ovsdb::Table;
 use kube_ovn_ovsdb::tables::nb::{LogicalSwitchPort, PortGroup};
 
 use super::ip::record::{delete_ip, is_reserved};
-use super::pod::state::is_alive;
 use super::pod::{deleted, release_key};
+use super::pod_state::is_alive;
 use super::statefulset;
 use crate::context::Context;
 use crate::error::{Doing, Result};

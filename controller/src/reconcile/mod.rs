@@ -26,13 +26,16 @@
 //! The layout: one folder per kind — [`pod`], [`subnet`], [`vpc`], [`service`],
 //! [`network_policy`], [`ip`] (IP CRs, IP pools, the IPAM rebuild), [`node`] — whose `mod.rs` is
 //! the reconciler (the apply side: reads the caches, writes Kubernetes and the northbound
-//! database) and whose other files are its pure parts (`plan`, `spec`, `request`, `state`, …) with
+//! database) and whose other files are its pure parts (`plan`, `spec`, `request`, …) with
 //! their unit tests. What no single kind owns stays here: the wiring of the controllers
 //! ([`controllers`], [`triggers`], [`startup`], [`leader`], [`gc`]), and the rules several kinds
 //! read — which subnets a namespace binds ([`binding`]: pods, namespaces, services, the tenancy
 //! rule), a StatefulSet's claim on its pods' addresses ([`statefulset`]: pods and the deletion
-//! path) — and the namespace reconciler ([`namespace`]), which only mirrors the subnets and pools
-//! bound to a namespace into its annotations. The tenancy rule is the pods' ([`pod::tenancy`]):
+//! path), what a Pod, a Node and a Subnet say once read ([`pod_state`], [`node_state`],
+//! [`subnet_spec`]: pure, read by the IP, pod, node, subnet and VPC reconcilers and the triggers,
+//! so kept out of any one kind's folder: the folders never depend on each other in a circle,
+//! which `testkit/tests/module_graph.rs` checks) — and the namespace reconciler ([`namespace`]),
+//! which only mirrors the subnets and pools bound to a namespace into its annotations. The tenancy rule is the pods' ([`pod::tenancy`]):
 //! only a pod's own annotations are checked against it.
 
 // By kind: each folder holds the kind's reconciler (`mod.rs`, the apply side: reads the caches,
@@ -52,8 +55,11 @@ pub mod controllers;
 pub mod gc;
 pub mod leader;
 pub mod namespace;
+pub mod node_state;
+pub mod pod_state;
 pub mod startup;
 pub mod statefulset;
+pub mod subnet_spec;
 pub mod triggers;
 
 use std::fmt::Debug;

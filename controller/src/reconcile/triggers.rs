@@ -18,7 +18,7 @@ use kube_ovn_api::annotations::{is_true, keys};
 use kube_ovn_api::crd::condition::{READY, find_condition};
 use kube_ovn_api::crd::{IPPool, Subnet, Vpc};
 
-use super::node::state::{internal_ips, node_ready};
+use super::node_state::{internal_ips, node_ready};
 use crate::informer::Change;
 
 fn deleting(m: &ObjectMeta) -> bool {

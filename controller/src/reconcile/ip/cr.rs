@@ -36,8 +36,8 @@ use crate::error::{Doing, Error, Result};
 use crate::ipam::Request;
 use crate::ovn::plan::Plan;
 use crate::ovn::topology::remove_switch_port;
-use crate::reconcile::pod::state::{is_alive, port_name};
-use crate::reconcile::subnet::spec::effective;
+use crate::reconcile::pod_state::{is_alive, port_name};
+use crate::reconcile::subnet_spec::effective;
 
 pub const KIND: &str = "IP";
 

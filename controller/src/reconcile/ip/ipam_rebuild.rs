@@ -26,7 +26,7 @@ use crate::config::Config;
 use crate::ipam::{Ipam, Request};
 use crate::ovn::Nb;
 use crate::ovn::plan::is_owned_by;
-use crate::reconcile::subnet::spec::effective;
+use crate::reconcile::subnet_spec::effective;
 use crate::stores::Stores;
 
 /// What a rebuild reserved, and what it could not: a conflict between two sources (the later

@@ -2,8 +2,6 @@
 //! priority-30000 policy that sends traffic for the node's own address to it, the node port group
 //! `node.<node>`, an IP CR, and the annotations the node daemon waits for.
 
-pub mod state;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -25,7 +23,7 @@ use crate::ovn::plan::{Plan, RowRef, owned_ids};
 use crate::ovn::priority::POLICY_NODE;
 use crate::ovn::topology::{add_to_port_group, ensure_port_group, ensure_switch_port};
 use crate::reconcile::ip::record::{IpRecord, upsert_ip};
-use crate::reconcile::node::state::internal_ips;
+use crate::reconcile::node_state::internal_ips;
 
 pub const KIND: &str = "Node";
 

@@ -21,7 +21,6 @@
 
 pub mod plan;
 pub mod request;
-pub mod state;
 pub mod tenancy;
 
 use std::collections::BTreeMap;
@@ -45,14 +44,14 @@ use crate::ovn::plan::Plan;
 use crate::ovn::topology::remove_switch_port;
 use crate::reconcile::binding;
 use crate::reconcile::ip::record::{IpRecord, delete_ip, is_reserved, upsert_ip};
-use crate::reconcile::node::state::internal_ips;
+use crate::reconcile::node_state::internal_ips;
 use crate::reconcile::pod::plan::{PodInput, PodPlan, plan_pod};
 use crate::reconcile::pod::request::{
     Cluster, allocate, namespace_pool, static_addresses, uses_namespace_pools, validate, validate_routes,
 };
-use crate::reconcile::pod::state::{grace_left, is_alive, port_name};
+use crate::reconcile::pod_state::{grace_left, is_alive, port_name};
 use crate::reconcile::statefulset;
-use crate::reconcile::subnet::spec::effective;
+use crate::reconcile::subnet_spec::effective;
 
 pub const KIND: &str = "Pod";
 /// How a pod's subnet was chosen.

@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::ipam::Allocation;
 use crate::ovn::plan::{Plan, RowRef, owned_ids};
 use crate::ovn::topology::{add_to_port_group, ensure_switch_port};
-use crate::reconcile::subnet::spec::Effective;
+use crate::reconcile::subnet_spec::Effective;
 
 /// What a pod's plan reads besides the northbound replica.
 #[derive(Debug, Clone, Copy)]

@@ -20,10 +20,10 @@ use std::collections::BTreeMap;
 use ipnet::IpNet;
 use kube_ovn_api::crd::SubnetSpec;
 
-use super::spec::Effective;
 use crate::ovn::owned::AclSpec;
 use crate::ovn::plan::owned_ids;
 use crate::ovn::priority::{ACL_ALLOW_EAST_WEST, ACL_DEFAULT_DROP, ACL_NODE_ALLOW, ACL_SUBNET_ALLOW};
+use crate::reconcile::subnet_spec::Effective;
 
 const ACTIONS: &[&str] = &[
     "allow",
@@ -173,7 +173,7 @@ pub fn subnet_acls(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reconcile::subnet::spec::effective;
+    use crate::reconcile::subnet_spec::effective;
     use serde_json::json;
 
     fn acls(spec: serde_json::Value) -> Result<Vec<OwnedAcl>, (String, String)> {

@@ -10,7 +10,7 @@
 //!   select, by name) takes over;
 //! - centralized with `enableEcmp`: one such policy whose next hops are all Ready gateways.
 //!
-//! "Ready" is [`crate::reconcile::node::state::node_ready`]: the node's `Ready` condition, and its
+//! "Ready" is [`crate::reconcile::node_state::node_ready`]: the node's `Ready` condition, and its
 //! `NetworkUnavailable` condition not True (the node daemon sets it when `ovn0` cannot reach the
 //! join gateway), as Kube-OVN's `nodeReady`.
 //!
@@ -30,10 +30,10 @@ use kube_ovn_api::annotations::{GatewayNodes, parse};
 use kube_ovn_api::crd::SubnetSpec;
 use kube_ovn_api::names;
 
-use super::spec::Effective;
 use crate::ovn::owned::PolicySpec;
 use crate::ovn::plan::owned_ids;
 use crate::ovn::priority::POLICY_GATEWAY;
+use crate::reconcile::subnet_spec::Effective;
 use kube_ovn_api::selector::Selector;
 
 /// What the gateway logic needs to know of a node.
@@ -41,7 +41,7 @@ use kube_ovn_api::selector::Selector;
 pub struct NodeView {
     pub name: String,
     pub labels: BTreeMap<String, String>,
-    /// Ready to carry traffic: see [`crate::reconcile::node::state::node_ready`].
+    /// Ready to carry traffic: see [`crate::reconcile::node_state::node_ready`].
     pub ready: bool,
     /// Its join addresses, once the node reconciler has finished it.
     pub joins: Vec<IpAddr>,
@@ -210,7 +210,7 @@ pub fn gateway_plan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reconcile::subnet::spec::effective;
+    use crate::reconcile::subnet_spec::effective;
     use serde_json::json;
 
     fn node(name: &str, ready: bool, join: &str) -> NodeView {

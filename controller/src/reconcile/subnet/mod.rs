@@ -10,7 +10,6 @@
 pub mod acl;
 pub mod gateway;
 pub mod nat_policy;
-pub mod spec;
 pub mod status;
 
 use std::collections::BTreeMap;
@@ -40,14 +39,14 @@ use crate::ovn::priority::{POLICY_GATEWAY, POLICY_SUBNET_ALLOW};
 use crate::ovn::topology::{
     Attachment, add_to_port_group, ensure_port_group, ensure_router_attachment, ensure_switch,
 };
-use crate::reconcile::node::state::{internal_ips, node_ready};
-use crate::reconcile::pod::state::port_name;
+use crate::reconcile::node_state::{internal_ips, node_ready};
+use crate::reconcile::pod_state::port_name;
 use crate::reconcile::subnet::acl::subnet_acls;
 use crate::reconcile::subnet::gateway::{GatewayPlan, NodeView, gateway_plan};
 use crate::reconcile::subnet::nat_policy::status_rules;
-use crate::reconcile::subnet::spec::spec_patch;
-use crate::reconcile::subnet::spec::{Effective, effective};
 use crate::reconcile::subnet::status::{Outcome, set_status, warn};
+use crate::reconcile::subnet_spec::spec_patch;
+use crate::reconcile::subnet_spec::{Effective, effective};
 use kube_ovn_api::crd::NatOutgoingPolicyRuleStatus;
 use kube_ovn_api::selector::Selector;
 

@@ -16,9 +16,9 @@ use kube_ovn_api::crd::condition::{Condition, ConditionStatus, ERROR, READY, VAL
 use kube_ovn_api::crd::{IpCount, NatOutgoingPolicyRuleStatus, Subnet, SubnetStatus};
 use serde_json::json;
 
-use super::spec::{Effective, effective};
 use crate::context::Context;
 use crate::error::{Doing, Result};
+use crate::reconcile::subnet_spec::{Effective, effective};
 
 /// What a reconcile concluded.
 #[derive(Debug, Clone, Copy)]

@@ -35,7 +35,7 @@ use crate::error::{Doing, Error, Result};
 use crate::ovn::owned::{Claim, sync_policies_claimed, sync_routes};
 use crate::ovn::plan::{Plan, owned_ids};
 use crate::ovn::topology::{ensure_peer_port, ensure_vpc_router, remove_stale_peer_ports};
-use crate::reconcile::subnet::spec::effective;
+use crate::reconcile::subnet_spec::effective;
 use crate::reconcile::vpc::spec::{VpcRows, join_default_routes, vpc_rows};
 
 pub const KIND: &str = "Vpc";
