@@ -40,9 +40,9 @@ use kube_ovn_support::Watched;
 
 use crate::Node;
 use crate::error::DaemonError;
+use crate::join::{OVN0, join_address};
 use crate::lb_ingress::{Protected, ProtectedInputs, api_server_endpoints, lb_ingress, node_addresses};
 use crate::nft_tables::{Applied, NftTables};
-use crate::node::{OVN0, join_address};
 
 /// How long the task waits for the caches' first list before saying so in the log.
 const SYNC_WAIT: Duration = Duration::from_secs(30);

@@ -19,7 +19,7 @@ use kube_ovn_dataplane::ping;
 
 use crate::Node;
 use crate::error::DaemonError;
-use crate::node::{OVN0, join_address};
+use crate::join::{OVN0, join_address};
 
 /// The Node condition type (Kubernetes' own) and Kube-OVN's reasons.
 pub const CONDITION: &str = "NetworkUnavailable";

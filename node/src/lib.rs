@@ -26,6 +26,7 @@ pub mod error;
 pub mod gateway;
 pub mod health;
 pub mod install;
+pub mod join;
 pub mod lb_ingress;
 pub mod metrics;
 pub mod nft_tables;
