@@ -21,6 +21,7 @@
 //! liveness probe has kubelet restart the daemon instead of it running on without, say, its
 //! QoS task.
 
+pub mod chassis;
 pub mod config;
 pub mod error;
 pub mod gateway;
@@ -78,8 +79,6 @@ pub struct Node {
     pub services: Watched<Service>,
     /// Metrics.
     pub metrics: Metrics,
-    /// Subnets as last validated by the controller, for the node's routes (`node_routes`).
-    last_validated: std::sync::Mutex<std::collections::BTreeMap<String, Arc<Subnet>>>,
     /// Pods whose ADD finished, for the QoS task to look at again.
     qos_recheck: mpsc::UnboundedSender<String>,
     locks: KeyLocks,
@@ -166,12 +165,11 @@ pub async fn run(
         services: Watched::start(Api::all(kube.clone()), None, None),
         metrics: Metrics::new(),
         qos_recheck,
-        last_validated: std::sync::Mutex::default(),
         locks: KeyLocks::default(),
         config,
         kube,
     });
-    let system_id = node.init_ovs().await?;
+    let system_id = chassis::init_ovs(&node.config, &node.ovs, &node.ovs_nl, &node.kube).await?;
     tracing::info!(node = %flags.node_name, %system_id, datapath = node.config.datapath.as_str(), "chassis configured");
     if flags.install_cni_config {
         install::install(&node.config).map_err(|source| StartError::Io {
@@ -203,10 +201,25 @@ pub async fn run(
     tasks.also_check("nodes-watch", move || w.stopped());
     let w = node.services.clone();
     tasks.also_check("services-watch", move || w.stopped());
-    tasks.spawn("node", node::node_task(node.clone()));
+    let network = node::NodeNetwork::new(
+        node::Settings::new(&node.config),
+        node.ovs.clone(),
+        node.ovs_nl.clone(),
+        node.nodes.clone(),
+        node.subnets.clone(),
+    );
+    tasks.spawn("node", network.run());
     tasks.spawn("qos", qos::qos_task(node.clone(), applied_rx, added_rx));
     tasks.spawn("gateway", gateway::gateway_task(node.clone()));
-    tasks.spawn("ovn0-check", health::ovn0_check_task(node.clone()));
+    let ovn0_check = health::Ovn0Check {
+        node_name: flags.node_name.clone(),
+        interval: flags.ovn0_check_interval,
+        ovs_ns: node.ovs_ns.clone(),
+        ovs_nl: node.ovs_nl.clone(),
+        nodes: node.nodes.clone(),
+        kube: node.kube.clone(),
+    };
+    tasks.spawn("ovn0-check", ovn0_check.run());
     let cni = server::cni_router(node.clone());
     tasks.spawn("cni-server", async move {
         if let Err(e) = axum::serve(cni_listener, cni).await {
