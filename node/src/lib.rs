@@ -210,7 +210,17 @@ pub async fn run(
     );
     tasks.spawn("node", network.run());
     tasks.spawn("qos", qos::qos_task(node.clone(), applied_rx, added_rx));
-    tasks.spawn("gateway", gateway::gateway_task(node.clone()));
+    let egress = gateway::Gateway {
+        settings: gateway::Settings::new(&node.config),
+        kube: node.kube.clone(),
+        ovs_ns: node.ovs_ns.clone(),
+        ovs_nl: node.ovs_nl.clone(),
+        subnets: node.subnets.clone(),
+        nodes: node.nodes.clone(),
+        pods: node.pods.clone(),
+        services: node.services.clone(),
+    };
+    tasks.spawn("gateway", egress.run());
     let ovn0_check = health::Ovn0Check {
         node_name: flags.node_name.clone(),
         interval: flags.ovn0_check_interval,
