@@ -14,6 +14,9 @@
 //!
 //! ADD rolls back what it made when any step fails (annotations that never come included), so
 //! a retried ADD starts clean.
+//!
+//! [`Nic`] keeps nothing between requests: the plans come from the caches ([`PodPlans`]), the
+//! ports from the OVS replica; the CNI server (`server`) serializes the requests of one pod.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -38,8 +41,6 @@ pub struct Settings {
     pub datapath: Datapath,
     /// `--early-plug`.
     pub early_plug: bool,
-    /// `--wait-address-timeout`.
-    pub wait_address_timeout: Duration,
     /// `--wait-ovn-installed-timeout`.
     pub wait_ovn_installed_timeout: Duration,
 }
@@ -51,7 +52,6 @@ impl Settings {
             default_mtu: config.default_mtu,
             datapath: config.datapath,
             early_plug: config.flags.early_plug,
-            wait_address_timeout: config.flags.wait_address_timeout,
             wait_ovn_installed_timeout: config.flags.wait_ovn_installed_timeout,
         }
     }
@@ -74,7 +74,7 @@ pub struct Nic {
 impl Nic {
     /// ADD: the NIC for `request`, in the order the annotations allow; the plan it was built to.
     pub async fn add_pod_nic(&self, request: &CniRequest) -> Result<NicPlan, DaemonError> {
-        let deadline = tokio::time::Instant::now() + self.settings.wait_address_timeout;
+        let deadline = tokio::time::Instant::now() + self.plans.wait_address_timeout;
         if self.settings.early_plug && self.plans.plan_now(request)?.is_none() {
             return self.add_before_plan(request, deadline).await;
         }

@@ -25,7 +25,7 @@ pub struct PodPlans {
     pub default_mtu: u32,
     /// `--node-name`, for the timeout's message.
     pub node_name: String,
-    /// `--wait-address-timeout`, for the timeout's message.
+    /// `--wait-address-timeout`: how long ADD waits for the annotations.
     pub wait_address_timeout: Duration,
     /// The waits for the address and the route are measured.
     pub metrics: Metrics,
