@@ -21,31 +21,86 @@ mod pods;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use ipnet::IpNet;
-use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::{Node as K8sNode, ObjectReference, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube_ovn_api::annotations::{CidrPair, get, keys};
 use kube_ovn_api::bgp_peer::BgpPeer;
-use kube_ovn_api::crd::Ip;
+use kube_ovn_api::crd::{Ip, Subnet};
 use kube_ovn_api::node::{internal_ip_per_family, internal_ips};
-use kube_ovn_dataplane::{Netlink, PolicyRule, TableRoute, ethtool};
+use kube_ovn_dataplane::{Netlink, Netns, PolicyRule, TableRoute, ethtool};
 use kube_ovn_gateway::{GatewayInput, LastGood, NodeFacts, PlanError, PolicyRouting, plan};
 use kube_ovn_support::Watched;
 
-use crate::Node;
+use crate::config::Config;
 use crate::error::DaemonError;
+use crate::join::{OVN0, join_address};
 use crate::lb_ingress::{Protected, ProtectedInputs, api_server_endpoints, lb_ingress, node_addresses};
 use crate::nft_tables::{Applied, NftTables};
-use crate::node::{OVN0, join_address};
 
 /// How long the task waits for the caches' first list before saying so in the log.
 const SYNC_WAIT: Duration = Duration::from_secs(30);
+
+/// The flags egress reads.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `--node-name`.
+    pub node_name: String,
+    /// `--cluster-router`: the default VPC.
+    pub cluster_router: String,
+    /// `--node-switch`: the join subnet.
+    pub node_switch: String,
+    /// `--service-cluster-ip-range`, parsed.
+    pub service_cidrs: Vec<IpNet>,
+    /// `--neighbor-address`, parsed: BGP peers, never routed into `ovn0`.
+    pub bgp_neighbors: Vec<IpAddr>,
+    /// `--service-external-ip-cidrs`.
+    pub service_external_ip_cidrs: kube_ovn_api::external_ips::ExternalIpCidrs,
+    /// `--kubeconfig`: the API server it names is never routed into `ovn0`.
+    pub kubeconfig: Option<PathBuf>,
+    /// `--gateway-check-interval`.
+    pub gateway_check_interval: Duration,
+}
+
+impl Settings {
+    /// From the validated flags.
+    pub fn new(config: &Config) -> Self {
+        let flags = &config.flags;
+        Self {
+            node_name: flags.node_name.clone(),
+            cluster_router: flags.cluster_router.clone(),
+            node_switch: flags.node_switch.clone(),
+            service_cidrs: config.service_cidrs.clone(),
+            bgp_neighbors: config.bgp_neighbors.clone(),
+            service_external_ip_cidrs: flags.service_external_ip_cidrs.clone(),
+            kubeconfig: flags.kubeconfig.clone(),
+            gateway_check_interval: flags.gateway_check_interval,
+        }
+    }
+}
+
+/// The egress task: what it is given. Its inputs are these caches' changes (and those of the
+/// caches it starts itself, [`Caches`]) and its check interval; its outputs are the nft tables,
+/// the policy rules and table routes, the sysctls and Warning events.
+pub struct Gateway {
+    pub settings: Settings,
+    /// For the Warning events.
+    pub kube: kube::Client,
+    /// Where ovs-vswitchd runs (the tables, rules and sysctls are there), and netlink in it.
+    pub ovs_ns: Netns,
+    pub ovs_nl: Netlink,
+    pub subnets: Watched<Subnet>,
+    pub nodes: Watched<K8sNode>,
+    /// Pods on this node.
+    pub pods: Watched<Pod>,
+    pub services: Watched<Service>,
+}
 
 /// State carried from one pass to the next.
 struct Egress {
@@ -64,7 +119,7 @@ struct Egress {
     kubeconfig_api: Vec<IpAddr>,
 }
 
-/// What the egress and ingress plans read besides the Node's caches: the controller's IP CRs
+/// What the egress and ingress plans read besides the caches [`Gateway`] is given: the controller's IP CRs
 /// (pod addresses), the BGP peers and the API server's endpoints (addresses never routed into
 /// `ovn0`).
 struct Caches {
@@ -118,13 +173,19 @@ async fn kubeconfig_api_addresses(kubeconfig: Option<&std::path::Path>) -> Vec<I
     }
 }
 
-/// Keeps the node's egress NAT and policy routing in step with the cluster.
-pub async fn gateway_task(node: Arc<Node>) {
-    let caches = Caches::start(&node.kube);
-    while !(node.subnets.synced(SYNC_WAIT).await
-        && node.nodes.synced(SYNC_WAIT).await
-        && node.pods.synced(SYNC_WAIT).await
-        && node.services.synced(SYNC_WAIT).await
+impl Gateway {
+    /// Keeps the node's egress NAT and policy routing in step with the cluster.
+    pub async fn run(self) {
+        gateway_task(self).await;
+    }
+}
+
+async fn gateway_task(gw: Gateway) {
+    let caches = Caches::start(&gw.kube);
+    while !(gw.subnets.synced(SYNC_WAIT).await
+        && gw.nodes.synced(SYNC_WAIT).await
+        && gw.pods.synced(SYNC_WAIT).await
+        && gw.services.synced(SYNC_WAIT).await
         && caches.ips.synced(SYNC_WAIT).await
         && caches.peers.synced(SYNC_WAIT).await
         && caches.api_slices.synced(SYNC_WAIT).await)
@@ -133,13 +194,13 @@ pub async fn gateway_task(node: Arc<Node>) {
             "egress NAT waits for the Subnet, Node, Pod, Service, IP, BgpPeer and EndpointSlice caches to list once"
         );
     }
-    let kubeconfig_api = kubeconfig_api_addresses(node.config.flags.kubeconfig.as_deref()).await;
+    let kubeconfig_api = kubeconfig_api_addresses(gw.settings.kubeconfig.as_deref()).await;
     let reporter = Reporter {
         controller: "kube-ovn-cni".into(),
-        instance: Some(node.config.flags.node_name.clone()),
+        instance: Some(gw.settings.node_name.clone()),
     };
     let mut state = Egress {
-        tables: NftTables::new(node.ovs_ns.clone()),
+        tables: NftTables::new(gw.ovs_ns.clone()),
         last_good: LastGood::default(),
         reported: BTreeSet::new(),
         refusals: BTreeSet::new(),
@@ -148,17 +209,17 @@ pub async fn gateway_task(node: Arc<Node>) {
         caches,
         kubeconfig_api,
     };
-    let mut subnets = node.subnets.changes();
-    let mut nodes = node.nodes.changes();
-    let mut pods = node.pods.changes();
-    let mut services = node.services.changes();
+    let mut subnets = gw.subnets.changes();
+    let mut nodes = gw.nodes.changes();
+    let mut pods = gw.pods.changes();
+    let mut services = gw.services.changes();
     let mut ips = state.caches.ips.changes();
     let mut peers = state.caches.peers.changes();
     let mut api_slices = state.caches.api_slices.changes();
-    let mut tick = tokio::time::interval(node.config.flags.gateway_check_interval);
+    let mut tick = tokio::time::interval(gw.settings.gateway_check_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        if let Err(e) = reconcile(&node, &mut state).await {
+        if let Err(e) = reconcile(&gw, &mut state).await {
             tracing::warn!(error = %e, "egress NAT not applied; will retry");
         }
         tokio::select! {
@@ -174,9 +235,9 @@ pub async fn gateway_task(node: Arc<Node>) {
     }
 }
 
-async fn reconcile(node: &Node, state: &mut Egress) -> Result<(), DaemonError> {
-    let name = &node.config.flags.node_name;
-    let Some(me) = node.nodes.get(name, None) else {
+async fn reconcile(gw: &Gateway, state: &mut Egress) -> Result<(), DaemonError> {
+    let name = &gw.settings.node_name;
+    let Some(me) = gw.nodes.get(name, None) else {
         return Ok(());
     };
     let labels = me.metadata.labels.clone().unwrap_or_default();
@@ -186,14 +247,14 @@ async fn reconcile(node: &Node, state: &mut Egress) -> Result<(), DaemonError> {
         .flatten()
         .map(|c| c.nets().map(|n| n.trunc()).collect())
         .unwrap_or_default();
-    let all_nodes = node.nodes.all();
+    let all_nodes = gw.nodes.all();
     let other_node_ips: Vec<IpAddr> = all_nodes
         .iter()
         .filter(|n| n.metadata.name.as_deref() != Some(name.as_str()))
         .flat_map(|n| internal_ips(n))
         .collect();
-    let subnets = node.subnets.all();
-    let services = node.services.all();
+    let subnets = gw.subnets.all();
+    let services = gw.services.all();
     let addresses_of_nodes: BTreeMap<IpAddr, String> = all_nodes
         .iter()
         .flat_map(|n| {
@@ -201,7 +262,7 @@ async fn reconcile(node: &Node, state: &mut Egress) -> Result<(), DaemonError> {
             node_addresses(n).map(move |ip| (ip, owner.clone()))
         })
         .collect();
-    let (pods, forged) = pods::local_pods(&node.pods.all(), &state.caches.ips.all(), &addresses_of_nodes);
+    let (pods, forged) = pods::local_pods(&gw.pods.all(), &state.caches.ips.all(), &addresses_of_nodes);
     let internal = internal_ip_per_family(&me);
     let join_gateways = join_address(&me)
         .ok()
@@ -213,21 +274,21 @@ async fn reconcile(node: &Node, state: &mut Egress) -> Result<(), DaemonError> {
     let protected = Protected::new(&ProtectedInputs {
         nodes: &all_nodes,
         peers: &state.caches.peers.all(),
-        neighbors: &node.config.bgp_neighbors,
+        neighbors: &gw.settings.bgp_neighbors,
         subnets: &subnets,
-        node_switch: &node.config.flags.node_switch,
+        node_switch: &gw.settings.node_switch,
         join_cidrs: &join_cidrs,
         services: &services,
-        service_cidrs: &node.config.service_cidrs,
+        service_cidrs: &gw.settings.service_cidrs,
         api_server: &api_server,
     });
     let ingress = lb_ingress(
         &services,
-        &node.config.flags.cluster_router,
-        &node.config.flags.service_external_ip_cidrs,
+        &gw.settings.cluster_router,
+        &gw.settings.service_external_ip_cidrs,
         &protected,
     );
-    report_refusals(node, state, &ingress.refused, &forged).await;
+    report_refusals(gw, state, &ingress.refused, &forged).await;
     let planned = plan(
         &GatewayInput {
             node: NodeFacts {
@@ -236,9 +297,9 @@ async fn reconcile(node: &Node, state: &mut Egress) -> Result<(), DaemonError> {
                 internal_ips: internal,
             },
             subnets: &subnets,
-            cluster_router: &node.config.flags.cluster_router,
+            cluster_router: &gw.settings.cluster_router,
             join_cidrs: &join_cidrs,
-            service_cidrs: &node.config.service_cidrs,
+            service_cidrs: &gw.settings.service_cidrs,
             other_node_ips: &other_node_ips,
             local_pods: &pods,
             lb_ingress: &ingress.ports,
@@ -247,10 +308,10 @@ async fn reconcile(node: &Node, state: &mut Egress) -> Result<(), DaemonError> {
         &state.last_good,
     );
     state.last_good = planned.last_good;
-    report(node, state, &planned.errors).await;
+    report(gw, state, &planned.errors).await;
 
     if !state.sysctls_set {
-        set_sysctls(node, internal.1.is_some()).await?;
+        set_sysctls(&gw.ovs_ns, internal.1.is_some()).await?;
         state.sysctls_set = true;
     }
     match state.tables.apply(&planned.plan.ruleset).await? {
@@ -259,15 +320,15 @@ async fn reconcile(node: &Node, state: &mut Egress) -> Result<(), DaemonError> {
         Applied::Replaced => {
             tracing::info!("egress NAT tables applied");
             // Whoever flushed our tables may have reset forwarding too.
-            set_sysctls(node, internal.1.is_some()).await?;
+            set_sysctls(&gw.ovs_ns, internal.1.is_some()).await?;
         }
     }
     // The marks are in place (and masqueraded) before the rule that routes them into ovn0.
-    apply_routing(&node.ovs_nl, &planned.plan.routing).await
+    apply_routing(&gw.ovs_nl, &planned.plan.routing).await
 }
 
 /// Warning events on the subnets whose gateway fields were refused, once per message.
-async fn report(node: &Node, state: &mut Egress, errors: &[PlanError]) {
+async fn report(gw: &Gateway, state: &mut Egress, errors: &[PlanError]) {
     let current: BTreeSet<String> = errors.iter().map(ToString::to_string).collect();
     for error in errors {
         let message = error.to_string();
@@ -275,12 +336,12 @@ async fn report(node: &Node, state: &mut Egress, errors: &[PlanError]) {
             continue;
         }
         tracing::warn!(subnet = error.subnet(), field = error.field(), %message, "egress configuration refused; the subnet keeps its previous plan");
-        let Some(subnet) = node.subnets.get(error.subnet(), None) else {
+        let Some(subnet) = gw.subnets.get(error.subnet(), None) else {
             continue;
         };
-        let note = format!("node {}: {message}", node.config.flags.node_name);
+        let note = format!("node {}: {message}", gw.settings.node_name);
         warn(
-            node,
+            &gw.kube,
             &state.reporter,
             subnet.object_ref(&()),
             error.field(),
@@ -297,7 +358,7 @@ async fn report(node: &Node, state: &mut Egress, errors: &[PlanError]) {
 /// events of one object, reason and action into one series and keeps the first note, so two
 /// refused fields of one Service would show as one. The callers publish each message once.
 async fn warn(
-    node: &Node,
+    kube: &kube::Client,
     reporter: &Reporter,
     mut object: ObjectReference,
     field: &str,
@@ -313,7 +374,7 @@ async fn warn(
         action: action.into(),
         secondary: None,
     };
-    let recorder = Recorder::new(node.kube.clone(), reporter.clone());
+    let recorder = Recorder::new(kube.clone(), reporter.clone());
     if let Err(e) = recorder.publish(&event, &object).await {
         tracing::debug!(error = %e, "cannot publish event");
     }
@@ -322,16 +383,16 @@ async fn warn(
 /// Warning events for refused ingress addresses (on the Service) and forged pod addresses (on
 /// the pod), each once while it lasts; a refusal that goes away and comes back is reported again.
 async fn report_refusals(
-    node: &Node,
+    gw: &Gateway,
     state: &mut Egress,
     refused: &[crate::lb_ingress::Refusal],
     forged: &[pods::Forged],
 ) {
-    let me = &node.config.flags.node_name;
+    let me = &gw.settings.node_name;
     // One shape for both kinds: (what is refused, the object it is on, how it is reported).
     let services = refused.iter().map(|r| Reported {
         key: r.to_string(),
-        object: node
+        object: gw
             .services
             .get(&r.name, Some(&r.namespace))
             .map(|s| s.object_ref(&())),
@@ -345,7 +406,7 @@ async fn report_refusals(
     });
     let pods = forged.iter().map(|f| Reported {
         key: f.to_string(),
-        object: node
+        object: gw
             .pods
             .get(&f.name, Some(&f.namespace))
             .map(|p| p.object_ref(&())),
@@ -372,7 +433,16 @@ async fn report_refusals(
             "node {me}: {}: {:?} {}; {}",
             r.field, r.value, r.why, r.consequence
         );
-        warn(node, &state.reporter, object, r.field, r.reason, r.action, note).await;
+        warn(
+            &gw.kube,
+            &state.reporter,
+            object,
+            r.field,
+            r.reason,
+            r.action,
+            note,
+        )
+        .await;
     }
     state.refusals = current;
 }
@@ -395,8 +465,7 @@ struct Reported<'a> {
 
 /// Forwarding on, and no reverse-path filter on the node's side of the datapath (Kube-OVN's
 /// install-cni.sh): replies to NATed traffic and routed ingress come back asymmetrically.
-async fn set_sysctls(node: &Node, ipv6: bool) -> Result<(), DaemonError> {
-    let ns = &node.ovs_ns;
+async fn set_sysctls(ns: &Netns, ipv6: bool) -> Result<(), DaemonError> {
     let mut settings = vec![
         ("ipv4/ip_forward", "1"),
         ("ipv4/conf/all/rp_filter", "0"),

@@ -9,17 +9,16 @@
 //! serving CNI requests), reports the condition and checks again.
 
 use std::net::IpAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node as K8sNode;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
-use kube_ovn_dataplane::ping;
+use kube_ovn_dataplane::{Netlink, Netns, ping};
+use kube_ovn_support::Watched;
 
-use crate::Node;
 use crate::error::DaemonError;
-use crate::node::{OVN0, join_address};
+use crate::join::{OVN0, join_address};
 
 /// The Node condition type (Kubernetes' own) and Kube-OVN's reasons.
 pub const CONDITION: &str = "NetworkUnavailable";
@@ -74,75 +73,93 @@ fn has_condition(node: &K8sNode, wanted: &(&str, &str, String)) -> bool {
         })
 }
 
-/// Checks every `--ovn0-check-interval`, for as long as the daemon runs.
-pub async fn ovn0_check_task(node: Arc<Node>) {
-    let mut tick = tokio::time::interval(node.config.flags.ovn0_check_interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let started = tokio::time::Instant::now();
-    let mut answered_once = false;
-    loop {
-        tick.tick().await;
-        let grace = !answered_once && started.elapsed() < STARTUP_GRACE;
-        match check_once(&node, grace).await {
-            Ok(Some(true)) => answered_once = true,
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "ovn0 check failed; will retry"),
-        }
-    }
+/// The ovn0 check task: what it reads. Its only input is its own interval; its output is the
+/// Node's condition.
+pub struct Ovn0Check {
+    /// `--node-name`.
+    pub node_name: String,
+    /// `--ovn0-check-interval`.
+    pub interval: Duration,
+    /// Where ovs-vswitchd runs (`ovn0` is there), and netlink in it.
+    pub ovs_ns: Netns,
+    pub ovs_nl: Netlink,
+    /// Every Node (this one's join annotations and its current condition).
+    pub nodes: Watched<K8sNode>,
+    /// To patch the Node's status.
+    pub kube: kube::Client,
 }
 
-/// One check; `Some(reachable)` once there was something to check. In `grace`, an unreachable
-/// gateway is not reported yet.
-async fn check_once(node: &Node, grace: bool) -> Result<Option<bool>, DaemonError> {
-    let name = &node.config.flags.node_name;
-    let Some(me) = node.nodes.get(name, None) else {
-        return Ok(None);
-    };
-    // Before the controller's join annotations and the node task's ovn0 there is nothing to
-    // check yet (and no reason to call the network unavailable).
-    let Ok(Some(join)) = join_address(&me) else {
-        return Ok(None);
-    };
-    if join.gateways.is_empty() || node.ovs_nl.link(OVN0).await?.is_none() {
-        return Ok(None);
+impl Ovn0Check {
+    /// Checks every `--ovn0-check-interval`, for as long as the daemon runs.
+    pub async fn run(self) {
+        let mut tick = tokio::time::interval(self.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let started = tokio::time::Instant::now();
+        let mut answered_once = false;
+        loop {
+            tick.tick().await;
+            let grace = !answered_once && started.elapsed() < STARTUP_GRACE;
+            match self.check_once(grace).await {
+                Ok(Some(true)) => answered_once = true,
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "ovn0 check failed; will retry"),
+            }
+        }
     }
-    let mut reachable = true;
-    for gateway in &join.gateways {
-        let answered = ping::ping(&node.ovs_ns, OVN0, *gateway, ATTEMPTS, REPLY_TIMEOUT)
+
+    /// One check; `Some(reachable)` once there was something to check. In `grace`, an unreachable
+    /// gateway is not reported yet.
+    async fn check_once(&self, grace: bool) -> Result<Option<bool>, DaemonError> {
+        let name = &self.node_name;
+        let Some(me) = self.nodes.get(name, None) else {
+            return Ok(None);
+        };
+        // Before the controller's join annotations and the node task's ovn0 there is nothing to
+        // check yet (and no reason to call the network unavailable).
+        let Ok(Some(join)) = join_address(&me) else {
+            return Ok(None);
+        };
+        if join.gateways.is_empty() || self.ovs_nl.link(OVN0).await?.is_none() {
+            return Ok(None);
+        }
+        let mut reachable = true;
+        for gateway in &join.gateways {
+            let answered = ping::ping(&self.ovs_ns, OVN0, *gateway, ATTEMPTS, REPLY_TIMEOUT)
+                .await
+                .unwrap_or_else(|e| {
+                    tracing::warn!(error = %e, "cannot ping the join gateway");
+                    false
+                });
+            reachable &= answered;
+        }
+        if !reachable && grace {
+            tracing::debug!("join gateway not answering yet; within the start-up grace");
+            return Ok(Some(false));
+        }
+        let wanted = condition(reachable, &join.gateways);
+        if has_condition(&me, &wanted) {
+            return Ok(Some(reachable));
+        }
+        if reachable {
+            tracing::info!(gateways = %wanted.2, "join subnet gateway reachable through ovn0");
+        } else {
+            tracing::warn!(gateways = %wanted.2, "join subnet gateway unreachable through ovn0: Node NetworkUnavailable=True");
+        }
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        // A strategic merge of one condition (merge key `type`): the kubelet's stay as they are.
+        let patch = serde_json::json!({"status": {"conditions": [{
+            "type": CONDITION, "status": wanted.0, "reason": wanted.1, "message": wanted.2,
+            "lastTransitionTime": now, "lastHeartbeatTime": now,
+        }]}});
+        Api::<K8sNode>::all(self.kube.clone())
+            .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
             .await
-            .unwrap_or_else(|e| {
-                tracing::warn!(error = %e, "cannot ping the join gateway");
-                false
-            });
-        reachable &= answered;
+            .map_err(|source| DaemonError::Kube {
+                op: format!("set condition {CONDITION} on node {name}"),
+                source: Box::new(source),
+            })?;
+        Ok(Some(reachable))
     }
-    if !reachable && grace {
-        tracing::debug!("join gateway not answering yet; within the start-up grace");
-        return Ok(Some(false));
-    }
-    let wanted = condition(reachable, &join.gateways);
-    if has_condition(&me, &wanted) {
-        return Ok(Some(reachable));
-    }
-    if reachable {
-        tracing::info!(gateways = %wanted.2, "join subnet gateway reachable through ovn0");
-    } else {
-        tracing::warn!(gateways = %wanted.2, "join subnet gateway unreachable through ovn0: Node NetworkUnavailable=True");
-    }
-    let now = k8s_openapi::jiff::Timestamp::now().to_string();
-    // A strategic merge of one condition (merge key `type`): the kubelet's stay as they are.
-    let patch = serde_json::json!({"status": {"conditions": [{
-        "type": CONDITION, "status": wanted.0, "reason": wanted.1, "message": wanted.2,
-        "lastTransitionTime": now, "lastHeartbeatTime": now,
-    }]}});
-    Api::<K8sNode>::all(node.kube.clone())
-        .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
-        .await
-        .map_err(|source| DaemonError::Kube {
-            op: format!("set condition {CONDITION} on node {name}"),
-            source: Box::new(source),
-        })?;
-    Ok(Some(reachable))
 }
 
 #[cfg(test)]

@@ -1,39 +1,42 @@
 //! `kube-ovn-daemon`, the node agent: the CNI server behind the `kube-ovn` shim (the
 //! `kube-ovn-cni` crate, whose wire types it answers), and the node's own OVS and kernel plumbing.
 //!
-//! Tasks (all on one tokio runtime; inputs are watch events and requests):
+//! Tasks (all on one tokio runtime), each given what it reads in a small struct of its own and
+//! owning the state it keeps between passes; their inputs are the watched caches' changes, typed
+//! channels, timers and the shim's requests. The diagram, with each task's inputs, outputs and
+//! file, is in [`run`], where they are spawned:
 //!
-//! ```text
-//!   pods on this node ──watch──▶ Watched<Pod> ──tick──▶ ADD waiters (wait_for_plan)
-//!                                    └─applied──▶ qos task ──▶ Ovs::set_qos (live rate changes, retried)
-//!   this Node, Subnets ──watch, once listed──▶ node task ──▶ ovn0 + routes (node.rs)
-//!   Subnets, Nodes, pods, Services, IPs, BgpPeers, default/kubernetes's EndpointSlices
-//!     ──tick, every --gateway-check-interval, once listed──▶ gateway task ──▶ nft tables
-//!       (NAT, ingress marks), ip rules + table routes, sysctls (gateway.rs, lb_ingress.rs)
-//!   every --ovn0-check-interval ──▶ ovn0 check ──ping join gateway──▶ Node NetworkUnavailable
-//!   shim ──unix socket (0600)──▶ CNI server (axum) ──per-pod lock──▶ add_nic / del_nic / check_nic / gc
-//!   Open_vSwitch DB ◀──▶ Ovs (replica + transactions)      kernel ◀── dataplane (netlink, ethtool)
-//!   /metrics /healthz /livez /readyz ◀── metrics listener
-//! ```
+//! - the CNI server (`server`, `nic`, `pod_plans`): ADD/DEL/CHECK/GC/STATUS from the shim;
+//! - the QoS task (`qos`): live rate changes on the pods' ports;
+//! - the node task (`node`, `node_routes`): `ovn0` and the routes to the pods' subnets;
+//! - the gateway task (`gateway`, `lb_ingress`, `nft_tables`): egress NAT, policy routing,
+//!   ingress to LoadBalancer IPs;
+//! - the ovn0 check (`health`): the Node's `NetworkUnavailable` condition;
+//! - the metrics listener (`server`): `/metrics /healthz /livez /readyz`.
 //!
-//! The tasks above run under one `kube_ovn_support::Supervisor`: a task that panics or returns
+//! Start-up (`chassis`) configures `br-int` and the chassis before any task runs.
+//!
+//! The tasks run under one `kube_ovn_support::Supervisor`: a task that panics or returns
 //! is logged at error level with its name and cause, and `/livez` answers 503 naming it, so the
 //! liveness probe has kubelet restart the daemon instead of it running on without, say, its
 //! QoS task.
 
+pub mod chassis;
 pub mod config;
 pub mod error;
 pub mod gateway;
 pub mod health;
 pub mod install;
+pub mod join;
 pub mod lb_ingress;
 pub mod metrics;
 pub mod nft_tables;
-mod nic;
+pub mod nic;
 pub mod node;
 pub mod node_routes;
 pub mod ovs;
 pub mod plan;
+pub mod pod_plans;
 pub mod qos;
 pub mod rates;
 pub mod server;
@@ -47,67 +50,13 @@ use kube::Api;
 use kube_ovn_api::crd::Subnet;
 use kube_ovn_dataplane::{Netlink, Netns};
 use kube_ovn_ovsdb::{Client, ClientConfig, MonitorTables, Remote};
+use kube_ovn_support::Watched;
 use tokio::sync::mpsc;
 
 use self::config::Config;
 use self::error::DaemonError;
 use self::metrics::Metrics;
 use self::ovs::Ovs;
-use kube_ovn_support::{KeyGuard, KeyLocks, Watched};
-
-/// Everything a request handler needs.
-pub struct Node {
-    /// Validated flags.
-    pub config: Config,
-    /// The API.
-    pub kube: kube::Client,
-    /// The local Open_vSwitch database.
-    pub ovs: Ovs,
-    /// Where ovs-vswitchd runs.
-    pub ovs_ns: Netns,
-    /// Netlink in that namespace.
-    pub ovs_nl: Netlink,
-    /// Pods scheduled here.
-    pub pods: Watched<Pod>,
-    /// Every subnet.
-    pub subnets: Watched<Subnet>,
-    /// Every node (this one's annotations and addresses; the others' addresses for the NAT).
-    pub nodes: Watched<K8sNode>,
-    /// Every Service (their LoadBalancer IPs and ClusterIPs, `lb_ingress`).
-    pub services: Watched<Service>,
-    /// Metrics.
-    pub metrics: Metrics,
-    /// Subnets as last validated by the controller, for the node's routes (`node_routes`).
-    last_validated: std::sync::Mutex<std::collections::BTreeMap<String, Arc<Subnet>>>,
-    /// Pods whose ADD finished, for the QoS task to look at again.
-    qos_recheck: mpsc::UnboundedSender<String>,
-    locks: KeyLocks,
-}
-
-impl Node {
-    /// Serializes work per pod: ADD, DEL and CHECK of one pod never overlap.
-    pub async fn lock(&self, key: &str) -> KeyGuard<'_> {
-        self.locks.lock(key).await
-    }
-
-    /// Asks the QoS task to compare pod `key`'s port with its annotations again (after ADD: a
-    /// rate changed while the port was being made would otherwise wait for the next change).
-    pub fn recheck_qos(&self, key: String) {
-        // Only fails when the task is gone, at shutdown.
-        let _ = self.qos_recheck.send(key);
-    }
-
-    /// Whether the daemon can serve ADD now (CNI STATUS, `/readyz`).
-    pub fn status(&self) -> Result<(), DaemonError> {
-        if self.ovs.interface(self.ovs.bridge()).is_none() {
-            return Err(DaemonError::BadRequest(format!(
-                "bridge {} is not in the Open_vSwitch database (is ovsdb-server up?)",
-                self.ovs.bridge()
-            )));
-        }
-        Ok(())
-    }
-}
 
 /// Why the daemon could not start.
 #[derive(Debug, thiserror::Error)]
@@ -129,6 +78,35 @@ pub enum StartError {
 }
 
 /// Runs the daemon until `shutdown` completes.
+///
+/// The tasks it spawns, each given what it reads and owning what it keeps between passes (the
+/// caches are `Watched` clones of one watch each; `Ovs` is a handle on one replica):
+///
+/// ```text
+///   shim ──unix socket 0600: ADD / DEL / CHECK / GC / STATUS──▶ CNI server (server.rs)
+///     owns: the per-pod locks; Nic (nic.rs: Ovs, the OVS netns and netlink), which reads
+///     PodPlans (pod_plans.rs: Watched<Pod> of this node, Watched<Subnet>, waits on pod changes)
+///     ──▶ veths, OVS ports, the pod's addresses and routes
+///     ──finished ADD: pod key (mpsc)──▶ qos task
+///   pod watch ──applied Arc<Pod> (mpsc)──▶ qos task (qos.rs)
+///     owns: pending retries with backoff, refusals reported
+///     ──▶ the ports' OVS QoS, Warning events on pods
+///   Watched<Node>, Watched<Subnet>, OVS replica changes, every 30 s
+///     ──▶ node task (node.rs; plan in node_routes.rs, join annotations in join.rs)
+///     owns: the Subnets as last validated
+///     ──▶ ovn0 (OVS port, MAC, MTU, addresses), routes into ovn0
+///   Watched<Subnet>, <Node>, <Pod>, <Service>, and its own IP, BgpPeer and default/
+///   EndpointSlice watches; every --gateway-check-interval
+///     ──▶ gateway task (gateway.rs; plans in lb_ingress.rs, gateway/pods.rs; nft_tables.rs)
+///     owns: NftTables (what is in the kernel), the last good plan, refusals reported
+///     ──▶ nft tables (NAT, ingress marks), ip rules + table routes, sysctls, Warning events
+///   every --ovn0-check-interval, Watched<Node>
+///     ──▶ ovn0 check (health.rs) ──ping join gateway──▶ Node NetworkUnavailable
+///   Metrics, Ovs ──▶ metrics listener (server.rs): /metrics /healthz /livez /readyz
+///
+///   Open_vSwitch DB ◀──▶ Ovs (ovs.rs: replica + transactions)
+///   kernel ◀── kube_ovn_dataplane (netlink, nft, ethtool, ping)
+/// ```
 pub async fn run(
     config: Config,
     kube: kube::Client,
@@ -152,28 +130,22 @@ pub async fn run(
         .await
         .map_err(DaemonError::ovsdb(format!("connect to {}", flags.ovs_db)))?;
 
+    // What several tasks read: the Open_vSwitch replica and the watched caches (each a cheap
+    // clone of one watch), and the metrics registry. Each task is given what it needs below.
+    let ovs = Ovs::new(client.clone(), flags.ovs_bridge.clone());
     let pod_fields = format!("spec.nodeName={}", flags.node_name);
     let (applied_tx, applied_rx) = mpsc::unbounded_channel();
     let (qos_recheck, added_rx) = mpsc::unbounded_channel();
-    let node = Arc::new(Node {
-        ovs: Ovs::new(client.clone(), flags.ovs_bridge.clone()),
-        ovs_ns,
-        ovs_nl,
-        pods: Watched::start(Api::all(kube.clone()), Some(pod_fields), Some(applied_tx)),
-        subnets: Watched::start(Api::all(kube.clone()), None, None),
-        nodes: Watched::start(Api::all(kube.clone()), None, None),
-        services: Watched::start(Api::all(kube.clone()), None, None),
-        metrics: Metrics::new(),
-        qos_recheck,
-        last_validated: std::sync::Mutex::default(),
-        locks: KeyLocks::default(),
-        config,
-        kube,
-    });
-    let system_id = node.init_ovs().await?;
-    tracing::info!(node = %flags.node_name, %system_id, datapath = node.config.datapath.as_str(), "chassis configured");
+    let pods: Watched<Pod> = Watched::start(Api::all(kube.clone()), Some(pod_fields), Some(applied_tx));
+    let subnets: Watched<Subnet> = Watched::start(Api::all(kube.clone()), None, None);
+    let nodes: Watched<K8sNode> = Watched::start(Api::all(kube.clone()), None, None);
+    let services: Watched<Service> = Watched::start(Api::all(kube.clone()), None, None);
+    let metrics = Metrics::new();
+
+    let system_id = chassis::init_ovs(&config, &ovs, &ovs_nl, &kube).await?;
+    tracing::info!(node = %flags.node_name, %system_id, datapath = config.datapath.as_str(), "chassis configured");
     if flags.install_cni_config {
-        install::install(&node.config).map_err(|source| StartError::Io {
+        install::install(&config).map_err(|source| StartError::Io {
             what: "install the CNI binary and conflist".into(),
             source,
         })?;
@@ -190,31 +162,87 @@ pub async fn run(
             source,
         })?;
 
+    // The tasks of the diagram above, each given what it reads.
     // Every long-lived task runs supervised: one that panics or returns is logged with its
     // cause and fails /livez, so kubelet restarts the daemon (support::Supervisor).
     let tasks = kube_ovn_support::Supervisor::new();
     // The watch tasks feeding the caches: a cache that stops changing is as bad as a dead task.
-    let w = node.pods.clone();
+    let w = pods.clone();
     tasks.also_check("pods-watch", move || w.stopped());
-    let w = node.subnets.clone();
+    let w = subnets.clone();
     tasks.also_check("subnets-watch", move || w.stopped());
-    let w = node.nodes.clone();
+    let w = nodes.clone();
     tasks.also_check("nodes-watch", move || w.stopped());
-    let w = node.services.clone();
+    let w = services.clone();
     tasks.also_check("services-watch", move || w.stopped());
-    tasks.spawn("node", node::node_task(node.clone()));
-    tasks.spawn("qos", qos::qos_task(node.clone(), applied_rx, added_rx));
-    tasks.spawn("gateway", gateway::gateway_task(node.clone()));
-    tasks.spawn("ovn0-check", health::ovn0_check_task(node.clone()));
-    let cni = server::cni_router(node.clone());
+
+    let network = node::NodeNetwork::new(
+        node::Settings::new(&config),
+        ovs.clone(),
+        ovs_nl.clone(),
+        nodes.clone(),
+        subnets.clone(),
+    );
+    tasks.spawn("node", network.run());
+
+    let qos = qos::Qos {
+        node_name: flags.node_name.clone(),
+        kube: kube.clone(),
+        ovs: ovs.clone(),
+        pods: pods.clone(),
+    };
+    tasks.spawn("qos", qos::qos_task(qos, applied_rx, added_rx));
+
+    let egress = gateway::Gateway {
+        settings: gateway::Settings::new(&config),
+        kube: kube.clone(),
+        ovs_ns: ovs_ns.clone(),
+        ovs_nl: ovs_nl.clone(),
+        subnets: subnets.clone(),
+        nodes: nodes.clone(),
+        pods: pods.clone(),
+        services,
+    };
+    tasks.spawn("gateway", egress.run());
+
+    let ovn0_check = health::Ovn0Check {
+        node_name: flags.node_name.clone(),
+        interval: flags.ovn0_check_interval,
+        ovs_ns: ovs_ns.clone(),
+        ovs_nl: ovs_nl.clone(),
+        nodes,
+        kube,
+    };
+    tasks.spawn("ovn0-check", ovn0_check.run());
+
+    let nic = nic::Nic {
+        settings: nic::Settings::new(&config),
+        ovs: ovs.clone(),
+        ovs_ns,
+        ovs_nl,
+        plans: pod_plans::PodPlans {
+            pods,
+            subnets,
+            default_mtu: config.default_mtu,
+            node_name: flags.node_name.clone(),
+            wait_address_timeout: flags.wait_address_timeout,
+            metrics: metrics.clone(),
+        },
+        metrics: metrics.clone(),
+    };
+    let cni = server::cni_router(Arc::new(server::CniServer::new(
+        nic,
+        qos_recheck,
+        metrics.clone(),
+    )));
     tasks.spawn("cni-server", async move {
         if let Err(e) = axum::serve(cni_listener, cni).await {
             tracing::error!(error = %e, "CNI server stopped");
         }
     });
-    let metrics = server::metrics_endpoints(node.clone()).supervised(&tasks);
+    let endpoints = server::metrics_endpoints(metrics, ovs).supervised(&tasks);
     tasks.spawn("metrics-server", async move {
-        if let Err(e) = metrics.serve(metrics_listener).await {
+        if let Err(e) = endpoints.serve(metrics_listener).await {
             tracing::error!(error = %e, "metrics server stopped");
         }
     });

@@ -14,28 +14,71 @@
 //!
 //! ADD rolls back what it made when any step fails (annotations that never come included), so
 //! a retried ADD starts clean.
+//!
+//! [`Nic`] keeps nothing between requests: the plans come from the caches ([`PodPlans`]), the
+//! ports from the OVS replica; the CNI server (`server`) serializes the requests of one pod.
 
 use std::collections::BTreeSet;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
 use kube_ovn_api::wire::CniRequest;
 use kube_ovn_dataplane::{Netlink, Netns, Route, VethPair, ethtool};
 
-use crate::Node;
-use crate::config::Datapath;
+use crate::config::{Config, Datapath};
 use crate::error::DaemonError;
-use crate::ovs::PortSpec;
-use crate::plan::{NicPlan, QosPlan, early_port, host_nic_name};
+use crate::metrics::Metrics;
+use crate::ovs::{Ovs, PortSpec};
+use crate::plan::{self, NicPlan, QosPlan, early_port, host_nic_name};
+use crate::pod_plans::PodPlans;
 
-impl Node {
+/// The flags ADD reads.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The MTU when the subnet sets none (`--mtu`, or the derived default).
+    pub default_mtu: u32,
+    /// `--ovs-datapath-type`: on `netdev`, TX checksum offload is turned off in the pod.
+    pub datapath: Datapath,
+    /// `--early-plug`.
+    pub early_plug: bool,
+    /// `--wait-ovn-installed-timeout`.
+    pub wait_ovn_installed_timeout: Duration,
+}
+
+impl Settings {
+    /// From the validated flags.
+    pub fn new(config: &Config) -> Self {
+        Self {
+            default_mtu: config.default_mtu,
+            datapath: config.datapath,
+            early_plug: config.flags.early_plug,
+            wait_ovn_installed_timeout: config.flags.wait_ovn_installed_timeout,
+        }
+    }
+}
+
+/// What ADD, DEL, CHECK and GC act on and read.
+pub struct Nic {
+    pub settings: Settings,
+    /// The local Open_vSwitch database.
+    pub ovs: Ovs,
+    /// Where ovs-vswitchd runs (the host ends of the veths), and netlink in it.
+    pub ovs_ns: Netns,
+    pub ovs_nl: Netlink,
+    /// The plans, from the pods cache.
+    pub plans: PodPlans,
+    /// The waits for OVS and ovn-controller are measured.
+    pub metrics: Metrics,
+}
+
+impl Nic {
     /// ADD: the NIC for `request`, in the order the annotations allow; the plan it was built to.
     pub async fn add_pod_nic(&self, request: &CniRequest) -> Result<NicPlan, DaemonError> {
-        let deadline = tokio::time::Instant::now() + self.config.flags.wait_address_timeout;
-        if self.config.flags.early_plug && self.plan_now(request)?.is_none() {
+        let deadline = tokio::time::Instant::now() + self.plans.wait_address_timeout;
+        if self.settings.early_plug && self.plans.plan_now(request)?.is_none() {
             return self.add_before_plan(request, deadline).await;
         }
-        let plan = self.wait_for_plan(request, deadline).await?;
+        let plan = self.plans.wait_for_plan(request, deadline).await?;
         self.add_nic(&plan, &request.net_ns).await?;
         Ok(plan)
     }
@@ -61,13 +104,13 @@ impl Node {
         deadline: tokio::time::Instant,
     ) -> Result<NicPlan, DaemonError> {
         let port = early_port(request);
-        self.wait_for_pod(request, deadline).await?;
+        self.plans.wait_for_pod(request, deadline).await?;
         let pod_ns = open_pod_ns(&request.net_ns)?;
         self.make_veth(
             &port.host_nic,
             &port.ifname,
             &pod_ns,
-            self.config.default_mtu,
+            self.settings.default_mtu,
             None,
         )
         .await?;
@@ -76,12 +119,12 @@ impl Node {
             let plugged = self.plug(&spec).await?;
             tracing::info!(port = %port.host_nic, iface_id = %port.iface_id, "plugged before the annotations");
             let opened = async {
-                let timeout = self.config.flags.wait_ovn_installed_timeout;
+                let timeout = self.settings.wait_ovn_installed_timeout;
                 self.ovs.wait_opened(&port.host_nic, timeout).await?;
                 self.metrics.wait("ovs_port", plugged.elapsed());
                 Ok(())
             };
-            let (plan, ()) = tokio::try_join!(self.wait_for_plan(request, deadline), opened)?;
+            let (plan, ()) = tokio::try_join!(self.plans.wait_for_plan(request, deadline), opened)?;
             self.metrics.wait("plugged_early", plugged.elapsed());
             // What only the annotations give: the port's addresses and MAC, its QoS, the MTU.
             self.ovs
@@ -90,7 +133,7 @@ impl Node {
             if plan.qos != QosPlan::default() {
                 self.ovs.set_qos(&plan.host_nic, plan.qos).await?;
             }
-            if plan.mtu != self.config.default_mtu {
+            if plan.mtu != self.settings.default_mtu {
                 let host = self.ovs_nl.require_link(&plan.host_nic).await?;
                 self.ovs_nl.configure(host.index, None, Some(plan.mtu), true).await?;
             }
@@ -168,7 +211,7 @@ impl Node {
         wait_open: bool,
     ) -> Result<(), DaemonError> {
         let installed = async {
-            let timeout = self.config.flags.wait_ovn_installed_timeout;
+            let timeout = self.settings.wait_ovn_installed_timeout;
             if wait_open {
                 self.ovs.wait_opened(&plan.host_nic, timeout).await?;
                 self.metrics.wait("ovs_port", since.elapsed());
@@ -214,7 +257,7 @@ impl Node {
             })
             .await?;
         }
-        if self.config.datapath == Datapath::Netdev {
+        if self.settings.datapath == Datapath::Netdev {
             ethtool::disable_tx_checksum(pod_ns, &plan.ifname).await?;
         }
         Ok(())
@@ -234,6 +277,35 @@ impl Node {
         }
         let ifname = if ifname.is_empty() { "eth0" } else { ifname };
         self.remove_nic(&host_nic_name(container_id, ifname)).await
+    }
+
+    /// DEL of a NIC an older daemon (or Kube-OVN) named with the legacy shape
+    /// ([`plan::legacy_host_nic_name`]), on a node upgraded with pods running. That name could
+    /// be shared by another pod's NIC (the collision the new names fix), so the port goes only
+    /// when its `external_ids` say it is this pod's (and this sandbox's, when DEL names the
+    /// network namespace).
+    pub async fn del_legacy_nic(&self, request: &CniRequest) -> Result<(), DaemonError> {
+        let ifname = if request.if_name.is_empty() {
+            "eth0"
+        } else {
+            &request.if_name
+        };
+        let Some(legacy) = plan::legacy_host_nic_name(&request.container_id, ifname) else {
+            return Ok(());
+        };
+        let Some(iface) = self.ovs.interface(&legacy) else {
+            return Ok(());
+        };
+        let id = |k: &str| iface.external_ids.get(k).map_or("", String::as_str);
+        let ours = !request.pod_name.is_empty()
+            && id("pod_name") == request.pod_name
+            && id("pod_namespace") == request.pod_namespace
+            && (request.net_ns.is_empty() || id("pod_netns") == request.net_ns);
+        if ours {
+            tracing::info!(port = %legacy, "removing the port an older daemon named");
+            self.remove_nic(&legacy).await?;
+        }
+        Ok(())
     }
 
     /// CHECK: the first difference between the plan and what is there.

@@ -1,188 +1,118 @@
-//! Node start-up and the node's own plumbing: `br-int`, the chassis settings for
-//! ovn-controller, the `ovn.kubernetes.io/chassis` annotation, `ovn0` on the join subnet, and
-//! kernel routes to the default VPC's subnets through it (planned in `node_routes`), kept in
-//! step with the Node and the Subnets.
+//! The node network task: `ovn0` on the join subnet, and kernel routes to the default VPC's
+//! subnets through it (planned in `node_routes`), kept in step with the Node and the Subnets.
+//! The task owns what it remembers between passes (the subnets as last validated); its inputs
+//! are the Node and Subnet caches' changes and the Open_vSwitch replica's.
 //!
 //! Nothing is reconciled before the Node and Subnet caches have listed once, as the gateway
 //! task waits for its own: a daemon restarting with empty caches would plan no subnet and
 //! delete every route into `ovn0` until the lists came in.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
-use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node as K8sNode;
-use kube::Api;
-use kube::api::{Patch, PatchParams};
-use kube_ovn_api::annotations::{CidrPair, IpPair, MacAddr, get, is_true, keys};
+use kube_ovn_api::crd::Subnet;
 use kube_ovn_api::names;
 use kube_ovn_api::node::internal_ip_per_family;
+use kube_ovn_dataplane::Netlink;
+use kube_ovn_support::Watched;
 
-use crate::Node;
+use crate::config::Config;
 use crate::error::DaemonError;
+use crate::join::{JoinAddress, OVN0, join_address};
 use crate::node_routes::{RouteInputs, desired_routes, foreign_source, route_changes, with_last_validated};
-use crate::ovs::PortSpec;
+use crate::ovs::{Ovs, PortSpec};
 use crate::plan::QosPlan;
-
-/// The node port on `br-int` (Kube-OVN's name).
-pub const OVN0: &str = "ovn0";
-
-/// The join-subnet settings the controller wrote on the Node.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JoinAddress {
-    /// `ip_address` with the join CIDR's prefix length, per family.
-    pub addresses: Vec<IpNet>,
-    /// `gateway`, per family.
-    pub gateways: Vec<IpAddr>,
-    /// `mac_address`.
-    pub mac: MacAddr,
-}
-
-/// Reads the controller's join annotations from the Node; `Ok(None)` until they are complete.
-pub fn join_address(
-    node: &K8sNode,
-) -> Result<Option<JoinAddress>, kube_ovn_api::annotations::AnnotationError> {
-    let ann = node.metadata.annotations.as_ref();
-    if !is_true(ann, keys::ALLOCATED) {
-        return Ok(None);
-    }
-    let (Some(ips), Some(cidrs), Some(gateways), Some(mac)) = (
-        get::<IpPair>(ann, keys::IP_ADDRESS)?,
-        get::<CidrPair>(ann, keys::CIDR)?,
-        get::<IpPair>(ann, keys::GATEWAY)?,
-        get::<MacAddr>(ann, keys::MAC_ADDRESS)?,
-    ) else {
-        return Ok(None);
-    };
-    let addresses = ips
-        .addrs()
-        .filter_map(|ip| {
-            cidrs
-                .nets()
-                .find(|n| n.contains(&ip))
-                .and_then(|n| IpNet::new(ip, n.prefix_len()).ok())
-        })
-        .collect();
-    Ok(Some(JoinAddress {
-        addresses,
-        gateways: gateways.addrs().collect(),
-        mac,
-    }))
-}
 
 /// How long the node task waits for the caches' first list before saying so in the log.
 const SYNC_WAIT: Duration = Duration::from_secs(30);
 
-/// Keeps `ovn0` and the subnet routes in step with the Node and the Subnets, once their caches
-/// have listed; also re-checks every 30 s as a safety net against outside changes.
-pub async fn node_task(node: std::sync::Arc<Node>) {
-    while !(node.nodes.synced(SYNC_WAIT).await && node.subnets.synced(SYNC_WAIT).await) {
-        tracing::info!("node routes wait for the Node and Subnet caches to list once");
-    }
-    let mut node_changes = node.nodes.changes();
-    let mut subnet_changes = node.subnets.changes();
-    let mut ovs_state = node.ovs.state();
-    loop {
-        match node.reconcile_node_network().await {
-            Ok(true) => {}
-            Ok(false) => tracing::info!("waiting for the controller's join annotations on this node"),
-            Err(e) => tracing::warn!(error = %e, "node network not ready; will retry"),
-        }
-        tokio::select! {
-            _ = node_changes.changed() => {}
-            _ = subnet_changes.changed() => {}
-            _ = ovs_state.changed() => {}
-            () = tokio::time::sleep(Duration::from_secs(30)) => {}
+/// The flags the node network reads.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `--node-name`.
+    pub node_name: String,
+    /// `--cluster-router`: the default VPC, whose subnets are routed through `ovn0`.
+    pub cluster_router: String,
+    /// `--node-switch`: the join subnet.
+    pub node_switch: String,
+    /// `ovn0`'s MTU (`--mtu`, or the derived default).
+    pub default_mtu: u32,
+}
+
+impl Settings {
+    /// From the validated flags.
+    pub fn new(config: &Config) -> Self {
+        Self {
+            node_name: config.flags.node_name.clone(),
+            cluster_router: config.flags.cluster_router.clone(),
+            node_switch: config.flags.node_switch.clone(),
+            default_mtu: config.default_mtu,
         }
     }
 }
 
-impl Node {
-    /// The chassis settings ovn-controller reads, and `br-int`. Waits for the database to be
-    /// initialized first: the daemon and `ovs-ovn` start side by side, and ovsdb-server
-    /// serves before `ovs-vsctl init` made its row.
-    pub async fn init_ovs(&self) -> Result<String, DaemonError> {
-        let flags = &self.config.flags;
-        let mut waited = false;
-        while !self.ovs.initialized() {
-            if !waited {
-                tracing::info!("waiting for the Open_vSwitch database to be initialized (ovs-vsctl init)");
-                waited = true;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+/// The node network task and its state.
+pub struct NodeNetwork {
+    settings: Settings,
+    ovs: Ovs,
+    /// Netlink where ovs-vswitchd runs (`ovn0` is there).
+    ovs_nl: Netlink,
+    nodes: Watched<K8sNode>,
+    subnets: Watched<Subnet>,
+    /// Subnets as last validated by the controller (`node_routes::with_last_validated`).
+    last_validated: BTreeMap<String, Arc<Subnet>>,
+}
+
+impl NodeNetwork {
+    /// The task, nothing applied yet.
+    pub fn new(
+        settings: Settings,
+        ovs: Ovs,
+        ovs_nl: Netlink,
+        nodes: Watched<K8sNode>,
+        subnets: Watched<Subnet>,
+    ) -> Self {
+        Self {
+            settings,
+            ovs,
+            ovs_nl,
+            nodes,
+            subnets,
+            last_validated: BTreeMap::new(),
         }
-        self.ovs.ensure_bridge(self.config.datapath.as_str()).await?;
-        // The chassis name OVS already has (ovs-ovn sets it from the node's file in the same
-        // transaction as `init`), else the file, else the node's name.
-        let system_id = self
-            .ovs
-            .chassis_ids()
-            .get("system-id")
-            .cloned()
-            .filter(|s| !s.is_empty())
-            .or_else(|| {
-                std::fs::read_to_string(&flags.system_id_file)
-                    .ok()
-                    .map(|s| s.trim().to_owned())
-                    .filter(|s| !s.is_empty())
-            })
-            .unwrap_or_else(|| flags.node_name.clone());
-        let mut ids = BTreeMap::from([
-            ("system-id".to_owned(), system_id.clone()),
-            ("hostname".to_owned(), flags.node_name.clone()),
-            ("ovn-bridge".to_owned(), flags.ovs_bridge.clone()),
-            ("ovn-encap-type".to_owned(), flags.network_type.clone()),
-            ("ovn-encap-csum".to_owned(), flags.encap_checksum.to_string()),
-            (
-                "ovn-bridge-datapath-type".to_owned(),
-                self.config.datapath.as_str().to_owned(),
-            ),
-        ]);
-        if let Some(ip) = self.encap_ip().await? {
-            ids.insert("ovn-encap-ip".into(), ip.to_string());
-        }
-        if !self.config.ovn_remote.is_empty() {
-            ids.insert("ovn-remote".into(), self.config.ovn_remote.clone());
-        }
-        self.ovs.set_chassis_ids(&ids).await?;
-        let patch = serde_json::json!({"metadata": {"annotations": {keys::CHASSIS: system_id}}});
-        Api::<K8sNode>::all(self.kube.clone())
-            .patch(&flags.node_name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(|source| DaemonError::Kube {
-                op: format!("annotate node {} with its chassis", flags.node_name),
-                source: Box::new(source),
-            })?;
-        Ok(system_id)
     }
 
-    async fn encap_ip(&self) -> Result<Option<IpAddr>, DaemonError> {
-        if let Some(ip) = self.config.encap_ip {
-            return Ok(Some(ip));
+    /// Keeps `ovn0` and the subnet routes in step with the Node and the Subnets, once their
+    /// caches have listed; also re-checks every 30 s as a safety net against outside changes.
+    pub async fn run(mut self) {
+        while !(self.nodes.synced(SYNC_WAIT).await && self.subnets.synced(SYNC_WAIT).await) {
+            tracing::info!("node routes wait for the Node and Subnet caches to list once");
         }
-        let iface = &self.config.flags.iface;
-        if iface.is_empty() {
-            return Ok(None);
+        let mut node_changes = self.nodes.changes();
+        let mut subnet_changes = self.subnets.changes();
+        let mut ovs_state = self.ovs.state();
+        loop {
+            match self.reconcile().await {
+                Ok(true) => {}
+                Ok(false) => tracing::info!("waiting for the controller's join annotations on this node"),
+                Err(e) => tracing::warn!(error = %e, "node network not ready; will retry"),
+            }
+            tokio::select! {
+                _ = node_changes.changed() => {}
+                _ = subnet_changes.changed() => {}
+                _ = ovs_state.changed() => {}
+                () = tokio::time::sleep(Duration::from_secs(30)) => {}
+            }
         }
-        let link = self.ovs_nl.require_link(iface).await?;
-        let addresses = self.ovs_nl.addresses(link.index).await?;
-        let first = addresses
-            .iter()
-            .find(|a| a.addr().is_ipv4())
-            .or_else(|| addresses.first());
-        first.map(|a| Some(a.addr())).ok_or_else(|| {
-            DaemonError::BadRequest(format!(
-                "--iface {iface} has no address to use as the tunnel endpoint"
-            ))
-        })
     }
 
     /// One pass over the node's plumbing: `ovn0` as the Node's join annotations say, and the
     /// routes to the default VPC's subnets. Idempotent; returns `false` while the controller
     /// has not annotated the Node yet.
-    pub async fn reconcile_node_network(&self) -> Result<bool, DaemonError> {
-        let name = &self.config.flags.node_name;
+    pub async fn reconcile(&mut self) -> Result<bool, DaemonError> {
+        let name = &self.settings.node_name;
         let Some(node) = self.nodes.get(name, None) else {
             return Ok(false);
         };
@@ -192,19 +122,13 @@ impl Node {
         })?;
         let Some(join) = join else { return Ok(false) };
         let ovn0 = self.ensure_ovn0(&join).await?;
-        let subnets = {
-            let mut last = self
-                .last_validated
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            with_last_validated(&self.subnets.all(), &mut last)
-        };
+        let subnets = with_last_validated(&self.subnets.all(), &mut self.last_validated);
         let desired = desired_routes(&RouteInputs {
             subnets: &subnets,
             join: &join,
             node_ips: internal_ip_per_family(&node),
-            cluster_router: &self.config.flags.cluster_router,
-            node_switch: &self.config.flags.node_switch,
+            cluster_router: &self.settings.cluster_router,
+            node_switch: &self.settings.node_switch,
             ovn0,
         });
         // The kernel refuses a source the host does not have; say which field is wrong
@@ -231,7 +155,7 @@ impl Node {
     }
 
     async fn ensure_ovn0(&self, join: &JoinAddress) -> Result<u32, DaemonError> {
-        let iface_id = names::node_port_name(&self.config.flags.node_name);
+        let iface_id = names::node_port_name(&self.settings.node_name);
         let ips = join
             .addresses
             .iter()
@@ -258,7 +182,7 @@ impl Node {
         }
         self.ovs.wait_opened(OVN0, Duration::from_secs(10)).await?;
         let link = self.ovs_nl.require_link(OVN0).await?;
-        let mtu = self.config.default_mtu;
+        let mtu = self.settings.default_mtu;
         if link.mac != Some(join.mac.0) || link.mtu != Some(mtu) || !link.up {
             self.ovs_nl
                 .configure(link.index, Some(join.mac.0), Some(mtu), true)
@@ -271,37 +195,5 @@ impl Node {
             }
         }
         Ok(link.index)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn node(annotations: &[(&str, &str)]) -> K8sNode {
-        let ann: BTreeMap<&str, &str> = annotations.iter().copied().collect();
-        serde_json::from_value(serde_json::json!({"metadata": {"name": "n1", "annotations": ann}})).unwrap()
-    }
-
-    #[test]
-    fn join_address_needs_the_whole_handshake() {
-        let full = [
-            (keys::ALLOCATED, "true"),
-            (keys::IP_ADDRESS, "100.64.0.2"),
-            (keys::CIDR, "100.64.0.0/16"),
-            (keys::GATEWAY, "100.64.0.1"),
-            (keys::MAC_ADDRESS, "0a:00:00:64:00:02"),
-        ];
-        let join = join_address(&node(&full)).unwrap().unwrap();
-        assert_eq!(join.addresses, vec!["100.64.0.2/16".parse::<IpNet>().unwrap()]);
-        assert_eq!(join.gateways, vec!["100.64.0.1".parse::<IpAddr>().unwrap()]);
-        assert_eq!(
-            join_address(&node(&full[1..])).unwrap(),
-            None,
-            "not allocated yet"
-        );
-        let mut bad = full;
-        bad[1] = (keys::IP_ADDRESS, "100.64.0");
-        assert_eq!(join_address(&node(&bad)).unwrap_err().key, keys::IP_ADDRESS);
     }
 }

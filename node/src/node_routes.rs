@@ -26,7 +26,7 @@ use ipnet::IpNet;
 use kube_ovn_api::crd::Subnet;
 use kube_ovn_dataplane::Route;
 
-use crate::node::JoinAddress;
+use crate::join::JoinAddress;
 
 /// The kernel's metric for an IPv6 prefix route (what it gives the join CIDR's own route).
 const IPV6_PREFIX_ROUTE_METRIC: u32 = 256;

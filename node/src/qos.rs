@@ -21,8 +21,10 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::Node;
+use kube_ovn_support::Watched;
+
 use crate::error::DaemonError;
+use crate::ovs::Ovs;
 use crate::plan;
 
 /// The first retry's delay; each further one doubles it.
@@ -84,19 +86,32 @@ pub fn pod_key(pod: &Pod) -> String {
     )
 }
 
+/// The QoS task: what it reads and acts on. Its inputs are the two channels [`Qos::run`] takes;
+/// its outputs are the ports' QoS rows and Warning events on the pods.
+pub struct Qos {
+    /// `--node-name`, for the events.
+    pub node_name: String,
+    /// For the events.
+    pub kube: kube::Client,
+    /// The ports, and their QoS.
+    pub ovs: Ovs,
+    /// Pods scheduled here (their annotations).
+    pub pods: Watched<Pod>,
+}
+
 /// Runs until both inputs close: pod events from the watch, and pods whose ADD finished (their
 /// port may have been made from annotations older than the last event).
 pub async fn qos_task(
-    node: Arc<Node>,
+    qos: Qos,
     mut applied: mpsc::UnboundedReceiver<Arc<Pod>>,
     mut added: mpsc::UnboundedReceiver<String>,
 ) {
     let mut pending = Pending::default();
     let recorder = Recorder::new(
-        node.kube.clone(),
+        qos.kube.clone(),
         Reporter {
             controller: "kube-ovn-cni".into(),
-            instance: Some(node.config.flags.node_name.clone()),
+            instance: Some(qos.node_name.clone()),
         },
     );
     // The refusal last published per pod, so a pod is told once per message, not per event.
@@ -116,14 +131,14 @@ pub async fn qos_task(
             () = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {
                 for (key, attempt) in pending.take_due(Instant::now()) {
                     let span = tracing::info_span!("qos", pod = %key);
-                    match node.sync_pod_qos(&key).instrument(span.clone()).await {
+                    match qos.sync_pod_qos(&key).instrument(span.clone()).await {
                         Ok(refused) if refused.is_empty() => {
                             reported.remove(&key);
                         }
                         Ok(refused) => {
                             let message = refused.join("; ");
                             if reported.get(&key) != Some(&message) {
-                                warn_pod(&node, &recorder, &key, &message).await;
+                                warn_pod(&qos, &recorder, &key, &message).await;
                                 reported.insert(key, message);
                             }
                         }
@@ -140,11 +155,11 @@ pub async fn qos_task(
 
 /// A Warning event on pod `key` saying which QoS annotation was refused and that its port keeps
 /// the rates it has.
-async fn warn_pod(node: &Node, recorder: &Recorder, key: &str, message: &str) {
+async fn warn_pod(qos: &Qos, recorder: &Recorder, key: &str, message: &str) {
     let Some((namespace, name)) = key.split_once('/') else {
         return;
     };
-    let Some(pod) = node.pods.get(name, Some(namespace)) else {
+    let Some(pod) = qos.pods.get(name, Some(namespace)) else {
         return;
     };
     let event = Event {
@@ -152,7 +167,7 @@ async fn warn_pod(node: &Node, recorder: &Recorder, key: &str, message: &str) {
         reason: "QoSAnnotationInvalid".into(),
         note: Some(format!(
             "node {}: {message}; the port keeps its current rates until the annotation is fixed",
-            node.config.flags.node_name
+            qos.node_name
         )),
         action: "ApplyQoS".into(),
         secondary: None,
@@ -162,7 +177,7 @@ async fn warn_pod(node: &Node, recorder: &Recorder, key: &str, message: &str) {
     }
 }
 
-impl Node {
+impl Qos {
     /// Brings every port of pod `key` (`namespace/name`) to the rates its annotations ask for.
     /// A pod no longer cached has nothing to do (DEL removes its ports). Returns the refusals:
     /// per port whose annotations are malformed, the port and the error (key and value); such a

@@ -1,6 +1,7 @@
 //! The CNI server on the daemon's unix socket (Kube-OVN's `/api/v1/add` and `/api/v1/del`, our
 //! `/api/v1/check`, `/api/v1/status`, `/api/v1/gc`), and the metrics and health listener.
-//! Each request runs in a span naming the pod, serialized per pod.
+//! Each request runs in a span naming the pod, serialized per pod. The server owns the per-pod
+//! locks and the sending side of the QoS recheck channel; the NIC work is [`Nic`]'s.
 //!
 //! The socket is created with mode 0600 whatever the daemon's umask ([`bind_socket`]): only
 //! root (kubelet's runtime running the shim) may ask for ADD and DEL, which create and delete
@@ -16,16 +17,65 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use k8s_openapi::api::core::v1::Pod;
 use kube_ovn_api::wire::{ADD_PATH, CniRequest, DEL_PATH, ErrorResponse};
+use kube_ovn_support::{KeyGuard, KeyLocks};
+use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use crate::Node;
 use crate::error::DaemonError;
-use crate::plan::{self, PlanInputs, Readiness, WaitingFor};
+use crate::metrics::Metrics;
+use crate::nic::Nic;
+use crate::ovs::Ovs;
+use crate::plan;
 use kube_ovn_cni::shim::{CHECK_PATH, GC_PATH, GcRequest, STATUS_PATH};
 
-type Shared = State<Arc<Node>>;
+/// The CNI server task's state: what the handlers share.
+pub struct CniServer {
+    /// ADD, DEL, CHECK and GC.
+    nic: Nic,
+    /// Serializes work per pod: ADD, DEL and CHECK of one pod never overlap.
+    locks: KeyLocks,
+    /// Pods whose ADD finished, for the QoS task to look at again.
+    qos_recheck: mpsc::UnboundedSender<String>,
+    /// Each request's outcome and duration.
+    metrics: Metrics,
+}
+
+impl CniServer {
+    /// The server over `nic`, telling the QoS task through `qos_recheck` of every finished ADD.
+    pub fn new(nic: Nic, qos_recheck: mpsc::UnboundedSender<String>, metrics: Metrics) -> Self {
+        Self {
+            nic,
+            locks: KeyLocks::default(),
+            qos_recheck,
+            metrics,
+        }
+    }
+
+    async fn lock(&self, key: &str) -> KeyGuard<'_> {
+        self.locks.lock(key).await
+    }
+
+    /// Asks the QoS task to compare pod `key`'s port with its annotations again (after ADD: a
+    /// rate changed while the port was being made would otherwise wait for the next change).
+    fn recheck_qos(&self, key: String) {
+        // Only fails when the task is gone, at shutdown.
+        let _ = self.qos_recheck.send(key);
+    }
+}
+
+/// Whether the daemon can serve ADD now (CNI STATUS, `/readyz`): the bridge is in the database.
+pub fn ready(ovs: &Ovs) -> Result<(), DaemonError> {
+    if ovs.interface(ovs.bridge()).is_none() {
+        return Err(DaemonError::BadRequest(format!(
+            "bridge {} is not in the Open_vSwitch database (is ovsdb-server up?)",
+            ovs.bridge()
+        )));
+    }
+    Ok(())
+}
+
+type Shared = State<Arc<CniServer>>;
 
 /// The CNI socket's mode: owner (root) only.
 pub const SOCKET_MODE: u32 = 0o600;
@@ -60,22 +110,21 @@ pub fn bind_socket(path: &std::path::Path) -> std::io::Result<tokio::net::UnixLi
 }
 
 /// The CNI routes.
-pub fn cni_router(node: Arc<Node>) -> Router {
+pub fn cni_router(server: Arc<CniServer>) -> Router {
     Router::new()
         .route(ADD_PATH, post(add))
         .route(DEL_PATH, post(del))
         .route(CHECK_PATH, post(check))
         .route(STATUS_PATH, post(status))
         .route(GC_PATH, post(gc))
-        .with_state(node)
+        .with_state(server)
 }
 
 /// `/metrics`, `/healthz`, `/livez`, `/readyz` (ready when ADD can be served: CNI STATUS).
-pub fn metrics_endpoints(node: Arc<Node>) -> kube_ovn_support::endpoints::Endpoints {
-    let scraped = node.clone();
+pub fn metrics_endpoints(metrics: Metrics, ovs: Ovs) -> kube_ovn_support::endpoints::Endpoints {
     kube_ovn_support::endpoints::Endpoints::new(
-        move || std::future::ready(scraped.metrics.encode()),
-        move || node.status().map_err(|e| e.to_string()),
+        move || std::future::ready(metrics.encode()),
+        move || ready(&ovs).map_err(|e| e.to_string()),
     )
 }
 
@@ -99,7 +148,7 @@ fn failure(error: &DaemonError) -> Response {
 }
 
 /// Runs `f` under the pod's lock and span, and records the outcome.
-async fn handle<F>(node: &Arc<Node>, method: &'static str, request: &CniRequest, f: F) -> Response
+async fn handle<F>(node: &Arc<CniServer>, method: &'static str, request: &CniRequest, f: F) -> Response
 where
     F: Future<Output = Result<Response, DaemonError>>,
 {
@@ -143,8 +192,8 @@ async fn add(State(node): Shared, Json(request): Json<CniRequest>) -> Response {
         // Before anything is made: a name Linux refuses, or that is not ASCII, fails here with
         // the request's fault (400, CNI error 7), not halfway through.
         plan::check_ifname(&request.if_name).map_err(|e| DaemonError::BadRequest(e.to_string()))?;
-        n.check_provider(&request.provider)?;
-        let plan = n.add_pod_nic(&request).await?;
+        n.nic.plans.check_provider(&request.provider)?;
+        let plan = n.nic.add_pod_nic(&request).await?;
         n.recheck_qos(format!("{}/{}", request.pod_namespace, request.pod_name));
         Ok((StatusCode::OK, Json(plan::response(&plan, &request))).into_response())
     })
@@ -154,8 +203,8 @@ async fn add(State(node): Shared, Json(request): Json<CniRequest>) -> Response {
 async fn del(State(node): Shared, Json(request): Json<CniRequest>) -> Response {
     let n = node.clone();
     handle(&node, "del", &request.clone(), async move {
-        n.del_nic(&request.container_id, &request.if_name).await?;
-        n.del_legacy_nic(&request).await?;
+        n.nic.del_nic(&request.container_id, &request.if_name).await?;
+        n.nic.del_legacy_nic(&request).await?;
         Ok(StatusCode::NO_CONTENT.into_response())
     })
     .await
@@ -165,13 +214,14 @@ async fn check(State(node): Shared, Json(request): Json<CniRequest>) -> Response
     let n = node.clone();
     handle(&node, "check", &request.clone(), async move {
         let pod = format!("{}/{}", request.pod_namespace, request.pod_name);
-        let Some(plan) = n.plan_now(&request)? else {
+        let Some(plan) = n.nic.plans.plan_now(&request)? else {
             return Err(DaemonError::CheckFailed {
                 pod,
                 problem: "the controller's annotations are not complete".into(),
             });
         };
-        n.check_nic(&plan, &request.net_ns)
+        n.nic
+            .check_nic(&plan, &request.net_ns)
             .await
             .map_err(|problem| DaemonError::CheckFailed { pod, problem })?;
         Ok(StatusCode::OK.into_response())
@@ -181,7 +231,7 @@ async fn check(State(node): Shared, Json(request): Json<CniRequest>) -> Response
 
 async fn status(State(node): Shared) -> Response {
     let started = Instant::now();
-    let response = match node.status() {
+    let response = match ready(&node.nic.ovs) {
         Ok(()) => StatusCode::OK.into_response(),
         Err(e) => failure(&e),
     };
@@ -209,6 +259,7 @@ async fn gc(State(node): Shared, Json(request): Json<GcRequest>) -> Response {
         })
         .collect();
     let response = match node
+        .nic
         .gc(&provider, &keep)
         .instrument(tracing::info_span!("gc", provider))
         .await
@@ -225,217 +276,6 @@ async fn gc(State(node): Shared, Json(request): Json<GcRequest>) -> Response {
     node.metrics
         .op("gc", response.status().as_u16(), started.elapsed());
     response
-}
-
-impl Node {
-    /// DEL of a NIC an older daemon (or Kube-OVN) named with the legacy shape
-    /// ([`plan::legacy_host_nic_name`]), on a node upgraded with pods running. That name could
-    /// be shared by another pod's NIC (the collision the new names fix), so the port goes only
-    /// when its `external_ids` say it is this pod's (and this sandbox's, when DEL names the
-    /// network namespace).
-    async fn del_legacy_nic(&self, request: &CniRequest) -> Result<(), DaemonError> {
-        let ifname = if request.if_name.is_empty() {
-            "eth0"
-        } else {
-            &request.if_name
-        };
-        let Some(legacy) = plan::legacy_host_nic_name(&request.container_id, ifname) else {
-            return Ok(());
-        };
-        let Some(iface) = self.ovs.interface(&legacy) else {
-            return Ok(());
-        };
-        let id = |k: &str| iface.external_ids.get(k).map_or("", String::as_str);
-        let ours = !request.pod_name.is_empty()
-            && id("pod_name") == request.pod_name
-            && id("pod_namespace") == request.pod_namespace
-            && (request.net_ns.is_empty() || id("pod_netns") == request.net_ns);
-        if ours {
-            tracing::info!(port = %legacy, "removing the port an older daemon named");
-            self.remove_nic(&legacy).await?;
-        }
-        Ok(())
-    }
-
-    /// Kube-OVN: the provider must be `ovn` or some subnet's `spec.provider`.
-    fn check_provider(&self, provider: &str) -> Result<(), DaemonError> {
-        if provider.is_empty() || provider == "ovn" {
-            return Ok(());
-        }
-        let known = self
-            .subnets
-            .all()
-            .iter()
-            .any(|s| s.spec.provider.as_deref().is_some_and(|p| p == provider));
-        if known {
-            Ok(())
-        } else {
-            Err(DaemonError::BadRequest(format!(
-                "provider {provider} is not bound to any subnet"
-            )))
-        }
-    }
-
-    fn inputs<'a>(&self, request: &'a CniRequest, logical_switch: Option<&str>) -> PlanInputs<'a> {
-        let subnet_mtu = logical_switch
-            .and_then(|ls| self.subnets.get(ls, None))
-            .and_then(|s| s.spec.mtu);
-        PlanInputs {
-            request,
-            subnet_mtu,
-            default_mtu: self.config.default_mtu,
-        }
-    }
-
-    /// The plan from the cached pod as it is now; `None` while annotations are incomplete.
-    pub(super) fn plan_now(&self, request: &CniRequest) -> Result<Option<plan::NicPlan>, DaemonError> {
-        Ok(match self.readiness_now(request)? {
-            Some(Readiness::Ready(plan)) => Some(*plan),
-            _ => None,
-        })
-    }
-
-    /// Where the cached pod stands with its annotations; `None` while the pod is not cached.
-    fn readiness_now(&self, request: &CniRequest) -> Result<Option<Readiness>, DaemonError> {
-        let pod_id = || format!("{}/{}", request.pod_namespace, request.pod_name);
-        let Some(pod) = self.pods.get(&request.pod_name, Some(&request.pod_namespace)) else {
-            return Ok(None);
-        };
-        let annotations = pod.metadata.annotations.as_ref();
-        let provider = if request.provider.is_empty() {
-            "ovn"
-        } else {
-            &request.provider
-        };
-        let ls_key = format!("{provider}.kubernetes.io/logical_switch");
-        let logical_switch = annotations.and_then(|a| a.get(&ls_key)).map(String::as_str);
-        match plan::readiness(annotations, &self.inputs(request, logical_switch)) {
-            Ok(readiness) => Ok(Some(readiness)),
-            Err(source) => Err(DaemonError::Annotation {
-                pod: pod_id(),
-                source,
-            }),
-        }
-    }
-
-    /// Re-evaluates `step` on the cached pod at once and after every pod event, until it gives
-    /// a value or `deadline` passes (`Ok(None)`).
-    async fn on_pod_changes<T>(
-        &self,
-        request: &CniRequest,
-        deadline: tokio::time::Instant,
-        mut step: impl FnMut() -> Result<Option<T>, DaemonError>,
-    ) -> Result<Option<T>, DaemonError> {
-        let mut changes = self.pods.changes();
-        loop {
-            if let Some(value) = step()? {
-                return Ok(Some(value));
-            }
-            match tokio::time::timeout_at(deadline, changes.changed()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => {
-                    return Err(DaemonError::Timeout {
-                        pod: format!("{}/{}", request.pod_namespace, request.pod_name),
-                        what: "the pod watch stopped; the daemon is shutting down".into(),
-                    });
-                }
-                Err(_) => return Ok(None),
-            }
-        }
-    }
-
-    /// The cached pod, failing when it is being deleted.
-    fn live_pod(&self, request: &CniRequest) -> Result<Option<Arc<Pod>>, DaemonError> {
-        let pod = self.pods.get(&request.pod_name, Some(&request.pod_namespace));
-        if pod
-            .as_ref()
-            .is_some_and(|p| p.metadata.deletion_timestamp.is_some())
-        {
-            return Err(DaemonError::PodGone(format!(
-                "{}/{}",
-                request.pod_namespace, request.pod_name
-            )));
-        }
-        Ok(pod)
-    }
-
-    fn not_seen(&self, request: &CniRequest) -> DaemonError {
-        DaemonError::Timeout {
-            pod: format!("{}/{}", request.pod_namespace, request.pod_name),
-            what: format!(
-                "not seen on node {} within {:?}; is it scheduled here?",
-                self.config.flags.node_name, self.config.flags.wait_address_timeout
-            ),
-        }
-    }
-
-    /// Waits until the pod is in this node's cache (so it is scheduled here) and alive.
-    pub(super) async fn wait_for_pod(
-        &self,
-        request: &CniRequest,
-        deadline: tokio::time::Instant,
-    ) -> Result<(), DaemonError> {
-        self.on_pod_changes(request, deadline, || Ok(self.live_pod(request)?.map(drop)))
-            .await?
-            .ok_or_else(|| self.not_seen(request))
-    }
-
-    /// Waits (on the pod watch, not a poll) for the controller's annotations, until
-    /// `deadline`; the timeout says what was missing.
-    pub(super) async fn wait_for_plan(
-        &self,
-        request: &CniRequest,
-        deadline: tokio::time::Instant,
-    ) -> Result<plan::NicPlan, DaemonError> {
-        let started = Instant::now();
-        let mut waiting_for: Option<WaitingFor> = None;
-        let mut address_seen_at = None;
-        let plan = self
-            .on_pod_changes(request, deadline, || {
-                self.live_pod(request)?;
-                // One reading of the annotations per wake-up: the plan, or what is missing.
-                match self.readiness_now(request)? {
-                    Some(Readiness::Ready(plan)) => {
-                        let now = started.elapsed();
-                        let address_at = address_seen_at.unwrap_or(now);
-                        self.metrics.wait("address", address_at);
-                        self.metrics.wait("route", now.saturating_sub(address_at));
-                        return Ok(Some(*plan));
-                    }
-                    Some(Readiness::Waiting(w)) => {
-                        if w == WaitingFor::Route && address_seen_at.is_none() {
-                            address_seen_at = Some(started.elapsed());
-                        }
-                        waiting_for = Some(w);
-                    }
-                    None => {}
-                }
-                Ok(None)
-            })
-            .await?;
-        if let Some(plan) = plan {
-            return Ok(plan);
-        }
-        let timeout = self.config.flags.wait_address_timeout;
-        let provider = if request.provider.is_empty() {
-            "ovn"
-        } else {
-            &request.provider
-        };
-        let what = match waiting_for {
-            None => return Err(self.not_seen(request)),
-            Some(WaitingFor::Address) => format!(
-                "no address allocated within {timeout:?} (annotation {provider}.kubernetes.io/allocated); see kube-ovn-controller logs"
-            ),
-            Some(WaitingFor::Route) => format!(
-                "route is not ready within {timeout:?} (annotation {provider}.kubernetes.io/routed); see kube-ovn-controller logs"
-            ),
-        };
-        Err(DaemonError::Timeout {
-            pod: format!("{}/{}", request.pod_namespace, request.pod_name),
-            what,
-        })
-    }
 }
 
 #[cfg(test)]

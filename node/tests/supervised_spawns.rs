@@ -10,7 +10,7 @@ use kube_ovn_testkit::audit_spawns;
 #[test]
 fn every_spawn_of_the_daemon_goes_through_the_supervisor() {
     let audit = audit_spawns(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src/daemon"),
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
         &["tasks.spawn(\""],
     );
     assert!(
