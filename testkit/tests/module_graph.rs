@@ -11,13 +11,6 @@ use kube_ovn_testkit::module_graph::{Graph, crate_graph, workspace_crates};
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// Crates whose cycles are printed but do not fail the test, each with why.
-///
-/// `kube-ovn-node`: the node daemon, just moved out of `kube-ovn-cni` (issue 24 item 1), still
-/// has `node -> node_routes -> node`; that move's owner breaks it (the join address moves out of
-/// `node`). Remove this entry then: the test fails on an entry whose crate has no cycle left.
-const ALLOWED: &[&str] = &["kube-ovn-node"];
-
 fn workspace() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap()
 }
@@ -36,25 +29,8 @@ fn graphs() -> BTreeMap<String, Graph> {
 #[test]
 fn no_crate_has_a_module_cycle() {
     let mut failures = Vec::new();
-    let mut allowed = Vec::new();
     for (name, graph) in graphs() {
-        let cycles: Vec<String> = graph
-            .cycles()
-            .iter()
-            .map(|c| c.describe(&name, workspace()))
-            .collect();
-        if ALLOWED.contains(&name.as_str()) {
-            assert!(
-                !cycles.is_empty(),
-                "{name} has no module cycle any more: remove it from ALLOWED"
-            );
-            allowed.extend(cycles);
-        } else {
-            failures.extend(cycles);
-        }
-    }
-    if !allowed.is_empty() {
-        eprintln!("cycles allowed for now ({ALLOWED:?}):\n{}", allowed.join("\n"));
+        failures.extend(graph.cycles().iter().map(|c| c.describe(&name, workspace())));
     }
     assert!(failures.is_empty(), "module cycles:\n{}", failures.join("\n"));
 }
