@@ -16,7 +16,6 @@
 //! expired) is turned into the changes it implies, deletions included.
 
 use std::fmt::Debug;
-use std::future::Future;
 
 use kube::Resource;
 use kube::api::Api;
@@ -52,10 +51,8 @@ where
 
     /// Starts the watch when first polled and completes if it stops (it retries with backoff;
     /// it stops only on a panic); dropping the future ends the watch.
-    pub fn run(self) -> impl Future<Output = ()> + Send {
-        async move {
-            let watched = self.watch.start();
-            watched.ended().await;
-        }
+    pub async fn run(self) {
+        let watched = self.watch.start();
+        watched.ended().await;
     }
 }

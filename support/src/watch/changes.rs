@@ -6,7 +6,6 @@
 //! instead of holding the watch up or growing without bound, and then looks at everything again
 //! — a level-triggered controller loses nothing by that.
 
-use std::fmt::Debug;
 use std::hash::Hash;
 use std::sync::Arc;
 
@@ -208,14 +207,5 @@ where
             },
             move || store.state(),
         )
-    }
-}
-
-impl<K: Resource + 'static> Debug for Changes<K>
-where
-    K::DynamicType: Eq + Hash + Clone,
-{
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Changes").field("queued", &self.rx.len()).finish()
     }
 }

@@ -48,6 +48,7 @@ pub use own_writes::OwnWrites;
 
 /// A watch of one kind, not started yet: take its cache and subscribe to its changes, then
 /// [`Watch::start`] it.
+#[must_use = "a Watch does nothing until started"]
 pub struct Watch<K: Resource + Clone + 'static>
 where
     K::DynamicType: Eq + Hash + Clone,
@@ -247,6 +248,7 @@ where
 
 /// A started watch: its cache, its changes and its counter. Clones share one watch, which
 /// stops when the last clone is dropped.
+#[must_use = "dropping the last handle stops the watch"]
 pub struct Watched<K: Resource + 'static>
 where
     K::DynamicType: Eq + Hash + Clone,
