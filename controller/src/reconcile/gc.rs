@@ -318,9 +318,9 @@ async fn clean_up(ctx: &Context, gone: &Gone) -> Result<()> {
 /// Cleans up after pods, nodes and StatefulSets as their deletions (and scale-downs) arrive.
 /// Pods and nodes come from the controller's shared watches, each sent once the cache no longer
 /// holds it (a watch `Delete`, or missing from a relist); StatefulSets, which only this reads,
-/// from a watch of its own (a [`Watch`] whose changes come the same way). Up to 16 at a time; a failure is retried with backoff until it
-/// succeeds or the controller stops, so a deletion seen is a deletion acted on, not one left to
-/// the next periodic collection.
+/// from a watch of its own (a [`Watch`] whose changes come the same way). Up to 16 at a time; a
+/// failure is retried with backoff until it succeeds or the controller stops, so a deletion seen
+/// is a deletion acted on, not one left to the next periodic collection.
 pub async fn watch_deletions(ctx: Arc<Context>, pods: Changes<Pod>, nodes: Changes<Node>) {
     let pods = pods.map(|c| c.deleted().cloned().map(Gone::Pod), || Some(Gone::Missed));
     let nodes = nodes.map(|c| c.deleted().cloned().map(Gone::Node), || Some(Gone::Missed));
