@@ -1,8 +1,8 @@
 //! The shape of the agent's controllers (the LoadBalancer IP allocator): caches of the kinds a
 //! controller reads (views of [`kube_ovn_support::watch`]), and a *pass* over the whole cached
-//! state whenever any of them changed (level-triggered: a pass computes what should be from what is, so a missed event or a
-//! restart converges at the next pass). Events arriving while a pass runs are coalesced into one
-//! next pass. A pass that could not finish some write asks to be run again, with a backoff, even
+//! state whenever any of them changed (level-triggered: a pass computes what should be from what
+//! is, so a missed event or a restart converges at the next pass). Events arriving while a pass
+//! runs are coalesced into one next pass. A pass that could not finish some write asks to be run again, with a backoff, even
 //! if nothing changes.
 //!
 //! The caches lag the controller's own writes; a controller keeps what it wrote until the cache
