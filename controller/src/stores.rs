@@ -9,7 +9,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube_ovn_api::crd::{IPPool, Ip, Subnet, Vpc};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::informer::{Cache, Informer};
 
 /// Read-only caches of the watched kinds.
@@ -46,19 +46,27 @@ impl Stores {
             network_policies,
         } = self;
         futures::try_join!(
-            pods.synced(),
-            nodes.synced(),
-            namespaces.synced(),
-            subnets.synced(),
-            vpcs.synced(),
-            ippools.synced(),
-            ips.synced(),
-            services.synced(),
-            endpoint_slices.synced(),
-            network_policies.synced(),
+            synced(pods),
+            synced(nodes),
+            synced(namespaces),
+            synced(subnets),
+            synced(vpcs),
+            synced(ippools),
+            synced(ips),
+            synced(services),
+            synced(endpoint_slices),
+            synced(network_policies),
         )?;
         Ok(())
     }
+}
+
+/// Waits until `cache` holds its first full list; the watch stopping first is [`Error::NotReady`].
+async fn synced<K>(cache: &Cache<K>) -> Result<()>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    cache.synced().await.map_err(|e| Error::NotReady(e.to_string()))
 }
 
 /// One watch per cached kind. Subscribe to their changes before [`Informers::run`].
@@ -106,7 +114,8 @@ impl Informers {
         }
     }
 
-    /// Runs every watch until dropped.
+    /// Runs every watch until dropped; completes as soon as one of them stops (a cache that no
+    /// longer changes would have the controller act on stale state).
     pub async fn run(self) {
         let Self {
             pods,
@@ -120,17 +129,18 @@ impl Informers {
             endpoint_slices,
             network_policies,
         } = self;
-        futures::join!(
-            pods.run(),
-            nodes.run(),
-            namespaces.run(),
-            subnets.run(),
-            vpcs.run(),
-            ippools.run(),
-            ips.run(),
-            services.run(),
-            endpoint_slices.run(),
-            network_policies.run(),
-        );
+        let watches: Vec<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>> = vec![
+            Box::pin(pods.run()),
+            Box::pin(nodes.run()),
+            Box::pin(namespaces.run()),
+            Box::pin(subnets.run()),
+            Box::pin(vpcs.run()),
+            Box::pin(ippools.run()),
+            Box::pin(ips.run()),
+            Box::pin(services.run()),
+            Box::pin(endpoint_slices.run()),
+            Box::pin(network_policies.run()),
+        ];
+        futures::future::select_all(watches).await;
     }
 }

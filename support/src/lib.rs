@@ -3,8 +3,10 @@
 //! kubeconfig file or the in-cluster configuration, the stop signal Kubernetes sends, flag errors
 //! and Go-syntax durations ([`parse_duration`]), the metrics and health endpoints
 //! ([`endpoints`]), tasks that die with their owner and per-key locks ([`AbortOnDrop`],
-//! [`KeyLocks`]), background tasks whose end fails `/livez` ([`Supervisor`]), and [`Watched`], a
-//! cache per kind whose generation counter lets a task wait for "it changed".
+//! [`KeyLocks`]), background tasks whose end fails `/livez` ([`Supervisor`]), and the one watched
+//! cache ([`watch`]): a cache per kind with its changes (deletions included), its sync signal and
+//! a generation counter that lets a task wait for "it changed", whose watch stops when its
+//! [`Watched`] handle is dropped.
 
 use std::path::{Path, PathBuf};
 
@@ -12,13 +14,13 @@ mod duration;
 pub mod endpoints;
 mod supervisor;
 mod tasks;
-mod watch;
+pub mod watch;
 
 pub use duration::{DurationError, DurationProblem, parse_duration};
 pub use supervisor::{Supervisor, TaskFailure};
 pub use tasks::{AbortOnDrop, KeyGuard, KeyLocks};
 
-pub use watch::Watched;
+pub use watch::{Watch, Watched};
 
 /// Why the Kubernetes client could not be built.
 #[derive(Debug, thiserror::Error)]

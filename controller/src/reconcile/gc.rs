@@ -15,7 +15,6 @@
 //! addresses held only in IPAM; here every record and IPAM entry is checked (reference §7.3).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,13 +23,13 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
-use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher;
 use kube_ovn_api::crd::Ip;
 use kube_ovn_api::names;
 use kube_ovn_ovsdb::Table;
 use kube_ovn_ovsdb::tables::nb::{LogicalSwitchPort, PortGroup};
+use kube_ovn_support::Watch;
 
 use super::ip::record::{delete_ip, is_reserved};
 use super::pod::{deleted, release_key};
@@ -278,37 +277,6 @@ async fn statefulset_changed(ctx: &Context, sts: &StatefulSet) -> Result<()> {
     Ok(())
 }
 
-/// Runs `f` for every event of a watch over all `K`, up to 16 at a time, until the controller
-/// stops; a failing watch is retried with backoff (and relists, so the collector covers what it
-/// missed meanwhile).
-async fn each_event<K, F, Fut>(ctx: &Arc<Context>, f: F)
-where
-    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
-    K::DynamicType: Default,
-    F: Fn(Arc<Context>, Event<K>) -> Fut,
-    Fut: Future<Output = ()>,
-{
-    let api: Api<K> = Api::all(ctx.kube.clone());
-    watcher::watcher(api, watcher::Config::default())
-        .default_backoff()
-        .for_each_concurrent(16, |event| {
-            let ctx = ctx.clone();
-            let done = match event {
-                Ok(event) => Some(f(ctx, event)),
-                Err(e) => {
-                    tracing::debug!(error = %e, "deletion watch error; retrying");
-                    None
-                }
-            };
-            async move {
-                if let Some(done) = done {
-                    done.await;
-                }
-            }
-        })
-        .await;
-}
-
 /// A deletion to act on.
 enum Gone {
     Pod(Arc<Pod>),
@@ -350,9 +318,9 @@ async fn clean_up(ctx: &Context, gone: &Gone) -> Result<()> {
 /// Cleans up after pods, nodes and StatefulSets as their deletions (and scale-downs) arrive.
 /// Pods and nodes come from the controller's shared watches, each sent once the cache no longer
 /// holds it (a watch `Delete`, or missing from a relist); StatefulSets, which only this reads,
-/// from a watch of its own. Up to 16 at a time; a failure is retried with backoff until it
-/// succeeds or the controller stops, so a deletion seen is a deletion acted on, not one left to
-/// the next periodic collection.
+/// from a watch of its own (a [`Watch`] whose changes come the same way). Up to 16 at a time; a
+/// failure is retried with backoff until it succeeds or the controller stops, so a deletion seen
+/// is a deletion acted on, not one left to the next periodic collection.
 pub async fn watch_deletions(ctx: Arc<Context>, pods: Changes<Pod>, nodes: Changes<Node>) {
     let pods = pods.map(|c| c.deleted().cloned().map(Gone::Pod), || Some(Gone::Missed));
     let nodes = nodes.map(|c| c.deleted().cloned().map(Gone::Node), || Some(Gone::Missed));
@@ -367,12 +335,23 @@ pub async fn watch_deletions(ctx: Arc<Context>, pods: Changes<Pod>, nodes: Chang
             }
         }
     });
-    let sts = each_event::<StatefulSet, _, _>(&ctx, |ctx, event| async move {
-        if let Event::Apply(s) | Event::Delete(s) = event
-            && let Err(e) = statefulset_changed(&ctx, &s).await
-        {
-            tracing::warn!(statefulset = %s.name_any(), error = %e, "releasing addresses kept for a StatefulSet failed; the collector will retry");
-        }
-    });
+    // StatefulSets, which only this reads: a watch of its own (listed from etcd, as the watch it
+    // replaced was), ended with this future. A relist's changes come too, so a scale-down made
+    // while the watch was away is acted on here rather than at the next collection.
+    let statefulsets =
+        Watch::<StatefulSet>::new(Api::all(ctx.kube.clone())).config(watcher::Config::default());
+    let sts_changes = statefulsets.subscribe();
+    let _statefulsets = statefulsets.start();
+    let sts = sts_changes
+        // Dropped changes: the periodic collection finds what they left.
+        .map(|c| c.new.clone().or_else(|| c.old.clone()), Vec::new)
+        .for_each_concurrent(16, |s| {
+            let ctx = ctx.clone();
+            async move {
+                if let Err(e) = statefulset_changed(&ctx, &s).await {
+                    tracing::warn!(statefulset = %s.name_any(), error = %e, "releasing addresses kept for a StatefulSet failed; the collector will retry");
+                }
+            }
+        });
     futures::join!(gone, sts);
 }

@@ -1,8 +1,8 @@
-//! The shape of the agent's controllers (the LoadBalancer IP allocator): reflector caches of the
-//! kinds a controller reads, and a *pass* over the whole cached state whenever any of them
-//! changed (level-triggered: a pass computes what should be from what is, so a missed event or a
-//! restart converges at the next pass). Events arriving while a pass runs are coalesced into one
-//! next pass. A pass that could not finish some write asks to be run again, with a backoff, even
+//! The shape of the agent's controllers (the LoadBalancer IP allocator): caches of the kinds a
+//! controller reads (views of [`kube_ovn_support::watch`]), and a *pass* over the whole cached
+//! state whenever any of them changed (level-triggered: a pass computes what should be from what
+//! is, so a missed event or a restart converges at the next pass). Events arriving while a pass
+//! runs are coalesced into one next pass. A pass that could not finish some write asks to be run again, with a backoff, even
 //! if nothing changes.
 //!
 //! The caches lag the controller's own writes; a controller keeps what it wrote until the cache
@@ -10,7 +10,6 @@
 //! cache are expected and retried by the next pass.
 
 use std::collections::HashSet;
-use std::fmt::Debug;
 use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,38 +17,39 @@ use std::time::Duration;
 use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
 use kube::api::Api;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
+use kube_ovn_support::{Watch, Watched};
 use serde::de::DeserializeOwned;
 
-/// A cache of one kind and the stream that fills it (yielding `()` per change).
+/// A cache of one kind and a stream yielding `()` per watch event; a view of a
+/// [`kube_ovn_support::Watched`], whose watch ends when the stream is dropped.
 pub struct Informer<K: Resource + 'static>
 where
-    K::DynamicType: Hash + Eq,
+    K::DynamicType: Hash + Eq + Clone,
 {
     pub store: Store<K>,
     pub changes: BoxStream<'static, ()>,
 }
 
-/// Starts nothing: the cache fills as the returned stream is polled (by [`run_passes`]).
-pub fn informer<K>(api: Api<K>, config: watcher::Config, what: &'static str) -> Informer<K>
+/// Starts the watch (its task ends with the returned stream).
+pub fn informer<K>(api: Api<K>, config: watcher::Config) -> Informer<K>
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
-    let (store, writer) = reflector::store();
-    let changes = reflector::reflector(writer, watcher(api, config).default_backoff())
-        .filter_map(move |event| async move {
-            match event {
-                Ok(_) => Some(()),
-                Err(e) => {
-                    // The watcher retries with its backoff; the cache keeps its last state.
-                    tracing::warn!(kind = what, error = %e, "watch failed; retrying");
-                    None
-                }
-            }
-        })
-        .boxed();
+    let watched = Watch::new(api).config(config).start();
+    let store = watched.store();
+    let ticks = watched.changes();
+    // The stream holds the handle: the watch lives as long as whoever polls it.
+    let changes = futures::stream::unfold(
+        (watched, ticks),
+        |(watched, mut ticks): (Watched<K>, _)| async move {
+            ticks.changed().await.ok()?;
+            Some(((), (watched, ticks)))
+        },
+    )
+    .boxed();
     Informer { store, changes }
 }
 

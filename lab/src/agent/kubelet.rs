@@ -41,15 +41,18 @@ mod worker;
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use kube_ovn_dataplane::Netns;
+use kube_ovn_support::Watch;
+use kube_ovn_support::watch::Cache;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tracing::Instrument;
@@ -164,17 +167,14 @@ struct Shared {
     cri: Option<CriPods>,
     sandboxes: SandboxDir,
     events: EventRecorder,
-    /// The pods bound to this node, by `namespace/name`, as last seen.
-    pods: Mutex<HashMap<String, Arc<Pod>>>,
+    /// The pods bound to this node, as last seen (the cache of [`supervise`]'s watch).
+    pods: Cache<Pod>,
 }
 
 impl Shared {
     fn pod(&self, key: &str) -> Option<Arc<Pod>> {
-        self.pods
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(key)
-            .cloned()
+        let (namespace, name) = key.split_once('/').unwrap_or(("", key));
+        self.pods.get(&ObjectRef::new(name).within(namespace))
     }
 }
 
@@ -205,6 +205,9 @@ pub async fn run(client: Client, config: KubeletConfig) -> Result<(), Error> {
         }),
     };
     let span = tracing::info_span!("kubelet", node = %config.node_name);
+    let selector = format!("spec.nodeName={}", config.node_name);
+    let pods =
+        Watch::new(Api::<Pod>::all(client.clone())).config(watcher::Config::default().fields(&selector));
     let shared = Arc::new(Shared {
         events: EventRecorder::new(client.clone(), "kubelet", Some(&config.node_name)),
         runtime: Runtime::new(&config.cni_conf_dir, &config.cni_bin_dir).in_netns(node_netns.clone()),
@@ -213,7 +216,7 @@ pub async fn run(client: Client, config: KubeletConfig) -> Result<(), Error> {
         config,
         node_netns,
         sandboxes,
-        pods: Mutex::new(HashMap::new()),
+        pods: pods.cache(),
     });
     async move {
         register(&shared).await;
@@ -224,7 +227,7 @@ pub async fn run(client: Client, config: KubeletConfig) -> Result<(), Error> {
             let found = cri_pods::adopt_all(cri, &shared.sandboxes).await;
             tracing::info!(sandboxes = found.len(), "containerd's sandboxes recorded");
         }
-        supervise(shared).await;
+        supervise(shared, pods).await;
         Ok(())
     }
     .instrument(span)
@@ -315,12 +318,24 @@ impl Workers {
     }
 }
 
-async fn supervise(shared: Arc<Shared>) {
-    let selector = format!("spec.nodeName={}", shared.config.node_name);
-    let api: Api<Pod> = Api::all(shared.client.clone());
-    let mut events = watcher(api, watcher::Config::default().fields(&selector))
-        .default_backoff()
+/// Watches the node's pods and tells each pod's task of its changes (deletions included), and,
+/// once the first list is in, of the sandboxes recorded before a restart.
+async fn supervise(shared: Arc<Shared>, pods: Watch<Pod>) {
+    let every = shared.clone();
+    let mut changes = pods
+        .subscribe()
+        .map(
+            |c| c.new.as_ref().or(c.old.as_ref()).map(|pod| key_of(pod)),
+            // Changes were dropped: every pod and every sandbox looks again.
+            move || {
+                let mut keys: Vec<String> = every.pods.state().iter().map(|p| key_of(p)).collect();
+                keys.extend(every.sandboxes.load_all().iter().map(SandboxRecord::key));
+                keys
+            },
+        )
         .boxed();
+    // The watch ends with the kubelet (this future dropped or finished).
+    let _pods = pods.start();
     let (finished_tx, mut finished_rx) = mpsc::unbounded_channel();
     let mut workers = Workers {
         shared: shared.clone(),
@@ -328,43 +343,25 @@ async fn supervise(shared: Arc<Shared>) {
         tasks: JoinSet::new(),
         finished: finished_tx,
     };
-    // A relist in progress, and whether the first one is done (until then nothing is known).
-    let mut relist: Option<HashMap<String, Arc<Pod>>> = None;
+    // Until the first list is done nothing is known.
     let mut synced = false;
     loop {
         tokio::select! {
-            event = events.next() => {
-                let Some(event) = event else { return };
-                match event {
-                    Err(e) => tracing::warn!(error = %e, "watching pods failed; retrying"),
-                    Ok(watcher::Event::Init) => relist = Some(HashMap::new()),
-                    Ok(watcher::Event::InitApply(pod)) => {
-                        relist.get_or_insert_with(HashMap::new).insert(key_of(&pod), Arc::new(pod));
-                    }
-                    Ok(watcher::Event::InitDone) => {
-                        let fresh = relist.take().unwrap_or_default();
-                        let mut changed = replace_pods(&shared, fresh);
-                        if !synced {
-                            synced = true;
-                            // Sandboxes from before a restart: their pods may be gone or new.
-                            changed.extend(shared.sandboxes.load_all().iter().map(SandboxRecord::key));
-                        }
-                        changed.sort();
-                        changed.dedup();
-                        for key in changed {
-                            workers.notify(&key);
-                        }
-                    }
-                    Ok(watcher::Event::Apply(pod)) => {
-                        let key = key_of(&pod);
-                        shared.pods.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key.clone(), Arc::new(pod));
-                        workers.notify(&key);
-                    }
-                    Ok(watcher::Event::Delete(pod)) => {
-                        let key = key_of(&pod);
-                        shared.pods.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&key);
-                        workers.notify(&key);
-                    }
+            key = changes.next() => {
+                let Some(key) = key else { return };
+                workers.notify(&key);
+            }
+            listed = shared.pods.synced(), if !synced => {
+                if listed.is_err() {
+                    return;
+                }
+                synced = true;
+                // Sandboxes from before a restart: their pods may be gone or new.
+                let mut keys: Vec<String> = shared.sandboxes.load_all().iter().map(SandboxRecord::key).collect();
+                keys.sort();
+                keys.dedup();
+                for key in keys {
+                    workers.notify(&key);
                 }
             }
             Some((key, epoch)) = finished_rx.recv() => workers.finished(&key, epoch),
@@ -377,22 +374,6 @@ async fn supervise(shared: Arc<Shared>) {
             }
         }
     }
-}
-
-/// Replaces the known pods with a relist's; the keys that changed (or went).
-fn replace_pods(shared: &Shared, fresh: HashMap<String, Arc<Pod>>) -> Vec<String> {
-    let mut pods = shared
-        .pods
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let mut changed: Vec<String> = fresh
-        .iter()
-        .filter(|(k, p)| pods.get(*k).map(|o| o.resource_version()) != Some(p.resource_version()))
-        .map(|(k, _)| k.clone())
-        .collect();
-    changed.extend(pods.keys().filter(|k| !fresh.contains_key(*k)).cloned());
-    *pods = fresh;
-    changed
 }
 
 /// The lead spawns the kubelets with `tokio::spawn`: the future must be `Send`.

@@ -168,11 +168,7 @@ fn lowest_free(pool: &IpNet, used: &HashMap<IpAddr, &str>) -> Option<IpAddr> {
 
 /// Allocates from `pool` until dropped.
 pub async fn run(client: Client, pool: IpNet) {
-    let services = informer(
-        Api::<Service>::all(client.clone()),
-        watcher::Config::default(),
-        "Service",
-    );
+    let services = informer(Api::<Service>::all(client.clone()), watcher::Config::default());
     let mut allocator = Allocator {
         events: EventRecorder::new(client.clone(), "kube-ovn-lab-load-balancers", None),
         client,

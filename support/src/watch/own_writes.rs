@@ -1,0 +1,102 @@
+//! A writer's own echoes: the versions of objects it wrote itself, so that the change each write
+//! comes back as through the watch does not reconcile the object once more.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+
+use kube::Resource;
+use kube::runtime::reflector::ObjectRef;
+
+/// The versions of objects this writer wrote itself, so that the change each write comes back
+/// as does not reconcile the object once more: that run would start from exactly the state the
+/// write produced and find nothing to do. A change by anyone else has another version and is
+/// reconciled as usual.
+pub struct OwnWrites<K: Resource + 'static>
+where
+    K::DynamicType: Eq + Hash + Clone,
+{
+    versions: std::sync::Mutex<HashMap<ObjectRef<K>, String>>,
+}
+
+impl<K: Resource + 'static> Default for OwnWrites<K>
+where
+    K::DynamicType: Eq + Hash + Clone,
+{
+    fn default() -> Self {
+        Self {
+            versions: std::sync::Mutex::default(),
+        }
+    }
+}
+
+impl<K: Resource + 'static> OwnWrites<K>
+where
+    K::DynamicType: Default + Eq + Hash + Clone,
+{
+    fn versions(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectRef<K>, String>> {
+        self.versions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `obj` is what a write of ours returned.
+    pub fn wrote(&self, obj: &K) {
+        if let Some(rv) = obj.meta().resource_version.clone() {
+            self.versions().insert(ObjectRef::from_obj(obj), rv);
+        }
+    }
+
+    /// Whether `obj` is exactly what a write of ours produced (then forgotten: it comes once).
+    pub fn is_echo(&self, obj: &K) -> bool {
+        let key = ObjectRef::from_obj(obj);
+        let mut versions = self.versions();
+        match (versions.get(&key), &obj.meta().resource_version) {
+            (Some(ours), Some(rv)) if ours == rv => {
+                versions.remove(&key);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The object is gone: nothing of it will come back.
+    pub fn forget(&self, obj: &K) {
+        self.versions().remove(&ObjectRef::from_obj(obj));
+    }
+
+    pub fn len(&self) -> usize {
+        self.versions().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    use super::OwnWrites;
+
+    fn cm(rv: &str) -> ConfigMap {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some("a".to_owned());
+        cm.metadata.namespace = Some("n".to_owned());
+        cm.metadata.resource_version = Some(rv.to_owned());
+        cm
+    }
+
+    #[test]
+    fn only_the_version_we_wrote_is_an_echo_and_only_once() {
+        let own = OwnWrites::<ConfigMap>::default();
+        own.wrote(&cm("5"));
+        assert!(!own.is_echo(&cm("4")), "an older version is someone else's");
+        assert!(!own.is_echo(&cm("6")), "a later version is someone else's");
+        assert!(own.is_echo(&cm("5")));
+        assert!(!own.is_echo(&cm("5")), "it comes back once");
+        own.wrote(&cm("7"));
+        own.forget(&cm("8"));
+        assert!(own.is_empty(), "a deleted object is forgotten");
+    }
+}
