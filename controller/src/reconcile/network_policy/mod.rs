@@ -61,7 +61,8 @@ fn families(ctx: &Context) -> Families {
     }
 }
 
-/// Kube-OVN's per-policy `network_policy_enforcement: lax` annotation, else `--np-enforcement`.
+/// Kube-OVN's per-policy `network_policy_enforcement: lax` annotation. (Kube-OVN's cluster-wide
+/// default, `--np-enforcement`, is not implemented here: every other policy is `standard`.)
 fn lax(np: &NetworkPolicy) -> bool {
     np.annotations()
         .get(keys::NETWORK_POLICY_ENFORCEMENT)
