@@ -7,6 +7,7 @@
 //! A fixture whose program is missing fails loudly with the command that installs it; nothing
 //! here skips.
 
+mod command;
 mod daemon;
 pub mod drill;
 mod netns;
@@ -16,6 +17,7 @@ mod ovsdb;
 mod spawns;
 mod wait;
 
+pub use command::{CommandError, run};
 pub use daemon::Daemon;
 pub use netns::{Netns, ping_from, tcp_transfer, wait_ping_from};
 pub use ovn::{OvnCentral, Trace};
@@ -23,23 +25,6 @@ pub use ovs_node::OvsNode;
 pub use ovsdb::{NB_SCHEMA, OvsdbServer, RaftCluster, SB_SCHEMA, VSWITCH_SCHEMA, free_port};
 pub use spawns::{SpawnAudit, audit_spawns};
 pub use wait::{wait_until, wait_until_async};
-
-/// Runs a program and returns its stdout; a non-zero exit is an error with stderr in it.
-pub fn run(program: &str, args: &[&str]) -> anyhow::Result<String> {
-    let out = std::process::Command::new(program)
-        .args(args)
-        .output()
-        .map_err(|e| anyhow::anyhow!("{program}: {e} (is it installed? run scripts/install-deps.sh)"))?;
-    if !out.status.success() {
-        anyhow::bail!(
-            "{program} {} failed ({}): {}",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
 
 /// Logs of the code under test into the test's captured output, filtered by `RUST_LOG`
 /// (`RUST_LOG=kube_ovn_ovsdb=debug` shows the OVSDB client's view). Safe to call from every test.

@@ -63,14 +63,14 @@ impl Netns {
     pub fn exec(&self, args: &[&str]) -> anyhow::Result<String> {
         let mut full = vec!["netns", "exec", self.name.as_str()];
         full.extend_from_slice(args);
-        run("ip", &full)
+        Ok(run("ip", &full)?)
     }
 
     /// `ip -n NAME args...`: the `ip` tool inside the namespace, without an extra exec.
     pub fn ip(&self, args: &[&str]) -> anyhow::Result<String> {
         let mut full = vec!["-n", self.name.as_str()];
         full.extend_from_slice(args);
-        run("ip", &full)
+        Ok(run("ip", &full)?)
     }
 
     /// One ping with a 1 s deadline from inside the namespace.
@@ -118,7 +118,8 @@ impl Netns {
     /// keep it alive until they exit, so stop them first.
     pub fn delete(mut self) -> anyhow::Result<()> {
         self.live = false;
-        run("ip", &["netns", "del", &self.name]).map(drop)
+        run("ip", &["netns", "del", &self.name])?;
+        Ok(())
     }
 }
 

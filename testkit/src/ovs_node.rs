@@ -187,7 +187,7 @@ impl OvsNode {
         let db = format!("--db={}", self.db_remote());
         let mut full = vec![db.as_str(), VSCTL_TIMEOUT];
         full.extend_from_slice(args);
-        run("ovs-vsctl", &full)
+        Ok(run("ovs-vsctl", &full)?)
     }
 
     /// `ovs-appctl` to ovs-vswitchd (`dpctl/dump-flows`, `ofproto/trace`, `ovs/route/show`...).
@@ -195,7 +195,7 @@ impl OvsNode {
         let ctl = self.vswitchd_ctl().to_string_lossy().into_owned();
         let mut full = vec!["-t", ctl.as_str()];
         full.extend_from_slice(args);
-        run("ovs-appctl", &full)
+        Ok(run("ovs-appctl", &full)?)
     }
 
     /// Fails unless `iface` exists and ovs-vswitchd opened it: `ovs-vsctl` exits 0 even when a
@@ -273,7 +273,7 @@ impl OvsNode {
         let ctl = self.ovn_controller_ctl()?.to_string_lossy().into_owned();
         let mut full = vec!["-t", ctl.as_str()];
         full.extend_from_slice(args);
-        run("ovs-appctl", &full)
+        Ok(run("ovs-appctl", &full)?)
     }
 
     /// The node's ovsdb-server (to pause it with SIGSTOP, say).

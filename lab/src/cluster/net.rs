@@ -9,35 +9,9 @@
 //! (`../shared/reference/dataplane.md` §5.6), and packets from the control plane, the ToR and the
 //! outside host all end in a node's OVS bridge.
 
-use std::process::Command;
+pub use kube_ovn_testkit::{CommandError, run};
 
 use super::topology::{FABRIC_PREFIX, NodePlan, OUTSIDE_PREFIX, Topology};
-
-#[derive(Debug, thiserror::Error)]
-#[error("{command}: {message}")]
-pub struct CommandError {
-    pub command: String,
-    pub message: String,
-}
-
-/// Runs a command and returns its stdout; a failure carries the command line and stderr.
-pub fn run(program: &str, args: &[&str]) -> Result<String, CommandError> {
-    let command = format!("{program} {}", args.join(" "));
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .map_err(|e| CommandError {
-            command: command.clone(),
-            message: format!("{e} (is it installed? run scripts/install-deps.sh)"),
-        })?;
-    if !out.status.success() {
-        return Err(CommandError {
-            command,
-            message: format!("{}: {}", out.status, String::from_utf8_lossy(&out.stderr).trim()),
-        });
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
 
 /// `ip -n <ns> args…`
 pub fn ip(ns: &str, args: &[&str]) -> Result<String, CommandError> {
