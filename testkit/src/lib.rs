@@ -6,6 +6,11 @@
 //!
 //! A fixture whose program is missing fails loudly with the command that installs it; nothing
 //! here skips.
+//!
+//! The lab (`kube-ovn-lab`) runs the same machinery for real and depends on this crate
+//! normally: one [`run`] for commands, one process-by-PID manager ([`process`], under
+//! [`Daemon`] here and the lab's detached processes there), one netns runner and one
+//! underlay bridge.
 
 mod command;
 mod daemon;
@@ -14,6 +19,7 @@ mod netns;
 mod ovn;
 mod ovs_node;
 mod ovsdb;
+pub mod process;
 mod spawns;
 mod wait;
 
