@@ -15,7 +15,7 @@
 mod command;
 mod daemon;
 pub mod drill;
-mod netns;
+pub mod netns;
 mod ovn;
 mod ovs_node;
 mod ovsdb;
