@@ -42,7 +42,10 @@ mod tests {
         assert!(err.message.contains("exit status: 3"), "{err}");
         assert!(err.message.ends_with("oops"), "{err}");
         let missing = run("no-such-program-kovn", &["x"]).unwrap_err();
-        assert!(missing.to_string().starts_with("no-such-program-kovn x: "), "{missing}");
+        assert!(
+            missing.to_string().starts_with("no-such-program-kovn x: "),
+            "{missing}"
+        );
         assert!(missing.message.contains("install-deps.sh"), "{missing}");
         assert_eq!(run("echo", &["hi"]).unwrap(), "hi\n");
     }

@@ -27,7 +27,7 @@ pub use command::{CommandError, run};
 pub use daemon::Daemon;
 pub use netns::{Netns, ping_from, tcp_transfer, wait_ping_from};
 pub use ovn::{OvnCentral, Trace};
-pub use ovs_node::OvsNode;
+pub use ovs_node::{OvsNode, UNDERLAY_BRIDGE, add_underlay_bridge};
 pub use ovsdb::{NB_SCHEMA, OvsdbServer, RaftCluster, SB_SCHEMA, VSWITCH_SCHEMA, free_port};
 pub use spawns::{SpawnAudit, audit_spawns};
 pub use wait::{wait_until, wait_until_async};

@@ -73,8 +73,8 @@ pub fn veth_pair(a_ns: &str, a_dev: &str, b_ns: &str, b_dev: &str, mtu: u32) -> 
     run(
         "ip",
         &[
-            "link", "add", a_dev, "netns", a_ns, "mtu", &mtu, "type", "veth", "peer", "name", b_dev,
-            "netns", b_ns, "mtu", &mtu,
+            "link", "add", a_dev, "netns", a_ns, "mtu", &mtu, "type", "veth", "peer", "name", b_dev, "netns",
+            b_ns, "mtu", &mtu,
         ],
     )
     .map(drop)

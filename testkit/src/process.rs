@@ -114,7 +114,9 @@ pub fn spawn_logged(
             )]
             // SAFETY: the closure only calls prctl(2), which allocates nothing and takes no locks.
             unsafe {
-                cmd.pre_exec(|| nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from));
+                cmd.pre_exec(|| {
+                    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
+                });
             }
             spawn_on_keeper(cmd)
         }
@@ -257,7 +259,8 @@ mod tests {
         )
         .unwrap_err();
         assert!(
-            err.to_string().starts_with("x: cannot start no-such-program-kovn: "),
+            err.to_string()
+                .starts_with("x: cannot start no-such-program-kovn: "),
             "{err}"
         );
     }

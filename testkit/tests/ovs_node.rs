@@ -214,6 +214,28 @@ fn run_enters_the_netns_on_its_own_thread() {
     assert!(!path.exists());
 }
 
+/// The underlay bridge, as the lab's nodes and the tests' nodes make it: the NIC is its only
+/// port, the bridge's internal port has MTU 1500, and making it again changes nothing (a node
+/// brought up again).
+#[test]
+fn the_underlay_bridge_takes_the_nic_and_a_second_run_changes_nothing() {
+    let node = OvsNode::start("kt-ul").unwrap();
+    node.netns()
+        .ip(&["link", "add", "nic0", "type", "veth", "peer", "name", "nic0p"])
+        .unwrap();
+    for _ in 0..2 {
+        kube_ovn_testkit::add_underlay_bridge(&node.db_remote(), Duration::from_secs(20), "nic0").unwrap();
+    }
+    node.check_interface(kube_ovn_testkit::UNDERLAY_BRIDGE).unwrap();
+    node.check_interface("nic0").unwrap();
+    let ports = node.vsctl(&["list-ports", "br-ul"]).unwrap();
+    assert_eq!(ports.trim(), "nic0");
+    let datapath = node.vsctl(&["get", "Bridge", "br-ul", "datapath_type"]).unwrap();
+    assert_eq!(datapath.trim(), "netdev");
+    let link = node.netns().ip(&["link", "show", "br-ul"]).unwrap();
+    assert!(link.contains("mtu 1500"), "{link}");
+}
+
 /// The lab's namespaces are made and deleted by name: `lo` is up in a new one, a command runs
 /// inside it, and deleting it twice is fine (`down` after a half-made `up`).
 #[test]
@@ -225,7 +247,11 @@ fn a_namespace_by_name_is_made_with_lo_up_and_deleted_once_or_twice() {
     assert!(lo.contains(",UP"), "{lo}");
     let inside = netns::exec(&name, "readlink", &["/proc/self/ns/net"]).unwrap();
     let host = std::fs::read_link("/proc/self/ns/net").unwrap();
-    assert_ne!(inside.trim(), host.to_string_lossy(), "exec ran outside the namespace");
+    assert_ne!(
+        inside.trim(),
+        host.to_string_lossy(),
+        "exec ran outside the namespace"
+    );
     let err = netns::exec(&name, "false", &[]).unwrap_err();
     assert!(err.command.contains(&name), "{err}");
     netns::del_netns(&name).unwrap();

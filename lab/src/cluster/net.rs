@@ -12,9 +12,9 @@
 //! Commands, namespaces by name and veth pairs are `kube_ovn_testkit`'s (`run`, `netns`), the
 //! same the tests use; this module is the lab's wiring made of them.
 
+use kube_ovn_testkit::netns::veth_pair;
 pub use kube_ovn_testkit::netns::{add_netns, del_netns, exec, ip, netns_exists};
 pub use kube_ovn_testkit::{CommandError, run};
-use kube_ovn_testkit::netns::veth_pair;
 
 use super::topology::{FABRIC_PREFIX, NodePlan, OUTSIDE_PREFIX, Topology};
 

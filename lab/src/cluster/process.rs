@@ -108,7 +108,8 @@ pub fn spawn(launch: &Launch) -> Result<(u32, u64), ProcessError> {
         cmd.env(k, v);
     }
     // Its own process group: a Ctrl-C to `up` does not reach the lab's daemons.
-    let child = kube_ovn_testkit::process::spawn_logged(&launch.component, cmd, &launch.log, Lifetime::Detached)?;
+    let child =
+        kube_ovn_testkit::process::spawn_logged(&launch.component, cmd, &launch.log, Lifetime::Detached)?;
     let pid = child.id();
     // The child is not waited for: it outlives `up`, and once `up` exits it is reaped by init.
     drop(child);
