@@ -284,7 +284,10 @@ impl Frr {
 
     pub fn vtysh(&self, command: &str) -> anyhow::Result<String> {
         let dir = self.dir.path().to_string_lossy();
-        Ok(run("vtysh", &["--vty_socket", &dir, "-d", "bgpd", "-c", command])?)
+        Ok(run(
+            "vtysh",
+            &["--vty_socket", &dir, "-d", "bgpd", "-c", command],
+        )?)
     }
 
     /// (state, prefixes received) of our session in one address family.
