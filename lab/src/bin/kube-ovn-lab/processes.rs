@@ -118,7 +118,7 @@ async fn start_node(
     // is connected. The same bridge as the tests' OVS nodes (testkit's OvsNode).
     let node_c = node.clone();
     blocking(move || {
-        kube_ovn_testkit::add_underlay_bridge(&remote, Duration::from_secs(60), "eth0")?;
+        kube_ovn_testkit::add_underlay_bridge(&remote, Duration::from_mins(1), "eth0")?;
         net::address_node(&node_c)?;
         Ok(())
     })
