@@ -4,6 +4,9 @@
 //! Both are tagged with our routing protocol number, [`PROTOCOL`], so that the daemon can find
 //! and remove the ones it made without touching anyone else's (`ip rule show` prints `proto
 //! 150`; `ip route show table all proto 150` lists the routes).
+//!
+//! [`PolicyRule`] and [`TableRoute`] are also what the gateway planner
+//! (`kube_ovn_gateway::routing`) plans, so a plan is applied as it is, with no copy to convert.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 

@@ -1,58 +1,16 @@
 //! Links, addresses, routes and TX offload in network namespaces this test creates (needs
 //! root and iproute2; fails, never skips, without them).
 
-use std::process::Command;
-use std::sync::atomic::{AtomicU32, Ordering};
-
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use ipnet::IpNet;
 use kube_ovn_dataplane::{Netlink, Netns, Route, VethPair, ethtool, parse_mac};
-
-/// A namespace made with `ip netns add` and removed on drop.
-struct TestNs(String);
-
-impl TestNs {
-    fn new(tag: &str) -> Result<Self> {
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let name = format!(
-            "dpt{tag}-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        ip(&["netns", "add", &name])?;
-        Ok(Self(name))
-    }
-    fn path(&self) -> String {
-        format!("/run/netns/{}", self.0)
-    }
-    fn exec(&self, args: &[&str]) -> Result<String> {
-        let mut full = vec!["netns", "exec", &self.0];
-        full.extend_from_slice(args);
-        ip(&full)
-    }
-}
-
-impl Drop for TestNs {
-    fn drop(&mut self) {
-        let _ = ip(&["netns", "del", &self.0]);
-    }
-}
-
-fn ip(args: &[&str]) -> Result<String> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .context("run ip (install iproute2)")?;
-    if !out.status.success() {
-        bail!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
+// The test namespaces are testkit's (named, `lo` up, deleted on drop).
+use kube_ovn_testkit::Netns as TestNs;
 
 #[tokio::test]
 async fn veth_across_namespaces_carries_traffic_and_deletes_cleanly() -> Result<()> {
-    let host = TestNs::new("h")?;
-    let pod = TestNs::new("p")?;
+    let host = TestNs::create("dpth")?;
+    let pod = TestNs::create("dptp")?;
     let host_ns = Netns::open(host.path())?;
     let pod_ns = Netns::open(pod.path())?;
     // The request goes out of the test's own namespace; each end must land in its own.
@@ -246,7 +204,7 @@ fn missing_namespace_is_named_and_not_found() {
 /// join in its place would hold the only thread until the closure's own 5 s bound ran out.
 #[tokio::test(flavor = "current_thread")]
 async fn run_async_enters_the_namespace_and_leaves_the_runtime_thread_free() -> Result<()> {
-    let test_ns = TestNs::new("a")?;
+    let test_ns = TestNs::create("dpta")?;
     let ns = Netns::open(test_ns.path())?;
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     let waiter = ns.run_async(move || {

@@ -1,58 +1,14 @@
 //! nftables, policy rules and ICMP echo in network namespaces this test creates (needs root,
 //! iproute2 and nftables; fails, never skips, without them).
 
-use std::process::Command;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 use kube_ovn_dataplane::nft::{self, ElementUpdate, NftFamily, NftNetlink};
-use kube_ovn_dataplane::{Netlink, Netns, PolicyRule, TableRoute, ping};
-
-struct TestNs(String);
-
-impl TestNs {
-    fn new(tag: &str) -> Result<Self> {
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let name = format!(
-            "dpn{tag}-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        run("ip", &["netns", "add", &name])?;
-        run("ip", &["-n", &name, "link", "set", "lo", "up"])?;
-        Ok(Self(name))
-    }
-    fn netns(&self) -> Result<Netns> {
-        Ok(Netns::open(format!("/run/netns/{}", self.0))?)
-    }
-    fn exec(&self, args: &[&str]) -> Result<String> {
-        let mut full = vec!["netns", "exec", &self.0];
-        full.extend_from_slice(args);
-        run("ip", &full)
-    }
-}
-
-impl Drop for TestNs {
-    fn drop(&mut self) {
-        let _ = run("ip", &["netns", "del", &self.0]);
-    }
-}
-
-fn run(program: &str, args: &[&str]) -> Result<String> {
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .with_context(|| format!("run {program} (scripts/install-deps.sh)"))?;
-    if !out.status.success() {
-        bail!(
-            "{program} {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
+use kube_ovn_dataplane::{Netlink, PolicyRule, TableRoute, ping};
+// The test namespaces are testkit's (named, `lo` up, deleted on drop).
+use kube_ovn_testkit::Netns as TestNs;
+use kube_ovn_testkit::netns::veth_pair;
 
 const SCRIPT: &str = "table ip t1
 delete table ip t1
@@ -87,8 +43,8 @@ fn set_elements(ns: &TestNs, set: &str) -> Result<String> {
 
 #[tokio::test]
 async fn tables_are_replaced_whole_elements_change_over_netlink_and_foreign_tables_stay() -> Result<()> {
-    let t = TestNs::new("a")?;
-    let ns = t.netns()?;
+    let t = TestNs::create("dpna")?;
+    let ns = t.handle()?;
     t.exec(&["nft", "add table inet foreign; add chain inet foreign c { type filter hook forward priority 0; }; add rule inet foreign c counter accept"])?;
     let nl = NftNetlink::open(&ns).await?;
     let g0 = nl.generation().await?;
@@ -195,14 +151,9 @@ fn regex_lite_strip_handles(json: &str) -> String {
 
 #[tokio::test]
 async fn policy_rules_and_table_routes_are_ours_alone_and_ping_uses_the_device() -> Result<()> {
-    let a = TestNs::new("r")?;
-    let b = TestNs::new("s")?;
-    run(
-        "ip",
-        &[
-            "link", "add", "va", "netns", &a.0, "type", "veth", "peer", "name", "vb", "netns", &b.0,
-        ],
-    )?;
+    let a = TestNs::create("dpnr")?;
+    let b = TestNs::create("dpns")?;
+    veth_pair(a.name(), "va", b.name(), "vb", 1500)?;
     a.exec(&["ip", "addr", "add", "172.31.0.1/24", "dev", "va"])?;
     a.exec(&["ip", "link", "set", "va", "up"])?;
     a.exec(&["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
@@ -220,7 +171,7 @@ async fn policy_rules_and_table_routes_are_ours_alone_and_ping_uses_the_device()
         "priority",
         "99",
     ])?;
-    let ns = a.netns()?;
+    let ns = a.handle()?;
     let nl = Netlink::connect_async(&ns).await?;
     let rule = PolicyRule {
         priority: 1000,

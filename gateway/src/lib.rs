@@ -29,7 +29,7 @@ pub use error::PlanError;
 pub use ingress::{IngressPort, LB_INGRESS_MARK, LB_INGRESS_PRIORITY, LB_INGRESS_TABLE, Protocol};
 pub use input::{GatewayInput, LocalPod, NodeFacts};
 pub use plan::{GatewayPlan, LastGood, Planned, plan};
-pub use routing::{PolicyRouting, RoutingRule, TableRoute};
+pub use routing::PolicyRouting;
 pub use ruleset::{
     BaseChain, Chain, Element, Family, Ruleset, Set, SetKind, SetUpdate, TABLE, Table, element_text,
 };

@@ -11,12 +11,16 @@
 //!   gateway: `ip rule fwmark <mark>/<mark> lookup <ingress table>` and `default via <join
 //!   gateway> table <ingress table>`.
 //!
-//! Pure: no I/O.
+//! Pure: no I/O. The rules and routes are `kube_ovn_dataplane`'s [`PolicyRule`] and
+//! [`TableRoute`], the types the node daemon hands to netlink: one definition of a rule, not a
+//! plan's copy to convert. (`crate::PolicyRule` is something else: a `natOutgoingPolicyRules`
+//! entry.)
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use ipnet::IpNet;
+use kube_ovn_dataplane::{PolicyRule, TableRoute};
 
 use crate::error::PlanError;
 use crate::ingress::{LB_INGRESS_MARK, LB_INGRESS_PRIORITY, LB_INGRESS_TABLE};
@@ -24,28 +28,11 @@ use crate::input::GatewayInput;
 use crate::ruleset::Family;
 use crate::subnet::{ExternalEgress, Gateway, SubnetView};
 
-/// `ip rule from <src> [fwmark <mark>/<mark>] lookup <table> priority <priority>`; `from all`
-/// is the family's `/0`.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct RoutingRule {
-    pub priority: u32,
-    pub src: IpNet,
-    pub table: u32,
-    /// Only packets carrying this mark (matched under itself as the mask).
-    pub fwmark: Option<u32>,
-}
-
-/// `default via <gateway> table <table>` (the family is the gateway's).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct TableRoute {
-    pub table: u32,
-    pub gateway: IpAddr,
-}
-
-/// Every rule and route the node should have for `externalEgressGateway`.
+/// Every rule and route the node should have for `externalEgressGateway` (and ingress to the
+/// Services' ports), in `dataplane`'s types, which the node daemon applies as they are.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PolicyRouting {
-    pub rules: BTreeSet<RoutingRule>,
+    pub rules: BTreeSet<PolicyRule>,
     pub routes: BTreeSet<TableRoute>,
 }
 
@@ -115,7 +102,7 @@ pub fn plan_routing(views: &[SubnetView], input: &GatewayInput<'_>) -> (PolicyRo
             if sources.is_empty() {
                 continue;
             }
-            rules.extend(sources.into_iter().map(|src| RoutingRule {
+            rules.extend(sources.into_iter().map(|src| PolicyRule {
                 priority: egress.priority,
                 src,
                 table: egress.table,
@@ -170,7 +157,7 @@ fn plan_ingress(input: &GatewayInput<'_>, routing: &mut PolicyRouting) {
             Family::V4 => IpNet::from(IpAddr::from(std::net::Ipv4Addr::UNSPECIFIED)),
             Family::V6 => IpNet::from(IpAddr::from(std::net::Ipv6Addr::UNSPECIFIED)),
         };
-        routing.rules.insert(RoutingRule {
+        routing.rules.insert(PolicyRule {
             priority: LB_INGRESS_PRIORITY,
             src: IpNet::new(any.addr(), 0).expect("a /0 is valid"),
             table: LB_INGRESS_TABLE,

@@ -9,9 +9,10 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 use kube_ovn_api::crd::Subnet;
+use kube_ovn_dataplane::{PolicyRule, TableRoute};
 use kube_ovn_gateway::{
     Family, GatewayInput, IngressPort, LB_INGRESS_MARK, LB_INGRESS_PRIORITY, LB_INGRESS_TABLE, LastGood,
-    LocalPod, NodeFacts, PlanError, Planned, Protocol, RoutingRule, TableRoute, plan,
+    LocalPod, NodeFacts, PlanError, Planned, Protocol, plan,
 };
 use serde_json::{Value, json};
 
@@ -178,19 +179,19 @@ fn every_kind_of_subnet_on_the_active_gateway() {
         planned.plan.routing.rules.iter().cloned().collect::<Vec<_>>(),
         vec![
             // Marked ingress to the Services' ports, IPv4 only: no IPv6 ingress address.
-            RoutingRule {
+            PolicyRule {
                 priority: LB_INGRESS_PRIORITY,
                 src: "0.0.0.0/0".parse().unwrap(),
                 table: LB_INGRESS_TABLE,
                 fwmark: Some(LB_INGRESS_MARK),
             },
-            RoutingRule {
+            PolicyRule {
                 priority: 1000,
                 src: "10.22.0.5/32".parse().unwrap(),
                 table: 1000,
                 fwmark: None,
             },
-            RoutingRule {
+            PolicyRule {
                 priority: 1001,
                 src: "10.23.0.0/16".parse().unwrap(),
                 table: 1001,

@@ -17,14 +17,13 @@
 //! - [`manifests`]: a YAML manifest's objects created through a kube client.
 //! - [`cluster`]: `up`, `status`, `down` and the other verbs: network namespaces, daemons, the ToR
 //!   and the outside host, recorded in a state file.
-//! - [`command`] and [`mounts`]: running a program, and the mounts under a directory; below both
-//!   `cluster` and `runtime`, which do not depend on each other in a cycle (`cluster` uses
-//!   `runtime`).
+//! - [`mounts`]: the mounts under a directory; below both `cluster` and `runtime`, which do not
+//!   depend on each other in a cycle (`cluster` uses `runtime`). Programs are run with
+//!   `kube_ovn_testkit::run`, the one the tests use.
 
 pub mod agent;
 pub mod cluster;
 pub mod cni_runtime;
-pub mod command;
 pub mod kubernetes;
 pub mod manifests;
 pub mod mounts;

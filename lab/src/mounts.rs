@@ -1,10 +1,10 @@
 //! The mounts under a directory, from `/proc/self/mountinfo`, and their removal: the lab's
 //! shared directory ([`crate::cluster::containerd`]), `down`, and the image builder's rootfs
-//! ([`crate::runtime::component_image`]) all need them. Depends only on [`crate::command`].
+//! ([`crate::runtime::component_image`]) all need them. Depends only on `kube_ovn_testkit::run`.
 
 use std::path::{Path, PathBuf};
 
-use crate::command::{CommandError, run};
+use kube_ovn_testkit::{CommandError, run};
 
 /// A mount, from `/proc/self/mountinfo`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -490,21 +490,13 @@ async fn apply_routing(nl: &Netlink, routing: &PolicyRouting) -> Result<(), Daem
             .rules
             .iter()
             .filter(|r| r.src.addr().is_ipv6() == v6)
-            .map(|r| PolicyRule {
-                priority: r.priority,
-                src: r.src,
-                table: r.table,
-                fwmark: r.fwmark,
-            })
+            .cloned()
             .collect();
         let want_routes: BTreeSet<TableRoute> = routing
             .routes
             .iter()
             .filter(|r| r.gateway.is_ipv6() == v6)
-            .map(|r| TableRoute {
-                table: r.table,
-                gateway: r.gateway,
-            })
+            .cloned()
             .collect();
         let have_rules: BTreeSet<PolicyRule> = nl.policy_rules(v6).await?.into_iter().collect();
         let have_routes: BTreeSet<TableRoute> = nl.table_routes(v6).await?.into_iter().collect();

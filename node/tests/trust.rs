@@ -323,7 +323,7 @@ async fn a_restarted_daemon_never_takes_its_routes_away() -> Result<()> {
         let ip = |args: &[&str]| -> Result<String> {
             let mut full = vec!["-n", ns.as_str()];
             full.extend_from_slice(args);
-            run("ip", &full)
+            Ok(run("ip", &full)?)
         };
         let mut missing = Vec::new();
         if !ip(&["route", "show", "dev", "ovn0"])?.contains("10.16.0.0/16 via 100.64.0.1") {

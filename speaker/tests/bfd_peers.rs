@@ -147,7 +147,7 @@ fn bird(link: &Link) -> anyhow::Result<Peer> {
     let sock = sock.display().to_string();
     Ok(Peer {
         daemon,
-        show: Box::new(move || run("birdc", &["-s", &sock, "show", "bfd", "sessions"])),
+        show: Box::new(move || Ok(run("birdc", &["-s", &sock, "show", "bfd", "sessions"])?)),
     })
 }
 
@@ -196,7 +196,7 @@ fn frr(link: &Link) -> anyhow::Result<Peer> {
     Ok(Peer {
         daemon,
         show: Box::new(move || {
-            run(
+            Ok(run(
                 "vtysh",
                 &[
                     "--vty_socket",
@@ -206,7 +206,7 @@ fn frr(link: &Link) -> anyhow::Result<Peer> {
                     "-c",
                     "show bfd peers brief",
                 ],
-            )
+            )?)
         }),
     })
 }

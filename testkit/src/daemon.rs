@@ -1,46 +1,20 @@
 //! A daemon run as our child process: we hold its PID, stop it with SIGTERM (then SIGKILL) and
 //! reap it, so no zombie or stray process outlives a test.
 
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Mutex, OnceLock, mpsc};
-use std::time::{Duration, Instant};
+use std::process::{Child, Command, ExitStatus};
+use std::time::Duration;
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use crate::process::{self, Lifetime};
 
-type SpawnRequest = (Command, mpsc::Sender<std::io::Result<Child>>);
-
-/// Forks `cmd` on the keeper thread (see [`Daemon::spawn`]).
-fn spawn_on_keeper(cmd: Command) -> std::io::Result<Child> {
-    static KEEPER: OnceLock<Mutex<mpsc::Sender<SpawnRequest>>> = OnceLock::new();
-    let keeper = KEEPER.get_or_init(|| {
-        let (tx, rx) = mpsc::channel::<SpawnRequest>();
-        std::thread::Builder::new()
-            .name("daemon-keeper".into())
-            .spawn(move || {
-                for (mut cmd, reply) in rx {
-                    let _ = reply.send(cmd.spawn());
-                }
-            })
-            .expect("cannot start the daemon keeper thread");
-        Mutex::new(tx)
-    });
-    let (reply_tx, reply_rx) = mpsc::channel();
-    keeper
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .send((cmd, reply_tx))
-        .map_err(|_| std::io::Error::other("the daemon keeper thread is gone"))?;
-    reply_rx
-        .recv()
-        .map_err(|_| std::io::Error::other("the daemon keeper thread is gone"))?
-}
+/// How long [`Daemon::stop`] gives a daemon after SIGTERM.
+const STOP_GRACE: Duration = Duration::from_secs(5);
 
 pub struct Daemon {
     name: String,
     child: Option<Child>,
+    /// With the PID, what names the process for [`process::stop`].
+    start_time: u64,
     log: PathBuf,
 }
 
@@ -53,32 +27,32 @@ impl Daemon {
         log: &Path,
         envs: &[(&str, &Path)],
     ) -> anyhow::Result<Self> {
-        let out = std::fs::OpenOptions::new().create(true).append(true).open(log)?;
-        let err = out.try_clone()?;
         let mut cmd = Command::new(program);
-        cmd.args(args).stdin(Stdio::null()).stdout(out).stderr(err);
-        // If the test process dies without dropping the fixture (killed, aborted), the kernel kills
-        // the daemon too, so nothing outlives a test run. The signal follows the spawning *thread*,
-        // so the fork happens on a keeper thread that lives as long as the process: a fixture made
-        // on a short-lived thread (tokio's blocking pool retires idle threads after 10 s) would
-        // otherwise lose its daemons mid-test.
-        #[allow(
-            unsafe_code,
-            reason = "pre_exec runs between fork and exec; prctl is async-signal-safe"
-        )]
-        // SAFETY: the closure only calls prctl(2), which allocates nothing and takes no locks.
-        unsafe {
-            cmd.pre_exec(|| nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from));
-        }
+        cmd.args(args);
         for (k, v) in envs {
             cmd.env(k, v);
         }
-        let child = spawn_on_keeper(cmd).map_err(|e| {
-            anyhow::anyhow!("{name}: cannot start {program}: {e} (run scripts/install-deps.sh)")
-        })?;
+        // If the test process dies without dropping the fixture (killed, aborted), the kernel
+        // kills the daemon too, so nothing outlives a test run.
+        let mut child = process::spawn_logged(name, cmd, log, Lifetime::ThisProcess)?;
+        // Our own child is not reaped until we wait for it, so its stat is there to read.
+        let start_time = match process::start_time(child.id()) {
+            Ok(start_time) => start_time,
+            Err(reason) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(process::ProcessError::Proc {
+                    component: name.to_owned(),
+                    pid: child.id(),
+                    reason,
+                }
+                .into());
+            }
+        };
         Ok(Self {
             name: name.to_owned(),
             child: Some(child),
+            start_time,
             log: log.to_owned(),
         })
     }
@@ -100,9 +74,7 @@ impl Daemon {
 
     /// The last `n` lines of the log.
     pub fn log_tail(&self, n: usize) -> String {
-        let log = self.log();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(n)..].join("\n")
+        process::log_tail(&self.log, n)
     }
 
     /// Fails with the log tail if the daemon has exited.
@@ -117,16 +89,7 @@ impl Daemon {
     /// SIGTERM, wait up to 5 s, then SIGKILL; reaps the process either way.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
-            let pid = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
-            let _ = kill(pid, Signal::SIGTERM);
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            let _ = child.kill();
+            process::stop(child.id(), self.start_time, STOP_GRACE);
             let _ = child.wait();
         }
     }
@@ -137,18 +100,12 @@ impl Daemon {
         let Some(mut child) = self.child.take() else {
             anyhow::bail!("{} was already stopped", self.name);
         };
-        let pid = Pid::from_raw(i32::try_from(child.id())?);
-        kill(pid, Signal::SIGTERM)?;
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if let Some(status) = child.try_wait()? {
-                return Ok(status);
-            }
-            std::thread::sleep(Duration::from_millis(5));
+        let killed = process::stop(child.id(), self.start_time, timeout);
+        let status = child.wait()?;
+        if killed {
+            anyhow::bail!("{} did not exit within {timeout:?} of SIGTERM; killed", self.name);
         }
-        let _ = child.kill();
-        let _ = child.wait();
-        anyhow::bail!("{} did not exit within {timeout:?} of SIGTERM; killed", self.name)
+        Ok(status)
     }
 
     /// SIGKILL by PID: the daemon gets no chance to clean up, as in a crash. Returns how it

@@ -6,41 +6,32 @@
 //!
 //! A fixture whose program is missing fails loudly with the command that installs it; nothing
 //! here skips.
+//!
+//! The lab (`kube-ovn-lab`) runs the same machinery for real and depends on this crate
+//! normally: one [`run`] for commands, one process-by-PID manager ([`process`], under
+//! [`Daemon`] here and the lab's detached processes there), one netns runner and one
+//! underlay bridge.
 
+mod command;
 mod daemon;
 pub mod drill;
 pub mod module_graph;
-mod netns;
+pub mod netns;
 mod ovn;
 mod ovs_node;
 mod ovsdb;
+pub mod process;
 mod spawns;
 mod wait;
 
+pub use command::{CommandError, run};
 pub use daemon::Daemon;
 pub use netns::{Netns, ping_from, tcp_transfer, wait_ping_from};
 pub use ovn::{OvnCentral, Trace};
-pub use ovs_node::OvsNode;
+pub use ovs_node::{OvsNode, UNDERLAY_BRIDGE, add_underlay_bridge};
 pub use ovsdb::{NB_SCHEMA, OvsdbServer, RaftCluster, SB_SCHEMA, VSWITCH_SCHEMA, free_port};
 pub use spawns::{SpawnAudit, audit_spawns};
 pub use wait::{wait_until, wait_until_async};
-
-/// Runs a program and returns its stdout; a non-zero exit is an error with stderr in it.
-pub fn run(program: &str, args: &[&str]) -> anyhow::Result<String> {
-    let out = std::process::Command::new(program)
-        .args(args)
-        .output()
-        .map_err(|e| anyhow::anyhow!("{program}: {e} (is it installed? run scripts/install-deps.sh)"))?;
-    if !out.status.success() {
-        anyhow::bail!(
-            "{program} {} failed ({}): {}",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
 
 /// Logs of the code under test into the test's captured output, filtered by `RUST_LOG`
 /// (`RUST_LOG=kube_ovn_ovsdb=debug` shows the OVSDB client's view). Safe to call from every test.

@@ -1,15 +1,17 @@
-//! Named network namespaces for tests, and code run inside them.
+//! Named network namespaces, for tests and for the lab, and code run inside them.
 //!
-//! A [`Netns`] is a `/run/netns/NAME` bind mount made with `ip netns add`, so that `ip -n`,
-//! `ip netns exec` and the daemons under test can all find it by name. Names carry the PID and a
-//! per-process counter, so tests running side by side (threads of one test binary, or several
-//! binaries) never share one.
+//! A namespace here is a `/run/netns/NAME` bind mount made with `ip netns add`, so that `ip -n`,
+//! `ip netns exec` and the daemons under test can all find it by name. The functions by name
+//! ([`add_netns`], [`ip`], [`exec`], [`veth_pair`], [`del_netns`]) serve the lab, whose
+//! namespaces outlive the process that made them; a test holds a [`Netns`], whose name carries
+//! the PID and a per-process counter, so tests running side by side (threads of one test
+//! binary, or several binaries) never share one, and which is deleted on drop.
 //!
-//! Rust code runs inside a namespace through [`Netns::run`], on a fresh thread that joins the
-//! namespace with `setns(2)`: a network namespace belongs to a thread, so switching the caller's
-//! own thread would leak the namespace into whatever that thread (or the test harness) does next.
+//! Rust code runs inside a namespace through [`Netns::run`], which is `dataplane::Netns::run`:
+//! a fresh thread joins the namespace with `setns(2)`; a network namespace belongs to a thread,
+//! so switching the caller's own thread would leak the namespace into whatever that thread (or
+//! the test harness) does next.
 
-use std::fs::File;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -18,10 +20,65 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use nix::sched::{CloneFlags, setns};
 
-use crate::run;
+use crate::command::{CommandError, run};
 use crate::wait::wait_until;
+
+/// Whether `/run/netns/NAME` exists.
+pub fn netns_exists(name: &str) -> bool {
+    Path::new("/run/netns").join(name).exists()
+}
+
+/// `ip netns add NAME` with `lo` up (a fresh namespace's loopback is down, and a listener on
+/// 127.0.0.1 inside it would be unreachable). If `lo` cannot be brought up, the namespace is
+/// deleted again: nothing half-made is left.
+pub fn add_netns(name: &str) -> Result<(), CommandError> {
+    run("ip", &["netns", "add", name])?;
+    if let Err(e) = ip(name, &["link", "set", "lo", "up"]) {
+        let _ = run("ip", &["netns", "del", name]);
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Deletes namespace `name` if it exists (its veths go with it, their peers too). Processes
+/// still inside keep it alive until they exit, so stop them first.
+pub fn del_netns(name: &str) -> Result<(), CommandError> {
+    if !netns_exists(name) {
+        return Ok(());
+    }
+    run("ip", &["netns", "del", name]).map(drop)
+}
+
+/// `ip -n NS args…`: the `ip` tool inside the namespace, without an extra exec.
+pub fn ip(ns: &str, args: &[&str]) -> Result<String, CommandError> {
+    let mut full = vec!["-n", ns];
+    full.extend_from_slice(args);
+    run("ip", &full)
+}
+
+/// `program args…` inside `ns` (`ip netns exec`, which also gives it the namespace's `/sys`),
+/// returning its stdout.
+pub fn exec(ns: &str, program: &str, args: &[&str]) -> Result<String, CommandError> {
+    let mut full = vec!["netns", "exec", ns, program];
+    full.extend_from_slice(args);
+    run("ip", &full)
+}
+
+/// A veth pair, `a_dev` in `a_ns` and `b_dev` in `b_ns`, both with `mtu`. One call creates
+/// both ends directly in their namespaces, so no name ever exists in the host's namespace
+/// (where a parallel test or another lab could hold it). The ends are left down.
+pub fn veth_pair(a_ns: &str, a_dev: &str, b_ns: &str, b_dev: &str, mtu: u32) -> Result<(), CommandError> {
+    let mtu = mtu.to_string();
+    run(
+        "ip",
+        &[
+            "link", "add", a_dev, "netns", a_ns, "mtu", &mtu, "type", "veth", "peer", "name", b_dev, "netns",
+            b_ns, "mtu", &mtu,
+        ],
+    )
+    .map(drop)
+}
 
 /// Makes `<prefix>-<pid>-<n>`, unique in this process and, through the PID, among processes.
 fn unique_name(prefix: &str) -> String {
@@ -38,15 +95,11 @@ pub struct Netns {
 }
 
 impl Netns {
-    /// `ip netns add <prefix>-<pid>-<n>`, with `lo` up (a fresh namespace's loopback is down, and
-    /// a listener on 127.0.0.1 inside it would be unreachable).
+    /// `ip netns add <prefix>-<pid>-<n>`, with `lo` up (see [`add_netns`]).
     pub fn create(prefix: &str) -> anyhow::Result<Self> {
         let name = unique_name(prefix);
-        run("ip", &["netns", "add", &name])?;
-        let ns = Self { name, live: true };
-        // On error `ns` drops here and deletes the half-made namespace.
-        run("ip", &["-n", &ns.name, "link", "set", "lo", "up"])?;
-        Ok(ns)
+        add_netns(&name)?;
+        Ok(Self { name, live: true })
     }
 
     pub fn name(&self) -> &str {
@@ -61,16 +114,13 @@ impl Netns {
     /// Runs `args` (program first) with `ip netns exec NAME` and returns its stdout; a non-zero
     /// exit is an error that names the command and carries its stderr.
     pub fn exec(&self, args: &[&str]) -> anyhow::Result<String> {
-        let mut full = vec!["netns", "exec", self.name.as_str()];
-        full.extend_from_slice(args);
-        run("ip", &full)
+        let (program, args) = args.split_first().context("Netns::exec needs a program")?;
+        Ok(exec(&self.name, program, args)?)
     }
 
     /// `ip -n NAME args...`: the `ip` tool inside the namespace, without an extra exec.
     pub fn ip(&self, args: &[&str]) -> anyhow::Result<String> {
-        let mut full = vec!["-n", self.name.as_str()];
-        full.extend_from_slice(args);
-        run("ip", &full)
+        Ok(ip(&self.name, args)?)
     }
 
     /// One ping with a 1 s deadline from inside the namespace.
@@ -85,47 +135,43 @@ impl Netns {
         wait_ping_from(&self.path(), ip, timeout)
     }
 
-    /// Runs `f` inside the namespace on a dedicated thread and returns what it returns; a panic
-    /// in `f` becomes an error. Sockets `f` opens stay in the namespace after it returns.
+    /// The namespace opened (`dataplane`'s handle), to run code or open netlink sockets in it.
+    pub fn handle(&self) -> anyhow::Result<kube_ovn_dataplane::Netns> {
+        Ok(kube_ovn_dataplane::Netns::open(self.path())?)
+    }
+
+    /// Runs `f` inside the namespace on a dedicated thread ([`kube_ovn_dataplane::Netns::run`])
+    /// and returns what it returns; a panic in `f` becomes an error. Sockets `f` opens stay in
+    /// the namespace after it returns.
     pub fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> anyhow::Result<T> {
-        // Open the namespace on the caller's thread so a missing namespace is reported before any
-        // thread exists.
-        let ns = File::open(self.path())
-            .with_context(|| format!("cannot open netns {}", self.path().display()))?;
+        // Opened on the caller's thread, so a missing namespace is reported before any thread
+        // exists.
+        let ns = self.handle()?;
         let name = &self.name;
-        std::thread::scope(|s| {
-            let worker = std::thread::Builder::new()
-                .name(format!("netns-{name}"))
-                .spawn_scoped(s, move || -> anyhow::Result<T> {
-                    setns(&ns, CloneFlags::CLONE_NEWNET)
-                        .with_context(|| format!("setns into netns {name}"))?;
-                    drop(ns);
-                    Ok(f())
-                })
-                .context("cannot spawn a thread to enter a netns")?;
-            worker.join().map_err(|panic| {
+        ns.run(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)))
+            .with_context(|| format!("setns into netns {name}"))?
+            .map_err(|panic| {
                 let msg = panic
                     .downcast_ref::<&str>()
                     .map(|s| (*s).to_owned())
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "(non-string panic)".into());
                 anyhow::anyhow!("code run in netns {name} panicked: {msg}")
-            })?
-        })
+            })
     }
 
     /// Deletes the namespace now, reporting failure (Drop ignores it). Processes still inside
     /// keep it alive until they exit, so stop them first.
     pub fn delete(mut self) -> anyhow::Result<()> {
         self.live = false;
-        run("ip", &["netns", "del", &self.name]).map(drop)
+        Ok(del_netns(&self.name)?)
     }
 }
 
 impl Drop for Netns {
     fn drop(&mut self) {
         if self.live {
-            let _ = run("ip", &["netns", "del", &self.name]);
+            let _ = del_netns(&self.name);
         }
     }
 }

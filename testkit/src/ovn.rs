@@ -68,7 +68,7 @@ impl OvnCentral {
         let db = format!("--db={}", self.sb.remote());
         let mut full = vec![db.as_str(), "--timeout=20"];
         full.extend_from_slice(args);
-        run("ovn-sbctl", &full)
+        Ok(run("ovn-sbctl", &full)?)
     }
 
     /// Waits until ovn-northd has turned everything in NB into SB logical flows.

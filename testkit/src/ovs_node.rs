@@ -15,16 +15,55 @@ use std::time::Duration;
 
 use tempfile::TempDir;
 
+use crate::command::{CommandError, run};
 use crate::daemon::Daemon;
-use crate::netns::Netns;
+use crate::netns::{Netns, veth_pair};
 use crate::ovsdb::VSWITCH_SCHEMA;
-use crate::run;
 use crate::wait::wait_until;
 
 const START_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long `ovs-vsctl` waits for the database and for ovs-vswitchd to apply a change. Bounded,
 /// so a dead ovs-vswitchd fails a test instead of hanging it.
-const VSCTL_TIMEOUT: &str = "--timeout=20";
+const VSCTL_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The OVS bridge a node's underlay NIC is a port of (see [`add_underlay_bridge`]).
+pub const UNDERLAY_BRIDGE: &str = "br-ul";
+
+/// Makes the node's underlay bridge [`UNDERLAY_BRIDGE`] on the userspace (`netdev`) datapath
+/// with `nic` moved in as its port, MTU 1500 on the bridge's internal port, through the
+/// Open_vSwitch database at `db_remote`. The node's address then goes on the bridge's internal
+/// port, where ovs-vswitchd's userspace tunnel code finds the route to the other nodes
+/// (dataplane.md §5.4). Without `--no-wait`, so when this returns ovs-vswitchd has applied it:
+/// the bridge and its ports exist (or `timeout` passed and this failed). `--may-exist`, so
+/// running it again changes nothing.
+pub fn add_underlay_bridge(db_remote: &str, timeout: Duration, nic: &str) -> Result<(), CommandError> {
+    run(
+        "ovs-vsctl",
+        &[
+            &format!("--db={db_remote}"),
+            &format!("--timeout={}", timeout.as_secs()),
+            "--may-exist",
+            "add-br",
+            UNDERLAY_BRIDGE,
+            "--",
+            "set",
+            "Bridge",
+            UNDERLAY_BRIDGE,
+            "datapath_type=netdev",
+            "--",
+            "--may-exist",
+            "add-port",
+            UNDERLAY_BRIDGE,
+            nic,
+            "--",
+            "set",
+            "Interface",
+            UNDERLAY_BRIDGE,
+            "mtu_request=1500",
+        ],
+    )
+    .map(drop)
+}
 
 /// Fails with the install hint when `program` is not on PATH. The daemons are started through
 /// `ip netns exec`, which would otherwise report a missing program only in a log.
@@ -185,9 +224,10 @@ impl OvsNode {
     /// only write the database.
     pub fn vsctl(&self, args: &[&str]) -> anyhow::Result<String> {
         let db = format!("--db={}", self.db_remote());
-        let mut full = vec![db.as_str(), VSCTL_TIMEOUT];
+        let timeout = format!("--timeout={}", VSCTL_TIMEOUT.as_secs());
+        let mut full = vec![db.as_str(), timeout.as_str()];
         full.extend_from_slice(args);
-        run("ovs-vsctl", &full)
+        Ok(run("ovs-vsctl", &full)?)
     }
 
     /// `ovs-appctl` to ovs-vswitchd (`dpctl/dump-flows`, `ofproto/trace`, `ovs/route/show`...).
@@ -195,7 +235,7 @@ impl OvsNode {
         let ctl = self.vswitchd_ctl().to_string_lossy().into_owned();
         let mut full = vec!["-t", ctl.as_str()];
         full.extend_from_slice(args);
-        run("ovs-appctl", &full)
+        Ok(run("ovs-appctl", &full)?)
     }
 
     /// Fails unless `iface` exists and ovs-vswitchd opened it: `ovs-vsctl` exits 0 even when a
@@ -273,7 +313,7 @@ impl OvsNode {
         let ctl = self.ovn_controller_ctl()?.to_string_lossy().into_owned();
         let mut full = vec!["-t", ctl.as_str()];
         full.extend_from_slice(args);
-        run("ovs-appctl", &full)
+        Ok(run("ovs-appctl", &full)?)
     }
 
     /// The node's ovsdb-server (to pause it with SIGSTOP, say).
@@ -360,55 +400,22 @@ impl OvsNode {
         // Interface names are at most 15 bytes: "ul" + PID (7 digits max) + n + side.
         let veth_a = format!("ul{}x{n}a", std::process::id());
         let veth_b = format!("ul{}x{n}b", std::process::id());
-        // One call creates both ends directly in their namespaces, so no name ever exists in the
-        // host namespace (where a parallel test could hold it).
-        run(
-            "ip",
-            &[
-                "link",
-                "add",
-                &veth_a,
-                "netns",
-                a.name(),
-                "mtu",
-                "1500",
-                "type",
-                "veth",
-                "peer",
-                "name",
-                &veth_b,
-                "netns",
-                b.name(),
-                "mtu",
-                "1500",
-            ],
-        )?;
+        // Both ends are born in their namespaces (where a parallel test cannot hold the names).
+        veth_pair(a.name(), &veth_a, b.name(), &veth_b, 1500)?;
         for (node, veth, ip) in [(a, &veth_a, a_ip), (b, &veth_b, b_ip)] {
-            node.vsctl(&[
-                "--may-exist",
-                "add-br",
-                "br-ul",
-                "--",
-                "set",
-                "Bridge",
-                "br-ul",
-                "datapath_type=netdev",
-                "--",
-                "add-port",
-                "br-ul",
-                veth,
-                "--",
-                "set",
-                "Interface",
-                "br-ul",
-                "mtu_request=1500",
-            ])?;
-            node.check_interface("br-ul")?;
+            add_underlay_bridge(&node.db_remote(), VSCTL_TIMEOUT, veth)?;
+            node.check_interface(UNDERLAY_BRIDGE)?;
             node.check_interface(veth)?;
             let ns = node.netns();
             ns.ip(&["link", "set", veth, "up"])?;
-            ns.ip(&["addr", "replace", &format!("{ip}/{prefix_len}"), "dev", "br-ul"])?;
-            ns.ip(&["link", "set", "br-ul", "up"])?;
+            ns.ip(&[
+                "addr",
+                "replace",
+                &format!("{ip}/{prefix_len}"),
+                "dev",
+                UNDERLAY_BRIDGE,
+            ])?;
+            ns.ip(&["link", "set", UNDERLAY_BRIDGE, "up"])?;
         }
         Ok(())
     }

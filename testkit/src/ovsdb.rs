@@ -252,7 +252,7 @@ impl OvsdbServer {
         let db = format!("--db={remote}");
         let mut full = vec![db.as_str(), "--no-leader-only", "--timeout=20"];
         full.extend_from_slice(args);
-        run("ovn-nbctl", &full)
+        Ok(run("ovn-nbctl", &full)?)
     }
 
     /// `ovs-vsctl --no-wait` against this server.
@@ -260,7 +260,7 @@ impl OvsdbServer {
         let db = format!("--db={}", self.remote());
         let mut full = vec![db.as_str(), "--no-wait", "--timeout=20"];
         full.extend_from_slice(args);
-        run("ovs-vsctl", &full)
+        Ok(run("ovs-vsctl", &full)?)
     }
 
     /// `ovs-appctl` to this server's control socket.
@@ -268,7 +268,7 @@ impl OvsdbServer {
         let ctl = self.unixctl().to_string_lossy().into_owned();
         let mut full = vec!["-t", ctl.as_str()];
         full.extend_from_slice(args);
-        run("ovs-appctl", &full)
+        Ok(run("ovs-appctl", &full)?)
     }
 }
 
@@ -484,7 +484,7 @@ impl RaftCluster {
         let db = format!("--db={}", remotes.join(","));
         let mut full = vec![db.as_str(), "--timeout=20"];
         full.extend_from_slice(args);
-        run("ovn-nbctl", &full)
+        Ok(run("ovn-nbctl", &full)?)
     }
 }
 

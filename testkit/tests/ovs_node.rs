@@ -7,7 +7,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use kube_ovn_testkit::{Netns, OvnCentral, OvsNode, tcp_transfer, wait_until};
+use kube_ovn_testkit::{Netns, OvnCentral, OvsNode, netns, tcp_transfer, wait_until};
 
 /// PIDs of the processes inside a netns (`ip netns pids`).
 fn pids_in(ns: &Netns) -> Vec<u32> {
@@ -188,24 +188,7 @@ fn veth_pair() -> (Netns, Netns) {
     let a = Netns::create("kt-ta").unwrap();
     let b = Netns::create("kt-tb").unwrap();
     // Both ends are created inside their namespaces, so the names cannot clash with another test.
-    kube_ovn_testkit::run(
-        "ip",
-        &[
-            "link",
-            "add",
-            "eth0",
-            "netns",
-            a.name(),
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "eth0",
-            "netns",
-            b.name(),
-        ],
-    )
-    .unwrap();
+    netns::veth_pair(a.name(), "eth0", b.name(), "eth0", 1500).unwrap();
     for (ns, ip) in [(&a, "10.99.0.1/24"), (&b, "10.99.0.2/24")] {
         ns.ip(&["addr", "add", ip, "dev", "eth0"]).unwrap();
         ns.ip(&["link", "set", "eth0", "up"]).unwrap();
@@ -229,6 +212,51 @@ fn run_enters_the_netns_on_its_own_thread() {
     let path = ns.path();
     ns.delete().unwrap();
     assert!(!path.exists());
+}
+
+/// The underlay bridge, as the lab's nodes and the tests' nodes make it: the NIC is its only
+/// port, the bridge's internal port has MTU 1500, and making it again changes nothing (a node
+/// brought up again).
+#[test]
+fn the_underlay_bridge_takes_the_nic_and_a_second_run_changes_nothing() {
+    let node = OvsNode::start("kt-ul").unwrap();
+    node.netns()
+        .ip(&["link", "add", "nic0", "type", "veth", "peer", "name", "nic0p"])
+        .unwrap();
+    for _ in 0..2 {
+        kube_ovn_testkit::add_underlay_bridge(&node.db_remote(), Duration::from_secs(20), "nic0").unwrap();
+    }
+    node.check_interface(kube_ovn_testkit::UNDERLAY_BRIDGE).unwrap();
+    node.check_interface("nic0").unwrap();
+    let ports = node.vsctl(&["list-ports", "br-ul"]).unwrap();
+    assert_eq!(ports.trim(), "nic0");
+    let datapath = node.vsctl(&["get", "Bridge", "br-ul", "datapath_type"]).unwrap();
+    assert_eq!(datapath.trim(), "netdev");
+    let link = node.netns().ip(&["link", "show", "br-ul"]).unwrap();
+    assert!(link.contains("mtu 1500"), "{link}");
+}
+
+/// The lab's namespaces are made and deleted by name: `lo` is up in a new one, a command runs
+/// inside it, and deleting it twice is fine (`down` after a half-made `up`).
+#[test]
+fn a_namespace_by_name_is_made_with_lo_up_and_deleted_once_or_twice() {
+    let name = format!("kt-byname-{}", std::process::id());
+    netns::add_netns(&name).unwrap();
+    assert!(netns::netns_exists(&name));
+    let lo = netns::ip(&name, &["link", "show", "lo"]).unwrap();
+    assert!(lo.contains(",UP"), "{lo}");
+    let inside = netns::exec(&name, "readlink", &["/proc/self/ns/net"]).unwrap();
+    let host = std::fs::read_link("/proc/self/ns/net").unwrap();
+    assert_ne!(
+        inside.trim(),
+        host.to_string_lossy(),
+        "exec ran outside the namespace"
+    );
+    let err = netns::exec(&name, "false", &[]).unwrap_err();
+    assert!(err.command.contains(&name), "{err}");
+    netns::del_netns(&name).unwrap();
+    assert!(!netns::netns_exists(&name));
+    netns::del_netns(&name).unwrap();
 }
 
 #[test]

@@ -8,24 +8,15 @@
 //! AF_PACKET and drops TCP and UDP whose checksum the sender left to "hardware"
 //! (`../shared/reference/dataplane.md` §5.6), and packets from the control plane, the ToR and the
 //! outside host all end in a node's OVS bridge.
+//!
+//! Commands, namespaces by name and veth pairs are `kube_ovn_testkit`'s (`run`, `netns`), the
+//! same the tests use; this module is the lab's wiring made of them.
 
-pub use crate::command::{CommandError, run};
+use kube_ovn_testkit::netns::veth_pair;
+pub use kube_ovn_testkit::netns::{add_netns, del_netns, exec, ip, netns_exists};
+pub use kube_ovn_testkit::{CommandError, run};
 
 use super::topology::{FABRIC_PREFIX, NodePlan, OUTSIDE_PREFIX, Topology};
-
-/// `ip -n <ns> args…`
-pub fn ip(ns: &str, args: &[&str]) -> Result<String, CommandError> {
-    let mut full = vec!["-n", ns];
-    full.extend_from_slice(args);
-    run("ip", &full)
-}
-
-/// A program run inside `ns` (`ip netns exec`).
-pub fn exec(ns: &str, program: &str, args: &[&str]) -> Result<String, CommandError> {
-    let mut full = vec!["netns", "exec", ns, program];
-    full.extend_from_slice(args);
-    run("ip", &full)
-}
 
 fn sysctl(ns: &str, setting: &str) -> Result<(), CommandError> {
     exec(ns, "sysctl", &["-q", "-w", setting]).map(drop)
@@ -35,33 +26,9 @@ fn tx_off(ns: &str, dev: &str) -> Result<(), CommandError> {
     exec(ns, "ethtool", &["-K", dev, "tx", "off"]).map(drop)
 }
 
-pub fn netns_exists(name: &str) -> bool {
-    std::path::Path::new("/run/netns").join(name).exists()
-}
-
-/// Creates namespace `name` with `lo` up.
-pub fn add_netns(name: &str) -> Result<(), CommandError> {
-    run("ip", &["netns", "add", name])?;
-    ip(name, &["link", "set", "lo", "up"]).map(drop)
-}
-
-/// Deletes namespace `name` if it exists (its veths go with it, their peers too).
-pub fn del_netns(name: &str) -> Result<(), CommandError> {
-    if !netns_exists(name) {
-        return Ok(());
-    }
-    run("ip", &["netns", "del", name]).map(drop)
-}
-
 /// A veth `a_dev` in `a_ns` joined to `b_dev` in `b_ns`, both up, MTU 1500, TX offload off.
 fn veth(a_ns: &str, a_dev: &str, b_ns: &str, b_dev: &str) -> Result<(), CommandError> {
-    run(
-        "ip",
-        &[
-            "link", "add", a_dev, "netns", a_ns, "mtu", "1500", "type", "veth", "peer", "name", b_dev,
-            "netns", b_ns, "mtu", "1500",
-        ],
-    )?;
+    veth_pair(a_ns, a_dev, b_ns, b_dev, 1500)?;
     for (ns, dev) in [(a_ns, a_dev), (b_ns, b_dev)] {
         tx_off(ns, dev)?;
         ip(ns, &["link", "set", dev, "up"])?;

@@ -1,5 +1,7 @@
 //! The lab's processes: started detached (own process group, output to a log file) so they
-//! outlive `up`, identified by PID and start time, stopped by PID.
+//! outlive `up`, identified by PID and start time, stopped by PID. Starting, watching and
+//! stopping by PID is `kube_ovn_testkit::process`, shared with the tests' daemons; this module
+//! says how a lab process enters its namespaces.
 //!
 //! How a process enters its network namespace matters:
 //! - [`Enter::Netns`]: `ip netns exec`, as for a host's daemons: it also gives the process the
@@ -15,13 +17,11 @@
 //!   (`/run/bird/bird.ctl`, `/run/frr/*.vty`), so plain `birdc` and `vtysh` work in `tor -- …`,
 //!   and the host's `/run/bird` is never touched.
 
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use kube_ovn_testkit::process::Lifetime;
+pub use kube_ovn_testkit::process::{ProcessError, alive, log_tail, start_time, stop};
 
 /// How a process gets into its namespace (see the module doc).
 #[derive(Debug, Clone)]
@@ -46,35 +46,6 @@ pub struct Launch {
     pub args: Vec<String>,
     pub env: Vec<(String, String)>,
     pub log: PathBuf,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum ProcessError {
-    #[error("{component}: cannot open its log {log}: {source}")]
-    Log {
-        component: String,
-        log: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{component}: cannot start {program}: {source} (run scripts/install-deps.sh)")]
-    Spawn {
-        component: String,
-        program: String,
-        source: std::io::Error,
-    },
-    #[error("{component} (pid {pid}) exited at once; its log {log} ends:\n{tail}")]
-    Exited {
-        component: String,
-        pid: u32,
-        log: PathBuf,
-        tail: String,
-    },
-    #[error("cannot read /proc/{pid}/stat of {component}: {reason}")]
-    Proc {
-        component: String,
-        pid: u32,
-        reason: String,
-    },
 }
 
 /// The command line that runs `launch` in its namespace.
@@ -125,42 +96,20 @@ pub fn private_run_prefix(netns: &str, run_dir: &Path) -> Vec<String> {
     ]
 }
 
-/// Starts `launch` detached and returns its PID and start time. Fails if it is gone within
-/// the first instant (a bad flag, a missing library), with its log's tail.
+/// Starts `launch` detached and returns its PID and start time.
 pub fn spawn(launch: &Launch) -> Result<(u32, u64), ProcessError> {
-    let log_err = |source| ProcessError::Log {
-        component: launch.component.clone(),
-        log: launch.log.clone(),
-        source,
-    };
-    if let Some(dir) = launch.log.parent() {
-        std::fs::create_dir_all(dir).map_err(log_err)?;
-    }
-    let out = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&launch.log)
-        .map_err(log_err)?;
-    let err = out.try_clone().map_err(log_err)?;
     let (program, args) = command_line(launch);
     let mut cmd = Command::new(&program);
-    cmd.args(&args)
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        // Its own process group: a Ctrl-C to `up` does not reach the lab's daemons.
-        .process_group(0);
+    cmd.args(&args);
     // The binaries' `anyhow` errors print without a backtrace (a panic still has one), so the
     // log's last lines, which `status` shows, say what went wrong.
     cmd.env("RUST_LIB_BACKTRACE", "0");
     for (k, v) in &launch.env {
         cmd.env(k, v);
     }
-    let child = cmd.spawn().map_err(|source| ProcessError::Spawn {
-        component: launch.component.clone(),
-        program: program.clone(),
-        source,
-    })?;
+    // Its own process group: a Ctrl-C to `up` does not reach the lab's daemons.
+    let child =
+        kube_ovn_testkit::process::spawn_logged(&launch.component, cmd, &launch.log, Lifetime::Detached)?;
     let pid = child.id();
     // The child is not waited for: it outlives `up`, and once `up` exits it is reaped by init.
     drop(child);
@@ -170,73 +119,6 @@ pub fn spawn(launch: &Launch) -> Result<(u32, u64), ProcessError> {
         reason,
     })?;
     Ok((pid, start_time))
-}
-
-/// Field 22 of `/proc/<pid>/stat` (start time in clock ticks since boot) and the state letter.
-fn stat(pid: u32) -> Result<(char, u64), String> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).map_err(|e| e.to_string())?;
-    // The command name (field 2) is in parentheses and may hold spaces: split after the last ')'.
-    let rest = text.rsplit_once(')').map(|(_, r)| r).ok_or("no ')' in stat")?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let state = fields.first().and_then(|s| s.chars().next()).ok_or("no state")?;
-    // After ')' the fields start at number 3, so field 22 is index 19.
-    let start = fields
-        .get(19)
-        .and_then(|s| s.parse().ok())
-        .ok_or("no start time")?;
-    Ok((state, start))
-}
-
-pub fn start_time(pid: u32) -> Result<u64, String> {
-    stat(pid).map(|(_, start)| start)
-}
-
-/// Whether the process recorded as (`pid`, `start_time`) still runs. A zombie counts as gone
-/// (init here reaps orphans only every few seconds), and so does another process that got
-/// the same PID later.
-pub fn alive(pid: u32, start_time: u64) -> bool {
-    matches!(stat(pid), Ok((state, start)) if start == start_time && state != 'Z' && state != 'X')
-}
-
-/// Stops the recorded process: SIGTERM, up to `grace` for it to go, then SIGKILL. Returns
-/// whether it had to be killed. A process that is already gone is fine.
-pub fn stop(pid: u32, start_time: u64, grace: Duration) -> bool {
-    let Ok(raw) = i32::try_from(pid) else {
-        return false;
-    };
-    if !alive(pid, start_time) {
-        return false;
-    }
-    let _ = kill(Pid::from_raw(raw), Signal::SIGTERM);
-    if wait_gone(pid, start_time, grace) {
-        return false;
-    }
-    // Checked again right before the signal: the PID must still be the one we started.
-    if alive(pid, start_time) {
-        let _ = kill(Pid::from_raw(raw), Signal::SIGKILL);
-        wait_gone(pid, start_time, Duration::from_secs(5));
-    }
-    true
-}
-
-fn wait_gone(pid: u32, start_time: u64, timeout: Duration) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if !alive(pid, start_time) {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// The last `n` lines of a log file (empty when there is none).
-pub fn log_tail(path: &Path, n: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 #[cfg(test)]
@@ -277,30 +159,5 @@ mod tests {
         assert_eq!(program, "ip");
         assert!(args.contains(&"/lab/run".to_owned()));
         assert_eq!(args.last().unwrap(), "-a");
-    }
-
-    #[test]
-    fn this_process_is_alive_and_a_wrong_start_time_is_not() {
-        let me = std::process::id();
-        let start = start_time(me).unwrap();
-        assert!(alive(me, start));
-        assert!(!alive(me, start + 1));
-        assert!(!alive(u32::MAX - 1, start));
-    }
-
-    #[test]
-    fn a_process_is_stopped_by_pid_and_its_zombie_counts_as_gone() {
-        // Not reaped by us until the end: after SIGTERM it is a zombie, which must read as gone.
-        let mut child = Command::new("/bin/sleep")
-            .arg("600")
-            .process_group(0)
-            .spawn()
-            .unwrap();
-        let pid = child.id();
-        let start = start_time(pid).unwrap();
-        assert!(alive(pid, start));
-        assert!(!stop(pid, start, Duration::from_secs(5)), "sleep obeys SIGTERM");
-        assert!(!alive(pid, start));
-        child.wait().unwrap();
     }
 }

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use super::cri::{CriClient, CriError};
 use super::images::PAUSE_IMAGE;
 use super::{INSTALL_HINT, RuntimeError, io_err};
-use crate::command::run;
+use kube_ovn_testkit::run;
 
 /// Where Debian's `containernetworking-plugins` puts the standard plugins.
 pub const STANDARD_CNI_PLUGINS: &str = "/usr/lib/cni";

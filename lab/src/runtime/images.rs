@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use super::{INSTALL_HINT, RuntimeError, io_err};
-use crate::command::run;
+use kube_ovn_testkit::run;
 
 /// The pause image's name, as containerd's `sandbox_image` refers to it.
 pub const PAUSE_IMAGE: &str = "localhost/kube-ovn-rs/pause:1";

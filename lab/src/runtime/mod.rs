@@ -22,7 +22,7 @@ pub mod images;
 
 use std::path::PathBuf;
 
-pub use crate::command::CommandError;
+pub use kube_ovn_testkit::CommandError;
 
 /// What can go wrong preparing or driving a runtime; each names the file, program or call.
 #[derive(Debug, thiserror::Error)]

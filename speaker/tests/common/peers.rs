@@ -141,7 +141,7 @@ impl Bird {
     pub fn birdc(&self, args: &[&str]) -> anyhow::Result<String> {
         let mut full = vec!["-s", self.ctl.to_str().unwrap_or_default()];
         full.extend_from_slice(args);
-        run("birdc", &full)
+        Ok(run("birdc", &full)?)
     }
 
     pub fn pid(&self) -> i32 {
@@ -284,7 +284,10 @@ impl Frr {
 
     pub fn vtysh(&self, command: &str) -> anyhow::Result<String> {
         let dir = self.dir.path().to_string_lossy();
-        run("vtysh", &["--vty_socket", &dir, "-d", "bgpd", "-c", command])
+        Ok(run(
+            "vtysh",
+            &["--vty_socket", &dir, "-d", "bgpd", "-c", command],
+        )?)
     }
 
     /// (state, prefixes received) of our session in one address family.
@@ -393,7 +396,7 @@ impl Gobgp {
             "50051",
         ];
         full.extend_from_slice(args);
-        run("ip", &full)
+        Ok(run("ip", &full)?)
     }
 
     pub fn established(&self) -> anyhow::Result<bool> {

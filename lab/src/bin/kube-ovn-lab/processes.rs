@@ -112,38 +112,14 @@ async fn start_node(
     let ovs = components::node_ovs(t, node);
     let started = rec.start(&ovs[0])?;
     wait_serving(&ovs[0], started, dir.join("db.sock"), timeout).await?;
-    let db = format!("--db=unix:{}", dir.join("db.sock").display());
-    run("ovs-vsctl", &[&db, "--no-wait", "init"])?;
+    let remote = format!("unix:{}", dir.join("db.sock").display());
+    run("ovs-vsctl", &[&format!("--db={remote}"), "--no-wait", "init"])?;
     rec.start(&ovs[1])?;
-    // Without --no-wait, ovs-vsctl returns once ovs-vswitchd applied the change: the bridge
-    // and its ports exist, and vswitchd is connected.
-    let (node_c, db_c) = (node.clone(), db.clone());
+    // ovs-vswitchd applied it when this returns: the bridge and its ports exist, and vswitchd
+    // is connected. The same bridge as the tests' OVS nodes (testkit's OvsNode).
+    let node_c = node.clone();
     blocking(move || {
-        run(
-            "ovs-vsctl",
-            &[
-                &db_c,
-                "--timeout=60",
-                "--may-exist",
-                "add-br",
-                "br-ul",
-                "--",
-                "set",
-                "Bridge",
-                "br-ul",
-                "datapath_type=netdev",
-                "--",
-                "--may-exist",
-                "add-port",
-                "br-ul",
-                "eth0",
-                "--",
-                "set",
-                "Interface",
-                "br-ul",
-                "mtu_request=1500",
-            ],
-        )?;
+        kube_ovn_testkit::add_underlay_bridge(&remote, Duration::from_mins(1), "eth0")?;
         net::address_node(&node_c)?;
         Ok(())
     })
