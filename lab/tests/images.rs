@@ -25,7 +25,7 @@ use kube_ovn_lab::runtime::component_image::{
 };
 use kube_ovn_lab::runtime::containerd::{self, CRI_NAMESPACE, CniDirs, Instance, Snapshotter};
 use kube_ovn_lab::runtime::images::{self, NETEXEC_IMAGE, NETEXEC_IMAGE_NORMALIZED, netexec_image_archive};
-use kube_ovn_testkit::{Daemon, wait_until};
+use kube_ovn_testkit::{Daemon, run, wait_until};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -298,9 +298,8 @@ impl PodNamespaces {
     fn new(hostname: &str) -> Result<Self> {
         let netns = format!("kol-img-{}", std::process::id());
         let uts = std::env::temp_dir().join(format!("kol-img-uts-{}", std::process::id()));
-        run("ip", &["netns", "add", &netns])?;
+        kube_ovn_testkit::netns::add_netns(&netns)?;
         let made = Self { netns, uts };
-        run("ip", &["-n", &made.netns, "link", "set", "lo", "up"])?;
         std::fs::write(&made.uts, "")?;
         let uts_arg = format!("--uts={}", made.uts.display());
         run("unshare", &[&uts_arg, "hostname", hostname])?;
@@ -312,19 +311,8 @@ impl Drop for PodNamespaces {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg(&self.uts).status();
         let _ = std::fs::remove_file(&self.uts);
-        let _ = Command::new("ip").args(["netns", "delete", &self.netns]).status();
+        let _ = kube_ovn_testkit::netns::del_netns(&self.netns);
     }
-}
-
-fn run(program: &str, args: &[&str]) -> Result<String> {
-    let out = Command::new(program).args(args).output()?;
-    ensure!(
-        out.status.success(),
-        "{program} {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 #[tokio::test]

@@ -22,7 +22,7 @@ mod ovs_node;
 mod ovsdb;
 pub mod process;
 mod spawns;
-mod wait;
+pub mod wait;
 
 pub use command::{CommandError, run};
 pub use daemon::Daemon;
@@ -31,7 +31,7 @@ pub use ovn::{OvnCentral, Trace};
 pub use ovs_node::{OvsNode, UNDERLAY_BRIDGE, add_underlay_bridge};
 pub use ovsdb::{NB_SCHEMA, OvsdbServer, RaftCluster, SB_SCHEMA, VSWITCH_SCHEMA, free_port};
 pub use spawns::{SpawnAudit, audit_spawns};
-pub use wait::{wait_until, wait_until_async};
+pub use wait::{Timeout, wait_for, wait_until, wait_until_async};
 
 /// Logs of the code under test into the test's captured output, filtered by `RUST_LOG`
 /// (`RUST_LOG=kube_ovn_ovsdb=debug` shows the OVSDB client's view). Safe to call from every test.

@@ -13,6 +13,7 @@ use std::io::ErrorKind;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
+use kube_ovn_testkit::netns;
 use serde_json::Value;
 
 use crate::agent::names::{container_id, short_hash};
@@ -246,8 +247,8 @@ impl SandboxDir {
 /// What can fail making or removing a sandbox.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
-    #[error("`ip {args}`: {message}")]
-    Ip { args: String, message: String },
+    #[error(transparent)]
+    Netns(kube_ovn_testkit::CommandError),
     #[error("sandbox record in {dir}: {source}")]
     Record { dir: String, source: std::io::Error },
     #[error("CNI {command}: {source}")]
@@ -265,39 +266,35 @@ pub enum SandboxError {
     Logs { dir: String, source: std::io::Error },
 }
 
-async fn ip(args: &[&str]) -> Result<(), SandboxError> {
-    let fail = |message: String| SandboxError::Ip {
-        args: args.join(" "),
-        message,
-    };
-    let out = tokio::process::Command::new("ip")
-        .args(args)
-        .output()
+/// Runs the shared namespace helpers (`kube_ovn_testkit::netns`, the ones the tests use) off the
+/// async workers: they wait for `ip`.
+async fn netns_op(
+    op: impl FnOnce() -> Result<(), kube_ovn_testkit::CommandError> + Send + 'static,
+) -> Result<(), SandboxError> {
+    tokio::task::spawn_blocking(op)
         .await
-        .map_err(|e| fail(e.to_string()))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(fail(String::from_utf8_lossy(&out.stderr).trim().to_owned()))
-    }
+        .map_err(|e| SandboxError::Join {
+            command: "netns",
+            message: e.to_string(),
+        })?
+        .map_err(SandboxError::Netns)
 }
 
 /// Creates the namespace (replacing a leftover of the same name, which can only be an earlier
 /// attempt for the same pod) with `lo` up, as runtimes bring it up.
 pub async fn create_netns(name: &str) -> Result<(), SandboxError> {
-    if Path::new(NETNS_DIR).join(name).exists() {
-        ip(&["netns", "del", name]).await?;
-    }
-    ip(&["netns", "add", name]).await?;
-    ip(&["-n", name, "link", "set", "lo", "up"]).await
+    let name = name.to_owned();
+    netns_op(move || {
+        netns::del_netns(&name)?;
+        netns::add_netns(&name)
+    })
+    .await
 }
 
 /// Removes the namespace; one already gone is fine.
 pub async fn delete_netns(name: &str) -> Result<(), SandboxError> {
-    if !Path::new(NETNS_DIR).join(name).exists() {
-        return Ok(());
-    }
-    ip(&["netns", "del", name]).await
+    let name = name.to_owned();
+    netns_op(move || netns::del_netns(&name)).await
 }
 
 /// CNI ADD for the sandbox (blocking plugin runs, off the async workers).
