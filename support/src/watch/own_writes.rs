@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::hash::Hash;
+use std::time::{Duration, Instant};
 
 use kube::Resource;
 use kube::runtime::reflector::ObjectRef;
@@ -15,7 +16,8 @@ pub struct OwnWrites<K: Resource + 'static>
 where
     K::DynamicType: Eq + Hash + Clone,
 {
-    versions: std::sync::Mutex<HashMap<ObjectRef<K>, String>>,
+    /// Per object: the version our last write produced, and when.
+    versions: std::sync::Mutex<HashMap<ObjectRef<K>, (String, Instant)>>,
 }
 
 impl<K: Resource + 'static> Default for OwnWrites<K>
@@ -33,7 +35,7 @@ impl<K: Resource + 'static> OwnWrites<K>
 where
     K::DynamicType: Default + Eq + Hash + Clone,
 {
-    fn versions(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectRef<K>, String>> {
+    fn versions(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectRef<K>, (String, Instant)>> {
         self.versions
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -42,7 +44,8 @@ where
     /// `obj` is what a write of ours returned.
     pub fn wrote(&self, obj: &K) {
         if let Some(rv) = obj.meta().resource_version.clone() {
-            self.versions().insert(ObjectRef::from_obj(obj), rv);
+            self.versions()
+                .insert(ObjectRef::from_obj(obj), (rv, Instant::now()));
         }
     }
 
@@ -51,11 +54,28 @@ where
         let key = ObjectRef::from_obj(obj);
         let mut versions = self.versions();
         match (versions.get(&key), &obj.meta().resource_version) {
-            (Some(ours), Some(rv)) if ours == rv => {
+            (Some((ours, _)), Some(rv)) if ours == rv => {
                 versions.remove(&key);
                 true
             }
             _ => false,
+        }
+    }
+
+    /// Whether `obj` (a cache's copy) is behind a write of ours made less than `within` ago:
+    /// that write has not come back through the watch yet, and `obj` is not it. Watch events
+    /// arrive in order, so until the echo has passed, the cache holds an older version. A run
+    /// that started from such a copy would redo the write it cannot see (the same patch twice);
+    /// the bound keeps an echo that never came (a relist that skipped it) from holding the
+    /// object back for long.
+    pub fn unseen_write(&self, obj: &K, within: Duration) -> bool {
+        let versions = self.versions();
+        match (
+            versions.get(&ObjectRef::from_obj(obj)),
+            &obj.meta().resource_version,
+        ) {
+            (Some((ours, at)), rv) => rv.as_ref() != Some(ours) && at.elapsed() < within,
+            (None, _) => false,
         }
     }
 
@@ -98,5 +118,27 @@ mod tests {
         own.wrote(&cm("7"));
         own.forget(&cm("8"));
         assert!(own.is_empty(), "a deleted object is forgotten");
+    }
+
+    #[test]
+    fn a_copy_behind_our_write_is_told_until_the_echo_or_the_bound() {
+        let own = OwnWrites::<ConfigMap>::default();
+        let long = std::time::Duration::from_secs(60);
+        assert!(!own.unseen_write(&cm("4"), long), "nothing written");
+        own.wrote(&cm("5"));
+        assert!(
+            own.unseen_write(&cm("4"), long),
+            "the cache still has the version before ours"
+        );
+        assert!(!own.unseen_write(&cm("5"), long), "the cache has our write");
+        assert!(
+            !own.unseen_write(&cm("4"), std::time::Duration::ZERO),
+            "past the bound the write is taken as seen"
+        );
+        assert!(own.is_echo(&cm("5")));
+        assert!(
+            !own.unseen_write(&cm("4"), long),
+            "the echo came: nothing pending"
+        );
     }
 }

@@ -216,6 +216,12 @@ async fn warn(ctx: &Context, pod: &Pod, reason: &str, note: String) {
     }
 }
 
+/// How long a patch of ours may take to come back through the watch before a run goes ahead
+/// without it (an echo a relist skipped never comes).
+const OWN_WRITE_WAIT: Duration = Duration::from_secs(5);
+/// How soon a run that found the cache behind our own patch looks again.
+const OWN_WRITE_RECHECK: Duration = Duration::from_millis(50);
+
 pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     if pod.spec.as_ref().and_then(|s| s.host_network) == Some(true) {
         return Ok(Action::await_change());
@@ -234,6 +240,14 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     if !is_alive(&pod) {
         release(&ctx, &pod).await?;
         return Ok(Action::await_change());
+    }
+    // Another kind's trigger (a subnet's change wakes its unrouted pods) can queue this pod while
+    // our own patch of it is on its way back through the watch: the cache's copy lacks what we
+    // wrote, and this run would patch the same annotations again. Look again once the echo is in
+    // (it reconciles nothing by itself, hence the requeue rather than waiting for a change).
+    if ctx.pod_writes.unseen_write(&pod, OWN_WRITE_WAIT) {
+        tracing::debug!(pod = %key, "our last patch is not in the cache yet; looking again shortly");
+        return Ok(Action::requeue(OWN_WRITE_RECHECK));
     }
     let result = apply(&pod, &ctx, &key).await;
     match &result {
