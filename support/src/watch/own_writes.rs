@@ -123,7 +123,7 @@ mod tests {
     #[test]
     fn a_copy_behind_our_write_is_told_until_the_echo_or_the_bound() {
         let own = OwnWrites::<ConfigMap>::default();
-        let long = std::time::Duration::from_secs(60);
+        let long = std::time::Duration::from_mins(1);
         assert!(!own.unseen_write(&cm("4"), long), "nothing written");
         own.wrote(&cm("5"));
         assert!(
