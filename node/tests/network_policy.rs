@@ -16,9 +16,11 @@
 //! ovs-vswitchd 3.1.0 (Debian 12's, our nodes' userspace datapath) sometimes aborts under many
 //! short connections through stateful ACLs: `conntrack.c:1063: assertion conn->conn_type ==
 //! CT_CONN_TYPE_DEFAULT failed in conn_update_state()`, an OVS bug seen in production reports
-//! too. The test keeps its connection count down (TCP 80 only unless a case is about ports,
-//! [`PARALLEL_PROBES`] at a time) and, when connections fail, prints each node's ovs-vswitchd
-//! log so that such a crash is named rather than mistaken for a policy error.
+//! too. Each node runs ovs-vswitchd under `--monitor`, as ovs-ctl runs it in production, so an
+//! abort costs a restart within the convergence bound rather than the node. The test also keeps
+//! its connection count down (TCP 80 only unless a case is about ports, [`PARALLEL_PROBES`] at a
+//! time) and, when connections fail, prints each node's ovs-vswitchd log so that a crash is named
+//! rather than mistaken for a policy error.
 
 mod common;
 

@@ -86,6 +86,20 @@ impl Daemon {
         }
     }
 
+    /// Waits up to `timeout` for the daemon to exit by itself and reaps it; false if it is
+    /// still running.
+    pub fn wait_exit(&mut self, timeout: Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        while self.is_running() {
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.child.take();
+        true
+    }
+
     /// SIGTERM, wait up to 5 s, then SIGKILL; reaps the process either way.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {

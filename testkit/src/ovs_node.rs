@@ -19,12 +19,15 @@ use crate::command::{CommandError, run};
 use crate::daemon::Daemon;
 use crate::netns::{Netns, veth_pair};
 use crate::ovsdb::VSWITCH_SCHEMA;
+use crate::process;
 use crate::wait::wait_until;
 
 const START_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long `ovs-vsctl` waits for the database and for ovs-vswitchd to apply a change. Bounded,
 /// so a dead ovs-vswitchd fails a test instead of hanging it.
 const VSCTL_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long ovs-vswitchd gets after SIGTERM before SIGKILL.
+const VSWITCHD_STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// The OVS bridge a node's underlay NIC is a port of (see [`add_underlay_bridge`]).
 pub const UNDERLAY_BRIDGE: &str = "br-ul";
@@ -137,11 +140,17 @@ impl OvsNode {
 
         // --disable-system: there is no openvswitch.ko, and without this flag vswitchd tries to
         // create the kernel datapath for every bridge (dataplane.md §5.1).
+        // --monitor, as the packaged ovs-ctl runs it on every node: Debian 12's OVS 3.1.0 can
+        // abort in its userspace conntrack (`conn_update_state` asserts on an un-NAT entry), and
+        // a production node then gets a fresh ovs-vswitchd from the monitor within a second.
+        // The PID we hold is the monitor's; the daemon's is in the pidfile (see `stop_vswitchd`).
         let vswitchd = node.spawn(
             "ovs-vswitchd",
             &[
                 node.db_remote(),
                 "--disable-system".into(),
+                "--monitor".into(),
+                format!("--pidfile={}", node.vswitchd_pidfile().display()),
                 format!("--unixctl={}", node.vswitchd_ctl().display()),
             ],
         )?;
@@ -213,6 +222,36 @@ impl OvsNode {
 
     fn vswitchd_ctl(&self) -> PathBuf {
         self.dir().join("ovs-vswitchd.ctl")
+    }
+
+    fn vswitchd_pidfile(&self) -> PathBuf {
+        self.dir().join("ovs-vswitchd.pid")
+    }
+
+    /// The running ovs-vswitchd's PID (the monitor restarts it under a new one after a crash).
+    pub fn vswitchd_pid(&self) -> Option<u32> {
+        std::fs::read_to_string(self.vswitchd_pidfile())
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// Stops ovs-vswitchd, then its monitor. A monitor that is stopped first leaves the daemon
+    /// running as an orphan; a daemon stopped by SIGTERM makes its monitor reap it and exit, and
+    /// only a monitor that has not within the grace is stopped too.
+    fn stop_vswitchd(&mut self) {
+        let Some(mut monitor) = self.vswitchd.take() else {
+            return;
+        };
+        if let Some(pid) = self.vswitchd_pid()
+            && let Ok(start_time) = process::start_time(pid)
+        {
+            process::stop(pid, start_time, VSWITCHD_STOP_GRACE);
+        }
+        if !monitor.wait_exit(VSWITCHD_STOP_GRACE) {
+            monitor.stop();
+        }
     }
 
     fn log_path(&self, program: &str) -> PathBuf {
@@ -426,10 +465,12 @@ impl Drop for OvsNode {
     /// then SIGKILL after 5 s; then the fields drop: the netns is deleted (nothing runs in it
     /// any more) and the directory removed.
     fn drop(&mut self) {
-        for daemon in [&mut self.ovn_controller, &mut self.vswitchd, &mut self.ovsdb] {
-            if let Some(mut d) = daemon.take() {
-                d.stop();
-            }
+        if let Some(mut d) = self.ovn_controller.take() {
+            d.stop();
+        }
+        self.stop_vswitchd();
+        if let Some(mut d) = self.ovsdb.take() {
+            d.stop();
         }
     }
 }

@@ -68,6 +68,25 @@ fn node_runs_netdev_bridges_in_its_netns_and_cleans_up() {
     }
     let dpif = node.appctl(&["dpif/show"]).unwrap();
     assert!(dpif.contains("netdev@ovs-netdev"), "{dpif}");
+    // ovs-vswitchd aborting (OVS 3.1's userspace conntrack can) is survived as ovs-ctl makes a
+    // production node survive it: the monitor starts a new one, which rebuilds the bridges and
+    // their ports from the database.
+    let crashed = node.vswitchd_pid().unwrap();
+    kube_ovn_testkit::run("kill", &["-ABRT", &crashed.to_string()]).unwrap();
+    wait_until(
+        "a new ovs-vswitchd serving br-test after the crash",
+        Duration::from_secs(20),
+        || {
+            Ok(node.vswitchd_pid().is_some_and(|pid| pid != crashed)
+                && node
+                    .appctl(&["dpif/show"])
+                    .is_ok_and(|dpif| dpif.contains("br-test")))
+        },
+    )
+    .map_err(|e| anyhow::anyhow!("{e:#}\n{}", node.logs_tail(15)))
+    .unwrap();
+    node.check_alive().unwrap();
+    node.check_interface("p0").unwrap();
     // A port that cannot be opened is reported, although ovs-vsctl exits 0 for it.
     node.vsctl(&["add-port", "br-test", "no-such-dev"]).unwrap();
     assert!(node.check_interface("no-such-dev").is_err());
@@ -75,8 +94,8 @@ fn node_runs_netdev_bridges_in_its_netns_and_cleans_up() {
     let pids = pids_in(node.netns());
     assert_eq!(
         pids.len(),
-        2,
-        "ovsdb-server and ovs-vswitchd expected in {ns}: {pids:?}"
+        3,
+        "ovsdb-server, ovs-vswitchd and its monitor expected in {ns}: {pids:?}"
     );
     let dir = node.dir().to_owned();
     let path = node.netns().path();
