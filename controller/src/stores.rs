@@ -7,7 +7,7 @@
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use kube_ovn_api::crd::{IPPool, Ip, Subnet, Vpc};
+use kube_ovn_api::crd::{IPPool, Ip, ProviderNetwork, Subnet, Vlan, Vpc};
 
 use crate::error::{Error, Result};
 use crate::informer::{Cache, Informer};
@@ -25,6 +25,8 @@ pub struct Stores {
     pub services: Cache<Service>,
     pub endpoint_slices: Cache<EndpointSlice>,
     pub network_policies: Cache<NetworkPolicy>,
+    pub provider_networks: Cache<ProviderNetwork>,
+    pub vlans: Cache<Vlan>,
 }
 
 impl Stores {
@@ -44,6 +46,8 @@ impl Stores {
             services,
             endpoint_slices,
             network_policies,
+            provider_networks,
+            vlans,
         } = self;
         futures::try_join!(
             synced(pods),
@@ -56,6 +60,8 @@ impl Stores {
             synced(services),
             synced(endpoint_slices),
             synced(network_policies),
+            synced(provider_networks),
+            synced(vlans),
         )?;
         Ok(())
     }
@@ -81,6 +87,8 @@ pub struct Informers {
     pub services: Informer<Service>,
     pub endpoint_slices: Informer<EndpointSlice>,
     pub network_policies: Informer<NetworkPolicy>,
+    pub provider_networks: Informer<ProviderNetwork>,
+    pub vlans: Informer<Vlan>,
 }
 
 impl Informers {
@@ -96,6 +104,8 @@ impl Informers {
             services: Informer::new(kube),
             endpoint_slices: Informer::new(kube),
             network_policies: Informer::new(kube),
+            provider_networks: Informer::new(kube),
+            vlans: Informer::new(kube),
         }
     }
 
@@ -111,6 +121,8 @@ impl Informers {
             services: self.services.cache(),
             endpoint_slices: self.endpoint_slices.cache(),
             network_policies: self.network_policies.cache(),
+            provider_networks: self.provider_networks.cache(),
+            vlans: self.vlans.cache(),
         }
     }
 
@@ -128,6 +140,8 @@ impl Informers {
             services,
             endpoint_slices,
             network_policies,
+            provider_networks,
+            vlans,
         } = self;
         let watches: Vec<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>> = vec![
             Box::pin(pods.run()),
@@ -140,6 +154,8 @@ impl Informers {
             Box::pin(services.run()),
             Box::pin(endpoint_slices.run()),
             Box::pin(network_policies.run()),
+            Box::pin(provider_networks.run()),
+            Box::pin(vlans.run()),
         ];
         futures::future::select_all(watches).await;
     }

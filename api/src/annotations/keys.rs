@@ -307,9 +307,44 @@ pub const ALL: &[&str] = &[
 ];
 
 /// Label `<provider-network>.provider-network.kubernetes.io/<name>` that the daemon puts on
-/// nodes for a ProviderNetwork; `name` is `ready`, `interface`, `mtu` or `exclude`.
+/// nodes for a ProviderNetwork; `name` is one of [`PROVIDER_NETWORK_LABELS`].
 pub fn provider_network_label(provider_network: &str, name: &str) -> String {
     format!("{provider_network}.provider-network.kubernetes.io/{name}")
+}
+
+/// The node labels' names for a ProviderNetwork (Kube-OVN's): `ready` ("true" once the NIC is in
+/// the bridge), `interface` (the NIC), `mtu` (the NIC's), `exclude` ("true" on excluded nodes),
+/// `vlan_interfaces`.
+pub const PROVIDER_NETWORK_LABELS: [&str; 5] = ["ready", "interface", "mtu", "exclude", "vlan_interfaces"];
+
+/// Annotation on the node daemon's own pod with why a ProviderNetwork failed on its node
+/// (`<pn>.provider-network.kubernetes.io/err_mesg`, Kube-OVN's spelling); the controller copies it
+/// into the ProviderNetwork's status.
+pub fn provider_network_error_annotation(provider_network: &str) -> String {
+    provider_network_label(provider_network, "err_mesg")
+}
+
+/// The localnet port of an underlay subnet's logical switch: `localnet.<subnet>`.
+pub fn localnet_port(subnet: &str) -> String {
+    format!("localnet.{subnet}")
+}
+
+/// The patch port ovn-controller makes on br-int for an underlay subnet's localnet port once the
+/// bridge mapping exists: `patch-localnet.<subnet>-to-br-int`.
+pub fn localnet_patch_port(subnet: &str) -> String {
+    format!("patch-{}-to-br-int", localnet_port(subnet))
+}
+
+/// The IP CR and IPAM key of a subnet's U2O interconnection address:
+/// `u2o-interconnection.<vpc>.<subnet>`.
+pub fn u2o_interconnection_name(vpc: &str, subnet: &str) -> String {
+    format!("u2o-interconnection.{vpc}.{subnet}")
+}
+
+/// The address set of the nodes' addresses an underlay subnet's U2O policies exclude:
+/// `<subnet>.u2o_exclude_ip.<ip4|ip6>`, every `-` turned into `.` (Kube-OVN's naming).
+pub fn u2o_exclude_ip_set(subnet: &str, family: &str) -> String {
+    format!("{subnet}.u2o_exclude_ip.{family}").replace('-', ".")
 }
 
 #[cfg(test)]
@@ -332,6 +367,24 @@ mod tests {
         assert_eq!(
             provider_network_label("net1", "ready"),
             "net1.provider-network.kubernetes.io/ready"
+        );
+        assert_eq!(
+            provider_network_error_annotation("net1"),
+            "net1.provider-network.kubernetes.io/err_mesg"
+        );
+    }
+
+    #[test]
+    fn underlay_names_are_kube_ovns() {
+        assert_eq!(localnet_port("vlan-sub"), "localnet.vlan-sub");
+        assert_eq!(localnet_patch_port("s1"), "patch-localnet.s1-to-br-int");
+        assert_eq!(
+            u2o_interconnection_name("ovn-cluster", "s1"),
+            "u2o-interconnection.ovn-cluster.s1"
+        );
+        assert_eq!(
+            u2o_exclude_ip_set("vlan-sub", "ip4"),
+            "vlan.sub.u2o_exclude_ip.ip4"
         );
     }
 }

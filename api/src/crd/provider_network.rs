@@ -7,13 +7,17 @@
 //! those labels into the status. Interface names are Linux names: at most 15 characters, no `/`
 //! or whitespace, which the schema enforces as Kube-OVN's does.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube_core::ResourceExt;
 use kube_derive::CustomResource;
 use schemars::{JsonSchema, Schema};
 use serde::{Deserialize, Serialize};
 
 use super::condition::ProviderNetworkCondition;
 use super::schema::{ExtraFields, require, spec_absent_is_default};
+use crate::selector::{Selector, SelectorError};
 
 /// Desired state of a ProviderNetwork.
 // Each `printcolumn(...)` repeats keys such as `type_ = "string"`, which clippy takes for a
@@ -120,4 +124,109 @@ pub struct ProviderNetworkStatus {
     #[serde(flatten)]
     #[schemars(skip)]
     pub extra: ExtraFields,
+}
+
+/// The OVS bridge a provider network's NIC joins on each node: `br-<name>` (Kube-OVN's
+/// `ExternalBridgeName`).
+pub fn provider_bridge_name(provider_network: &str) -> String {
+    format!("br-{provider_network}")
+}
+
+impl ProviderNetwork {
+    /// The NIC that carries this network on `node`: the first `customInterfaces` entry that lists
+    /// the node, else `defaultInterface` (Kube-OVN's rule).
+    pub fn nic_for(&self, node: &str) -> Option<&str> {
+        self.spec
+            .custom_interfaces
+            .iter()
+            .flatten()
+            .find(|custom| custom.nodes.iter().flatten().any(|n| n == node))
+            .and_then(|custom| custom.interface.as_deref())
+            .or(self.spec.default_interface.as_deref())
+    }
+
+    /// Whether the node named `node` with `labels` is left out of this network. As Kube-OVN:
+    /// when `nodeSelector` is set it alone decides (a node it does not select is left out and
+    /// `excludeNodes` is ignored); otherwise the nodes named in `excludeNodes` are left out.
+    pub fn excludes(&self, node: &str, labels: &BTreeMap<String, String>) -> Result<bool, SelectorError> {
+        if let Some(selector) = &self.spec.node_selector {
+            let selector = Selector::parse(Some(selector), "spec.nodeSelector")?;
+            return Ok(!selector.matches(labels));
+        }
+        Ok(self.spec.exclude_nodes.iter().flatten().any(|n| n == node))
+    }
+
+    /// `br-<name>`, see [`provider_bridge_name`].
+    pub fn bridge_name(&self) -> String {
+        provider_bridge_name(&self.name_any())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+
+    fn pn(spec: ProviderNetworkSpec) -> ProviderNetwork {
+        ProviderNetwork::new("net1", spec)
+    }
+
+    fn custom(interface: &str, nodes: &[&str]) -> CustomInterface {
+        CustomInterface {
+            interface: Some(interface.into()),
+            nodes: Some(nodes.iter().map(|n| (*n).to_owned()).collect()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn nic_is_the_first_custom_interface_listing_the_node_else_the_default() {
+        let net = pn(ProviderNetworkSpec {
+            default_interface: Some("eth1".into()),
+            custom_interfaces: Some(vec![custom("bond0", &["n1", "n2"]), custom("eth9", &["n2"])]),
+            ..Default::default()
+        });
+        assert_eq!(net.nic_for("n1"), Some("bond0"));
+        assert_eq!(net.nic_for("n2"), Some("bond0"));
+        assert_eq!(net.nic_for("n3"), Some("eth1"));
+        assert_eq!(pn(ProviderNetworkSpec::default()).nic_for("n3"), None);
+        assert_eq!(net.bridge_name(), "br-net1");
+    }
+
+    #[test]
+    fn node_selector_alone_decides_when_set_else_exclude_nodes() {
+        let labels = BTreeMap::from([("rack".to_owned(), "a".to_owned())]);
+        let by_name = pn(ProviderNetworkSpec {
+            exclude_nodes: Some(vec!["n1".into()]),
+            ..Default::default()
+        });
+        assert!(by_name.excludes("n1", &labels).unwrap());
+        assert!(!by_name.excludes("n2", &labels).unwrap());
+
+        let by_selector = pn(ProviderNetworkSpec {
+            exclude_nodes: Some(vec!["n1".into()]),
+            node_selector: Some(LabelSelector {
+                match_labels: Some(BTreeMap::from([("rack".into(), "a".into())])),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        // n1 is selected: excludeNodes is ignored once nodeSelector is set (Kube-OVN's rule).
+        assert!(!by_selector.excludes("n1", &labels).unwrap());
+        assert!(by_selector.excludes("n2", &BTreeMap::new()).unwrap());
+
+        let bad = pn(ProviderNetworkSpec {
+            node_selector: Some(LabelSelector {
+                match_expressions: Some(vec![LabelSelectorRequirement {
+                    key: "rack".into(),
+                    operator: "Near".into(),
+                    values: None,
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let err = bad.excludes("n1", &labels).unwrap_err();
+        assert!(err.to_string().contains("spec.nodeSelector"), "{err}");
+    }
 }

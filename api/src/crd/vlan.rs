@@ -59,6 +59,21 @@ pub struct VlanSpec {
 }
 spec_absent_is_default!(VlanSpec);
 
+impl VlanSpec {
+    /// The VLAN ID: `id`, else the deprecated `vlanId`, else 0 (untagged).
+    pub fn effective_id(&self) -> u16 {
+        self.id.or(self.vlan_id).unwrap_or(0)
+    }
+
+    /// The ProviderNetwork: `provider`, else the deprecated `providerInterfaceName`.
+    pub fn effective_provider(&self) -> Option<&str> {
+        self.provider
+            .as_deref()
+            .or(self.provider_interface_name.as_deref())
+            .filter(|p| !p.is_empty())
+    }
+}
+
 fn required_fields(schema: &mut Schema) {
     require(schema, &["provider"]);
 }
