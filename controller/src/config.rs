@@ -10,6 +10,8 @@ use clap::Parser;
 use ipnet::IpNet;
 use kube_ovn_api::annotations::IpRange;
 
+pub mod underlay;
+
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "kube-ovn-controller",
@@ -124,10 +126,10 @@ pub struct Flags {
     /// take the same list.
     #[arg(long, env = "SERVICE_EXTERNAL_IP_CIDRS", default_value = "")]
     pub service_external_ip_cidrs: kube_ovn_api::external_ips::ExternalIpCidrs,
-    /// Kube-OVN flags accepted so existing manifests work, but not acted on yet (underlay comes
-    /// in a later version): listed here so that they parse.
-    #[arg(long, env = "NETWORK_TYPE", default_value = "geneve")]
-    pub network_type: String,
+    /// `--network-type` and the default underlay's flags (`config/underlay.rs`).
+    #[command(flatten)]
+    pub underlay: underlay::UnderlayFlags,
+    /// A Kube-OVN flag accepted so existing manifests work, but not acted on.
     #[arg(long, env = "SERVICE_CLUSTER_IP_RANGE", default_value = "10.96.0.0/12")]
     pub service_cluster_ip_range: String,
 }
@@ -162,6 +164,12 @@ pub struct Config {
     pub enable_np: bool,
     /// `--service-external-ip-cidrs`: where `spec.externalIPs` are honoured (empty: nowhere).
     pub service_external_ip_cidrs: kube_ovn_api::external_ips::ExternalIpCidrs,
+    /// `--network-type`.
+    pub network_type: underlay::NetworkType,
+    /// `--default-provider-name`: the provider of a Vlan whose `spec.provider` is empty.
+    pub default_provider_name: String,
+    /// What `--network-type=vlan` creates at start; `None` otherwise.
+    pub default_underlay: Option<underlay::DefaultUnderlay>,
 }
 
 /// Leader-election timing (Kube-OVN's `--leader-elect-*` flags).
@@ -457,6 +465,7 @@ impl Flags {
         } else {
             self.pod_name.clone()
         };
+        let (network_type, default_provider_name, default_underlay) = self.underlay.validate()?;
         Ok(Config {
             kubeconfig: self.kubeconfig.clone(),
             nb_remotes,
@@ -491,6 +500,9 @@ impl Flags {
             cluster_lbs: self.cluster_lbs.names(),
             enable_np: self.enable_np,
             service_external_ip_cidrs: self.service_external_ip_cidrs.clone(),
+            network_type,
+            default_provider_name,
+            default_underlay,
         })
     }
 }

@@ -195,3 +195,110 @@ fn dual_stack_default_subnet() {
     assert_eq!(c.default_subnet.cidrs.len(), 2);
     assert_eq!(c.default_subnet.gateway(), "10.16.0.1,fd00:10:16::1");
 }
+
+#[test]
+fn network_type_vlan_makes_the_default_underlay() {
+    let c = flags(&[]).validate().unwrap();
+    assert_eq!(c.network_type, underlay::NetworkType::Geneve);
+    assert_eq!(c.default_provider_name, "provider");
+    assert_eq!(c.default_underlay, None, "no underlay unless --network-type=vlan");
+    for t in ["vxlan", "stt"] {
+        let c = flags(&["--network-type", t]).validate().unwrap();
+        assert_eq!(c.default_underlay, None, "{t}");
+    }
+    let c = flags(&["--network-type=vlan", "--default-interface-name=eth1"])
+        .validate()
+        .unwrap();
+    assert_eq!(
+        c.default_underlay,
+        Some(underlay::DefaultUnderlay {
+            provider: "provider".into(),
+            interface: "eth1".into(),
+            exchange_link_name: false,
+            vlan: "ovn-vlan".into(),
+            vlan_id: 1,
+            logical_gateway: false,
+            u2o_interconnection: false,
+        }),
+        "Kube-OVN's defaults"
+    );
+    let c = flags(&[
+        "--network-type=vlan",
+        "--default-interface-name=bond0",
+        "--default-provider-name=pn1",
+        "--default-vlan-name=v100",
+        "--default-vlan-id=100",
+        "--default-exchange-link-name=true",
+        "--default-u2o-interconnection=true",
+    ])
+    .validate()
+    .unwrap();
+    let u = c.default_underlay.unwrap();
+    assert_eq!(
+        (u.provider.as_str(), u.interface.as_str(), u.vlan.as_str(), u.vlan_id),
+        ("pn1", "bond0", "v100", 100)
+    );
+    assert!(u.exchange_link_name && u.u2o_interconnection && !u.logical_gateway);
+    assert_eq!(c.default_provider_name, "pn1");
+    let c = flags(&["--network-type=vlan", "--default-interface-name=eth1", "--default-vlan-id=0"])
+        .validate()
+        .unwrap();
+    assert_eq!(c.default_underlay.unwrap().vlan_id, 0, "0 is untagged, allowed");
+}
+
+#[test]
+fn bad_underlay_flags_are_refused_with_kube_ovns_messages() {
+    for (args, flag, why) in [
+        (vec!["--network-type=gre"], "--network-type", "geneve, vxlan, stt or vlan"),
+        (vec!["--network-type=vlan"], "--default-interface-name", "no host nic for vlan"),
+        (
+            vec!["--network-type=vlan", "--default-interface-name=eth1", "--default-vlan-id=4096"],
+            "--default-vlan-id",
+            "the default vlan id is not between 1-4095",
+        ),
+        (
+            vec!["--network-type=vlan", "--default-interface-name=eth1", "--default-vlan-id=-1"],
+            "--default-vlan-id",
+            "the default vlan id is not between 1-4095",
+        ),
+        (
+            vec![
+                "--network-type=vlan",
+                "--default-interface-name=eth1",
+                "--default-logical-gateway=true",
+                "--default-u2o-interconnection=true",
+            ],
+            "--default-u2o-interconnection",
+            "logicalGateway and u2oInterconnection can't be opened at the same time",
+        ),
+        (
+            vec!["--network-type=vlan", "--default-interface-name=a/b"],
+            "--default-interface-name",
+            "not a Linux interface name",
+        ),
+        (
+            vec!["--default-provider-name=provider12345"],
+            "--default-provider-name",
+            "longer than 12 characters",
+        ),
+        (
+            vec!["--network-type=vlan", "--default-interface-name=eth1", "--default-vlan-name=Bad"],
+            "--default-vlan-name",
+            "DNS label",
+        ),
+    ] {
+        let err = flags(&args).validate().unwrap_err().to_string();
+        assert!(
+            err.starts_with(&format!("invalid {flag} ")) && err.contains(why),
+            "{args:?}: {err}"
+        );
+    }
+    // Outside vlan mode Kube-OVN ignores the underlay's flags; so do we.
+    flags(&[
+        "--default-logical-gateway=true",
+        "--default-u2o-interconnection=true",
+        "--default-vlan-id=5000",
+    ])
+    .validate()
+    .unwrap();
+}
