@@ -15,6 +15,13 @@
 //!                 and pools they may use, pod/tenancy.rs)
 //!   Service    ◀─ its own; its EndpointSlices (service/mod.rs); Services losing an address → sweep
 //!   NetworkPolicy ◀─ its own; Pods, Namespaces → the policies they concern (network_policy/mod.rs)
+//!   ProviderNetwork ◀─ its own changes but status; Nodes (labels, deletion) and kube-ovn-cni
+//!                 pods (annotations, node) → every network; and every 30 s (Kube-OVN's resync)
+//!   Vlan       ◀─ its own changes but status; other Vlans (spec, deletion) → the Vlans on the
+//!                 same provider; Subnets (spec.vlan, deletion) → the Vlans they name;
+//!                 ProviderNetworks (status.vlans, appearing, going) → the Vlans on them
+//!   Subnet     ◀─ also Vlans (spec, conflict, deletion) → the subnets naming them;
+//!                 ProviderNetworks' status.vlans → the subnets of the Vlans listed or unlisted
 //! ```
 
 use std::future::Future;
@@ -27,7 +34,7 @@ use kube::runtime::Controller;
 use kube::runtime::controller;
 use kube::runtime::reflector::ObjectRef;
 use kube_ovn_api::annotations::keys;
-use kube_ovn_api::crd::{IPPool, Ip, Subnet, Vpc};
+use kube_ovn_api::crd::{IPPool, Ip, ProviderNetwork, Subnet, Vlan, Vpc};
 
 use super::ip::record::wants_reconcile;
 use super::triggers::{self, waits_for};
@@ -49,6 +56,8 @@ pub struct Controllers {
     services: Controller<Service>,
     service_sweeps: Changes<Service>,
     network_policies: Controller<NetworkPolicy>,
+    provider_networks: Controller<ProviderNetwork>,
+    vlans: Controller<Vlan>,
 }
 
 /// A controller of `K` over the shared watch, reconciling objects that change in what `differs`
@@ -76,6 +85,112 @@ fn unrouted(pods: &Cache<Pod>, ns: Option<&str>) -> Vec<ObjectRef<Pod>> {
         .filter(|p| ns.is_none_or(|ns| p.namespace().as_deref() == Some(ns)))
         .map(|p| ObjectRef::from_obj(&**p))
         .collect()
+}
+
+/// The subnets whose `spec.vlan` is one of `vlans`.
+fn subnets_on(subnets: &Cache<Subnet>, vlans: &std::collections::BTreeSet<String>) -> Vec<ObjectRef<Subnet>> {
+    subnets
+        .state()
+        .iter()
+        .filter(|s| s.spec.vlan.as_ref().is_some_and(|v| vlans.contains(v)))
+        .map(|s| ObjectRef::from_obj(&**s))
+        .collect()
+}
+
+/// The Vlans whose provider (theirs, else `default`) is one of `providers`.
+fn vlans_on(vlans: &Cache<Vlan>, providers: &[&str], default: &str) -> Vec<ObjectRef<Vlan>> {
+    vlans
+        .state()
+        .iter()
+        .filter(|v| providers.contains(&super::vlan::plan::provider_of(v, default)))
+        .map(|v| ObjectRef::from_obj(&**v))
+        .collect()
+}
+
+/// The ProviderNetwork and Vlan controllers.
+fn underlay(
+    config: &Config,
+    informers: &Informers,
+    stores: &Stores,
+) -> (Controller<ProviderNetwork>, Controller<Vlan>) {
+    let workers = config.worker_num;
+    let namespace = config.lease_namespace.clone();
+    let provider_networks = own(
+        &informers.provider_networks,
+        triggers::provider_network_beyond_status,
+        workers,
+    )
+    .reconcile_on(informers.nodes.changes().when_all(
+        triggers::node_for_provider_networks,
+        every(&stores.provider_networks),
+    ))
+    .reconcile_on({
+        let all = every(&stores.provider_networks);
+        let again = all.clone();
+        informers.pods.changes().when(
+            triggers::pod_for_provider_networks,
+            move |c| {
+                let cni = c
+                    .old
+                    .iter()
+                    .chain(c.new.iter())
+                    .any(|p| super::provider_network::is_cni_pod(p, &namespace));
+                if cni { all() } else { Vec::new() }
+            },
+            again,
+        )
+    });
+    let default = config.default_provider_name.clone();
+    let vlans = own(&informers.vlans, triggers::vlan_beyond_status, workers)
+        .reconcile_on({
+            let (cache, default) = (stores.vlans.clone(), default.clone());
+            informers.vlans.changes().when(
+                triggers::vlan_spec,
+                move |c| {
+                    let providers: Vec<&str> = c
+                        .old
+                        .iter()
+                        .chain(c.new.iter())
+                        .map(|v| super::vlan::plan::provider_of(v, &default))
+                        .collect();
+                    vlans_on(&cache, &providers, &default)
+                },
+                every(&stores.vlans),
+            )
+        })
+        .reconcile_on(informers.subnets.changes().when(
+            triggers::subnet_for_vlans,
+            |c| {
+                let mut names: Vec<ObjectRef<Vlan>> = c
+                    .old
+                    .iter()
+                    .chain(c.new.iter())
+                    .filter_map(|s| s.spec.vlan.as_deref().filter(|v| !v.is_empty()))
+                    .map(ObjectRef::new)
+                    .collect();
+                names.dedup();
+                names
+            },
+            every(&stores.vlans),
+        ))
+        .reconcile_on({
+            let cache = stores.vlans.clone();
+            informers.provider_networks.changes().when(
+                triggers::provider_network_vlans,
+                move |c| {
+                    let names: Vec<String> = c
+                        .old
+                        .iter()
+                        .chain(c.new.iter())
+                        .map(|p| p.name_any())
+                        .collect();
+                    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+                    vlans_on(&cache, &names, &default)
+                },
+                every(&stores.vlans),
+            )
+        });
+    (provider_networks, vlans)
 }
 
 /// Every object of the cache, as references.
@@ -116,7 +231,27 @@ impl Controllers {
                     .vpcs
                     .changes()
                     .when_all(triggers::vpc_for_subnets, every(&stores.subnets)),
-            );
+            )
+            .reconcile_on({
+                let cache = stores.subnets.clone();
+                informers.vlans.changes().when(
+                    triggers::vlan_for_subnets,
+                    move |c| {
+                        let names = c.old.iter().chain(c.new.iter()).map(|v| v.name_any()).collect();
+                        subnets_on(&cache, &names)
+                    },
+                    every(&stores.subnets),
+                )
+            })
+            .reconcile_on({
+                let cache = stores.subnets.clone();
+                informers.provider_networks.changes().when(
+                    triggers::provider_network_vlans,
+                    move |c| subnets_on(&cache, &triggers::vlans_listed_or_unlisted(c)),
+                    every(&stores.subnets),
+                )
+            });
+        let (provider_networks, vlans) = underlay(config, informers, stores);
         let namespaces = own(&informers.namespaces, triggers::any, workers)
             .reconcile_on(
                 informers
@@ -219,6 +354,8 @@ impl Controllers {
             )
             .with_config(controller::Config::default().concurrency(1)),
             network_policies,
+            provider_networks,
+            vlans,
         }
     }
 
@@ -235,6 +372,8 @@ impl Controllers {
             services,
             service_sweeps,
             network_policies,
+            provider_networks,
+            vlans,
         } = self;
         async move {
             futures::join!(
@@ -312,6 +451,27 @@ impl Controllers {
                             c,
                             super::network_policy::reconcile
                         ),
+                        error_policy,
+                        ctx.clone()
+                    )
+                ),
+                drive(
+                    "ProviderNetwork",
+                    provider_networks.run(
+                        |o, c| instrumented(
+                            super::provider_network::KIND,
+                            o,
+                            c,
+                            super::provider_network::reconcile
+                        ),
+                        error_policy,
+                        ctx.clone()
+                    )
+                ),
+                drive(
+                    "Vlan",
+                    vlans.run(
+                        |o, c| instrumented(super::vlan::KIND, o, c, super::vlan::reconcile),
                         error_policy,
                         ctx.clone()
                     )

@@ -45,8 +45,10 @@ pub mod ip;
 pub mod network_policy;
 pub mod node;
 pub mod pod;
+pub mod provider_network;
 pub mod service;
 pub mod subnet;
+pub mod vlan;
 pub mod vpc;
 
 // Across kinds: the controllers' wiring and what several kinds share.

@@ -1,13 +1,25 @@
 //! Start-up, as Kube-OVN's controller does it: the default VPC and its router, NB_Global's
 //! options, and the join and default subnets as CRs (from the flags). IPAM is rebuilt later, once
 //! the caches are filled ([`super::ip::ipam_rebuild`]).
+//!
+//! With `--network-type=vlan` (Kube-OVN's `initDefaultVlan`, `initDefaultProviderNetwork`,
+//! `initDefaultLogicalSwitch`), before the subnets: the ProviderNetwork `--default-provider-name`
+//! on `--default-interface-name` (nodes annotated `<pn>.provider-network.kubernetes.io/exclude=true`
+//! go into `excludeNodes`, those annotated `…/interface=<nic>` into `customInterfaces`, and the
+//! annotations are removed once it exists), the Vlan `--default-vlan-name`, and the default
+//! subnet with `vlan`, `logicalGateway` and `u2oInterconnection`. Each only when absent: an
+//! existing object is the user's.
 
-use kube::api::{Api, PostParams};
-use kube_ovn_api::crd::{Subnet, Vpc};
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube_ovn_api::annotations::keys::provider_network_label;
+use kube_ovn_api::crd::{ProviderNetwork, Subnet, Vlan, Vpc};
 use kube_ovn_ovsdb::tables::nb::NbGlobal;
 use kube_ovn_ovsdb::{Condition, Mutation, Operation, Table, Value};
 use serde_json::json;
 
+use crate::config::underlay::DefaultUnderlay;
 use crate::config::{Config, DefaultSubnet};
 use crate::error::{Doing, Error, Result};
 use crate::ovn::Nb;
@@ -17,7 +29,8 @@ use crate::ovn::topology::ensure_router;
 /// NB_Global options Kube-OVN sets (those OVN 23.03 knows; unknown keys are ignored by northd).
 const NB_GLOBAL_OPTIONS: &[(&str, &str)] = &[("use_ct_inv_match", "false"), ("ls_dnat_mod_dl_dst", "true")];
 
-async fn create_if_absent<K>(api: &Api<K>, obj: serde_json::Value) -> Result<()>
+/// Creates `obj` unless it exists; says whether it created it.
+async fn create_if_absent<K>(api: &Api<K>, obj: serde_json::Value) -> Result<bool>
 where
     K: kube::Resource<DynamicType = ()>
         + Clone
@@ -32,8 +45,8 @@ where
     );
     let obj: K = serde_json::from_value(obj).map_err(|e| Error::Invalid(format!("{what}: {e}")))?;
     match api.create(&PostParams::default(), &obj).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
         Err(e) => Err(e).doing(format_args!("create {what}")),
     }
 }
@@ -101,6 +114,13 @@ pub async fn init(config: &Config, kube: &kube::Client, nb: &Nb) -> Result<()> {
         json!({"apiVersion": "kubeovn.io/v1", "kind": "Vpc", "metadata": {"name": router}, "spec": {}}),
     )
     .await?;
+    let mut default_extra = json!({"default": true, "natOutgoing": true, "disableGatewayCheck": !config.default_gateway_check});
+    if let Some(underlay) = &config.default_underlay {
+        init_underlay(kube, underlay).await?;
+        default_extra["vlan"] = json!(underlay.vlan);
+        default_extra["logicalGateway"] = json!(underlay.logical_gateway);
+        default_extra["u2oInterconnection"] = json!(underlay.u2o_interconnection);
+    }
     let subnets: Api<Subnet> = Api::all(kube.clone());
     create_if_absent(
         &subnets,
@@ -113,12 +133,124 @@ pub async fn init(config: &Config, kube: &kube::Client, nb: &Nb) -> Result<()> {
     .await?;
     create_if_absent(
         &subnets,
-        subnet_object(
-            &config.default_subnet,
-            &json!({"default": true, "natOutgoing": true, "disableGatewayCheck": !config.default_gateway_check}),
-            router,
-        ),
+        subnet_object(&config.default_subnet, &default_extra, router),
     )
     .await?;
     Ok(())
+}
+
+/// The default ProviderNetwork's spec: the flags, and the nodes' annotations (`exclude=true`
+/// into `excludeNodes`, `interface=<nic>` into `customInterfaces`, one entry per NIC in node
+/// order). Returns the nodes whose annotations it took.
+pub fn default_provider_network(underlay: &DefaultUnderlay, nodes: &[Node]) -> (serde_json::Value, Vec<String>) {
+    let exclude = provider_network_label(&underlay.provider, "exclude");
+    let interface = provider_network_label(&underlay.provider, "interface");
+    let mut excluded: Vec<String> = Vec::new();
+    let mut custom: Vec<(String, Vec<String>)> = Vec::new();
+    let mut taken = Vec::new();
+    for node in nodes {
+        let ann = node.annotations();
+        let name = node.name_any();
+        if ann.get(&exclude).map(String::as_str) == Some("true") {
+            excluded.push(name.clone());
+        } else if let Some(nic) = ann.get(&interface).filter(|n| !n.is_empty()) {
+            match custom.iter_mut().find(|(i, _)| i == nic) {
+                Some((_, nodes)) => nodes.push(name.clone()),
+                None => custom.push((nic.clone(), vec![name.clone()])),
+            }
+        } else {
+            continue;
+        }
+        taken.push(name);
+    }
+    let mut spec = json!({
+        "defaultInterface": underlay.interface,
+        "exchangeLinkName": underlay.exchange_link_name,
+    });
+    if !excluded.is_empty() {
+        spec["excludeNodes"] = json!(excluded);
+    }
+    if !custom.is_empty() {
+        spec["customInterfaces"] = custom
+            .into_iter()
+            .map(|(interface, nodes)| json!({"interface": interface, "nodes": nodes}))
+            .collect();
+    }
+    let pn = json!({"apiVersion": "kubeovn.io/v1", "kind": "ProviderNetwork",
+        "metadata": {"name": underlay.provider}, "spec": spec});
+    (pn, taken)
+}
+
+/// `--network-type=vlan`: the default ProviderNetwork and Vlan, each only when absent.
+async fn init_underlay(kube: &kube::Client, underlay: &DefaultUnderlay) -> Result<()> {
+    let pns: Api<ProviderNetwork> = Api::all(kube.clone());
+    let exists = pns
+        .list(&ListParams::default().fields(&format!("metadata.name={}", underlay.provider)))
+        .await
+        .doing(format_args!("look for provider network {}", underlay.provider))?
+        .items
+        .into_iter()
+        .next()
+        .is_some();
+    if !exists {
+        let nodes: Api<Node> = Api::all(kube.clone());
+        let listed = nodes.list(&ListParams::default()).await.doing("list the nodes")?;
+        let (pn, taken) = default_provider_network(underlay, &listed.items);
+        if create_if_absent(&pns, pn).await? {
+            tracing::info!(provider_network = %underlay.provider, interface = %underlay.interface, "created");
+            // Only once the network exists, as Kube-OVN: the annotations said what it holds now.
+            let patch = Patch::Merge(json!({"metadata": {"annotations": {
+                provider_network_label(&underlay.provider, "exclude"): null,
+                provider_network_label(&underlay.provider, "interface"): null,
+            }}}));
+            for node in taken {
+                if let Err(e) = nodes.patch(&node, &PatchParams::default(), &patch).await {
+                    tracing::warn!(node, error = %e, "cannot remove the provider network annotations");
+                }
+            }
+        }
+    }
+    let vlan = json!({"apiVersion": "kubeovn.io/v1", "kind": "Vlan", "metadata": {"name": underlay.vlan},
+        "spec": {"id": underlay.vlan_id, "provider": underlay.provider}});
+    if create_if_absent(&Api::<Vlan>::all(kube.clone()), vlan).await? {
+        tracing::info!(vlan = %underlay.vlan, id = underlay.vlan_id, provider = %underlay.provider, "created");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_provider_network_takes_the_nodes_annotations() {
+        let node = |name: &str, ann: serde_json::Value| -> Node {
+            serde_json::from_value(json!({"metadata": {"name": name, "annotations": ann}})).unwrap()
+        };
+        let nodes = [
+            node("n1", json!({"provider.provider-network.kubernetes.io/exclude": "true"})),
+            node("n2", json!({"provider.provider-network.kubernetes.io/interface": "eth2"})),
+            node("n3", json!({})),
+            node("n4", json!({"provider.provider-network.kubernetes.io/interface": "eth2"})),
+            node("n5", json!({"provider.provider-network.kubernetes.io/interface": "bond0"})),
+        ];
+        let underlay = DefaultUnderlay {
+            provider: "provider".into(),
+            interface: "eth1".into(),
+            exchange_link_name: true,
+            vlan: "ovn-vlan".into(),
+            vlan_id: 1,
+            logical_gateway: false,
+            u2o_interconnection: false,
+        };
+        let (pn, taken) = default_provider_network(&underlay, &nodes);
+        assert_eq!(
+            pn["spec"],
+            json!({"defaultInterface": "eth1", "exchangeLinkName": true, "excludeNodes": ["n1"],
+                "customInterfaces": [{"interface": "eth2", "nodes": ["n2", "n4"]},
+                                     {"interface": "bond0", "nodes": ["n5"]}]})
+        );
+        assert_eq!(taken, ["n1", "n2", "n4", "n5"]);
+        serde_json::from_value::<ProviderNetwork>(pn).expect("a ProviderNetwork");
+    }
 }

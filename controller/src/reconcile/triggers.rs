@@ -16,7 +16,7 @@ use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use kube_ovn_api::annotations::{is_true, keys};
 use kube_ovn_api::crd::condition::{READY, find_condition};
-use kube_ovn_api::crd::{IPPool, Subnet, Vpc};
+use kube_ovn_api::crd::{IPPool, ProviderNetwork, Subnet, Vlan, Vpc};
 
 use super::node_state::{internal_ips, node_ready};
 use crate::informer::Change;
@@ -121,6 +121,73 @@ pub fn ippool_spec(a: &IPPool, b: &IPPool) -> bool {
 /// namespace reconciler writes from the subnets.
 pub fn namespace_labels(a: &Namespace, b: &Namespace) -> bool {
     a.metadata.labels != b.metadata.labels
+}
+
+/// A ProviderNetwork's own reconciler: anything but its status (its own fields, and `vlans`,
+/// which the Vlans write).
+pub fn provider_network_beyond_status(a: &ProviderNetwork, b: &ProviderNetwork) -> bool {
+    a.spec != b.spec || metadata_differs(&a.metadata, &b.metadata)
+}
+
+/// A Vlan's own reconciler: anything but its status, which it writes itself.
+pub fn vlan_beyond_status(a: &Vlan, b: &Vlan) -> bool {
+    a.spec != b.spec || metadata_differs(&a.metadata, &b.metadata)
+}
+
+/// A Vlan, to the other Vlans (which of them conflict): its spec and deletion.
+pub fn vlan_spec(a: &Vlan, b: &Vlan) -> bool {
+    a.spec != b.spec || deleting(&a.metadata) != deleting(&b.metadata)
+}
+
+/// A Vlan, to the subnets using it (tag, provider, refused while in conflict): its spec, its
+/// conflict and its deletion.
+pub fn vlan_for_subnets(a: &Vlan, b: &Vlan) -> bool {
+    let conflict = |v: &Vlan| v.status.as_ref().and_then(|s| s.conflict);
+    vlan_spec(a, b) || conflict(a) != conflict(b)
+}
+
+/// The Vlans a provider network lists as ready in `status.vlans`.
+pub fn listed_vlans(pn: &ProviderNetwork) -> BTreeSet<String> {
+    pn.status
+        .as_ref()
+        .and_then(|s| s.vlans.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .collect()
+}
+
+/// A provider network, to the Vlans (they list themselves in it once it exists) and to the
+/// subnets (a Vlan listed there is ready for them): its `status.vlans` and its deletion.
+pub fn provider_network_vlans(a: &ProviderNetwork, b: &ProviderNetwork) -> bool {
+    listed_vlans(a) != listed_vlans(b) || deleting(&a.metadata) != deleting(&b.metadata)
+}
+
+/// The Vlans a provider network's change concerns for the subnets: those that appeared in or
+/// left its `status.vlans` (all of them when it appeared or went).
+pub fn vlans_listed_or_unlisted(change: &Change<ProviderNetwork>) -> BTreeSet<String> {
+    let old = change.old.as_deref().map(listed_vlans).unwrap_or_default();
+    let new = change.new.as_deref().map(listed_vlans).unwrap_or_default();
+    old.symmetric_difference(&new).cloned().collect()
+}
+
+/// A subnet, to the Vlans (their `status.subnets`): its `spec.vlan` and its deletion.
+pub fn subnet_for_vlans(a: &Subnet, b: &Subnet) -> bool {
+    a.spec.vlan != b.spec.vlan || deleting(&a.metadata) != deleting(&b.metadata)
+}
+
+/// A node, to the provider networks (the daemon's `ready` label, and the labels a
+/// `nodeSelector` matches): its labels and its deletion.
+pub fn node_for_provider_networks(a: &Node, b: &Node) -> bool {
+    a.metadata.labels != b.metadata.labels || deleting(&a.metadata) != deleting(&b.metadata)
+}
+
+/// A pod, to the provider networks (a kube-ovn-cni pod's `err_mesg` annotations, and which node
+/// it is on): its annotations, labels and node. Which pods are kube-ovn-cni's is the mapper's.
+pub fn pod_for_provider_networks(a: &Pod, b: &Pod) -> bool {
+    let node = |p: &Pod| p.spec.as_ref().and_then(|s| s.node_name.clone());
+    a.metadata.annotations != b.metadata.annotations
+        || a.metadata.labels != b.metadata.labels
+        || node(a) != node(b)
 }
 
 /// The VPC a subnet belongs to (`spec.vpc`, else the default VPC).
@@ -239,6 +306,31 @@ mod tests {
             &a,
             &node("2026-01-01T00:00:00Z", "True", "172.18.0.3")
         ));
+    }
+
+    #[test]
+    fn a_provider_network_concerns_the_subnets_of_the_vlans_it_lists_or_unlists() {
+        let pn = |vlans: &[&str]| -> Arc<ProviderNetwork> {
+            Arc::new(
+                serde_json::from_value(json!({"metadata": {"name": "pn1"}, "spec": {}, "status": {
+                    "vlans": vlans, "readyNodes": ["n1"]}}))
+                .unwrap(),
+            )
+        };
+        let (a, b) = (pn(&["v1", "v2"]), pn(&["v2", "v3"]));
+        assert!(provider_network_vlans(&a, &b));
+        assert!(!provider_network_vlans(&a, &pn(&["v2", "v1"])), "order is no change");
+        assert!(!provider_network_beyond_status(&a, &b), "its status is not its reconciler's input");
+        let change = Change {
+            old: Some(a.clone()),
+            new: Some(b),
+        };
+        assert_eq!(
+            vlans_listed_or_unlisted(&change),
+            BTreeSet::from(["v1".to_owned(), "v3".to_owned()])
+        );
+        let gone = Change { old: Some(a), new: None };
+        assert_eq!(vlans_listed_or_unlisted(&gone).len(), 2);
     }
 
     #[test]
