@@ -77,6 +77,15 @@ async fn vlan_conflict_subnets_and_provider_network_vlans() {
     until(&pns, "pn1", "lists vlan older", |p| vlans_of(p) == ["older"]).await;
     let older = until(&vlans, "older", "not in conflict", |v| conflict(v) == Some(false)).await;
     assert_eq!(older.finalizers(), ["kubeovn.io/kube-ovn-controller"]);
+    // creationTimestamp counts whole seconds, and within one second the name decides: let the
+    // next one be created a second later, so that age alone decides here.
+    let created = older.metadata.creation_timestamp.clone().unwrap().0;
+    wait_until_async("the clock to pass vlan older's creation second", WAIT, || {
+        let now = k8s_openapi::jiff::Timestamp::now();
+        std::future::ready(Ok(now.as_second() > created.as_second()))
+    })
+    .await
+    .unwrap();
 
     // The same id on the same provider: the newer conflicts, whatever the names' order.
     vlan(&env, "a-newer", 100, "pn1").await;

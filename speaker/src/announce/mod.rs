@@ -6,7 +6,10 @@
 //! ([`report`]).
 //!
 //! - Subnets: `true`/`cluster` announce each CIDR of `spec.cidrBlock` from every speaker, once
-//!   the subnet is Ready; `local` announces no CIDR (only local pods, below).
+//!   the subnet is Ready; `local` announces no CIDR (only local pods, below). An underlay subnet
+//!   (`spec.vlan`) is no exception, as in Kube-OVN; but when its gateway is the physical router
+//!   (neither `logicalGateway` nor `u2oInterconnection`) the nodes announcing it draw traffic they
+//!   cannot deliver, so the speaker also reports a Warning `BgpOnUnderlaySubnet` on the subnet.
 //! - Pods: an address in a `<provider>.kubernetes.io/ip_address` annotation (attachment
 //!   networks included), as /32 or /128, when the pod is alive, only if an IP record the
 //!   controller wrote (`ips.kubeovn.io`) gives that address to that pod and the record's subnet
@@ -208,6 +211,28 @@ impl Subnets<'_> {
     }
 }
 
+/// The warning for announcing an underlay subnet whose gateway is the physical router: the
+/// nodes become a next hop for addresses that live behind that router, not behind them (Kube-OVN
+/// announces it all the same, and so do we).
+fn underlay_warning(subnet: &Subnet) -> Option<Refusal> {
+    let spec = &subnet.spec;
+    let vlan = spec.vlan.as_deref().filter(|v| !v.is_empty())?;
+    if spec.logical_gateway == Some(true) || spec.u2o_interconnection == Some(true) {
+        return None;
+    }
+    Some(Refusal {
+        object: subnet.object_ref(&()),
+        field: "spec.vlan".into(),
+        reason: Reason::OnUnderlaySubnet,
+        message: format!(
+            "{vlan:?}, neither logicalGateway nor u2oInterconnection: the physical router is this \
+             subnet's gateway; announcing {} from the nodes draws its traffic to nodes that cannot \
+             deliver it (announced anyway, as Kube-OVN does)",
+            spec.cidr_block.as_deref().unwrap_or_default()
+        ),
+    })
+}
+
 /// Reads the subnets, and adds the CIDRs this speaker announces (and their refusals) to `out`.
 fn subnets<'a>(subnets: &'a [Arc<Subnet>], scope: &Scope<'_>, out: &mut Desired) -> Subnets<'a> {
     let mut by_name = HashMap::new();
@@ -233,6 +258,9 @@ fn subnets<'a>(subnets: &'a [Arc<Subnet>], scope: &Scope<'_>, out: &mut Desired)
             && view.ready
             && view.gateway_here.unwrap_or(true);
         if announced {
+            if let Some(refusal) = underlay_warning(subnet) {
+                out.refusals.push(refusal);
+            }
             for (text, net) in cidrs(subnet) {
                 let Some(net) = net else { continue };
                 match refusal::prefix_problem(net) {

@@ -25,6 +25,10 @@ pub enum Reason {
     NotUnicast,
     /// A Service's `spec.externalIPs` entry outside `--service-external-ip-cidrs`.
     ExternalIpNotAllowed,
+    /// Not a refusal: an underlay subnet whose gateway is the physical router (`vlan`, neither
+    /// `logicalGateway` nor `u2oInterconnection`) is announced, as Kube-OVN announces it, with
+    /// this warning ([`Reason::still_announced`]).
+    OnUnderlaySubnet,
 }
 
 impl Reason {
@@ -36,7 +40,13 @@ impl Reason {
             Reason::SubnetNotReady => "BgpSubnetNotReady",
             Reason::NotUnicast => "BgpPrefixNotUnicast",
             Reason::ExternalIpNotAllowed => "BgpExternalIPNotAllowed",
+            Reason::OnUnderlaySubnet => "BgpOnUnderlaySubnet",
         }
+    }
+
+    /// Whether the address is announced all the same (the report is a warning only).
+    pub fn still_announced(self) -> bool {
+        self == Reason::OnUnderlaySubnet
     }
 }
 

@@ -406,3 +406,39 @@ fn local_on_a_centralized_subnet_announces_pods_from_the_gateway_and_no_cidr() {
     assert_eq!(desired_on(&subnets, &pods, "n2"), ["10.31.0.5/32"]);
     assert!(desired_on(&subnets, &pods, "n1").is_empty());
 }
+
+#[test]
+fn an_underlay_subnet_routed_by_the_physical_router_is_announced_with_a_warning() {
+    let underlay = |name: &str, cidr: &str, extra: Value| -> Arc<Subnet> {
+        let mut spec = json!({"cidrBlock": cidr, "vlan": "vlan100"});
+        spec.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        obj(json!({"apiVersion": "kubeovn.io/v1", "kind": "Subnet",
+            "metadata": {"name": name, "annotations": {"ovn.kubernetes.io/bgp": "true"}},
+            "spec": spec,
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}))
+    };
+    let subnets = [
+        underlay("plain", "10.100.0.0/24", json!({})),
+        underlay("lgw", "10.101.0.0/24", json!({"logicalGateway": true})),
+        underlay("u2o", "10.102.0.0/24", json!({"u2oInterconnection": true})),
+        subnet("overlay", "10.103.0.0/24", Some("true"), true),
+    ];
+    let objects = Objects {
+        subnets: &subnets,
+        ..Objects::default()
+    };
+    let d = desired(&objects, &here());
+    assert_eq!(
+        prefixes(&d),
+        ["10.100.0.0/24", "10.101.0.0/24", "10.102.0.0/24", "10.103.0.0/24"],
+        "every one announced, as Kube-OVN"
+    );
+    let warned: Vec<_> = d
+        .refusals
+        .iter()
+        .map(|r| (r.object_name(), r.field.as_str(), r.reason.as_str()))
+        .collect();
+    assert_eq!(warned, [("Subnet plain".to_owned(), "spec.vlan", "BgpOnUnderlaySubnet")]);
+    assert!(d.refusals[0].reason.still_announced());
+    assert!(d.refusals[0].message.contains("10.100.0.0/24"), "{}", d.refusals[0].message);
+}

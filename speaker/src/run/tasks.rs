@@ -178,7 +178,12 @@ impl Reported {
 
     async fn publish(&self, refusal: &Refusal) {
         let object = refusal.object_name();
-        tracing::warn!(%object, field = %refusal.field, reason = %refusal.reason, message = %refusal.message, "not announced");
+        let outcome = if refusal.reason.still_announced() {
+            "announced, with a warning"
+        } else {
+            "not announced"
+        };
+        tracing::warn!(%object, field = %refusal.field, reason = %refusal.reason, message = %refusal.message, "{outcome}");
         let event = Event {
             type_: EventType::Warning,
             reason: refusal.reason.as_str().into(),
