@@ -36,7 +36,10 @@ where
 }
 
 fn vlans_of(pn: &ProviderNetwork) -> Vec<String> {
-    pn.status.as_ref().and_then(|s| s.vlans.clone()).unwrap_or_default()
+    pn.status
+        .as_ref()
+        .and_then(|s| s.vlans.clone())
+        .unwrap_or_default()
 }
 
 fn conflict(v: &Vlan) -> Option<bool> {
@@ -46,7 +49,11 @@ fn conflict(v: &Vlan) -> Option<bool> {
 /// Creates a cluster-scoped object.
 async fn create<K>(env: &Env, obj: serde_json::Value) -> K
 where
-    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::Serialize
+        + serde::de::DeserializeOwned,
 {
     let obj: K = serde_json::from_value(obj).unwrap();
     Api::<K>::all(env.kube.clone())
@@ -56,14 +63,20 @@ where
 }
 
 async fn provider_network(env: &Env, name: &str, spec: serde_json::Value) -> ProviderNetwork {
-    create(env, json!({"apiVersion": "kubeovn.io/v1", "kind": "ProviderNetwork",
-        "metadata": {"name": name}, "spec": spec}))
+    create(
+        env,
+        json!({"apiVersion": "kubeovn.io/v1", "kind": "ProviderNetwork",
+        "metadata": {"name": name}, "spec": spec}),
+    )
     .await
 }
 
 async fn vlan(env: &Env, name: &str, id: u16, provider: &str) -> Vlan {
-    create(env, json!({"apiVersion": "kubeovn.io/v1", "kind": "Vlan",
-        "metadata": {"name": name}, "spec": {"id": id, "provider": provider}}))
+    create(
+        env,
+        json!({"apiVersion": "kubeovn.io/v1", "kind": "Vlan",
+        "metadata": {"name": name}, "spec": {"id": id, "provider": provider}}),
+    )
     .await
 }
 
@@ -109,15 +122,25 @@ async fn vlan_conflict_subnets_and_provider_network_vlans() {
     // The same id on another provider, and id 0 anywhere, conflict with nobody.
     provider_network(&env, "pn2", json!({"defaultInterface": "eth2"})).await;
     vlan(&env, "other", 100, "pn2").await;
-    vlan(&env, "untagged", 0, "pn1").await;
+    // Several at once on one network: each name is added under a resourceVersion
+    // precondition, so none is lost to a concurrent writer.
+    tokio::join!(
+        vlan(&env, "untagged", 0, "pn1"),
+        vlan(&env, "v201", 201, "pn1"),
+        vlan(&env, "v202", 202, "pn1"),
+        vlan(&env, "v203", 203, "pn1"),
+    );
     until(&pns, "pn2", "lists vlan other", |p| vlans_of(p) == ["other"]).await;
-    let pn1 = until(&pns, "pn1", "lists older and untagged", |p| {
+    let pn1 = until(&pns, "pn1", "lists older, untagged and v201-v203", |p| {
         let mut v = vlans_of(p);
         v.sort();
-        v == ["older", "untagged"]
+        v == ["older", "untagged", "v201", "v202", "v203"]
     })
     .await;
-    assert!(!vlans_of(&pn1).contains(&"a-newer".to_owned()), "a conflicting vlan is not ready");
+    assert!(
+        !vlans_of(&pn1).contains(&"a-newer".to_owned()),
+        "a conflicting vlan is not ready"
+    );
     assert_eq!(
         vlans.get("a-newer").await.unwrap().status.unwrap().conflict,
         Some(true)
@@ -125,12 +148,24 @@ async fn vlan_conflict_subnets_and_provider_network_vlans() {
 
     // status.subnets follows the subnets naming the Vlan.
     for s in ["s2", "s1"] {
-        let cidr = if s == "s1" { "10.201.0.0/24" } else { "10.202.0.0/24" };
-        create::<Subnet>(&env, json!({"apiVersion": "kubeovn.io/v1", "kind": "Subnet",
-            "metadata": {"name": s}, "spec": {"cidrBlock": cidr, "vlan": "older"}}))
+        let cidr = if s == "s1" {
+            "10.201.0.0/24"
+        } else {
+            "10.202.0.0/24"
+        };
+        create::<Subnet>(
+            &env,
+            json!({"apiVersion": "kubeovn.io/v1", "kind": "Subnet",
+            "metadata": {"name": s}, "spec": {"cidrBlock": cidr, "vlan": "older"}}),
+        )
         .await;
     }
-    let subnets = |v: &Vlan| v.status.as_ref().and_then(|s| s.subnets.clone()).unwrap_or_default();
+    let subnets = |v: &Vlan| {
+        v.status
+            .as_ref()
+            .and_then(|s| s.subnets.clone())
+            .unwrap_or_default()
+    };
     until(&vlans, "older", "lists s1 and s2", |v| subnets(v) == ["s1", "s2"]).await;
 
     // An empty provider is the default one (--default-provider-name, "provider").
@@ -142,7 +177,10 @@ async fn vlan_conflict_subnets_and_provider_network_vlans() {
 
     // The older goes: the newer no longer conflicts and takes its place in pn1's list.
     vlans.delete("older", &DeleteParams::default()).await.unwrap();
-    until(&vlans, "a-newer", "out of conflict", |v| conflict(v) == Some(false)).await;
+    until(&vlans, "a-newer", "out of conflict", |v| {
+        conflict(v) == Some(false)
+    })
+    .await;
     until(&pns, "pn1", "lists a-newer, not older", |p| {
         let v = vlans_of(p);
         v.contains(&"a-newer".to_owned()) && !v.contains(&"older".to_owned())
@@ -208,17 +246,33 @@ fn node_conditions(pn: &ProviderNetwork) -> Vec<(String, ConditionStatus, String
 async fn provider_network_status_from_node_labels_and_cni_pods() {
     let env = Env::start().await;
     let pns: Api<ProviderNetwork> = Api::all(env.kube.clone());
-    for (n, ip) in [("n1", "172.18.0.2"), ("n2", "172.18.0.3"), ("n3", "172.18.0.4"), ("n4", "172.18.0.5")] {
+    for (n, ip) in [
+        ("n1", "172.18.0.2"),
+        ("n2", "172.18.0.3"),
+        ("n3", "172.18.0.4"),
+        ("n4", "172.18.0.5"),
+    ] {
         env.node(n, ip).await;
     }
-    label_node(&env, "n1", json!({"pn1.provider-network.kubernetes.io/ready": "true"})).await;
+    label_node(
+        &env,
+        "n1",
+        json!({"pn1.provider-network.kubernetes.io/ready": "true"}),
+    )
+    .await;
     cni_pod(&env, "n1", None).await;
     cni_pod(&env, "n2", Some("failed to add nic eth1 to OVS bridge br-pn1")).await;
     let pods: Api<Pod> = Api::namespaced(env.kube.clone(), "kube-system");
-    provider_network(&env, "pn1", json!({"defaultInterface": "eth1", "excludeNodes": ["n4"]})).await;
+    provider_network(
+        &env,
+        "pn1",
+        json!({"defaultInterface": "eth1", "excludeNodes": ["n4"]}),
+    )
+    .await;
     let pn = until(&pns, "pn1", "n1 ready, n2 and n3 not", |p| {
         p.status.as_ref().is_some_and(|s| {
-            s.ready_nodes == Some(vec!["n1".into()]) && s.not_ready_nodes == Some(vec!["n2".into(), "n3".into()])
+            s.ready_nodes == Some(vec!["n1".into()])
+                && s.not_ready_nodes == Some(vec!["n2".into(), "n3".into()])
         })
     })
     .await;
@@ -228,9 +282,24 @@ async fn provider_network_status_from_node_labels_and_cni_pods() {
     assert_eq!(
         node_conditions(&pn),
         [
-            ("n1".into(), ConditionStatus::True, "InitOVSBridgeSucceeded".into(), String::new()),
-            ("n2".into(), f, failed.clone(), "failed to add nic eth1 to OVS bridge br-pn1".into()),
-            ("n3".into(), f, failed.clone(), "kube-ovn-cni pod on node n3 not found".into()),
+            (
+                "n1".into(),
+                ConditionStatus::True,
+                "InitOVSBridgeSucceeded".into(),
+                String::new()
+            ),
+            (
+                "n2".into(),
+                f,
+                failed.clone(),
+                "failed to add nic eth1 to OVS bridge br-pn1".into()
+            ),
+            (
+                "n3".into(),
+                f,
+                failed.clone(),
+                "kube-ovn-cni pod on node n3 not found".into()
+            ),
         ],
         "n4 is excluded: no condition"
     );
@@ -241,17 +310,41 @@ async fn provider_network_status_from_node_labels_and_cni_pods() {
         let (node, msg) = (node.to_owned(), msg.to_owned());
         move |p: &ProviderNetwork| node_conditions(p).iter().any(|c| c.0 == node && c.3 == msg)
     };
-    until(&pns, "pn1", "n3's cni pod message", has("n3", "interface eth1 not found")).await;
+    until(
+        &pns,
+        "pn1",
+        "n3's cni pod message",
+        has("n3", "interface eth1 not found"),
+    )
+    .await;
     pods.patch(
         "kube-ovn-cni-n2",
         &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"annotations": {"pn1.provider-network.kubernetes.io/err_mesg": null}}})),
+        &Patch::Merge(
+            json!({"metadata": {"annotations": {"pn1.provider-network.kubernetes.io/err_mesg": null}}}),
+        ),
     )
     .await
     .unwrap();
-    until(&pns, "pn1", "n2 without a message: unknown error", has("n2", "unknown error")).await;
-    label_node(&env, "n2", json!({"pn1.provider-network.kubernetes.io/ready": "true"})).await;
-    label_node(&env, "n3", json!({"pn1.provider-network.kubernetes.io/ready": "true"})).await;
+    until(
+        &pns,
+        "pn1",
+        "n2 without a message: unknown error",
+        has("n2", "unknown error"),
+    )
+    .await;
+    label_node(
+        &env,
+        "n2",
+        json!({"pn1.provider-network.kubernetes.io/ready": "true"}),
+    )
+    .await;
+    label_node(
+        &env,
+        "n3",
+        json!({"pn1.provider-network.kubernetes.io/ready": "true"}),
+    )
+    .await;
     let pn = until(&pns, "pn1", "ready on every node", |p| {
         p.status.as_ref().is_some_and(|s| s.ready == Some(true))
     })
@@ -268,7 +361,11 @@ async fn provider_network_status_from_node_labels_and_cni_pods() {
         "ProviderNetwork",
         "pn-long-name1",
         "InvalidProviderNetwork",
-        &["provider network pn-long-name1", "metadata.name", "longer than 12"],
+        &[
+            "provider network pn-long-name1",
+            "metadata.name",
+            "longer than 12",
+        ],
     )
     .await;
     provider_network(
@@ -288,12 +385,21 @@ async fn provider_network_status_from_node_labels_and_cni_pods() {
     )
     .await;
     let pn3 = until(&pns, "pn3", "a Validated False condition", |p| {
-        p.status.iter().flat_map(|s| s.conditions.iter().flatten()).any(|c| {
-            c.node.is_none() && c.condition.type_ == "Validated" && c.condition.status == ConditionStatus::False
-        })
+        p.status
+            .iter()
+            .flat_map(|s| s.conditions.iter().flatten())
+            .any(|c| {
+                c.node.is_none()
+                    && c.condition.type_ == "Validated"
+                    && c.condition.status == ConditionStatus::False
+            })
     })
     .await;
-    assert_eq!(pn3.status.unwrap().ready_nodes, None, "no node status from an unusable spec");
+    assert_eq!(
+        pn3.status.unwrap().ready_nodes,
+        None,
+        "no node status from an unusable spec"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -307,16 +413,26 @@ async fn network_type_vlan_creates_the_default_underlay() {
     // Kube-OVN's node annotations, read once when the network is created.
     let nodes: Api<Node> = Api::all(env.kube.clone());
     for (name, ann) in [
-        ("n1", json!({"provider.provider-network.kubernetes.io/exclude": "true"})),
-        ("n2", json!({"provider.provider-network.kubernetes.io/interface": "eth9"})),
+        (
+            "n1",
+            json!({"provider.provider-network.kubernetes.io/exclude": "true"}),
+        ),
+        (
+            "n2",
+            json!({"provider.provider-network.kubernetes.io/interface": "eth9"}),
+        ),
         ("n3", json!({})),
     ] {
-        let node: Node = serde_json::from_value(json!({"metadata": {"name": name, "annotations": ann}})).unwrap();
+        let node: Node =
+            serde_json::from_value(json!({"metadata": {"name": name, "annotations": ann}})).unwrap();
         nodes.create(&PostParams::default(), &node).await.unwrap();
     }
     env.start_controller();
     let pns: Api<ProviderNetwork> = Api::all(env.kube.clone());
-    let pn = until(&pns, "provider", "lists vlan ovn-vlan", |p| vlans_of(p) == ["ovn-vlan"]).await;
+    let pn = until(&pns, "provider", "lists vlan ovn-vlan", |p| {
+        vlans_of(p) == ["ovn-vlan"]
+    })
+    .await;
     assert_eq!(pn.spec.default_interface.as_deref(), Some("eth1"));
     assert_eq!(pn.spec.exclude_nodes, Some(vec!["n1".into()]));
     let custom = pn.spec.custom_interfaces.unwrap();
@@ -327,13 +443,20 @@ async fn network_type_vlan_creates_the_default_underlay() {
     for n in ["n1", "n2"] {
         let ann = nodes.get(n).await.unwrap().annotations().clone();
         assert!(
-            ann.keys().all(|k| !k.starts_with("provider.provider-network.kubernetes.io/")),
+            ann.keys()
+                .all(|k| !k.starts_with("provider.provider-network.kubernetes.io/")),
             "{n}'s annotations are removed once taken: {ann:?}"
         );
     }
     let v = Api::<Vlan>::all(env.kube.clone()).get("ovn-vlan").await.unwrap();
-    assert_eq!((v.spec.id, v.spec.provider.as_deref()), (Some(100), Some("provider")));
-    let s = Api::<Subnet>::all(env.kube.clone()).get("ovn-default").await.unwrap();
+    assert_eq!(
+        (v.spec.id, v.spec.provider.as_deref()),
+        (Some(100), Some("provider"))
+    );
+    let s = Api::<Subnet>::all(env.kube.clone())
+        .get("ovn-default")
+        .await
+        .unwrap();
     assert_eq!(s.spec.vlan.as_deref(), Some("ovn-vlan"));
     assert_eq!(s.spec.logical_gateway, Some(false));
     assert_eq!(s.spec.u2o_interconnection, Some(false));

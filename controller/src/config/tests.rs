@@ -235,29 +235,54 @@ fn network_type_vlan_makes_the_default_underlay() {
     .unwrap();
     let u = c.default_underlay.unwrap();
     assert_eq!(
-        (u.provider.as_str(), u.interface.as_str(), u.vlan.as_str(), u.vlan_id),
+        (
+            u.provider.as_str(),
+            u.interface.as_str(),
+            u.vlan.as_str(),
+            u.vlan_id
+        ),
         ("pn1", "bond0", "v100", 100)
     );
     assert!(u.exchange_link_name && u.u2o_interconnection && !u.logical_gateway);
     assert_eq!(c.default_provider_name, "pn1");
-    let c = flags(&["--network-type=vlan", "--default-interface-name=eth1", "--default-vlan-id=0"])
-        .validate()
-        .unwrap();
+    let c = flags(&[
+        "--network-type=vlan",
+        "--default-interface-name=eth1",
+        "--default-vlan-id=0",
+    ])
+    .validate()
+    .unwrap();
     assert_eq!(c.default_underlay.unwrap().vlan_id, 0, "0 is untagged, allowed");
 }
 
 #[test]
 fn bad_underlay_flags_are_refused_with_kube_ovns_messages() {
     for (args, flag, why) in [
-        (vec!["--network-type=gre"], "--network-type", "geneve, vxlan, stt or vlan"),
-        (vec!["--network-type=vlan"], "--default-interface-name", "no host nic for vlan"),
         (
-            vec!["--network-type=vlan", "--default-interface-name=eth1", "--default-vlan-id=4096"],
+            vec!["--network-type=gre"],
+            "--network-type",
+            "geneve, vxlan, stt or vlan",
+        ),
+        (
+            vec!["--network-type=vlan"],
+            "--default-interface-name",
+            "no host nic for vlan",
+        ),
+        (
+            vec![
+                "--network-type=vlan",
+                "--default-interface-name=eth1",
+                "--default-vlan-id=4096",
+            ],
             "--default-vlan-id",
             "the default vlan id is not between 1-4095",
         ),
         (
-            vec!["--network-type=vlan", "--default-interface-name=eth1", "--default-vlan-id=-1"],
+            vec![
+                "--network-type=vlan",
+                "--default-interface-name=eth1",
+                "--default-vlan-id=-1",
+            ],
             "--default-vlan-id",
             "the default vlan id is not between 1-4095",
         ),
@@ -282,7 +307,11 @@ fn bad_underlay_flags_are_refused_with_kube_ovns_messages() {
             "longer than 12 characters",
         ),
         (
-            vec!["--network-type=vlan", "--default-interface-name=eth1", "--default-vlan-name=Bad"],
+            vec![
+                "--network-type=vlan",
+                "--default-interface-name=eth1",
+                "--default-vlan-name=Bad",
+            ],
             "--default-vlan-name",
             "DNS label",
         ),

@@ -49,7 +49,12 @@ pub struct UnderlayFlags {
     #[arg(long, env = "DEFAULT_VLAN_NAME", default_value = "ovn-vlan")]
     pub default_vlan_name: String,
     /// That Vlan's ID (0 untagged, up to 4095).
-    #[arg(long, env = "DEFAULT_VLAN_ID", default_value_t = 1, allow_negative_numbers = true)]
+    #[arg(
+        long,
+        env = "DEFAULT_VLAN_ID",
+        default_value_t = 1,
+        allow_negative_numbers = true
+    )]
     pub default_vlan_id: i64,
     /// The default underlay subnet's `logicalGateway`.
     #[arg(long, env = "DEFAULT_LOGICAL_GATEWAY", default_value_t = false, action = clap::ArgAction::Set)]

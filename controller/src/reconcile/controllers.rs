@@ -178,12 +178,7 @@ fn underlay(
             informers.provider_networks.changes().when(
                 triggers::provider_network_vlans,
                 move |c| {
-                    let names: Vec<String> = c
-                        .old
-                        .iter()
-                        .chain(c.new.iter())
-                        .map(|p| p.name_any())
-                        .collect();
+                    let names: Vec<String> = c.old.iter().chain(c.new.iter()).map(|p| p.name_any()).collect();
                     let names: Vec<&str> = names.iter().map(String::as_str).collect();
                     vlans_on(&cache, &names, &default)
                 },

@@ -114,7 +114,8 @@ pub async fn init(config: &Config, kube: &kube::Client, nb: &Nb) -> Result<()> {
         json!({"apiVersion": "kubeovn.io/v1", "kind": "Vpc", "metadata": {"name": router}, "spec": {}}),
     )
     .await?;
-    let mut default_extra = json!({"default": true, "natOutgoing": true, "disableGatewayCheck": !config.default_gateway_check});
+    let mut default_extra =
+        json!({"default": true, "natOutgoing": true, "disableGatewayCheck": !config.default_gateway_check});
     if let Some(underlay) = &config.default_underlay {
         init_underlay(kube, underlay).await?;
         default_extra["vlan"] = json!(underlay.vlan);
@@ -142,7 +143,10 @@ pub async fn init(config: &Config, kube: &kube::Client, nb: &Nb) -> Result<()> {
 /// The default ProviderNetwork's spec: the flags, and the nodes' annotations (`exclude=true`
 /// into `excludeNodes`, `interface=<nic>` into `customInterfaces`, one entry per NIC in node
 /// order). Returns the nodes whose annotations it took.
-pub fn default_provider_network(underlay: &DefaultUnderlay, nodes: &[Node]) -> (serde_json::Value, Vec<String>) {
+pub fn default_provider_network(
+    underlay: &DefaultUnderlay,
+    nodes: &[Node],
+) -> (serde_json::Value, Vec<String>) {
     let exclude = provider_network_label(&underlay.provider, "exclude");
     let interface = provider_network_label(&underlay.provider, "interface");
     let mut excluded: Vec<String> = Vec::new();
@@ -228,11 +232,23 @@ mod tests {
             serde_json::from_value(json!({"metadata": {"name": name, "annotations": ann}})).unwrap()
         };
         let nodes = [
-            node("n1", json!({"provider.provider-network.kubernetes.io/exclude": "true"})),
-            node("n2", json!({"provider.provider-network.kubernetes.io/interface": "eth2"})),
+            node(
+                "n1",
+                json!({"provider.provider-network.kubernetes.io/exclude": "true"}),
+            ),
+            node(
+                "n2",
+                json!({"provider.provider-network.kubernetes.io/interface": "eth2"}),
+            ),
             node("n3", json!({})),
-            node("n4", json!({"provider.provider-network.kubernetes.io/interface": "eth2"})),
-            node("n5", json!({"provider.provider-network.kubernetes.io/interface": "bond0"})),
+            node(
+                "n4",
+                json!({"provider.provider-network.kubernetes.io/interface": "eth2"}),
+            ),
+            node(
+                "n5",
+                json!({"provider.provider-network.kubernetes.io/interface": "bond0"}),
+            ),
         ];
         let underlay = DefaultUnderlay {
             provider: "provider".into(),

@@ -319,8 +319,14 @@ mod tests {
         };
         let (a, b) = (pn(&["v1", "v2"]), pn(&["v2", "v3"]));
         assert!(provider_network_vlans(&a, &b));
-        assert!(!provider_network_vlans(&a, &pn(&["v2", "v1"])), "order is no change");
-        assert!(!provider_network_beyond_status(&a, &b), "its status is not its reconciler's input");
+        assert!(
+            !provider_network_vlans(&a, &pn(&["v2", "v1"])),
+            "order is no change"
+        );
+        assert!(
+            !provider_network_beyond_status(&a, &b),
+            "its status is not its reconciler's input"
+        );
         let change = Change {
             old: Some(a.clone()),
             new: Some(b),
@@ -329,7 +335,10 @@ mod tests {
             vlans_listed_or_unlisted(&change),
             BTreeSet::from(["v1".to_owned(), "v3".to_owned()])
         );
-        let gone = Change { old: Some(a), new: None };
+        let gone = Change {
+            old: Some(a),
+            new: None,
+        };
         assert_eq!(vlans_listed_or_unlisted(&gone).len(), 2);
     }
 

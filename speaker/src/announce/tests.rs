@@ -411,7 +411,9 @@ fn local_on_a_centralized_subnet_announces_pods_from_the_gateway_and_no_cidr() {
 fn an_underlay_subnet_routed_by_the_physical_router_is_announced_with_a_warning() {
     let underlay = |name: &str, cidr: &str, extra: Value| -> Arc<Subnet> {
         let mut spec = json!({"cidrBlock": cidr, "vlan": "vlan100"});
-        spec.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        spec.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
         obj(json!({"apiVersion": "kubeovn.io/v1", "kind": "Subnet",
             "metadata": {"name": name, "annotations": {"ovn.kubernetes.io/bgp": "true"}},
             "spec": spec,
@@ -438,7 +440,14 @@ fn an_underlay_subnet_routed_by_the_physical_router_is_announced_with_a_warning(
         .iter()
         .map(|r| (r.object_name(), r.field.as_str(), r.reason.as_str()))
         .collect();
-    assert_eq!(warned, [("Subnet plain".to_owned(), "spec.vlan", "BgpOnUnderlaySubnet")]);
+    assert_eq!(
+        warned,
+        [("Subnet plain".to_owned(), "spec.vlan", "BgpOnUnderlaySubnet")]
+    );
     assert!(d.refusals[0].reason.still_announced());
-    assert!(d.refusals[0].message.contains("10.100.0.0/24"), "{}", d.refusals[0].message);
+    assert!(
+        d.refusals[0].message.contains("10.100.0.0/24"),
+        "{}",
+        d.refusals[0].message
+    );
 }

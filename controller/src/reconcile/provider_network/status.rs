@@ -81,7 +81,10 @@ pub fn validate(pn: &ProviderNetwork) -> Result<(), String> {
     for (i, custom) in pn.spec.custom_interfaces.iter().flatten().enumerate() {
         let nic = custom.interface.as_deref().unwrap_or_default();
         if let Some(why) = interface_problem(nic) {
-            return fail(&format!("spec.customInterfaces[{i}].interface"), &format!("{nic:?} {why}"));
+            return fail(
+                &format!("spec.customInterfaces[{i}].interface"),
+                &format!("{nic:?} {why}"),
+            );
         }
         for node in custom.nodes.iter().flatten() {
             if let Some(first) = seen.insert(node, i) {
@@ -159,7 +162,14 @@ pub fn plan_status(
             continue;
         }
         if node.labels.get(&ready_label).map(String::as_str) == Some("true") {
-            changed |= set_node(&mut conditions, node.name, ConditionStatus::True, REASON_READY, "", now);
+            changed |= set_node(
+                &mut conditions,
+                node.name,
+                ConditionStatus::True,
+                REASON_READY,
+                "",
+                now,
+            );
             ready.push(node.name.to_owned());
         } else {
             let message = match cni.get(node.name).copied().unwrap_or(CniPod::Missing) {
@@ -221,7 +231,10 @@ pub fn invalid_status(pn: &ProviderNetwork, message: &str, now: &Time) -> Option
     let mut condition = Condition::new(VALIDATED, ConditionStatus::False, REASON_INVALID, message);
     condition.last_update_time = Some(now.clone());
     condition.last_transition_time = Some(now.clone());
-    conditions.push(ProviderNetworkCondition { condition, node: None });
+    conditions.push(ProviderNetworkCondition {
+        condition,
+        node: None,
+    });
     status.conditions = Some(conditions);
     Some(status)
 }

@@ -44,7 +44,11 @@ impl VlanPlan {
     /// The `Ready` condition: status, reason, message.
     pub fn readiness(&self, name: &str) -> (bool, &'static str, String) {
         if let Some(other) = &self.conflicts_with {
-            return (false, REASON_CONFLICT, conflict_message(&self.provider, name, other, self.id));
+            return (
+                false,
+                REASON_CONFLICT,
+                conflict_message(&self.provider, name, other, self.id),
+            );
         }
         if !self.provider_exists {
             return (
@@ -123,9 +127,7 @@ pub fn plan(
     };
     let belongs = conflicts_with.is_none() && !deleting(vlan);
     let home = pns.iter().find(|p| p.name_any() == provider);
-    let add_to = home
-        .filter(|p| belongs && !lists(p))
-        .map(|p| p.name_any());
+    let add_to = home.filter(|p| belongs && !lists(p)).map(|p| p.name_any());
     let mut remove_from: Vec<String> = pns
         .iter()
         .filter(|p| lists(p) && !(belongs && p.name_any() == provider))
@@ -160,8 +162,10 @@ mod tests {
 
     fn pn(name: &str, vlans: &[&str]) -> Arc<ProviderNetwork> {
         Arc::new(
-            serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"defaultInterface": "eth1"},
-                "status": {"vlans": vlans}}))
+            serde_json::from_value(
+                json!({"metadata": {"name": name}, "spec": {"defaultInterface": "eth1"},
+                "status": {"vlans": vlans}}),
+            )
             .unwrap(),
         )
     }
@@ -189,7 +193,11 @@ mod tests {
         assert_eq!(p_old.conflicts_with, None);
         assert_eq!(p_old.add_to.as_deref(), Some("pn1"));
         let p_new = plan(&new, &all, &[], &pns, "provider");
-        assert_eq!(p_new.conflicts_with.as_deref(), Some("z-old"), "older, though later by name");
+        assert_eq!(
+            p_new.conflicts_with.as_deref(),
+            Some("z-old"),
+            "older, though later by name"
+        );
         assert_eq!(p_new.add_to, None);
         assert_eq!(
             p_new.readiness("a-new"),
@@ -200,12 +208,19 @@ mod tests {
             )
         );
         assert_eq!(plan(&other_pn, &all, &[], &pns, "provider").conflicts_with, None);
-        assert_eq!(plan(&untagged, &all, &[], &pns, "provider").conflicts_with, None, "id 0 never conflicts");
+        assert_eq!(
+            plan(&untagged, &all, &[], &pns, "provider").conflicts_with,
+            None,
+            "id 0 never conflicts"
+        );
         // Same second: the name decides, the same way every time.
         let (a, b) = (vlan("a", 7, "pn1", T0), vlan("b", 7, "pn1", T0));
         let both = [b.clone(), a.clone()];
         assert_eq!(plan(&a, &both, &[], &pns, "provider").conflicts_with, None);
-        assert_eq!(plan(&b, &both, &[], &pns, "provider").conflicts_with.as_deref(), Some("a"));
+        assert_eq!(
+            plan(&b, &both, &[], &pns, "provider").conflicts_with.as_deref(),
+            Some("a")
+        );
         // The older being deleted: the newer is fine again.
         let mut going = (*old).clone();
         going.metadata.deletion_timestamp = Some(serde_json::from_value(json!(T1)).unwrap());
@@ -217,14 +232,14 @@ mod tests {
     fn its_name_is_listed_on_its_provider_only() {
         let v = vlan("v1", 100, "pn1", T0);
         let pns = [pn("pn1", &["v1", "other"]), pn("pn0", &["v1"]), pn("pn2", &["x"])];
-        let p = plan(&v, &[v.clone()], &[], &pns, "provider");
+        let p = plan(&v, std::slice::from_ref(&v), &[], &pns, "provider");
         assert_eq!((p.add_to, p.remove_from), (None, vec!["pn0".to_owned()]));
         // A conflict takes it off its provider too.
         let older = vlan("v0", 100, "pn1", "2025-01-01T00:00:00Z");
         let p = plan(&v, &[v.clone(), older], &[], &pns, "provider");
         assert_eq!(p.remove_from, ["pn0", "pn1"]);
         // No provider network yet: nothing to add to, and the condition says why.
-        let p = plan(&v, &[v.clone()], &[], &[], "provider");
+        let p = plan(&v, std::slice::from_ref(&v), &[], &[], "provider");
         assert_eq!((p.add_to.as_deref(), p.provider_exists), (None, false));
         assert_eq!(p.readiness("v1").1, "ProviderNetworkNotFound");
     }
@@ -232,13 +247,29 @@ mod tests {
     #[test]
     fn an_empty_provider_is_the_default_and_subnets_are_those_naming_it() {
         let v: Arc<Vlan> = Arc::new(
-            serde_json::from_value(json!({"metadata": {"name": "v1"}, "spec": {"id": 10, "provider": ""}})).unwrap(),
+            serde_json::from_value(json!({"metadata": {"name": "v1"}, "spec": {"id": 10, "provider": ""}}))
+                .unwrap(),
         );
-        let subnets = [subnet("s2", "v1", false), subnet("s1", "v1", false), subnet("s3", "v1", true), subnet("x", "v9", false)];
-        let p = plan(&v, &[v.clone()], &subnets, &[pn("provider", &[])], "provider");
+        let subnets = [
+            subnet("s2", "v1", false),
+            subnet("s1", "v1", false),
+            subnet("s3", "v1", true),
+            subnet("x", "v9", false),
+        ];
+        let p = plan(
+            &v,
+            std::slice::from_ref(&v),
+            &subnets,
+            &[pn("provider", &[])],
+            "provider",
+        );
         assert_eq!(p.set_provider.as_deref(), Some("provider"));
         assert_eq!(p.provider, "provider");
         assert_eq!(p.add_to.as_deref(), Some("provider"));
-        assert_eq!(p.subnets, ["s1", "s2"], "sorted; a subnet being deleted no longer counts");
+        assert_eq!(
+            p.subnets,
+            ["s1", "s2"],
+            "sorted; a subnet being deleted no longer counts"
+        );
     }
 }
