@@ -90,17 +90,9 @@ async fn vlan_conflict_subnets_and_provider_network_vlans() {
     until(&pns, "pn1", "lists vlan older", |p| vlans_of(p) == ["older"]).await;
     let older = until(&vlans, "older", "not in conflict", |v| conflict(v) == Some(false)).await;
     assert_eq!(older.finalizers(), ["kubeovn.io/kube-ovn-controller"]);
-    // creationTimestamp counts whole seconds, and within one second the name decides: let the
-    // next one be created a second later, so that age alone decides here.
-    let created = older.metadata.creation_timestamp.clone().unwrap().0;
-    wait_until_async("the clock to pass vlan older's creation second", WAIT, || {
-        let now = k8s_openapi::jiff::Timestamp::now();
-        std::future::ready(Ok(now.as_second() > created.as_second()))
-    })
-    .await
-    .unwrap();
 
-    // The same id on the same provider: the newer conflicts, whatever the names' order.
+    // The same id on the same provider: the newer conflicts, whatever the names' order (and
+    // within the same second of creationTimestamp: the accepted one keeps its place).
     vlan(&env, "a-newer", 100, "pn1").await;
     let newer = until(&vlans, "a-newer", "in conflict", |v| conflict(v) == Some(true)).await;
     let ready = newer.status.unwrap().conditions.unwrap();
@@ -482,4 +474,60 @@ fn both_default_gateways_refuse_the_start() {
         stderr.contains("logicalGateway and u2oInterconnection can't be opened at the same time"),
         "{stderr}"
     );
+}
+
+/// The underlay's calls are granted by `deploy/base/rbac.yaml`: the controller, as its
+/// ServiceAccount, starts in vlan mode (the default network, its node annotations, the Vlan),
+/// keeps a network's status, writes a conflict's event, and lets a Vlan go through its finalizer,
+/// with no request refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_underlay_needs_no_permission_the_controllers_roles_lack() {
+    const USER: &str = "system:serviceaccount:kube-system:kube-ovn-controller";
+    let env = Env::start_idle(&["--network-type=vlan", "--default-interface-name=eth1"]).await;
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/base/rbac.yaml");
+    kube_ovn_lab::manifests::create_all(&env.kube, &std::fs::read_to_string(path).unwrap())
+        .await
+        .unwrap();
+    let node: Node = serde_json::from_value(json!({"metadata": {"name": "n1",
+        "annotations": {"provider.provider-network.kubernetes.io/exclude": "true"}}}))
+    .unwrap();
+    Api::<Node>::all(env.kube.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .unwrap();
+    let identity = env
+        .server
+        .service_account_client("kube-system", "kube-ovn-controller")
+        .await
+        .unwrap();
+    let _controller = env.spawn_controller_on(identity, &[]);
+    let pns: Api<ProviderNetwork> = Api::all(env.kube.clone());
+    let vlans: Api<Vlan> = Api::all(env.kube.clone());
+    until(&pns, "provider", "lists ovn-vlan and has a status", |p| {
+        vlans_of(p) == ["ovn-vlan"] && p.status.as_ref().is_some_and(|s| s.ready.is_some())
+    })
+    .await;
+    wait_until_async("n1's annotation to be taken", WAIT, || {
+        let nodes = Api::<Node>::all(env.kube.clone());
+        async move { Ok(nodes.get("n1").await?.annotations().is_empty()) }
+    })
+    .await
+    .unwrap();
+    vlan(&env, "dup", 1, "provider").await;
+    podkit::warning(&env, "default", "Vlan", "dup", "VlanConflict", &["ovn-vlan"]).await;
+    vlans.delete("dup", &DeleteParams::default()).await.unwrap();
+    wait_until_async("vlan dup to be gone", WAIT, || {
+        let vlans = vlans.clone();
+        async move { Ok(vlans.get_opt("dup").await?.is_none()) }
+    })
+    .await
+    .unwrap();
+    let denials: Vec<String> = env
+        .server
+        .audited()
+        .into_iter()
+        .filter(|r| r.user == USER && r.is_denial())
+        .map(|r| r.to_string())
+        .collect();
+    assert!(denials.is_empty(), "refused:\n{}", denials.join("\n"));
 }

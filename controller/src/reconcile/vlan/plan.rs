@@ -4,10 +4,11 @@
 //! - `spec.provider` empty: it becomes `--default-provider-name`.
 //! - `status.subnets`: the subnets (not being deleted) whose `spec.vlan` names it, sorted.
 //! - Conflict: two Vlans on one provider with the same non-zero ID. Kube-OVN marks whichever it
-//!   happened to process second; here the outcome is deterministic: the oldest
-//!   (`creationTimestamp`, then name, since the timestamp counts whole seconds) is fine and the
-//!   others are `conflict: true`. A Vlan being deleted conflicts with nobody, so deleting the
-//!   older clears the newer.
+//!   happened to process second; here the outcome is decided by the objects alone: the one
+//!   already accepted (listed in its network's `status.vlans`: its subnets may carry traffic) keeps
+//!   its place, else the oldest (`creationTimestamp`, then name, since the timestamp counts whole
+//!   seconds); the others are `conflict: true`. A Vlan being deleted conflicts with nobody, so
+//!   deleting the winner clears the next.
 //! - `pn.status.vlans` (the subnets' "this Vlan is ready" signal) lists it on its provider when
 //!   that network exists and it does not conflict; any other network listing it loses it (a
 //!   provider changed, a conflict appeared). Kube-OVN only ever adds there.
@@ -80,12 +81,26 @@ pub fn provider_of<'a>(v: &'a Vlan, default: &'a str) -> &'a str {
 }
 
 /// The oldest other Vlan on `provider` with the same non-zero `id`, if it is older than `vlan`.
-pub fn older_rival(vlan: &Vlan, provider: &str, vlans: &[Arc<Vlan>], default: &str) -> Option<String> {
+/// `listed` are the Vlans the provider network lists as accepted; they come first.
+pub fn older_rival(
+    vlan: &Vlan,
+    provider: &str,
+    vlans: &[Arc<Vlan>],
+    default: &str,
+    listed: &[String],
+) -> Option<String> {
     let id = vlan.spec.effective_id();
     if id == 0 || deleting(vlan) {
         return None;
     }
-    let age = |v: &Vlan| (v.metadata.creation_timestamp.clone().map(|t| t.0), v.name_any());
+    let age = |v: &Vlan| {
+        let name = v.name_any();
+        (
+            !listed.contains(&name),
+            v.metadata.creation_timestamp.clone().map(|t| t.0),
+            name,
+        )
+    };
     let mine = age(vlan);
     vlans
         .iter()
@@ -94,7 +109,7 @@ pub fn older_rival(vlan: &Vlan, provider: &str, vlans: &[Arc<Vlan>], default: &s
         .map(|v| age(v))
         .filter(|a| *a < mine)
         .min()
-        .map(|(_, name)| name)
+        .map(|(_, _, name)| name)
 }
 
 pub fn plan(
@@ -111,7 +126,12 @@ pub fn plan(
         .effective_provider()
         .is_none()
         .then(|| default_provider.to_owned());
-    let conflicts_with = older_rival(vlan, &provider, vlans, default_provider);
+    let home = pns.iter().find(|p| p.name_any() == provider);
+    let listed = home
+        .and_then(|p| p.status.as_ref())
+        .and_then(|s| s.vlans.clone())
+        .unwrap_or_default();
+    let conflicts_with = older_rival(vlan, &provider, vlans, default_provider, &listed);
     let mut subnets: Vec<String> = subnets
         .iter()
         .filter(|s| s.metadata.deletion_timestamp.is_none())
@@ -126,7 +146,6 @@ pub fn plan(
             .is_some_and(|v| v.contains(&name))
     };
     let belongs = conflicts_with.is_none() && !deleting(vlan);
-    let home = pns.iter().find(|p| p.name_any() == provider);
     let add_to = home.filter(|p| belongs && !lists(p)).map(|p| p.name_any());
     let mut remove_from: Vec<String> = pns
         .iter()
@@ -221,6 +240,16 @@ mod tests {
             plan(&b, &both, &[], &pns, "provider").conflicts_with.as_deref(),
             Some("a")
         );
+        // One already accepted keeps its place against an older newcomer (same second here,
+        // or a clock behind): its subnets may be carrying traffic.
+        let listed = [pn("pn1", &["b"]), pn("pn2", &[])];
+        assert_eq!(
+            plan(&a, &both, &[], &listed, "provider")
+                .conflicts_with
+                .as_deref(),
+            Some("b")
+        );
+        assert_eq!(plan(&b, &both, &[], &listed, "provider").conflicts_with, None);
         // The older being deleted: the newer is fine again.
         let mut going = (*old).clone();
         going.metadata.deletion_timestamp = Some(serde_json::from_value(json!(T1)).unwrap());
@@ -234,8 +263,10 @@ mod tests {
         let pns = [pn("pn1", &["v1", "other"]), pn("pn0", &["v1"]), pn("pn2", &["x"])];
         let p = plan(&v, std::slice::from_ref(&v), &[], &pns, "provider");
         assert_eq!((p.add_to, p.remove_from), (None, vec!["pn0".to_owned()]));
-        // A conflict takes it off its provider too.
+        // A conflict takes it off its provider too (both listed, as after an id change: age
+        // decides).
         let older = vlan("v0", 100, "pn1", "2025-01-01T00:00:00Z");
+        let pns = [pn("pn1", &["v1", "v0"]), pn("pn0", &["v1"])];
         let p = plan(&v, &[v.clone(), older], &[], &pns, "provider");
         assert_eq!(p.remove_from, ["pn0", "pn1"]);
         // No provider network yet: nothing to add to, and the condition says why.
