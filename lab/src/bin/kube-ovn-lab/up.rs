@@ -9,7 +9,8 @@
 //!    `deploy/base/rbac.yaml`, a ServiceAccount token per component in its kubeconfig, then the
 //!    controller and the lab's agent (which registers the nodes and heartbeats them);
 //! 4. the nodes: OVS, `br-ul` with the node's address, the daemon, ovn-controller, the speaker;
-//! 5. the ToR and the outside host;
+//! 5. the ToR (its routing daemon, and its OVS for the nodes' VLAN fabric, made meanwhile) and
+//!    the outside host;
 //! 6. the examples (`kubectl apply`), then the wait for pods and routes, and the matrix.
 
 use std::path::{Path, PathBuf};
@@ -24,7 +25,7 @@ use kube_ovn_lab::cluster::components::{self, Binaries};
 use kube_ovn_lab::cluster::net::{self, run};
 use kube_ovn_lab::cluster::process;
 use kube_ovn_lab::cluster::state::{LabState, Made};
-use kube_ovn_lab::cluster::topology::Topology;
+use kube_ovn_lab::cluster::topology::{TOR_VLAN_BRIDGE, Topology, VLAN_ID};
 use kube_ovn_lab::cluster::tor;
 use kube_ovn_lab::cluster::wait::{nothing_missing, wait_for};
 
@@ -178,6 +179,8 @@ async fn bring_up(
     for launch in &launches {
         rec.start(launch)?;
     }
+    // The VLAN fabric needs only the wires: it is made while the control plane starts.
+    let vlan_fabric = tokio::spawn(super::vlan_fabric::start(t.clone(), rec.clone(), timeout));
     rec.start(&components::outside_server(t, bins))?;
     // Kubernetes first: kube-apiserver's start-up is the longest wait of the control plane, and
     // OVN's databases come up meanwhile. Each waits for what it needs by itself (kube-apiserver
@@ -231,6 +234,11 @@ async fn bring_up(
     }
     wait_nodes_ready(t, &client, timeout).await?;
     clock.step("nodes Ready with chassis and join addresses");
+    vlan_fabric.await??;
+    clock.step(&format!(
+        "the ToR's VLAN fabric: OVS bridge {TOR_VLAN_BRIDGE}, a trunk to each node's eth1, VLAN {VLAN_ID}'s gateway {}",
+        Topology::underlay_gateway()
+    ));
 
     let examples = args
         .examples
