@@ -172,6 +172,10 @@ pub fn address_tor_vlan(t: &Topology) -> Result<(), CommandError> {
         ),
     ] {
         ip(&tor, &["addr", "add", &addr, "dev", dev])?;
+        // A router's VLAN interface answers ARP for its own address only: Linux's default
+        // (arp_ignore=0) would answer for 10.100.0.1 on the untagged network too, joining
+        // what the VLANs separate.
+        sysctl(&tor, &format!("net.ipv4.conf.{dev}.arp_ignore=1"))?;
         ip(&tor, &["link", "set", dev, "up"])?;
     }
     Ok(())
