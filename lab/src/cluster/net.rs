@@ -114,6 +114,18 @@ pub fn wire_node(t: &Topology, node: &NodePlan) -> Result<(), CommandError> {
         &["link", "set", &node.tor_port, "master", "fabric"],
     )?;
     veth(&node.netns, PROVIDER_NIC, &t.tor_netns(), &node.trunk_port)?;
+    // The trunk is a switch port of the ToR's OVS bridge (read with AF_PACKET), but the ToR's
+    // kernel still sees its frames: it must not answer ARP there for the ToR's own addresses
+    // (Linux's weak host model would, with the veth's MAC, beside mgmt0's answer), nor speak
+    // IPv6 on it.
+    sysctl(
+        &t.tor_netns(),
+        &format!("net.ipv4.conf.{}.arp_ignore=8", node.trunk_port),
+    )?;
+    sysctl(
+        &t.tor_netns(),
+        &format!("net.ipv6.conf.{}.disable_ipv6=1", node.trunk_port),
+    )?;
     ip(
         &node.netns,
         &[
@@ -173,8 +185,8 @@ pub fn address_tor_vlan(t: &Topology) -> Result<(), CommandError> {
     ] {
         ip(&tor, &["addr", "add", &addr, "dev", dev])?;
         // A router's VLAN interface answers ARP for its own address only: Linux's default
-        // (arp_ignore=0) would answer for 10.100.0.1 on the untagged network too, joining
-        // what the VLANs separate.
+        // (arp_ignore=0) would answer for 10.100.0.1 on mgmt0 too, to untagged frames,
+        // joining what the VLANs separate.
         sysctl(&tor, &format!("net.ipv4.conf.{dev}.arp_ignore=1"))?;
         ip(&tor, &["link", "set", dev, "up"])?;
     }
