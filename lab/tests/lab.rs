@@ -75,8 +75,11 @@ fn the_vlan_fabric_works(lab: &Lab, nodes: &[&str]) -> Result<()> {
         before.iter().all(|(_, up)| *up),
         "BGP sessions before: {before:?}"
     );
+    let ports = lab.ok(&["tor", "--", "ovs-vsctl", "list-ports", "tor-vlan"])?;
     for node in nodes {
         reaches(lab, &["node", node], "172.31.0.1")?;
+        let trunk = format!("n{}-trunk", node.trim_start_matches("node"));
+        ensure!(ports.lines().any(|p| p == trunk), "{trunk} in {ports:?}");
     }
     reaches(lab, &["outside"], "10.100.0.1")?;
     let route = lab.ok(&["tor", "--", "ip", "route", "show", "10.100.0.0/24"])?;
