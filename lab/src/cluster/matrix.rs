@@ -22,6 +22,14 @@
 //!   of its ready backends when it is in the default VPC (no kube-proxy: the node that the ToR
 //!   picks routes it into `ovn0` and masquerades it to its join address, so policies judge the
 //!   backends against the nodes' join addresses); a custom VPC's has no way in.
+//! - Underlay pods (a subnet with `vlan`, Kube-OVN's underlay): their gateway is the physical
+//!   router (the ToR), so they reach the outside host with their own address and the outside
+//!   host reaches them with no BGP route and no NAT; they reach each other over the VLAN, on any
+//!   node. With `u2oInterconnection` their VPC's router joins their subnet, so they and that
+//!   VPC's overlay pods reach each other both ways, and they reach the VPC's ClusterIPs (the
+//!   switch's load balancers). Without it, what overlay pods see of them depends on the
+//!   physical network's routes: those checks are not made. These rows only exist when underlay
+//!   pods do (`examples/lab/40-underlay.yaml`).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -46,6 +54,9 @@ pub struct Target {
     pub vpc: String,
     pub announced: bool,
     pub nat_outgoing: bool,
+    /// Whether its subnet is an overlay or an underlay (on a VLAN, the physical router its
+    /// gateway).
+    pub attachment: Attachment,
     /// The source addresses the outside host may see from this pod when it is NATed: its
     /// node's, or its centralized subnet's active gateways'; none when no gateway is active.
     pub egress_ips: Vec<IpAddr>,
@@ -55,7 +66,34 @@ pub struct Target {
     pub named_ports: BTreeMap<String, u16>,
 }
 
+/// How a pod's subnet is attached (Kube-OVN's subnet `vlan`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Attachment {
+    /// Geneve between nodes, its VPC's router the gateway.
+    #[default]
+    Overlay,
+    /// On a VLAN of a provider network, the physical router the gateway; `u2o` when its VPC's
+    /// router joins the subnet (`u2oInterconnection`).
+    Underlay { u2o: bool },
+}
+
 impl Target {
+    fn is_underlay(&self) -> bool {
+        matches!(self.attachment, Attachment::Underlay { .. })
+    }
+
+    /// Whether `self` and `other` reach each other at all (policies aside), or `None` when it
+    /// depends on what the lab does not model (an underlay without U2O and an overlay pod).
+    fn reaches(&self, other: &Self) -> Option<bool> {
+        match (self.attachment, other.attachment) {
+            (Attachment::Overlay, Attachment::Overlay) => Some(self.vpc == other.vpc),
+            // One VLAN (or the physical router between VLANs): any node, any VPC field.
+            (Attachment::Underlay { .. }, Attachment::Underlay { .. }) => Some(true),
+            (Attachment::Underlay { u2o }, Attachment::Overlay)
+            | (Attachment::Overlay, Attachment::Underlay { u2o }) => u2o.then_some(self.vpc == other.vpc),
+        }
+    }
+
     pub fn label(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
     }
@@ -154,12 +192,15 @@ pub fn plan(targets: &[Target], services: &[ServiceTarget], policies: &[NetworkP
             if i == j {
                 continue;
             }
+            let Some(reaches) = a.reaches(b) else {
+                continue;
+            };
             checks.push(Check {
                 kind: Kind::PodToPod,
                 from: Some(i),
                 to: Some(j),
                 path: "/hostname",
-                expect: if a.vpc == b.vpc && allows(&a.endpoint(), &b.endpoint(), b.port) {
+                expect: if reaches && allows(&a.endpoint(), &b.endpoint(), b.port) {
                     Expect::Answer(b.name.clone())
                 } else {
                     Expect::Blocked
@@ -168,7 +209,8 @@ pub fn plan(targets: &[Target], services: &[ServiceTarget], policies: &[NetworkP
         }
     }
     for (i, t) in targets.iter().enumerate() {
-        let routed = t.announced && t.vpc == DEFAULT_VPC;
+        // An underlay pod's address is the fabric's own: the ToR reaches it on its VLAN.
+        let routed = t.is_underlay() || (t.announced && t.vpc == DEFAULT_VPC);
         checks.push(Check {
             kind: Kind::OutsideToPod,
             from: None,
@@ -187,7 +229,7 @@ pub fn plan(targets: &[Target], services: &[ServiceTarget], policies: &[NetworkP
             path: "/clientip",
             expect: if !allows(&t.endpoint(), &outside(), super::topology::OUTSIDE_PORT) {
                 Expect::Blocked
-            } else if t.nat_outgoing && t.vpc == DEFAULT_VPC {
+            } else if t.nat_outgoing && t.vpc == DEFAULT_VPC && !t.is_underlay() {
                 match t.egress_ips.as_slice() {
                     [] => Expect::Blocked,
                     [ip] => Expect::ClientIp(*ip),
@@ -199,6 +241,10 @@ pub fn plan(targets: &[Target], services: &[ServiceTarget], policies: &[NetworkP
                 Expect::Blocked
             },
         });
+        if t.attachment == (Attachment::Underlay { u2o: false }) {
+            // Its VPC's load balancers answer through a router it has no port on.
+            continue;
+        }
         for (k, svc) in services.iter().enumerate() {
             // Each backend judged on its own: the load balancer picks first, then the ACLs.
             let (allowed, denied): (Vec<String>, Vec<String>) = svc.backends.iter().cloned().partition(|b| {
@@ -391,7 +437,7 @@ impl Report {
         for (i, t) in self.targets.iter().enumerate() {
             let _ = writeln!(
                 out,
-                "    [{i}] {:width$} {:15} {:6} subnet {} (vpc {}){}{}",
+                "    [{i}] {:width$} {:15} {:6} subnet {} (vpc {}){}{}{}",
                 t.label(),
                 t.ip,
                 t.node,
@@ -399,6 +445,11 @@ impl Report {
                 t.vpc,
                 if t.announced { ", announced" } else { "" },
                 if t.nat_outgoing { ", natOutgoing" } else { "" },
+                match t.attachment {
+                    Attachment::Overlay => "",
+                    Attachment::Underlay { u2o: false } => ", underlay",
+                    Attachment::Underlay { u2o: true } => ", underlay (u2o)",
+                },
             );
         }
         let _ = write!(out, "  pod → pod (row → column):\n    {:>5}", "");
@@ -420,7 +471,7 @@ impl Report {
         }
         let _ = writeln!(
             out,
-            "  outside host ↔ pods (in: BGP routes through the ToR; out: the node's NAT or the pod's own announced address):"
+            "  outside host ↔ pods (in: BGP routes through the ToR, or an underlay pod's VLAN; out: the node's NAT, or the pod's own announced or underlay address):"
         );
         for i in 0..n {
             let _ = writeln!(

@@ -8,11 +8,24 @@
 //!                        │ 198.51.100.0/24
 //!                     ┌──┴──────────────────────────────┐
 //!                     │ tor: bridge `fabric` 172.30.0.1 │  BIRD or FRR, AS 65001
+//!                     │      OVS bridge `tor-vlan`      │  (the VLAN fabric, below)
 //!                     └──┬──────────┬──────────┬────────┘
 //!        172.30.0.0/24   │          │          │
 //!                  cp 172.30.0.2  node1 .11  node2 .12 …  (each node: eth0 in OVS bridge br-ul,
-//!     API :6443, NB :6641, SB :6642                        its address on br-ul; speakers AS 65000)
+//!     API :6443, NB :6641, SB :6642 │          │           its address on br-ul; speakers AS 65000)
+//!                                 eth1       eth1 …       (each node: 172.31.0.1x/24 on eth1)
+//!                                   │          │
+//!                     tor-vlan:  n1-trunk   n2-trunk …    trunks: every VLAN, tagged on the wire
+//!                                mgmt0    untagged  172.31.0.1/24  the nodes' management network
+//!                                vlan100  tag 100   10.100.0.1/24  VLAN 100's gateway
 //! ```
+//!
+//! The VLAN fabric is a second, separate wire per node: the nodes' `eth0` already belongs to
+//! `br-ul` (the tunnel endpoint's bridge), and Kube-OVN's underlay moves a NIC of its own into
+//! `br-<provider>`. VLANs terminate on the ToR's own ovs-vswitchd (userspace datapath, as the
+//! nodes': the lab's kernel has no 8021q), so the ToR is the VLAN's physical router, as a
+//! datacenter's would be: `10.100.0.0/24` is a connected route of the ToR and the outside host
+//! reaches it with no BGP route.
 //!
 //! Address spaces are per lab (every lab has its own namespaces), so two labs use the same
 //! addresses without meeting; only namespace names and the state directory must be unique, and
@@ -69,6 +82,21 @@ pub const LOAD_BALANCER_CIDR: &str = "203.0.113.0/24";
 pub const EXTERNAL_IP_CIDR: &str = "192.0.2.0/24";
 /// The port the outside host's netexec server listens on (TCP and UDP).
 pub const OUTSIDE_PORT: u16 = 80;
+/// Each node's second NIC, on the ToR's VLAN fabric (an underlay ProviderNetwork's
+/// `defaultInterface`).
+pub const PROVIDER_NIC: &str = "eth1";
+/// The ToR's OVS bridge of the VLAN fabric, and its internal ports: the untagged management
+/// network's address and VLAN [`VLAN_ID`]'s gateway.
+pub const TOR_VLAN_BRIDGE: &str = "tor-vlan";
+pub const TOR_MGMT_PORT: &str = "mgmt0";
+pub const TOR_VLAN_PORT: &str = "vlan100";
+/// The VLAN the ToR routes (the underlay example's `Vlan` id), its subnet and gateway.
+pub const VLAN_ID: u16 = 100;
+pub const UNDERLAY_CIDR: &str = "10.100.0.0/24";
+pub const UNDERLAY_PREFIX: u8 = 24;
+/// The nodes' management network on [`PROVIDER_NIC`], untagged: the address and connected route
+/// an underlay ProviderNetwork moves onto its bridge (and gives back).
+pub const MGMT_PREFIX: u8 = 24;
 
 /// The lab agent's user (its client certificate's CN).
 pub const AGENT_USER: &str = "kube-ovn-lab:agent";
@@ -102,6 +130,10 @@ pub struct NodePlan {
     pub ip: Ipv4Addr,
     /// The ToR's end of the node's link.
     pub tor_port: String,
+    /// The ToR's end of the node's [`PROVIDER_NIC`]: a trunk port of [`TOR_VLAN_BRIDGE`].
+    pub trunk_port: String,
+    /// The node's address on [`PROVIDER_NIC`] (the untagged management network).
+    pub mgmt_ip: Ipv4Addr,
 }
 
 /// Everything of one lab that follows from its name, its node count and its ToR.
@@ -138,11 +170,16 @@ impl Topology {
             return Err(format!("--nodes {nodes}: between 1 and {MAX_NODES}"));
         }
         let nodes = (1..=nodes)
-            .map(|i| NodePlan {
-                name: format!("node{i}"),
-                netns: format!("kl_{name}_node{i}"),
-                ip: Ipv4Addr::new(172, 30, 0, u8::try_from(10 + i).unwrap_or(u8::MAX)),
-                tor_port: format!("n{i}"),
+            .map(|i| {
+                let host = u8::try_from(10 + i).unwrap_or(u8::MAX);
+                NodePlan {
+                    name: format!("node{i}"),
+                    netns: format!("kl_{name}_node{i}"),
+                    ip: Ipv4Addr::new(172, 30, 0, host),
+                    tor_port: format!("n{i}"),
+                    trunk_port: format!("n{i}-trunk"),
+                    mgmt_ip: Ipv4Addr::new(172, 31, 0, host),
+                }
             })
             .collect();
         Ok(Self {
@@ -192,6 +229,16 @@ impl Topology {
         Ipv4Addr::new(198, 51, 100, 10)
     }
 
+    /// The ToR's address on the nodes' untagged management network ([`TOR_MGMT_PORT`]).
+    pub fn tor_mgmt_ip() -> Ipv4Addr {
+        Ipv4Addr::new(172, 31, 0, 1)
+    }
+
+    /// VLAN [`VLAN_ID`]'s gateway, the ToR's [`TOR_VLAN_PORT`]: the underlay subnet's `gateway`.
+    pub fn underlay_gateway() -> Ipv4Addr {
+        Ipv4Addr::new(10, 100, 0, 1)
+    }
+
     pub fn api_addr() -> SocketAddr {
         SocketAddr::V4(SocketAddrV4::new(Self::cp_ip(), API_PORT))
     }
@@ -235,6 +282,11 @@ impl Topology {
 
     pub fn tor_dir(&self) -> PathBuf {
         self.dir.join("tor")
+    }
+
+    /// The ToR's ovsdb-server and ovs-vswitchd (the VLAN fabric): database, sockets, PID files.
+    pub fn tor_ovs_dir(&self) -> PathBuf {
+        self.tor_dir().join("ovs")
     }
 
     /// What the ToR's processes see as `/run` (so `birdc` and `vtysh` find their sockets at the
@@ -300,6 +352,20 @@ mod tests {
         assert_eq!(t.cp_netns(), "kl_demo_cp");
         assert_eq!(t.nodes[2].netns, "kl_demo_node3");
         assert_eq!(t.nodes[2].ip, Ipv4Addr::new(172, 30, 0, 13));
+        assert_eq!(t.nodes[2].mgmt_ip, Ipv4Addr::new(172, 31, 0, 13));
+        assert_eq!(t.nodes[2].trunk_port, "n3-trunk");
+        // Interface names fit Linux's 15 characters for the largest lab.
+        let big = Topology::new(
+            "big",
+            MAX_NODES,
+            TorKind::Bird,
+            std::path::Path::new("/var/lib/x"),
+        )
+        .unwrap();
+        assert!(big.nodes.iter().all(|n| n.trunk_port.len() <= 15));
+        let gw: ipnet::Ipv4Net = UNDERLAY_CIDR.parse().unwrap();
+        assert!(gw.contains(&Topology::underlay_gateway()));
+        assert_eq!(gw.prefix_len(), UNDERLAY_PREFIX);
         assert_eq!(t.dir, PathBuf::from("/var/lib/x/demo"));
         assert!(t.netns_names().iter().all(|n| n.starts_with(&t.netns_prefix())));
         assert!(t.pod_netns_prefix().starts_with(&t.netns_prefix()));

@@ -15,6 +15,7 @@ mod status;
 mod up;
 mod up_args;
 mod verbs;
+mod vlan_fabric;
 
 use std::path::PathBuf;
 

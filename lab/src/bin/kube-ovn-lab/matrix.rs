@@ -14,7 +14,9 @@ use kube::Api;
 use kube::api::ListParams;
 use kube_ovn_api::annotations::keys;
 use kube_ovn_api::crd::Subnet;
-use kube_ovn_lab::cluster::matrix::{self, Check, Expect, Kind, Outcome, Report, ServiceTarget, Target};
+use kube_ovn_lab::cluster::matrix::{
+    self, Attachment, Check, Expect, Kind, Outcome, Report, ServiceTarget, Target,
+};
 use kube_ovn_lab::cluster::topology::{OUTSIDE_PORT, Topology};
 use kube_ovn_lab::cluster::wait::{nothing_missing, wait_for};
 
@@ -116,6 +118,13 @@ pub async fn targets(t: &Topology, client: &kube::Client) -> anyhow::Result<(Vec
             announced: announced(&pod.metadata.annotations)
                 || subnet.is_some_and(|s| announced(&s.metadata.annotations)),
             nat_outgoing: subnet.and_then(|s| s.spec.nat_outgoing).unwrap_or(false),
+            // Kube-OVN's underlay: a subnet on a Vlan.
+            attachment: match subnet {
+                Some(s) if s.spec.vlan.as_deref().is_some_and(|v| !v.is_empty()) => Attachment::Underlay {
+                    u2o: s.spec.u2o_interconnection.unwrap_or(false),
+                },
+                _ => Attachment::Overlay,
+            },
             subnet: subnet_name,
         });
         netns.push(super::verbs::pod_netns(t, install, &namespace, &name).await?);

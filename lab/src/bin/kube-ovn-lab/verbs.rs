@@ -276,11 +276,14 @@ pub fn outside(name: &str, run_dir: &Path, command: &[String]) -> anyhow::Result
     in_netns(&t.outside_netns(), command, &[])
 }
 
-/// The ToR's commands run where its daemons run: its namespace with its own `/run`.
+/// The ToR's commands run where its daemons run: its namespace with its own `/run`, and the
+/// OVS of its VLAN fabric where `ovs-vsctl` looks.
 pub fn tor_command(t: &Topology, command: &[String]) -> Command {
     let mut cmd = Command::new("ip");
     cmd.args(private_run_prefix(&t.tor_netns(), &t.tor_run_dir()))
-        .args(command);
+        .args(command)
+        // `ovs-vsctl`, `ovs-appctl` find the VLAN fabric's OVS (`cluster::tor_vlan`).
+        .envs(ovs_env(&t.tor_ovs_dir()));
     cmd
 }
 

@@ -12,6 +12,7 @@ fn target(name: &str, vpc: &str, announced: bool, nat: bool) -> Target {
         vpc: vpc.into(),
         announced,
         nat_outgoing: nat,
+        attachment: Attachment::Overlay,
         egress_ips: if nat { vec![node_ip] } else { vec![] },
         labels: BTreeMap::new(),
         namespace_labels: BTreeMap::new(),
@@ -245,4 +246,99 @@ fn the_rendering_names_failures() {
     let text = report.render();
     assert!(text.contains("LEAKS"), "{text}");
     assert!(text.contains("demo/a → demo/c /hostname"), "{text}");
+}
+
+/// An underlay pod of subnet `underlay` (10.100.0.0/24) on `node`, `natOutgoing` set (which an
+/// underlay ignores: its gateway is the physical router).
+fn underlay(name: &str, node: &str, u2o: bool) -> Target {
+    Target {
+        namespace: "underlay".into(),
+        node: node.into(),
+        ip: format!("10.100.0.{}", 10 + name.len()).parse().unwrap(),
+        subnet: "underlay".into(),
+        attachment: Attachment::Underlay { u2o },
+        ..target(name, DEFAULT_VPC, false, true)
+    }
+}
+
+#[test]
+fn underlay_pods_use_the_fabric_and_reach_overlay_pods_through_u2o() {
+    let targets = [
+        target("overlay", DEFAULT_VPC, false, true),
+        target("tenant", "vpc1", false, false),
+        underlay("u-1", "node1", true),
+        underlay("u-22", "node2", true),
+    ];
+    let services = [service("hello", &["h1"])];
+    let checks = plan(&targets, &services, &[]);
+    let find = |kind, from, to| {
+        checks
+            .iter()
+            .find(|c| c.kind == kind && c.from == from && c.to == to)
+            .map(|c| c.expect.clone())
+    };
+    let outside: IpAddr = "198.51.100.10".parse().unwrap();
+    for u in [2, 3] {
+        let ip = targets[u].ip;
+        assert_eq!(
+            find(Kind::PodToOutside, Some(u), None),
+            Some(Expect::ClientIp(ip)),
+            "the outside host sees the underlay pod's own address, not a node's"
+        );
+        assert_eq!(
+            find(Kind::OutsideToPod, None, Some(u)),
+            Some(Expect::ClientIp(outside)),
+            "the ToR reaches the underlay pod on its VLAN, no BGP route, no NAT"
+        );
+        for (from, to) in [(u, 0), (0, u)] {
+            assert_eq!(
+                find(Kind::PodToPod, Some(from), Some(to)),
+                Some(Expect::Answer(targets[to].name.clone())),
+                "U2O: {from} → {to}"
+            );
+        }
+        assert_eq!(find(Kind::PodToPod, Some(u), Some(1)), Some(Expect::Blocked));
+        assert_eq!(find(Kind::PodToPod, Some(1), Some(u)), Some(Expect::Blocked));
+        assert_eq!(
+            find(Kind::PodToService, Some(u), Some(0)),
+            Some(Expect::AnswerIn(vec!["h1".into()]))
+        );
+    }
+    assert_eq!(
+        find(Kind::PodToPod, Some(2), Some(3)),
+        Some(Expect::Answer("u-22".into())),
+        "across nodes over the VLAN"
+    );
+    assert_eq!(
+        find(Kind::PodToPod, Some(3), Some(2)),
+        Some(Expect::Answer("u-1".into()))
+    );
+
+    // Without U2O: the fabric rows stay, the overlay ones are not made (they depend on the
+    // physical network's routes), nor the Services' (no router port for the load balancers).
+    let targets = [
+        target("overlay", DEFAULT_VPC, false, true),
+        underlay("u-1", "node1", false),
+        underlay("u-22", "node2", false),
+    ];
+    let checks = plan(&targets, &services, &[]);
+    let made = |kind, from, to| {
+        checks
+            .iter()
+            .any(|c| c.kind == kind && c.from == from && c.to == to)
+    };
+    assert!(!made(Kind::PodToPod, Some(0), Some(1)) && !made(Kind::PodToPod, Some(1), Some(0)));
+    assert!(made(Kind::PodToPod, Some(1), Some(2)) && made(Kind::OutsideToPod, None, Some(1)));
+    assert!(!made(Kind::PodToService, Some(1), Some(0)));
+    let report = Report {
+        targets: targets.to_vec(),
+        services: vec![],
+        policies: 0,
+        outcomes: vec![],
+    };
+    assert!(
+        report
+            .render()
+            .contains("subnet underlay (vpc ovn-cluster), natOutgoing, underlay\n")
+    );
 }
