@@ -15,6 +15,7 @@ use futures::TryStreamExt;
 use ipnet::IpNet;
 use rtnetlink::packet_route::AddressFamily;
 use rtnetlink::packet_route::address::{AddressAttribute, AddressFlags, AddressMessage, AddressScope};
+use rtnetlink::packet_route::neighbour::{NeighbourAddress, NeighbourAttribute, NeighbourMessage, NeighbourState};
 use rtnetlink::packet_route::route::{
     RouteAddress, RouteAttribute, RouteFlags, RouteHeader, RouteMessage, RouteMetric, RouteProtocol, RouteScope,
     RouteType,
@@ -257,6 +258,57 @@ impl Netlink {
             Err(e) if e.errno() == Some(libc::ENETUNREACH) => Ok(false),
             other => other,
         }
+    }
+}
+
+impl Netlink {
+    /// The neighbours learnt on link `index` (reachable, stale, delay or probe: not the
+    /// permanent, no-ARP, failed or unresolved ones).
+    pub async fn learnt_neighbours(&self, index: u32) -> Result<Vec<IpAddr>> {
+        let messages: Vec<NeighbourMessage> = self
+            .handle
+            .neighbours()
+            .get()
+            .execute()
+            .try_collect()
+            .await
+            .map_err(self.fail("list neighbours"))?;
+        Ok(messages
+            .iter()
+            .filter(|m| m.header.ifindex == index)
+            .filter(|m| {
+                matches!(
+                    m.header.state,
+                    NeighbourState::Reachable | NeighbourState::Stale | NeighbourState::Delay | NeighbourState::Probe
+                )
+            })
+            .filter_map(|m| {
+                m.attributes.iter().find_map(|a| match a {
+                    NeighbourAttribute::Destination(NeighbourAddress::Inet(v4)) => Some(IpAddr::V4(*v4)),
+                    NeighbourAttribute::Destination(NeighbourAddress::Inet6(v6)) => Some(IpAddr::V6(*v6)),
+                    _ => None,
+                })
+            })
+            .collect())
+    }
+
+    /// Forgets neighbour `ip` on link `index`, so that the next packet to it asks again
+    /// (a broadcast ARP request or a multicast neighbour solicitation, which also tells the
+    /// neighbour our address's current MAC); `Ok(false)` when there was no entry.
+    pub async fn forget_neighbour(&self, index: u32, ip: IpAddr) -> Result<bool> {
+        let mut message = NeighbourMessage::default();
+        message.header.family = if ip.is_ipv6() {
+            AddressFamily::Inet6
+        } else {
+            AddressFamily::Inet
+        };
+        message.header.ifindex = index;
+        message.attributes.push(NeighbourAttribute::Destination(match ip {
+            IpAddr::V4(v4) => NeighbourAddress::Inet(v4),
+            IpAddr::V6(v6) => NeighbourAddress::Inet6(v6),
+        }));
+        let result = self.handle.neighbours().del(message).execute().await;
+        self.deleted(format!("forget neighbour {ip} on link #{index}"), result)
     }
 }
 

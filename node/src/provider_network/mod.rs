@@ -95,8 +95,8 @@ pub struct ProviderNetworks {
     pub vlans: Watched<Vlan>,
     /// The Nodes (this one's labels).
     pub nodes: Watched<K8sNode>,
-    /// Test hook passed to the mover: fail at this step index (see [`Mover::fail_at`]).
-    pub fail_at: Option<usize>,
+    /// Test hook passed to the mover (see [`Mover::fail_at`]); `None` in the daemon.
+    pub fail_at: Option<mover::FailPoint>,
 }
 
 /// What the task keeps between passes.

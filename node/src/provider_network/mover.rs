@@ -45,9 +45,18 @@ pub struct Mover<'a> {
     pub nic_mac: Option<[u8; 6]>,
     /// `--mac-learning-fallback`.
     pub mac_learning_fallback: bool,
-    /// Test hook: fail instead of running the step with this index (0-based), to exercise the
-    /// rollback against real OVS and a real kernel.
-    pub fail_at: Option<usize>,
+    /// Test hook: fail at a step, to exercise the rollback and the crash recovery against real
+    /// OVS and a real kernel.
+    pub fail_at: Option<FailPoint>,
+}
+
+/// Where a test makes a move fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailPoint {
+    /// Index (0-based) of the step that fails instead of running.
+    pub step: usize,
+    /// `true`: stop there without undoing anything, as a daemon killed at that moment would.
+    pub crash: bool,
 }
 
 /// A move that failed, and how its undo went.
@@ -76,7 +85,15 @@ impl Mover<'_> {
     pub async fn run(&self, steps: &[Step]) -> Result<(), MoveError> {
         let mut journal: Vec<Step> = Vec::new();
         for (i, step) in steps.iter().enumerate() {
-            let outcome = if self.fail_at == Some(i) {
+            let hook = self.fail_at.filter(|f| f.step == i);
+            if hook.is_some_and(|f| f.crash) {
+                return Err(MoveError {
+                    step: describe(step),
+                    cause: DaemonError::ProviderNetwork("injected crash (test hook)".into()),
+                    rolled_back: Err("not attempted: injected crash".into()),
+                });
+            }
+            let outcome = if hook.is_some() {
                 Err(DaemonError::ProviderNetwork("injected failure (test hook)".into()))
             } else {
                 self.apply(step).await
@@ -136,6 +153,7 @@ impl Mover<'_> {
                 let index = self.index(*dev).await?;
                 self.nl.replace_route_record(route, index).await?;
             }
+            Step::Announce(dev, neighbours) => self.announce(*dev, neighbours).await,
             Step::WriteMapping => {
                 let mac = kube_ovn_dataplane::format_mac(&self.local_mac("chassis"));
                 self.ovs.set_mappings(self.pn, Some(self.bridge), Some(&mac)).await?;
@@ -146,6 +164,42 @@ impl Mover<'_> {
             }
         }
         Ok(step.inverse(None))
+    }
+
+    /// Best effort (a neighbour that does not hear it learns the new MAC when its entry goes
+    /// stale): errors are logged, not failures of the move.
+    async fn announce(&self, to: Dev, neighbours: &[std::net::IpAddr]) {
+        let to_name = match to {
+            Dev::Bridge => self.bridge,
+            Dev::Nic => self.nic,
+        };
+        let Ok(Some(to)) = self.nl.link(to_name).await else {
+            return;
+        };
+        for ip in neighbours {
+            if let Err(e) = self.nl.forget_neighbour(to.index, *ip).await {
+                tracing::debug!(%ip, error = %e, "cannot forget a neighbour");
+            }
+        }
+        let targets = neighbours.to_vec();
+        let sent = self
+            .ns
+            .run_async(move || {
+                for ip in targets {
+                    let any: std::net::IpAddr = if ip.is_ipv6() {
+                        std::net::Ipv6Addr::UNSPECIFIED.into()
+                    } else {
+                        std::net::Ipv4Addr::UNSPECIFIED.into()
+                    };
+                    // The discard port: the datagram only has to make the kernel resolve.
+                    let _ = std::net::UdpSocket::bind((any, 0)).and_then(|s| s.send_to(&[0], (ip, 9)));
+                }
+            })
+            .await;
+        if let Err(e) = sent {
+            tracing::debug!(error = %e, "cannot announce the move to the neighbours");
+        }
+        tracing::debug!(link = to_name, neighbours = ?neighbours, "announced to the neighbours");
     }
 
     async fn create_bridge(&self) -> Result<(), DaemonError> {
@@ -265,6 +319,12 @@ pub async fn read_link(nl: &Netlink, ns: &Netns, name: &str) -> Result<Option<Li
         routes: nl.route_records(link.index).await?,
         arp_ignore: ethtool::read_net_sysctl(ns, &format!("ipv4/conf/{name}/arp_ignore")).await?,
         master,
+        neighbours: nl
+            .learnt_neighbours(link.index)
+            .await?
+            .into_iter()
+            .filter(|ip| !kube_ovn_dataplane::is_link_local(*ip))
+            .collect(),
     }))
 }
 

@@ -55,6 +55,9 @@ pub struct LinkState {
     pub arp_ignore: Option<String>,
     /// The link it is enslaved to in the kernel (a Linux bridge or bond), by name.
     pub master: Option<String>,
+    /// Neighbours learnt on it (not link-local), to announce a move to: the kernel forgets
+    /// them when the addresses leave the link, so they are read before.
+    pub neighbours: Vec<std::net::IpAddr>,
 }
 
 /// What the ProviderNetwork wants here.
@@ -231,6 +234,13 @@ pub enum Step {
     Route(Dev, RouteRecord),
     /// Remove an address.
     DelAddr(Dev, AddrRecord),
+    /// Make the neighbours learn the MAC the node's addresses now answer from: forget each
+    /// neighbour learnt on the other link on this one, and send it a datagram, so the kernel
+    /// asks with a broadcast ARP request / multicast solicitation carrying this link's MAC
+    /// (which a Linux neighbour takes into its existing entry). On netdev the bridge has its
+    /// own MAC; without this the neighbours would keep sending to a MAC that is gone until
+    /// their entry goes stale (seconds without the node).
+    Announce(Dev, Vec<std::net::IpAddr>),
     /// `ovn-bridge-mappings` `<pn>:br-<pn>` (and the chassis MAC).
     WriteMapping,
     /// Take the `<pn>` entries out of the mappings.
@@ -255,7 +265,7 @@ impl Step {
             Self::Route(d, r) => Some(Self::Route(other(d), r.clone())),
             Self::WriteMapping => Some(Self::RemoveMapping),
             Self::RemoveMapping => Some(Self::WriteMapping),
-            Self::SetTrunks(_) | Self::Up(_) | Self::RemoveBridge => None,
+            Self::SetTrunks(_) | Self::Up(_) | Self::Announce(..) | Self::RemoveBridge => None,
         }
     }
 }
@@ -317,6 +327,10 @@ pub fn move_steps(cur: &Current<'_>, trunks: &[u16]) -> Vec<Step> {
         for a in snap.addrs.iter().filter(|a| cur.snapshot.is_none() || nic_has(a)) {
             steps.push(Step::DelAddr(Dev::Nic, a.clone()));
         }
+        let neighbours = cur.nic.map(|n| n.neighbours.clone()).unwrap_or_default();
+        if !neighbours.is_empty() {
+            steps.push(Step::Announce(Dev::Bridge, neighbours));
+        }
     }
     if cur.mapping.as_deref() != Some(cur.bridge_name) {
         steps.push(Step::WriteMapping);
@@ -368,6 +382,18 @@ pub fn give_back_steps(cur: &Current<'_>) -> Vec<Step> {
         }
         if !nic.up {
             steps.push(Step::Up(Dev::Nic));
+        }
+        // Off the bridge, as the move takes them off the NIC: the bridge's prefix routes go
+        // with them, so the announcement (and all traffic) leaves through the NIC.
+        if let Some(bridge) = cur.bridge {
+            for a in bridge.addrs.iter().filter(|a| !is_link_local(a.net.addr())) {
+                steps.push(Step::DelAddr(Dev::Bridge, a.clone()));
+            }
+        }
+        if let Some(bridge) = cur.bridge
+            && !bridge.neighbours.is_empty()
+        {
+            steps.push(Step::Announce(Dev::Nic, bridge.neighbours.clone()));
         }
     }
     if cur.mapping.is_some() {

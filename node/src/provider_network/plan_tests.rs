@@ -47,6 +47,7 @@ fn nic() -> LinkState {
         ],
         arp_ignore: Some("0".into()),
         master: None,
+        neighbours: vec!["172.31.0.1".parse().unwrap()],
     }
 }
 
@@ -159,6 +160,7 @@ fn fresh_move_keeps_an_address_at_every_step() {
             Step::Route(Dev::Bridge, link),
             Step::Route(Dev::Bridge, default),
             Step::DelAddr(Dev::Nic, a),
+            Step::Announce(Dev::Bridge, vec!["172.31.0.1".parse().unwrap()]),
             Step::WriteMapping,
         ]
     );
@@ -193,7 +195,13 @@ fn a_finished_move_has_no_steps_and_trunk_changes_alone() {
     half.arp_ignore = Some("1".into());
     cur.nic = Some(&half);
     let steps = move_steps(&cur, &[0]);
-    assert_eq!(steps, vec![Step::DelAddr(Dev::Nic, addr("172.31.0.11/24"))]);
+    assert_eq!(
+        steps,
+        vec![
+            Step::DelAddr(Dev::Nic, addr("172.31.0.11/24")),
+            Step::Announce(Dev::Bridge, vec!["172.31.0.1".parse().unwrap()])
+        ]
+    );
     // ovs-vswitchd restarted: the tap came back bare; the snapshot puts it all back.
     let bare = LinkState {
         up: false,
@@ -204,7 +212,7 @@ fn a_finished_move_has_no_steps_and_trunk_changes_alone() {
     let steps = move_steps(&cur, &[0]);
     assert_eq!(steps[0], Step::Up(Dev::Bridge));
     assert_eq!(steps[1], Step::AddAddr(Dev::Bridge, addr("172.31.0.11/24")));
-    assert_eq!(steps.len(), 2 + snap.routes.len());
+    assert_eq!(steps.len(), 3 + snap.routes.len());
 }
 
 #[test]
