@@ -239,7 +239,14 @@ impl Netlink {
     /// VRF), or `None`. An OVS netdev bridge's port has none: ovs-vswitchd reads it through a
     /// packet socket, so OVS membership is a question for the Open_vSwitch database.
     pub async fn master_of(&self, index: u32) -> Result<Option<u32>> {
-        let found = self.handle.link().get().match_index(index).execute().try_next().await;
+        let found = self
+            .handle
+            .link()
+            .get()
+            .match_index(index)
+            .execute()
+            .try_next()
+            .await;
         match found {
             Ok(Some(message)) => Ok(message.attributes.iter().find_map(|a| match a {
                 LinkAttribute::Controller(master) if *master != 0 => Some(*master),

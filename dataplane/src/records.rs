@@ -15,10 +15,12 @@ use futures::TryStreamExt;
 use ipnet::IpNet;
 use rtnetlink::packet_route::AddressFamily;
 use rtnetlink::packet_route::address::{AddressAttribute, AddressFlags, AddressMessage, AddressScope};
-use rtnetlink::packet_route::neighbour::{NeighbourAddress, NeighbourAttribute, NeighbourMessage, NeighbourState};
+use rtnetlink::packet_route::neighbour::{
+    NeighbourAddress, NeighbourAttribute, NeighbourMessage, NeighbourState,
+};
 use rtnetlink::packet_route::route::{
-    RouteAddress, RouteAttribute, RouteFlags, RouteHeader, RouteMessage, RouteMetric, RouteProtocol, RouteScope,
-    RouteType,
+    RouteAddress, RouteAttribute, RouteFlags, RouteHeader, RouteMessage, RouteMetric, RouteProtocol,
+    RouteScope, RouteType,
 };
 use serde::{Deserialize, Serialize};
 
@@ -142,7 +144,11 @@ impl std::fmt::Display for RouteRecord {
         if let Some(gw) = self.gateway {
             write!(f, " via {gw}")?;
         }
-        write!(f, " table {} proto {} scope {}", self.table, self.protocol, self.scope)?;
+        write!(
+            f,
+            " table {} proto {} scope {}",
+            self.table, self.protocol, self.scope
+        )?;
         if let Some(m) = self.metric {
             write!(f, " metric {m}")?;
         }
@@ -184,7 +190,13 @@ impl Netlink {
     /// Adds `addr` to link `index` (replacing one that is there). `label` renames an IPv4 label
     /// for the new link; `nodad` adds `IFA_F_NODAD` (an address we move is already ours, and a
     /// tentative one could not be a source for the seconds DAD takes).
-    pub async fn add_addr_record(&self, index: u32, addr: &AddrRecord, label: Option<&str>, nodad: bool) -> Result<()> {
+    pub async fn add_addr_record(
+        &self,
+        index: u32,
+        addr: &AddrRecord,
+        label: Option<&str>,
+        nodad: bool,
+    ) -> Result<()> {
         let mut request = self
             .handle
             .address()
@@ -251,7 +263,12 @@ impl Netlink {
 
     /// Deletes `route` out of link `index`; `Ok(false)` when it was not there.
     pub async fn delete_route_record(&self, route: &RouteRecord, index: u32) -> Result<bool> {
-        let result = self.handle.route().del(route_message(route, index)).execute().await;
+        let result = self
+            .handle
+            .route()
+            .del(route_message(route, index))
+            .execute()
+            .await;
         let outcome = self.deleted(format!("delete route {route} dev #{index}"), result);
         match outcome {
             // ESRCH and ENOENT are "not there" already; so is a gateway no longer reachable.
@@ -279,7 +296,10 @@ impl Netlink {
             .filter(|m| {
                 matches!(
                     m.header.state,
-                    NeighbourState::Reachable | NeighbourState::Stale | NeighbourState::Delay | NeighbourState::Probe
+                    NeighbourState::Reachable
+                        | NeighbourState::Stale
+                        | NeighbourState::Delay
+                        | NeighbourState::Probe
                 )
             })
             .filter_map(|m| {

@@ -386,7 +386,10 @@ mod tests {
         assert_eq!(config.encap_type, "geneve");
         assert_eq!(config.default_mtu, 1400);
         assert_eq!(flags(&[]).validate().unwrap().encap_type, "geneve");
-        assert_eq!(flags(&["--network-type", "vxlan"]).validate().unwrap().encap_type, "vxlan");
+        assert_eq!(
+            flags(&["--network-type", "vxlan"]).validate().unwrap().encap_type,
+            "vxlan"
+        );
     }
 
     #[test]

@@ -78,7 +78,10 @@ impl Ovs {
         self.client.read(|c| {
             let found = c.by_name::<Port>(port).ok().flatten()?;
             let raw = c.row(Port::NAME, &found.uuid())?;
-            let trunks = raw.get("trunks").and_then(Value::set_elements).unwrap_or_default();
+            let trunks = raw
+                .get("trunks")
+                .and_then(Value::set_elements)
+                .unwrap_or_default();
             let mut ids: Vec<u16> = trunks
                 .into_iter()
                 .filter_map(|a| a.as_i64().and_then(|i| u16::try_from(i).ok()))
@@ -139,10 +142,7 @@ impl Ovs {
                         "other_config",
                         Value::map([
                             ("hwaddr", spec.hwaddr.clone()),
-                            (
-                                "mac-learning-fallback",
-                                spec.mac_learning_fallback.to_string(),
-                            ),
+                            ("mac-learning-fallback", spec.mac_learning_fallback.to_string()),
                         ]),
                     ),
                 ]),
@@ -300,7 +300,7 @@ pub fn merge_mapping(list: &str, key: &str, value: Option<&str>) -> Option<Strin
         .collect();
     match value {
         Some(v) => match entries.iter_mut().find(|(k, _)| k == key) {
-            Some(entry) => entry.1 = v.to_owned(),
+            Some(entry) => v.clone_into(&mut entry.1),
             None => entries.push((key.to_owned(), v.to_owned())),
         },
         None => entries.retain(|(k, _)| k != key),
@@ -320,7 +320,10 @@ mod tests {
 
     #[test]
     fn mapping_merge_keeps_others_and_their_order() {
-        assert_eq!(merge_mapping("", "pn1", Some("br-pn1")).as_deref(), Some("pn1:br-pn1"));
+        assert_eq!(
+            merge_mapping("", "pn1", Some("br-pn1")).as_deref(),
+            Some("pn1:br-pn1")
+        );
         assert_eq!(
             merge_mapping("other:br-other", "pn1", Some("br-pn1")).as_deref(),
             Some("other:br-other,pn1:br-pn1")

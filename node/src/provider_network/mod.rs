@@ -46,7 +46,7 @@ const SYNC_WAIT: Duration = Duration::from_secs(30);
 /// it does) or an outside change to the bridge is seen without an API event.
 const TICK: Duration = Duration::from_secs(30);
 /// Retry backoff after a failure: doubles from the first to the last.
-const BACKOFF: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(60));
+const BACKOFF: (Duration, Duration) = (Duration::from_secs(1), Duration::from_mins(1));
 
 /// What the task reads from the flags.
 #[derive(Debug, Clone)]
@@ -114,8 +114,13 @@ impl ProviderNetworks {
     /// Runs until dropped: a pass on every cache or OVS change, on the tick, and when a
     /// backoff runs out.
     pub async fn run(self) {
-        while !(self.pns.synced(SYNC_WAIT).await && self.vlans.synced(SYNC_WAIT).await && self.nodes.synced(SYNC_WAIT).await) {
-            tracing::info!("provider networks wait for the ProviderNetwork, Vlan and Node caches to list once");
+        while !(self.pns.synced(SYNC_WAIT).await
+            && self.vlans.synced(SYNC_WAIT).await
+            && self.nodes.synced(SYNC_WAIT).await)
+        {
+            tracing::info!(
+                "provider networks wait for the ProviderNetwork, Vlan and Node caches to list once"
+            );
         }
         let mut state = State::default();
         let mut pn_changes = self.pns.changes();
@@ -158,7 +163,11 @@ impl ProviderNetworks {
             if pn.meta().deletion_timestamp.is_some() {
                 continue; // Kube-OVN: nothing on update while it is being deleted.
             }
-            if state.backoff.get(&name).is_some_and(|(at, _)| *at > Instant::now()) {
+            if state
+                .backoff
+                .get(&name)
+                .is_some_and(|(at, _)| *at > Instant::now())
+            {
                 continue;
             }
             let span = tracing::info_span!("provider_network", pn = %name, node = %me);
@@ -168,11 +177,14 @@ impl ProviderNetworks {
                 Ok(outcome) => (outcome, None, desired_nic(&desired)),
                 Err((nic, message)) => (Outcome::NotReady, Some(message), nic),
             };
-            self.report(state, pn, &node, &outcome, error, nic.as_deref()).await;
+            self.report(state, pn, &node, &outcome, error, nic.as_deref())
+                .await;
         }
         // Bridges of ours whose ProviderNetwork is gone from the API: give the NIC back.
         for bridge in self.ovs.provider_bridges() {
-            let Some(pn) = bridge.external_ids.get(PROVIDER_KEY) else { continue };
+            let Some(pn) = bridge.external_ids.get(PROVIDER_KEY) else {
+                continue;
+            };
             if pns.iter().any(|p| &p.name_any() == pn) {
                 continue;
             }
@@ -182,12 +194,15 @@ impl ProviderNetworks {
             match self.give_back(pn, &bridge.name, &nic).await {
                 Ok(()) => {
                     tracing::info!(nic = %nic, "provider network deleted: nic given back");
-                    self.patch_labels(&node, &plan::labels(pn, &Outcome::Deleted)).await;
+                    self.patch_labels(&node, &plan::labels(pn, &Outcome::Deleted))
+                        .await;
                     self.set_err_mesg(state, pn, None).await;
                     state.backoff.remove(pn);
                     state.reported.remove(pn);
                 }
-                Err(e) => tracing::warn!(nic = %nic, error = %e, "cannot give the nic of a deleted provider network back; will retry"),
+                Err(e) => {
+                    tracing::warn!(nic = %nic, error = %e, "cannot give the nic of a deleted provider network back; will retry");
+                }
             }
         }
     }
@@ -196,7 +211,10 @@ impl ProviderNetworks {
     /// not ready here.
     async fn reconcile(&self, pn: &str, desired: &Desired) -> Result<Outcome, (Option<String>, String)> {
         let bridge = provider_bridge_name(pn);
-        let ours = self.ovs.bridge_row(&bridge).and_then(|b| b.external_ids.get(PROVIDER_NIC).cloned());
+        let ours = self
+            .ovs
+            .bridge_row(&bridge)
+            .and_then(|b| b.external_ids.get(PROVIDER_NIC).cloned());
         match desired {
             Desired::NotReady { message, nic, .. } => Err((nic.clone(), message.clone())),
             Desired::Excluded => {
@@ -214,19 +232,35 @@ impl ProviderNetworks {
                     // The NIC changed (customInterfaces): the old one first goes back.
                     self.give_back(pn, &bridge, old).await.map_err(|e| fail(&e))?;
                 }
-                let mtu = self.move_in(pn, &bridge, nic, trunks).await.map_err(|e| fail(&e))?;
-                Ok(Outcome::Ready { nic: nic.clone(), mtu })
+                let mtu = self
+                    .move_in(pn, &bridge, nic, trunks)
+                    .await
+                    .map_err(|e| fail(&e))?;
+                Ok(Outcome::Ready {
+                    nic: nic.clone(),
+                    mtu,
+                })
             }
         }
     }
 
     /// Moves `nic` into `bridge` (or finishes that); returns the NIC's MTU.
-    async fn move_in(&self, pn: &str, bridge: &str, nic: &str, trunks: &[u16]) -> Result<Option<u32>, DaemonError> {
+    async fn move_in(
+        &self,
+        pn: &str,
+        bridge: &str,
+        nic: &str,
+        trunks: &[u16],
+    ) -> Result<Option<u32>, DaemonError> {
         let snapshot = self.snapshot(bridge, nic);
         let nic_state = read_link(&self.ovs_nl, &self.ovs_ns, nic).await?;
         if snapshot.is_none()
-            && let Some(Desired::NotReady { message, .. }) =
-                plan::nic_refusal(nic, bridge, nic_state.as_ref(), self.ovs.bridge_of_port(nic).as_deref())
+            && let Some(Desired::NotReady { message, .. }) = plan::nic_refusal(
+                nic,
+                bridge,
+                nic_state.as_ref(),
+                self.ovs.bridge_of_port(nic).as_deref(),
+            )
         {
             return Err(DaemonError::ProviderNetwork(message));
         }
@@ -254,10 +288,17 @@ impl ProviderNetworks {
         let steps = plan::move_steps(&cur, trunks);
         let taken = snapshot.clone().unwrap_or_else(|| plan::snapshot_of(nic_link));
         if !steps.is_empty() {
-            tracing::info!(nic, bridge, steps = steps.len(), "moving the nic into the provider bridge");
-            self.mover(pn, bridge, nic, trunks, &taken).await?.run(&steps).await.map_err(|e| {
-                DaemonError::ProviderNetwork(e.to_string())
-            })?;
+            tracing::info!(
+                nic,
+                bridge,
+                steps = steps.len(),
+                "moving the nic into the provider bridge"
+            );
+            self.mover(pn, bridge, nic, trunks, &taken)
+                .await?
+                .run(&steps)
+                .await
+                .map_err(|e| DaemonError::ProviderNetwork(e.to_string()))?;
         }
         Ok(taken.mtu.or(nic_link.mtu))
     }
@@ -353,8 +394,13 @@ impl ProviderNetworks {
             return;
         };
         tracing::warn!(error = %error, "provider network not ready on this node");
-        let delay = state.backoff.get(&name).map_or(BACKOFF.0, |(_, d)| (*d * 2).min(BACKOFF.1));
-        state.backoff.insert(name.clone(), (Instant::now() + delay, delay));
+        let delay = state
+            .backoff
+            .get(&name)
+            .map_or(BACKOFF.0, |(_, d)| (*d * 2).min(BACKOFF.1));
+        state
+            .backoff
+            .insert(name.clone(), (Instant::now() + delay, delay));
         if state.reported.get(&name) == Some(&error) {
             return;
         }
@@ -385,14 +431,19 @@ impl ProviderNetworks {
     /// Merge-patches this node's labels where they differ.
     async fn patch_labels(&self, node: &K8sNode, labels: &BTreeMap<String, Option<String>>) {
         let current = node.labels();
-        let changes: BTreeMap<&String, &Option<String>> =
-            labels.iter().filter(|(k, v)| current.get(*k) != v.as_ref()).collect();
+        let changes: BTreeMap<&String, &Option<String>> = labels
+            .iter()
+            .filter(|(k, v)| current.get(*k) != v.as_ref())
+            .collect();
         if changes.is_empty() {
             return;
         }
         let patch = serde_json::json!({ "metadata": { "labels": changes } });
         let api: Api<K8sNode> = Api::all(self.kube.clone());
-        if let Err(e) = api.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+        if let Err(e) = api
+            .patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
             tracing::warn!(error = %e, "cannot patch the provider network labels of this node");
         }
     }
@@ -400,7 +451,9 @@ impl ProviderNetworks {
     /// Sets or removes `<pn>.provider-network.kubernetes.io/err_mesg` on the daemon's own pod,
     /// when it differs from what this daemon last wrote (a merge patch: no read needed).
     async fn set_err_mesg(&self, state: &mut State, pn: &str, error: Option<&str>) {
-        let Some((namespace, name)) = &self.settings.pod else { return };
+        let Some((namespace, name)) = &self.settings.pod else {
+            return;
+        };
         let wanted = error.map(str::to_owned);
         if state.err_mesg.get(pn) == Some(&wanted) {
             return;
@@ -408,11 +461,16 @@ impl ProviderNetworks {
         let key = provider_network_error_annotation(pn);
         let api: Api<Pod> = Api::namespaced(self.kube.clone(), namespace);
         let patch = serde_json::json!({ "metadata": { "annotations": { key: error } } });
-        match api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        match api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
             Ok(_) => {
                 state.err_mesg.insert(pn.to_owned(), wanted);
             }
-            Err(e) => tracing::warn!(error = %e, pod = %name, "cannot annotate this daemon's pod with the provider network error"),
+            Err(e) => {
+                tracing::warn!(error = %e, pod = %name, "cannot annotate this daemon's pod with the provider network error");
+            }
         }
     }
 }

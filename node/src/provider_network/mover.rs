@@ -94,7 +94,9 @@ impl Mover<'_> {
                 });
             }
             let outcome = if hook.is_some() {
-                Err(DaemonError::ProviderNetwork("injected failure (test hook)".into()))
+                Err(DaemonError::ProviderNetwork(
+                    "injected failure (test hook)".into(),
+                ))
             } else {
                 self.apply(step).await
             };
@@ -111,7 +113,11 @@ impl Mover<'_> {
                     return Err(MoveError {
                         step: describe(step),
                         cause,
-                        rolled_back: if failed.is_empty() { Ok(()) } else { Err(failed.join("; ")) },
+                        rolled_back: if failed.is_empty() {
+                            Ok(())
+                        } else {
+                            Err(failed.join("; "))
+                        },
                     });
                 }
             }
@@ -156,7 +162,9 @@ impl Mover<'_> {
             Step::Announce(dev, neighbours) => self.announce(*dev, neighbours).await,
             Step::WriteMapping => {
                 let mac = kube_ovn_dataplane::format_mac(&self.local_mac("chassis"));
-                self.ovs.set_mappings(self.pn, Some(self.bridge), Some(&mac)).await?;
+                self.ovs
+                    .set_mappings(self.pn, Some(self.bridge), Some(&mac))
+                    .await?;
             }
             Step::RemoveMapping => self.ovs.set_mappings(self.pn, None, None).await?,
             Step::RemoveBridge => {
@@ -203,8 +211,9 @@ impl Mover<'_> {
     }
 
     async fn create_bridge(&self) -> Result<(), DaemonError> {
-        let snapshot = serde_json::to_string(self.snapshot)
-            .map_err(|e| DaemonError::ProviderNetwork(format!("serialize the snapshot of nic {}: {e}", self.nic)))?;
+        let snapshot = serde_json::to_string(self.snapshot).map_err(|e| {
+            DaemonError::ProviderNetwork(format!("serialize the snapshot of nic {}: {e}", self.nic))
+        })?;
         let external_ids = BTreeMap::from([
             ("vendor".to_owned(), "kube-ovn".to_owned()),
             ("exchange-link-name".to_owned(), "false".to_owned()),
@@ -264,7 +273,9 @@ impl Mover<'_> {
         if addr.net.addr().is_ipv6() || label == from || label == to {
             return None;
         }
-        let suffix = label.strip_prefix(from).unwrap_or(label.split_once(':').map_or("", |(_, s)| s));
+        let suffix = label
+            .strip_prefix(from)
+            .unwrap_or(label.split_once(':').map_or("", |(_, s)| s));
         let renamed = if suffix.starts_with(':') {
             format!("{to}{suffix}")
         } else if suffix.is_empty() || label.starts_with(to) {

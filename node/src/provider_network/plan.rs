@@ -85,7 +85,12 @@ pub enum Desired {
 }
 
 /// The decision for `pn` on node `node` (labels `labels`); `vlans` is every Vlan.
-pub fn desired(pn: &ProviderNetwork, node: &str, labels: &BTreeMap<String, String>, vlans: &[&Vlan]) -> Desired {
+pub fn desired(
+    pn: &ProviderNetwork,
+    node: &str,
+    labels: &BTreeMap<String, String>,
+    vlans: &[&Vlan],
+) -> Desired {
     let nic = pn.nic_for(node).filter(|n| !n.is_empty()).map(str::to_owned);
     match pn.excludes(node, labels) {
         Ok(true) => return Desired::Excluded,
@@ -111,9 +116,18 @@ pub fn desired(pn: &ProviderNetwork, node: &str, labels: &BTreeMap<String, Strin
     let spec = &pn.spec;
     // No 8021q in the kernels this runs on; refuse instead of ignoring (plan §3.0 5).
     for (set, field) in [
-        (spec.auto_create_vlan_subinterfaces == Some(true), "spec.autoCreateVlanSubinterfaces"),
-        (spec.preserve_vlan_interfaces == Some(true), "spec.preserveVlanInterfaces"),
-        (spec.vlan_interfaces.as_ref().is_some_and(|v| !v.is_empty()), "spec.vlanInterfaces"),
+        (
+            spec.auto_create_vlan_subinterfaces == Some(true),
+            "spec.autoCreateVlanSubinterfaces",
+        ),
+        (
+            spec.preserve_vlan_interfaces == Some(true),
+            "spec.preserveVlanInterfaces",
+        ),
+        (
+            spec.vlan_interfaces.as_ref().is_some_and(|v| !v.is_empty()),
+            "spec.vlanInterfaces",
+        ),
     ] {
         if set {
             return Desired::NotReady {
@@ -144,7 +158,11 @@ pub fn desired(pn: &ProviderNetwork, node: &str, labels: &BTreeMap<String, Strin
 
 /// `{0}` ∪ the ids of the Vlans named in `pn.status.vlans` (Kube-OVN `initProviderNetwork`).
 pub fn trunks(pn: &ProviderNetwork, vlans: &[&Vlan]) -> Vec<u16> {
-    let listed = pn.status.as_ref().and_then(|s| s.vlans.clone()).unwrap_or_default();
+    let listed = pn
+        .status
+        .as_ref()
+        .and_then(|s| s.vlans.clone())
+        .unwrap_or_default();
     let mut ids: Vec<u16> = std::iter::once(0)
         .chain(
             vlans
@@ -161,7 +179,12 @@ pub fn trunks(pn: &ProviderNetwork, vlans: &[&Vlan]) -> Vec<u16> {
 /// Why the NIC cannot be moved now, if it cannot: it does not exist (Kube-OVN's text), it is a
 /// port of another OVS bridge (never stolen: in the lab `br-ul` carries the node's own
 /// traffic), or it is enslaved to a Linux bridge or bond.
-pub fn nic_refusal(nic: &str, bridge: &str, state: Option<&LinkState>, ovs_bridge: Option<&str>) -> Option<Desired> {
+pub fn nic_refusal(
+    nic: &str,
+    bridge: &str,
+    state: Option<&LinkState>,
+    ovs_bridge: Option<&str>,
+) -> Option<Desired> {
     let refuse = |reason, message| {
         Some(Desired::NotReady {
             reason,
@@ -191,7 +214,12 @@ pub fn nic_refusal(nic: &str, bridge: &str, state: Option<&LinkState>, ovs_bridg
 /// for addresses stay (Kube-OVN skips link-local; the kernel makes the others again on the
 /// bridge), routes in replay order (host, link, then via a gateway).
 pub fn snapshot_of(nic: &LinkState) -> Snapshot {
-    let addrs: Vec<AddrRecord> = nic.addrs.iter().filter(|a| !is_link_local(a.net.addr())).cloned().collect();
+    let addrs: Vec<AddrRecord> = nic
+        .addrs
+        .iter()
+        .filter(|a| !is_link_local(a.net.addr()))
+        .cloned()
+        .collect();
     let mut routes: Vec<RouteRecord> = nic
         .routes
         .iter()
@@ -296,13 +324,12 @@ pub struct Current<'a> {
 pub fn move_steps(cur: &Current<'_>, trunks: &[u16]) -> Vec<Step> {
     let mut steps = Vec::new();
     let fresh;
-    let snap = match cur.snapshot {
-        Some(s) => s,
-        None => {
-            steps.push(Step::CreateBridge);
-            fresh = cur.nic.map(snapshot_of).unwrap_or_default();
-            &fresh
-        }
+    let snap = if let Some(s) = cur.snapshot {
+        s
+    } else {
+        steps.push(Step::CreateBridge);
+        fresh = cur.nic.map(snapshot_of).unwrap_or_default();
+        &fresh
     };
     if cur.snapshot.is_some() && cur.trunks.as_deref() != Some(trunks) {
         steps.push(Step::SetTrunks(trunks.to_vec()));
@@ -351,7 +378,13 @@ pub fn give_back_steps(cur: &Current<'_>) -> Vec<Step> {
         .map(|b| b.addrs.iter().filter(|a| !is_link_local(a.net.addr())).collect())
         .unwrap_or_default();
     // The snapshot's record of an address carries its original flags and label.
-    let original = |a: &AddrRecord| snap.addrs.iter().find(|s| s.net == a.net).cloned().unwrap_or_else(|| a.clone());
+    let original = |a: &AddrRecord| {
+        snap.addrs
+            .iter()
+            .find(|s| s.net == a.net)
+            .cloned()
+            .unwrap_or_else(|| a.clone())
+    };
     let addrs: Vec<AddrRecord> = if bridge_addrs.is_empty() {
         snap.addrs.clone()
     } else {
@@ -410,7 +443,12 @@ pub fn labels(pn: &str, outcome: &Outcome) -> BTreeMap<String, Option<String>> {
     let key = |name| provider_network_label(pn, name);
     let mut out = BTreeMap::new();
     let (ready, interface, mtu, exclude) = match outcome {
-        Outcome::Ready { nic, mtu } => (Some("true".into()), Some(nic.clone()), mtu.map(|m| m.to_string()), None),
+        Outcome::Ready { nic, mtu } => (
+            Some("true".into()),
+            Some(nic.clone()),
+            mtu.map(|m| m.to_string()),
+            None,
+        ),
         Outcome::Excluded => (None, None, None, Some("true".into())),
         Outcome::NotReady | Outcome::Deleted => (None, None, None, None),
     };

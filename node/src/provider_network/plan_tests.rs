@@ -96,12 +96,12 @@ fn nic_choice_exclusion_and_refusals() {
 
 #[test]
 fn trunks_are_zero_and_listed_vlans() {
-    let mut p = pn(ProviderNetworkSpec::default());
-    p.status = Some(ProviderNetworkStatus {
+    let mut net = pn(ProviderNetworkSpec::default());
+    net.status = Some(ProviderNetworkStatus {
         vlans: Some(vec!["v200".into(), "v100".into()]),
         ..Default::default()
     });
-    let v = |name: &str, id| {
+    let vlan = |name: &str, id| {
         Vlan::new(
             name,
             VlanSpec {
@@ -111,8 +111,8 @@ fn trunks_are_zero_and_listed_vlans() {
             },
         )
     };
-    let (a, b, c) = (v("v100", 100), v("v200", 200), v("v300", 300));
-    assert_eq!(trunks(&p, &[&b, &a, &c]), vec![0, 100, 200]);
+    let (v100, v200, v300) = (vlan("v100", 100), vlan("v200", 200), vlan("v300", 300));
+    assert_eq!(trunks(&net, &[&v200, &v100, &v300]), vec![0, 100, 200]);
 }
 
 #[test]
@@ -233,9 +233,15 @@ fn give_back_restores_from_the_snapshot_when_the_bridge_lost_it() {
         arp_ignore: true,
     };
     let steps = give_back_steps(&cur);
-    assert_eq!(steps.first(), Some(&Step::AddAddr(Dev::Nic, addr("172.31.0.11/24"))));
+    assert_eq!(
+        steps.first(),
+        Some(&Step::AddAddr(Dev::Nic, addr("172.31.0.11/24")))
+    );
     assert!(steps.contains(&Step::SetArpIgnore("0".into())));
-    assert_eq!(&steps[steps.len() - 2..], &[Step::RemoveMapping, Step::RemoveBridge]);
+    assert_eq!(
+        &steps[steps.len() - 2..],
+        &[Step::RemoveMapping, Step::RemoveBridge]
+    );
     // Every step of a move has an inverse that is a give-back step.
     assert_eq!(
         Step::Route(Dev::Bridge, snap.routes[0].clone()).inverse(None),
@@ -252,11 +258,23 @@ fn labels_follow_kube_ovn() {
             mtu: Some(1400),
         },
     );
-    assert_eq!(ready["pn1.provider-network.kubernetes.io/ready"].as_deref(), Some("true"));
-    assert_eq!(ready["pn1.provider-network.kubernetes.io/interface"].as_deref(), Some("eth1"));
-    assert_eq!(ready["pn1.provider-network.kubernetes.io/mtu"].as_deref(), Some("1400"));
+    assert_eq!(
+        ready["pn1.provider-network.kubernetes.io/ready"].as_deref(),
+        Some("true")
+    );
+    assert_eq!(
+        ready["pn1.provider-network.kubernetes.io/interface"].as_deref(),
+        Some("eth1")
+    );
+    assert_eq!(
+        ready["pn1.provider-network.kubernetes.io/mtu"].as_deref(),
+        Some("1400")
+    );
     assert_eq!(ready["pn1.provider-network.kubernetes.io/exclude"], None);
     let excluded = labels("pn1", &Outcome::Excluded);
-    assert_eq!(excluded["pn1.provider-network.kubernetes.io/exclude"].as_deref(), Some("true"));
+    assert_eq!(
+        excluded["pn1.provider-network.kubernetes.io/exclude"].as_deref(),
+        Some("true")
+    );
     assert_eq!(excluded["pn1.provider-network.kubernetes.io/ready"], None);
 }
