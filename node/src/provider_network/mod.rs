@@ -26,7 +26,7 @@ use k8s_openapi::api::core::v1::{Node as K8sNode, Pod};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Resource, ResourceExt};
-use kube_ovn_api::annotations::keys::provider_network_error_annotation;
+use kube_ovn_api::annotations::keys::{PROVIDER_NETWORK_LABELS, provider_network_error_annotation};
 use kube_ovn_api::crd::provider_network::provider_bridge_name;
 use kube_ovn_api::crd::{ProviderNetwork, Vlan};
 use kube_ovn_dataplane::{Netlink, Netns};
@@ -179,6 +179,32 @@ impl ProviderNetworks {
             };
             self.report(state, pn, &node, &outcome, error, nic.as_deref())
                 .await;
+        }
+        // Labels and err_mesg of ProviderNetworks gone from the API that had no bridge here
+        // (refused or excluded; or deleted while the daemon was down): removed as Kube-OVN's
+        // delete handler removes them.
+        let gone: std::collections::BTreeSet<String> = node
+            .labels()
+            .keys()
+            .filter_map(|k| k.split_once(".provider-network.kubernetes.io/"))
+            .filter(|(_, name)| PROVIDER_NETWORK_LABELS.contains(name))
+            .map(|(pn, _)| pn.to_owned())
+            .chain(
+                state
+                    .err_mesg
+                    .iter()
+                    .filter(|(_, e)| e.is_some())
+                    .map(|(pn, _)| pn.clone()),
+            )
+            .filter(|pn| !pns.iter().any(|p| &p.name_any() == pn))
+            .filter(|pn| self.ovs.bridge_row(&provider_bridge_name(pn)).is_none())
+            .collect();
+        for pn in gone {
+            self.patch_labels(&node, &plan::labels(&pn, &Outcome::Deleted))
+                .await;
+            self.set_err_mesg(state, &pn, None).await;
+            state.backoff.remove(&pn);
+            state.reported.remove(&pn);
         }
         // Bridges of ours whose ProviderNetwork is gone from the API: give the NIC back.
         for bridge in self.ovs.provider_bridges() {
