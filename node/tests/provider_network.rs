@@ -125,6 +125,39 @@ async fn nic_moves_into_the_bridge_and_back_exactly_without_losing_the_node() ->
         .wait_ping(std::net::Ipv4Addr::new(172, 31, 0, 11), WAIT)?;
     echo(&mut client, &mut conn, 2)?;
 
+    // Excluded: the NIC comes back, the node is labelled exclude=true; included again, it
+    // moves back in.
+    let exclude = |nodes: serde_json::Value| json!({"spec": {"excludeNodes": nodes}});
+    pns.patch(
+        "pn1",
+        &PatchParams::default(),
+        &Patch::Merge(exclude(json!(["n1"]))),
+    )
+    .await?;
+    wait_until_async("n1 excluded", WAIT, || async {
+        Ok(labels(&kube, "n1", "pn1").await? == [("exclude".to_owned(), "true".to_owned())])
+    })
+    .await?;
+    assert!(!rig.has_bridge("br-pn1"));
+    assert_eq!(rig.dump("eth1")?, before, "eth1 not given back on exclusion");
+    assert_eq!(rig.mappings()?, "other:br-other");
+    echo(&mut client, &mut conn, 3)?;
+    pns.patch("pn1", &PatchParams::default(), &Patch::Merge(exclude(json!([]))))
+        .await?;
+    wait_until_async("pn1 ready on n1 again", WAIT, || async {
+        Ok(labels(&kube, "n1", "pn1")
+            .await?
+            .contains(&("ready".into(), "true".into())))
+    })
+    .await?;
+    assert!(
+        !labels(&kube, "n1", "pn1")
+            .await?
+            .iter()
+            .any(|(k, _)| k == "exclude")
+    );
+    echo(&mut client, &mut conn, 4)?;
+
     // Deleted: the NIC comes back as it was, the bridge and the mapping entry go.
     pns.delete("pn1", &DeleteParams::default()).await?;
     wait_until_async("br-pn1 removed", WAIT, || async { Ok(!rig.has_bridge("br-pn1")) }).await?;
@@ -135,7 +168,7 @@ async fn nic_moves_into_the_bridge_and_back_exactly_without_losing_the_node() ->
     let after = rig.dump("eth1")?;
     assert_eq!(after, before, "eth1 not given back as it was");
     assert_eq!(rig.mappings()?, "other:br-other");
-    echo(&mut client, &mut conn, 3).with_context(|| {
+    echo(&mut client, &mut conn, 5).with_context(|| {
         format!(
             "after the give-back; peer neighbours: {:?}; node neighbours: {:?}; node links: {:?}",
             rig.peer.ip(&["neigh"]),
