@@ -97,3 +97,18 @@ pub async fn write_net_sysctl(ns: &Netns, key: &str, value: &str) -> Result<bool
         }),
     }
 }
+
+/// Reads a sysctl under `/proc/sys/net` inside `ns`, trimmed; `Ok(None)` when the key does not
+/// exist (the interface is gone, or IPv6 compiled out).
+pub async fn read_net_sysctl(ns: &Netns, key: &str) -> Result<Option<String>> {
+    let path = format!("/proc/sys/net/{key}");
+    let file = path.clone();
+    match ns.run_async(move || std::fs::read_to_string(&file)).await? {
+        Ok(text) => Ok(Some(text.trim().to_owned())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(Error::Io {
+            op: format!("read {path} in {}", ns.label()),
+            source,
+        }),
+    }
+}

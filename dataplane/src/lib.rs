@@ -24,6 +24,7 @@ mod link;
 mod netns;
 pub mod nft;
 pub mod ping;
+mod records;
 mod route;
 mod rule;
 pub mod socket;
@@ -32,6 +33,7 @@ pub mod tcp_md5;
 pub use error::{Error, Result};
 pub use link::{LinkInfo, Netlink, VethPair};
 pub use netns::Netns;
+pub use records::{AddrRecord, RouteMetrics, RouteRecord, is_link_local};
 pub use route::Route;
 pub use rule::{PROTOCOL as RULE_PROTOCOL, PolicyRule, TableRoute};
 

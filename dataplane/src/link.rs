@@ -230,6 +230,37 @@ impl Netlink {
             .map_err(self.fail(format!("configure link #{index}")))
     }
 
+    /// Brings link `index` up.
+    pub async fn set_up(&self, index: u32) -> Result<()> {
+        self.configure(index, None, None, true).await
+    }
+
+    /// The index of the link `index` is enslaved to (`IFLA_MASTER`: a Linux bridge, bond or
+    /// VRF), or `None`. An OVS netdev bridge's port has none: ovs-vswitchd reads it through a
+    /// packet socket, so OVS membership is a question for the Open_vSwitch database.
+    pub async fn master_of(&self, index: u32) -> Result<Option<u32>> {
+        let found = self
+            .handle
+            .link()
+            .get()
+            .match_index(index)
+            .execute()
+            .try_next()
+            .await;
+        match found {
+            Ok(Some(message)) => Ok(message.attributes.iter().find_map(|a| match a {
+                LinkAttribute::Controller(master) if *master != 0 => Some(*master),
+                _ => None,
+            })),
+            Ok(None) => Ok(None),
+            Err(source) => Err(Error::Netlink {
+                op: format!("get link #{index}"),
+                ns: self.ns.clone(),
+                source,
+            }),
+        }
+    }
+
     /// Deletes link `name`; `Ok(false)` when it was not there. Deleting one end of a veth
     /// removes the other.
     pub async fn delete_link(&self, name: &str) -> Result<bool> {

@@ -53,7 +53,7 @@ pub async fn init_ovs(
         ("system-id".to_owned(), system_id.clone()),
         ("hostname".to_owned(), flags.node_name.clone()),
         ("ovn-bridge".to_owned(), flags.ovs_bridge.clone()),
-        ("ovn-encap-type".to_owned(), flags.network_type.clone()),
+        ("ovn-encap-type".to_owned(), config.encap_type.clone()),
         ("ovn-encap-csum".to_owned(), flags.encap_checksum.to_string()),
         (
             "ovn-bridge-datapath-type".to_owned(),

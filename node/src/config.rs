@@ -46,9 +46,25 @@ pub struct Flags {
     /// Interface whose address is the tunnel endpoint when `--encap-ip` is empty.
     #[arg(long, env = "IFACE", default_value = "")]
     pub iface: String,
-    /// Tunnel type (`external_ids:ovn-encap-type`).
+    /// Tunnel type (`external_ids:ovn-encap-type`): geneve, vxlan or stt; `vlan` (Kube-OVN's
+    /// underlay default network) keeps geneve tunnels for the overlay subnets and geneve's MTU
+    /// rule, as Kube-OVN's daemon does.
     #[arg(long, env = "NETWORK_TYPE", default_value = "geneve")]
     pub network_type: String,
+    /// The default provider network's NIC (Kube-OVN's flag, which its daemon accepts and leaves
+    /// to the ProviderNetwork the controller creates): accepted and not used here.
+    #[arg(long, env = "DEFAULT_INTERFACE_NAME", default_value = "")]
+    pub default_interface_name: String,
+    /// The daemon's own pod (Kube-OVN's daemon reads `POD_NAME`): it carries the provider
+    /// networks' `err_mesg` annotations. Empty: not annotated.
+    #[arg(long, env = "POD_NAME", default_value = "")]
+    pub pod_name: String,
+    /// The daemon's own pod's namespace.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "kube-system")]
+    pub pod_namespace: String,
+    /// `other_config:mac-learning-fallback` on provider bridges (Kube-OVN's flag).
+    #[arg(long, env = "MAC_LEARNING_FALLBACK", default_value_t = false, action = clap::ArgAction::Set)]
+    pub mac_learning_fallback: bool,
     /// Checksums in tunnel packets (`external_ids:ovn-encap-csum`).
     #[arg(long, env = "ENCAP_CHECKSUM", default_value_t = true, action = clap::ArgAction::Set)]
     pub encap_checksum: bool,
@@ -181,6 +197,8 @@ pub struct Config {
     pub flags: Flags,
     /// Parsed `--ovs-datapath-type`.
     pub datapath: Datapath,
+    /// `external_ids:ovn-encap-type`: `--network-type`, geneve for `vlan`.
+    pub encap_type: String,
     /// Parsed `--encap-ip`.
     pub encap_ip: Option<IpAddr>,
     /// Pod MTU when the subnet has none.
@@ -220,13 +238,14 @@ impl Flags {
             }
         };
         let overhead = match self.network_type.as_str() {
-            "geneve" => GENEVE_OVERHEAD,
+            // Kube-OVN (pkg/daemon/config.go): vlan takes geneve's header off the MTU.
+            "geneve" | "vlan" => GENEVE_OVERHEAD,
             "vxlan" => VXLAN_OVERHEAD,
             "stt" => 72,
             other => {
                 return Err(bad(
                     "network-type",
-                    format!("{other:?} is not geneve, vxlan or stt"),
+                    format!("{other:?} is not geneve, vxlan, stt or vlan"),
                 ));
             }
         };
@@ -278,9 +297,14 @@ impl Flags {
                 }
             }
         }
+        let encap_type = match self.network_type.as_str() {
+            "vlan" => "geneve".to_owned(),
+            other => other.to_owned(),
+        };
         Ok(Config {
             flags: self,
             datapath,
+            encap_type,
             encap_ip,
             default_mtu,
             cni_conf_version,
@@ -349,6 +373,23 @@ mod tests {
         let mut all = vec!["kube-ovn-daemon", "--node-name", "n1"];
         all.extend_from_slice(args);
         Flags::try_parse_from(all).unwrap()
+    }
+
+    /// Kube-OVN's install.sh runs the daemon with `--network-type=vlan
+    /// --default-interface-name=<nic>` for an underlay default network: accepted, geneve
+    /// tunnels and geneve's MTU rule as Kube-OVN's daemon.
+    #[test]
+    fn vlan_network_type_is_accepted() {
+        let config = flags(&["--network-type", "vlan", "--default-interface-name", "eth1"])
+            .validate()
+            .unwrap();
+        assert_eq!(config.encap_type, "geneve");
+        assert_eq!(config.default_mtu, 1400);
+        assert_eq!(flags(&[]).validate().unwrap().encap_type, "geneve");
+        assert_eq!(
+            flags(&["--network-type", "vxlan"]).validate().unwrap().encap_type,
+            "vxlan"
+        );
     }
 
     #[test]

@@ -57,6 +57,10 @@ pub enum DaemonError {
     /// The egress NAT tables are not what was applied (read back from the kernel).
     #[error("{0}")]
     Gateway(String),
+    /// A provider network could not be set up or given back on this node; the message names
+    /// the provider network, the NIC and the step.
+    #[error("{0}")]
+    ProviderNetwork(String),
     /// CHECK found the NIC differs from what it should be.
     #[error("pod {pod}: {problem}")]
     CheckFailed {

@@ -12,6 +12,8 @@
 //! - the gateway task (`gateway`, `lb_ingress`, `nft_tables`): egress NAT, policy routing,
 //!   ingress to LoadBalancer IPs;
 //! - the ovn0 check (`health`): the Node's `NetworkUnavailable` condition;
+//! - the provider-network task (`provider_network`): a ProviderNetwork's NIC into `br-<pn>`
+//!   and back, `ovn-bridge-mappings`, the Node's provider-network labels;
 //! - the metrics listener (`server`): `/metrics /healthz /livez /readyz`.
 //!
 //! Start-up (`chassis`) configures `br-int` and the chassis before any task runs.
@@ -37,6 +39,7 @@ pub mod node_routes;
 pub mod ovs;
 pub mod plan;
 pub mod pod_plans;
+pub mod provider_network;
 pub mod qos;
 pub mod rates;
 pub mod server;
@@ -47,7 +50,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node as K8sNode, Pod, Service};
 use kube::Api;
-use kube_ovn_api::crd::Subnet;
+use kube_ovn_api::crd::{ProviderNetwork, Subnet, Vlan};
 use kube_ovn_dataplane::{Netlink, Netns};
 use kube_ovn_ovsdb::{Client, ClientConfig, MonitorTables, Remote};
 use kube_ovn_support::Watched;
@@ -102,6 +105,12 @@ pub enum StartError {
 ///     ──▶ nft tables (NAT, ingress marks), ip rules + table routes, sysctls, Warning events
 ///   every --ovn0-check-interval, Watched<Node>
 ///     ──▶ ovn0 check (health.rs) ──ping join gateway──▶ Node NetworkUnavailable
+///   Watched<ProviderNetwork>, <Vlan>, <Node>, OVS replica changes, every 30 s, backoff
+///     ──▶ provider-network task (provider_network/mod.rs; plan.rs pure, mover.rs the only
+///         code that changes the NIC, with an undo journal)
+///     owns: per-PN backoff, failures reported
+///     ──▶ br-<pn> with the NIC (snapshot in its external_ids), the NIC's addresses and routes
+///         onto br-<pn>, ovn-bridge-mappings, Node labels, own pod err_mesg, Warning events
 ///   Metrics, Ovs ──▶ metrics listener (server.rs): /metrics /healthz /livez /readyz
 ///
 ///   Open_vSwitch DB ◀──▶ Ovs (ovs.rs: replica + transactions)
@@ -140,6 +149,8 @@ pub async fn run(
     let subnets: Watched<Subnet> = Watched::start(Api::all(kube.clone()), None, None);
     let nodes: Watched<K8sNode> = Watched::start(Api::all(kube.clone()), None, None);
     let services: Watched<Service> = Watched::start(Api::all(kube.clone()), None, None);
+    let pns: Watched<ProviderNetwork> = Watched::start(Api::all(kube.clone()), None, None);
+    let vlans: Watched<Vlan> = Watched::start(Api::all(kube.clone()), None, None);
     let metrics = Metrics::new();
 
     let system_id = chassis::init_ovs(&config, &ovs, &ovs_nl, &kube).await?;
@@ -175,6 +186,25 @@ pub async fn run(
     tasks.also_check("nodes-watch", move || w.stopped());
     let w = services.clone();
     tasks.also_check("services-watch", move || w.stopped());
+    let w = pns.clone();
+    tasks.also_check("provider-networks-watch", move || w.stopped());
+    let w = vlans.clone();
+    tasks.also_check("vlans-watch", move || w.stopped());
+
+    // After init_ovs (br-int and the chassis exist): the NIC moves into br-<pn>, which
+    // ovn-controller patches to br-int once the mapping is written.
+    let provider_networks = provider_network::ProviderNetworks {
+        settings: provider_network::Settings::new(&config),
+        kube: kube.clone(),
+        ovs: ovs.clone(),
+        ovs_ns: ovs_ns.clone(),
+        ovs_nl: ovs_nl.clone(),
+        pns,
+        vlans,
+        nodes: nodes.clone(),
+        fail_at: None,
+    };
+    tasks.spawn("provider-network", provider_networks.run());
 
     let network = node::NodeNetwork::new(
         node::Settings::new(&config),

@@ -13,6 +13,8 @@ use kube_ovn_ovsdb::{
 use crate::error::DaemonError;
 use crate::plan::QosPlan;
 
+pub mod provider;
+
 /// How often a QoS write that lost a race to another writer is tried again.
 const QOS_RACE_RETRIES: u32 = 3;
 

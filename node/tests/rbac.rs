@@ -37,6 +37,8 @@ async fn the_daemon_needs_no_permission_its_role_lacks() -> Result<()> {
         ("watch", "/nodes"),
         ("watch", "/pods"),
         ("watch", "kubeovn.io/subnets"),
+        ("watch", "kubeovn.io/provider-networks"),
+        ("watch", "kubeovn.io/vlans"),
     ]
     .into_iter()
     .map(|(verb, resource)| (verb.to_owned(), resource.to_owned()))

@@ -1,0 +1,510 @@
+//! The provider-network task: on each node a ProviderNetwork applies to, the NIC moves into the
+//! OVS bridge `br-<pn>` with its addresses and routes, `ovn-bridge-mappings` gets
+//! `<pn>:br-<pn>`, and the Node is labelled `<pn>.provider-network.kubernetes.io/{ready,
+//! interface,mtu}`; on an excluded node, or when the ProviderNetwork is deleted, the NIC is
+//! given back as it was (Kube-OVN `pkg/daemon/controller.go handleAddOrUpdateProviderNetwork /
+//! handleDeleteProviderNetwork`).
+//!
+//! Kube-OVN's failure report is kept: the `ready`/`interface`/`mtu` labels removed, the
+//! daemon's own pod annotated `<pn>.provider-network.kubernetes.io/err_mesg`, and a Warning
+//! event `InitOVSBridgeFailed` on the ProviderNetwork; retried with backoff. Where we differ
+//! (plan §3.0): the move also happens on the netdev datapath, it never leaves the node without
+//! its address, a failed move is undone, and a crash mid-move is finished or undone at start
+//! from the snapshot kept in the bridge's `external_ids`.
+//!
+//! `plan` decides (pure), `mover` changes the NIC; this file reads the caches, OVS and the
+//! kernel, and writes the labels, the annotation and the events.
+
+pub mod mover;
+pub mod plan;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node as K8sNode, Pod};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Api, Resource, ResourceExt};
+use kube_ovn_api::annotations::keys::{PROVIDER_NETWORK_LABELS, provider_network_error_annotation};
+use kube_ovn_api::crd::provider_network::provider_bridge_name;
+use kube_ovn_api::crd::{ProviderNetwork, Vlan};
+use kube_ovn_dataplane::{Netlink, Netns};
+use kube_ovn_support::Watched;
+use tokio::time::Instant;
+
+use self::mover::{Mover, mac_of, read_link};
+use self::plan::{Current, Desired, Outcome, PROVIDER_KEY, SNAPSHOT_KEY, Snapshot, Step};
+use crate::config::{Config, Datapath};
+use crate::error::DaemonError;
+use crate::ovs::Ovs;
+use crate::ovs::provider::{BRIDGE_MAPPINGS, PROVIDER_NIC, mapping_entry};
+
+/// How long the task waits for the caches' first list before saying so in the log.
+const SYNC_WAIT: Duration = Duration::from_secs(30);
+/// A pass runs at least this often: a NIC that appears (Kube-OVN: "nic does not exist" until
+/// it does) or an outside change to the bridge is seen without an API event.
+const TICK: Duration = Duration::from_secs(30);
+/// Retry backoff after a failure: doubles from the first to the last.
+const BACKOFF: (Duration, Duration) = (Duration::from_secs(1), Duration::from_mins(1));
+
+/// What the task reads from the flags.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `--node-name`.
+    pub node_name: String,
+    /// `--ovs-datapath-type`.
+    pub datapath: Datapath,
+    /// `--mac-learning-fallback`.
+    pub mac_learning_fallback: bool,
+    /// `--pod-name` / `--pod-namespace`: the daemon's pod (err_mesg); empty name: none.
+    pub pod: Option<(String, String)>,
+    /// How often the task looks again without an event.
+    pub tick: Duration,
+}
+
+impl Settings {
+    /// From the validated flags.
+    pub fn new(config: &Config) -> Self {
+        let f = &config.flags;
+        Self {
+            node_name: f.node_name.clone(),
+            datapath: config.datapath,
+            mac_learning_fallback: f.mac_learning_fallback,
+            pod: (!f.pod_name.is_empty()).then(|| (f.pod_namespace.clone(), f.pod_name.clone())),
+            tick: TICK,
+        }
+    }
+}
+
+/// The task's inputs.
+pub struct ProviderNetworks {
+    /// Flags.
+    pub settings: Settings,
+    /// The API.
+    pub kube: kube::Client,
+    /// The Open_vSwitch database.
+    pub ovs: Ovs,
+    /// Where ovs-vswitchd and the NIC are.
+    pub ovs_ns: Netns,
+    /// Netlink there.
+    pub ovs_nl: Netlink,
+    /// Every ProviderNetwork.
+    pub pns: Watched<ProviderNetwork>,
+    /// Every Vlan.
+    pub vlans: Watched<Vlan>,
+    /// The Nodes (this one's labels).
+    pub nodes: Watched<K8sNode>,
+    /// Test hook passed to the mover (see [`Mover::fail_at`]); `None` in the daemon.
+    pub fail_at: Option<mover::FailPoint>,
+}
+
+/// What the task keeps between passes.
+#[derive(Default)]
+struct State {
+    /// Per ProviderNetwork: when to try again after a failure, and the current delay.
+    backoff: HashMap<String, (Instant, Duration)>,
+    /// The failure last reported per ProviderNetwork (one event per distinct failure).
+    reported: HashMap<String, String>,
+    /// The `err_mesg` last written per ProviderNetwork.
+    err_mesg: HashMap<String, Option<String>>,
+}
+
+impl ProviderNetworks {
+    /// Runs until dropped: a pass on every cache or OVS change, on the tick, and when a
+    /// backoff runs out.
+    pub async fn run(self) {
+        while !(self.pns.synced(SYNC_WAIT).await
+            && self.vlans.synced(SYNC_WAIT).await
+            && self.nodes.synced(SYNC_WAIT).await)
+        {
+            tracing::info!(
+                "provider networks wait for the ProviderNetwork, Vlan and Node caches to list once"
+            );
+        }
+        let mut state = State::default();
+        let mut pn_changes = self.pns.changes();
+        let mut vlan_changes = self.vlans.changes();
+        let mut node_changes = self.nodes.changes();
+        let mut ovs_state = self.ovs.state();
+        loop {
+            self.pass(&mut state).await;
+            let now = Instant::now();
+            let wake = state
+                .backoff
+                .values()
+                .map(|(at, _)| *at)
+                .filter(|at| *at > now)
+                .min()
+                .unwrap_or(now + self.settings.tick)
+                .min(now + self.settings.tick);
+            tokio::select! {
+                _ = pn_changes.changed() => {}
+                _ = vlan_changes.changed() => {}
+                _ = node_changes.changed() => {}
+                _ = ovs_state.changed() => {}
+                () = tokio::time::sleep_until(wake) => {}
+            }
+        }
+    }
+
+    /// One pass over every ProviderNetwork, then over our bridges whose ProviderNetwork is gone.
+    async fn pass(&self, state: &mut State) {
+        let me = &self.settings.node_name;
+        let Some(node) = self.nodes.get(me, None) else {
+            tracing::info!(node = %me, "provider networks wait for this node's Node object");
+            return;
+        };
+        let vlans = self.vlans.all();
+        let vlan_refs: Vec<&Vlan> = vlans.iter().map(Arc::as_ref).collect();
+        let pns = self.pns.all();
+        for pn in &pns {
+            let name = pn.name_any();
+            if pn.meta().deletion_timestamp.is_some() {
+                continue; // Kube-OVN: nothing on update while it is being deleted.
+            }
+            if state
+                .backoff
+                .get(&name)
+                .is_some_and(|(at, _)| *at > Instant::now())
+            {
+                continue;
+            }
+            let span = tracing::info_span!("provider_network", pn = %name, node = %me);
+            let _entered = span.enter();
+            let desired = plan::desired(pn, me, node.labels(), &vlan_refs);
+            let (outcome, error, nic) = match self.reconcile(&name, &desired).await {
+                Ok(outcome) => (outcome, None, desired_nic(&desired)),
+                Err((nic, message)) => (Outcome::NotReady, Some(message), nic),
+            };
+            self.report(state, pn, &node, &outcome, error, nic.as_deref())
+                .await;
+        }
+        // Labels and err_mesg of ProviderNetworks gone from the API that had no bridge here
+        // (refused or excluded; or deleted while the daemon was down): removed as Kube-OVN's
+        // delete handler removes them.
+        let gone: std::collections::BTreeSet<String> = node
+            .labels()
+            .keys()
+            .filter_map(|k| k.split_once(".provider-network.kubernetes.io/"))
+            .filter(|(_, name)| PROVIDER_NETWORK_LABELS.contains(name))
+            .map(|(pn, _)| pn.to_owned())
+            .chain(
+                state
+                    .err_mesg
+                    .iter()
+                    .filter(|(_, e)| e.is_some())
+                    .map(|(pn, _)| pn.clone()),
+            )
+            .filter(|pn| !pns.iter().any(|p| &p.name_any() == pn))
+            .filter(|pn| self.ovs.bridge_row(&provider_bridge_name(pn)).is_none())
+            .collect();
+        for pn in gone {
+            self.patch_labels(&node, &plan::labels(&pn, &Outcome::Deleted))
+                .await;
+            self.set_err_mesg(state, &pn, None).await;
+            state.backoff.remove(&pn);
+            state.reported.remove(&pn);
+        }
+        // Bridges of ours whose ProviderNetwork is gone from the API: give the NIC back.
+        for bridge in self.ovs.provider_bridges() {
+            let Some(pn) = bridge.external_ids.get(PROVIDER_KEY) else {
+                continue;
+            };
+            if pns.iter().any(|p| &p.name_any() == pn) {
+                continue;
+            }
+            let span = tracing::info_span!("provider_network", pn = %pn, node = %me);
+            let _entered = span.enter();
+            let nic = bridge.external_ids.get(PROVIDER_NIC).cloned().unwrap_or_default();
+            match self.give_back(pn, &bridge.name, &nic).await {
+                Ok(()) => {
+                    tracing::info!(nic = %nic, "provider network deleted: nic given back");
+                    self.patch_labels(&node, &plan::labels(pn, &Outcome::Deleted))
+                        .await;
+                    self.set_err_mesg(state, pn, None).await;
+                    state.backoff.remove(pn);
+                    state.reported.remove(pn);
+                }
+                Err(e) => {
+                    tracing::warn!(nic = %nic, error = %e, "cannot give the nic of a deleted provider network back; will retry");
+                }
+            }
+        }
+    }
+
+    /// Brings one ProviderNetwork to `desired` on this node. `Err((nic, message))` when it is
+    /// not ready here.
+    async fn reconcile(&self, pn: &str, desired: &Desired) -> Result<Outcome, (Option<String>, String)> {
+        let bridge = provider_bridge_name(pn);
+        let ours = self
+            .ovs
+            .bridge_row(&bridge)
+            .and_then(|b| b.external_ids.get(PROVIDER_NIC).cloned());
+        match desired {
+            Desired::NotReady { message, nic, .. } => Err((nic.clone(), message.clone())),
+            Desired::Excluded => {
+                if let Some(nic) = ours {
+                    self.give_back(pn, &bridge, &nic)
+                        .await
+                        .map_err(|e| (Some(nic.clone()), e.to_string()))?;
+                    tracing::info!(nic = %nic, "node excluded: nic given back");
+                }
+                Ok(Outcome::Excluded)
+            }
+            Desired::Present { nic, trunks } => {
+                let fail = |e: &dyn std::fmt::Display| (Some(nic.clone()), e.to_string());
+                if let Some(old) = ours.as_ref().filter(|old| *old != nic) {
+                    // The NIC changed (customInterfaces): the old one first goes back.
+                    self.give_back(pn, &bridge, old).await.map_err(|e| fail(&e))?;
+                }
+                let mtu = self
+                    .move_in(pn, &bridge, nic, trunks)
+                    .await
+                    .map_err(|e| fail(&e))?;
+                Ok(Outcome::Ready {
+                    nic: nic.clone(),
+                    mtu,
+                })
+            }
+        }
+    }
+
+    /// Moves `nic` into `bridge` (or finishes that); returns the NIC's MTU.
+    async fn move_in(
+        &self,
+        pn: &str,
+        bridge: &str,
+        nic: &str,
+        trunks: &[u16],
+    ) -> Result<Option<u32>, DaemonError> {
+        let snapshot = self.snapshot(bridge, nic);
+        let nic_state = read_link(&self.ovs_nl, &self.ovs_ns, nic).await?;
+        if snapshot.is_none()
+            && let Some(Desired::NotReady { message, .. }) = plan::nic_refusal(
+                nic,
+                bridge,
+                nic_state.as_ref(),
+                self.ovs.bridge_of_port(nic).as_deref(),
+            )
+        {
+            return Err(DaemonError::ProviderNetwork(message));
+        }
+        if snapshot.is_none() && self.ovs.bridge_row(bridge).is_some() {
+            return Err(DaemonError::ProviderNetwork(format!(
+                "OVS bridge {bridge} exists and was not made by kube-ovn-rs for nic {nic}; it is left alone"
+            )));
+        }
+        let Some(nic_link) = nic_state.as_ref() else {
+            return Err(DaemonError::ProviderNetwork(format!("nic {nic} does not exist")));
+        };
+        let bridge_state = match snapshot {
+            Some(_) => read_link(&self.ovs_nl, &self.ovs_ns, bridge).await?,
+            None => None,
+        };
+        let cur = Current {
+            nic: Some(nic_link),
+            bridge: bridge_state.as_ref(),
+            snapshot: snapshot.as_ref(),
+            trunks: self.ovs.port_trunks(nic),
+            mapping: self.mapping(pn),
+            bridge_name: bridge,
+            arp_ignore: self.settings.datapath == Datapath::Netdev,
+        };
+        let steps = plan::move_steps(&cur, trunks);
+        let taken = snapshot.clone().unwrap_or_else(|| plan::snapshot_of(nic_link));
+        if !steps.is_empty() {
+            tracing::info!(
+                nic,
+                bridge,
+                steps = steps.len(),
+                "moving the nic into the provider bridge"
+            );
+            self.mover(pn, bridge, nic, trunks, &taken)
+                .await?
+                .run(&steps)
+                .await
+                .map_err(|e| DaemonError::ProviderNetwork(e.to_string()))?;
+        }
+        Ok(taken.mtu.or(nic_link.mtu))
+    }
+
+    /// Gives `nic` back from `bridge` and removes the bridge and the mapping entry.
+    async fn give_back(&self, pn: &str, bridge: &str, nic: &str) -> Result<(), DaemonError> {
+        let snapshot = self.snapshot(bridge, nic);
+        let nic_state = read_link(&self.ovs_nl, &self.ovs_ns, nic).await?;
+        let bridge_state = read_link(&self.ovs_nl, &self.ovs_ns, bridge).await?;
+        let cur = Current {
+            nic: nic_state.as_ref(),
+            bridge: bridge_state.as_ref(),
+            snapshot: snapshot.as_ref(),
+            trunks: None,
+            mapping: self.mapping(pn),
+            bridge_name: bridge,
+            arp_ignore: self.settings.datapath == Datapath::Netdev,
+        };
+        let mut steps = plan::give_back_steps(&cur);
+        if snapshot.is_none() && self.ovs.bridge_row(bridge).is_some() {
+            steps.push(Step::RemoveBridge);
+        }
+        let taken = snapshot.unwrap_or_default();
+        tracing::info!(nic, bridge, steps = steps.len(), "giving the nic back");
+        self.mover(pn, bridge, nic, &[], &taken)
+            .await?
+            .run(&steps)
+            .await
+            .map_err(|e| DaemonError::ProviderNetwork(e.to_string()))
+    }
+
+    async fn mover<'a>(
+        &'a self,
+        pn: &'a str,
+        bridge: &'a str,
+        nic: &'a str,
+        trunks: &'a [u16],
+        snapshot: &'a Snapshot,
+    ) -> Result<Mover<'a>, DaemonError> {
+        Ok(Mover {
+            ovs: &self.ovs,
+            nl: &self.ovs_nl,
+            ns: &self.ovs_ns,
+            pn,
+            bridge,
+            nic,
+            datapath: self.settings.datapath,
+            trunks,
+            snapshot,
+            nic_mac: mac_of(&self.ovs_nl, nic).await?,
+            mac_learning_fallback: self.settings.mac_learning_fallback,
+            fail_at: self.fail_at,
+        })
+    }
+
+    /// The snapshot in `bridge`'s `external_ids`, when the bridge is ours and holds `nic`.
+    fn snapshot(&self, bridge: &str, nic: &str) -> Option<Snapshot> {
+        let row = self.ovs.bridge_row(bridge)?;
+        if row.external_ids.get(PROVIDER_NIC).map(String::as_str) != Some(nic) {
+            return None;
+        }
+        let text = row.external_ids.get(SNAPSHOT_KEY)?;
+        match serde_json::from_str(text) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!(bridge, error = %e, "unreadable snapshot in the bridge's external_ids; using an empty one");
+                Some(Snapshot::default())
+            }
+        }
+    }
+
+    fn mapping(&self, pn: &str) -> Option<String> {
+        let ids = self.ovs.chassis_ids();
+        mapping_entry(ids.get(BRIDGE_MAPPINGS).map_or("", String::as_str), pn).map(str::to_owned)
+    }
+
+    /// Labels, err_mesg, Warning event and backoff for one pass's result.
+    async fn report(
+        &self,
+        state: &mut State,
+        pn: &ProviderNetwork,
+        node: &K8sNode,
+        outcome: &Outcome,
+        error: Option<String>,
+        nic: Option<&str>,
+    ) {
+        let name = pn.name_any();
+        self.patch_labels(node, &plan::labels(&name, outcome)).await;
+        self.set_err_mesg(state, &name, error.as_deref()).await;
+        let Some(error) = error else {
+            state.backoff.remove(&name);
+            state.reported.remove(&name);
+            return;
+        };
+        tracing::warn!(error = %error, "provider network not ready on this node");
+        let delay = state
+            .backoff
+            .get(&name)
+            .map_or(BACKOFF.0, |(_, d)| (*d * 2).min(BACKOFF.1));
+        state
+            .backoff
+            .insert(name.clone(), (Instant::now() + delay, delay));
+        if state.reported.get(&name) == Some(&error) {
+            return;
+        }
+        state.reported.insert(name.clone(), error.clone());
+        // Kube-OVN's reason and text (pkg/daemon/controller.go initProviderNetwork).
+        let note = format!(
+            "Failed to initialize provider network: node={} interface={} error={error}",
+            self.settings.node_name,
+            nic.unwrap_or_default()
+        );
+        let reporter = Reporter {
+            controller: "kube-ovn-cni".into(),
+            instance: Some(self.settings.node_name.clone()),
+        };
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "InitOVSBridgeFailed".into(),
+            note: Some(note),
+            action: "InitProviderNetwork".into(),
+            secondary: None,
+        };
+        let recorder = Recorder::new(self.kube.clone(), reporter);
+        if let Err(e) = recorder.publish(&event, &pn.object_ref(&())).await {
+            tracing::debug!(error = %e, "cannot publish event");
+        }
+    }
+
+    /// Merge-patches this node's labels where they differ.
+    async fn patch_labels(&self, node: &K8sNode, labels: &BTreeMap<String, Option<String>>) {
+        let current = node.labels();
+        let changes: BTreeMap<&String, &Option<String>> = labels
+            .iter()
+            .filter(|(k, v)| current.get(*k) != v.as_ref())
+            .collect();
+        if changes.is_empty() {
+            return;
+        }
+        let patch = serde_json::json!({ "metadata": { "labels": changes } });
+        let api: Api<K8sNode> = Api::all(self.kube.clone());
+        if let Err(e) = api
+            .patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            tracing::warn!(error = %e, "cannot patch the provider network labels of this node");
+        }
+    }
+
+    /// Sets or removes `<pn>.provider-network.kubernetes.io/err_mesg` on the daemon's own pod,
+    /// when it differs from what this daemon last wrote (a merge patch: no read needed).
+    async fn set_err_mesg(&self, state: &mut State, pn: &str, error: Option<&str>) {
+        let Some((namespace, name)) = &self.settings.pod else {
+            return;
+        };
+        let wanted = error.map(str::to_owned);
+        if state.err_mesg.get(pn) == Some(&wanted) {
+            return;
+        }
+        let key = provider_network_error_annotation(pn);
+        let api: Api<Pod> = Api::namespaced(self.kube.clone(), namespace);
+        let patch = serde_json::json!({ "metadata": { "annotations": { key: error } } });
+        match api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                state.err_mesg.insert(pn.to_owned(), wanted);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, pod = %name, "cannot annotate this daemon's pod with the provider network error");
+            }
+        }
+    }
+}
+
+fn desired_nic(desired: &Desired) -> Option<String> {
+    match desired {
+        Desired::Present { nic, .. } => Some(nic.clone()),
+        Desired::NotReady { nic, .. } => nic.clone(),
+        Desired::Excluded => None,
+    }
+}

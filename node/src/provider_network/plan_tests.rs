@@ -1,0 +1,280 @@
+use super::*;
+use kube_ovn_api::crd::{ProviderNetworkSpec, ProviderNetworkStatus, VlanSpec};
+use kube_ovn_dataplane::RouteMetrics;
+
+fn pn(spec: ProviderNetworkSpec) -> ProviderNetwork {
+    ProviderNetwork::new("pn1", spec)
+}
+
+fn addr(net: &str) -> AddrRecord {
+    AddrRecord {
+        net: net.parse().unwrap(),
+        peer: None,
+        broadcast: None,
+        flags: 0,
+        scope: 0,
+        label: None,
+        route_metric: None,
+    }
+}
+
+fn route(dst: &str, gw: Option<&str>, scope: u8, protocol: u8) -> RouteRecord {
+    RouteRecord {
+        dst: dst.parse().unwrap(),
+        table: 254,
+        protocol,
+        scope,
+        kind: 1,
+        tos: 0,
+        gateway: gw.map(|g| g.parse().unwrap()),
+        prefsrc: None,
+        metric: Some(100),
+        onlink: false,
+        metrics: RouteMetrics::default(),
+    }
+}
+
+fn nic() -> LinkState {
+    LinkState {
+        index: 2,
+        up: true,
+        mtu: Some(1500),
+        addrs: vec![addr("172.31.0.11/24"), addr("fe80::1/64")],
+        routes: vec![
+            route("0.0.0.0/0", Some("172.31.0.1"), 0, 4),
+            route("172.31.0.0/24", None, 253, 2),
+            route("10.9.0.0/16", None, 253, 4),
+        ],
+        arp_ignore: Some("0".into()),
+        master: None,
+        neighbours: vec!["172.31.0.1".parse().unwrap()],
+    }
+}
+
+#[test]
+fn nic_choice_exclusion_and_refusals() {
+    let base = ProviderNetworkSpec {
+        default_interface: Some("eth1".into()),
+        ..Default::default()
+    };
+    let labels = BTreeMap::new();
+    assert_eq!(
+        desired(&pn(base.clone()), "n1", &labels, &[]),
+        Desired::Present {
+            nic: "eth1".into(),
+            trunks: vec![0]
+        }
+    );
+    let excluded = ProviderNetworkSpec {
+        exclude_nodes: Some(vec!["n1".into()]),
+        ..base.clone()
+    };
+    assert_eq!(desired(&pn(excluded), "n1", &labels, &[]), Desired::Excluded);
+    let exchange = ProviderNetworkSpec {
+        exchange_link_name: Some(true),
+        ..base.clone()
+    };
+    assert!(matches!(
+        desired(&pn(exchange), "n1", &labels, &[]),
+        Desired::NotReady {
+            reason: "ExchangeLinkNameUnsupported",
+            ..
+        }
+    ));
+    let sub = ProviderNetworkSpec {
+        vlan_interfaces: Some(vec!["eth1.100".into()]),
+        ..base
+    };
+    match desired(&pn(sub), "n1", &labels, &[]) {
+        Desired::NotReady { reason, message, .. } => {
+            assert_eq!(reason, "VlanSubinterfacesUnsupported");
+            assert!(message.contains("spec.vlanInterfaces"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn trunks_are_zero_and_listed_vlans() {
+    let mut net = pn(ProviderNetworkSpec::default());
+    net.status = Some(ProviderNetworkStatus {
+        vlans: Some(vec!["v200".into(), "v100".into()]),
+        ..Default::default()
+    });
+    let vlan = |name: &str, id| {
+        Vlan::new(
+            name,
+            VlanSpec {
+                id: Some(id),
+                provider: Some("pn1".into()),
+                ..Default::default()
+            },
+        )
+    };
+    let (v100, v200, v300) = (vlan("v100", 100), vlan("v200", 200), vlan("v300", 300));
+    assert_eq!(trunks(&net, &[&v200, &v100, &v300]), vec![0, 100, 200]);
+}
+
+#[test]
+fn refusals_name_the_nic() {
+    let state = nic();
+    match nic_refusal("nope", "br-pn1", None, None) {
+        Some(Desired::NotReady { reason, message, .. }) => {
+            assert_eq!(reason, "NicNotFound");
+            assert_eq!(message, "nic nope does not exist");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        nic_refusal("eth1", "br-pn1", Some(&state), Some("br-ul")),
+        Some(Desired::NotReady {
+            reason: "NicInOtherBridge",
+            ..
+        })
+    ));
+    assert_eq!(nic_refusal("eth1", "br-pn1", Some(&state), Some("br-pn1")), None);
+}
+
+#[test]
+fn fresh_move_keeps_an_address_at_every_step() {
+    let state = nic();
+    let cur = Current {
+        nic: Some(&state),
+        bridge_name: "br-pn1",
+        arp_ignore: true,
+        ..Default::default()
+    };
+    let steps = move_steps(&cur, &[0]);
+    let a = addr("172.31.0.11/24");
+    let default = route("0.0.0.0/0", Some("172.31.0.1"), 0, 4);
+    let link = route("10.9.0.0/16", None, 253, 4);
+    assert_eq!(
+        steps,
+        vec![
+            Step::CreateBridge,
+            Step::SetArpIgnore("1".into()),
+            Step::Up(Dev::Bridge),
+            Step::AddAddr(Dev::Bridge, a.clone()),
+            // Link routes before routes through a gateway; the kernel's prefix route and the
+            // link-local address stay.
+            Step::Route(Dev::Bridge, link),
+            Step::Route(Dev::Bridge, default),
+            Step::DelAddr(Dev::Nic, a),
+            Step::Announce(Dev::Bridge, vec!["172.31.0.1".parse().unwrap()]),
+            Step::WriteMapping,
+        ]
+    );
+}
+
+#[test]
+fn a_finished_move_has_no_steps_and_trunk_changes_alone() {
+    let before = nic();
+    let snap = snapshot_of(&before);
+    let mut after_nic = before.clone();
+    after_nic.addrs.retain(|a| is_link_local(a.net.addr()));
+    after_nic.arp_ignore = Some("1".into());
+    let bridge = LinkState {
+        addrs: snap.addrs.clone(),
+        routes: snap.routes.clone(),
+        up: true,
+        ..Default::default()
+    };
+    let mut cur = Current {
+        nic: Some(&after_nic),
+        bridge: Some(&bridge),
+        snapshot: Some(&snap),
+        trunks: Some(vec![0]),
+        mapping: Some("br-pn1".into()),
+        bridge_name: "br-pn1",
+        arp_ignore: true,
+    };
+    assert_eq!(move_steps(&cur, &[0]), vec![]);
+    assert_eq!(move_steps(&cur, &[0, 100]), vec![Step::SetTrunks(vec![0, 100])]);
+    // A crash between adding to the bridge and deleting from the NIC: finish the move.
+    let mut half = before.clone();
+    half.arp_ignore = Some("1".into());
+    cur.nic = Some(&half);
+    let steps = move_steps(&cur, &[0]);
+    assert_eq!(
+        steps,
+        vec![
+            Step::DelAddr(Dev::Nic, addr("172.31.0.11/24")),
+            Step::Announce(Dev::Bridge, vec!["172.31.0.1".parse().unwrap()])
+        ]
+    );
+    // ovs-vswitchd restarted: the tap came back bare; the snapshot puts it all back.
+    let bare = LinkState {
+        up: false,
+        ..Default::default()
+    };
+    cur.nic = Some(&after_nic);
+    cur.bridge = Some(&bare);
+    let steps = move_steps(&cur, &[0]);
+    assert_eq!(steps[0], Step::Up(Dev::Bridge));
+    assert_eq!(steps[1], Step::AddAddr(Dev::Bridge, addr("172.31.0.11/24")));
+    assert_eq!(steps.len(), 3 + snap.routes.len());
+}
+
+#[test]
+fn give_back_restores_from_the_snapshot_when_the_bridge_lost_it() {
+    let before = nic();
+    let snap = snapshot_of(&before);
+    let mut bare = before.clone();
+    bare.addrs.retain(|a| is_link_local(a.net.addr()));
+    bare.routes.clear();
+    bare.arp_ignore = Some("1".into());
+    let cur = Current {
+        nic: Some(&bare),
+        bridge: None,
+        snapshot: Some(&snap),
+        trunks: Some(vec![0]),
+        mapping: Some("br-pn1".into()),
+        bridge_name: "br-pn1",
+        arp_ignore: true,
+    };
+    let steps = give_back_steps(&cur);
+    assert_eq!(
+        steps.first(),
+        Some(&Step::AddAddr(Dev::Nic, addr("172.31.0.11/24")))
+    );
+    assert!(steps.contains(&Step::SetArpIgnore("0".into())));
+    assert_eq!(
+        &steps[steps.len() - 2..],
+        &[Step::RemoveMapping, Step::RemoveBridge]
+    );
+    // Every step of a move has an inverse that is a give-back step.
+    assert_eq!(
+        Step::Route(Dev::Bridge, snap.routes[0].clone()).inverse(None),
+        Some(Step::Route(Dev::Nic, snap.routes[0].clone()))
+    );
+}
+
+#[test]
+fn labels_follow_kube_ovn() {
+    let ready = labels(
+        "pn1",
+        &Outcome::Ready {
+            nic: "eth1".into(),
+            mtu: Some(1400),
+        },
+    );
+    assert_eq!(
+        ready["pn1.provider-network.kubernetes.io/ready"].as_deref(),
+        Some("true")
+    );
+    assert_eq!(
+        ready["pn1.provider-network.kubernetes.io/interface"].as_deref(),
+        Some("eth1")
+    );
+    assert_eq!(
+        ready["pn1.provider-network.kubernetes.io/mtu"].as_deref(),
+        Some("1400")
+    );
+    assert_eq!(ready["pn1.provider-network.kubernetes.io/exclude"], None);
+    let excluded = labels("pn1", &Outcome::Excluded);
+    assert_eq!(
+        excluded["pn1.provider-network.kubernetes.io/exclude"].as_deref(),
+        Some("true")
+    );
+    assert_eq!(excluded["pn1.provider-network.kubernetes.io/ready"], None);
+}
