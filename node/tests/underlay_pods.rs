@@ -9,24 +9,33 @@
 mod common;
 
 use std::net::Ipv4Addr;
-use std::time::Duration;
 
 use anyhow::Result;
-use common::underlay::{PATH_WAIT, Underlay, UnderlaySubnet, wait_ping};
+use common::Options;
+use common::underlay::{PATH_WAIT, PN, Underlay, UnderlaySubnet, ping_sized, wait_ping};
 use serde_json::json;
+
+/// The provider NIC's MTU, unlike the daemons' --mtu (1400).
+const NIC_MTU: u32 = 1450;
 
 fn ip(s: &str) -> Ipv4Addr {
     s.parse().expect("an IPv4 literal")
 }
 
-/// §4.2 test 7: pods on both nodes reach the tagged gateway; the trunk carries `vlan 100` with
-/// the pod's MAC and address (no NAT); pod to pod across nodes goes over the fabric, tagged;
-/// VLAN 200 does not reach VLAN 100; VLAN 0 is untagged.
+/// §4.2 tests 7 and 8, one fabric: pods on both nodes reach the tagged gateway; the trunk
+/// carries `vlan 100` with the pod's MAC and address (no NAT); pod to pod across nodes goes over
+/// the fabric, tagged; VLAN 200 does not reach VLAN 100; VLAN 0 is untagged. The provider NIC's
+/// MTU (1450, the node label) is the pod's, unless the subnet sets its own; a bad label fails
+/// ADD naming it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn underlay_pods_are_tagged_on_the_wire_and_reach_the_physical_gateway() -> Result<()> {
-    let ul = Underlay::start(&[], 1500).await?;
-    ul.map(0)?;
-    ul.map(1)?;
+async fn underlay_pods_are_tagged_on_the_wire_reach_the_physical_gateway_and_take_the_nic_mtu() -> Result<()>
+{
+    let ul = Underlay::start(Options::default(), NIC_MTU).await?;
+    let label = format!("{PN}.provider-network.kubernetes.io/mtu");
+    for node in 0..2 {
+        ul.map(node)?;
+        ul.label_node(node, &label, Some("1450")).await?;
+    }
     let gw100 = ul.router.add_vlan_gateway(100, "10.100.0.1/24")?;
     ul.router.add_vlan_gateway(200, "10.200.0.1/24")?;
     ul.router.add_vlan_gateway(0, "10.50.0.1/24")?;
@@ -36,20 +45,41 @@ async fn underlay_pods_are_tagged_on_the_wire_and_reach_the_physical_gateway() -
     let v0 = UnderlaySubnet::new("ul0", "10.50.0.0/24", "10.50.0.1", 0);
     ul.subnet(&v100, json!({})).await?;
     ul.subnet(&wrong, json!({"disableGatewayCheck": true})).await?;
-    ul.subnet(&v0, json!({})).await?;
+    ul.subnet(&v0, json!({"mtu": 1300})).await?;
 
     let trunk0 = ul.router.capture(&ul.trunks[0])?;
     let a = ul.pod(&v100, "a", 0, ip("10.100.0.10"), &[]).await?;
     let b = ul.pod(&v100, "b", 1, ip("10.100.0.11"), &[]).await?;
-    wait_ping(&a, ip("10.100.0.1"))?;
-    wait_ping(&b, ip("10.100.0.1"))?;
-    let mac_a = a.result["interfaces"][0]["mac"].as_str().unwrap_or_default().to_owned();
+    // ADD returned after the gateway answered ARP, so the first ping needs no wait.
+    assert!(a.netns.ping(ip("10.100.0.1")), "a pings its physical gateway");
+    assert!(b.netns.ping(ip("10.100.0.1")), "b pings its physical gateway");
+    let mac_a = a.result["interfaces"][0]["mac"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
     let to_gw = trunk0.wait_frame("a's echo to the gateway, tagged 100", PATH_WAIT, |f| {
         f.src_ip.as_deref() == Some("10.100.0.10") && f.dst_ip.as_deref() == Some("10.100.0.1")
     })?;
     assert_eq!(to_gw.vlan, Some(100), "{}", to_gw.line);
-    assert_eq!(to_gw.src_mac, mac_a, "the pod's own MAC on the wire: {}", to_gw.line);
+    assert_eq!(
+        to_gw.src_mac, mac_a,
+        "the pod's own MAC on the wire: {}",
+        to_gw.line
+    );
     assert_eq!(to_gw.dst_mac, ul.router.mac(&gw100)?, "{}", to_gw.line);
+
+    // The MTU is the provider NIC's (the label), not --mtu (1400): 1450 - 28 bytes of
+    // headers go out unfragmented, one more does not.
+    assert!(a.netns.ip(&["link", "show", "eth0"])?.contains("mtu 1450"));
+    assert_eq!(a.result["interfaces"].as_array().map(Vec::len), Some(1));
+    assert!(
+        ping_sized(&a, ip("10.100.0.1"), Some(1422)),
+        "1450-byte packets reach the gateway"
+    );
+    assert!(
+        !ping_sized(&a, ip("10.100.0.1"), Some(1423)),
+        "1451-byte packets do not fit"
+    );
 
     // Pod to pod across nodes: through node 0's trunk, tagged, not through geneve.
     wait_ping(&a, b.ip())?;
@@ -58,21 +88,49 @@ async fn underlay_pods_are_tagged_on_the_wire_and_reach_the_physical_gateway() -
     })?;
     assert_eq!(across.vlan, Some(100), "{}", across.line);
 
-    // VLAN 200 does not reach VLAN 100's gateway, and its ARP is tagged 200.
+    // VLAN 200 does not reach VLAN 100's gateway, and its ARP is tagged 200 (ADD succeeded
+    // only because the subnet disables the gateway check).
     let w = ul.pod(&wrong, "w", 0, ip("10.100.0.20"), &[]).await?;
-    assert!(!w.netns.ping(ip("10.100.0.1")), "VLAN 200 reached VLAN 100's gateway");
+    assert!(
+        !w.netns.ping(ip("10.100.0.1")),
+        "VLAN 200 reached VLAN 100's gateway"
+    );
     let arp = trunk0.wait_frame("w's ARP on the trunk", PATH_WAIT, |f| {
         f.ethertype == "ARP" && f.line.contains("tell 10.100.0.20")
     })?;
     assert_eq!(arp.vlan, Some(200), "{}", arp.line);
 
-    // VLAN 0: no 802.1Q header.
+    // VLAN 0: no 802.1Q header; the subnet's own MTU wins over the label.
     let z = ul.pod(&v0, "z", 0, ip("10.50.0.10"), &[]).await?;
-    wait_ping(&z, ip("10.50.0.1"))?;
+    assert!(z.netns.ip(&["link", "show", "eth0"])?.contains("mtu 1300"));
+    assert!(z.netns.ping(ip("10.50.0.1")));
     let plain = trunk0.wait_frame("z's echo on the trunk", PATH_WAIT, |f| {
         f.src_ip.as_deref() == Some("10.50.0.10") && f.dst_ip.as_deref() == Some("10.50.0.1")
     })?;
     assert_eq!(plain.vlan, None, "{}", plain.line);
-    let _ = Duration::ZERO;
+
+    // A label that is not a positive number fails ADD and names the label (the node cache
+    // may still hold the good one for a moment: a pod that got through is removed, and tried
+    // again).
+    ul.label_node(1, &label, Some("jumbo")).await?;
+    let deadline = std::time::Instant::now() + PATH_WAIT;
+    let mut n = 0;
+    let last = loop {
+        n += 1;
+        let address = ip(&format!("10.100.0.{}", 100 + n));
+        let (pod, run) = ul.try_pod(&v100, &format!("m{n}"), 1, address, &[]).await?;
+        if !run.success {
+            break run.stdout;
+        }
+        ul.cluster.nodes[1].runtime.del(&pod.sandbox, None)?;
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "ADD kept succeeding with a bad MTU label"
+        );
+    };
+    assert!(
+        last.contains("pn1.provider-network.kubernetes.io/mtu") && last.contains("jumbo"),
+        "{last}"
+    );
     Ok(())
 }

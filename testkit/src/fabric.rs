@@ -192,7 +192,12 @@ impl Capture {
     }
 
     /// Waits until a frame satisfies `pred`, then returns it; the error shows what was seen.
-    pub fn wait_frame(&self, what: &str, timeout: Duration, pred: impl Fn(&Frame) -> bool) -> anyhow::Result<Frame> {
+    pub fn wait_frame(
+        &self,
+        what: &str,
+        timeout: Duration,
+        pred: impl Fn(&Frame) -> bool,
+    ) -> anyhow::Result<Frame> {
         let mut found = None;
         let waited = wait_until(what, timeout, || {
             found = self.frames().into_iter().find(|f| pred(f));
@@ -265,9 +270,13 @@ impl Frame {
         if ethertype == "IPv4" {
             // `(0x0800), length N: a > b: …` untagged; `(0x0800), a > b: …` after a tag.
             let after = last.split_once("), ")?.1;
-            let after = after.split_once(": ").map_or(after, |(head, tail)| {
-                if head.starts_with("length ") { tail } else { after }
-            });
+            let after =
+                after.split_once(": ").map_or(
+                    after,
+                    |(head, tail)| {
+                        if head.starts_with("length ") { tail } else { after }
+                    },
+                );
             let mut parts = after.split_whitespace();
             let a = parts.next()?;
             if parts.next()? == ">" {
@@ -322,6 +331,9 @@ mod tests {
         assert_eq!(arp.ethertype, "ARP");
         assert_eq!(arp.src_ip, None);
 
-        assert_eq!(Frame::parse("listening on t1x0, link-type EN10MB (Ethernet)"), None);
+        assert_eq!(
+            Frame::parse("listening on t1x0, link-type EN10MB (Ethernet)"),
+            None
+        );
     }
 }

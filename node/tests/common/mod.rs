@@ -191,18 +191,20 @@ impl Cluster {
         let flags = <kube_ovn_controller::config::Flags as clap::Parser>::try_parse_from(controller_args)?;
         let config = flags.validate()?;
         let metrics = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let controller = (!options.no_controller).then(|| tokio::spawn(async move {
-            if let Err(e) = kube_ovn_controller::run_with_listener(
-                config,
-                controller_kube,
-                metrics,
-                std::future::pending(),
-            )
-            .await
-            {
-                tracing::error!(error = %e, "controller stopped");
-            }
-        }));
+        let controller = (!options.no_controller).then(|| {
+            tokio::spawn(async move {
+                if let Err(e) = kube_ovn_controller::run_with_listener(
+                    config,
+                    controller_kube,
+                    metrics,
+                    std::future::pending(),
+                )
+                .await
+                {
+                    tracing::error!(error = %e, "controller stopped");
+                }
+            })
+        });
         let mut cluster = Self {
             api,
             kube,
@@ -328,10 +330,11 @@ impl Cluster {
                     .unwrap_or_default()
                     .contains_key("ovn.kubernetes.io/chassis");
                 Ok(annotated
-                    && (!with_join || ovs
-                        .netns()
-                        .ip(&["addr", "show", "ovn0"])
-                        .is_ok_and(|s| s.contains("100.64."))))
+                    && (!with_join
+                        || ovs
+                            .netns()
+                            .ip(&["addr", "show", "ovn0"])
+                            .is_ok_and(|s| s.contains("100.64."))))
             }
         })
         .await

@@ -59,15 +59,14 @@ pub struct Underlay {
 }
 
 impl Underlay {
-    /// Two nodes with daemons (`daemon_flags` for each), the router, each node's `eth1` wired to
+    /// Two nodes with daemons (flags from `options`), the router, each node's `eth1` wired to
     /// it with `nic_mtu`, and `br-pn1` holding `eth1` on each node. The bridge mapping is left
     /// to [`Underlay::map`], so a test can hold it back.
-    pub async fn start(daemon_flags: &[&str], nic_mtu: u32) -> Result<Self> {
+    pub async fn start(options: Options, nic_mtu: u32) -> Result<Self> {
         let cluster = Cluster::start_with(Options {
             nodes: 2,
             no_controller: true,
-            daemon_flags: daemon_flags.iter().map(|f| (*f).to_owned()).collect(),
-            ..Options::default()
+            ..options
         })
         .await?;
         let router = tokio::task::spawn_blocking(|| VlanRouter::start("fab")).await??;
@@ -118,6 +117,19 @@ impl Underlay {
             .map(drop)
     }
 
+    /// Sets (or with `None` removes) a label of node `node`'s Node object, as the daemon's
+    /// ProviderNetwork task labels it (`pn1.provider-network.kubernetes.io/mtu`).
+    pub async fn label_node(&self, node: usize, key: &str, value: Option<&str>) -> Result<()> {
+        let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.cluster.kube.clone());
+        api.patch(
+            &self.cluster.nodes[node].name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"labels": {key: value}}})),
+        )
+        .await?;
+        Ok(())
+    }
+
     /// The subnet's logical switch and localnet port in the northbound database, and the
     /// Subnet object (`vlan` set; `extra` merged into its spec).
     pub async fn subnet(&self, subnet: &UnderlaySubnet, extra: Value) -> Result<()> {
@@ -144,7 +156,12 @@ impl Underlay {
             &format!("network_name={PN}"),
         ])?;
         if subnet.vlan != 0 {
-            ovn.nbctl(&["set", "logical_switch_port", &localnet, &format!("tag={}", subnet.vlan)])?;
+            ovn.nbctl(&[
+                "set",
+                "logical_switch_port",
+                &localnet,
+                &format!("tag={}", subnet.vlan),
+            ])?;
         }
         let mut spec = json!({"protocol": "IPv4", "cidrBlock": subnet.cidr,
             "gateway": subnet.gateway.to_string(), "vlan": format!("vlan{}", subnet.vlan),
