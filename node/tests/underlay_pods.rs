@@ -11,8 +11,9 @@ mod common;
 use std::net::Ipv4Addr;
 
 use anyhow::Result;
-use common::Options;
 use common::underlay::{PATH_WAIT, PN, Underlay, UnderlaySubnet, ping_sized, wait_ping};
+use common::{Options, WAIT};
+use kube_ovn_testkit::wait_until_async;
 use serde_json::json;
 
 /// The provider NIC's MTU, unlike the daemons' --mtu (1400).
@@ -20,6 +21,13 @@ const NIC_MTU: u32 = 1450;
 
 fn ip(s: &str) -> Ipv4Addr {
     s.parse().expect("an IPv4 literal")
+}
+
+/// The pods' ports on `br-int` of node `node` (not ovn-controller's patch ports).
+fn pod_ports(ul: &Underlay, node: usize) -> Result<Vec<String>> {
+    let mut ports = ul.cluster.nodes[node].pod_ports()?;
+    ports.retain(|p| !p.starts_with("patch-"));
+    Ok(ports)
 }
 
 /// §4.2 tests 7 and 8, one fabric: pods on both nodes reach the tagged gateway; the trunk
@@ -132,5 +140,103 @@ async fn underlay_pods_are_tagged_on_the_wire_reach_the_physical_gateway_and_tak
         last.contains("pn1.provider-network.kubernetes.io/mtu") && last.contains("jumbo"),
         "{last}"
     );
+    Ok(())
+}
+
+/// §4.2 tests 9 and 10: ADD of a pod on an underlay subnet waits (bounded) for ovn-controller's
+/// localnet patch port, so a node whose provider network is not ready fails ADD naming the port,
+/// and an ADD under way completes once the bridge mapping appears; the physical gateway must
+/// answer ARP before ADD succeeds, unless the subnet has `disableGatewayCheck`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn add_waits_for_the_localnet_patch_port_and_for_the_gateway_to_answer() -> Result<()> {
+    let ul = Underlay::start(
+        Options {
+            daemon_flags: vec!["--gateway-check-max-retry=3".into()],
+            node_flags: vec![vec!["--wait-ovn-installed-timeout=6s".into()]],
+            ..Options::default()
+        },
+        1500,
+    )
+    .await?;
+    ul.map(1)?;
+    let gw = ul.router.add_vlan_gateway(100, "10.100.0.1/24")?;
+    let v100 = UnderlaySubnet::new("ul100", "10.100.0.0/24", "10.100.0.1", 100);
+    ul.subnet(&v100, json!({})).await?;
+
+    // Node 0 has no bridge mapping: no patch port, ADD fails after the bound and leaves nothing.
+    let (_, run) = ul.try_pod(&v100, "early", 0, ip("10.100.0.40"), &[]).await?;
+    assert!(!run.success, "ADD without the patch port succeeded");
+    assert!(
+        run.stdout
+            .contains("waiting for localnet patch port patch-localnet.ul100-to-br-int"),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(pod_ports(&ul, 0)?, Vec::<String>::new());
+
+    // An ADD under way when the mapping appears completes, and the pod reaches its gateway.
+    let node0 = &ul.cluster.nodes[0];
+    let waits = || {
+        node0
+            .daemon
+            .log()
+            .matches("waiting for localnet patch port")
+            .count()
+    };
+    let add = ul.try_pod(&v100, "late", 0, ip("10.100.0.41"), &[]);
+    let map_when_waiting = async {
+        wait_until_async("the daemon to wait for the patch port again", WAIT, || async {
+            Ok(waits() >= 2)
+        })
+        .await?;
+        ul.map(0)
+    };
+    let ((late, run), ()) = tokio::try_join!(add, map_when_waiting)?;
+    assert!(run.success, "{}\n{}", run.stdout, node0.daemon.log_tail(20));
+    assert!(late.netns.ping(ip("10.100.0.1")));
+
+    // The gateway does not answer: ADD fails with Kube-OVN's message after the retries, and
+    // leaves nothing on the node.
+    ul.router.set_up(&gw, false)?;
+    let (_, run) = ul.try_pod(&v100, "nogw", 1, ip("10.100.0.50"), &[]).await?;
+    assert!(!run.success, "ADD succeeded with the gateway down");
+    assert!(
+        run.stdout.contains(
+            "network 10.100.0.50/24 with gateway 10.100.0.1 is not ready for interface eth0 after 3 checks"
+        ),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(pod_ports(&ul, 1)?, Vec::<String>::new());
+
+    // disableGatewayCheck: the same pod is made (the daemon's subnet cache may lag the patch
+    // for a moment: a refused ADD is tried again, bounded).
+    ul.patch_subnet("ul100", json!({"disableGatewayCheck": true}))
+        .await?;
+    let deadline = std::time::Instant::now() + PATH_WAIT;
+    let mut n = 0;
+    let blind = loop {
+        n += 1;
+        let (pod, run) = ul
+            .try_pod(
+                &v100,
+                &format!("blind{n}"),
+                1,
+                ip(&format!("10.100.0.{}", 50 + n)),
+                &[],
+            )
+            .await?;
+        if run.success {
+            break pod;
+        }
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "ADD still refused with disableGatewayCheck: {}",
+            run.stdout
+        );
+    };
+    assert!(!blind.netns.ping(ip("10.100.0.1")), "the gateway is down");
+    ul.router.set_up(&gw, true)?;
+    wait_ping(&blind, ip("10.100.0.1"))?;
     Ok(())
 }
