@@ -451,6 +451,60 @@ mod tests {
     }
 
     #[test]
+    fn underlay_plans_carry_the_subnets_decisions_and_u2o_takes_the_default_route() {
+        let req = request("eth0");
+        let mut ann = annotations(&ROUTED);
+        ann.insert("ovn.kubernetes.io/provider_network".into(), "pn1".into());
+        let labels = annotations(&[("pn1.provider-network.kubernetes.io/mtu", "1450")]);
+        let plan_for = |spec: serde_json::Value, status: serde_json::Value| {
+            let subnet: Subnet = serde_json::from_value(serde_json::json!({"apiVersion": "kubeovn.io/v1",
+                "kind": "Subnet", "metadata": {"name": "ovn-default"}, "spec": spec, "status": status}))
+            .unwrap();
+            let inputs = PlanInputs {
+                request: &req,
+                subnet: Some(&subnet),
+                node_labels: Some(&labels),
+                default_mtu: 1400,
+            };
+            readiness(Some(&ann), &inputs)
+        };
+        let Ok(Readiness::Ready(plain)) = plan_for(serde_json::json!({"vlan": "v1"}), serde_json::json!({}))
+        else {
+            panic!("no plan");
+        };
+        assert_eq!(plain.mtu, 1450);
+        assert_eq!(
+            plain.wait_patch_port.as_deref(),
+            Some("patch-localnet.ovn-default-to-br-int")
+        );
+        assert_eq!(plain.gateway_check.unwrap().mode, GatewayCheckMode::Arping);
+        assert_eq!(plain.routes[0].via, Some("10.16.0.1".parse().unwrap()));
+
+        let u2o = serde_json::json!({"vlan": "v1", "u2oInterconnection": true});
+        let Ok(Readiness::Ready(plan)) = plan_for(
+            u2o.clone(),
+            serde_json::json!({"u2oInterconnectionIP": "10.16.0.254"}),
+        ) else {
+            panic!("no plan");
+        };
+        let v4_default = plan
+            .routes
+            .iter()
+            .find(|r| r.dst.to_string() == "0.0.0.0/0")
+            .unwrap();
+        assert_eq!(v4_default.via, Some("10.16.0.254".parse().unwrap()));
+        // The IPv6 half has no U2O IP: its gateway stays.
+        let v6_default = plan.routes.iter().find(|r| r.dst.to_string() == "::/0").unwrap();
+        assert_eq!(v6_default.via, Some("fd00:10:16::1".parse().unwrap()));
+        // The result still reports the subnet's gateway, as Kube-OVN's does.
+        assert_eq!(plan.gateways[0], "10.16.0.1".parse::<IpAddr>().unwrap());
+        assert!(matches!(
+            plan_for(u2o, serde_json::json!({})),
+            Err(PlanError::Subnet(SubnetPlanError::U2oIpMissing(_)))
+        ));
+    }
+
+    #[test]
     fn the_early_port_is_the_plans_port_without_what_the_annotations_give() {
         let req = request("eth0");
         let early = early_port(&req);
@@ -528,7 +582,7 @@ mod tests {
             ann.insert(key.into(), value.into());
             match readiness(Some(&ann), &inputs).unwrap_err() {
                 PlanError::Annotation(err) => assert_eq!(err.key, key, "{err}"),
-                other => panic!("{key}: {other}"),
+                other @ PlanError::Subnet(_) => panic!("{key}: {other}"),
             }
         }
     }

@@ -159,30 +159,18 @@ pub fn subnet_plan(inputs: &SubnetInputs<'_>) -> Result<SubnetPlan, SubnetPlanEr
         targets: u2o_gateways.iter().chain(inputs.gateways).copied().collect(),
     });
 
-    let mtu = match spec.mtu.filter(|m| *m > 0) {
-        Some(mtu) => mtu,
-        None => {
-            let provider_network = annotation(keys::PROVIDER_NETWORK);
-            match provider_network {
-                // The controller writes the annotation only on underlay pods; the subnet is
-                // asked too, so a stale annotation cannot change an overlay pod's MTU.
-                Some(pn) if underlay && !logical_gateway && !u2o => {
-                    let label = keys::provider_network_label(pn, "mtu");
-                    match inputs.node_labels.and_then(|l| l.get(&label)) {
-                        // No label yet: the provider network is not ready on this node;
-                        // Kube-OVN then leaves the MTU unset, which is ours.
-                        None => inputs.default_mtu,
-                        Some(value) => value.parse::<u32>().ok().filter(|m| *m > 0).ok_or_else(|| {
-                            SubnetPlanError::ProviderNetworkMtu {
-                                label,
-                                value: value.clone(),
-                            }
-                        })?,
-                    }
-                }
-                _ => inputs.default_mtu,
-            }
-        }
+    let mtu = if let Some(mtu) = spec.mtu.filter(|m| *m > 0) {
+        mtu
+    } else if let Some(pn) = annotation(keys::PROVIDER_NETWORK)
+        // The controller writes the annotation only on underlay pods; the subnet is asked
+        // too, so a stale annotation cannot change an overlay pod's MTU.
+        && underlay
+        && !logical_gateway
+        && !u2o
+    {
+        provider_network_mtu(pn, inputs)?
+    } else {
+        inputs.default_mtu
     };
 
     let wait_patch_port = (underlay && !logical_gateway).then(|| keys::localnet_patch_port(&name));
@@ -194,10 +182,31 @@ pub fn subnet_plan(inputs: &SubnetInputs<'_>) -> Result<SubnetPlan, SubnetPlanEr
     })
 }
 
+/// The provider NIC's MTU as the node's `<pn>.provider-network.kubernetes.io/mtu` label says.
+fn provider_network_mtu(pn: &str, inputs: &SubnetInputs<'_>) -> Result<u32, SubnetPlanError> {
+    let label = keys::provider_network_label(pn, "mtu");
+    match inputs.node_labels.and_then(|l| l.get(&label)) {
+        // No label yet: the provider network is not ready on this node; Kube-OVN then leaves
+        // the MTU unset, we use --mtu.
+        None => Ok(inputs.default_mtu),
+        Some(value) => {
+            value
+                .parse::<u32>()
+                .ok()
+                .filter(|m| *m > 0)
+                .ok_or_else(|| SubnetPlanError::ProviderNetworkMtu {
+                    label,
+                    value: value.clone(),
+                })
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    #[allow(clippy::needless_pass_by_value)] // json! literals at every call
     fn subnet(spec: serde_json::Value, status: serde_json::Value) -> Subnet {
         serde_json::from_value(
             serde_json::json!({"apiVersion": "kubeovn.io/v1", "kind": "Subnet",

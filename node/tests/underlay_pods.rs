@@ -98,9 +98,9 @@ async fn underlay_pods_are_tagged_on_the_wire_reach_the_physical_gateway_and_tak
 
     // VLAN 200 does not reach VLAN 100's gateway, and its ARP is tagged 200 (ADD succeeded
     // only because the subnet disables the gateway check).
-    let w = ul.pod(&wrong, "w", 0, ip("10.100.0.20"), &[]).await?;
+    let isolated = ul.pod(&wrong, "w", 0, ip("10.100.0.20"), &[]).await?;
     assert!(
-        !w.netns.ping(ip("10.100.0.1")),
+        !isolated.netns.ping(ip("10.100.0.1")),
         "VLAN 200 reached VLAN 100's gateway"
     );
     let arp = trunk0.wait_frame("w's ARP on the trunk", PATH_WAIT, |f| {
@@ -109,9 +109,9 @@ async fn underlay_pods_are_tagged_on_the_wire_reach_the_physical_gateway_and_tak
     assert_eq!(arp.vlan, Some(200), "{}", arp.line);
 
     // VLAN 0: no 802.1Q header; the subnet's own MTU wins over the label.
-    let z = ul.pod(&v0, "z", 0, ip("10.50.0.10"), &[]).await?;
-    assert!(z.netns.ip(&["link", "show", "eth0"])?.contains("mtu 1300"));
-    assert!(z.netns.ping(ip("10.50.0.1")));
+    let untagged = ul.pod(&v0, "z", 0, ip("10.50.0.10"), &[]).await?;
+    assert!(untagged.netns.ip(&["link", "show", "eth0"])?.contains("mtu 1300"));
+    assert!(untagged.netns.ping(ip("10.50.0.1")));
     let plain = trunk0.wait_frame("z's echo on the trunk", PATH_WAIT, |f| {
         f.src_ip.as_deref() == Some("10.50.0.10") && f.dst_ip.as_deref() == Some("10.50.0.1")
     })?;
