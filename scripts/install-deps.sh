@@ -16,13 +16,14 @@
 #   podman busybox-static       build the pause image locally (FROM scratch + static busybox; no registry here)
 #   debootstrap                 the Debian 12 base of the kube-ovn-rs image the lab builds (deploy/Dockerfile)
 #   protobuf-compiler           protoc, for k8s-cri's generated CRI client (testkit feature `cri`)
+#   tcpdump                     VLAN tags and addresses on the wire (`tcpdump -e`) in the underlay tests
 #   bird2 frr gobgpd            real BGP and BFD peers for the speaker's tests and benchmark (bird/birdc,
 #                               bgpd/bfdd/vtysh, gobgpd/gobgp); each test starts its own in a netns
 set -euo pipefail
 
 packages=(
   openvswitch-switch openvswitch-common ovn-central ovn-host ovn-common
-  iproute2 iputils-ping curl ethtool nftables iptables ipset procps binutils containernetworking-plugins
+  iproute2 iputils-ping curl ethtool nftables iptables ipset procps binutils containernetworking-plugins tcpdump
   bird2 frr gobgpd containerd podman busybox-static debootstrap protobuf-compiler
 )
 

@@ -102,6 +102,11 @@ pub struct Flags {
     /// How long ADD waits for ovn-controller to bind the port (`ovn-installed`).
     #[arg(long, env = "WAIT_OVN_INSTALLED_TIMEOUT", default_value = "30s", value_parser = parse_timeout)]
     pub wait_ovn_installed_timeout: Duration,
+    /// How many times ADD probes a pod's gateway (ARP for IPv4, ping for IPv6, one a second)
+    /// before it fails, unless the subnet has `disableGatewayCheck` (ours: Kube-OVN's
+    /// constant `gatewayCheckMaxRetry`, 200).
+    #[arg(long, env = "GATEWAY_CHECK_MAX_RETRY", default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
+    pub gateway_check_max_retry: u32,
     /// Plug a pod's port into `br-int` as soon as ADD names the pod (its logical port name is
     /// `<pod>.<namespace>`), while the controller's annotations are still awaited, so
     /// ovs-vswitchd opens it meanwhile and ovn-controller binds it as soon as the logical port

@@ -24,6 +24,15 @@ pub enum DaemonError {
         /// What never happened, and where to look.
         what: String,
     },
+    /// The pod's network cannot be made now; a retry may succeed (a node label or a subnet
+    /// status written by others, the gateway not answering).
+    #[error("pod {pod}: {what}")]
+    NotReady {
+        /// `namespace/name`.
+        pod: String,
+        /// What is missing or wrong, naming the object and field.
+        what: String,
+    },
     /// The pod went away while ADD waited for it.
     #[error("pod {0} was deleted while its network was being set up")]
     PodGone(String),

@@ -27,6 +27,7 @@ pub mod chassis;
 pub mod config;
 pub mod error;
 pub mod gateway;
+pub mod gateway_probe;
 pub mod health;
 pub mod install;
 pub mod join;
@@ -38,6 +39,7 @@ pub mod node;
 pub mod node_routes;
 pub mod ovs;
 pub mod plan;
+pub mod pod_network;
 pub mod pod_plans;
 pub mod provider_network;
 pub mod qos;
@@ -240,7 +242,7 @@ pub async fn run(
         interval: flags.ovn0_check_interval,
         ovs_ns: ovs_ns.clone(),
         ovs_nl: ovs_nl.clone(),
-        nodes,
+        nodes: nodes.clone(),
         kube,
     };
     tasks.spawn("ovn0-check", ovn0_check.run());
@@ -253,6 +255,7 @@ pub async fn run(
         plans: pod_plans::PodPlans {
             pods,
             subnets,
+            nodes,
             default_mtu: config.default_mtu,
             node_name: flags.node_name.clone(),
             wait_address_timeout: flags.wait_address_timeout,

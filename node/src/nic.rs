@@ -12,6 +12,12 @@
 //! until then. Early plugging waits until the pod is seen on this node and is not being
 //! deleted: a request for a pod bound elsewhere must not claim its logical port here.
 //!
+//! On an underlay subnet without `logicalGateway`, the pod side waits for ovn-controller's
+//! localnet patch port (Kube-OVN `waitForLocalnetPatchPort`): until the node's bridge mapping
+//! serves the subnet, the pod's frames would go nowhere. Once the pod side is configured and
+//! the port bound, the gateway is probed as Kube-OVN does (`gateway_probe`), and ADD fails
+//! when a concerned check gets no answer.
+//!
 //! ADD rolls back what it made when any step fails (annotations that never come included), so
 //! a retried ADD starts clean.
 //!
@@ -27,6 +33,7 @@ use kube_ovn_dataplane::{Netlink, Netns, Route, VethPair, ethtool};
 
 use crate::config::{Config, Datapath};
 use crate::error::DaemonError;
+use crate::gateway_probe::{self, ProbeNic};
 use crate::metrics::Metrics;
 use crate::ovs::{Ovs, PortSpec};
 use crate::plan::{self, NicPlan, QosPlan, early_port, host_nic_name};
@@ -41,8 +48,10 @@ pub struct Settings {
     pub datapath: Datapath,
     /// `--early-plug`.
     pub early_plug: bool,
-    /// `--wait-ovn-installed-timeout`.
+    /// `--wait-ovn-installed-timeout`; also bounds the wait for a localnet patch port.
     pub wait_ovn_installed_timeout: Duration,
+    /// `--gateway-check-max-retry`.
+    pub gateway_check_max_retry: u32,
 }
 
 impl Settings {
@@ -53,6 +62,7 @@ impl Settings {
             datapath: config.datapath,
             early_plug: config.flags.early_plug,
             wait_ovn_installed_timeout: config.flags.wait_ovn_installed_timeout,
+            gateway_check_max_retry: config.flags.gateway_check_max_retry,
         }
     }
 }
@@ -225,9 +235,70 @@ impl Nic {
                 .wait("ovn_installed", since.elapsed().saturating_sub(opened));
             r
         };
-        let (pod_side, installed) = tokio::join!(self.configure_pod_side(plan, pod_ns), installed);
+        let pod_side = async {
+            if let Some(port) = &plan.wait_patch_port {
+                self.wait_patch_port(plan, port).await?;
+            }
+            self.configure_pod_side(plan, pod_ns).await
+        };
+        let (pod_side, installed) = tokio::join!(pod_side, installed);
         pod_side?;
-        installed
+        installed?;
+        self.check_gateway(plan, pod_ns).await
+    }
+
+    /// Kube-OVN `waitForLocalnetPatchPort`, bounded: ovn-controller makes the port when this
+    /// node's `ovn-bridge-mappings` names the subnet's provider network.
+    async fn wait_patch_port(&self, plan: &NicPlan, port: &str) -> Result<(), DaemonError> {
+        let started = Instant::now();
+        let timeout = self.settings.wait_ovn_installed_timeout;
+        tracing::info!(%port, "waiting for localnet patch port");
+        let why = format!(
+            "not created by ovn-controller within {timeout:?}; is the subnet's provider network ready on this node (ovn-bridge-mappings)?"
+        );
+        self.ovs
+            .wait_exists(port, timeout, &why)
+            .await
+            .map_err(|e| DaemonError::Timeout {
+                pod: pod_id(plan),
+                what: format!("waiting for localnet patch port {port}: {e}"),
+            })?;
+        self.metrics.wait("localnet_patch_port", started.elapsed());
+        Ok(())
+    }
+
+    /// The gateway check of the plan, if any (see `gateway_probe`); a failure names the pod.
+    async fn check_gateway(&self, plan: &NicPlan, pod_ns: &Netns) -> Result<(), DaemonError> {
+        let Some(check) = &plan.gateway_check else {
+            return Ok(());
+        };
+        let started = Instant::now();
+        let nic = ProbeNic {
+            ns: pod_ns,
+            ifname: &plan.ifname,
+            mac: plan.mac,
+            addresses: &plan.addresses,
+        };
+        let (name, namespace) = (
+            plan.external_ids.get("pod_name").cloned().unwrap_or_default(),
+            plan.external_ids
+                .get("pod_namespace")
+                .cloned()
+                .unwrap_or_default(),
+        );
+        // Kube-OVN stops the retries when the pod is deleted; the pods cache tells.
+        let alive = || {
+            self.plans
+                .pods
+                .get(&name, Some(&namespace))
+                .is_some_and(|p| p.metadata.deletion_timestamp.is_none())
+        };
+        let result = gateway_probe::run(check, &nic, self.settings.gateway_check_max_retry, alive).await;
+        self.metrics.wait("gateway_check", started.elapsed());
+        result.map(drop).map_err(|e| DaemonError::NotReady {
+            pod: pod_id(plan),
+            what: e.to_string(),
+        })
     }
 
     async fn configure_pod_side(&self, plan: &NicPlan, pod_ns: &Netns) -> Result<(), DaemonError> {
@@ -378,6 +449,12 @@ impl Nic {
         }
         Ok(removed)
     }
+}
+
+/// `namespace/name` of the plan's pod, for messages.
+fn pod_id(plan: &NicPlan) -> String {
+    let id = |k: &str| plan.external_ids.get(k).map_or("", String::as_str);
+    format!("{}/{}", id("pod_namespace"), id("pod_name"))
 }
 
 /// The pod's namespace; a path that does not exist is the runtime's mistake (bad request).

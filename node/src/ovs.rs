@@ -421,6 +421,12 @@ impl Ovs {
         .await
     }
 
+    /// Waits until the interface exists (ovn-controller's localnet patch port, say); `why`
+    /// ends the timeout's message.
+    pub async fn wait_exists(&self, name: &str, timeout: Duration, why: &str) -> Result<(), DaemonError> {
+        self.wait_interface(name, timeout, why, |_| true).await
+    }
+
     /// Waits until ovs-vswitchd has opened the interface (it has an OpenFlow port).
     pub async fn wait_opened(&self, name: &str, timeout: Duration) -> Result<(), DaemonError> {
         let why = format!("ovs-vswitchd did not open it within {timeout:?}; is ovs-vswitchd running?");

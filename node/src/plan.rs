@@ -1,6 +1,7 @@
 //! What one pod NIC should look like, computed from the pod's annotations, the request and the
 //! subnet, with no I/O: names (`veth_name`), addresses, routes, MTU, the OVS interface's
-//! `external_ids`, and QoS (`rates`). The rest of the daemon applies a [`NicPlan`]; tests check it by input → output.
+//! `external_ids`, QoS (`rates`), and what the subnet decides (`pod_network`: MTU, gateway
+//! check, localnet patch port, U2O next hop). The rest of the daemon applies a [`NicPlan`]; tests check it by input → output.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -9,9 +10,12 @@ use ipnet::IpNet;
 use kube_ovn_api::annotations::{
     AnnotationError, MacAddr, PodNetwork, PodNetworkError, Routes, pod_network, provider_key,
 };
+use kube_ovn_api::crd::Subnet;
 use kube_ovn_api::names;
 use kube_ovn_api::wire::{CniRequest, CniResponse, IpConfig, Route as WireRoute};
 
+pub use crate::pod_network::{GatewayCheck, GatewayCheckMode, SubnetPlanError};
+use crate::pod_network::{SubnetInputs, subnet_plan};
 pub use crate::rates::{QosPlan, qos_plan};
 pub use crate::veth_name::{IfnameError, check_ifname, host_nic_name, legacy_host_nic_name};
 
@@ -70,6 +74,21 @@ pub struct NicPlan {
     pub external_ids: BTreeMap<String, String>,
     /// Rate limits.
     pub qos: QosPlan,
+    /// Probed after the pod side is configured; `None`: not probed.
+    pub gateway_check: Option<GatewayCheck>,
+    /// The localnet patch port ADD waits for before configuring the pod side.
+    pub wait_patch_port: Option<String>,
+}
+
+/// Why no plan can be made from what is there.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// A malformed annotation.
+    #[error(transparent)]
+    Annotation(#[from] AnnotationError),
+    /// The subnet's settings (provider-network MTU label, U2O IP).
+    #[error(transparent)]
+    Subnet(#[from] SubnetPlanError),
 }
 
 /// A route in the pod.
@@ -86,8 +105,10 @@ pub struct PodRoute {
 pub struct PlanInputs<'a> {
     /// The CNI request.
     pub request: &'a CniRequest,
-    /// The subnet's `spec.mtu`, when set.
-    pub subnet_mtu: Option<u32>,
+    /// The NIC's subnet, when the cache has it.
+    pub subnet: Option<&'a Subnet>,
+    /// This node's labels (the provider network's MTU).
+    pub node_labels: Option<&'a BTreeMap<String, String>>,
     /// The daemon's default MTU.
     pub default_mtu: u32,
 }
@@ -98,7 +119,7 @@ pub struct PlanInputs<'a> {
 pub fn readiness(
     annotations: Option<&BTreeMap<String, String>>,
     inputs: &PlanInputs<'_>,
-) -> Result<Readiness, AnnotationError> {
+) -> Result<Readiness, PlanError> {
     let request = inputs.request;
     let provider = if request.provider.is_empty() {
         "ovn"
@@ -160,17 +181,33 @@ pub fn readiness(
             Some(PodRoute { dst, via: r.gw })
         })
         .collect();
+    let annotated_gateways: Vec<IpAddr> = gateways.addrs().collect();
+    let subnet = subnet_plan(&SubnetInputs {
+        subnet: inputs.subnet,
+        annotations,
+        provider,
+        node_labels: inputs.node_labels,
+        default_mtu: inputs.default_mtu,
+        gateways: &annotated_gateways,
+    })?;
     let gateways: Vec<IpAddr> = if default_route {
-        gateways.addrs().collect()
+        annotated_gateways.clone()
     } else {
         Vec::new()
     };
     for gw in &gateways {
         let default = default_of(*gw);
+        // With U2O interconnection the default route goes through the subnet's port on the
+        // VPC router (Kube-OVN `configureContainerNic`: `containerGw = u2oInterconnectionIP`).
+        let via = subnet
+            .u2o_gateways
+            .iter()
+            .find(|u| u.is_ipv4() == gw.is_ipv4())
+            .unwrap_or(gw);
         if !routes.iter().any(|r| r.dst == default) {
             routes.push(PodRoute {
                 dst: default,
-                via: Some(*gw),
+                via: Some(*via),
             });
         }
     }
@@ -194,10 +231,12 @@ pub fn readiness(
         gateways,
         routes,
         reported_routes,
-        mtu: inputs.subnet_mtu.filter(|m| *m > 0).unwrap_or(inputs.default_mtu),
+        mtu: subnet.mtu,
         logical_switch,
         external_ids,
         qos,
+        gateway_check: subnet.gateway_check,
+        wait_patch_port: subnet.wait_patch_port,
     })))
 }
 
@@ -312,10 +351,22 @@ mod tests {
         ("ovn.kubernetes.io/logical_switch", "ovn-default"),
     ];
 
+    fn subnet_with_mtu(mtu: Option<u32>) -> Option<Subnet> {
+        mtu.map(|mtu| {
+            serde_json::from_value(
+                serde_json::json!({"apiVersion": "kubeovn.io/v1", "kind": "Subnet",
+                "metadata": {"name": "ovn-default"}, "spec": {"mtu": mtu}}),
+            )
+            .unwrap()
+        })
+    }
+
     fn ready(ann: &BTreeMap<String, String>, req: &CniRequest, subnet_mtu: Option<u32>) -> NicPlan {
+        let subnet = subnet_with_mtu(subnet_mtu);
         let inputs = PlanInputs {
             request: req,
-            subnet_mtu,
+            subnet: subnet.as_ref(),
+            node_labels: None,
             default_mtu: 1400,
         };
         match readiness(Some(ann), &inputs).unwrap() {
@@ -329,7 +380,8 @@ mod tests {
         let req = request("eth0");
         let inputs = PlanInputs {
             request: &req,
-            subnet_mtu: None,
+            subnet: None,
+            node_labels: None,
             default_mtu: 1400,
         };
         assert_eq!(
@@ -399,6 +451,60 @@ mod tests {
     }
 
     #[test]
+    fn underlay_plans_carry_the_subnets_decisions_and_u2o_takes_the_default_route() {
+        let req = request("eth0");
+        let mut ann = annotations(&ROUTED);
+        ann.insert("ovn.kubernetes.io/provider_network".into(), "pn1".into());
+        let labels = annotations(&[("pn1.provider-network.kubernetes.io/mtu", "1450")]);
+        let plan_for = |spec: serde_json::Value, status: serde_json::Value| {
+            let subnet: Subnet = serde_json::from_value(serde_json::json!({"apiVersion": "kubeovn.io/v1",
+                "kind": "Subnet", "metadata": {"name": "ovn-default"}, "spec": spec, "status": status}))
+            .unwrap();
+            let inputs = PlanInputs {
+                request: &req,
+                subnet: Some(&subnet),
+                node_labels: Some(&labels),
+                default_mtu: 1400,
+            };
+            readiness(Some(&ann), &inputs)
+        };
+        let Ok(Readiness::Ready(plain)) = plan_for(serde_json::json!({"vlan": "v1"}), serde_json::json!({}))
+        else {
+            panic!("no plan");
+        };
+        assert_eq!(plain.mtu, 1450);
+        assert_eq!(
+            plain.wait_patch_port.as_deref(),
+            Some("patch-localnet.ovn-default-to-br-int")
+        );
+        assert_eq!(plain.gateway_check.unwrap().mode, GatewayCheckMode::Arping);
+        assert_eq!(plain.routes[0].via, Some("10.16.0.1".parse().unwrap()));
+
+        let u2o = serde_json::json!({"vlan": "v1", "u2oInterconnection": true});
+        let Ok(Readiness::Ready(plan)) = plan_for(
+            u2o.clone(),
+            serde_json::json!({"u2oInterconnectionIP": "10.16.0.254"}),
+        ) else {
+            panic!("no plan");
+        };
+        let v4_default = plan
+            .routes
+            .iter()
+            .find(|r| r.dst.to_string() == "0.0.0.0/0")
+            .unwrap();
+        assert_eq!(v4_default.via, Some("10.16.0.254".parse().unwrap()));
+        // The IPv6 half has no U2O IP: its gateway stays.
+        let v6_default = plan.routes.iter().find(|r| r.dst.to_string() == "::/0").unwrap();
+        assert_eq!(v6_default.via, Some("fd00:10:16::1".parse().unwrap()));
+        // The result still reports the subnet's gateway, as Kube-OVN's does.
+        assert_eq!(plan.gateways[0], "10.16.0.1".parse::<IpAddr>().unwrap());
+        assert!(matches!(
+            plan_for(u2o, serde_json::json!({})),
+            Err(PlanError::Subnet(SubnetPlanError::U2oIpMissing(_)))
+        ));
+    }
+
+    #[test]
     fn the_early_port_is_the_plans_port_without_what_the_annotations_give() {
         let req = request("eth0");
         let early = early_port(&req);
@@ -461,7 +567,8 @@ mod tests {
         let req = request("eth0");
         let inputs = PlanInputs {
             request: &req,
-            subnet_mtu: None,
+            subnet: None,
+            node_labels: None,
             default_mtu: 1400,
         };
         for (key, value) in [
@@ -473,8 +580,10 @@ mod tests {
         ] {
             let mut ann = annotations(&ROUTED);
             ann.insert(key.into(), value.into());
-            let err = readiness(Some(&ann), &inputs).unwrap_err();
-            assert_eq!(err.key, key, "{err}");
+            match readiness(Some(&ann), &inputs).unwrap_err() {
+                PlanError::Annotation(err) => assert_eq!(err.key, key, "{err}"),
+                other @ PlanError::Subnet(_) => panic!("{key}: {other}"),
+            }
         }
     }
 }

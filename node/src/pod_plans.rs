@@ -5,22 +5,24 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube_ovn_api::crd::Subnet;
 use kube_ovn_api::wire::CniRequest;
 use kube_ovn_support::Watched;
 
 use crate::error::DaemonError;
 use crate::metrics::Metrics;
-use crate::plan::{self, NicPlan, PlanInputs, Readiness, WaitingFor};
+use crate::plan::{self, NicPlan, PlanError, PlanInputs, Readiness, WaitingFor};
 
 /// What a plan is read from.
 #[derive(Clone)]
 pub struct PodPlans {
     /// Pods scheduled here.
     pub pods: Watched<Pod>,
-    /// Every subnet (their MTU and provider).
+    /// Every subnet (their MTU, provider, underlay and gateway-check settings).
     pub subnets: Watched<Subnet>,
+    /// The nodes (this node's provider-network MTU label).
+    pub nodes: Watched<Node>,
     /// The MTU when the subnet sets none.
     pub default_mtu: u32,
     /// `--node-name`, for the timeout's message.
@@ -51,17 +53,6 @@ impl PodPlans {
         }
     }
 
-    fn inputs<'a>(&self, request: &'a CniRequest, logical_switch: Option<&str>) -> PlanInputs<'a> {
-        let subnet_mtu = logical_switch
-            .and_then(|ls| self.subnets.get(ls, None))
-            .and_then(|s| s.spec.mtu);
-        PlanInputs {
-            request,
-            subnet_mtu,
-            default_mtu: self.default_mtu,
-        }
-    }
-
     /// The plan from the cached pod as it is now; `None` while annotations are incomplete.
     pub fn plan_now(&self, request: &CniRequest) -> Result<Option<NicPlan>, DaemonError> {
         Ok(match self.readiness_now(request)? {
@@ -83,12 +74,27 @@ impl PodPlans {
             &request.provider
         };
         let ls_key = format!("{provider}.kubernetes.io/logical_switch");
-        let logical_switch = annotations.and_then(|a| a.get(&ls_key)).map(String::as_str);
-        match plan::readiness(annotations, &self.inputs(request, logical_switch)) {
+        let subnet = annotations
+            .and_then(|a| a.get(&ls_key))
+            .and_then(|ls| self.subnets.get(ls, None));
+        let node = self.nodes.get(&self.node_name, None);
+        let inputs = PlanInputs {
+            request,
+            subnet: subnet.as_deref(),
+            node_labels: node.as_ref().and_then(|n| n.metadata.labels.as_ref()),
+            default_mtu: self.default_mtu,
+        };
+        match plan::readiness(annotations, &inputs) {
             Ok(readiness) => Ok(Some(readiness)),
-            Err(source) => Err(DaemonError::Annotation {
+            Err(PlanError::Annotation(source)) => Err(DaemonError::Annotation {
                 pod: pod_id(),
                 source,
+            }),
+            // Kube-OVN answers these with a failure the runtime retries: the label and the
+            // U2O IP are written by others and may be fixed by the next try.
+            Err(PlanError::Subnet(source)) => Err(DaemonError::NotReady {
+                pod: pod_id(),
+                what: source.to_string(),
             }),
         }
     }

@@ -15,6 +15,7 @@
 mod command;
 mod daemon;
 pub mod drill;
+pub mod fabric;
 pub mod module_graph;
 pub mod netns;
 mod ovn;
@@ -26,6 +27,7 @@ pub mod wait;
 
 pub use command::{CommandError, run};
 pub use daemon::Daemon;
+pub use fabric::{Capture, FABRIC_BRIDGE, Frame, VlanRouter};
 pub use netns::{Netns, ping_from, tcp_transfer, wait_ping_from};
 pub use ovn::{OvnCentral, Trace};
 pub use ovs_node::{OvsNode, UNDERLAY_BRIDGE, add_underlay_bridge};

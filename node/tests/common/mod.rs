@@ -45,6 +45,7 @@ pub fn shim_binary() -> Result<PathBuf> {
 pub mod egress;
 pub mod policy;
 pub mod policy_cases;
+pub mod underlay;
 
 /// One node: its OVS, its daemon, and the runtime's dirs.
 pub struct TestNode {
@@ -87,14 +88,16 @@ pub struct Cluster {
     pub kube: kube::Client,
     pub ovn: OvnCentral,
     pub nodes: Vec<TestNode>,
-    controller: tokio::task::JoinHandle<()>,
+    controller: Option<tokio::task::JoinHandle<()>>,
     /// The daemons' kubeconfig (the admin's, or `kube-ovn-cni`'s with [`Options::rbac`]).
     kubeconfig: PathBuf,
 }
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        self.controller.abort();
+        if let Some(controller) = &self.controller {
+            controller.abort();
+        }
     }
 }
 
@@ -134,6 +137,10 @@ pub struct Options {
     /// `kube-system/kube-ovn-cni` (the API server's RBAC authorizer decides); the test's own
     /// client is the administrator (`system:masters`) either way.
     pub rbac: bool,
+    /// No controller: the test writes the northbound rows and the pods' annotations itself (the
+    /// daemon's side of a feature, tested apart from the controller's). Nodes then get no
+    /// join address, so no `ovn0`.
+    pub no_controller: bool,
 }
 
 impl Cluster {
@@ -184,17 +191,19 @@ impl Cluster {
         let flags = <kube_ovn_controller::config::Flags as clap::Parser>::try_parse_from(controller_args)?;
         let config = flags.validate()?;
         let metrics = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let controller = tokio::spawn(async move {
-            if let Err(e) = kube_ovn_controller::run_with_listener(
-                config,
-                controller_kube,
-                metrics,
-                std::future::pending(),
-            )
-            .await
-            {
-                tracing::error!(error = %e, "controller stopped");
-            }
+        let controller = (!options.no_controller).then(|| {
+            tokio::spawn(async move {
+                if let Err(e) = kube_ovn_controller::run_with_listener(
+                    config,
+                    controller_kube,
+                    metrics,
+                    std::future::pending(),
+                )
+                .await
+                {
+                    tracing::error!(error = %e, "controller stopped");
+                }
+            })
         });
         let mut cluster = Self {
             api,
@@ -215,7 +224,9 @@ impl Cluster {
             let mut flags = options.daemon_flags.clone();
             flags.extend(options.node_flags.get(i).cloned().unwrap_or_default());
             let ipv6 = options.dual_stack.then(|| node_ipv6(i));
-            let node = cluster.start_node(i, ovs, &flags, ipv6).await?;
+            let node = cluster
+                .start_node(i, ovs, &flags, ipv6, !options.no_controller)
+                .await?;
             cluster.nodes.push(node);
         }
         Ok(cluster)
@@ -227,6 +238,7 @@ impl Cluster {
         mut ovs: OvsNode,
         daemon_flags: &[String],
         ipv6: Option<Ipv6Addr>,
+        with_join: bool,
     ) -> Result<TestNode> {
         let name = format!("node{index}-{}", ovs.name());
         let internal_ip = underlay_ip(index);
@@ -318,10 +330,11 @@ impl Cluster {
                     .unwrap_or_default()
                     .contains_key("ovn.kubernetes.io/chassis");
                 Ok(annotated
-                    && ovs
-                        .netns()
-                        .ip(&["addr", "show", "ovn0"])
-                        .is_ok_and(|s| s.contains("100.64.")))
+                    && (!with_join
+                        || ovs
+                            .netns()
+                            .ip(&["addr", "show", "ovn0"])
+                            .is_ok_and(|s| s.contains("100.64."))))
             }
         })
         .await
