@@ -5,7 +5,8 @@
 //! ```text
 //!   Vpc        ◀─ its own changes but status; Subnets (spec, deletion) → their VPCs, old and new
 //!   Subnet     ◀─ its own changes but status; Nodes (labels, readiness, addresses, join) and
-//!                 VPCs (spec, router, deletion) → every subnet
+//!                 VPCs (spec, router, deletion), Vlans (id, provider, conflict) and
+//!                 ProviderNetworks (status.vlans) → every subnet
 //!   IPPool     ◀─ its own changes but status
 //!   Namespace  ◀─ its own; Subnets, IPPools (spec, deletion), VPCs (+ default subnet) → every namespace
 //!   Node, IP   ◀─ their own
@@ -116,6 +117,18 @@ impl Controllers {
                     .vpcs
                     .changes()
                     .when_all(triggers::vpc_for_subnets, every(&stores.subnets)),
+            )
+            .reconcile_on(
+                informers
+                    .vlans
+                    .changes()
+                    .when_all(triggers::vlan_for_subnets, every(&stores.subnets)),
+            )
+            .reconcile_on(
+                informers
+                    .provider_networks
+                    .changes()
+                    .when_all(triggers::provider_network_for_subnets, every(&stores.subnets)),
             );
         let namespaces = own(&informers.namespaces, triggers::any, workers)
             .reconcile_on(

@@ -16,7 +16,7 @@ use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use kube_ovn_api::annotations::{is_true, keys};
 use kube_ovn_api::crd::condition::{READY, find_condition};
-use kube_ovn_api::crd::{IPPool, Subnet, Vpc};
+use kube_ovn_api::crd::{IPPool, ProviderNetwork, Subnet, Vlan, Vpc};
 
 use super::node_state::{internal_ips, node_ready};
 use crate::informer::Change;
@@ -95,6 +95,23 @@ pub fn node_for_subnets(a: &Node, b: &Node) -> bool {
         || join(a) != join(b)
         || addrs(a) != addrs(b)
         || deleting(&a.metadata) != deleting(&b.metadata)
+}
+
+/// A Vlan, to the underlay subnets: its ID and provider (the localnet port's tag and
+/// `network_name`), its conflict flag, and its deletion.
+pub fn vlan_for_subnets(a: &Vlan, b: &Vlan) -> bool {
+    let conflict = |v: &Vlan| v.status.as_ref().and_then(|s| s.conflict);
+    a.spec.effective_id() != b.spec.effective_id()
+        || a.spec.effective_provider() != b.spec.effective_provider()
+        || conflict(a) != conflict(b)
+        || deleting(&a.metadata) != deleting(&b.metadata)
+}
+
+/// A ProviderNetwork, to the underlay subnets: the Vlans its status lists (Kube-OVN's "vlan
+/// ready" signal).
+pub fn provider_network_for_subnets(a: &ProviderNetwork, b: &ProviderNetwork) -> bool {
+    let vlans = |p: &ProviderNetwork| p.status.as_ref().and_then(|s| s.vlans.clone());
+    vlans(a) != vlans(b)
 }
 
 /// A VPC, to the subnets (their router, and which namespaces a custom VPC claims): its spec,

@@ -11,6 +11,8 @@ pub mod acl;
 pub mod gateway;
 pub mod nat_policy;
 pub mod status;
+pub mod u2o;
+pub mod underlay;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -33,18 +35,25 @@ use kube_ovn_ovsdb::{DbCache, Table};
 
 use crate::context::Context;
 use crate::error::{Doing, Error, Result};
-use crate::ovn::owned::{Claim, Parent, PolicySpec, sync_acls, sync_policies, sync_policies_claimed};
+use crate::ipam::Allocation;
+use crate::ovn::owned::{
+    Claim, Parent, PolicySpec, sync_acls, sync_address_sets, sync_policies, sync_policies_claimed,
+    sync_routes,
+};
 use crate::ovn::plan::{Plan, RowRef, owned_ids};
 use crate::ovn::priority::{POLICY_GATEWAY, POLICY_SUBNET_ALLOW};
 use crate::ovn::topology::{
-    Attachment, add_to_port_group, ensure_port_group, ensure_router_attachment, ensure_switch,
+    Attachment, add_to_port_group, ensure_localnet_port, ensure_port_group, ensure_router_attachment,
+    ensure_switch, remove_router_attachment, remove_switch_port,
 };
 use crate::reconcile::node_state::{internal_ips, node_ready};
 use crate::reconcile::pod_state::port_name;
 use crate::reconcile::subnet::acl::subnet_acls;
 use crate::reconcile::subnet::gateway::{GatewayPlan, NodeView, gateway_plan};
 use crate::reconcile::subnet::nat_policy::status_rules;
-use crate::reconcile::subnet::status::{Outcome, set_status, warn};
+use crate::reconcile::subnet::status::{Outcome, U2oStatus, set_status, warn};
+use crate::reconcile::subnet::underlay::{UnderlayInputs, VlanCheck, underlay_plan};
+use kube_ovn_api::annotations::keys::localnet_port;
 use crate::reconcile::subnet_spec::spec_patch;
 use crate::reconcile::subnet_spec::{Effective, effective};
 use kube_ovn_api::crd::NatOutgoingPolicyRuleStatus;
@@ -91,6 +100,32 @@ async fn apply(subnet: &Subnet, ctx: &Context) -> Result<Action> {
     if let Err(why) = validate(ctx, subnet, &eff) {
         return refuse(ctx, subnet, format!("subnet {name}: {why}")).await;
     }
+    let vlan = match &eff.underlay {
+        None => None,
+        Some(u) => match u2o::vlan_of(ctx, &name, &u.vlan) {
+            VlanCheck::Ready { id, provider } => Some((id, provider)),
+            VlanCheck::Conflict(why) => return refuse(ctx, subnet, why).await,
+            VlanCheck::Missing(why) => {
+                warn(ctx, subnet, "VlanNotFound", &why).await;
+                let outcome = Outcome {
+                    ready: false,
+                    message: &why,
+                    ..Outcome::ok("VlanNotFound")
+                };
+                set_status(ctx, subnet, None, outcome).await?;
+                return Err(Error::NotReady(why));
+            }
+            VlanCheck::NotReady(why) => {
+                tracing::info!(subnet = %name, "{why}");
+                let outcome = Outcome {
+                    ready: false,
+                    ..Outcome::ok("VlanNotReady")
+                };
+                set_status(ctx, subnet, None, outcome).await?;
+                return Ok(Action::requeue(Duration::from_secs(10)));
+            }
+        },
+    };
     let router = router_of(ctx, &eff.vpc)?;
     let is_join = name == ctx.config.node_subnet.name;
     let default_vpc = router == ctx.config.cluster_router;
@@ -103,7 +138,9 @@ async fn apply(subnet: &Subnet, ctx: &Context) -> Result<Action> {
         Ok(a) => a,
         Err(e) => return refuse(ctx, subnet, field_error(e)).await,
     };
-    let gateway = if default_vpc && !is_join {
+    // An underlay subnet whose gateway is the physical router has no gateway policies and no
+    // node reroutes (Kube-OVN's reconcileOvnDefaultVpcRoute).
+    let gateway = if default_vpc && !is_join && !eff.physical_gateway() {
         let previous = subnet
             .status
             .as_ref()
@@ -117,6 +154,32 @@ async fn apply(subnet: &Subnet, ctx: &Context) -> Result<Action> {
         None
     };
     ctx.ipam().add_or_update_subnet(&name, &eff.ipam_config()?)?;
+    let status_u2o_ip = subnet
+        .status
+        .as_ref()
+        .and_then(|s| s.u2o_interconnection_ip.clone())
+        .unwrap_or_default();
+    let u2o_alloc = match u2o::u2o_address(ctx, &name, &eff, &status_u2o_ip) {
+        Ok(a) => a,
+        Err(why) => return refuse(ctx, subnet, format!("subnet {name}: {why}")).await,
+    };
+    // Recorded before the router port uses it: IPAM is rebuilt from IP CRs.
+    if u2o_alloc.is_some() {
+        u2o::sync_u2o_record(ctx, &name, &eff.vpc, u2o_alloc.as_ref()).await?;
+    }
+    let u2o_ips: Vec<IpAddr> = u2o_alloc.iter().flat_map(Allocation::addrs).collect();
+    let node_ips: Vec<IpAddr> = ctx.stores.nodes.state().iter().flat_map(|n| internal_ips(n)).collect();
+    let underlay = vlan.as_ref().map(|(id, provider)| {
+        underlay_plan(&UnderlayInputs {
+            subnet: &name,
+            eff: &eff,
+            vlan_id: *id,
+            provider,
+            default_vpc,
+            u2o_ips: &u2o_ips,
+            node_ips: &node_ips,
+        })
+    });
     let members = gateway
         .as_ref()
         .filter(|g| !g.port_group_nodes.is_empty())
@@ -138,29 +201,31 @@ async fn apply(subnet: &Subnet, ctx: &Context) -> Result<Action> {
             .ok_or_else(|| {
                 Error::NotReady(format!("router {router} of VPC {} does not exist yet", eff.vpc))
             })?;
-        let attach = Attachment {
-            router: &router,
-            router_ref: &lr,
-            switch: &name,
-            switch_ref: &ls,
-            networks: eff.router_networks(),
+        let networks = match &underlay {
+            Some(u) => u.router_networks.clone(),
+            None => Some(eff.router_networks()),
         };
-        let mac = ensure_router_attachment(&mut plan, cache, attach, &owner);
-        let policy_ids = owned_ids(&[("subnet", name.as_str())]);
-        let mut policies: Vec<(PolicySpec, BTreeMap<String, String>)> = eff
-            .cidrs
-            .iter()
-            .map(|c| {
-                let v = if c.addr().is_ipv4() { "ip4" } else { "ip6" };
-                let allow = PolicySpec {
-                    priority: POLICY_SUBNET_ALLOW,
-                    r#match: format!("{v}.dst == {c}"),
-                    action: "allow".into(),
-                    nexthops: vec![],
+        let mac = match networks {
+            Some(networks) => {
+                let attach = Attachment {
+                    router: &router,
+                    router_ref: &lr,
+                    switch: &name,
+                    switch_ref: &ls,
+                    networks,
+                    mac: u2o_alloc.as_ref().map(|a| a.mac),
                 };
-                (allow, policy_ids.clone())
-            })
-            .collect();
+                Some(ensure_router_attachment(&mut plan, cache, attach, &owner))
+            }
+            None => {
+                remove_router_attachment(&mut plan, cache, &router, &name);
+                None
+            }
+        };
+        let mut policies = match &underlay {
+            Some(u) => u.policies.clone(),
+            None => allow_policies(&name, &eff),
+        };
         let mut group_nodes: Vec<String> = Vec::new();
         if let Some(g) = &gateway {
             if g.no_gateway.is_some() {
@@ -180,6 +245,19 @@ async fn apply(subnet: &Subnet, ctx: &Context) -> Result<Action> {
             Claim::Owner(&[("subnet", name.as_str())]),
             &policies,
         );
+        let subnet_owner = [("subnet", name.as_str())];
+        let (sets, routes) = underlay
+            .as_ref()
+            .map(|u| (u.exclude_sets.clone(), u.routes.clone()))
+            .unwrap_or_default();
+        sync_address_sets(&mut plan, cache, &subnet_owner, &sets);
+        sync_routes(&mut plan, cache, &router, None, Claim::Owner(&subnet_owner), &subnet_owner, &routes);
+        match &underlay {
+            Some(u) => {
+                ensure_localnet_port(&mut plan, cache, &ls, &name, &u.localnet);
+            }
+            None => remove_switch_port(&mut plan, cache, &localnet_port(&name)),
+        }
         let created = matches!(ls, RowRef::New(_)).then(|| ls.clone());
         sync_acls(
             &mut plan,
@@ -193,11 +271,42 @@ async fn apply(subnet: &Subnet, ctx: &Context) -> Result<Action> {
         crate::reconcile::vpc::lb::attach_subnet(&mut plan, cache, &ctx.config, &eff.vpc, &ls, lb)?;
         Ok::<_, Error>((plan, mac))
     })?;
-    ctx.ipam().set_gateway_mac(&name, mac)?;
+    if let Some(mac) = mac {
+        ctx.ipam().set_gateway_mac(&name, mac)?;
+    }
     ctx.nb.apply(plan, "subnet").await.doing(format_args!(
         "write the switch, router port, policies and ACLs of subnet {name}"
     ))?;
-    finish(ctx, subnet, &eff, gateway.as_ref(), &nat_rules).await
+    if u2o_alloc.is_none() {
+        u2o::sync_u2o_record(ctx, &name, &eff.vpc, None).await?;
+    }
+    let u2o_status = U2oStatus {
+        ip: u2o_alloc
+            .as_ref()
+            .map(|a| crate::reconcile::ip::record::addresses(a).0)
+            .unwrap_or_default(),
+        mac: u2o_alloc.as_ref().map(|a| a.mac.to_string()).unwrap_or_default(),
+        vpc: if u2o_alloc.is_some() { router.clone() } else { String::new() },
+    };
+    finish(ctx, subnet, &eff, gateway.as_ref(), &nat_rules, u2o_status).await
+}
+
+/// Priority 31000: traffic to the subnet is never rerouted (Kube-OVN's `addCommonRoutesForSubnet`).
+fn allow_policies(name: &str, eff: &Effective) -> Vec<(PolicySpec, BTreeMap<String, String>)> {
+    let policy_ids = owned_ids(&[("subnet", name)]);
+    eff.cidrs
+        .iter()
+        .map(|c| {
+            let v = if c.addr().is_ipv4() { "ip4" } else { "ip6" };
+            let allow = PolicySpec {
+                priority: POLICY_SUBNET_ALLOW,
+                r#match: format!("{v}.dst == {c}"),
+                action: "allow".into(),
+                nexthops: vec![],
+            };
+            (allow, policy_ids.clone())
+        })
+        .collect()
 }
 
 /// The status after a successful apply, with Kube-OVN's reasons.
@@ -207,6 +316,7 @@ async fn finish(
     eff: &Effective,
     gateway: Option<&GatewayPlan>,
     nat_rules: &[NatOutgoingPolicyRuleStatus],
+    u2o: U2oStatus,
 ) -> Result<Action> {
     // A periodic look, besides the watches: cheap when nothing changed.
     let resync = Action::requeue(Duration::from_mins(1));
@@ -222,6 +332,7 @@ async fn finish(
             message: why,
             active_gateway: Some(""),
             nat_rules: Some(nat_rules),
+            u2o: Some(u2o),
         };
         set_status(ctx, subnet, Some(eff), outcome).await?;
         return Ok(resync);
@@ -234,6 +345,7 @@ async fn finish(
     let outcome = Outcome {
         active_gateway: gateway.map(|g| g.active.as_str()),
         nat_rules: Some(nat_rules),
+        u2o: Some(u2o),
         ..Outcome::ok(reason)
     };
     set_status(ctx, subnet, Some(eff), outcome).await?;
@@ -491,15 +603,21 @@ fn overlapping(ctx: &Context, subnet: &Subnet, eff: &Effective) -> Option<String
     })
 }
 
-/// Deletion: the switch, its router port, its policies and port groups, and IPAM. Kube-OVN keeps
-/// the finalizer while addresses are in use, so a subnet with pods is not pulled from under them.
+/// Deletion: the switch (and its localnet port), its router port, its policies, routes, address
+/// sets and port groups, the U2O IP CR, and IPAM. Kube-OVN keeps the finalizer while addresses
+/// are in use, so a subnet with pods is not pulled from under them; the U2O address is the
+/// subnet's own and does not count (its `readyToRemoveFinalizer`).
 async fn cleanup(subnet: &Subnet, ctx: &Context) -> Result<Action> {
     let name = subnet.name_any();
     let using = ctx
         .ipam()
         .subnet_usage(&name)
         .map_or(0, |u| u.v4_using + u.v6_using);
-    let held_by_pods = ctx.ipam().keys(&name).iter().any(|k| !k.starts_with("node-"));
+    let held_by_pods = ctx
+        .ipam()
+        .keys(&name)
+        .iter()
+        .any(|k| !k.starts_with("node-") && !u2o::is_u2o_key(k));
     if using > 0 && held_by_pods {
         return Err(Error::NotReady(format!(
             "subnet {name} still has {using} addresses in use"
@@ -511,7 +629,10 @@ async fn cleanup(subnet: &Subnet, ctx: &Context) -> Result<Action> {
     );
     let plan = ctx.nb.read(|cache| {
         let mut plan = Plan::new();
-        sync_policies(&mut plan, cache, &router, &[("subnet", name.as_str())], &[]);
+        let subnet_owner = [("subnet", name.as_str())];
+        sync_policies(&mut plan, cache, &router, &subnet_owner, &[]);
+        sync_routes(&mut plan, cache, &router, None, Claim::Owner(&subnet_owner), &subnet_owner, &[]);
+        sync_address_sets(&mut plan, cache, &subnet_owner, &[]);
         let lrp = names::router_port_name(&router, &name);
         if let (Some(r), Some(p)) = (
             cache.uuids_by_name(LogicalRouter::NAME, &router).first(),
@@ -531,6 +652,7 @@ async fn cleanup(subnet: &Subnet, ctx: &Context) -> Result<Action> {
         .apply(plan, "subnet-delete")
         .await
         .doing(format_args!("remove the rows of subnet {name}"))?;
+    u2o::sync_u2o_record(ctx, &name, "", None).await?;
     ctx.ipam().delete_subnet(&name);
     ctx.metrics.forget_subnet(&name);
     Ok(Action::await_change())
