@@ -88,9 +88,7 @@ impl Effective {
     /// underlay subnet's gateway is the physical router, unless `logicalGateway` keeps OVN's or
     /// U2O attaches the router on its own address.
     pub fn needs_router(&self) -> bool {
-        self.underlay
-            .as_ref()
-            .is_none_or(|u| u.logical_gateway || u.u2o)
+        self.underlay.as_ref().is_none_or(|u| u.logical_gateway || u.u2o)
     }
 
     /// An underlay subnet whose gateway is the physical router (no `logicalGateway`): no
@@ -250,7 +248,9 @@ fn underlay(subnet: &Subnet, cidrs: &[IpNet], gateways: &[IpAddr]) -> Result<Opt
         if asked.chars().any(|c| c.is_ascii_uppercase()) {
             return Err(bad(
                 field,
-                format!("subnet {name} U2O interconnection ip {asked} v6 ip address can not contain upper case"),
+                format!(
+                    "subnet {name} U2O interconnection ip {asked} v6 ip address can not contain upper case"
+                ),
             ));
         }
         let block = crate::config::comma_joined(cidrs);
@@ -359,7 +359,9 @@ mod tests {
     }
 
     fn subnet(spec: serde_json::Value) -> Subnet {
-        serde_json::from_value(json!({"metadata": {"name": "ul"}, "spec": spec})).unwrap()
+        let mut v = json!({"metadata": {"name": "ul"}});
+        v["spec"] = spec;
+        serde_json::from_value(v).unwrap()
     }
 
     fn refusal(spec: serde_json::Value) -> String {
@@ -371,7 +373,9 @@ mod tests {
         let base = json!({"cidrBlock": "172.17.0.0/24", "vlan": "v100"});
         let with = |extra: serde_json::Value| {
             let mut v = base.clone();
-            v.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            v.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
             v
         };
         assert_eq!(
@@ -379,20 +383,34 @@ mod tests {
             "subnet ul: spec.u2oInterconnection: logicalGateway and u2oInterconnection can't be opened at the same time"
         );
         assert_eq!(
-            refusal(with(json!({"u2oInterconnection": true, "u2oInterconnectionIP": "172.18.0.9"}))),
+            refusal(with(
+                json!({"u2oInterconnection": true, "u2oInterconnectionIP": "172.18.0.9"})
+            )),
             "subnet ul: spec.u2oInterconnectionIP: u2oInterconnectionIP 172.18.0.9 is not in subnet ul cidr 172.17.0.0/24"
         );
         assert_eq!(
-            refusal(with(json!({"u2oInterconnection": true, "u2oInterconnectionIP": "172.17.0.1"}))),
+            refusal(with(
+                json!({"u2oInterconnection": true, "u2oInterconnectionIP": "172.17.0.1"})
+            )),
             "subnet ul: spec.u2oInterconnectionIP: u2oInterconnectionIP 172.17.0.1 conflicts with subnet gateway 172.17.0.1"
         );
-        let e = refusal(with(json!({"u2oInterconnection": true, "u2oFeatures": {"overlayOnlyRouting": true}})));
-        assert!(e.contains("spec.u2oFeatures.overlayOnlyRouting") && e.contains("not implemented"), "{e}");
+        let e = refusal(with(
+            json!({"u2oInterconnection": true, "u2oFeatures": {"overlayOnlyRouting": true}}),
+        ));
+        assert!(
+            e.contains("spec.u2oFeatures.overlayOnlyRouting") && e.contains("not implemented"),
+            "{e}"
+        );
         let e = refusal(with(json!({"u2oFeatures": {"overlayOnlyRouting": true}})));
-        assert!(e.contains("can only be enabled when u2OInterconnection is true"), "{e}");
+        assert!(
+            e.contains("can only be enabled when u2OInterconnection is true"),
+            "{e}"
+        );
 
         let ok = effective(
-            &subnet(with(json!({"u2oInterconnection": true, "u2oInterconnectionIP": "172.17.0.9"}))),
+            &subnet(with(
+                json!({"u2oInterconnection": true, "u2oInterconnectionIP": "172.17.0.9"}),
+            )),
             "ovn-cluster",
         )
         .unwrap();
@@ -410,13 +428,18 @@ mod tests {
     #[test]
     fn u2o_is_cleared_where_kube_ovn_clears_it() {
         // U2O off: its address goes; overlay: U2O itself goes.
-        let s = subnet(json!({"cidrBlock": "172.17.0.0/24", "vlan": "v100", "u2oInterconnectionIP": "172.17.0.9"}));
+        let s = subnet(
+            json!({"cidrBlock": "172.17.0.0/24", "vlan": "v100", "u2oInterconnectionIP": "172.17.0.9"}),
+        );
         let eff = effective(&s, "ovn-cluster").unwrap();
         let p = spec_patch(&s, &eff).unwrap();
         assert_eq!(p["spec"]["u2oInterconnectionIP"], json!(""));
         let s = subnet(json!({"cidrBlock": "10.16.0.0/16", "u2oInterconnection": true}));
         let eff = effective(&s, "ovn-cluster").unwrap();
         assert!(eff.underlay.is_none());
-        assert_eq!(spec_patch(&s, &eff).unwrap()["spec"]["u2oInterconnection"], json!(false));
+        assert_eq!(
+            spec_patch(&s, &eff).unwrap()["spec"]["u2oInterconnection"],
+            json!(false)
+        );
     }
 }

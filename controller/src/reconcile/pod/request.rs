@@ -13,18 +13,18 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
+use kube::runtime::reflector::ObjectRef;
 use kube_ovn_api::annotations::{
     AnnotationError, Bandwidth, CidrPair, IpFamily, IpPair, IpPoolAnnotation, MacAddr, PRIMARY_PROVIDER,
     PodNetwork, Problem, Routes, get, keys,
 };
-use kube::runtime::reflector::ObjectRef;
 use kube_ovn_api::crd::{IPPool, Vlan};
 
 use crate::error::{Error, Result};
 use crate::informer::Cache;
 use crate::ipam::{Allocation, Family, Ipam, IpamError, Request};
-use crate::reconcile::subnet_spec::Effective;
 use crate::reconcile::statefulset;
+use crate::reconcile::subnet_spec::Effective;
 
 /// What a pod's request reads besides the pod and IPAM: the IP pools (its namespace's come from
 /// them) and the nodes' own addresses, which Kube-OVN never hands a pod (`validatePodIP`).
@@ -289,7 +289,11 @@ pub fn underlay_vlan(vlans: &Cache<Vlan>, subnet: &str, eff: &Effective) -> Resu
 /// Kube-OVN's underlay handshake on top of [`handshake`]: `vlan_id` and `provider_network` for
 /// a subnet on a Vlan, and `logical_router` only where the VPC router is the pod's (overlay,
 /// `logicalGateway`, U2O) — without it the node daemon knows the physical router is the gateway.
-pub fn with_underlay(mut want: BTreeMap<String, String>, eff: &Effective, vlan: Option<(u16, &str)>) -> BTreeMap<String, String> {
+pub fn with_underlay(
+    mut want: BTreeMap<String, String>,
+    eff: &Effective,
+    vlan: Option<(u16, &str)>,
+) -> BTreeMap<String, String> {
     if let Some((id, provider)) = vlan {
         want.insert(keys::VLAN_ID.to_owned(), id.to_string());
         want.insert(keys::PROVIDER_NETWORK.to_owned(), provider.to_owned());
@@ -496,11 +500,17 @@ mod tests {
             json!({"cidrBlock": "172.17.0.0/24", "vlan": "v100", "u2oInterconnection": true}),
         ] {
             let a = hs(&sub(spec), Some((100, "pn1")));
-            assert_eq!(a.get(keys::LOGICAL_ROUTER).map(String::as_str), Some("ovn-cluster"));
+            assert_eq!(
+                a.get(keys::LOGICAL_ROUTER).map(String::as_str),
+                Some("ovn-cluster")
+            );
             assert_eq!(a.get(keys::VLAN_ID).map(String::as_str), Some("100"));
         }
         let overlay = hs(&sub(json!({"cidrBlock": "10.16.0.0/16"})), None);
-        assert_eq!(overlay.get(keys::LOGICAL_ROUTER).map(String::as_str), Some("ovn-cluster"));
+        assert_eq!(
+            overlay.get(keys::LOGICAL_ROUTER).map(String::as_str),
+            Some("ovn-cluster")
+        );
         assert_eq!(overlay.get(keys::VLAN_ID), None);
     }
 }

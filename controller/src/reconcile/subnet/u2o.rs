@@ -92,7 +92,12 @@ pub fn u2o_address(
 
 /// Writes the U2O IP CR for `alloc`, or deletes the subnet's U2O IP CRs when there is none (or
 /// those of another VPC).
-pub async fn sync_u2o_record(ctx: &Context, subnet: &str, vpc: &str, alloc: Option<&Allocation>) -> Result<()> {
+pub async fn sync_u2o_record(
+    ctx: &Context,
+    subnet: &str,
+    vpc: &str,
+    alloc: Option<&Allocation>,
+) -> Result<()> {
     let key = u2o_interconnection_name(vpc, subnet);
     if let Some(alloc) = alloc {
         upsert_ip(

@@ -75,7 +75,11 @@ fn family(ip: &IpAddr) -> &'static str {
 pub fn localnet_row(subnet: &str, eff: &Effective, provider: &str, vlan_id: u16) -> LogicalSwitchPort {
     let mut ids = owned_ids(&[("ls", subnet)]);
     for c in &eff.cidrs {
-        let key = if c.addr().is_ipv4() { "ipv4_network" } else { "ipv6_network" };
+        let key = if c.addr().is_ipv4() {
+            "ipv4_network"
+        } else {
+            "ipv6_network"
+        };
         ids.insert(key.into(), c.to_string());
     }
     LogicalSwitchPort {
@@ -201,7 +205,12 @@ pub enum VlanCheck {
 }
 
 /// Checks `subnet`'s Vlan `vlan_name` (`vlan`, and its ProviderNetwork `pn` when found).
-pub fn check_vlan(subnet: &str, vlan_name: &str, vlan: Option<&Vlan>, pn: Option<&ProviderNetwork>) -> VlanCheck {
+pub fn check_vlan(
+    subnet: &str,
+    vlan_name: &str,
+    vlan: Option<&Vlan>,
+    pn: Option<&ProviderNetwork>,
+) -> VlanCheck {
     let Some(vlan) = vlan else {
         return VlanCheck::Missing(format!("subnet {subnet}: spec.vlan: vlan {vlan_name} not found"));
     };

@@ -7,7 +7,9 @@ use super::*;
 use crate::reconcile::subnet_spec::effective;
 
 fn eff(spec: serde_json::Value) -> Effective {
-    let s: Subnet = serde_json::from_value(json!({"metadata": {"name": "ul"}, "spec": spec})).unwrap();
+    let mut v = json!({"metadata": {"name": "ul"}});
+    v["spec"] = spec;
+    let s: Subnet = serde_json::from_value(v).unwrap();
     effective(&s, "ovn-cluster").unwrap()
 }
 
@@ -52,10 +54,19 @@ fn the_localnet_port_is_kube_ovns_and_id_0_is_untagged() {
     assert_eq!(ln.addresses, ["unknown"]);
     assert_eq!(ln.options.get("network_name").map(String::as_str), Some("pn1"));
     assert_eq!(ln.tag, Some(100));
-    assert_eq!(ln.external_ids.get("ipv4_network").map(String::as_str), Some("172.17.0.0/24"));
-    assert_eq!(ln.external_ids.get("ipv6_network").map(String::as_str), Some("fd00:17::/64"));
+    assert_eq!(
+        ln.external_ids.get("ipv4_network").map(String::as_str),
+        Some("172.17.0.0/24")
+    );
+    assert_eq!(
+        ln.external_ids.get("ipv6_network").map(String::as_str),
+        Some("fd00:17::/64")
+    );
     assert_eq!(ln.external_ids.get("ls").map(String::as_str), Some("ul"));
-    assert_eq!(ln.external_ids.get("vendor").map(String::as_str), Some("kube-ovn"));
+    assert_eq!(
+        ln.external_ids.get("vendor").map(String::as_str),
+        Some("kube-ovn")
+    );
     assert_eq!(plan(&e, true, &[], &[], 0).localnet.tag, None);
     assert_eq!(plan(&e, true, &[], &[], 4095).localnet.tag, Some(4095));
 }
@@ -85,8 +96,20 @@ fn a_logical_gateway_keeps_the_router_port_on_the_gateway() {
         assert_eq!(
             rows(&p),
             [
-                (31000, "ip4.dst == 172.17.0.0/24".into(), "allow".into(), vec![], false),
-                (31000, "ip6.dst == fd00:17::/64".into(), "allow".into(), vec![], false),
+                (
+                    31000,
+                    "ip4.dst == 172.17.0.0/24".into(),
+                    "allow".into(),
+                    vec![],
+                    false
+                ),
+                (
+                    31000,
+                    "ip6.dst == fd00:17::/64".into(),
+                    "allow".into(),
+                    vec![],
+                    false
+                ),
             ]
         );
         assert!(p.routes.is_empty() && p.exclude_sets.is_empty());
@@ -109,7 +132,13 @@ fn u2o_in_the_default_vpc_writes_the_three_policies_and_the_exclude_sets() {
     assert_eq!(
         rows(&p),
         [
-            (29400, "ip4.dst == 172.17.0.0/24".into(), "allow".into(), vec![], true),
+            (
+                29400,
+                "ip4.dst == 172.17.0.0/24".into(),
+                "allow".into(),
+                vec![],
+                true
+            ),
             (
                 31000,
                 "ip4.dst == $ul.u2o_exclude_ip.ip4 && ip4.src == 172.17.0.0/24".into(),
@@ -117,8 +146,20 @@ fn u2o_in_the_default_vpc_writes_the_three_policies_and_the_exclude_sets() {
                 gw4.clone(),
                 true
             ),
-            (29000, "ip4.src == 172.17.0.0/24".into(), "reroute".into(), gw4, true),
-            (29400, "ip6.dst == fd00:17::/64".into(), "allow".into(), vec![], true),
+            (
+                29000,
+                "ip4.src == 172.17.0.0/24".into(),
+                "reroute".into(),
+                gw4,
+                true
+            ),
+            (
+                29400,
+                "ip6.dst == fd00:17::/64".into(),
+                "allow".into(),
+                vec![],
+                true
+            ),
             (
                 31000,
                 "ip6.dst == $ul.u2o_exclude_ip.ip6 && ip6.src == fd00:17::/64".into(),
@@ -126,14 +167,27 @@ fn u2o_in_the_default_vpc_writes_the_three_policies_and_the_exclude_sets() {
                 gw6.clone(),
                 true
             ),
-            (29000, "ip6.src == fd00:17::/64".into(), "reroute".into(), gw6, true),
+            (
+                29000,
+                "ip6.src == fd00:17::/64".into(),
+                "reroute".into(),
+                gw6,
+                true
+            ),
         ]
     );
-    assert!(p.policies.iter().all(|(_, ids)| ids.get("subnet").map(String::as_str) == Some("ul")));
+    assert!(
+        p.policies
+            .iter()
+            .all(|(_, ids)| ids.get("subnet").map(String::as_str) == Some("ul"))
+    );
     assert_eq!(
         p.exclude_sets,
         [
-            ("ul.u2o_exclude_ip.ip4".to_owned(), vec!["172.18.0.2".to_owned(), "172.18.0.3".to_owned()]),
+            (
+                "ul.u2o_exclude_ip.ip4".to_owned(),
+                vec!["172.18.0.2".to_owned(), "172.18.0.3".to_owned()]
+            ),
             ("ul.u2o_exclude_ip.ip6".to_owned(), vec!["fd00:18::2".to_owned()]),
         ]
     );
@@ -142,16 +196,30 @@ fn u2o_in_the_default_vpc_writes_the_three_policies_and_the_exclude_sets() {
 
 #[test]
 fn u2o_in_a_custom_vpc_writes_policy3_the_common_allow_and_a_source_route() {
-    let e = eff(json!({"cidrBlock": "172.17.0.0/24", "vlan": "v100", "u2oInterconnection": true,
-        "vpc": "vpc1"}));
+    let e = eff(
+        json!({"cidrBlock": "172.17.0.0/24", "vlan": "v100", "u2oInterconnection": true,
+        "vpc": "vpc1"}),
+    );
     let p = plan(&e, false, &ips(&["172.17.0.9"]), &ips(&["172.18.0.2"]), 100);
     assert_eq!(p.router_networks, Some(vec!["172.17.0.9/24".to_owned()]));
     let gw = vec!["172.17.0.1".to_owned()];
     assert_eq!(
         rows(&p),
         [
-            (31000, "ip4.dst == 172.17.0.0/24".into(), "allow".into(), vec![], false),
-            (29000, "ip4.src == 172.17.0.0/24".into(), "reroute".into(), gw, true),
+            (
+                31000,
+                "ip4.dst == 172.17.0.0/24".into(),
+                "allow".into(),
+                vec![],
+                false
+            ),
+            (
+                29000,
+                "ip4.src == 172.17.0.0/24".into(),
+                "reroute".into(),
+                gw,
+                true
+            ),
         ]
     );
     assert!(p.exclude_sets.is_empty());
@@ -179,8 +247,10 @@ fn vlan(v: serde_json::Value) -> Vlan {
 }
 
 fn pn(vlans: &[&str]) -> ProviderNetwork {
-    serde_json::from_value(json!({"metadata": {"name": "pn1"}, "spec": {"defaultInterface": "eth1"},
-        "status": {"vlans": vlans}}))
+    serde_json::from_value(
+        json!({"metadata": {"name": "pn1"}, "spec": {"defaultInterface": "eth1"},
+        "status": {"vlans": vlans}}),
+    )
     .unwrap()
 }
 
@@ -191,7 +261,10 @@ fn a_vlan_is_usable_once_its_provider_network_lists_it_and_not_in_conflict() {
         check_vlan("ul", "v100", None, None),
         VlanCheck::Missing("subnet ul: spec.vlan: vlan v100 not found".into())
     );
-    assert!(matches!(check_vlan("ul", "v100", Some(&v), None), VlanCheck::NotReady(_)));
+    assert!(matches!(
+        check_vlan("ul", "v100", Some(&v), None),
+        VlanCheck::NotReady(_)
+    ));
     assert!(matches!(
         check_vlan("ul", "v100", Some(&v), Some(&pn(&["other"]))),
         VlanCheck::NotReady(_)
@@ -203,8 +276,10 @@ fn a_vlan_is_usable_once_its_provider_network_lists_it_and_not_in_conflict() {
             provider: "pn1".into()
         }
     );
-    let c = vlan(json!({"metadata": {"name": "v100"}, "spec": {"id": 100, "provider": "pn1"},
-        "status": {"conflict": true}}));
+    let c = vlan(
+        json!({"metadata": {"name": "v100"}, "spec": {"id": 100, "provider": "pn1"},
+        "status": {"conflict": true}}),
+    );
     assert_eq!(
         check_vlan("ul", "v100", Some(&c), Some(&pn(&["v100"]))),
         VlanCheck::Conflict("subnet ul has invalid conflict vlan v100".into())
