@@ -171,12 +171,31 @@ async fn an_underlay_subnet_sits_on_its_vlan_without_a_router_port() {
         t.text
     );
 
+    // Kube-OVN's old name for the localnet port goes on the next reconcile.
+    env.ovn
+        .nbctl(&[
+            "lsp-add",
+            "ul",
+            "ln-ul",
+            "--",
+            "lsp-set-type",
+            "ln-ul",
+            "localnet",
+        ])
+        .unwrap();
     vlan(&env, "v100", 200, "pn1").await;
     nb_until(
         &env,
         &["list", "Logical_Switch_Port", "localnet.ul"],
         "retagged",
         |o| column(o, "tag") == "200",
+    )
+    .await;
+    nb_until(
+        &env,
+        &["--bare", "--columns=name", "list", "Logical_Switch_Port"],
+        "ln-ul gone",
+        |o| !o.lines().any(|l| l.trim() == "ln-ul"),
     )
     .await;
     vlan(&env, "v100", 0, "pn1").await;

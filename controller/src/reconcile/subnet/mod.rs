@@ -3,6 +3,10 @@
 //! policies, see [`gateway`]), the switch's ACLs (see [`acl`]) and
 //! status (see [`status`]). Defaulting is in [`spec`].
 //!
+//! An underlay subnet (`vlan`) gets a localnet port instead of the gateway policies, and a router
+//! port only with `logicalGateway` or U2O (see [`underlay`] for the rows, [`u2o`] for the Vlan
+//! checks and the U2O address).
+//!
 //! `natOutgoing` needs nothing in the northbound database: the node daemon masquerades traffic of
 //! such subnets as it leaves through `ovn0`; it reads the spec, and the IDs of
 //! `natOutgoingPolicyRules` from the status (see [`nat_policy`]).
@@ -31,7 +35,7 @@ use kube_ovn_api::annotations::{is_true, keys};
 use kube_ovn_api::crd::Subnet;
 use kube_ovn_api::names;
 use kube_ovn_ovsdb::Table;
-use kube_ovn_ovsdb::tables::nb::{LogicalRouter, LogicalSwitch};
+use kube_ovn_ovsdb::tables::nb::{LogicalRouter, LogicalSwitch, LogicalSwitchPort};
 
 use crate::context::Context;
 use crate::error::{Doing, Error, Result};
@@ -268,6 +272,16 @@ async fn apply(subnet: &Subnet, ctx: &Context) -> Result<Action> {
         match &underlay {
             Some(u) => {
                 ensure_localnet_port(&mut plan, cache, &ls, &name, &u.localnet);
+                // Kube-OVN's old name for it, deleted on upgrade as Kube-OVN does.
+                let legacy = format!("ln-{name}");
+                if cache
+                    .by_name::<LogicalSwitchPort>(&legacy)
+                    .ok()
+                    .flatten()
+                    .is_some_and(|p| p.r#type == "localnet")
+                {
+                    remove_switch_port(&mut plan, cache, &legacy);
+                }
             }
             None => remove_switch_port(&mut plan, cache, &localnet_port(&name)),
         }
