@@ -264,7 +264,7 @@ async fn an_underlay_subnet_sits_on_its_vlan_without_a_router_port() {
 /// deletion.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn u2o_joins_the_underlay_to_the_default_vpc_and_leaves_no_trace_when_off() {
-    let env = Env::start().await;
+    let mut env = Env::start().await;
     env.node("node1", "172.18.0.2").await;
     provider_network(&env, "pn1", &["v100"]).await;
     vlan(&env, "v100", 100, "pn1").await;
@@ -435,6 +435,31 @@ async fn u2o_joins_the_underlay_to_the_default_vpc_and_leaves_no_trace_when_off(
         |o| o.contains("172.17.0.100/24"),
     )
     .await;
+
+    // The U2O address is the subnet's, not a gone pod's: the collection at start (which finds
+    // the pod deleted while no controller ran) leaves its IP CR alone.
+    let ips: Api<Ip> = Api::all(env.kube.clone());
+    let u2o_uid = ips
+        .get("u2o-interconnection.ovn-cluster.ul")
+        .await
+        .unwrap()
+        .metadata
+        .uid;
+    // (`zz.nsu` sorts after the U2O key: the collection has passed that key once it is gone.)
+    env.pod("nsu", "zz", "node1", &[]).await;
+    env.routed("nsu", "zz").await;
+    env.kill_controller().await;
+    netkit::delete_pod(&env, "nsu", "zz").await;
+    env.start_controller();
+    wait_until_async(
+        "the collection at start to take zz's IP CR",
+        common::WAIT,
+        || async { Ok(ips.get_opt("zz.nsu").await?.is_none()) },
+    )
+    .await
+    .unwrap();
+    let kept = ips.get_opt("u2o-interconnection.ovn-cluster.ul").await.unwrap();
+    assert_eq!(kept.and_then(|i| i.metadata.uid), u2o_uid, "the same U2O IP CR");
 
     // U2O off: no router port, no policies, no address set, no IP CR, status cleared.
     subnet(&env, "ul", spec(false, "")).await;
