@@ -246,6 +246,15 @@ async fn an_underlay_subnet_sits_on_its_vlan_without_a_router_port() {
     .await;
     assert!(!exists(&env, "Logical_Switch_Port", "ul-ovn-cluster"));
 
+    // The nodes' own network may be an underlay subnet (Kube-OVN checks overlay subnets only).
+    subnet(
+        &env,
+        "nodes",
+        json!({"cidrBlock": "172.18.0.0/24", "vlan": "v100"}),
+    )
+    .await;
+    env.subnet_ready("nodes").await;
+
     netkit::delete_pod(&env, "nsu", "u1").await;
     delete_subnet(&env, "ul").await;
     nb_until(

@@ -12,8 +12,8 @@ use crate::reconcile::subnet_spec::{Effective, effective};
 
 /// Checks that need other objects, as Kube-OVN's `validateVpcBySubnet` and `checkSubnetConflict`:
 /// a custom VPC's subnet binds only namespaces the VPC lists, a default-VPC subnet none a custom
-/// VPC lists; no CIDR overlaps another subnet of the VPC; a default-VPC CIDR holds no node's
-/// address. The message names the field.
+/// VPC lists; no CIDR overlaps another subnet of the VPC on the same Vlan; a default-VPC overlay
+/// CIDR holds no node's address. The message names the field.
 pub fn validate(ctx: &Context, subnet: &Subnet, eff: &Effective) -> Result<(), String> {
     let namespaces = subnet.spec.namespaces.clone().unwrap_or_default();
     if eff.vpc == ctx.config.cluster_router {
@@ -47,7 +47,9 @@ pub fn validate(ctx: &Context, subnet: &Subnet, eff: &Effective) -> Result<(), S
             eff.vpc
         ));
     }
-    if eff.vpc == ctx.config.cluster_router {
+    // An underlay subnet may hold the nodes' addresses: they can sit on the same VLAN (Kube-OVN
+    // checks overlay subnets only).
+    if eff.vpc == ctx.config.cluster_router && eff.underlay.is_none() {
         for node in ctx.stores.nodes.state() {
             let inside = internal_ips(&node)
                 .into_iter()
@@ -64,7 +66,8 @@ pub fn validate(ctx: &Context, subnet: &Subnet, eff: &Effective) -> Result<(), S
     Ok(())
 }
 
-/// Another subnet of the same VPC whose CIDR overlaps this one.
+/// Another subnet of the same VPC and on the same Vlan (or both overlay) whose CIDR overlaps this
+/// one, as Kube-OVN's `checkSubnetConflict` compares them.
 fn overlapping(ctx: &Context, subnet: &Subnet, eff: &Effective) -> Option<String> {
     let name = subnet.name_any();
     ctx.stores.subnets.state().iter().find_map(|other| {
@@ -73,7 +76,9 @@ fn overlapping(ctx: &Context, subnet: &Subnet, eff: &Effective) -> Option<String
             return None;
         }
         let o = effective(other, &ctx.config.cluster_router).ok()?;
+        let vlan = |e: &Effective| e.underlay.as_ref().map(|u| u.vlan.clone());
         let overlap = o.vpc == eff.vpc
+            && vlan(&o) == vlan(eff)
             && o.cidrs.iter().any(|a| {
                 eff.cidrs
                     .iter()
