@@ -118,8 +118,9 @@ fn warnings_absent(events: &[k8s_openapi::api::events::v1::Event], reason: &str)
 /// A plain underlay subnet in the default VPC: its localnet port follows the Vlan (tag, no tag
 /// for ID 0, the provider), it has no router port, no gateway policies and no node port groups;
 /// its pods are told their Vlan and no router, and their traffic to the outside leaves through
-/// the localnet port untouched. `logicalGateway` brings OVN's router port back; deletion takes
-/// the localnet port with the switch.
+/// the localnet port untouched. `logicalGateway` brings OVN's router port back; Kube-OVN's old
+/// `ln-<subnet>` port goes; an underlay subnet may hold node addresses; deletion takes the
+/// localnet port with the switch, and turning the subnet overlay removes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_underlay_subnet_sits_on_its_vlan_without_a_router_port() {
     let env = Env::start().await;
@@ -255,13 +256,30 @@ async fn an_underlay_subnet_sits_on_its_vlan_without_a_router_port() {
     .await;
     env.subnet_ready("nodes").await;
 
-    netkit::delete_pod(&env, "nsu", "u1").await;
-    delete_subnet(&env, "ul").await;
+    // Deleted: the localnet port goes with the switch.
+    delete_subnet(&env, "nodes").await;
     nb_until(
         &env,
         &["--bare", "--columns=name", "list", "Logical_Switch_Port"],
-        "localnet gone",
-        |o| !o.lines().any(|l| l.trim() == "localnet.ul"),
+        "localnet gone with its subnet",
+        |o| !o.lines().any(|l| l.trim() == "localnet.nodes"),
+    )
+    .await;
+    assert!(!exists(&env, "Logical_Switch", "nodes"));
+
+    // Back to overlay: no localnet port, OVN's router port on the gateway.
+    subnet(
+        &env,
+        "ul",
+        json!({"cidrBlock": "172.17.0.0/24", "gateway": "172.17.0.254", "vlan": "",
+            "namespaces": ["nsu"], "logicalGateway": false}),
+    )
+    .await;
+    nb_until(
+        &env,
+        &["--bare", "--columns=name", "list", "Logical_Switch_Port"],
+        "localnet gone with the vlan",
+        |o| !o.lines().any(|l| l.trim() == "localnet.ul") && o.lines().any(|l| l.trim() == "ul-ovn-cluster"),
     )
     .await;
 }
