@@ -1,5 +1,6 @@
 //! Sets of rows an object owns inside a parent row's reference column: router policies and static
-//! routes on a router, ACLs on a switch or port group. A plan makes the owned set equal the desired
+//! routes on a router, ACLs on a switch or port group; and root rows an object owns by name
+//! (address sets, see [`sync_address_sets`]). A plan makes the owned set equal the desired
 //! one: extra rows unreferenced (the server drops them), missing ones inserted, changed ones updated.
 //!
 //! Pure: no I/O.
@@ -7,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use kube_ovn_ovsdb::tables::nb::{
-    Acl, LogicalRouter, LogicalRouterPolicy, LogicalRouterStaticRoute, LogicalSwitch, PortGroup,
+    Acl, AddressSet, LogicalRouter, LogicalRouterPolicy, LogicalRouterStaticRoute, LogicalSwitch, PortGroup,
 };
 use kube_ovn_ovsdb::{Condition, DbCache, Operation, Table, Uuid};
 
@@ -372,4 +373,32 @@ pub fn sync_acls(
 ) {
     let desired: Vec<_> = desired.iter().map(|(s, ids)| (s, ids.clone())).collect();
     sync::<Acl>(plan, cache, parent, created, claim, &desired);
+}
+
+/// Makes the address sets `owner` owns (`vendor=kube-ovn` and `owner`'s keys in `external_ids`)
+/// exactly `desired` (name, addresses): missing ones created, addresses brought in line, the
+/// owner's other sets deleted (address sets are root rows).
+pub fn sync_address_sets(
+    plan: &mut Plan,
+    cache: &DbCache,
+    owner: &[(&str, &str)],
+    desired: &[(String, Vec<String>)],
+) {
+    for (name, addresses) in desired {
+        let set = AddressSet {
+            name: name.clone(),
+            addresses: addresses.clone(),
+            external_ids: owned_ids(owner),
+            ..Default::default()
+        };
+        plan.ensure(cache, name, &set, &["addresses", "external_ids"]);
+    }
+    for (uuid, row) in cache.table(AddressSet::NAME) {
+        let Ok(set) = AddressSet::from_row(*uuid, row) else {
+            continue;
+        };
+        if is_owned_by(&set.external_ids, owner) && !desired.iter().any(|(n, _)| *n == set.name) {
+            plan.delete(AddressSet::NAME, *uuid);
+        }
+    }
 }

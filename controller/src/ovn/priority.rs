@@ -8,6 +8,9 @@
 pub const POLICY_SUBNET_ALLOW: i64 = 31000;
 /// `NodeRouterPolicyPriority`: traffic for a node's own address goes to its join address.
 pub const POLICY_NODE: i64 = 30000;
+/// `U2OSubnetPolicyPriority`: in the default VPC, traffic to a U2O underlay subnet is allowed
+/// before the gateway reroutes (29000) can send it to a node.
+pub const POLICY_U2O_SUBNET: i64 = 29400;
 /// `GatewayRouterPolicyPriority`: a default-VPC subnet's traffic leaving through its gateway.
 pub const POLICY_GATEWAY: i64 = 29000;
 

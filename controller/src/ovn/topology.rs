@@ -135,6 +135,10 @@ pub struct Attachment<'a> {
     pub switch_ref: &'a RowRef,
     /// The router port's addresses: the subnet's gateway(s) with prefix, e.g. `10.16.0.1/16`.
     pub networks: Vec<String>,
+    /// The router port's MAC when the caller chose it (a U2O port takes the MAC allocated with
+    /// its address, as Kube-OVN's `u2oInterconnectionMAC`); `None` keeps the port's MAC, or
+    /// derives one from its name.
+    pub mac: Option<MacAddr>,
 }
 
 /// The patch between a router and a switch: router port `<router>-<switch>` and switch port
@@ -151,15 +155,18 @@ pub fn ensure_router_attachment(
         switch,
         switch_ref,
         networks,
+        mac,
     } = a;
     let lrp_name = names::router_port_name(router, switch);
     let lsp_name = names::switch_router_port_name(switch, router);
-    let mac = cache
-        .by_name::<LogicalRouterPort>(&lrp_name)
-        .ok()
-        .flatten()
-        .and_then(|p| kube_ovn_api::annotations::parse::<MacAddr>("mac", &p.mac).ok())
-        .unwrap_or_else(|| router_port_mac(&lrp_name));
+    let mac = mac.unwrap_or_else(|| {
+        cache
+            .by_name::<LogicalRouterPort>(&lrp_name)
+            .ok()
+            .flatten()
+            .and_then(|p| kube_ovn_api::annotations::parse::<MacAddr>("mac", &p.mac).ok())
+            .unwrap_or_else(|| router_port_mac(&lrp_name))
+    });
     let lrp = LogicalRouterPort {
         name: lrp_name.clone(),
         mac: mac.to_string(),
@@ -187,6 +194,41 @@ pub fn ensure_router_attachment(
         &["type", "addresses", "options", "external_ids"],
     );
     mac
+}
+
+/// Removes the patch between a router and a switch: the router port `<router>-<switch>` from the
+/// router and the switch port `<switch>-<router>` from the switch, in one plan (the server drops
+/// both rows). Kube-OVN's `RemoveLogicalPatchPort`, for an underlay subnet whose gateway is the
+/// physical router.
+pub fn remove_router_attachment(plan: &mut Plan, cache: &DbCache, router: &str, switch: &str) {
+    let lrp = names::router_port_name(router, switch);
+    if let (Some(r), Some(p)) = (
+        cache.uuids_by_name(LogicalRouter::NAME, router).first(),
+        cache.uuids_by_name(LogicalRouterPort::NAME, &lrp).first(),
+    ) {
+        plan.remove_members(LogicalRouter::NAME, &RowRef::Existing(*r), "ports", &[*p]);
+    }
+    remove_switch_port(plan, cache, &names::switch_router_port_name(switch, router));
+}
+
+/// An underlay subnet's localnet port (built by the subnet's plan): created, or brought to the
+/// wanted type, addresses, options, tag and `external_ids` in place — a Vlan's new ID retags it,
+/// a new provider rewrites `network_name`.
+pub fn ensure_localnet_port(
+    plan: &mut Plan,
+    cache: &DbCache,
+    switch_ref: &RowRef,
+    switch: &str,
+    desired: &LogicalSwitchPort,
+) -> RowRef {
+    ensure_switch_port(
+        plan,
+        cache,
+        switch_ref,
+        switch,
+        desired,
+        &["type", "addresses", "options", "tag", "external_ids"],
+    )
 }
 
 /// A switch port on `switch`: created or brought to `desired` in `columns`, and a member of the

@@ -5,7 +5,8 @@
 //! ```text
 //!   Vpc        ◀─ its own changes but status; Subnets (spec, deletion) → their VPCs, old and new
 //!   Subnet     ◀─ its own changes but status; Nodes (labels, readiness, addresses, join) and
-//!                 VPCs (spec, router, deletion) → every subnet
+//!                 VPCs (spec, router, deletion), Vlans (id, provider, conflict) and
+//!                 ProviderNetworks (status.vlans) → every subnet
 //!   IPPool     ◀─ its own changes but status
 //!   Namespace  ◀─ its own; Subnets, IPPools (spec, deletion), VPCs (+ default subnet) → every namespace
 //!   Node, IP   ◀─ their own

@@ -145,7 +145,8 @@ pub async fn collect(ctx: &Context) -> Result<Collected> {
             .filter(|(s, _)| *s != join)
             .map(|(_, k)| k.clone()),
     );
-    candidates.retain(|k| !alive(ctx, k));
+    // A subnet's U2O interconnection address belongs to the subnet, not to a pod.
+    candidates.retain(|k| !alive(ctx, k) && !crate::reconcile::subnet::u2o::is_u2o_key(k));
     for key in candidates {
         let _lock = ctx.pod_locks.lock(&key).await;
         if alive(ctx, &key) {

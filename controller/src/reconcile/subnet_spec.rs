@@ -6,6 +6,11 @@
 //! distributed`. We do the same and write the result back, so `kubectl get subnet` shows what is
 //! in effect.
 //!
+//! Underlay subnets (`vlan`) are checked here as Kube-OVN's `ValidateSubnet` does
+//! (`logicalGateway` with `u2oInterconnection`, `u2oInterconnectionIP` inside the CIDR and not the
+//! gateway), and normalised as its `formatSubnet` does: `u2oInterconnectionIP` cleared while U2O is
+//! off, `u2oInterconnection` cleared on an overlay subnet.
+//!
 //! Pure: no I/O.
 
 use std::net::IpAddr;
@@ -29,6 +34,23 @@ pub struct Effective {
     pub provider: String,
     pub vpc: String,
     pub gateway_type: String,
+    /// Set for an underlay subnet (`spec.vlan`).
+    pub underlay: Option<Underlay>,
+}
+
+/// What makes a subnet an underlay one: its Vlan and how it meets the VPC router.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Underlay {
+    /// `spec.vlan`: the Vlan CR, which names the VLAN ID and the ProviderNetwork.
+    pub vlan: String,
+    /// `spec.logicalGateway`: OVN's router stays the pods' gateway.
+    pub logical_gateway: bool,
+    /// `spec.u2oInterconnection`: the VPC router joins the subnet on its own address, so
+    /// underlay and overlay pods reach each other.
+    pub u2o: bool,
+    /// `spec.u2oInterconnectionIP`, one per family (only with `u2o`): the router port's address
+    /// asked for; IPAM picks one otherwise.
+    pub u2o_ips: Vec<IpAddr>,
 }
 
 impl Effective {
@@ -60,6 +82,24 @@ impl Effective {
             .zip(&self.gateways)
             .map(|(c, g)| format!("{g}/{}", c.prefix_len()))
             .collect()
+    }
+
+    /// Whether the subnet's switch is patched to the VPC router. Kube-OVN's `needRouter`: an
+    /// underlay subnet's gateway is the physical router, unless `logicalGateway` keeps OVN's or
+    /// U2O attaches the router on its own address.
+    pub fn needs_router(&self) -> bool {
+        self.underlay.as_ref().is_none_or(|u| u.logical_gateway || u.u2o)
+    }
+
+    /// An underlay subnet whose gateway is the physical router (no `logicalGateway`): no
+    /// gateway policies, node reroutes or NAT for it.
+    pub fn physical_gateway(&self) -> bool {
+        self.underlay.as_ref().is_some_and(|u| !u.logical_gateway)
+    }
+
+    /// An underlay subnet with U2O interconnection.
+    pub fn u2o(&self) -> bool {
+        self.underlay.as_ref().is_some_and(|u| u.u2o)
     }
 }
 
@@ -158,6 +198,7 @@ pub fn effective(subnet: &Subnet, cluster_router: &str) -> Result<Effective> {
             ));
         }
     }
+    let underlay = underlay(subnet, &cidrs, &ordered)?;
     Ok(Effective {
         cidrs,
         gateways: ordered,
@@ -170,7 +211,78 @@ pub fn effective(subnet: &Subnet, cluster_router: &str) -> Result<Effective> {
             .unwrap_or_else(|| "ovn".into()),
         vpc,
         gateway_type,
+        underlay,
     })
+}
+
+/// The underlay part of a subnet, with Kube-OVN's checks (`pkg/util/validator.go
+/// ValidateSubnet`, its messages kept). `u2oInterconnection` on an overlay subnet is ignored here
+/// and cleared by [`spec_patch`], as Kube-OVN's `formatSubnet` does.
+fn underlay(subnet: &Subnet, cidrs: &[IpNet], gateways: &[IpAddr]) -> Result<Option<Underlay>> {
+    let spec = &subnet.spec;
+    let name = subnet.name_any();
+    let bad = |field: &str, why: String| Error::Invalid(format!("subnet {name}: spec.{field}: {why}"));
+    let Some(vlan) = spec.vlan.clone().filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    let logical_gateway = spec.logical_gateway == Some(true);
+    let u2o = spec.u2o_interconnection == Some(true);
+    if logical_gateway && u2o {
+        return Err(bad(
+            "u2oInterconnection",
+            "logicalGateway and u2oInterconnection can't be opened at the same time".into(),
+        ));
+    }
+    if spec.u2o_features.as_ref().and_then(|f| f.overlay_only_routing) == Some(true) {
+        let why = if u2o {
+            "overlay-only routing is not implemented by kube-ovn-rs; remove it to use U2O interconnection"
+        } else {
+            "u2oFeatures.overlayOnlyRouting can only be enabled when u2OInterconnection is true"
+        };
+        return Err(bad("u2oFeatures.overlayOnlyRouting", why.into()));
+    }
+    let mut u2o_ips = Vec::new();
+    let asked = spec.u2o_interconnection_ip.as_deref().unwrap_or_default();
+    if u2o && !asked.is_empty() {
+        let field = "u2oInterconnectionIP";
+        if asked.chars().any(|c| c.is_ascii_uppercase()) {
+            return Err(bad(
+                field,
+                format!(
+                    "subnet {name} U2O interconnection ip {asked} v6 ip address can not contain upper case"
+                ),
+            ));
+        }
+        let block = crate::config::comma_joined(cidrs);
+        for part in asked.split(',').map(str::trim) {
+            let ip: IpAddr = part
+                .parse()
+                .map_err(|_| bad(field, format!("{part:?} is not an IP address")))?;
+            if !cidrs.iter().any(|c| c.contains(&ip)) {
+                return Err(bad(
+                    field,
+                    format!("u2oInterconnectionIP {asked} is not in subnet {name} cidr {block}"),
+                ));
+            }
+            if gateways.contains(&ip) {
+                let gw = crate::config::comma_joined(gateways);
+                return Err(bad(
+                    field,
+                    format!("u2oInterconnectionIP {asked} conflicts with subnet gateway {gw}"),
+                ));
+            }
+            if u2o_ips.iter().any(|o: &IpAddr| o.is_ipv4() == ip.is_ipv4()) {
+                return Err(bad(field, format!("{asked:?} has two addresses of one family")));
+            }
+            u2o_ips.push(ip);
+        }
+    }
+    Ok(Some(Underlay {
+        vlan,
+        logical_gateway,
+        u2o,
+        u2o_ips,
+    }))
 }
 
 /// The first address after the network address, Kube-OVN's default gateway (`fd00:10:16::1` for
@@ -213,6 +325,13 @@ pub fn spec_patch(subnet: &Subnet, eff: &Effective) -> Option<serde_json::Value>
     if !eff.gateway_type.is_empty() && s.gateway_type.as_deref() != Some(eff.gateway_type.as_str()) {
         set("gatewayType", json!(eff.gateway_type));
     }
+    // Kube-OVN's formatSubnet: no U2O on an overlay subnet, no U2O address without U2O.
+    if eff.underlay.is_none() && s.u2o_interconnection == Some(true) {
+        set("u2oInterconnection", json!(false));
+    }
+    if !eff.u2o() && s.u2o_interconnection_ip.as_deref().is_some_and(|i| !i.is_empty()) {
+        set("u2oInterconnectionIP", json!(""));
+    }
     (!patch.is_empty()).then(|| json!({"spec": patch}))
 }
 
@@ -237,5 +356,90 @@ mod tests {
         assert_eq!(spec("10.0.0.4/31").gateway(), "10.0.0.4");
         assert_eq!(spec("fd00::4/127").gateway(), "fd00::4");
         assert_eq!(spec("fd00::/64").exclude_ips, ["fd00::1"]);
+    }
+
+    fn subnet(spec: serde_json::Value) -> Subnet {
+        let mut v = json!({"metadata": {"name": "ul"}});
+        v["spec"] = spec;
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn refusal(spec: serde_json::Value) -> String {
+        effective(&subnet(spec), "ovn-cluster").unwrap_err().to_string()
+    }
+
+    #[test]
+    fn underlay_fields_are_checked_with_kube_ovns_messages() {
+        let base = json!({"cidrBlock": "172.17.0.0/24", "vlan": "v100"});
+        let with = |extra: serde_json::Value| {
+            let mut v = base.clone();
+            v.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            v
+        };
+        assert_eq!(
+            refusal(with(json!({"logicalGateway": true, "u2oInterconnection": true}))),
+            "subnet ul: spec.u2oInterconnection: logicalGateway and u2oInterconnection can't be opened at the same time"
+        );
+        assert_eq!(
+            refusal(with(
+                json!({"u2oInterconnection": true, "u2oInterconnectionIP": "172.18.0.9"})
+            )),
+            "subnet ul: spec.u2oInterconnectionIP: u2oInterconnectionIP 172.18.0.9 is not in subnet ul cidr 172.17.0.0/24"
+        );
+        assert_eq!(
+            refusal(with(
+                json!({"u2oInterconnection": true, "u2oInterconnectionIP": "172.17.0.1"})
+            )),
+            "subnet ul: spec.u2oInterconnectionIP: u2oInterconnectionIP 172.17.0.1 conflicts with subnet gateway 172.17.0.1"
+        );
+        let e = refusal(with(
+            json!({"u2oInterconnection": true, "u2oFeatures": {"overlayOnlyRouting": true}}),
+        ));
+        assert!(
+            e.contains("spec.u2oFeatures.overlayOnlyRouting") && e.contains("not implemented"),
+            "{e}"
+        );
+        let e = refusal(with(json!({"u2oFeatures": {"overlayOnlyRouting": true}})));
+        assert!(
+            e.contains("can only be enabled when u2OInterconnection is true"),
+            "{e}"
+        );
+
+        let ok = effective(
+            &subnet(with(
+                json!({"u2oInterconnection": true, "u2oInterconnectionIP": "172.17.0.9"}),
+            )),
+            "ovn-cluster",
+        )
+        .unwrap();
+        let u = ok.underlay.clone().unwrap();
+        assert_eq!((u.vlan.as_str(), u.u2o, u.logical_gateway), ("v100", true, false));
+        assert_eq!(u.u2o_ips, ["172.17.0.9".parse::<IpAddr>().unwrap()]);
+        assert!(ok.needs_router() && ok.physical_gateway() && ok.u2o());
+        let plain = effective(&subnet(base.clone()), "ovn-cluster").unwrap();
+        assert!(!plain.needs_router() && plain.physical_gateway());
+        let lgw = effective(&subnet(with(json!({"logicalGateway": true}))), "ovn-cluster").unwrap();
+        assert!(lgw.needs_router() && !lgw.physical_gateway());
+        assert!(spec("10.16.0.0/16").needs_router());
+    }
+
+    #[test]
+    fn u2o_is_cleared_where_kube_ovn_clears_it() {
+        // U2O off: its address goes; overlay: U2O itself goes.
+        let s = subnet(
+            json!({"cidrBlock": "172.17.0.0/24", "vlan": "v100", "u2oInterconnectionIP": "172.17.0.9"}),
+        );
+        let eff = effective(&s, "ovn-cluster").unwrap();
+        let p = spec_patch(&s, &eff).unwrap();
+        assert_eq!(p["spec"]["u2oInterconnectionIP"], json!(""));
+        let s = subnet(json!({"cidrBlock": "10.16.0.0/16", "u2oInterconnection": true}));
+        let eff = effective(&s, "ovn-cluster").unwrap();
+        assert!(eff.underlay.is_none());
+        assert_eq!(
+            spec_patch(&s, &eff).unwrap()["spec"]["u2oInterconnection"],
+            json!(false)
+        );
     }
 }

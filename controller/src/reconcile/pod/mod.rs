@@ -47,7 +47,8 @@ use crate::reconcile::ip::record::{IpRecord, delete_ip, is_reserved, upsert_ip};
 use crate::reconcile::node_state::internal_ips;
 use crate::reconcile::pod::plan::{PodInput, PodPlan, plan_pod};
 use crate::reconcile::pod::request::{
-    Cluster, allocate, namespace_pool, static_addresses, uses_namespace_pools, validate, validate_routes,
+    Cluster, allocate, namespace_pool, static_addresses, underlay_vlan, uses_namespace_pools, validate,
+    validate_routes,
 };
 use crate::reconcile::pod_state::{grace_left, is_alive, port_name};
 use crate::reconcile::statefulset;
@@ -303,6 +304,7 @@ async fn apply(pod: &Pod, ctx: &Context, key: &str) -> Result<Action> {
         return Err(Error::NotReady(format!("subnet {subnet_name} is not ready")));
     }
     let eff = effective(&subnet, &ctx.config.cluster_router)?;
+    let vlan = underlay_vlan(&ctx.stores.vlans, &subnet_name, &eff)?;
     validate_routes(pod, &subnet_name, &eff.cidrs)?;
     let alloc = {
         let (pools, nodes) = (ctx.stores.ippools.state(), ctx.stores.nodes.state());
@@ -320,6 +322,7 @@ async fn apply(pod: &Pod, ctx: &Context, key: &str) -> Result<Action> {
         effective: &eff,
         alloc: &alloc,
         cluster_router: &ctx.config.cluster_router,
+        vlan: vlan.as_ref().map(|(id, p)| (*id, p.as_str())),
     };
     let PodPlan {
         rows,

@@ -14,7 +14,7 @@ use kube_ovn_api::names;
 use kube_ovn_ovsdb::tables::nb::{LogicalSwitch, LogicalSwitchPort, PortGroup};
 use kube_ovn_ovsdb::{Atom, DbCache, Table, Uuid, Value};
 
-use super::request::handshake;
+use super::request::{handshake, with_underlay};
 use crate::error::{Error, Result};
 use crate::ipam::Allocation;
 use crate::ovn::plan::{Plan, RowRef, owned_ids};
@@ -34,6 +34,8 @@ pub struct PodInput<'a> {
     pub alloc: &'a Allocation,
     /// The default VPC's router (`--cluster-router`): only its pods join the node port groups.
     pub cluster_router: &'a str,
+    /// An underlay subnet's Vlan ID and ProviderNetwork.
+    pub vlan: Option<(u16, &'a str)>,
 }
 
 /// What the reconciler writes for a pod.
@@ -58,6 +60,7 @@ pub fn plan_pod(input: &PodInput<'_>, cache: &DbCache) -> Result<PodPlan> {
         effective: eff,
         alloc,
         cluster_router,
+        vlan,
     } = *input;
     let node = pod
         .spec
@@ -91,7 +94,11 @@ pub fn plan_pod(input: &PodInput<'_>, cache: &DbCache) -> Result<PodPlan> {
             None => missing_groups.push(pg.clone()),
         }
     }
-    let want = handshake(subnet, &eff.vpc, &eff.cidrs, &eff.gateways, alloc);
+    let want = with_underlay(
+        handshake(subnet, &eff.vpc, &eff.cidrs, &eff.gateways, alloc),
+        eff,
+        vlan,
+    );
     let routed = missing_groups.is_empty() && !node.is_empty();
     Ok(PodPlan {
         rows,
@@ -101,12 +108,13 @@ pub fn plan_pod(input: &PodInput<'_>, cache: &DbCache) -> Result<PodPlan> {
 }
 
 /// Kube-OVN's routing step: a default-VPC pod joins its node's port group `node.<node>` (the
-/// node-to-pod allow ACLs) and, on a distributed subnet, `<subnet>.<node>` (the gateway policy).
+/// node-to-pod allow ACLs) and, on a distributed subnet, `<subnet>.<node>` (the gateway policy;
+/// none for an underlay subnet whose gateway is the physical router).
 fn port_groups(eff: &Effective, subnet: &str, node: &str, cluster_router: &str) -> Vec<String> {
     let mut groups = Vec::new();
     if eff.vpc == cluster_router && !node.is_empty() {
         groups.push(names::node_port_group(node));
-        if eff.gateway_type == "distributed" {
+        if eff.gateway_type == "distributed" && !eff.physical_gateway() {
             groups.push(names::subnet_node_port_group(subnet, node));
         }
     }

@@ -13,15 +13,18 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
+use kube::runtime::reflector::ObjectRef;
 use kube_ovn_api::annotations::{
     AnnotationError, Bandwidth, CidrPair, IpFamily, IpPair, IpPoolAnnotation, MacAddr, PRIMARY_PROVIDER,
     PodNetwork, Problem, Routes, get, keys,
 };
-use kube_ovn_api::crd::IPPool;
+use kube_ovn_api::crd::{IPPool, Vlan};
 
 use crate::error::{Error, Result};
+use crate::informer::Cache;
 use crate::ipam::{Allocation, Family, Ipam, IpamError, Request};
 use crate::reconcile::statefulset;
+use crate::reconcile::subnet_spec::Effective;
 
 /// What a pod's request reads besides the pod and IPAM: the IP pools (its namespace's come from
 /// them) and the nodes' own addresses, which Kube-OVN never hands a pod (`validatePodIP`).
@@ -269,6 +272,38 @@ pub fn allocate(
     ))
 }
 
+/// An underlay subnet's Vlan ID and ProviderNetwork, for the pod's `vlan_id` and
+/// `provider_network` annotations; `None` for an overlay subnet. Not ready while the Vlan is
+/// missing (the subnet is not ready then either).
+pub fn underlay_vlan(vlans: &Cache<Vlan>, subnet: &str, eff: &Effective) -> Result<Option<(u16, String)>> {
+    let Some(u) = &eff.underlay else {
+        return Ok(None);
+    };
+    let vlan = vlans
+        .get(&ObjectRef::new(&u.vlan))
+        .ok_or_else(|| Error::NotReady(format!("vlan {} of subnet {subnet} does not exist", u.vlan)))?;
+    let provider = vlan.spec.effective_provider().unwrap_or_default().to_owned();
+    Ok(Some((vlan.spec.effective_id(), provider)))
+}
+
+/// Kube-OVN's underlay handshake on top of [`handshake`]: `vlan_id` and `provider_network` for
+/// a subnet on a Vlan, and `logical_router` only where the VPC router is the pod's (overlay,
+/// `logicalGateway`, U2O) — without it the node daemon knows the physical router is the gateway.
+pub fn with_underlay(
+    mut want: BTreeMap<String, String>,
+    eff: &Effective,
+    vlan: Option<(u16, &str)>,
+) -> BTreeMap<String, String> {
+    if let Some((id, provider)) = vlan {
+        want.insert(keys::VLAN_ID.to_owned(), id.to_string());
+        want.insert(keys::PROVIDER_NETWORK.to_owned(), provider.to_owned());
+    }
+    if !eff.needs_router() {
+        want.remove(keys::LOGICAL_ROUTER);
+    }
+    want
+}
+
 /// The handshake annotations for an allocation (everything but `routed`), through the one typed
 /// writer the daemon, the speaker and Kube-OVN's CNI read back ([`PodNetwork`]): the subnet's CIDR
 /// and gateway of each family the pod has an address in, v4 first.
@@ -432,5 +467,50 @@ mod tests {
         let read = PodNetwork::read(Some(&want), PRIMARY_PROVIDER).unwrap().unwrap();
         assert_eq!(read.addresses.v4, alloc.v4);
         assert_eq!(read.mac, alloc.mac);
+    }
+
+    #[test]
+    fn underlay_pods_name_their_vlan_and_the_router_only_where_it_is_their_gateway() {
+        let sub = |spec: serde_json::Value| {
+            let s: kube_ovn_api::crd::Subnet =
+                serde_json::from_value(json!({"metadata": {"name": "ul"}, "spec": spec})).unwrap();
+            crate::reconcile::subnet_spec::effective(&s, "ovn-cluster").unwrap()
+        };
+        let alloc = Allocation {
+            v4: Some("172.17.0.5".parse().unwrap()),
+            v6: None,
+            mac: MacAddr([0, 0, 0, 0xaa, 0xbb, 0xcc]),
+            pool: String::new(),
+        };
+        let hs = |eff: &Effective, vlan| {
+            with_underlay(
+                handshake("ul", "ovn-cluster", &eff.cidrs, &eff.gateways, &alloc),
+                eff,
+                vlan,
+            )
+        };
+        let plain = sub(json!({"cidrBlock": "172.17.0.0/24", "vlan": "v100"}));
+        let a = hs(&plain, Some((100, "pn1")));
+        assert_eq!(a.get(keys::VLAN_ID).map(String::as_str), Some("100"));
+        assert_eq!(a.get(keys::PROVIDER_NETWORK).map(String::as_str), Some("pn1"));
+        assert_eq!(a.get(keys::LOGICAL_ROUTER), None);
+        assert_eq!(a.get(keys::GATEWAY).map(String::as_str), Some("172.17.0.1"));
+        for spec in [
+            json!({"cidrBlock": "172.17.0.0/24", "vlan": "v100", "logicalGateway": true}),
+            json!({"cidrBlock": "172.17.0.0/24", "vlan": "v100", "u2oInterconnection": true}),
+        ] {
+            let a = hs(&sub(spec), Some((100, "pn1")));
+            assert_eq!(
+                a.get(keys::LOGICAL_ROUTER).map(String::as_str),
+                Some("ovn-cluster")
+            );
+            assert_eq!(a.get(keys::VLAN_ID).map(String::as_str), Some("100"));
+        }
+        let overlay = hs(&sub(json!({"cidrBlock": "10.16.0.0/16"})), None);
+        assert_eq!(
+            overlay.get(keys::LOGICAL_ROUTER).map(String::as_str),
+            Some("ovn-cluster")
+        );
+        assert_eq!(overlay.get(keys::VLAN_ID), None);
     }
 }

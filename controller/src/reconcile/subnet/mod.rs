@@ -3,6 +3,10 @@
 //! policies, see [`gateway`]), the switch's ACLs (see [`acl`]) and
 //! status (see [`status`]). Defaulting is in [`spec`].
 //!
+//! An underlay subnet (`vlan`) gets a localnet port instead of the gateway policies, and a router
+//! port only with `logicalGateway` or U2O (see [`underlay`] for the rows, [`u2o`] for the Vlan
+//! checks and the U2O address).
+//!
 //! `natOutgoing` needs nothing in the northbound database: the node daemon masquerades traffic of
 //! such subnets as it leaves through `ovn0`; it reads the spec, and the IDs of
 //! `natOutgoingPolicyRules` from the status (see [`nat_policy`]).
@@ -10,7 +14,11 @@
 pub mod acl;
 pub mod gateway;
 pub mod nat_policy;
+pub mod node_groups;
 pub mod status;
+pub mod u2o;
+pub mod underlay;
+pub mod validate;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -26,29 +34,36 @@ use kube::{Resource, ResourceExt};
 use kube_ovn_api::annotations::{is_true, keys};
 use kube_ovn_api::crd::Subnet;
 use kube_ovn_api::names;
-use kube_ovn_ovsdb::tables::nb::{
-    LogicalRouter, LogicalRouterPolicy, LogicalSwitch, LogicalSwitchPort, PortGroup,
-};
-use kube_ovn_ovsdb::{DbCache, Table};
+use kube_ovn_ovsdb::Table;
+use kube_ovn_ovsdb::tables::nb::{LogicalRouter, LogicalSwitch, LogicalSwitchPort};
 
 use crate::context::Context;
 use crate::error::{Doing, Error, Result};
-use crate::ovn::owned::{Claim, Parent, PolicySpec, sync_acls, sync_policies, sync_policies_claimed};
+use crate::ipam::Allocation;
+use crate::ovn::owned::{
+    Claim, Parent, PolicySpec, sync_acls, sync_address_sets, sync_policies, sync_policies_claimed,
+    sync_routes,
+};
 use crate::ovn::plan::{Plan, RowRef, owned_ids};
-use crate::ovn::priority::{POLICY_GATEWAY, POLICY_SUBNET_ALLOW};
+use crate::ovn::priority::POLICY_SUBNET_ALLOW;
 use crate::ovn::topology::{
-    Attachment, add_to_port_group, ensure_port_group, ensure_router_attachment, ensure_switch,
+    Attachment, ensure_localnet_port, ensure_router_attachment, ensure_switch, remove_router_attachment,
+    remove_switch_port,
 };
 use crate::reconcile::node_state::{internal_ips, node_ready};
-use crate::reconcile::pod_state::port_name;
 use crate::reconcile::subnet::acl::subnet_acls;
 use crate::reconcile::subnet::gateway::{GatewayPlan, NodeView, gateway_plan};
 use crate::reconcile::subnet::nat_policy::status_rules;
-use crate::reconcile::subnet::status::{Outcome, set_status, warn};
+use crate::reconcile::subnet::node_groups::{
+    gateway_policies, pod_ports_by_node, remove_stale_node_groups, sync_node_groups,
+};
+use crate::reconcile::subnet::status::{Outcome, U2oStatus, set_status, warn};
+use crate::reconcile::subnet::underlay::{UnderlayInputs, VlanCheck, underlay_plan};
+use crate::reconcile::subnet::validate::validate;
 use crate::reconcile::subnet_spec::spec_patch;
 use crate::reconcile::subnet_spec::{Effective, effective};
+use kube_ovn_api::annotations::keys::localnet_port;
 use kube_ovn_api::crd::NatOutgoingPolicyRuleStatus;
-use kube_ovn_api::selector::Selector;
 
 pub const KIND: &str = "Subnet";
 
@@ -91,6 +106,32 @@ async fn apply(subnet: &Subnet, ctx: &Context) -> Result<Action> {
     if let Err(why) = validate(ctx, subnet, &eff) {
         return refuse(ctx, subnet, format!("subnet {name}: {why}")).await;
     }
+    let vlan = match &eff.underlay {
+        None => None,
+        Some(u) => match u2o::vlan_of(ctx, &name, &u.vlan) {
+            VlanCheck::Ready { id, provider } => Some((id, provider)),
+            VlanCheck::Conflict(why) => return refuse(ctx, subnet, why).await,
+            VlanCheck::Missing(why) => {
+                warn(ctx, subnet, "VlanNotFound", &why).await;
+                let outcome = Outcome {
+                    ready: false,
+                    message: &why,
+                    ..Outcome::ok("VlanNotFound")
+                };
+                set_status(ctx, subnet, None, outcome).await?;
+                return Err(Error::NotReady(why));
+            }
+            VlanCheck::NotReady(why) => {
+                tracing::info!(subnet = %name, "{why}");
+                let outcome = Outcome {
+                    ready: false,
+                    ..Outcome::ok("VlanNotReady")
+                };
+                set_status(ctx, subnet, None, outcome).await?;
+                return Ok(Action::requeue(Duration::from_secs(10)));
+            }
+        },
+    };
     let router = router_of(ctx, &eff.vpc)?;
     let is_join = name == ctx.config.node_subnet.name;
     let default_vpc = router == ctx.config.cluster_router;
@@ -103,7 +144,9 @@ async fn apply(subnet: &Subnet, ctx: &Context) -> Result<Action> {
         Ok(a) => a,
         Err(e) => return refuse(ctx, subnet, field_error(e)).await,
     };
-    let gateway = if default_vpc && !is_join {
+    // An underlay subnet whose gateway is the physical router has no gateway policies and no
+    // node reroutes (Kube-OVN's reconcileOvnDefaultVpcRoute).
+    let gateway = if default_vpc && !is_join && !eff.physical_gateway() {
         let previous = subnet
             .status
             .as_ref()
@@ -117,6 +160,38 @@ async fn apply(subnet: &Subnet, ctx: &Context) -> Result<Action> {
         None
     };
     ctx.ipam().add_or_update_subnet(&name, &eff.ipam_config()?)?;
+    let status_u2o_ip = subnet
+        .status
+        .as_ref()
+        .and_then(|s| s.u2o_interconnection_ip.clone())
+        .unwrap_or_default();
+    let u2o_alloc = match u2o::u2o_address(ctx, &name, &eff, &status_u2o_ip) {
+        Ok(a) => a,
+        Err(why) => return refuse(ctx, subnet, format!("subnet {name}: {why}")).await,
+    };
+    // Recorded before the router port uses it: IPAM is rebuilt from IP CRs.
+    if u2o_alloc.is_some() {
+        u2o::sync_u2o_record(ctx, &name, &eff.vpc, u2o_alloc.as_ref()).await?;
+    }
+    let u2o_ips: Vec<IpAddr> = u2o_alloc.iter().flat_map(Allocation::addrs).collect();
+    let node_ips: Vec<IpAddr> = ctx
+        .stores
+        .nodes
+        .state()
+        .iter()
+        .flat_map(|n| internal_ips(n))
+        .collect();
+    let underlay = vlan.as_ref().map(|(id, provider)| {
+        underlay_plan(&UnderlayInputs {
+            subnet: &name,
+            eff: &eff,
+            vlan_id: *id,
+            provider,
+            default_vpc,
+            u2o_ips: &u2o_ips,
+            node_ips: &node_ips,
+        })
+    });
     let members = gateway
         .as_ref()
         .filter(|g| !g.port_group_nodes.is_empty())
@@ -138,29 +213,28 @@ async fn apply(subnet: &Subnet, ctx: &Context) -> Result<Action> {
             .ok_or_else(|| {
                 Error::NotReady(format!("router {router} of VPC {} does not exist yet", eff.vpc))
             })?;
-        let attach = Attachment {
-            router: &router,
-            router_ref: &lr,
-            switch: &name,
-            switch_ref: &ls,
-            networks: eff.router_networks(),
+        let networks = match &underlay {
+            Some(u) => u.router_networks.clone(),
+            None => Some(eff.router_networks()),
         };
-        let mac = ensure_router_attachment(&mut plan, cache, attach, &owner);
-        let policy_ids = owned_ids(&[("subnet", name.as_str())]);
-        let mut policies: Vec<(PolicySpec, BTreeMap<String, String>)> = eff
-            .cidrs
-            .iter()
-            .map(|c| {
-                let v = if c.addr().is_ipv4() { "ip4" } else { "ip6" };
-                let allow = PolicySpec {
-                    priority: POLICY_SUBNET_ALLOW,
-                    r#match: format!("{v}.dst == {c}"),
-                    action: "allow".into(),
-                    nexthops: vec![],
-                };
-                (allow, policy_ids.clone())
-            })
-            .collect();
+        let mac = if let Some(networks) = networks {
+            let attach = Attachment {
+                router: &router,
+                router_ref: &lr,
+                switch: &name,
+                switch_ref: &ls,
+                networks,
+                mac: u2o_alloc.as_ref().map(|a| a.mac),
+            };
+            Some(ensure_router_attachment(&mut plan, cache, attach, &owner))
+        } else {
+            remove_router_attachment(&mut plan, cache, &router, &name);
+            None
+        };
+        let mut policies = match &underlay {
+            Some(u) => u.policies.clone(),
+            None => allow_policies(&name, &eff),
+        };
         let mut group_nodes: Vec<String> = Vec::new();
         if let Some(g) = &gateway {
             if g.no_gateway.is_some() {
@@ -180,6 +254,37 @@ async fn apply(subnet: &Subnet, ctx: &Context) -> Result<Action> {
             Claim::Owner(&[("subnet", name.as_str())]),
             &policies,
         );
+        let subnet_owner = [("subnet", name.as_str())];
+        let (sets, routes) = underlay
+            .as_ref()
+            .map(|u| (u.exclude_sets.clone(), u.routes.clone()))
+            .unwrap_or_default();
+        sync_address_sets(&mut plan, cache, &subnet_owner, &sets);
+        sync_routes(
+            &mut plan,
+            cache,
+            &router,
+            None,
+            Claim::Owner(&subnet_owner),
+            &subnet_owner,
+            &routes,
+        );
+        match &underlay {
+            Some(u) => {
+                ensure_localnet_port(&mut plan, cache, &ls, &name, &u.localnet);
+                // Kube-OVN's old name for it, deleted on upgrade as Kube-OVN does.
+                let legacy = format!("ln-{name}");
+                if cache
+                    .by_name::<LogicalSwitchPort>(&legacy)
+                    .ok()
+                    .flatten()
+                    .is_some_and(|p| p.r#type == "localnet")
+                {
+                    remove_switch_port(&mut plan, cache, &legacy);
+                }
+            }
+            None => remove_switch_port(&mut plan, cache, &localnet_port(&name)),
+        }
         let created = matches!(ls, RowRef::New(_)).then(|| ls.clone());
         sync_acls(
             &mut plan,
@@ -193,11 +298,46 @@ async fn apply(subnet: &Subnet, ctx: &Context) -> Result<Action> {
         crate::reconcile::vpc::lb::attach_subnet(&mut plan, cache, &ctx.config, &eff.vpc, &ls, lb)?;
         Ok::<_, Error>((plan, mac))
     })?;
-    ctx.ipam().set_gateway_mac(&name, mac)?;
+    if let Some(mac) = mac {
+        ctx.ipam().set_gateway_mac(&name, mac)?;
+    }
     ctx.nb.apply(plan, "subnet").await.doing(format_args!(
         "write the switch, router port, policies and ACLs of subnet {name}"
     ))?;
-    finish(ctx, subnet, &eff, gateway.as_ref(), &nat_rules).await
+    if u2o_alloc.is_none() {
+        u2o::sync_u2o_record(ctx, &name, &eff.vpc, None).await?;
+    }
+    let u2o_status = U2oStatus {
+        ip: u2o_alloc
+            .as_ref()
+            .map(|a| crate::reconcile::ip::record::addresses(a).0)
+            .unwrap_or_default(),
+        mac: u2o_alloc.as_ref().map(|a| a.mac.to_string()).unwrap_or_default(),
+        vpc: if u2o_alloc.is_some() {
+            router.clone()
+        } else {
+            String::new()
+        },
+    };
+    finish(ctx, subnet, &eff, gateway.as_ref(), &nat_rules, u2o_status).await
+}
+
+/// Priority 31000: traffic to the subnet is never rerouted (Kube-OVN's `addCommonRoutesForSubnet`).
+fn allow_policies(name: &str, eff: &Effective) -> Vec<(PolicySpec, BTreeMap<String, String>)> {
+    let policy_ids = owned_ids(&[("subnet", name)]);
+    eff.cidrs
+        .iter()
+        .map(|c| {
+            let v = if c.addr().is_ipv4() { "ip4" } else { "ip6" };
+            let allow = PolicySpec {
+                priority: POLICY_SUBNET_ALLOW,
+                r#match: format!("{v}.dst == {c}"),
+                action: "allow".into(),
+                nexthops: vec![],
+            };
+            (allow, policy_ids.clone())
+        })
+        .collect()
 }
 
 /// The status after a successful apply, with Kube-OVN's reasons.
@@ -207,6 +347,7 @@ async fn finish(
     eff: &Effective,
     gateway: Option<&GatewayPlan>,
     nat_rules: &[NatOutgoingPolicyRuleStatus],
+    u2o: U2oStatus,
 ) -> Result<Action> {
     // A periodic look, besides the watches: cheap when nothing changed.
     let resync = Action::requeue(Duration::from_mins(1));
@@ -222,6 +363,7 @@ async fn finish(
             message: why,
             active_gateway: Some(""),
             nat_rules: Some(nat_rules),
+            u2o: Some(u2o),
         };
         set_status(ctx, subnet, Some(eff), outcome).await?;
         return Ok(resync);
@@ -234,127 +376,11 @@ async fn finish(
     let outcome = Outcome {
         active_gateway: gateway.map(|g| g.active.as_str()),
         nat_rules: Some(nat_rules),
+        u2o: Some(u2o),
         ..Outcome::ok(reason)
     };
     set_status(ctx, subnet, Some(eff), outcome).await?;
     Ok(resync)
-}
-
-/// The subnet's current gateway policies (priority 29000), to keep while no gateway is fit.
-fn gateway_policies(
-    cache: &DbCache,
-    router: &str,
-    subnet: &str,
-) -> Vec<(PolicySpec, BTreeMap<String, String>)> {
-    let Ok(Some(lr)) = cache.by_name::<LogicalRouter>(router) else {
-        return Vec::new();
-    };
-    lr.policies
-        .iter()
-        .filter_map(|u| cache.get::<LogicalRouterPolicy>(u).ok().flatten())
-        .filter(|p| p.priority == POLICY_GATEWAY && p.external_ids.get("subnet").is_some_and(|s| s == subnet))
-        .map(|p| {
-            let spec = PolicySpec {
-                priority: p.priority,
-                r#match: p.r#match,
-                action: p.action,
-                nexthops: p.nexthops,
-            };
-            (spec, p.external_ids)
-        })
-        .collect()
-}
-
-/// The subnet's pods that have a port, by node (`<pod>.<ns>` port names), from the pod cache.
-fn pod_ports_by_node(ctx: &Context, subnet: &str) -> BTreeMap<String, Vec<String>> {
-    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for pod in ctx.stores.pods.state() {
-        let ann = pod.metadata.annotations.as_ref();
-        let node = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.clone())
-            .unwrap_or_default();
-        if node.is_empty()
-            || pod.meta().deletion_timestamp.is_some()
-            || !is_true(ann, keys::ALLOCATED)
-            || ann
-                .and_then(|a| a.get(keys::LOGICAL_SWITCH))
-                .is_none_or(|ls| ls != subnet)
-        {
-            continue;
-        }
-        let port = port_name(&pod);
-        out.entry(node).or_default().push(port);
-    }
-    out
-}
-
-/// Port groups `<subnet>.<node>` (Kube-OVN's `external_ids`: `subnet`, `node`, `np`): one per
-/// node in `nodes`, holding the subnet's pods on that node — pods the subnet had before it became
-/// distributed, or that sit in another node's group, are put right; the pod reconciler adds new
-/// ones. Groups of other nodes (or all, for a centralized subnet) are removed.
-fn sync_node_groups(
-    plan: &mut Plan,
-    cache: &DbCache,
-    subnet: &str,
-    nodes: &[String],
-    members: &BTreeMap<String, Vec<String>>,
-) {
-    let mut groups: BTreeMap<String, (RowRef, Vec<uuid::Uuid>)> = BTreeMap::new();
-    for node in nodes {
-        let pg = names::subnet_node_port_group(subnet, node);
-        let np = format!("{subnet}/{node}");
-        let r = ensure_port_group(
-            plan,
-            cache,
-            &pg,
-            &[("subnet", subnet), ("node", node.as_str()), ("np", np.as_str())],
-        );
-        let ports = cache
-            .by_name::<PortGroup>(&pg)
-            .ok()
-            .flatten()
-            .map(|p| p.ports)
-            .unwrap_or_default();
-        groups.insert(node.clone(), (r, ports));
-    }
-    for (node, ports) in members {
-        let Some((group, _)) = groups.get(node) else {
-            continue;
-        };
-        for port in ports {
-            let Some(uuid) = cache
-                .uuids_by_name(LogicalSwitchPort::NAME, port)
-                .first()
-                .copied()
-            else {
-                continue;
-            };
-            let pg = names::subnet_node_port_group(subnet, node);
-            add_to_port_group(plan, cache, group, &pg, &RowRef::Existing(uuid));
-            // Out of the groups of other nodes (a pod that moved keeps its port name).
-            for (other, (other_ref, other_ports)) in &groups {
-                if other != node && other_ports.contains(&uuid) {
-                    plan.remove_members(PortGroup::NAME, other_ref, "ports", &[uuid]);
-                }
-            }
-        }
-    }
-    remove_stale_node_groups(plan, cache, subnet, nodes);
-}
-
-/// Port groups `<subnet>.<node>` of nodes not in `keep`.
-fn remove_stale_node_groups(plan: &mut Plan, cache: &DbCache, subnet: &str, keep: &[String]) {
-    for (uuid, row) in cache.table(PortGroup::NAME) {
-        let Ok(pg) = PortGroup::from_row(*uuid, row) else {
-            continue;
-        };
-        let ours = pg.external_ids.get("subnet").is_some_and(|s| s == subnet);
-        if ours && pg.external_ids.get("node").is_some_and(|n| !keep.contains(n)) {
-            plan.delete(PortGroup::NAME, *uuid);
-        }
-    }
 }
 
 /// Every node the gateway logic may use, with its readiness, labels and join addresses.
@@ -415,91 +441,21 @@ fn router_of(ctx: &Context, vpc: &str) -> Result<String> {
         .ok_or_else(|| Error::NotReady(format!("VPC {vpc} has no router yet")))
 }
 
-/// Checks that need other objects, as Kube-OVN's `validateVpcBySubnet` and `checkSubnetConflict`:
-/// a custom VPC's subnet binds only namespaces the VPC lists, a default-VPC subnet none a custom
-/// VPC lists; no CIDR overlaps another subnet of the VPC; a default-VPC CIDR holds no node's
-/// address. The message names the field.
-fn validate(ctx: &Context, subnet: &Subnet, eff: &Effective) -> Result<(), String> {
-    let namespaces = subnet.spec.namespaces.clone().unwrap_or_default();
-    if eff.vpc == ctx.config.cluster_router {
-        for vpc in ctx.stores.vpcs.state() {
-            let listed = vpc.spec.namespaces.clone().unwrap_or_default();
-            if vpc.name_any() != eff.vpc
-                && let Some(ns) = namespaces.iter().find(|n| listed.contains(n))
-            {
-                return Err(format!(
-                    "spec.namespaces: namespace {ns} belongs to custom VPC {}",
-                    vpc.name_any()
-                ));
-            }
-        }
-    } else if let Some(vpc) = ctx.stores.vpcs.get(&ObjectRef::new(&eff.vpc)) {
-        let listed = vpc.spec.namespaces.clone().unwrap_or_default();
-        if let Some(ns) = namespaces.iter().find(|n| !listed.contains(n)) {
-            return Err(format!(
-                "spec.namespaces: namespace {ns} is not one of custom VPC {}'s spec.namespaces",
-                eff.vpc
-            ));
-        }
-    }
-    for (i, sel) in subnet.spec.namespace_selectors.iter().flatten().enumerate() {
-        Selector::parse(Some(sel), &format!("spec.namespaceSelectors[{i}]")).map_err(|e| e.to_string())?;
-    }
-    if let Some(other) = overlapping(ctx, subnet, eff) {
-        return Err(format!(
-            "spec.cidrBlock: {} overlaps subnet {other} in VPC {}",
-            eff.cidr_block(),
-            eff.vpc
-        ));
-    }
-    if eff.vpc == ctx.config.cluster_router {
-        for node in ctx.stores.nodes.state() {
-            let inside = internal_ips(&node)
-                .into_iter()
-                .find(|ip| eff.cidrs.iter().any(|c| c.contains(ip)));
-            if let Some(ip) = inside {
-                return Err(format!(
-                    "spec.cidrBlock: {} holds the address {ip} of node {}",
-                    eff.cidr_block(),
-                    node.name_any()
-                ));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Another subnet of the same VPC whose CIDR overlaps this one.
-fn overlapping(ctx: &Context, subnet: &Subnet, eff: &Effective) -> Option<String> {
-    let name = subnet.name_any();
-    ctx.stores.subnets.state().iter().find_map(|other| {
-        let other_name = other.name_any();
-        if other_name == name || other.meta().deletion_timestamp.is_some() {
-            return None;
-        }
-        let o = effective(other, &ctx.config.cluster_router).ok()?;
-        let overlap = o.vpc == eff.vpc
-            && o.cidrs.iter().any(|a| {
-                eff.cidrs
-                    .iter()
-                    .any(|b| a.contains(&b.network()) || b.contains(&a.network()))
-            });
-        // The older subnet keeps its CIDR; the newer one is refused.
-        let older = other.meta().creation_timestamp < subnet.meta().creation_timestamp
-            || (other.meta().creation_timestamp == subnet.meta().creation_timestamp && other_name < name);
-        (overlap && older).then_some(other_name)
-    })
-}
-
-/// Deletion: the switch, its router port, its policies and port groups, and IPAM. Kube-OVN keeps
-/// the finalizer while addresses are in use, so a subnet with pods is not pulled from under them.
+/// Deletion: the switch (and its localnet port), its router port, its policies, routes, address
+/// sets and port groups, the U2O IP CR, and IPAM. Kube-OVN keeps the finalizer while addresses
+/// are in use, so a subnet with pods is not pulled from under them; the U2O address is the
+/// subnet's own and does not count (its `readyToRemoveFinalizer`).
 async fn cleanup(subnet: &Subnet, ctx: &Context) -> Result<Action> {
     let name = subnet.name_any();
     let using = ctx
         .ipam()
         .subnet_usage(&name)
         .map_or(0, |u| u.v4_using + u.v6_using);
-    let held_by_pods = ctx.ipam().keys(&name).iter().any(|k| !k.starts_with("node-"));
+    let held_by_pods = ctx
+        .ipam()
+        .keys(&name)
+        .iter()
+        .any(|k| !k.starts_with("node-") && !u2o::is_u2o_key(k));
     if using > 0 && held_by_pods {
         return Err(Error::NotReady(format!(
             "subnet {name} still has {using} addresses in use"
@@ -511,7 +467,18 @@ async fn cleanup(subnet: &Subnet, ctx: &Context) -> Result<Action> {
     );
     let plan = ctx.nb.read(|cache| {
         let mut plan = Plan::new();
-        sync_policies(&mut plan, cache, &router, &[("subnet", name.as_str())], &[]);
+        let subnet_owner = [("subnet", name.as_str())];
+        sync_policies(&mut plan, cache, &router, &subnet_owner, &[]);
+        sync_routes(
+            &mut plan,
+            cache,
+            &router,
+            None,
+            Claim::Owner(&subnet_owner),
+            &subnet_owner,
+            &[],
+        );
+        sync_address_sets(&mut plan, cache, &subnet_owner, &[]);
         let lrp = names::router_port_name(&router, &name);
         if let (Some(r), Some(p)) = (
             cache.uuids_by_name(LogicalRouter::NAME, &router).first(),
@@ -531,6 +498,11 @@ async fn cleanup(subnet: &Subnet, ctx: &Context) -> Result<Action> {
         .apply(plan, "subnet-delete")
         .await
         .doing(format_args!("remove the rows of subnet {name}"))?;
+    if let Ok(eff) = effective(subnet, &ctx.config.cluster_router) {
+        let key = keys::u2o_interconnection_name(&eff.vpc, &name);
+        crate::reconcile::ip::record::delete_ip(ctx, &key).await?;
+    }
+    u2o::sync_u2o_record(ctx, &name, "", None).await?;
     ctx.ipam().delete_subnet(&name);
     ctx.metrics.forget_subnet(&name);
     Ok(Action::await_change())

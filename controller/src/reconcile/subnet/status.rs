@@ -1,6 +1,7 @@
 //! A subnet's status: Kube-OVN's conditions (`Validated`, `Ready`, `Error` with its reasons, e.g.
 //! `ValidateLogicalSwitchFailed`, `SetPrivateLogicalSwitchSuccess`, `NoActiveGatewayFound`),
-//! `activateGateway`, `natOutgoingPolicyRules` with their IDs, and the address counters and
+//! `activateGateway`, `natOutgoingPolicyRules` with their IDs, an underlay subnet's
+//! `u2oInterconnectionIP`/`MAC`/`VPC`, and the address counters and
 //! ranges, which follow IPAM. Bad input is also a Warning event on the subnet, as Kube-OVN's
 //! status writer sends one with every error.
 //!
@@ -21,7 +22,7 @@ use crate::error::{Doing, Result};
 use crate::reconcile::subnet_spec::{Effective, effective};
 
 /// What a reconcile concluded.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Outcome<'a> {
     pub validated: bool,
     pub ready: bool,
@@ -33,6 +34,18 @@ pub struct Outcome<'a> {
     /// `status.natOutgoingPolicyRules`; `None` leaves them as they are (bad input keeps the
     /// rules the nodes apply now).
     pub nat_rules: Option<&'a [NatOutgoingPolicyRuleStatus]>,
+    /// `status.u2oInterconnectionIP`, `…MAC`, `…VPC` (empty strings clear them, as Kube-OVN
+    /// writes them when U2O is off); `None` leaves them as they are.
+    pub u2o: Option<U2oStatus>,
+}
+
+/// A subnet's U2O interconnection status: the router port's address(es) (comma-joined, v4 first),
+/// its MAC and the VPC's router.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct U2oStatus {
+    pub ip: String,
+    pub mac: String,
+    pub vpc: String,
 }
 
 impl<'a> Outcome<'a> {
@@ -44,6 +57,7 @@ impl<'a> Outcome<'a> {
             message: "",
             active_gateway: None,
             nat_rules: None,
+            u2o: None,
         }
     }
 
@@ -56,6 +70,7 @@ impl<'a> Outcome<'a> {
             message,
             active_gateway: None,
             nat_rules: None,
+            u2o: None,
         }
     }
 }
@@ -126,6 +141,7 @@ pub async fn set_status(
         message,
         active_gateway,
         nat_rules,
+        u2o,
     } = outcome;
     let mut changed = false;
     for (type_, value) in [
@@ -151,6 +167,19 @@ pub async fn set_status(
     {
         status.nat_outgoing_policy_rules = Some(rules.to_vec());
         changed = true;
+    }
+    if let Some(u) = u2o {
+        let have = U2oStatus {
+            ip: old.u2o_interconnection_ip.clone().unwrap_or_default(),
+            mac: old.u2o_interconnection_mac.clone().unwrap_or_default(),
+            vpc: old.u2o_interconnection_vpc.clone().unwrap_or_default(),
+        };
+        if have != u {
+            status.u2o_interconnection_ip = Some(u.ip);
+            status.u2o_interconnection_mac = Some(u.mac);
+            status.u2o_interconnection_vpc = Some(u.vpc);
+            changed = true;
+        }
     }
     if let Some(eff) = eff {
         with_counters(ctx, &name, eff, &mut status);

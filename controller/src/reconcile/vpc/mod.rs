@@ -75,6 +75,15 @@ pub fn subnets_of(ctx: &Context, vpc: &str, deleting: bool) -> Vec<String> {
     names
 }
 
+/// Whether one of the VPC's subnets is an underlay subnet with U2O interconnection.
+fn has_u2o_subnet(ctx: &Context, vpc: &str) -> bool {
+    ctx.stores.subnets.state().iter().any(|s| {
+        s.meta().deletion_timestamp.is_none()
+            && crate::reconcile::triggers::subnet_vpc_name(&ctx.config.cluster_router, s) == vpc
+            && effective(s, &ctx.config.cluster_router).is_ok_and(|e| e.u2o())
+    })
+}
+
 /// The join subnet's gateways, the default VPC's next hop for traffic leaving the cluster.
 fn join_gateways(ctx: &Context) -> Vec<IpAddr> {
     let join = &ctx.config.node_subnet;
@@ -114,7 +123,10 @@ async fn apply(vpc: &Vpc, ctx: &Context) -> Result<Action> {
         let extra = join_default_routes(&join_gateways(ctx), &routes);
         routes.extend(extra);
     }
-    let learn_from_arp = !peerings.is_empty() || vpc.spec.enable_external == Some(true);
+    // Kube-OVN leaves `always_learn_from_arp_request` on for a VPC with a U2O underlay subnet: its
+    // router must learn the underlay's hosts, which it does not address first (vpc.go).
+    let learn_from_arp =
+        !peerings.is_empty() || vpc.spec.enable_external == Some(true) || has_u2o_subnet(ctx, &name);
     let lb_switches = lb::vpc_switches(ctx, &name);
     let plan = ctx.nb.read(|cache| {
         let mut plan = Plan::new();
@@ -125,12 +137,13 @@ async fn apply(vpc: &Vpc, ctx: &Context) -> Result<Action> {
         }
         let remotes: Vec<String> = peerings.iter().map(|(r, _)| r.clone()).collect();
         remove_stale_peer_ports(&mut plan, cache, &name, &remotes);
+        // Not the source routes an underlay U2O subnet adds (`subnet=<name>`).
         sync_routes(
             &mut plan,
             cache,
             &name,
             Some(lr.clone()),
-            Claim::Owner(&[]),
+            Claim::OwnerExcept(&[], &["subnet"]),
             &[],
             &routes,
         );

@@ -172,6 +172,7 @@ fn subnet(vpc: &str, gateway_type: &str, cidrs: &[&str], gateways: &[&str]) -> E
         provider: "ovn".into(),
         vpc: vpc.into(),
         gateway_type: gateway_type.into(),
+        underlay: None,
     }
 }
 
@@ -196,6 +197,7 @@ fn plan(nb: &Nb, pod: &Pod, subnet_name: &str, eff: &Effective, alloc: &Allocati
         effective: eff,
         alloc,
         cluster_router: ROUTER,
+        vlan: None,
     };
     plan_pod(&input, &nb.cache)
 }
