@@ -281,6 +281,8 @@ async fn each_service_account_is_granted_its_roles_and_no_more() {
         ("kube-ovn-cni", &["list", "ips.kubeovn.io"], true),
         ("kube-ovn-cni", &["list", "vpcs.kubeovn.io"], false),
         ("kube-ovn-cni", &["patch", "pods"], false),
+        // Its own pod's err_mesg annotation: in its namespace only.
+        ("kube-ovn-cni", &["-n", "kube-system", "patch", "pods"], true),
         (
             "kube-ovn-cni",
             &["patch", "subnets.kubeovn.io", "--subresource=status"],
