@@ -4,6 +4,11 @@
 //! else `--mtu`), the gateway check (mode, whether its failure fails ADD, what is checked),
 //! the localnet patch port ADD waits for, and the U2O interconnection IP that replaces the
 //! gateway as the default route's next hop. Read by the planner (`plan`).
+//!
+//! Every decision comes from the Subnet, its Vlan and the node's labels, never from what the
+//! pod's annotations say about its network (DESIGN.md, "Trust"): Kube-OVN reads the MTU label of
+//! the provider network the pod's `provider_network` annotation names, which a tenant can write;
+//! here the provider network is the one of the subnet's Vlan.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -87,6 +92,9 @@ pub struct SubnetInputs<'a> {
     pub annotations: Option<&'a BTreeMap<String, String>>,
     /// The NIC's provider (`ovn`, `<nad>.<ns>.ovn`).
     pub provider: &'a str,
+    /// The ProviderNetwork of the subnet's Vlan (`Vlan.spec.provider`), when the daemon's
+    /// Vlan cache has it.
+    pub provider_network: Option<&'a str>,
     /// This node's labels.
     pub node_labels: Option<&'a BTreeMap<String, String>>,
     /// `--mtu` (or its derived default).
@@ -161,9 +169,7 @@ pub fn subnet_plan(inputs: &SubnetInputs<'_>) -> Result<SubnetPlan, SubnetPlanEr
 
     let mtu = if let Some(mtu) = spec.mtu.filter(|m| *m > 0) {
         mtu
-    } else if let Some(pn) = annotation(keys::PROVIDER_NETWORK)
-        // The controller writes the annotation only on underlay pods; the subnet is asked
-        // too, so a stale annotation cannot change an overlay pod's MTU.
+    } else if let Some(pn) = inputs.provider_network.filter(|p| !p.is_empty())
         && underlay
         && !logical_gateway
         && !u2o
@@ -230,6 +236,8 @@ mod tests {
             subnet: Some(s),
             annotations: Some(ann),
             provider: "ovn",
+            // The provider network of the subnet's Vlan (v100 → pn1).
+            provider_network: Some("pn1"),
             node_labels: Some(labels),
             default_mtu: 1400,
             gateways: &GW,
@@ -325,11 +333,42 @@ mod tests {
             subnet: None,
             annotations: None,
             provider: "ovn",
+            provider_network: None,
             node_labels: None,
             default_mtu: 1400,
             gateways: &GW,
         })
         .unwrap();
         assert_eq!((p.mtu, p.gateway_check, p.wait_patch_port), (1400, None, None));
+    }
+
+    /// A tenant writes its pod's annotations: one naming another provider network (whose NIC
+    /// has a larger MTU on this node) must not give the pod that MTU. The subnet's Vlan decides.
+    #[test]
+    fn the_mtu_label_is_the_subnets_provider_networks_not_the_one_the_pod_names() {
+        let s = subnet(serde_json::json!({"vlan": "v100"}), serde_json::json!({}));
+        let forged = map(&[("ovn.kubernetes.io/provider_network", "pn2")]);
+        let labels = map(&[
+            ("pn1.provider-network.kubernetes.io/mtu", "1372"),
+            ("pn2.provider-network.kubernetes.io/mtu", "9000"),
+        ]);
+        assert_eq!(plan(&s, &forged, &labels).unwrap().mtu, 1372);
+        assert_eq!(
+            plan(&s, &map(&[]), &labels).unwrap().mtu,
+            1372,
+            "no annotation needed"
+        );
+        // The Vlan not in the daemon's cache (yet): --mtu, whatever the pod says.
+        let unknown_vlan = subnet_plan(&SubnetInputs {
+            subnet: Some(&s),
+            annotations: Some(&forged),
+            provider: "ovn",
+            provider_network: None,
+            node_labels: Some(&labels),
+            default_mtu: 1400,
+            gateways: &GW,
+        })
+        .unwrap();
+        assert_eq!(unknown_vlan.mtu, 1400);
     }
 }
