@@ -215,6 +215,14 @@ pub fn nic_refusal(
     let Some(state) = state else {
         return refuse("NicNotFound", format!("nic {nic} does not exist"));
     };
+    // The loopback exists on every node and is no uplink: moving 127.0.0.1 and its routes
+    // into an OVS bridge would cut the node off from its own local services.
+    if nic == "lo" {
+        return refuse(
+            "NicIsLoopback",
+            format!("nic {nic} is the loopback interface, not an uplink; it is left alone"),
+        );
+    }
     if let Some(other) = ovs_bridge.filter(|b| *b != bridge) {
         return refuse(
             "NicInOtherBridge",

@@ -159,6 +159,18 @@ fn refusals_name_the_nic() {
         })
     ));
     assert_eq!(nic_refusal("eth1", "br-pn1", Some(&state), Some("br-pn1")), None);
+    // A ProviderNetwork naming the loopback (which exists everywhere) never moves it.
+    let lo = LinkState {
+        addrs: vec![addr("127.0.0.1/8")],
+        ..nic()
+    };
+    assert!(matches!(
+        nic_refusal("lo", "br-pn1", Some(&lo), None),
+        Some(Desired::NotReady {
+            reason: "NicIsLoopback",
+            ..
+        })
+    ));
 }
 
 #[test]
