@@ -67,6 +67,12 @@ pub enum SubnetPlanError {
         "subnet {subnet}: status.u2oInterconnectionIP {value:?} is not a comma-separated list of IP addresses"
     )]
     U2oIpInvalid { subnet: String, value: String },
+    /// A plain underlay subnet whose Vlan the daemon does not know (yet): its provider network,
+    /// whose NIC's MTU the pod takes, is unknown, and `--mtu` may be larger than that NIC's.
+    #[error(
+        "subnet {subnet}: spec.vlan: vlan {vlan} (its provider network's MTU) is not known to this daemon yet"
+    )]
+    VlanUnknown { subnet: String, vlan: String },
 }
 
 /// What the subnet decides for one NIC.
@@ -169,11 +175,15 @@ pub fn subnet_plan(inputs: &SubnetInputs<'_>) -> Result<SubnetPlan, SubnetPlanEr
 
     let mtu = if let Some(mtu) = spec.mtu.filter(|m| *m > 0) {
         mtu
-    } else if let Some(pn) = inputs.provider_network.filter(|p| !p.is_empty())
-        && underlay
-        && !logical_gateway
-        && !u2o
-    {
+    } else if underlay && !logical_gateway && !u2o {
+        // Retried rather than guessed: the controller allocates no address on a subnet whose
+        // Vlan does not exist, so this is the daemon's Vlan cache not having it yet.
+        let pn = inputs.provider_network.filter(|p| !p.is_empty()).ok_or_else(|| {
+            SubnetPlanError::VlanUnknown {
+                subnet: name.clone(),
+                vlan: spec.vlan.clone().unwrap_or_default(),
+            }
+        })?;
         provider_network_mtu(pn, inputs)?
     } else {
         inputs.default_mtu
@@ -358,7 +368,8 @@ mod tests {
             1372,
             "no annotation needed"
         );
-        // The Vlan not in the daemon's cache (yet): --mtu, whatever the pod says.
+        // The Vlan not in the daemon's cache (yet): retried, whatever the pod says, rather than
+        // --mtu (1400), larger than this NIC's 1372.
         let unknown_vlan = subnet_plan(&SubnetInputs {
             subnet: Some(&s),
             annotations: Some(&forged),
@@ -367,8 +378,10 @@ mod tests {
             node_labels: Some(&labels),
             default_mtu: 1400,
             gateways: &GW,
-        })
-        .unwrap();
-        assert_eq!(unknown_vlan.mtu, 1400);
+        });
+        assert_eq!(
+            unknown_vlan.unwrap_err().to_string(),
+            "subnet ul: spec.vlan: vlan v100 (its provider network's MTU) is not known to this daemon yet"
+        );
     }
 }
