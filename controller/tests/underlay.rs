@@ -164,6 +164,28 @@ async fn an_underlay_subnet_sits_on_its_vlan_without_a_router_port() {
         "the physical router is the gateway"
     );
     assert_eq!(ann(&u1, "gateway"), "172.17.0.254");
+    // The pod's tenant writes a router into it (a Service's VPC is read from its pods'
+    // logical_router): the handshake gives none here, so the controller removes it.
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(env.kube.clone(), "nsu");
+    let forged = json!({"metadata": {"annotations": {"ovn.kubernetes.io/logical_router": "vpc-x"}}});
+    pods.patch("u1", &PatchParams::default(), &Patch::Merge(forged))
+        .await
+        .unwrap();
+    wait_until_async(
+        "the tenant's logical_router on u1 to be removed",
+        common::WAIT,
+        || {
+            let pods = pods.clone();
+            async move {
+                let p = pods.get("u1").await?;
+                Ok(p.metadata
+                    .annotations
+                    .is_some_and(|a| !a.contains_key("ovn.kubernetes.io/logical_router")))
+            }
+        },
+    )
+    .await
+    .unwrap();
     let t = env.ovn.trace("ul", &icmp_to(&u1, GW_MAC, "8.8.8.8")).unwrap();
     assert!(t.delivers_to("localnet.ul"), "{}", t.text);
     assert!(

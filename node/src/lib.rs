@@ -202,7 +202,7 @@ pub async fn run(
         ovs_ns: ovs_ns.clone(),
         ovs_nl: ovs_nl.clone(),
         pns,
-        vlans,
+        vlans: vlans.clone(),
         nodes: nodes.clone(),
         fail_at: None,
     };
@@ -255,6 +255,7 @@ pub async fn run(
         plans: pod_plans::PodPlans {
             pods,
             subnets,
+            vlans,
             nodes,
             default_mtu: config.default_mtu,
             node_name: flags.node_name.clone(),

@@ -107,6 +107,9 @@ pub struct PlanInputs<'a> {
     pub request: &'a CniRequest,
     /// The NIC's subnet, when the cache has it.
     pub subnet: Option<&'a Subnet>,
+    /// The ProviderNetwork of the subnet's Vlan, from the daemon's Vlan cache (never from
+    /// the pod's `provider_network` annotation, which a tenant can write).
+    pub provider_network: Option<&'a str>,
     /// This node's labels (the provider network's MTU).
     pub node_labels: Option<&'a BTreeMap<String, String>>,
     /// The daemon's default MTU.
@@ -186,6 +189,7 @@ pub fn readiness(
         subnet: inputs.subnet,
         annotations,
         provider,
+        provider_network: inputs.provider_network,
         node_labels: inputs.node_labels,
         default_mtu: inputs.default_mtu,
         gateways: &annotated_gateways,
@@ -366,6 +370,7 @@ mod tests {
         let inputs = PlanInputs {
             request: req,
             subnet: subnet.as_ref(),
+            provider_network: None,
             node_labels: None,
             default_mtu: 1400,
         };
@@ -381,6 +386,7 @@ mod tests {
         let inputs = PlanInputs {
             request: &req,
             subnet: None,
+            provider_network: None,
             node_labels: None,
             default_mtu: 1400,
         };
@@ -453,8 +459,7 @@ mod tests {
     #[test]
     fn underlay_plans_carry_the_subnets_decisions_and_u2o_takes_the_default_route() {
         let req = request("eth0");
-        let mut ann = annotations(&ROUTED);
-        ann.insert("ovn.kubernetes.io/provider_network".into(), "pn1".into());
+        let ann = annotations(&ROUTED);
         let labels = annotations(&[("pn1.provider-network.kubernetes.io/mtu", "1450")]);
         let plan_for = |spec: serde_json::Value, status: serde_json::Value| {
             let subnet: Subnet = serde_json::from_value(serde_json::json!({"apiVersion": "kubeovn.io/v1",
@@ -463,6 +468,7 @@ mod tests {
             let inputs = PlanInputs {
                 request: &req,
                 subnet: Some(&subnet),
+                provider_network: Some("pn1"),
                 node_labels: Some(&labels),
                 default_mtu: 1400,
             };
@@ -568,6 +574,7 @@ mod tests {
         let inputs = PlanInputs {
             request: &req,
             subnet: None,
+            provider_network: None,
             node_labels: None,
             default_mtu: 1400,
         };

@@ -4,6 +4,11 @@
 //! else `--mtu`), the gateway check (mode, whether its failure fails ADD, what is checked),
 //! the localnet patch port ADD waits for, and the U2O interconnection IP that replaces the
 //! gateway as the default route's next hop. Read by the planner (`plan`).
+//!
+//! Every decision comes from the Subnet, its Vlan and the node's labels, never from what the
+//! pod's annotations say about its network (DESIGN.md, "Trust"): Kube-OVN reads the MTU label of
+//! the provider network the pod's `provider_network` annotation names, which a tenant can write;
+//! here the provider network is the one of the subnet's Vlan.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -62,6 +67,12 @@ pub enum SubnetPlanError {
         "subnet {subnet}: status.u2oInterconnectionIP {value:?} is not a comma-separated list of IP addresses"
     )]
     U2oIpInvalid { subnet: String, value: String },
+    /// A plain underlay subnet whose Vlan the daemon does not know (yet): its provider network,
+    /// whose NIC's MTU the pod takes, is unknown, and `--mtu` may be larger than that NIC's.
+    #[error(
+        "subnet {subnet}: spec.vlan: vlan {vlan} (its provider network's MTU) is not known to this daemon yet"
+    )]
+    VlanUnknown { subnet: String, vlan: String },
 }
 
 /// What the subnet decides for one NIC.
@@ -87,6 +98,9 @@ pub struct SubnetInputs<'a> {
     pub annotations: Option<&'a BTreeMap<String, String>>,
     /// The NIC's provider (`ovn`, `<nad>.<ns>.ovn`).
     pub provider: &'a str,
+    /// The ProviderNetwork of the subnet's Vlan (`Vlan.spec.provider`), when the daemon's
+    /// Vlan cache has it.
+    pub provider_network: Option<&'a str>,
     /// This node's labels.
     pub node_labels: Option<&'a BTreeMap<String, String>>,
     /// `--mtu` (or its derived default).
@@ -161,13 +175,15 @@ pub fn subnet_plan(inputs: &SubnetInputs<'_>) -> Result<SubnetPlan, SubnetPlanEr
 
     let mtu = if let Some(mtu) = spec.mtu.filter(|m| *m > 0) {
         mtu
-    } else if let Some(pn) = annotation(keys::PROVIDER_NETWORK)
-        // The controller writes the annotation only on underlay pods; the subnet is asked
-        // too, so a stale annotation cannot change an overlay pod's MTU.
-        && underlay
-        && !logical_gateway
-        && !u2o
-    {
+    } else if underlay && !logical_gateway && !u2o {
+        // Retried rather than guessed: the controller allocates no address on a subnet whose
+        // Vlan does not exist, so this is the daemon's Vlan cache not having it yet.
+        let pn = inputs.provider_network.filter(|p| !p.is_empty()).ok_or_else(|| {
+            SubnetPlanError::VlanUnknown {
+                subnet: name.clone(),
+                vlan: spec.vlan.clone().unwrap_or_default(),
+            }
+        })?;
         provider_network_mtu(pn, inputs)?
     } else {
         inputs.default_mtu
@@ -230,6 +246,8 @@ mod tests {
             subnet: Some(s),
             annotations: Some(ann),
             provider: "ovn",
+            // The provider network of the subnet's Vlan (v100 → pn1).
+            provider_network: Some("pn1"),
             node_labels: Some(labels),
             default_mtu: 1400,
             gateways: &GW,
@@ -325,11 +343,45 @@ mod tests {
             subnet: None,
             annotations: None,
             provider: "ovn",
+            provider_network: None,
             node_labels: None,
             default_mtu: 1400,
             gateways: &GW,
         })
         .unwrap();
         assert_eq!((p.mtu, p.gateway_check, p.wait_patch_port), (1400, None, None));
+    }
+
+    /// A tenant writes its pod's annotations: one naming another provider network (whose NIC
+    /// has a larger MTU on this node) must not give the pod that MTU. The subnet's Vlan decides.
+    #[test]
+    fn the_mtu_label_is_the_subnets_provider_networks_not_the_one_the_pod_names() {
+        let s = subnet(serde_json::json!({"vlan": "v100"}), serde_json::json!({}));
+        let forged = map(&[("ovn.kubernetes.io/provider_network", "pn2")]);
+        let labels = map(&[
+            ("pn1.provider-network.kubernetes.io/mtu", "1372"),
+            ("pn2.provider-network.kubernetes.io/mtu", "9000"),
+        ]);
+        assert_eq!(plan(&s, &forged, &labels).unwrap().mtu, 1372);
+        assert_eq!(
+            plan(&s, &map(&[]), &labels).unwrap().mtu,
+            1372,
+            "no annotation needed"
+        );
+        // The Vlan not in the daemon's cache (yet): retried, whatever the pod says, rather than
+        // --mtu (1400), larger than this NIC's 1372.
+        let unknown_vlan = subnet_plan(&SubnetInputs {
+            subnet: Some(&s),
+            annotations: Some(&forged),
+            provider: "ovn",
+            provider_network: None,
+            node_labels: Some(&labels),
+            default_mtu: 1400,
+            gateways: &GW,
+        });
+        assert_eq!(
+            unknown_vlan.unwrap_err().to_string(),
+            "subnet ul: spec.vlan: vlan v100 (its provider network's MTU) is not known to this daemon yet"
+        );
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube_ovn_api::crd::Subnet;
+use kube_ovn_api::crd::{Subnet, Vlan};
 use kube_ovn_api::wire::CniRequest;
 use kube_ovn_support::Watched;
 
@@ -21,6 +21,8 @@ pub struct PodPlans {
     pub pods: Watched<Pod>,
     /// Every subnet (their MTU, provider, underlay and gateway-check settings).
     pub subnets: Watched<Subnet>,
+    /// The Vlans (an underlay subnet's ProviderNetwork, whose MTU label the pod takes).
+    pub vlans: Watched<Vlan>,
     /// The nodes (this node's provider-network MTU label).
     pub nodes: Watched<Node>,
     /// The MTU when the subnet sets none.
@@ -78,9 +80,16 @@ impl PodPlans {
             .and_then(|a| a.get(&ls_key))
             .and_then(|ls| self.subnets.get(ls, None));
         let node = self.nodes.get(&self.node_name, None);
+        // The subnet's Vlan names the provider network, not the pod's annotation (Trust).
+        let vlan = subnet
+            .as_ref()
+            .and_then(|s| s.spec.vlan.as_deref())
+            .filter(|v| !v.is_empty())
+            .and_then(|v| self.vlans.get(v, None));
         let inputs = PlanInputs {
             request,
             subnet: subnet.as_deref(),
+            provider_network: vlan.as_ref().and_then(|v| v.spec.effective_provider()),
             node_labels: node.as_ref().and_then(|n| n.metadata.labels.as_ref()),
             default_mtu: self.default_mtu,
         };

@@ -69,3 +69,53 @@ async fn the_daemon_needs_no_permission_its_role_lacks() -> Result<()> {
     );
     Ok(())
 }
+
+/// Pods are tenants' objects (DESIGN.md, "Trust"): the daemon writes only its own pod's
+/// `err_mesg` annotation, so `deploy/base/rbac.yaml` lets it patch pods in its own namespace
+/// and nowhere else. A daemon that could patch any pod could rewrite a tenant pod's addresses
+/// or subnet, which the controller and the other nodes act on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_patches_pods_of_its_namespace_only() -> Result<()> {
+    use k8s_openapi::api::core::v1::{Namespace, Pod};
+    use kube::Api;
+    use kube::api::{Patch, PatchParams, PostParams};
+    use serde_json::json;
+
+    let api = kube_ovn_lab::kubernetes::fixture::ApiServer::start().await?;
+    let admin = api.client().await?;
+    let rbac = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/base/rbac.yaml"))?;
+    kube_ovn_lab::manifests::create_all(&admin, &rbac).await?;
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "tenant"}}))?;
+    Api::<Namespace>::all(admin.clone())
+        .create(&PostParams::default(), &ns)
+        .await?;
+    let pod = |name: &str| -> Result<Pod> {
+        Ok(serde_json::from_value(json!({"metadata": {"name": name},
+            "spec": {"containers": [{"name": "c", "image": "pause"}]}}))?)
+    };
+    for (namespace, name) in [("kube-system", "kube-ovn-cni-x1"), ("tenant", "app")] {
+        Api::<Pod>::namespaced(admin.clone(), namespace)
+            .create(&PostParams::default(), &pod(name)?)
+            .await?;
+    }
+    let daemon = api.service_account_client("kube-system", "kube-ovn-cni").await?;
+    let annotate = |namespace: &str, name: &str| {
+        let pods: Api<Pod> = Api::namespaced(daemon.clone(), namespace);
+        let patch =
+            json!({"metadata": {"annotations": {"pn1.provider-network.kubernetes.io/err_mesg": "x"}}});
+        let name = name.to_owned();
+        async move {
+            pods.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+        }
+    };
+    annotate("kube-system", "kube-ovn-cni-x1")
+        .await
+        .context("the daemon's own pod's err_mesg")?;
+    match annotate("tenant", "app").await {
+        Err(kube::Error::Api(s)) if s.code == 403 => {}
+        Err(e) => anyhow::bail!("patching a tenant's pod failed otherwise than refused: {e}"),
+        Ok(p) => anyhow::bail!("the daemon patched a tenant's pod: {:?}", p.metadata.annotations),
+    }
+    Ok(())
+}

@@ -12,9 +12,13 @@ use std::collections::BTreeMap;
 
 use kube::ResourceExt;
 use kube_ovn_api::annotations::keys::provider_network_label;
+use kube_ovn_api::crd::provider_network::provider_bridge_name;
 use kube_ovn_api::crd::{ProviderNetwork, Vlan};
 use kube_ovn_dataplane::{AddrRecord, RouteRecord, is_link_local};
 use serde::{Deserialize, Serialize};
+
+/// The longest Linux interface name (IFNAMSIZ - 1).
+pub const MAX_IFNAME: usize = 15;
 
 /// Bridge `external_ids` keys of the snapshot (`kube-ovn-rs/provider-nic` is in `ovs::provider`).
 pub const SNAPSHOT_KEY: &str = "kube-ovn-rs/snapshot";
@@ -102,6 +106,22 @@ pub fn desired(
                 nic,
             };
         }
+    }
+    // The bridge's internal port is a Linux interface named `br-<pn>`: IFNAMSIZ allows 15
+    // characters. The controller refuses such a network too (InvalidProviderNetwork); the
+    // daemon does not wait for its verdict, so it checks before it touches anything.
+    let bridge = provider_bridge_name(&pn.name_any());
+    if bridge.len() > MAX_IFNAME {
+        return Desired::NotReady {
+            reason: "InvalidProviderNetwork",
+            message: format!(
+                "provider network {}: metadata.name is longer than {} characters: its bridge {bridge} \
+                 would not fit a {MAX_IFNAME}-character interface name",
+                pn.name_any(),
+                MAX_IFNAME - "br-".len(),
+            ),
+            nic,
+        };
     }
     let Some(nic) = nic else {
         return Desired::NotReady {
@@ -195,6 +215,14 @@ pub fn nic_refusal(
     let Some(state) = state else {
         return refuse("NicNotFound", format!("nic {nic} does not exist"));
     };
+    // The loopback exists on every node and is no uplink: moving 127.0.0.1 and its routes
+    // into an OVS bridge would cut the node off from its own local services.
+    if nic == "lo" {
+        return refuse(
+            "NicIsLoopback",
+            format!("nic {nic} is the loopback interface, not an uplink; it is left alone"),
+        );
+    }
     if let Some(other) = ovs_bridge.filter(|b| *b != bridge) {
         return refuse(
             "NicInOtherBridge",

@@ -51,6 +51,32 @@ fn nic() -> LinkState {
     }
 }
 
+/// A name whose bridge `br-<name>` exceeds 15 characters cannot be made: refused before any
+/// step, naming the field, instead of a bridge whose internal port never appears.
+#[test]
+fn a_provider_network_name_too_long_for_its_bridge_is_refused_before_anything_is_done() {
+    let spec = ProviderNetworkSpec {
+        default_interface: Some("eth1".into()),
+        ..Default::default()
+    };
+    let labels = BTreeMap::new();
+    let longest = ProviderNetwork::new("abcdefghijkl", spec.clone());
+    assert!(matches!(
+        desired(&longest, "n1", &labels, &[]),
+        Desired::Present { .. }
+    ));
+    let too_long = ProviderNetwork::new("abcdefghijklm", spec);
+    let Desired::NotReady { reason, message, nic } = desired(&too_long, "n1", &labels, &[]) else {
+        panic!("a 13-character name was accepted");
+    };
+    assert_eq!(reason, "InvalidProviderNetwork");
+    assert_eq!(nic.as_deref(), Some("eth1"));
+    assert!(
+        message.starts_with("provider network abcdefghijklm: metadata.name is longer than 12 characters"),
+        "{message}"
+    );
+}
+
 #[test]
 fn nic_choice_exclusion_and_refusals() {
     let base = ProviderNetworkSpec {
@@ -133,6 +159,18 @@ fn refusals_name_the_nic() {
         })
     ));
     assert_eq!(nic_refusal("eth1", "br-pn1", Some(&state), Some("br-pn1")), None);
+    // A ProviderNetwork naming the loopback (which exists everywhere) never moves it.
+    let lo = LinkState {
+        addrs: vec![addr("127.0.0.1/8")],
+        ..nic()
+    };
+    assert!(matches!(
+        nic_refusal("lo", "br-pn1", Some(&lo), None),
+        Some(Desired::NotReady {
+            reason: "NicIsLoopback",
+            ..
+        })
+    ));
 }
 
 #[test]

@@ -169,6 +169,13 @@ impl Underlay {
         if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
             spec.extend(extra.clone());
         }
+        // The subnet's Vlan: the daemons take the provider network (whose MTU label a pod
+        // gets) from it, never from the pod's provider_network annotation.
+        self.cluster
+            .apply(json!({"apiVersion": "kubeovn.io/v1", "kind": "Vlan",
+                "metadata": {"name": format!("vlan{}", subnet.vlan)},
+                "spec": {"id": subnet.vlan, "provider": PN}}))
+            .await?;
         self.cluster
             .apply(json!({"apiVersion": "kubeovn.io/v1", "kind": "Subnet",
                 "metadata": {"name": ls}, "spec": spec}))

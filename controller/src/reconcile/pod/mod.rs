@@ -328,6 +328,7 @@ async fn apply(pod: &Pod, ctx: &Context, key: &str) -> Result<Action> {
         rows,
         missing_groups: missing,
         annotations,
+        removed,
     } = ctx.nb.read(|cache| plan_pod(&input, cache))?;
     let node = pod
         .spec
@@ -359,7 +360,7 @@ async fn apply(pod: &Pod, ctx: &Context, key: &str) -> Result<Action> {
     if !moved.is_empty() {
         tracing::info!(pod = %key, subnet = %subnet_name, "moved from another subnet");
     }
-    if !annotate(ctx, pod, &annotations).await? {
+    if !annotate(ctx, pod, &annotations, &removed).await? {
         // The pod went while we worked: what we just wrote is the deletion path's to undo, and it
         // may have run before us.
         tracing::info!(pod = %key, "pod deleted during allocation; releasing");
@@ -376,13 +377,22 @@ async fn apply(pod: &Pod, ctx: &Context, key: &str) -> Result<Action> {
     Ok(Action::await_change())
 }
 
-/// Merges the plan's annotations into the pod (nothing to do when there are none). `false` when
-/// the pod no longer exists.
-async fn annotate(ctx: &Context, pod: &Pod, patch: &BTreeMap<String, String>) -> Result<bool> {
-    if patch.is_empty() {
+/// Merges the plan's annotations into the pod and removes `removed` (nothing to do when there
+/// are none). `false` when the pod no longer exists.
+async fn annotate(
+    ctx: &Context,
+    pod: &Pod,
+    patch: &BTreeMap<String, String>,
+    removed: &[String],
+) -> Result<bool> {
+    if patch.is_empty() && removed.is_empty() {
         return Ok(true);
     }
-    let patch: serde_json::Map<_, _> = patch.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
+    let patch: serde_json::Map<_, _> = patch
+        .iter()
+        .map(|(k, v)| (k.clone(), json!(v)))
+        .chain(removed.iter().map(|k| (k.clone(), serde_json::Value::Null)))
+        .collect();
     let api: Api<Pod> = Api::namespaced(ctx.kube.clone(), &pod.namespace().unwrap_or_default());
     match merge(&api, pod, json!({"metadata": {"annotations": patch}})).await? {
         Some(written) => {

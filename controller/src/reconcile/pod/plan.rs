@@ -49,6 +49,24 @@ pub struct PodPlan {
     pub missing_groups: Vec<String>,
     /// The annotations to merge into the pod, in one patch; empty when it carries them already.
     pub annotations: BTreeMap<String, String>,
+    /// Handshake annotations the pod carries that its subnet does not give it (see
+    /// [`stale_annotations`]): removed in the same patch.
+    pub removed: Vec<String>,
+}
+
+/// The underlay handshake keys the controller writes only for some subnets: `logical_router`
+/// (not for a subnet whose gateway is the physical router), `vlan_id` and `provider_network`
+/// (only for an underlay subnet). A pod that carries one its subnet does not give — written by
+/// its tenant, or left from before the subnet changed — has it removed: other components read
+/// them (a Service's VPC comes from its pods' `logical_router`), and before the underlay every
+/// pod's `logical_router` was rewritten by the handshake, so a forged one did not last.
+pub fn stale_annotations(pod: &Pod, want: &BTreeMap<String, String>) -> Vec<String> {
+    let have = pod.metadata.annotations.as_ref();
+    [keys::LOGICAL_ROUTER, keys::VLAN_ID, keys::PROVIDER_NETWORK]
+        .into_iter()
+        .filter(|k| !want.contains_key(*k) && have.is_some_and(|h| h.contains_key(*k)))
+        .map(str::to_owned)
+        .collect()
 }
 
 /// The plan for `input`'s pod against `cache`. Not ready while the subnet's switch is missing.
@@ -104,6 +122,7 @@ pub fn plan_pod(input: &PodInput<'_>, cache: &DbCache) -> Result<PodPlan> {
         rows,
         missing_groups,
         annotations: annotation_patch(pod, &want, routed),
+        removed: stale_annotations(pod, &want),
     })
 }
 

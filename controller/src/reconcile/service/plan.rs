@@ -181,13 +181,29 @@ pub fn plan_service<'a>(
     };
     let endpoints = ready_endpoints(slices, &mut out.problems);
     // The endpoints' pods decide the VPC (Kube-OVN: the pods' logical router); a Service whose
-    // endpoints are no pods keeps the one its annotation names.
-    let from_pods: BTreeSet<&str> = endpoints
-        .iter()
-        .filter_map(|e| e.pod.and_then(&pod))
-        .filter_map(|p| p.annotations().get(keys::LOGICAL_ROUTER).map(String::as_str))
-        .filter(|v| !v.is_empty())
-        .collect();
+    // endpoints are no pods keeps the one its annotation names. The controller writes a pod's
+    // logical_router, but its tenant can too: one naming a VPC that does not admit the
+    // namespace is not the pod's (a pod is only ever placed in a custom VPC that lists its
+    // namespace, pod/tenancy.rs), and is reported instead.
+    let mut from_pods: BTreeSet<&str> = BTreeSet::new();
+    for p in endpoints.iter().filter_map(|e| e.pod.and_then(&pod)) {
+        let Some(v) = p
+            .annotations()
+            .get(keys::LOGICAL_ROUTER)
+            .filter(|v| !v.is_empty())
+        else {
+            continue;
+        };
+        if v == default_vpc || (rules.vpc_admits)(v, &ns) {
+            from_pods.insert(v);
+        } else {
+            out.problems.push(format!(
+                "{id}: pod {ns}/{}: metadata.annotations[\"{}\"]: VPC {v} does not admit namespace {ns}; not used",
+                p.name_any(),
+                keys::LOGICAL_ROUTER
+            ));
+        }
+    }
     // The annotation is the tenant's word (the controller also writes it, with the VPC the pods
     // gave): a VPC that does not admit the Service's namespace is refused, as a pod would be.
     let annotated = match svc.annotations().get(keys::VPC).filter(|v| !v.is_empty()) {

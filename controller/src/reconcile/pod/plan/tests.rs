@@ -480,3 +480,68 @@ fn a_port_that_moved_leaves_its_old_switch_and_the_old_nodes_groups() {
         ]
     );
 }
+
+/// A tenant writes its pod's annotations. On a plain underlay subnet the handshake has no
+/// `logical_router` (the physical router is the gateway), so one the tenant wrote — say a custom
+/// VPC's router, which a Service's VPC is read from — would stay forever; it is removed, and so
+/// are `vlan_id` and `provider_network` on an overlay pod.
+#[test]
+fn handshake_keys_the_subnet_does_not_give_are_removed_from_the_pod() {
+    let mut nb = Nb::new();
+    nb.switch("ul", &[]);
+    nb.group("node.n1", "n1", &[]);
+    let mut underlay = subnet(ROUTER, "distributed", &["172.17.0.0/24"], &["172.17.0.1"]);
+    underlay.underlay = Some(crate::reconcile::subnet_spec::Underlay {
+        vlan: "v100".into(),
+        logical_gateway: false,
+        u2o: false,
+        u2o_ips: Vec::new(),
+    });
+    let forged = pod(
+        Some("n1"),
+        json!({(keys::LOGICAL_ROUTER): "vpc-of-others", (keys::VLAN_ID): "200"}),
+    );
+    let input = PodInput {
+        pod: &forged,
+        key: "p.ns",
+        subnet: "ul",
+        effective: &underlay,
+        alloc: &v4("172.17.0.5"),
+        cluster_router: ROUTER,
+        vlan: Some((100, "pn1")),
+    };
+    let p = plan_pod(&input, &nb.cache).unwrap();
+    assert_eq!(p.removed, [keys::LOGICAL_ROUTER]);
+    assert_eq!(
+        p.annotations[keys::VLAN_ID],
+        "100",
+        "the Vlan's ID, not the tenant's"
+    );
+    assert_eq!(p.annotations[keys::PROVIDER_NETWORK], "pn1");
+
+    nb.switch("ovn-default", &[]);
+    nb.group("ovn.default.n1", "n1", &[]);
+    let overlay_pod = pod(
+        Some("n1"),
+        json!({(keys::PROVIDER_NETWORK): "pn1", (keys::VLAN_ID): "100"}),
+    );
+    let p = plan(
+        &nb,
+        &overlay_pod,
+        "ovn-default",
+        &default_subnet(),
+        &v4("10.16.0.5"),
+    )
+    .unwrap();
+    assert_eq!(p.removed, [keys::VLAN_ID, keys::PROVIDER_NETWORK]);
+    assert_eq!(p.annotations[keys::LOGICAL_ROUTER], ROUTER);
+    // Nothing to remove on a pod carrying only what its subnet gives.
+    let clean = plan(
+        &nb,
+        &pod(Some("n1"), json!({})),
+        "ovn-default",
+        &default_subnet(),
+        &v4("10.16.0.5"),
+    );
+    assert!(clean.unwrap().removed.is_empty());
+}

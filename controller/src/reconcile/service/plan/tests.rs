@@ -161,7 +161,7 @@ fn session_affinity_picks_the_session_lb_and_pods_pick_the_vpc() {
         "endpoints": [{"addresses": ["10.0.1.5"], "targetRef": {"kind": "Pod", "name": "p1"}}]}),
     );
     let p1 = pod("p1", "vpc1");
-    let got = plan(&s, &[&e], |n| (n == "p1").then_some(&p1));
+    let got = plan_in(&s, &[&e], |n| (n == "p1").then_some(&p1), "vpc1");
     assert_eq!(got.vpc, "vpc1");
     assert_eq!(got.vips[&tcp(true)]["10.96.0.10:80"], "10.0.1.5:8080");
     assert!(!got.vips.contains_key(&tcp(false)));
@@ -304,4 +304,25 @@ fn a_vpc_annotation_naming_a_vpc_that_does_not_admit_the_namespace_is_refused() 
     let got = plan_in(&bound, &[], |_| None, "vpc-bound");
     assert_eq!(got.vpc, "vpc-bound");
     assert!(got.problems.is_empty(), "{:?}", got.problems);
+}
+
+#[test]
+fn a_pods_logical_router_naming_a_vpc_that_does_not_admit_the_namespace_is_not_the_services_vpc() {
+    // The tenant writes another tenant's VPC into its pod: the Service's VIPs stay in the
+    // default VPC, and the refusal names the pod and the annotation.
+    let e = slice(
+        json!({"metadata": {"name": "web-a", "namespace": "ns"}, "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 8080}],
+        "endpoints": [{"addresses": ["172.17.0.5"], "targetRef": {"kind": "Pod", "name": "p1"}}]}),
+    );
+    let p1 = pod("p1", "vpc-of-others");
+    let got = plan_in(&web(), &[&e], |n| (n == "p1").then_some(&p1), "vpc-bound");
+    assert_eq!(got.vpc, "ovn-cluster");
+    assert_eq!(
+        got.problems,
+        [
+            "service ns/web: pod ns/p1: metadata.annotations[\"ovn.kubernetes.io/logical_router\"]: VPC vpc-of-others does not admit namespace ns; not used"
+        ]
+    );
+    assert_eq!(got.vips[&tcp(false)]["10.96.0.10:80"], "172.17.0.5:8080");
 }
