@@ -185,13 +185,11 @@ fn sessions_established(lab: &Lab, when: &str) -> Result<()> {
 /// BGP sessions Established throughout; `eth1` is then free for the plain VLAN fabric checks.
 pub fn the_underlay_works_and_gives_the_nic_back(lab: &Lab, report: &str, nodes: &[&str]) -> Result<()> {
     sessions_established(lab, "before")?;
-    let ready = jsonpath(lab, &["provider-network", "net1"], "{.status.readyNodes}")?;
-    for node in nodes {
-        ensure!(
-            ready.contains(&format!("\"{node}\"")),
-            "net1's readyNodes {ready:?} lack {node}"
-        );
-    }
+    // The controller lists them from the nodes' labels the daemons set (Kube-OVN's resync).
+    wait_until("net1's status.readyNodes to list every node", WAIT, || {
+        let ready = jsonpath(lab, &["provider-network", "net1"], "{.status.readyNodes}")?;
+        Ok(nodes.iter().all(|n| ready.contains(&format!("\"{n}\""))))
+    })?;
     let vlan = jsonpath(lab, &["vlan", "v100"], "{.status.subnets}")?;
     ensure!(vlan == r#"["underlay"]"#, "v100's status.subnets: {vlan:?}");
     let u2o = jsonpath(lab, &["subnet", "underlay"], "{.status.u2oInterconnectionIP}")?;
