@@ -200,9 +200,9 @@ fn sessions_established(lab: &Lab, when: &str) -> Result<()> {
 
 /// `examples/lab/40-underlay.yaml` applied as Kube-OVN's underlay guide goes: the
 /// ProviderNetwork first, until every node is ready, then the Vlan, the Subnet and the pods,
-/// until they run. `up` holds the file back: applied with the rest at once, an underlay pod's
-/// ADD can race the daemon's move of `eth1` and its gateway check wait minutes (issue 25's
-/// report). The matrix's output.
+/// until they run. `up` holds the file back: on the process-mode lab an underlay pod's first
+/// gateway check (arping 10.100.0.1) can go unanswered for minutes (not understood yet; issue
+/// 25's lab report), so this runs on the manifests install. The matrix's output.
 fn apply_the_underlay(lab: &Lab, nodes: &[&str]) -> Result<String> {
     let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab/40-underlay.yaml");
     let text = std::fs::read_to_string(&file)?;
@@ -233,7 +233,7 @@ fn apply_the_underlay(lab: &Lab, nodes: &[&str]) -> Result<String> {
 /// (green: the outside host sees each underlay pod's own address, underlay ↔ underlay across
 /// nodes, underlay ↔ overlay both ways through U2O). Deleting the ProviderNetwork gives each
 /// node's `eth1` its address and connected route back and removes `br-net1`, with the ToR's
-/// BGP sessions Established throughout; `eth1` is then free for the plain VLAN fabric checks.
+/// BGP sessions Established throughout.
 pub fn the_underlay_works_and_gives_the_nic_back(lab: &Lab, nodes: &[&str]) -> Result<()> {
     sessions_established(lab, "before")?;
     let report = apply_the_underlay(lab, nodes)?;
@@ -303,6 +303,5 @@ pub fn the_underlay_works_and_gives_the_nic_back(lab: &Lab, nodes: &[&str]) -> R
         !labels.contains("net1.provider-network.kubernetes.io/"),
         "the nodes keep net1's labels:\n{labels}"
     );
-    sessions_established(lab, "after")?;
-    the_vlan_fabric_works(lab, nodes)
+    sessions_established(lab, "after")
 }
