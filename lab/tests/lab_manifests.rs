@@ -22,6 +22,7 @@ use anyhow::{Context, Result, ensure};
 use common::lab::Lab;
 use kube_ovn_testkit::wait_until;
 
+#[allow(dead_code, reason = "the VLAN fabric checks run on lab.rs' labs")]
 #[path = "lab/underlay.rs"]
 mod underlay;
 
