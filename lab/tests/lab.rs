@@ -20,8 +20,15 @@ use anyhow::{Context, Result, ensure};
 use common::lab::Lab;
 use kube_ovn_lab::cluster::process;
 use kube_ovn_lab::cluster::state::LabState;
-use kube_ovn_lab::cluster::tor;
 use kube_ovn_testkit::wait_until;
+
+#[allow(
+    dead_code,
+    reason = "the underlay guide runs on lab_manifests' lab; this one checks the fabric"
+)]
+#[path = "lab/underlay.rs"]
+mod underlay;
+use underlay::the_vlan_fabric_works;
 
 const WAIT: Duration = Duration::from_mins(1);
 
@@ -41,176 +48,6 @@ fn not_up(lab: &Lab, args: &[&str]) -> Result<()> {
         "{args:?} succeeded on a lab that is not up"
     );
     ensure!(err.contains("is not up"), "{args:?} says: {err}");
-    Ok(())
-}
-
-/// The ToR's BGP sessions, `(node, established)`, as `status` reads them.
-fn sessions(lab: &Lab) -> Result<Vec<(String, bool)>> {
-    let state = lab.state()?;
-    let t = kube_ovn_lab::cluster::topology::Topology::new(&lab.name, state.nodes, state.tor, lab.dir.path())
-        .map_err(anyhow::Error::msg)?;
-    let command = tor::sessions_command(state.tor);
-    let mut args = vec!["tor", "--"];
-    args.extend(command.iter().map(String::as_str));
-    Ok(tor::sessions(state.tor, &t, &lab.ok(&args)?))
-}
-
-/// Pings `to` from a verb's namespace (`node node1`, `outside`, …) until it answers.
-fn reaches(lab: &Lab, from: &[&str], to: &str) -> Result<()> {
-    let mut args = from.to_vec();
-    args.extend(["--", "ping", "-c", "1", "-W", "1", to]);
-    wait_until(&format!("{} to reach {to}", from.join(" ")), WAIT, || {
-        Ok(lab.run(&args)?.status.success())
-    })
-}
-
-/// The VLAN fabric, as an underlay ProviderNetwork will use it: every node's `eth1` reaches the
-/// ToR's untagged 172.31.0.1; a port tagged 100 behind `eth1` (made here on the node's OVS, as
-/// the daemon makes `br-<provider>`) reaches VLAN 100's gateway 10.100.0.1 with 802.1Q tag 100
-/// on the wire, and the outside host reaches it through the ToR's connected route (no BGP);
-/// an untagged port does not reach 10.100.0.1 on the wire; the BGP sessions stay up.
-fn the_vlan_fabric_works(lab: &Lab, nodes: &[&str]) -> Result<()> {
-    let before = sessions(lab)?;
-    ensure!(
-        before.iter().all(|(_, up)| *up),
-        "BGP sessions before: {before:?}"
-    );
-    let ports = lab.ok(&["tor", "--", "ovs-vsctl", "list-ports", "tor-vlan"])?;
-    for node in nodes {
-        reaches(lab, &["node", node], "172.31.0.1")?;
-        let trunk = format!("n{}-trunk", node.trim_start_matches("node"));
-        ensure!(ports.lines().any(|p| p == trunk), "{trunk} in {ports:?}");
-    }
-    reaches(lab, &["outside"], "10.100.0.1")?;
-    let route = lab.ok(&["tor", "--", "ip", "route", "show", "10.100.0.0/24"])?;
-    ensure!(
-        route.contains("dev vlan100 proto kernel scope link src 10.100.0.1") && route.lines().count() == 1,
-        "the ToR's route to VLAN 100 is its connected one, no BGP route: {route:?}"
-    );
-
-    let node = nodes[0];
-    // The ToR's end of the node's eth1 (`Topology`'s names: node<i> ↔ n<i>-trunk).
-    let trunk = format!("n{}-trunk", node.trim_start_matches("node"));
-    lab.ok(&[
-        "node",
-        node,
-        "--",
-        "ovs-vsctl",
-        "add-br",
-        "br-vt",
-        "--",
-        "set",
-        "bridge",
-        "br-vt",
-        "datapath_type=netdev",
-        "--",
-        "add-port",
-        "br-vt",
-        "eth1",
-        "--",
-        "add-port",
-        "br-vt",
-        "vt100",
-        "tag=100",
-        "--",
-        "set",
-        "interface",
-        "vt100",
-        "type=internal",
-        "--",
-        "add-port",
-        "br-vt",
-        "vt0",
-        "tag=0",
-        "--",
-        "set",
-        "interface",
-        "vt0",
-        "type=internal",
-    ])?;
-    for (dev, addr) in [("vt100", "10.100.0.250/24"), ("vt0", "10.100.0.251/24")] {
-        lab.ok(&["node", node, "--", "ip", "addr", "add", addr, "dev", dev])?;
-        lab.ok(&["node", node, "--", "ip", "link", "set", dev, "up"])?;
-    }
-    // The ToR sees the node's frames to the gateway tagged 100 on the node's trunk.
-    let mut capture = lab
-        .command(&[
-            "tor",
-            "--",
-            "timeout",
-            "30",
-            "tcpdump",
-            "-e",
-            "-nn",
-            "-l",
-            "-c",
-            "1",
-            "-i",
-            &trunk,
-            "vlan 100 and icmp and src host 10.100.0.250",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()?;
-    let mut pinged = false;
-    wait_until("tcpdump on the ToR to see a tagged ping", WAIT, || {
-        pinged |= lab
-            .run(&[
-                "node",
-                node,
-                "--",
-                "ping",
-                "-c",
-                "1",
-                "-W",
-                "1",
-                "-I",
-                "vt100",
-                "10.100.0.1",
-            ])?
-            .status
-            .success();
-        Ok(capture.try_wait()?.is_some())
-    })?;
-    let seen = capture.wait_with_output()?;
-    let seen = String::from_utf8_lossy(&seen.stdout);
-    ensure!(
-        pinged && seen.contains("ethertype 802.1Q (0x8100)") && seen.contains("vlan 100,"),
-        "a tagged port behind eth1 reaches 10.100.0.1 with tag 100 on the wire: {seen:?}"
-    );
-    reaches(lab, &["outside"], "10.100.0.250")?;
-    let untagged = lab.run(&[
-        "node",
-        node,
-        "--",
-        "ping",
-        "-c",
-        "2",
-        "-W",
-        "1",
-        "-I",
-        "vt0",
-        "10.100.0.1",
-    ])?;
-    let neighbour = lab.ok(&[
-        "node",
-        node,
-        "--",
-        "ip",
-        "neigh",
-        "show",
-        "10.100.0.1",
-        "dev",
-        "vt0",
-    ])?;
-    ensure!(
-        !untagged.status.success() && !neighbour.contains("lladdr"),
-        "an untagged port must not reach VLAN 100's gateway on the wire, nor get an ARP answer for it: {neighbour:?}"
-    );
-    lab.ok(&["node", node, "--", "ovs-vsctl", "del-br", "br-vt"])?;
-    reaches(lab, &["node", node], "172.31.0.1")?;
-    let after = sessions(lab)?;
-    ensure!(after.iter().all(|(_, up)| *up), "BGP sessions after: {after:?}");
     Ok(())
 }
 

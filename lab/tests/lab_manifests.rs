@@ -22,6 +22,10 @@ use anyhow::{Context, Result, ensure};
 use common::lab::Lab;
 use kube_ovn_testkit::wait_until;
 
+#[allow(dead_code, reason = "the VLAN fabric checks run on lab.rs' labs")]
+#[path = "lab/underlay.rs"]
+mod underlay;
+
 const WAIT: Duration = Duration::from_mins(2);
 
 /// What a traffic generator saw: requests answered and failed (with when and why).
@@ -511,6 +515,10 @@ fn installed_from_deploy_on_real_kubelets_it_is_green_and_keeps_serving_through_
         Ok(pods == ports)
     })
     .with_context(|| last.borrow().clone())?;
+
+    // Kube-OVN's underlay guide on this lab (its pods have no way out once their NIC is given
+    // back: the last check before down).
+    underlay::the_underlay_works_and_gives_the_nic_back(&lab, &["node1", "node2"])?;
 
     let state = lab.state()?;
     let lab_dir = lab.dir.path().join(&lab.name);

@@ -1,0 +1,307 @@
+//! The lab's underlay (Kube-OVN's underlay guide, `examples/lab/40-underlay.yaml`) and the VLAN
+//! fabric under it, checked on a lab that is up, as a user sees them: `kubectl`, the matrix,
+//! the nodes' links and the ToR.
+
+use anyhow::{Context, Result, ensure};
+use kube_ovn_testkit::wait_until;
+
+use kube_ovn_lab::cluster::tor;
+
+use super::{Lab, WAIT};
+
+/// The ToR's BGP sessions, `(node, established)`, as `status` reads them.
+pub fn sessions(lab: &Lab) -> Result<Vec<(String, bool)>> {
+    let state = lab.state()?;
+    let t = kube_ovn_lab::cluster::topology::Topology::new(&lab.name, state.nodes, state.tor, lab.dir.path())
+        .map_err(anyhow::Error::msg)?;
+    let command = tor::sessions_command(state.tor);
+    let mut args = vec!["tor", "--"];
+    args.extend(command.iter().map(String::as_str));
+    Ok(tor::sessions(state.tor, &t, &lab.ok(&args)?))
+}
+
+/// Pings `to` from a verb's namespace (`node node1`, `outside`, …) until it answers.
+pub fn reaches(lab: &Lab, from: &[&str], to: &str) -> Result<()> {
+    let mut args = from.to_vec();
+    args.extend(["--", "ping", "-c", "1", "-W", "1", to]);
+    wait_until(&format!("{} to reach {to}", from.join(" ")), WAIT, || {
+        Ok(lab.run(&args)?.status.success())
+    })
+}
+
+/// The VLAN fabric, as an underlay ProviderNetwork will use it: every node's `eth1` reaches the
+/// ToR's untagged 172.31.0.1; a port tagged 100 behind `eth1` (made here on the node's OVS, as
+/// the daemon makes `br-<provider>`) reaches VLAN 100's gateway 10.100.0.1 with 802.1Q tag 100
+/// on the wire, and the outside host reaches it through the ToR's connected route (no BGP);
+/// an untagged port does not reach 10.100.0.1 on the wire; the BGP sessions stay up.
+pub fn the_vlan_fabric_works(lab: &Lab, nodes: &[&str]) -> Result<()> {
+    let before = sessions(lab)?;
+    ensure!(
+        before.iter().all(|(_, up)| *up),
+        "BGP sessions before: {before:?}"
+    );
+    let ports = lab.ok(&["tor", "--", "ovs-vsctl", "list-ports", "tor-vlan"])?;
+    for node in nodes {
+        reaches(lab, &["node", node], "172.31.0.1")?;
+        let trunk = format!("n{}-trunk", node.trim_start_matches("node"));
+        ensure!(ports.lines().any(|p| p == trunk), "{trunk} in {ports:?}");
+    }
+    reaches(lab, &["outside"], "10.100.0.1")?;
+    let route = lab.ok(&["tor", "--", "ip", "route", "show", "10.100.0.0/24"])?;
+    ensure!(
+        route.contains("dev vlan100 proto kernel scope link src 10.100.0.1") && route.lines().count() == 1,
+        "the ToR's route to VLAN 100 is its connected one, no BGP route: {route:?}"
+    );
+
+    let node = nodes[0];
+    // The ToR's end of the node's eth1 (`Topology`'s names: node<i> ↔ n<i>-trunk).
+    let trunk = format!("n{}-trunk", node.trim_start_matches("node"));
+    lab.ok(&[
+        "node",
+        node,
+        "--",
+        "ovs-vsctl",
+        "add-br",
+        "br-vt",
+        "--",
+        "set",
+        "bridge",
+        "br-vt",
+        "datapath_type=netdev",
+        "--",
+        "add-port",
+        "br-vt",
+        "eth1",
+        "--",
+        "add-port",
+        "br-vt",
+        "vt100",
+        "tag=100",
+        "--",
+        "set",
+        "interface",
+        "vt100",
+        "type=internal",
+        "--",
+        "add-port",
+        "br-vt",
+        "vt0",
+        "tag=0",
+        "--",
+        "set",
+        "interface",
+        "vt0",
+        "type=internal",
+    ])?;
+    for (dev, addr) in [("vt100", "10.100.0.250/24"), ("vt0", "10.100.0.251/24")] {
+        lab.ok(&["node", node, "--", "ip", "addr", "add", addr, "dev", dev])?;
+        lab.ok(&["node", node, "--", "ip", "link", "set", dev, "up"])?;
+    }
+    // The ToR sees the node's frames to the gateway tagged 100 on the node's trunk.
+    let mut capture = lab
+        .command(&[
+            "tor",
+            "--",
+            "timeout",
+            "30",
+            "tcpdump",
+            "-e",
+            "-nn",
+            "-l",
+            "-c",
+            "1",
+            "-i",
+            &trunk,
+            "vlan 100 and icmp and src host 10.100.0.250",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let mut pinged = false;
+    wait_until("tcpdump on the ToR to see a tagged ping", WAIT, || {
+        pinged |= lab
+            .run(&[
+                "node",
+                node,
+                "--",
+                "ping",
+                "-c",
+                "1",
+                "-W",
+                "1",
+                "-I",
+                "vt100",
+                "10.100.0.1",
+            ])?
+            .status
+            .success();
+        Ok(capture.try_wait()?.is_some())
+    })?;
+    let seen = capture.wait_with_output()?;
+    let seen = String::from_utf8_lossy(&seen.stdout);
+    ensure!(
+        pinged && seen.contains("ethertype 802.1Q (0x8100)") && seen.contains("vlan 100,"),
+        "a tagged port behind eth1 reaches 10.100.0.1 with tag 100 on the wire: {seen:?}"
+    );
+    reaches(lab, &["outside"], "10.100.0.250")?;
+    let untagged = lab.run(&[
+        "node",
+        node,
+        "--",
+        "ping",
+        "-c",
+        "2",
+        "-W",
+        "1",
+        "-I",
+        "vt0",
+        "10.100.0.1",
+    ])?;
+    let neighbour = lab.ok(&[
+        "node",
+        node,
+        "--",
+        "ip",
+        "neigh",
+        "show",
+        "10.100.0.1",
+        "dev",
+        "vt0",
+    ])?;
+    ensure!(
+        !untagged.status.success() && !neighbour.contains("lladdr"),
+        "an untagged port must not reach VLAN 100's gateway on the wire, nor get an ARP answer for it: {neighbour:?}"
+    );
+    lab.ok(&["node", node, "--", "ovs-vsctl", "del-br", "br-vt"])?;
+    reaches(lab, &["node", node], "172.31.0.1")?;
+    let after = sessions(lab)?;
+    ensure!(after.iter().all(|(_, up)| *up), "BGP sessions after: {after:?}");
+    Ok(())
+}
+
+/// `kubectl get -o jsonpath=…` of one object; its output.
+fn jsonpath(lab: &Lab, object: &[&str], path: &str) -> Result<String> {
+    let path = format!("jsonpath={path}");
+    let mut args = vec!["kubectl", "get"];
+    args.extend(object);
+    args.extend(["-o", &path]);
+    lab.ok(&args)
+}
+
+/// Whether every BGP session of the ToR is Established; fails naming the ones that are not.
+fn sessions_established(lab: &Lab, when: &str) -> Result<()> {
+    let sessions = sessions(lab)?;
+    ensure!(
+        !sessions.is_empty() && sessions.iter().all(|(_, up)| *up),
+        "BGP sessions {when}: {sessions:?}"
+    );
+    Ok(())
+}
+
+/// `examples/lab/40-underlay.yaml` applied as Kube-OVN's underlay guide goes: the
+/// ProviderNetwork first, until every node is ready, then the Vlan, the Subnet and the pods,
+/// until they run. `up` holds the file back: on the process-mode lab an underlay pod's first
+/// gateway check (arping 10.100.0.1) can go unanswered for minutes (not understood yet; issue
+/// 25's lab report), so this runs on the manifests install. The matrix's output.
+fn apply_the_underlay(lab: &Lab, nodes: &[&str]) -> Result<String> {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab/40-underlay.yaml");
+    let text = std::fs::read_to_string(&file)?;
+    let provider = text
+        .split("\n---\n")
+        .find(|d| d.contains("kind: ProviderNetwork"))
+        .context("a ProviderNetwork in 40-underlay.yaml")?;
+    let dir = tempfile::tempdir()?;
+    let first = dir.path().join("provider-network.yaml");
+    std::fs::write(&first, provider)?;
+    lab.apply(&first)?;
+    // The controller lists them from the nodes' labels the daemons set (Kube-OVN's resync).
+    wait_until("net1's status.readyNodes to list every node", WAIT, || {
+        let ready = jsonpath(lab, &["provider-network", "net1"], "{.status.readyNodes}")?;
+        Ok(nodes.iter().all(|n| ready.contains(&format!("\"{n}\""))))
+    })?;
+    lab.apply(&file)?;
+    wait_until("the underlay pods to run", WAIT, || {
+        let phases = jsonpath(lab, &["-n", "underlay", "pods"], "{.items[*].status.phase}")?;
+        Ok(phases.split_whitespace().filter(|p| *p == "Running").count() == 2)
+    })?;
+    lab.ok(&["matrix"])
+}
+
+/// Kube-OVN's underlay guide (`apply_the_underlay`): `kubectl`
+/// shows the ProviderNetwork ready on every node, the Vlan with its subnet, the subnet's U2O
+/// address; each node's `eth1` address is on `br-net1`; the matrix has the underlay rows
+/// (green: the outside host sees each underlay pod's own address, underlay ↔ underlay across
+/// nodes, underlay ↔ overlay both ways through U2O). Deleting the ProviderNetwork gives each
+/// node's `eth1` its address and connected route back and removes `br-net1`, with the ToR's
+/// BGP sessions Established throughout.
+pub fn the_underlay_works_and_gives_the_nic_back(lab: &Lab, nodes: &[&str]) -> Result<()> {
+    sessions_established(lab, "before")?;
+    let report = apply_the_underlay(lab, nodes)?;
+    ensure!(
+        report.contains("checks as expected") && !report.contains("FAIL"),
+        "the matrix with the underlay is not green:\n{report}"
+    );
+    let vlan = jsonpath(lab, &["vlan", "v100"], "{.status.subnets}")?;
+    ensure!(vlan == r#"["underlay"]"#, "v100's status.subnets: {vlan:?}");
+    let u2o = jsonpath(lab, &["subnet", "underlay"], "{.status.u2oInterconnectionIP}")?;
+    let net: ipnet::IpNet = "10.100.0.0/24".parse()?;
+    ensure!(
+        u2o.parse::<std::net::IpAddr>().is_ok_and(|ip| net.contains(&ip)),
+        "the underlay subnet's u2oInterconnectionIP: {u2o:?}"
+    );
+    for pod in ["underlay-1", "underlay-2"] {
+        let ip = jsonpath(lab, &["-n", "underlay", "pod", pod], "{.status.podIP}")?;
+        ensure!(
+            report.lines().any(|l| l.contains(&format!("underlay/{pod} "))
+                && l.contains("outside → pod: ok")
+                && l.contains(&format!("(the outside saw {ip})"))),
+            "the matrix lacks underlay/{pod}'s outside rows with its own address {ip}:\n{report}"
+        );
+        ensure!(
+            report
+                .lines()
+                .any(|l| l.contains(&format!("underlay/{pod} ")) && l.contains("underlay (u2o)")),
+            "the matrix lacks underlay/{pod} as an underlay (u2o) target:\n{report}"
+        );
+    }
+    let mut addresses = Vec::new();
+    for node in nodes {
+        let eth1 = lab.ok(&["node", node, "--", "ip", "-4", "-br", "addr", "show", "eth1"])?;
+        ensure!(
+            !eth1.contains("172.31.0."),
+            "{node}'s eth1 still has its address: {eth1:?}"
+        );
+        let bridge = lab.ok(&["node", node, "--", "ip", "-4", "-br", "addr", "show", "br-net1"])?;
+        let address = bridge
+            .split_whitespace()
+            .find(|w| w.starts_with("172.31.0."))
+            .with_context(|| format!("{node}'s br-net1 has eth1's address: {bridge:?}"))?
+            .to_owned();
+        reaches(lab, &["node", node], "172.31.0.1")?;
+        addresses.push(address);
+    }
+
+    lab.ok(&["kubectl", "delete", "provider-network", "net1"])?;
+    for (node, address) in nodes.iter().zip(&addresses) {
+        wait_until(
+            &format!("{node}'s eth1 to get {address} and its route back"),
+            WAIT,
+            || {
+                sessions_established(lab, "while the NIC goes back")?;
+                let eth1 = lab.ok(&["node", node, "--", "ip", "-4", "-br", "addr", "show", "eth1"])?;
+                let route = lab.ok(&["node", node, "--", "ip", "route", "show", "172.31.0.0/24"])?;
+                let bridge = lab.run(&["node", node, "--", "ovs-vsctl", "br-exists", "br-net1"])?;
+                Ok(eth1.split_whitespace().any(|w| w == address)
+                    && route.contains("dev eth1 proto kernel scope link")
+                    && bridge.status.code() == Some(2))
+            },
+        )?;
+        reaches(lab, &["node", node], "172.31.0.1")?;
+    }
+    let labels = lab.ok(&["kubectl", "get", "nodes", "--show-labels"])?;
+    ensure!(
+        !labels.contains("net1.provider-network.kubernetes.io/"),
+        "the nodes keep net1's labels:\n{labels}"
+    );
+    sessions_established(lab, "after")
+}
