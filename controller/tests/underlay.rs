@@ -9,111 +9,17 @@
 mod common;
 mod netkit;
 mod podkit;
+mod underlaykit;
 
 use common::{Env, ann};
 use kube::api::{Api, Patch, PatchParams};
-use kube_ovn_api::crd::{ConditionStatus, Ip, ProviderNetwork, Subnet, Vlan};
+use kube_ovn_api::crd::{ConditionStatus, Ip, Subnet, Vlan};
 use kube_ovn_testkit::wait_until_async;
-use netkit::{delete_subnet, icmp_to, lrp_mac, nb_get, nb_until, port, subnet_condition, subnet_until};
+use netkit::{delete_subnet, icmp_to, lrp_mac, nb_until, port, subnet_condition, subnet_until};
 use serde_json::json;
-
-const GW_MAC: &str = "00:00:5e:00:01:64";
-
-async fn subnet(env: &Env, name: &str, spec: serde_json::Value) {
-    env.apply_yaml(
-        json!({"apiVersion": "kubeovn.io/v1", "kind": "Subnet", "metadata": {"name": name}, "spec": spec}),
-    )
-    .await;
-}
-
-/// A ProviderNetwork whose status lists `vlans`, as the Vlan reconciler leaves it.
-async fn provider_network(env: &Env, name: &str, vlans: &[&str]) {
-    env.apply_yaml(json!({"apiVersion": "kubeovn.io/v1", "kind": "ProviderNetwork",
-        "metadata": {"name": name}, "spec": {"defaultInterface": "eth1"}}))
-        .await;
-    Api::<ProviderNetwork>::all(env.kube.clone())
-        .patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"vlans": vlans}})),
-        )
-        .await
-        .unwrap();
-}
-
-async fn vlan(env: &Env, name: &str, id: u16, provider: &str) {
-    env.apply_yaml(
-        json!({"apiVersion": "kubeovn.io/v1", "kind": "Vlan", "metadata": {"name": name},
-        "spec": {"id": id, "provider": provider}}),
-    )
-    .await;
-}
-
-/// The localnet port's columns as `ovn-nbctl list` shows them.
-fn localnet(env: &Env, subnet: &str) -> String {
-    env.ovn
-        .nbctl(&["list", "Logical_Switch_Port", &format!("localnet.{subnet}")])
-        .unwrap_or_default()
-}
-
-fn column<'a>(row: &'a str, name: &str) -> &'a str {
-    row.lines()
-        .find(|l| l.split(':').next().is_some_and(|k| k.trim() == name))
-        .and_then(|l| l.split_once(':'))
-        .map_or("", |(_, v)| v.trim())
-}
-
-fn exists(env: &Env, table: &str, name: &str) -> bool {
-    env.ovn
-        .nbctl(&["--bare", "--columns=name", "find", table, &format!("name={name}")])
-        .unwrap()
-        .lines()
-        .any(|l| l.trim() == name)
-}
-
-/// The `ovn-cluster` policies of a subnet, one line each: `priority match action nexthops
-/// isU2ORoutePolicy`.
-fn subnet_policies(env: &Env, router: &str, subnet: &str) -> Vec<String> {
-    let out = env
-        .ovn
-        .nbctl(&[
-            "--format=csv",
-            "--data=bare",
-            "--no-headings",
-            "--columns=priority,match,action,nexthops,external_ids",
-            "find",
-            "Logical_Router_Policy",
-            &format!("external_ids:subnet={subnet}"),
-        ])
-        .unwrap();
-    let on_router = nb_get(env, "Logical_Router", router, "policies");
-    let uuids = env
-        .ovn
-        .nbctl(&[
-            "--bare",
-            "--columns=_uuid",
-            "find",
-            "Logical_Router_Policy",
-            &format!("external_ids:subnet={subnet}"),
-        ])
-        .unwrap();
-    let mut rows: Vec<String> = out
-        .lines()
-        .zip(uuids.lines().filter(|l| !l.trim().is_empty()))
-        .filter(|(_, u)| on_router.contains(u.trim()))
-        .map(|(l, _)| {
-            let f: Vec<&str> = l.splitn(5, ',').collect();
-            let u2o = f[4].contains("isU2ORoutePolicy=true");
-            format!("{} {} {} {} {u2o}", f[0], f[1].trim_matches('"'), f[2], f[3])
-        })
-        .collect();
-    rows.sort();
-    rows
-}
-
-fn warnings_absent(events: &[k8s_openapi::api::events::v1::Event], reason: &str) -> bool {
-    !events.iter().any(|e| e.reason.as_deref() == Some(reason))
-}
+use underlaykit::{
+    GW_MAC, column, exists, localnet, provider_network, subnet, subnet_policies, vlan, warnings_absent,
+};
 
 /// A plain underlay subnet in the default VPC: its localnet port follows the Vlan (tag, no tag
 /// for ID 0, the provider), it has no router port, no gateway policies and no node port groups;
