@@ -1,6 +1,8 @@
 //! Links over rtnetlink: veth pairs whose ends are born in two namespaces, lookups, up, MTU,
 //! MAC, delete.
 
+use std::sync::Arc;
+
 use futures::TryStreamExt;
 use rtnetlink::packet_route::link::{InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkMessage};
 use rtnetlink::{Handle, LinkMessageBuilder, LinkUnspec, LinkVeth};
@@ -30,6 +32,10 @@ fn open_socket(runtime: &tokio::runtime::Handle) -> std::io::Result<Opened> {
 pub struct Netlink {
     pub(crate) handle: Handle,
     pub(crate) ns: String,
+    /// Held for each dump. The kernel runs one dump per netlink socket at a time and answers
+    /// another with `EBUSY` (`netlink_dump_start`); clones share the socket, and the daemon's
+    /// tasks each hold a clone.
+    dumping: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// What the kernel says about a link.
@@ -96,7 +102,13 @@ impl Netlink {
         Ok(Self {
             handle,
             ns: ns.label(),
+            dumping: Arc::default(),
         })
+    }
+
+    /// This socket's turn to dump (see `dumping`): held until the dump's last message is read.
+    pub(crate) async fn dump_turn(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.dumping.lock().await
     }
 
     /// The namespace, for messages.
@@ -161,6 +173,7 @@ impl Netlink {
 
     /// The link called `name`, or `None`.
     pub async fn link(&self, name: &str) -> Result<Option<LinkInfo>> {
+        let _turn = self.dump_turn().await;
         let found = self
             .handle
             .link()
@@ -193,6 +206,7 @@ impl Netlink {
 
     /// Every link in the namespace.
     pub async fn links(&self) -> Result<Vec<LinkInfo>> {
+        let _turn = self.dump_turn().await;
         let messages: Vec<LinkMessage> = self
             .handle
             .link()
@@ -239,6 +253,7 @@ impl Netlink {
     /// VRF), or `None`. An OVS netdev bridge's port has none: ovs-vswitchd reads it through a
     /// packet socket, so OVS membership is a question for the Open_vSwitch database.
     pub async fn master_of(&self, index: u32) -> Result<Option<u32>> {
+        let _turn = self.dump_turn().await;
         let found = self
             .handle
             .link()

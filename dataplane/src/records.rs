@@ -171,6 +171,7 @@ pub fn is_link_local(ip: IpAddr) -> bool {
 impl Netlink {
     /// Every address of link `index`, recorded.
     pub async fn addr_records(&self, index: u32) -> Result<Vec<AddrRecord>> {
+        let _turn = self.dump_turn().await;
         let messages: Vec<AddressMessage> = self
             .handle
             .address()
@@ -282,6 +283,7 @@ impl Netlink {
     /// The neighbours learnt on link `index` (reachable, stale, delay or probe: not the
     /// permanent, no-ARP, failed or unresolved ones).
     pub async fn learnt_neighbours(&self, index: u32) -> Result<Vec<IpAddr>> {
+        let _turn = self.dump_turn().await;
         let messages: Vec<NeighbourMessage> = self
             .handle
             .neighbours()

@@ -37,6 +37,7 @@ impl Netlink {
     /// Every route of one family, in all tables (the kernel has no per-table dump filter
     /// that rtnetlink exposes; callers filter).
     pub(crate) async fn route_messages(&self, ipv6: bool) -> Result<Vec<RouteMessage>> {
+        let _turn = self.dump_turn().await;
         let filter = if ipv6 {
             RouteMessageBuilder::<Ipv6Addr>::new().build()
         } else {
@@ -74,6 +75,7 @@ impl Netlink {
 
     /// `(link index, address)` for every address, or those of one link.
     async fn address_list(&self, index: Option<u32>) -> Result<Vec<(u32, IpNet)>> {
+        let _turn = self.dump_turn().await;
         let mut request = self.handle.address().get();
         if let Some(index) = index {
             request = request.set_link_index_filter(index);
@@ -118,16 +120,18 @@ impl Netlink {
 
     /// Removes `net` from link `index`; `Ok(false)` when it was not there.
     pub async fn delete_address(&self, index: u32, net: IpNet) -> Result<bool> {
-        let found: Vec<AddressMessage> = self
-            .handle
-            .address()
-            .get()
-            .set_link_index_filter(index)
-            .set_address_filter(net.addr())
-            .execute()
-            .try_collect()
-            .await
-            .map_err(self.fail(format!("find address {net} on link #{index}")))?;
+        let found: Vec<AddressMessage> = {
+            let _turn = self.dump_turn().await;
+            self.handle
+                .address()
+                .get()
+                .set_link_index_filter(index)
+                .set_address_filter(net.addr())
+                .execute()
+                .try_collect()
+                .await
+                .map_err(self.fail(format!("find address {net} on link #{index}")))?
+        };
         let Some(message) = found.into_iter().find(|m| m.header.index == index) else {
             return Ok(false);
         };
@@ -166,8 +170,10 @@ impl Netlink {
                 .destination_prefix(a, 128)
                 .build(),
         };
-        let answer: Result<Vec<RouteMessage>, _> =
-            self.handle.route().get(query).execute().try_collect().await;
+        let answer: Result<Vec<RouteMessage>, _> = {
+            let _turn = self.dump_turn().await;
+            self.handle.route().get(query).execute().try_collect().await
+        };
         match answer {
             Ok(messages) => Ok(messages.iter().find_map(|m| {
                 m.attributes.iter().find_map(|a| match a {

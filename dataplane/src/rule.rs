@@ -168,6 +168,7 @@ fn parse_table_route(message: &RouteMessage) -> Option<TableRoute> {
 impl Netlink {
     /// Our policy rules of one family.
     pub async fn policy_rules(&self, ipv6: bool) -> Result<Vec<PolicyRule>> {
+        let _turn = self.dump_turn().await;
         let version = if ipv6 { IpVersion::V6 } else { IpVersion::V4 };
         let messages: Vec<RuleMessage> = self
             .handle

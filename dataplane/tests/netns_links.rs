@@ -235,3 +235,37 @@ async fn run_async_enters_the_namespace_and_leaves_the_runtime_thread_free() -> 
     assert!(panicked.await.unwrap_err().is_panic());
     Ok(())
 }
+
+/// Clones of one `Netlink` share its socket, and the daemon's tasks each hold one: their dumps
+/// (routes, addresses, links, neighbours, rules) may run at the same moment. The kernel runs one
+/// dump per netlink socket and answers a second with `EBUSY` (the provider-network task's
+/// passes failed so under load), so the dumps must take turns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_dumps_on_one_socket_all_succeed() -> Result<()> {
+    let ns = TestNs::create("dpdump")?;
+    let nl = Netlink::connect(&Netns::open(ns.path())?)?;
+    let lo = nl.require_link("lo").await?;
+    // Enough to answer in more than one netlink message, so a dump takes a while.
+    for i in 0..200u32 {
+        let net: IpNet = format!("10.98.{}.{}/32", i / 250, i % 250 + 1).parse()?;
+        nl.add_address(lo.index, net).await?;
+    }
+    let mut tasks = Vec::new();
+    for i in 0..64 {
+        let nl = nl.clone();
+        tasks.push(tokio::spawn(async move {
+            match i % 4 {
+                0 => nl.addr_records(lo.index).await.map(drop),
+                1 => nl.route_records(lo.index).await.map(drop),
+                2 => nl.links().await.map(drop),
+                _ => nl.addresses(lo.index).await.map(drop),
+            }
+        }));
+    }
+    for (i, task) in tasks.into_iter().enumerate() {
+        task.await
+            .context("dump task")?
+            .with_context(|| format!("dump {i} of 64 on one socket"))?;
+    }
+    Ok(())
+}
