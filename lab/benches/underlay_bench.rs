@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 
 mod support;
+use kube_ovn_testkit::wait_until;
 use support::Lab;
 
 /// The outside host's address (`Topology::outside_ip`) and a port nothing else uses there.
@@ -124,14 +125,8 @@ fn apply_the_underlay(lab: &Lab) -> Result<()> {
         .context("a ProviderNetwork in 40-underlay.yaml")?;
     let first = lab.dir.path().join("provider-network.yaml");
     std::fs::write(&first, provider)?;
-    let until = |what: &str, done: &dyn Fn() -> Result<bool>| -> Result<()> {
-        let deadline = Instant::now() + Duration::from_mins(2);
-        while !done()? {
-            ensure!(Instant::now() < deadline, "timed out waiting for {what}");
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        Ok(())
-    };
+    // Bounded waits, testkit's (the lab's tests use the same).
+    let until = |what: &str, done: &dyn Fn() -> Result<bool>| wait_until(what, Duration::from_mins(2), done);
     lab.ok(&["kubectl", "apply", "-f", &first.to_string_lossy()])?;
     until("net1 ready on both nodes", &|| {
         let ready = lab.ok(&[
