@@ -304,6 +304,32 @@ async fn u2o_joins_the_underlay_to_the_default_vpc_and_leaves_no_trace_when_off(
     let t = env.ovn.trace("ovn-default", &to_underlay).unwrap();
     assert!(t.delivers_to(&port(&u1)), "overlay → underlay: {}", t.text);
 
+    // Kube-OVN's "should drop ARP/ND request from localnet port to LRP": the physical gateway
+    // asking for the U2O address through the localnet port gets no answer (every chassis would
+    // give one), while its requests for a pod's address still reach the pod.
+    let arp_from_vlan = |tpa: &str| {
+        format!(
+            "inport == \"localnet.ul\" && eth.src == 02:00:00:00:00:fe && eth.dst == ff:ff:ff:ff:ff:ff && \
+             arp.op == 1 && arp.sha == 02:00:00:00:00:fe && arp.spa == 172.17.0.254 && \
+             arp.tha == 00:00:00:00:00:00 && arp.tpa == {tpa}"
+        )
+    };
+    let t = env.ovn.trace("ul", &arp_from_vlan(&u2o_ip)).unwrap();
+    assert!(
+        t.outputs.is_empty(),
+        "ARP for the U2O address from the VLAN: {}",
+        t.text
+    );
+    let t = env
+        .ovn
+        .trace("ul", &arp_from_vlan(ann(&u1, "ip_address")))
+        .unwrap();
+    assert!(
+        t.delivers_to(&port(&u1)),
+        "ARP for a pod from the VLAN: {}",
+        t.text
+    );
+
     // The exclude set follows the nodes.
     env.node("node2", "172.18.0.3").await;
     nb_until(

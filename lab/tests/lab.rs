@@ -22,13 +22,8 @@ use kube_ovn_lab::cluster::process;
 use kube_ovn_lab::cluster::state::LabState;
 use kube_ovn_testkit::wait_until;
 
-#[allow(
-    dead_code,
-    reason = "the underlay guide runs on lab_manifests' lab; this one checks the fabric"
-)]
 #[path = "lab/underlay.rs"]
 mod underlay;
-use underlay::the_vlan_fabric_works;
 
 const WAIT: Duration = Duration::from_mins(1);
 
@@ -92,7 +87,15 @@ fn the_lab_comes_up_green_is_usable_and_goes_down_clean() -> Result<()> {
         in_service_range(hello),
         "demo/hello's ClusterIP {hello} is not from 10.96.0.0/12"
     );
-    the_vlan_fabric_works(&lab, &["node1", "node2"])?;
+    // Kube-OVN's underlay guide, which `up` applied with the other examples; then the
+    // ProviderNetwork deleted (each node's eth1 back, the fabric under it checked with a port of
+    // our own), and applied again (the pods, which stayed, work again).
+    let nodes = ["node1", "node2"];
+    underlay::the_underlay_works(&lab, &out, &nodes)?;
+    underlay::the_nic_goes_back(&lab, &nodes)?;
+    underlay::the_vlan_fabric_works(&lab, &nodes)?;
+    let took = underlay::the_underlay_comes_back(&lab, &nodes)?;
+    println!("the underlay came back green {took:?} after the ProviderNetwork was applied again");
     let again = lab.run(&["up", "--no-install"])?;
     ensure!(
         !again.status.success() && String::from_utf8_lossy(&again.stderr).contains("already up"),
@@ -345,7 +348,7 @@ fn an_frr_tor_learns_the_routes() -> Result<()> {
     );
     let routes = lab.ok(&["tor", "--", "vtysh", "-c", "show ip route bgp"])?;
     ensure!(routes.contains("10.17.0.100/32"), "{routes}");
-    the_vlan_fabric_works(&lab, &["node1"])?;
+    underlay::the_underlay_works(&lab, &out, &["node1"])?;
     let state = lab.state()?;
     lab.down_and_check_clean(&state)
 }

@@ -24,6 +24,10 @@ pub const ACL_SUBNET_ALLOW: i64 = 1001;
 pub const ACL_ALLOW_EAST_WEST: i64 = 1900;
 /// `NodeAllowPriority`: a private subnet still lets the nodes (the join subnet) in.
 pub const ACL_NODE_ALLOW: i64 = 3000;
+/// An underlay switch drops ARP requests from its localnet port for its router port's
+/// addresses (Kube-OVN does it in its patched ovn-northd, so it has no priority for it): above
+/// every ACL Kube-OVN writes, so a subnet's ACLs cannot let them through by accident.
+pub const ACL_LOCALNET_ARP_DROP: i64 = 32700;
 
 // ACLs on a NetworkPolicy's port group (`NetworkPolicy` ingress and egress use the same values):
 

@@ -29,7 +29,8 @@ pub fn reaches(lab: &Lab, from: &[&str], to: &str) -> Result<()> {
     })
 }
 
-/// The VLAN fabric, as an underlay ProviderNetwork will use it: every node's `eth1` reaches the
+/// The VLAN fabric under the underlay, checked while no ProviderNetwork holds the nodes' `eth1`
+/// (after [`the_nic_goes_back`]), which also shows the freed NIC works: every node's `eth1` reaches the
 /// ToR's untagged 172.31.0.1; a port tagged 100 behind `eth1` (made here on the node's OVS, as
 /// the daemon makes `br-<provider>`) reaches VLAN 100's gateway 10.100.0.1 with 802.1Q tag 100
 /// on the wire, and the outside host reaches it through the ToR's connected route (no BGP);
@@ -98,49 +99,24 @@ pub fn the_vlan_fabric_works(lab: &Lab, nodes: &[&str]) -> Result<()> {
         lab.ok(&["node", node, "--", "ip", "link", "set", dev, "up"])?;
     }
     // The ToR sees the node's frames to the gateway tagged 100 on the node's trunk.
-    let mut capture = lab
-        .command(&[
-            "tor",
+    let seen = tagged_capture(lab, &trunk, "vlan 100 and icmp and src host 10.100.0.250", || {
+        let ping = [
+            "node",
+            node,
             "--",
-            "timeout",
-            "30",
-            "tcpdump",
-            "-e",
-            "-nn",
-            "-l",
+            "ping",
             "-c",
             "1",
-            "-i",
-            &trunk,
-            "vlan 100 and icmp and src host 10.100.0.250",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()?;
-    let mut pinged = false;
-    wait_until("tcpdump on the ToR to see a tagged ping", WAIT, || {
-        pinged |= lab
-            .run(&[
-                "node",
-                node,
-                "--",
-                "ping",
-                "-c",
-                "1",
-                "-W",
-                "1",
-                "-I",
-                "vt100",
-                "10.100.0.1",
-            ])?
-            .status
-            .success();
-        Ok(capture.try_wait()?.is_some())
+            "-W",
+            "1",
+            "-I",
+            "vt100",
+            "10.100.0.1",
+        ];
+        Ok(lab.run(&ping)?.status.success())
     })?;
-    let seen = capture.wait_with_output()?;
-    let seen = String::from_utf8_lossy(&seen.stdout);
     ensure!(
-        pinged && seen.contains("ethertype 802.1Q (0x8100)") && seen.contains("vlan 100,"),
+        seen.contains("ethertype 802.1Q (0x8100)") && seen.contains("vlan 100,"),
         "a tagged port behind eth1 reaches 10.100.0.1 with tag 100 on the wire: {seen:?}"
     );
     reaches(lab, &["outside"], "10.100.0.250")?;
@@ -198,49 +174,19 @@ fn sessions_established(lab: &Lab, when: &str) -> Result<()> {
     Ok(())
 }
 
-/// `examples/lab/40-underlay.yaml` applied as Kube-OVN's underlay guide goes: the
-/// ProviderNetwork first, until every node is ready, then the Vlan, the Subnet and the pods,
-/// until they run. `up` holds the file back (on the process-mode lab an underlay pod's first
-/// gateway check went unanswered for minutes while the daemon's netlink dumps failed with EBUSY,
-/// since fixed; not yet re-enabled there), so this runs on the manifests install. The matrix's
-/// output.
-fn apply_the_underlay(lab: &Lab, nodes: &[&str]) -> Result<String> {
-    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab/40-underlay.yaml");
-    let text = std::fs::read_to_string(&file)?;
-    let provider = text
-        .split("\n---\n")
-        .find(|d| d.contains("kind: ProviderNetwork"))
-        .context("a ProviderNetwork in 40-underlay.yaml")?;
-    let dir = tempfile::tempdir()?;
-    let first = dir.path().join("provider-network.yaml");
-    std::fs::write(&first, provider)?;
-    lab.apply(&first)?;
-    // The controller lists them from the nodes' labels the daemons set (Kube-OVN's resync).
-    wait_until("net1's status.readyNodes to list every node", WAIT, || {
-        let ready = jsonpath(lab, &["provider-network", "net1"], "{.status.readyNodes}")?;
-        Ok(nodes.iter().all(|n| ready.contains(&format!("\"{n}\""))))
-    })?;
-    lab.apply(&file)?;
-    wait_until("the underlay pods to run", WAIT, || {
-        let phases = jsonpath(lab, &["-n", "underlay", "pods"], "{.items[*].status.phase}")?;
-        Ok(phases.split_whitespace().filter(|p| *p == "Running").count() == 2)
-    })?;
-    lab.ok(&["matrix"])
-}
-
-/// Kube-OVN's underlay guide (`apply_the_underlay`): `kubectl`
-/// shows the ProviderNetwork ready on every node, the Vlan with its subnet, the subnet's U2O
-/// address; each node's `eth1` address is on `br-net1`; the matrix has the underlay rows
-/// (green: the outside host sees each underlay pod's own address, underlay ↔ underlay across
-/// nodes, underlay ↔ overlay both ways through U2O). Deleting the ProviderNetwork gives each
-/// node's `eth1` its address and connected route back and removes `br-net1`, with the ToR's
-/// BGP sessions Established throughout.
-pub fn the_underlay_works_and_gives_the_nic_back(lab: &Lab, nodes: &[&str]) -> Result<()> {
-    sessions_established(lab, "before")?;
-    let report = apply_the_underlay(lab, nodes)?;
+/// Kube-OVN's underlay guide as `up` applied it (`examples/lab/40-underlay.yaml`), seen with
+/// `kubectl`, the matrix (`report`: up's or `matrix`'s output), the nodes and the ToR: the
+/// ProviderNetwork ready on every node, the Vlan with its subnet, the subnet's U2O address; each
+/// node's `eth1` address on `br-net1`; the matrix's underlay rows green (the outside host sees
+/// each underlay pod's own address; underlay ↔ overlay both ways through U2O); an underlay pod's
+/// ping to its gateway 10.100.0.1 tagged 100 on the node's trunk; and the ToR, on VLAN 100, gets
+/// no ARP answer for the U2O address (Kube-OVN's "should drop ARP/ND request from localnet port
+/// to LRP": every chassis would answer).
+pub fn the_underlay_works(lab: &Lab, report: &str, nodes: &[&str]) -> Result<()> {
+    let ready = jsonpath(lab, &["provider-network", "net1"], "{.status.readyNodes}")?;
     ensure!(
-        report.contains("checks as expected") && !report.contains("FAIL"),
-        "the matrix with the underlay is not green:\n{report}"
+        nodes.iter().all(|n| ready.contains(&format!("\"{n}\""))),
+        "net1's status.readyNodes: {ready:?}"
     );
     let vlan = jsonpath(lab, &["vlan", "v100"], "{.status.subnets}")?;
     ensure!(vlan == r#"["underlay"]"#, "v100's status.subnets: {vlan:?}");
@@ -249,6 +195,10 @@ pub fn the_underlay_works_and_gives_the_nic_back(lab: &Lab, nodes: &[&str]) -> R
     ensure!(
         u2o.parse::<std::net::IpAddr>().is_ok_and(|ip| net.contains(&ip)),
         "the underlay subnet's u2oInterconnectionIP: {u2o:?}"
+    );
+    ensure!(
+        report.contains("checks as expected") && !report.contains("FAIL"),
+        "the matrix with the underlay is not green:\n{report}"
     );
     for pod in ["underlay-1", "underlay-2"] {
         let ip = jsonpath(lab, &["-n", "underlay", "pod", pod], "{.status.podIP}")?;
@@ -265,23 +215,103 @@ pub fn the_underlay_works_and_gives_the_nic_back(lab: &Lab, nodes: &[&str]) -> R
             "the matrix lacks underlay/{pod} as an underlay (u2o) target:\n{report}"
         );
     }
-    let mut addresses = Vec::new();
     for node in nodes {
         let eth1 = lab.ok(&["node", node, "--", "ip", "-4", "-br", "addr", "show", "eth1"])?;
         ensure!(
             !eth1.contains("172.31.0."),
             "{node}'s eth1 still has its address: {eth1:?}"
         );
-        let bridge = lab.ok(&["node", node, "--", "ip", "-4", "-br", "addr", "show", "br-net1"])?;
-        let address = bridge
-            .split_whitespace()
-            .find(|w| w.starts_with("172.31.0."))
-            .with_context(|| format!("{node}'s br-net1 has eth1's address: {bridge:?}"))?
-            .to_owned();
+        nic_address_on_the_bridge(lab, node)?;
         reaches(lab, &["node", node], "172.31.0.1")?;
-        addresses.push(address);
     }
 
+    // An underlay pod's frames to its gateway leave its node tagged 100.
+    let ip = jsonpath(lab, &["-n", "underlay", "pod", "underlay-1"], "{.status.podIP}")?;
+    let node = jsonpath(lab, &["-n", "underlay", "pod", "underlay-1"], "{.spec.nodeName}")?;
+    let trunk = format!("n{}-trunk", node.trim_start_matches("node"));
+    let filter = format!("vlan 100 and icmp and src host {ip}");
+    let seen = tagged_capture(lab, &trunk, &filter, || {
+        Ok(lab
+            .run(&[
+                "exec",
+                "underlay/underlay-1",
+                "--",
+                "ping",
+                "-c",
+                "1",
+                "-W",
+                "1",
+                "10.100.0.1",
+            ])?
+            .status
+            .success())
+    })?;
+    ensure!(
+        seen.contains("ethertype 802.1Q (0x8100)") && seen.contains("vlan 100,"),
+        "underlay/underlay-1's ping to 10.100.0.1 on {node}'s trunk: {seen:?}"
+    );
+
+    // The physical gateway asking for the U2O address: no answer (a stale entry is forgotten
+    // first; `del` fails when there is none).
+    let _ = lab.run(&["tor", "--", "ip", "neigh", "del", &u2o, "dev", "vlan100"])?;
+    let ping = lab.run(&["tor", "--", "ping", "-c", "2", "-W", "1", &u2o])?;
+    let neighbour = lab.ok(&["tor", "--", "ip", "neigh", "show", &u2o, "dev", "vlan100"])?;
+    ensure!(
+        !ping.status.success() && !neighbour.contains("lladdr"),
+        "the ToR must get no ARP answer for the U2O address {u2o} through the VLAN: {neighbour:?}"
+    );
+    Ok(())
+}
+
+/// `node`'s `br-net1` holds the address `eth1` had (172.31.0.x); returns it.
+fn nic_address_on_the_bridge(lab: &Lab, node: &str) -> Result<String> {
+    let bridge = lab.ok(&["node", node, "--", "ip", "-4", "-br", "addr", "show", "br-net1"])?;
+    Ok(bridge
+        .split_whitespace()
+        .find(|w| w.starts_with("172.31.0."))
+        .with_context(|| format!("{node}'s br-net1 has eth1's address: {bridge:?}"))?
+        .to_owned())
+}
+
+/// Runs `tcpdump -e` on the ToR's `interface` for the first frame matching `filter` while
+/// `poke` is called (until the capture ends); the frame as tcpdump printed it. Fails when `poke`
+/// never succeeded.
+fn tagged_capture(
+    lab: &Lab,
+    interface: &str,
+    filter: &str,
+    mut poke: impl FnMut() -> Result<bool>,
+) -> Result<String> {
+    let mut capture = lab
+        .command(&[
+            "tor", "--", "timeout", "30", "tcpdump", "-e", "-nn", "-l", "-c", "1", "-i", interface, filter,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let mut poked = false;
+    wait_until(
+        &format!("tcpdump on the ToR's {interface} to see {filter}"),
+        WAIT,
+        || {
+            poked |= poke()?;
+            Ok(capture.try_wait()?.is_some())
+        },
+    )?;
+    let seen = capture.wait_with_output()?;
+    ensure!(poked, "nothing answered while tcpdump ran on {interface}");
+    Ok(String::from_utf8_lossy(&seen.stdout).into_owned())
+}
+
+/// Deleting the ProviderNetwork gives each node's `eth1` its address and connected route back
+/// and removes `br-net1`, with the ToR's BGP sessions Established throughout (the underlay pods
+/// stay, cut off).
+pub fn the_nic_goes_back(lab: &Lab, nodes: &[&str]) -> Result<()> {
+    sessions_established(lab, "before")?;
+    let mut addresses = Vec::new();
+    for node in nodes {
+        addresses.push(nic_address_on_the_bridge(lab, node)?);
+    }
     lab.ok(&["kubectl", "delete", "provider-network", "net1"])?;
     for (node, address) in nodes.iter().zip(&addresses) {
         wait_until(
@@ -305,4 +335,29 @@ pub fn the_underlay_works_and_gives_the_nic_back(lab: &Lab, nodes: &[&str]) -> R
         "the nodes keep net1's labels:\n{labels}"
     );
     sessions_established(lab, "after")
+}
+
+/// The example applied again after [`the_nic_goes_back`]: the ProviderNetwork takes each
+/// node's `eth1` again and the underlay pods, which stayed, work again (the matrix green);
+/// returns how long that took, from the apply.
+pub fn the_underlay_comes_back(lab: &Lab, nodes: &[&str]) -> Result<std::time::Duration> {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab/40-underlay.yaml");
+    let start = std::time::Instant::now();
+    lab.apply(&file)?;
+    wait_until("net1's status.readyNodes to list every node again", WAIT, || {
+        let ready = jsonpath(lab, &["provider-network", "net1"], "{.status.readyNodes}")?;
+        Ok(nodes.iter().all(|n| ready.contains(&format!("\"{n}\""))))
+    })?;
+    let mut last = String::new();
+    wait_until("the matrix to be green with the underlay back", WAIT, || {
+        last = lab.ok(&["matrix"])?;
+        Ok(last.contains("checks as expected") && !last.contains("FAIL"))
+    })
+    .with_context(|| last.clone())?;
+    let took = start.elapsed();
+    for node in nodes {
+        nic_address_on_the_bridge(lab, node)?;
+    }
+    sessions_established(lab, "with the underlay back")?;
+    Ok(took)
 }

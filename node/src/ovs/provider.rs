@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use kube_ovn_ovsdb::tables::vswitch::{Bridge, Interface, OpenVSwitch, Port};
-use kube_ovn_ovsdb::{Atom, Condition, Mutation, Operation, Table, TransactError, Value, WaitUntil};
+use kube_ovn_ovsdb::{
+    Atom, Condition, Mutation, Mutator, Operation, OperationResult, Table, TransactError, Value, WaitUntil,
+};
 
 use super::{Ovs, map, row};
 use crate::error::DaemonError;
@@ -22,6 +24,9 @@ pub const PROVIDER_NIC: &str = "kube-ovn-rs/provider-nic";
 
 /// How often a mappings write that lost a race to another writer is tried again.
 const MAPPING_RACE_RETRIES: u32 = 3;
+/// How long ovs-vswitchd gets to apply a provider bridge change (`cur_cfg` to reach the
+/// transaction's `next_cfg`).
+const APPLY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The bridge to create with the NIC in it, in one transaction.
 #[derive(Debug, Clone)]
@@ -154,16 +159,67 @@ impl Ovs {
                 vec![Mutation::insert("bridges", Value::named_uuid("bridge"))],
             ),
         ];
-        self.transact(
+        self.transact_applied(
             format!("create bridge {} with port {}", spec.bridge, spec.nic),
             ops,
         )
         .await
     }
 
+    /// Runs `ops` with `Open_vSwitch.next_cfg` incremented, as `ovs-vsctl` does for every
+    /// command, and waits until ovs-vswitchd reports that configuration applied (`cur_cfg`).
+    /// Without the increment ovs-vswitchd 3.1 (Debian 12's) was seen, in about half of the
+    /// lab's ProviderNetwork re-creations, to keep a port's old `trunks` after the column
+    /// changed — it dropped VLAN 100 ("port eth1 not configured for trunking VLAN 100") until
+    /// some later `next_cfg` change; and the mover must not go on (move addresses, report the
+    /// node ready) before the bridge is as written.
+    async fn transact_applied(&self, op: String, mut ops: Vec<Operation>) -> Result<(), DaemonError> {
+        ops.push(Operation::mutate(
+            OpenVSwitch::NAME,
+            vec![],
+            vec![Mutation::new("next_cfg", Mutator::Add, 1)],
+        ));
+        ops.push(Operation::select(OpenVSwitch::NAME, vec![]));
+        let results = self
+            .client
+            .transact(ops)
+            .await
+            .map_err(DaemonError::ovsdb(op.clone()))?;
+        let next = match results.last() {
+            Some(OperationResult::Rows(rows)) => rows.first().and_then(|r| match r.get("next_cfg") {
+                Some(Value::Atom(a)) => a.as_i64(),
+                _ => None,
+            }),
+            _ => None,
+        }
+        .ok_or_else(|| {
+            DaemonError::ProviderNetwork(format!("{op}: no Open_vSwitch.next_cfg in the reply"))
+        })?;
+        let applied = || {
+            self.client
+                .rows::<OpenVSwitch>()
+                .ok()
+                .and_then(|rows| rows.into_iter().next())
+                .is_some_and(|r| r.cur_cfg >= next)
+        };
+        let mut changes = self.client.subscribe();
+        let deadline = tokio::time::Instant::now() + APPLY_TIMEOUT;
+        while !applied() {
+            match tokio::time::timeout_at(deadline, changes.recv()).await {
+                Ok(Some(_)) => {}
+                Err(_) | Ok(None) => {
+                    return Err(DaemonError::ProviderNetwork(format!(
+                        "{op}: ovs-vswitchd did not apply configuration {next} within {APPLY_TIMEOUT:?}; is ovs-vswitchd running?"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Sets `Port.trunks` of `port`.
     pub async fn set_port_trunks(&self, port: &str, trunks: &[u16]) -> Result<(), DaemonError> {
-        self.transact(
+        self.transact_applied(
             format!("set trunks of port {port}"),
             vec![Operation::update(
                 Port::NAME,
@@ -188,7 +244,8 @@ impl Ovs {
             ),
             Operation::delete(Bridge::NAME, vec![Condition::uuid(bridge.uuid())]),
         ];
-        self.transact(format!("delete bridge {name}"), ops).await?;
+        self.transact_applied(format!("delete bridge {name}"), ops)
+            .await?;
         Ok(true)
     }
 

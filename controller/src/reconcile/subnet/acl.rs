@@ -22,7 +22,9 @@ use kube_ovn_api::crd::SubnetSpec;
 
 use crate::ovn::owned::AclSpec;
 use crate::ovn::plan::owned_ids;
-use crate::ovn::priority::{ACL_ALLOW_EAST_WEST, ACL_DEFAULT_DROP, ACL_NODE_ALLOW, ACL_SUBNET_ALLOW};
+use crate::ovn::priority::{
+    ACL_ALLOW_EAST_WEST, ACL_DEFAULT_DROP, ACL_LOCALNET_ARP_DROP, ACL_NODE_ALLOW, ACL_SUBNET_ALLOW,
+};
 use crate::reconcile::subnet_spec::Effective;
 
 const ACTIONS: &[&str] = &[
@@ -170,6 +172,36 @@ pub fn subnet_acls(
     Ok(out)
 }
 
+/// On an underlay switch the router port is distributed: every chassis has it, and every
+/// chassis would answer an ARP request for its address that came in through the localnet port,
+/// so the physical network would see the address at every node (duplicate replies, MAC
+/// flapping in the switches). Kube-OVN patches ovn-northd to skip ARP/ND requests for router
+/// port addresses from localnet ports (its e2e "should drop ARP/ND request from localnet port
+/// to LRP"); with a stock ovn-northd an ACL does it for ARP: the ACL stage comes before the
+/// request can reach the router. Nothing on the physical network needs that address: the
+/// subnet's pods resolve it on their own chassis, not through the localnet port. IPv6 is not
+/// covered: ovn-northd allows every Neighbor Solicitation at priority 65532, above any ACL.
+/// `router_networks` are the router port's `networks` (`10.100.0.10/24`).
+pub fn localnet_arp_drop(subnet: &str, router_networks: &[String]) -> Vec<OwnedAcl> {
+    let ids = owned_ids(&[("parent", subnet)]);
+    let localnet = kube_ovn_api::annotations::keys::localnet_port(subnet);
+    router_networks
+        .iter()
+        .filter_map(|n| n.parse::<IpNet>().ok())
+        .filter(|n| n.addr().is_ipv4())
+        .map(|n| {
+            let m = format!(
+                "inport == \"{localnet}\" && arp.op == 1 && arp.tpa == {}",
+                n.addr()
+            );
+            (
+                AclSpec::new("from-lport", ACL_LOCALNET_ARP_DROP, m, "drop"),
+                ids.clone(),
+            )
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -234,5 +266,23 @@ mod tests {
             acls(json!({"cidrBlock": "10.20.0.0/16", "private": true, "allowSubnets": ["x"]})).unwrap_err();
         assert_eq!(e.0, "spec.allowSubnets[0]");
         assert!(acls(json!({"cidrBlock": "10.20.0.0/16"})).unwrap().is_empty());
+    }
+
+    #[test]
+    fn arp_requests_from_the_localnet_port_for_the_router_port_are_dropped() {
+        let nets = ["10.100.0.10/24".to_owned(), "fd00:100::a/64".to_owned()];
+        let list = localnet_arp_drop("underlay", &nets);
+        assert_eq!(list.len(), 1, "IPv4 only: {list:?}");
+        let (acl, ids) = &list[0];
+        assert_eq!(
+            (acl.direction.as_str(), acl.priority, acl.action.as_str()),
+            ("from-lport", ACL_LOCALNET_ARP_DROP, "drop")
+        );
+        assert_eq!(
+            acl.r#match,
+            r#"inport == "localnet.underlay" && arp.op == 1 && arp.tpa == 10.100.0.10"#
+        );
+        assert_eq!(ids.get("parent").map(String::as_str), Some("underlay"));
+        assert!(localnet_arp_drop("underlay", &[]).is_empty());
     }
 }

@@ -51,7 +51,7 @@ use crate::ovn::topology::{
     remove_switch_port,
 };
 use crate::reconcile::node_state::{internal_ips, node_ready};
-use crate::reconcile::subnet::acl::subnet_acls;
+use crate::reconcile::subnet::acl::{localnet_arp_drop, subnet_acls};
 use crate::reconcile::subnet::gateway::{GatewayPlan, NodeView, gateway_plan};
 use crate::reconcile::subnet::nat_policy::status_rules;
 use crate::reconcile::subnet::node_groups::{
@@ -140,7 +140,7 @@ async fn apply(subnet: &Subnet, ctx: &Context) -> Result<Action> {
         Ok(r) => r,
         Err(e) => return refuse(ctx, subnet, field_error(e)).await,
     };
-    let acls = match subnet_acls(&name, &eff, &subnet.spec, &ctx.config.node_subnet.cidrs) {
+    let mut acls = match subnet_acls(&name, &eff, &subnet.spec, &ctx.config.node_subnet.cidrs) {
         Ok(a) => a,
         Err(e) => return refuse(ctx, subnet, field_error(e)).await,
     };
@@ -192,6 +192,9 @@ async fn apply(subnet: &Subnet, ctx: &Context) -> Result<Action> {
             node_ips: &node_ips,
         })
     });
+    if let Some(networks) = underlay.as_ref().and_then(|u| u.router_networks.as_ref()) {
+        acls.extend(localnet_arp_drop(&name, networks));
+    }
     let members = gateway
         .as_ref()
         .filter(|g| !g.port_group_nodes.is_empty())

@@ -13,7 +13,6 @@
 //!    the outside host;
 //! 6. the examples (`kubectl apply`), then the wait for pods and routes, and the matrix.
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -285,61 +284,19 @@ async fn bring_up(
     Ok(report.healthy() && refused.is_empty())
 }
 
-/// Example files `up` does not apply: the underlay example (a ProviderNetwork moving each
-/// node's `eth1`, VLAN 100, an underlay subnet with U2O) until the controller and the daemons
-/// act on it; applied by hand (`kube-ovn-lab kubectl apply -f examples/lab/40-underlay.yaml`),
-/// the matrix then measures its rows.
-const HELD_BACK: &[&str] = &["40-underlay.yaml"];
-
-/// What `kubectl apply` is given for `dir`: `-R -f dir`, or every entry of it but the
-/// [`HELD_BACK`] ones when it has any (in name order, as `-f dir` reads them).
-fn apply_args(dir: &Path) -> std::io::Result<(Vec<String>, Vec<String>)> {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)?
-        .map(|e| e.map(|e| e.path()))
-        .collect::<Result<_, _>>()?;
-    entries.sort();
-    let held = |p: &PathBuf| {
-        p.file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| HELD_BACK.contains(&n))
-    };
-    let held_back: Vec<String> = entries
-        .iter()
-        .filter(|p| held(p))
-        .map(|p| p.to_string_lossy().into_owned())
-        .collect();
-    let mut args = vec!["apply".to_owned(), "-R".to_owned()];
-    if held_back.is_empty() {
-        args.extend(["-f".to_owned(), dir.to_string_lossy().into_owned()]);
-    } else {
-        for p in entries.iter().filter(|p| !held(p)) {
-            args.extend(["-f".to_owned(), p.to_string_lossy().into_owned()]);
-        }
-    }
-    Ok((args, held_back))
-}
-
-/// `kubectl apply -R -f dir` (but [`HELD_BACK`]), again while a pod is refused because its
-/// namespace's `default` ServiceAccount is not there yet: the ServiceAccount admission plugin
-/// refuses pods until kube-controller-manager made it, moments after the namespace (applied in
-/// the same run).
+/// `kubectl apply -R -f dir`, again while a pod is refused because its namespace's `default`
+/// ServiceAccount is not there yet: the ServiceAccount admission plugin refuses pods until
+/// kube-controller-manager made it, moments after the namespace (applied in the same run).
+/// The underlay example (`40-underlay.yaml`) goes with the rest: its pods wait, in
+/// ContainerCreating, for the ProviderNetwork to be ready on their node and its Vlan to be
+/// accepted, as on a cluster where a user applies Kube-OVN's underlay guide in one go.
 async fn apply_examples(t: &Topology, dir: &Path, timeout: Duration) -> anyhow::Result<String> {
-    let (args, held_back) =
-        apply_args(dir).with_context(|| format!("reading the examples in {}", dir.display()))?;
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let dir = dir.to_string_lossy();
+    let args = ["apply", "-R", "-f", &dir];
     let deadline = Instant::now() + timeout;
     loop {
         match super::verbs::kubectl_output(t, &args) {
-            Ok(mut out) => {
-                for file in &held_back {
-                    let _ = writeln!(
-                        out,
-                        "held back: {file} (apply it with `kube-ovn-lab{} kubectl apply -f {file}`)",
-                        name_flag(&t.name)
-                    );
-                }
-                return Ok(out);
-            }
+            Ok(out) => return Ok(out),
             Err(e)
                 if e.to_string().contains("serviceaccount \"default\" not found")
                     && Instant::now() < deadline =>
@@ -440,28 +397,4 @@ async fn wait_pods_running(client: &kube::Client, timeout: Duration) -> anyhow::
     )
     .await?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_underlay_example_is_held_back_and_the_rest_applied() {
-        let dir = tempfile::tempdir().unwrap();
-        let d = |n: &str| dir.path().join(n).to_string_lossy().into_owned();
-        for f in ["10-a.yaml", "00-ns.yaml", "40-underlay.yaml"] {
-            std::fs::write(dir.path().join(f), "").unwrap();
-        }
-        let (args, held) = apply_args(dir.path()).unwrap();
-        assert_eq!(
-            args,
-            ["apply", "-R", "-f", &d("00-ns.yaml"), "-f", &d("10-a.yaml")]
-        );
-        assert_eq!(held, [d("40-underlay.yaml")]);
-        std::fs::remove_file(dir.path().join("40-underlay.yaml")).unwrap();
-        let (args, held) = apply_args(dir.path()).unwrap();
-        assert_eq!(args, ["apply", "-R", "-f", &dir.path().to_string_lossy()]);
-        assert!(held.is_empty());
-    }
 }
