@@ -130,7 +130,10 @@ impl Ovs {
             )],
         ));
         self.transact(
-            format!("add ports {} and {} to bridge {}", spec.bridge, spec.nic, spec.bridge),
+            format!(
+                "add ports {} and {} to bridge {}",
+                spec.bridge, spec.nic, spec.bridge
+            ),
             ops,
         )
         .await

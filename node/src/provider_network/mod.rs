@@ -260,10 +260,7 @@ impl ProviderNetworks {
                     self.give_back(pn, old).await.map_err(|e| fail(&e))?;
                     tracing::info!(old = ?old, new = ?naming, "provider nic given back to move it with new names");
                 }
-                let mtu = self
-                    .move_in(pn, naming, trunks)
-                    .await
-                    .map_err(|e| fail(&e))?;
+                let mtu = self.move_in(pn, naming, trunks).await.map_err(|e| fail(&e))?;
                 Ok(Outcome::Ready {
                     nic: naming.nic.clone(),
                     mtu,

@@ -105,7 +105,11 @@ mod tests {
         assert_eq!((plain.bridge.as_str(), plain.link.as_str()), ("br-pn1", "eth1"));
         let swapped = Naming::new("pn1", "eth1", true);
         assert_eq!(
-            (swapped.bridge.as_str(), swapped.link.as_str(), swapped.nic.as_str()),
+            (
+                swapped.bridge.as_str(),
+                swapped.link.as_str(),
+                swapped.nic.as_str()
+            ),
             ("eth1", "br-pn1", "eth1")
         );
         let ids = swapped.external_ids("pn1");

@@ -421,7 +421,9 @@ pub fn move_steps(cur: &Current<'_>, trunks: &[u16]) -> Vec<Step> {
             steps.push(Step::AddPorts);
         }
     }
-    let ports_made = steps.iter().any(|s| matches!(s, Step::CreateBridge | Step::AddPorts));
+    let ports_made = steps
+        .iter()
+        .any(|s| matches!(s, Step::CreateBridge | Step::AddPorts));
     if cur.snapshot.is_some() && !ports_made && cur.trunks.as_deref() != Some(trunks) {
         steps.push(Step::SetTrunks(trunks.to_vec()));
     }

@@ -333,13 +333,13 @@ fn labels_follow_kube_ovn() {
     assert_eq!(excluded["pn1.provider-network.kubernetes.io/ready"], None);
 }
 
-fn exchange(renamed: bool, ports: bool) -> Option<Exchange> {
-    Some(Exchange {
+fn exchange(renamed: bool, ports: bool) -> Exchange {
+    Exchange {
         nic: "eth1".into(),
         link: "br-pn1".into(),
         renamed,
         ports,
-    })
+    }
 }
 
 /// exchangeLinkName: the record before the rename, the rename before the ports (the bridge's
@@ -351,7 +351,7 @@ fn exchanged_move_records_renames_then_adds_the_ports() {
         nic: Some(&state),
         bridge_name: "eth1",
         arp_ignore: true,
-        exchange: exchange(false, false),
+        exchange: Some(exchange(false, false)),
         ..Default::default()
     };
     let steps = move_steps(&cur, &[0]);
@@ -402,7 +402,7 @@ fn an_exchanged_move_cut_short_is_finished_from_the_record() {
         snapshot: Some(&snap),
         bridge_name: "eth1",
         arp_ignore: true,
-        exchange: exchange(false, false),
+        exchange: Some(exchange(false, false)),
         ..Default::default()
     };
     let steps = move_steps(&cur, &[0]);
@@ -421,7 +421,7 @@ fn an_exchanged_move_cut_short_is_finished_from_the_record() {
     let mut down = before.clone();
     down.up = false;
     cur.nic = Some(&down);
-    cur.exchange = exchange(true, false);
+    cur.exchange = Some(exchange(true, false));
     let steps = move_steps(&cur, &[0]);
     assert_eq!(steps[..2], [Step::Up(Dev::Nic), Step::AddPorts]);
     assert!(steps.contains(&Step::AddAddr(Dev::Bridge, addr("172.31.0.11/24"))));
@@ -453,7 +453,7 @@ fn exchanged_give_back_renames_the_nic_back_before_the_bridge_goes() {
         mapping: Some("eth1".into()),
         bridge_name: "eth1",
         arp_ignore: true,
-        exchange: exchange(true, true),
+        exchange: Some(exchange(true, true)),
         ..Default::default()
     };
     let steps = give_back_steps(&cur);
@@ -476,7 +476,7 @@ fn exchanged_give_back_renames_the_nic_back_before_the_bridge_goes() {
     // A crash after the ports went: the NIC is renamed back from the record alone.
     cur.bridge = None;
     cur.mapping = None;
-    cur.exchange = exchange(true, false);
+    cur.exchange = Some(exchange(true, false));
     let steps = give_back_steps(&cur);
     assert_eq!(
         steps[steps.len() - 2..],
@@ -489,6 +489,10 @@ fn exchanged_give_back_renames_the_nic_back_before_the_bridge_goes() {
         ]
     );
     // A crash before the rename: nothing to rename back.
-    cur.exchange = exchange(false, false);
-    assert!(!give_back_steps(&cur).iter().any(|s| matches!(s, Step::Rename { .. })));
+    cur.exchange = Some(exchange(false, false));
+    assert!(
+        !give_back_steps(&cur)
+            .iter()
+            .any(|s| matches!(s, Step::Rename { .. }))
+    );
 }
