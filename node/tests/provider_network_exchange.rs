@@ -306,5 +306,35 @@ async fn exchanged_failures_roll_back_to_the_original_names_and_a_crash_is_finis
     .await
     .with_context(|| format!("before {before:#?}\nafter {:#?}", rig.dump("eth1")))?;
     task.abort();
+    let _ = task.await;
+
+    // Killed after the rename again, and the network deleted while no daemon runs: the next
+    // one undoes it from the bridge's record alone (the NIC renamed back, bridge removed).
+    create_exchanged_pn(&kube, "pn2", "eth1").await?;
+    let crashing = rig
+        .task(&kube, "n1", Some(FailPoint { step: 2, crash: true }))
+        .await?;
+    wait_until_async("the second crash after the rename", WAIT, || async {
+        Ok(err_mesg(&kube, "n1", "pn2")
+            .await?
+            .is_some_and(|e| e.contains("crash")))
+    })
+    .await?;
+    crashing.abort();
+    let _ = crashing.await;
+    assert!(link_exists(&rig, "br-pn2"), "the NIC was not renamed");
+    pns.delete("pn2", &DeleteParams::default()).await?;
+    let task = rig.task(&kube, "n1", None).await?;
+    wait_until_async("bridge eth1 of pn2 removed", WAIT, || async {
+        Ok(!rig.has_bridge("eth1"))
+    })
+    .await?;
+    assert!(!link_exists(&rig, "br-pn2"));
+    wait_until_async("eth1 given back from the record", WAIT, || async {
+        Ok(rig.dump("eth1")? == before)
+    })
+    .await
+    .with_context(|| format!("before {before:#?}\nafter {:#?}", rig.dump("eth1")))?;
+    task.abort();
     Ok(())
 }

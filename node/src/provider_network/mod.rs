@@ -12,6 +12,10 @@
 //! its address, a failed move is undone, and a crash mid-move is finished or undone at start
 //! from the snapshot kept in the bridge's `external_ids`.
 //!
+//! With `spec.exchangeLinkName` the bridge takes the NIC's name and the NIC is renamed
+//! `br-<pn>` (`naming`); every place that names the bridge (mappings, the give-back of a
+//! deleted network, the switch between the two namings) reads it from the bridge's record.
+//!
 //! `plan` decides (pure), `mover` changes the NIC; this file reads the caches, OVS and the
 //! kernel, and writes the labels, the annotation and the events.
 

@@ -7,6 +7,11 @@
 //! through a packet socket, the kernel keeps using it), the addresses are added to the bridge,
 //! the routes re-pointed, and only then are the addresses taken off the NIC. Give-back mirrors
 //! it. Each step has an inverse, so the mover can undo a half-done move (plan §3.0 3).
+//!
+//! With exchanged names (`spec.exchangeLinkName`, see `naming`) three steps come first: the
+//! bridge without ports but with its record, the NIC's rename to `br-<pn>` (the one moment the
+//! NIC is down: Linux refuses to rename a running link), the ports; the give-back ends with the
+//! ports removed, the NIC renamed back, the bridge removed.
 
 use std::collections::BTreeMap;
 
