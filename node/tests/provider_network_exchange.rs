@@ -55,6 +55,16 @@ fn bridge_id(rig: &Rig, bridge: &str, key: &str) -> Result<String> {
         .to_owned())
 }
 
+/// `provider_network_moves_total{result}` as the rig's registry says.
+fn moves(rig: &Rig, result: &str) -> u64 {
+    let line = format!("provider_network_moves_total{{result=\"{result}\"}} ");
+    rig.metrics
+        .encode()
+        .lines()
+        .find_map(|l| l.strip_prefix(&line).and_then(|n| n.trim().parse().ok()))
+        .unwrap_or(0)
+}
+
 async fn wait_ready(kube: &kube::Client, pn: &str, what: &str) -> Result<()> {
     wait_until_async(what, WAIT, || async {
         Ok(labels(kube, "n1", pn)
@@ -139,6 +149,7 @@ async fn exchanged_names_move_in_give_back_exactly_and_switch_both_ways() -> Res
     assert!(l.contains(&("interface".into(), "eth1".into())), "{l:?}");
     assert!(l.contains(&("mtu".into(), "1500".into())), "{l:?}");
     assert_exchanged(&rig, "pn1")?;
+    assert_eq!(moves(&rig, "moved"), 1, "{}", rig.metrics.encode());
     rig.peer.wait_ping(NODE_IP, WAIT)?;
     echo(&mut client, &mut conn, 2)?;
 
@@ -158,6 +169,12 @@ async fn exchanged_names_move_in_give_back_exactly_and_switch_both_ways() -> Res
     .await
     .with_context(|| format!("before {before:#?}\nafter {:#?}", rig.dump("eth1")))?;
     assert_eq!(rig.mappings()?, "other:br-other");
+    assert_eq!(moves(&rig, "given_back"), 1, "{}", rig.metrics.encode());
+    assert_eq!(
+        moves(&rig, "moved"),
+        1,
+        "passes with nothing to do are not counted"
+    );
     rig.peer.wait_ping(NODE_IP, WAIT)?;
     echo(&mut client, &mut conn, 3)?;
     let summary = stop_ping(ping, &ping_out)?;
@@ -238,10 +255,12 @@ async fn exchanged_failures_roll_back_to_the_original_names_and_a_crash_is_finis
         let failing = rig
             .task(&kube, "n1", Some(FailPoint { step, crash: false }))
             .await?;
+        // The annotation is written before the event is published: wait for both.
         wait_until_async(&format!("{pn}: the injected failure"), WAIT, || async {
             Ok(err_mesg(&kube, "n1", &pn)
                 .await?
-                .is_some_and(|e| e.contains("injected failure")))
+                .is_some_and(|e| e.contains("injected failure"))
+                && !warnings(&kube, &pn).await?.is_empty())
         })
         .await?;
         failing.abort();
@@ -269,6 +288,9 @@ async fn exchanged_failures_roll_back_to_the_original_names_and_a_crash_is_finis
         .with_context(|| format!("before {before:#?}\nafter {:#?}", rig.dump("eth1")))?;
         pns.delete(&pn, &DeleteParams::default()).await?;
     }
+    assert!(moves(&rig, "rolled_back") >= 3, "{}", rig.metrics.encode());
+    assert_eq!(moves(&rig, "moved"), 0);
+    assert_eq!(moves(&rig, "failed"), 0);
 
     // Killed right after the rename (before the ports): the NIC is br-pn1, the bridge eth1
     // exists with the record and no port.
@@ -285,6 +307,8 @@ async fn exchanged_failures_roll_back_to_the_original_names_and_a_crash_is_finis
     crashing.abort();
     let _ = crashing.await;
     assert!(link_exists(&rig, "br-pn1"), "the NIC was not renamed");
+    // A crash undoes nothing: counted as failed, not rolled back.
+    assert!(moves(&rig, "failed") >= 1, "{}", rig.metrics.encode());
     assert!(rig.has_bridge("eth1"));
     assert_eq!(bridge_id(&rig, "eth1", "exchange-link-name")?, "true");
     let task = rig.task(&kube, "n1", None).await?;

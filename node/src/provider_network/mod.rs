@@ -42,6 +42,7 @@ use self::naming::Naming;
 use self::plan::{Current, Desired, Exchange, Outcome, PROVIDER_KEY, SNAPSHOT_KEY, Snapshot, Step};
 use crate::config::{Config, Datapath};
 use crate::error::DaemonError;
+use crate::metrics::Metrics;
 use crate::ovs::Ovs;
 use crate::ovs::provider::{BRIDGE_MAPPINGS, mapping_entry};
 
@@ -102,6 +103,8 @@ pub struct ProviderNetworks {
     pub nodes: Watched<K8sNode>,
     /// Test hook passed to the mover (see [`Mover::fail_at`]); `None` in the daemon.
     pub fail_at: Option<mover::FailPoint>,
+    /// `provider_network_moves_total`.
+    pub metrics: Metrics,
 }
 
 /// What the task keeps between passes.
@@ -357,11 +360,12 @@ impl ProviderNetworks {
                 steps = steps.len(),
                 "moving the nic into the provider bridge"
             );
-            self.mover(pn, naming, nic_now, trunks, &taken)
+            let ran = self
+                .mover(pn, naming, nic_now, trunks, &taken)
                 .await?
                 .run(&steps)
-                .await
-                .map_err(|e| DaemonError::ProviderNetwork(e.to_string()))?;
+                .await;
+            self.count(ran, "moved")?;
         }
         Ok(taken.mtu.or(nic_link.mtu))
     }
@@ -396,11 +400,23 @@ impl ProviderNetworks {
         }
         let taken = snapshot.unwrap_or_default();
         tracing::info!(nic = %naming.nic, bridge, steps = steps.len(), "giving the nic back");
-        self.mover(pn, naming, nic_now, &trunks, &taken)
+        let ran = self
+            .mover(pn, naming, nic_now, &trunks, &taken)
             .await?
             .run(&steps)
-            .await
-            .map_err(|e| DaemonError::ProviderNetwork(e.to_string()))
+            .await;
+        self.count(ran, "given_back")
+    }
+
+    /// Counts a mover run in `provider_network_moves_total` (`ok` when it succeeded).
+    fn count(&self, ran: Result<(), mover::MoveError>, ok: &'static str) -> Result<(), DaemonError> {
+        let result = match &ran {
+            Ok(()) => ok,
+            Err(e) if e.rolled_back.is_ok() => "rolled_back",
+            Err(_) => "failed",
+        };
+        self.metrics.provider_network_move(result);
+        ran.map_err(|e| DaemonError::ProviderNetwork(e.to_string()))
     }
 
     async fn mover<'a>(
