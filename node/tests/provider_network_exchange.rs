@@ -288,6 +288,24 @@ async fn exchanged_failures_roll_back_to_the_original_names_and_a_crash_is_finis
         .with_context(|| format!("before {before:#?}\nafter {:#?}", rig.dump("eth1")))?;
         pns.delete(&pn, &DeleteParams::default()).await?;
     }
+    // A link already called br-<pn>: refused before anything is done, naming the field.
+    rig.node
+        .netns()
+        .ip(&["link", "add", "br-pnt", "type", "veth", "peer", "name", "pnt-p"])?;
+    create_exchanged_pn(&kube, "pnt", "eth1").await?;
+    let task = rig.task(&kube, "n1", None).await?;
+    wait_until_async("pnt refused", WAIT, || async {
+        Ok(err_mesg(&kube, "n1", "pnt").await?.is_some_and(|e| {
+            e.contains("spec.exchangeLinkName") && e.contains("a link called br-pnt exists")
+        }))
+    })
+    .await?;
+    task.abort();
+    let _ = task.await;
+    assert!(!rig.has_bridge("eth1"));
+    assert_eq!(rig.dump("eth1")?, before, "touched while refused");
+    pns.delete("pnt", &DeleteParams::default()).await?;
+    rig.node.netns().ip(&["link", "del", "br-pnt"])?;
     assert!(moves(&rig, "rolled_back") >= 3, "{}", rig.metrics.encode());
     assert_eq!(moves(&rig, "moved"), 0);
     assert_eq!(moves(&rig, "failed"), 0);

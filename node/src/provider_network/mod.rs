@@ -54,6 +54,9 @@ const TICK: Duration = Duration::from_secs(30);
 /// Retry backoff after a failure: doubles from the first to the last.
 const BACKOFF: (Duration, Duration) = (Duration::from_secs(1), Duration::from_mins(1));
 
+/// How long a removed bridge's internal port may take to go.
+const LINK_GONE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// What the task reads from the flags.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -266,6 +269,10 @@ impl ProviderNetworks {
                     // first goes back under its old names, then moves with the new ones.
                     self.give_back(pn, old).await.map_err(|e| fail(&e))?;
                     tracing::info!(old = ?old, new = ?naming, "provider nic given back to move it with new names");
+                    if old.bridge == naming.link {
+                        // The old bridge's internal port goes a moment after the bridge.
+                        self.wait_link_gone(&old.bridge).await.map_err(|e| fail(&e))?;
+                    }
                 }
                 let mtu = self.move_in(pn, naming, trunks).await.map_err(|e| fail(&e))?;
                 Ok(Outcome::Ready {
@@ -274,6 +281,20 @@ impl ProviderNetworks {
                 })
             }
         }
+    }
+
+    /// Waits (bounded) until no link is called `name`.
+    async fn wait_link_gone(&self, name: &str) -> Result<(), DaemonError> {
+        let deadline = Instant::now() + LINK_GONE_TIMEOUT;
+        while self.ovs_nl.link(name).await?.is_some() {
+            if Instant::now() >= deadline {
+                return Err(DaemonError::ProviderNetwork(format!(
+                    "link {name} still exists {LINK_GONE_TIMEOUT:?} after its bridge was removed"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(())
     }
 
     /// The names of our bridge for `pn` on this node, if there is one.
@@ -329,6 +350,13 @@ impl ProviderNetworks {
         if snapshot.is_none() && self.ovs.bridge_row(bridge).is_some() {
             return Err(DaemonError::ProviderNetwork(format!(
                 "OVS bridge {bridge} exists and was not made by kube-ovn-rs for nic {nic}; it is left alone"
+            )));
+        }
+        if snapshot.is_none() && naming.exchanged && self.ovs_nl.link(&naming.link).await?.is_some() {
+            return Err(DaemonError::ProviderNetwork(format!(
+                "provider network {pn}: spec.exchangeLinkName: nic {nic} cannot be renamed {}: a link \
+                 called {} exists; it is left alone",
+                naming.link, naming.link
             )));
         }
         let Some(nic_link) = nic_state.as_ref() else {
