@@ -16,22 +16,21 @@
 //! `br-<pn>` (`naming`); every place that names the bridge (mappings, the give-back of a
 //! deleted network, the switch between the two namings) reads it from the bridge's record.
 //!
-//! `plan` decides (pure), `mover` changes the NIC; this file reads the caches, OVS and the
-//! kernel, and writes the labels, the annotation and the events.
+//! `plan` and `naming` decide (pure), `mover` changes the NIC, `report` writes the labels, the
+//! annotation and the events; this file reads the caches, OVS and the kernel.
 
 pub mod mover;
 pub mod naming;
 pub mod plan;
+mod report;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node as K8sNode, Pod};
-use kube::api::{Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::{Api, Resource, ResourceExt};
-use kube_ovn_api::annotations::keys::{PROVIDER_NETWORK_LABELS, provider_network_error_annotation};
+use k8s_openapi::api::core::v1::Node as K8sNode;
+use kube::{Resource, ResourceExt};
+use kube_ovn_api::annotations::keys::PROVIDER_NETWORK_LABELS;
 use kube_ovn_api::crd::{ProviderNetwork, Vlan};
 use kube_ovn_dataplane::{Netlink, Netns};
 use kube_ovn_support::Watched;
@@ -494,105 +493,6 @@ impl ProviderNetworks {
     fn mapping(&self, pn: &str) -> Option<String> {
         let ids = self.ovs.chassis_ids();
         mapping_entry(ids.get(BRIDGE_MAPPINGS).map_or("", String::as_str), pn).map(str::to_owned)
-    }
-
-    /// Labels, err_mesg, Warning event and backoff for one pass's result.
-    async fn report(
-        &self,
-        state: &mut State,
-        pn: &ProviderNetwork,
-        node: &K8sNode,
-        outcome: &Outcome,
-        error: Option<String>,
-        nic: Option<&str>,
-    ) {
-        let name = pn.name_any();
-        self.patch_labels(node, &plan::labels(&name, outcome)).await;
-        self.set_err_mesg(state, &name, error.as_deref()).await;
-        let Some(error) = error else {
-            state.backoff.remove(&name);
-            state.reported.remove(&name);
-            return;
-        };
-        tracing::warn!(error = %error, "provider network not ready on this node");
-        let delay = state
-            .backoff
-            .get(&name)
-            .map_or(BACKOFF.0, |(_, d)| (*d * 2).min(BACKOFF.1));
-        state
-            .backoff
-            .insert(name.clone(), (Instant::now() + delay, delay));
-        if state.reported.get(&name) == Some(&error) {
-            return;
-        }
-        state.reported.insert(name.clone(), error.clone());
-        // Kube-OVN's reason and text (pkg/daemon/controller.go initProviderNetwork).
-        let note = format!(
-            "Failed to initialize provider network: node={} interface={} error={error}",
-            self.settings.node_name,
-            nic.unwrap_or_default()
-        );
-        let reporter = Reporter {
-            controller: "kube-ovn-cni".into(),
-            instance: Some(self.settings.node_name.clone()),
-        };
-        let event = Event {
-            type_: EventType::Warning,
-            reason: "InitOVSBridgeFailed".into(),
-            note: Some(note),
-            action: "InitProviderNetwork".into(),
-            secondary: None,
-        };
-        let recorder = Recorder::new(self.kube.clone(), reporter);
-        if let Err(e) = recorder.publish(&event, &pn.object_ref(&())).await {
-            tracing::debug!(error = %e, "cannot publish event");
-        }
-    }
-
-    /// Merge-patches this node's labels where they differ.
-    async fn patch_labels(&self, node: &K8sNode, labels: &BTreeMap<String, Option<String>>) {
-        let current = node.labels();
-        let changes: BTreeMap<&String, &Option<String>> = labels
-            .iter()
-            .filter(|(k, v)| current.get(*k) != v.as_ref())
-            .collect();
-        if changes.is_empty() {
-            return;
-        }
-        let patch = serde_json::json!({ "metadata": { "labels": changes } });
-        let api: Api<K8sNode> = Api::all(self.kube.clone());
-        if let Err(e) = api
-            .patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            tracing::warn!(error = %e, "cannot patch the provider network labels of this node");
-        }
-    }
-
-    /// Sets or removes `<pn>.provider-network.kubernetes.io/err_mesg` on the daemon's own pod,
-    /// when it differs from what this daemon last wrote (a merge patch: no read needed).
-    async fn set_err_mesg(&self, state: &mut State, pn: &str, error: Option<&str>) {
-        let Some((namespace, name)) = &self.settings.pod else {
-            return;
-        };
-        let wanted = error.map(str::to_owned);
-        if state.err_mesg.get(pn) == Some(&wanted) {
-            return;
-        }
-        let key = provider_network_error_annotation(pn);
-        let api: Api<Pod> = Api::namespaced(self.kube.clone(), namespace);
-        let patch = serde_json::json!({ "metadata": { "annotations": { key: error } } });
-        match api
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => {
-                state.err_mesg.insert(pn.to_owned(), wanted);
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, pod = %name, "cannot annotate this daemon's pod with the provider network error");
-            }
-        }
     }
 }
 
