@@ -249,6 +249,27 @@ impl Netlink {
         self.configure(index, None, None, true).await
     }
 
+    /// Takes link `index` down.
+    pub async fn set_down(&self, index: u32) -> Result<()> {
+        self.handle
+            .link()
+            .set(LinkUnspec::new_with_index(index).down().build())
+            .execute()
+            .await
+            .map_err(self.fail(format!("set link #{index} down")))
+    }
+
+    /// Renames link `index` to `name`. The link must be down: Linux refuses to rename a
+    /// running one (EBUSY).
+    pub async fn rename_link(&self, index: u32, name: &str) -> Result<()> {
+        self.handle
+            .link()
+            .set(LinkUnspec::new_with_index(index).name(name.to_owned()).build())
+            .execute()
+            .await
+            .map_err(self.fail(format!("rename link #{index} to {name}")))
+    }
+
     /// The index of the link `index` is enslaved to (`IFLA_MASTER`: a Linux bridge, bond or
     /// VRF), or `None`. An OVS netdev bridge's port has none: ovs-vswitchd reads it through a
     /// packet socket, so OVS membership is a question for the Open_vSwitch database.

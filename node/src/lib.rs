@@ -205,6 +205,7 @@ pub async fn run(
         vlans: vlans.clone(),
         nodes: nodes.clone(),
         fail_at: None,
+        metrics: metrics.clone(),
     };
     tasks.spawn("provider-network", provider_networks.run());
 

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
@@ -22,10 +23,16 @@ struct WaitLabels {
     what: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MoveLabels {
+    result: &'static str,
+}
+
 struct Inner {
     registry: Registry,
     ops: Family<OpLabels, Histogram>,
     waits: Family<WaitLabels, Histogram>,
+    moves: Family<MoveLabels, Counter>,
 }
 
 /// Cheap to clone; every clone records into the same registry.
@@ -57,8 +64,20 @@ impl Metrics {
             "Time ADD waited, by what for: address and route (controller annotations), ovs_port (ovs-vswitchd opened the port), ovn_installed (ovn-controller bound it, after ovs_port and the annotations), plugged_early (a port plugged before the annotations, until they came)",
             waits.clone(),
         );
+        let moves = Family::<MoveLabels, Counter>::default();
+        registry.register(
+            // Encoded as provider_network_moves_total.
+            "provider_network_moves",
+            "Provider NIC moves into a ProviderNetwork's bridge and give-backs, by result: moved (into the bridge, a move a crash cut short finished, or trunks changed), given_back, rolled_back (failed and undone), failed (failed and the undo incomplete or not attempted)",
+            moves.clone(),
+        );
         Self {
-            inner: Arc::new(Inner { registry, ops, waits }),
+            inner: Arc::new(Inner {
+                registry,
+                ops,
+                waits,
+                moves,
+            }),
         }
     }
 
@@ -76,6 +95,12 @@ impl Metrics {
             .waits
             .get_or_create(&WaitLabels { what })
             .observe(took.as_secs_f64());
+    }
+
+    /// Counts one provider NIC move or give-back by `result` (`moved`, `given_back`,
+    /// `rolled_back`, `failed`).
+    pub fn provider_network_move(&self, result: &'static str) {
+        self.inner.moves.get_or_create(&MoveLabels { result }).inc();
     }
 
     /// OpenMetrics text.

@@ -100,65 +100,11 @@ impl Ovs {
     /// `vendor=kube-ovn`, in one transaction: the snapshot in `external_ids` exists exactly
     /// when the NIC is in the bridge.
     pub async fn create_provider_bridge(&self, spec: &ProviderBridge<'_>) -> Result<(), DaemonError> {
-        let mut internal = row([
-            ("name", Value::from(spec.bridge)),
-            ("type", Value::from("internal")),
-        ]);
-        if let Some(mtu) = spec.mtu {
-            internal.insert("mtu_request".into(), Value::from(i64::from(mtu)));
-        }
-        let vendor = Value::map([("vendor", "kube-ovn")]);
-        let ops = vec![
-            Operation::insert_named(Interface::NAME, internal, "br_iface"),
-            Operation::insert_named(
-                Port::NAME,
-                row([
-                    ("name", Value::from(spec.bridge)),
-                    ("interfaces", Value::named_uuid("br_iface")),
-                ]),
-                "br_port",
-            ),
-            Operation::insert_named(
-                Interface::NAME,
-                row([("name", Value::from(spec.nic)), ("external_ids", vendor.clone())]),
-                "nic_iface",
-            ),
-            Operation::insert_named(
-                Port::NAME,
-                row([
-                    ("name", Value::from(spec.nic)),
-                    ("interfaces", Value::named_uuid("nic_iface")),
-                    ("trunks", trunks_value(spec.trunks)),
-                    ("external_ids", vendor),
-                ]),
-                "nic_port",
-            ),
-            Operation::insert_named(
-                Bridge::NAME,
-                row([
-                    ("name", Value::from(spec.bridge)),
-                    (
-                        "ports",
-                        Value::set([Atom::named("br_port"), Atom::named("nic_port")]),
-                    ),
-                    ("datapath_type", Value::from(spec.datapath_type)),
-                    ("external_ids", map(&spec.external_ids)),
-                    (
-                        "other_config",
-                        Value::map([
-                            ("hwaddr", spec.hwaddr.clone()),
-                            ("mac-learning-fallback", spec.mac_learning_fallback.to_string()),
-                        ]),
-                    ),
-                ]),
-                "bridge",
-            ),
-            Operation::mutate(
-                OpenVSwitch::NAME,
-                vec![],
-                vec![Mutation::insert("bridges", Value::named_uuid("bridge"))],
-            ),
-        ];
+        let mut ops = port_ops(spec);
+        ops.extend(bridge_ops(
+            spec,
+            Value::set([Atom::named("br_port"), Atom::named("nic_port")]),
+        ));
         self.transact_applied(
             format!("create bridge {} with port {}", spec.bridge, spec.nic),
             ops,
@@ -215,6 +161,56 @@ impl Ovs {
             }
         }
         Ok(())
+    }
+
+    /// Creates `spec.bridge` without ports, with its `external_ids`: with exchanged names the
+    /// record must exist before the NIC is renamed, and the internal port cannot exist before
+    /// (it takes the NIC's name). [`Self::add_provider_ports`] adds them.
+    pub async fn record_provider_bridge(&self, spec: &ProviderBridge<'_>) -> Result<(), DaemonError> {
+        self.transact_applied(
+            format!("create bridge {} (no ports yet)", spec.bridge),
+            bridge_ops(spec, Value::set(std::iter::empty::<Atom>())),
+        )
+        .await
+    }
+
+    /// Adds the internal port and the NIC's port to the existing `spec.bridge`.
+    pub async fn add_provider_ports(&self, spec: &ProviderBridge<'_>) -> Result<(), DaemonError> {
+        let mut ops = port_ops(spec);
+        ops.push(Operation::mutate(
+            Bridge::NAME,
+            vec![Condition::eq("name", Value::from(spec.bridge))],
+            vec![Mutation::insert(
+                "ports",
+                Value::set([Atom::named("br_port"), Atom::named("nic_port")]),
+            )],
+        ));
+        self.transact_applied(
+            format!(
+                "add ports {} and {} to bridge {}",
+                spec.bridge, spec.nic, spec.bridge
+            ),
+            ops,
+        )
+        .await
+    }
+
+    /// Removes every port of bridge `name` (they go with the reference), keeping the bridge.
+    pub async fn remove_provider_ports(&self, name: &str) -> Result<(), DaemonError> {
+        self.transact_applied(
+            format!("remove the ports of bridge {name}"),
+            vec![Operation::update(
+                Bridge::NAME,
+                vec![Condition::eq("name", Value::from(name))],
+                row([("ports", Value::set(std::iter::empty::<Atom>()))]),
+            )],
+        )
+        .await
+    }
+
+    /// Whether bridge `name` has any port.
+    pub fn bridge_has_ports(&self, name: &str) -> bool {
+        self.bridge_row(name).is_some_and(|b| !b.ports.is_empty())
     }
 
     /// Sets `Port.trunks` of `port`.
@@ -331,6 +327,73 @@ impl Ovs {
             }
         }
     }
+}
+
+/// The internal interface and port `spec.bridge` (named `br_port`) and the NIC's
+/// (`nic_port`).
+fn port_ops(spec: &ProviderBridge<'_>) -> Vec<Operation> {
+    let mut internal = row([
+        ("name", Value::from(spec.bridge)),
+        ("type", Value::from("internal")),
+    ]);
+    if let Some(mtu) = spec.mtu {
+        internal.insert("mtu_request".into(), Value::from(i64::from(mtu)));
+    }
+    let vendor = Value::map([("vendor", "kube-ovn")]);
+    vec![
+        Operation::insert_named(Interface::NAME, internal, "br_iface"),
+        Operation::insert_named(
+            Port::NAME,
+            row([
+                ("name", Value::from(spec.bridge)),
+                ("interfaces", Value::named_uuid("br_iface")),
+            ]),
+            "br_port",
+        ),
+        Operation::insert_named(
+            Interface::NAME,
+            row([("name", Value::from(spec.nic)), ("external_ids", vendor.clone())]),
+            "nic_iface",
+        ),
+        Operation::insert_named(
+            Port::NAME,
+            row([
+                ("name", Value::from(spec.nic)),
+                ("interfaces", Value::named_uuid("nic_iface")),
+                ("trunks", trunks_value(spec.trunks)),
+                ("external_ids", vendor),
+            ]),
+            "nic_port",
+        ),
+    ]
+}
+
+/// The Bridge row with `ports`, and its reference from the root row.
+fn bridge_ops(spec: &ProviderBridge<'_>, ports: Value) -> Vec<Operation> {
+    vec![
+        Operation::insert_named(
+            Bridge::NAME,
+            row([
+                ("name", Value::from(spec.bridge)),
+                ("ports", ports),
+                ("datapath_type", Value::from(spec.datapath_type)),
+                ("external_ids", map(&spec.external_ids)),
+                (
+                    "other_config",
+                    Value::map([
+                        ("hwaddr", spec.hwaddr.clone()),
+                        ("mac-learning-fallback", spec.mac_learning_fallback.to_string()),
+                    ]),
+                ),
+            ]),
+            "bridge",
+        ),
+        Operation::mutate(
+            OpenVSwitch::NAME,
+            vec![],
+            vec![Mutation::insert("bridges", Value::named_uuid("bridge"))],
+        ),
+    ]
 }
 
 fn trunks_value(trunks: &[u16]) -> Value {

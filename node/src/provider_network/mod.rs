@@ -12,33 +12,38 @@
 //! its address, a failed move is undone, and a crash mid-move is finished or undone at start
 //! from the snapshot kept in the bridge's `external_ids`.
 //!
-//! `plan` decides (pure), `mover` changes the NIC; this file reads the caches, OVS and the
-//! kernel, and writes the labels, the annotation and the events.
+//! With `spec.exchangeLinkName` the bridge takes the NIC's name and the NIC is renamed
+//! `br-<pn>` (`naming`); every place that names the bridge (mappings, the give-back of a
+//! deleted network, the switch between the two namings) reads it from the bridge's record.
+//!
+//! `plan` and `naming` decide (pure), `mover` changes the NIC, `report` writes the labels, the
+//! annotation and the events; this file reads the caches, OVS and the kernel.
 
 pub mod mover;
+pub mod naming;
 pub mod plan;
+mod report;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node as K8sNode, Pod};
-use kube::api::{Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::{Api, Resource, ResourceExt};
-use kube_ovn_api::annotations::keys::{PROVIDER_NETWORK_LABELS, provider_network_error_annotation};
-use kube_ovn_api::crd::provider_network::provider_bridge_name;
+use k8s_openapi::api::core::v1::Node as K8sNode;
+use kube::{Resource, ResourceExt};
+use kube_ovn_api::annotations::keys::PROVIDER_NETWORK_LABELS;
 use kube_ovn_api::crd::{ProviderNetwork, Vlan};
 use kube_ovn_dataplane::{Netlink, Netns};
 use kube_ovn_support::Watched;
 use tokio::time::Instant;
 
 use self::mover::{Mover, mac_of, read_link};
-use self::plan::{Current, Desired, Outcome, PROVIDER_KEY, SNAPSHOT_KEY, Snapshot, Step};
+use self::naming::Naming;
+use self::plan::{Current, Desired, Exchange, Outcome, PROVIDER_KEY, SNAPSHOT_KEY, Snapshot, Step};
 use crate::config::{Config, Datapath};
 use crate::error::DaemonError;
+use crate::metrics::Metrics;
 use crate::ovs::Ovs;
-use crate::ovs::provider::{BRIDGE_MAPPINGS, PROVIDER_NIC, mapping_entry};
+use crate::ovs::provider::{BRIDGE_MAPPINGS, mapping_entry};
 
 /// How long the task waits for the caches' first list before saying so in the log.
 const SYNC_WAIT: Duration = Duration::from_secs(30);
@@ -47,6 +52,9 @@ const SYNC_WAIT: Duration = Duration::from_secs(30);
 const TICK: Duration = Duration::from_secs(30);
 /// Retry backoff after a failure: doubles from the first to the last.
 const BACKOFF: (Duration, Duration) = (Duration::from_secs(1), Duration::from_mins(1));
+
+/// How long a removed bridge's internal port may take to go.
+const LINK_GONE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What the task reads from the flags.
 #[derive(Debug, Clone)]
@@ -97,6 +105,8 @@ pub struct ProviderNetworks {
     pub nodes: Watched<K8sNode>,
     /// Test hook passed to the mover (see [`Mover::fail_at`]); `None` in the daemon.
     pub fail_at: Option<mover::FailPoint>,
+    /// `provider_network_moves_total`.
+    pub metrics: Metrics,
 }
 
 /// What the task keeps between passes.
@@ -197,7 +207,15 @@ impl ProviderNetworks {
                     .map(|(pn, _)| pn.clone()),
             )
             .filter(|pn| !pns.iter().any(|p| &p.name_any() == pn))
-            .filter(|pn| self.ovs.bridge_row(&provider_bridge_name(pn)).is_none())
+            // A bridge `br-<pn>` made by hand (not ours) keeps them too, as before names
+            // could be exchanged: someone runs that provider network without the CR.
+            .filter(|pn| {
+                self.ours(pn).is_none()
+                    && self
+                        .ovs
+                        .bridge_row(&kube_ovn_api::crd::provider_network::provider_bridge_name(pn))
+                        .is_none()
+            })
             .collect();
         for pn in gone {
             self.patch_labels(&node, &plan::labels(&pn, &Outcome::Deleted))
@@ -216,8 +234,11 @@ impl ProviderNetworks {
             }
             let span = tracing::info_span!("provider_network", pn = %pn, node = %me);
             let _entered = span.enter();
-            let nic = bridge.external_ids.get(PROVIDER_NIC).cloned().unwrap_or_default();
-            match self.give_back(pn, &bridge.name, &nic).await {
+            let Some(naming) = Naming::of_bridge(&bridge.name, &bridge.external_ids) else {
+                continue;
+            };
+            let nic = naming.nic.clone();
+            match self.give_back(pn, &naming).await {
                 Ok(()) => {
                     tracing::info!(nic = %nic, "provider network deleted: nic given back");
                     self.patch_labels(&node, &plan::labels(pn, &Outcome::Deleted))
@@ -236,50 +257,93 @@ impl ProviderNetworks {
     /// Brings one ProviderNetwork to `desired` on this node. `Err((nic, message))` when it is
     /// not ready here.
     async fn reconcile(&self, pn: &str, desired: &Desired) -> Result<Outcome, (Option<String>, String)> {
-        let bridge = provider_bridge_name(pn);
-        let ours = self
-            .ovs
-            .bridge_row(&bridge)
-            .and_then(|b| b.external_ids.get(PROVIDER_NIC).cloned());
+        let ours = self.ours(pn);
         match desired {
             Desired::NotReady { message, nic, .. } => Err((nic.clone(), message.clone())),
             Desired::Excluded => {
-                if let Some(nic) = ours {
-                    self.give_back(pn, &bridge, &nic)
+                if let Some(naming) = ours {
+                    self.give_back(pn, &naming)
                         .await
-                        .map_err(|e| (Some(nic.clone()), e.to_string()))?;
-                    tracing::info!(nic = %nic, "node excluded: nic given back");
+                        .map_err(|e| (Some(naming.nic.clone()), e.to_string()))?;
+                    tracing::info!(nic = %naming.nic, "node excluded: nic given back");
                 }
                 Ok(Outcome::Excluded)
             }
-            Desired::Present { nic, trunks } => {
-                let fail = |e: &dyn std::fmt::Display| (Some(nic.clone()), e.to_string());
-                if let Some(old) = ours.as_ref().filter(|old| *old != nic) {
-                    // The NIC changed (customInterfaces): the old one first goes back.
-                    self.give_back(pn, &bridge, old).await.map_err(|e| fail(&e))?;
+            Desired::Present { naming, trunks } => {
+                let fail = |e: &dyn std::fmt::Display| (Some(naming.nic.clone()), e.to_string());
+                if let Some(old) = ours.as_ref().filter(|old| *old != naming) {
+                    // The NIC changed (customInterfaces), or exchangeLinkName did: the NIC
+                    // first goes back under its old names, then moves with the new ones.
+                    self.give_back(pn, old).await.map_err(|e| fail(&e))?;
+                    tracing::info!(old = ?old, new = ?naming, "provider nic given back to move it with new names");
+                    if old.bridge == naming.link {
+                        // The old bridge's internal port goes a moment after the bridge.
+                        self.wait_link_gone(&old.bridge).await.map_err(|e| fail(&e))?;
+                    }
                 }
-                let mtu = self
-                    .move_in(pn, &bridge, nic, trunks)
-                    .await
-                    .map_err(|e| fail(&e))?;
+                let mtu = self.move_in(pn, naming, trunks).await.map_err(|e| fail(&e))?;
                 Ok(Outcome::Ready {
-                    nic: nic.clone(),
+                    nic: naming.nic.clone(),
                     mtu,
                 })
             }
         }
     }
 
-    /// Moves `nic` into `bridge` (or finishes that); returns the NIC's MTU.
-    async fn move_in(
-        &self,
-        pn: &str,
-        bridge: &str,
-        nic: &str,
-        trunks: &[u16],
-    ) -> Result<Option<u32>, DaemonError> {
-        let snapshot = self.snapshot(bridge, nic);
-        let nic_state = read_link(&self.ovs_nl, &self.ovs_ns, nic).await?;
+    /// Waits (bounded) until no link is called `name`.
+    async fn wait_link_gone(&self, name: &str) -> Result<(), DaemonError> {
+        let deadline = Instant::now() + LINK_GONE_TIMEOUT;
+        while self.ovs_nl.link(name).await?.is_some() {
+            if Instant::now() >= deadline {
+                return Err(DaemonError::ProviderNetwork(format!(
+                    "link {name} still exists {LINK_GONE_TIMEOUT:?} after its bridge was removed"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(())
+    }
+
+    /// The names of our bridge for `pn` on this node, if there is one.
+    fn ours(&self, pn: &str) -> Option<Naming> {
+        self.ovs.provider_bridges().into_iter().find_map(|b| {
+            let of = b
+                .external_ids
+                .get(PROVIDER_KEY)
+                .cloned()
+                .unwrap_or_else(|| b.name.strip_prefix("br-").unwrap_or_default().to_owned());
+            if of != pn {
+                return None;
+            }
+            Naming::of_bridge(&b.name, &b.external_ids)
+        })
+    }
+
+    /// Where a move with exchanged names stands (`None`: names not exchanged): whether the
+    /// NIC carries its new name (the link `br-<pn>` exists, and the bridge's internal port or
+    /// nothing holds the old one), whether the bridge has its ports.
+    async fn exchange_state(&self, naming: &Naming, recorded: bool) -> Result<Option<Exchange>, DaemonError> {
+        if !naming.exchanged {
+            return Ok(None);
+        }
+        let ports = recorded && self.ovs.bridge_has_ports(&naming.bridge);
+        let link_there = self.ovs_nl.link(&naming.link).await?.is_some();
+        let nic_there = self.ovs_nl.link(&naming.nic).await?.is_some();
+        Ok(Some(Exchange {
+            nic: naming.nic.clone(),
+            link: naming.link.clone(),
+            renamed: recorded && link_there && (ports || !nic_there),
+            ports,
+        }))
+    }
+
+    /// Moves the NIC into the bridge (or finishes that); returns the NIC's MTU.
+    async fn move_in(&self, pn: &str, naming: &Naming, trunks: &[u16]) -> Result<Option<u32>, DaemonError> {
+        let (bridge, nic) = (naming.bridge.as_str(), naming.nic.as_str());
+        let snapshot = self.snapshot(naming);
+        let exchange = self.exchange_state(naming, snapshot.is_some()).await?;
+        let nic_now = current_nic(naming, exchange.as_ref());
+        let nic_state = read_link(&self.ovs_nl, &self.ovs_ns, nic_now).await?;
         if snapshot.is_none()
             && let Some(Desired::NotReady { message, .. }) = plan::nic_refusal(
                 nic,
@@ -295,21 +359,31 @@ impl ProviderNetworks {
                 "OVS bridge {bridge} exists and was not made by kube-ovn-rs for nic {nic}; it is left alone"
             )));
         }
+        if snapshot.is_none() && naming.exchanged && self.ovs_nl.link(&naming.link).await?.is_some() {
+            return Err(DaemonError::ProviderNetwork(format!(
+                "provider network {pn}: spec.exchangeLinkName: nic {nic} cannot be renamed {}: a link \
+                 called {} exists; it is left alone",
+                naming.link, naming.link
+            )));
+        }
         let Some(nic_link) = nic_state.as_ref() else {
             return Err(DaemonError::ProviderNetwork(format!("nic {nic} does not exist")));
         };
         let bridge_state = match snapshot {
-            Some(_) => read_link(&self.ovs_nl, &self.ovs_ns, bridge).await?,
-            None => None,
+            Some(_) if exchange.as_ref().is_none_or(|e| e.ports) => {
+                read_link(&self.ovs_nl, &self.ovs_ns, bridge).await?
+            }
+            _ => None,
         };
         let cur = Current {
             nic: Some(nic_link),
             bridge: bridge_state.as_ref(),
             snapshot: snapshot.as_ref(),
-            trunks: self.ovs.port_trunks(nic),
+            trunks: self.ovs.port_trunks(&naming.link),
             mapping: self.mapping(pn),
             bridge_name: bridge,
             arp_ignore: self.settings.datapath == Datapath::Netdev,
+            exchange,
         };
         let steps = plan::move_steps(&cur, trunks);
         let taken = snapshot.clone().unwrap_or_else(|| plan::snapshot_of(nic_link));
@@ -317,23 +391,34 @@ impl ProviderNetworks {
             tracing::info!(
                 nic,
                 bridge,
+                exchanged = naming.exchanged,
                 steps = steps.len(),
                 "moving the nic into the provider bridge"
             );
-            self.mover(pn, bridge, nic, trunks, &taken)
+            let ran = self
+                .mover(pn, naming, nic_now, trunks, &taken)
                 .await?
                 .run(&steps)
-                .await
-                .map_err(|e| DaemonError::ProviderNetwork(e.to_string()))?;
+                .await;
+            self.count(ran, "moved")?;
         }
         Ok(taken.mtu.or(nic_link.mtu))
     }
 
-    /// Gives `nic` back from `bridge` and removes the bridge and the mapping entry.
-    async fn give_back(&self, pn: &str, bridge: &str, nic: &str) -> Result<(), DaemonError> {
-        let snapshot = self.snapshot(bridge, nic);
-        let nic_state = read_link(&self.ovs_nl, &self.ovs_ns, nic).await?;
-        let bridge_state = read_link(&self.ovs_nl, &self.ovs_ns, bridge).await?;
+    /// Gives the NIC back from the bridge (under its own name) and removes the bridge and the
+    /// mapping entry.
+    async fn give_back(&self, pn: &str, naming: &Naming) -> Result<(), DaemonError> {
+        let bridge = naming.bridge.as_str();
+        let snapshot = self.snapshot(naming);
+        let exchange = self.exchange_state(naming, snapshot.is_some()).await?;
+        let nic_now = current_nic(naming, exchange.as_ref());
+        let nic_state = read_link(&self.ovs_nl, &self.ovs_ns, nic_now).await?;
+        let bridge_state = if exchange.as_ref().is_none_or(|e| e.ports) {
+            read_link(&self.ovs_nl, &self.ovs_ns, bridge).await?
+        } else {
+            None
+        };
+        let trunks = self.ovs.port_trunks(&naming.link).unwrap_or_default();
         let cur = Current {
             nic: nic_state.as_ref(),
             bridge: bridge_state.as_ref(),
@@ -342,24 +427,37 @@ impl ProviderNetworks {
             mapping: self.mapping(pn),
             bridge_name: bridge,
             arp_ignore: self.settings.datapath == Datapath::Netdev,
+            exchange,
         };
         let mut steps = plan::give_back_steps(&cur);
         if snapshot.is_none() && self.ovs.bridge_row(bridge).is_some() {
             steps.push(Step::RemoveBridge);
         }
         let taken = snapshot.unwrap_or_default();
-        tracing::info!(nic, bridge, steps = steps.len(), "giving the nic back");
-        self.mover(pn, bridge, nic, &[], &taken)
+        tracing::info!(nic = %naming.nic, bridge, steps = steps.len(), "giving the nic back");
+        let ran = self
+            .mover(pn, naming, nic_now, &trunks, &taken)
             .await?
             .run(&steps)
-            .await
-            .map_err(|e| DaemonError::ProviderNetwork(e.to_string()))
+            .await;
+        self.count(ran, "given_back")
+    }
+
+    /// Counts a mover run in `provider_network_moves_total` (`ok` when it succeeded).
+    fn count(&self, ran: Result<(), mover::MoveError>, ok: &'static str) -> Result<(), DaemonError> {
+        let result = match &ran {
+            Ok(()) => ok,
+            Err(e) if e.rolled_back.is_ok() => "rolled_back",
+            Err(_) => "failed",
+        };
+        self.metrics.provider_network_move(result);
+        ran.map_err(|e| DaemonError::ProviderNetwork(e.to_string()))
     }
 
     async fn mover<'a>(
         &'a self,
         pn: &'a str,
-        bridge: &'a str,
+        naming: &'a Naming,
         nic: &'a str,
         trunks: &'a [u16],
         snapshot: &'a Snapshot,
@@ -369,8 +467,10 @@ impl ProviderNetworks {
             nl: &self.ovs_nl,
             ns: &self.ovs_ns,
             pn,
-            bridge,
+            bridge: &naming.bridge,
             nic,
+            exchanged: naming.exchanged,
+            renamed: std::sync::Mutex::new(None),
             datapath: self.settings.datapath,
             trunks,
             snapshot,
@@ -380,10 +480,12 @@ impl ProviderNetworks {
         })
     }
 
-    /// The snapshot in `bridge`'s `external_ids`, when the bridge is ours and holds `nic`.
-    fn snapshot(&self, bridge: &str, nic: &str) -> Option<Snapshot> {
+    /// The snapshot in the bridge's `external_ids`, when the bridge is ours and records these
+    /// names.
+    fn snapshot(&self, naming: &Naming) -> Option<Snapshot> {
+        let bridge = naming.bridge.as_str();
         let row = self.ovs.bridge_row(bridge)?;
-        if row.external_ids.get(PROVIDER_NIC).map(String::as_str) != Some(nic) {
+        if Naming::of_bridge(bridge, &row.external_ids).as_ref() != Some(naming) {
             return None;
         }
         let text = row.external_ids.get(SNAPSHOT_KEY)?;
@@ -400,110 +502,20 @@ impl ProviderNetworks {
         let ids = self.ovs.chassis_ids();
         mapping_entry(ids.get(BRIDGE_MAPPINGS).map_or("", String::as_str), pn).map(str::to_owned)
     }
+}
 
-    /// Labels, err_mesg, Warning event and backoff for one pass's result.
-    async fn report(
-        &self,
-        state: &mut State,
-        pn: &ProviderNetwork,
-        node: &K8sNode,
-        outcome: &Outcome,
-        error: Option<String>,
-        nic: Option<&str>,
-    ) {
-        let name = pn.name_any();
-        self.patch_labels(node, &plan::labels(&name, outcome)).await;
-        self.set_err_mesg(state, &name, error.as_deref()).await;
-        let Some(error) = error else {
-            state.backoff.remove(&name);
-            state.reported.remove(&name);
-            return;
-        };
-        tracing::warn!(error = %error, "provider network not ready on this node");
-        let delay = state
-            .backoff
-            .get(&name)
-            .map_or(BACKOFF.0, |(_, d)| (*d * 2).min(BACKOFF.1));
-        state
-            .backoff
-            .insert(name.clone(), (Instant::now() + delay, delay));
-        if state.reported.get(&name) == Some(&error) {
-            return;
-        }
-        state.reported.insert(name.clone(), error.clone());
-        // Kube-OVN's reason and text (pkg/daemon/controller.go initProviderNetwork).
-        let note = format!(
-            "Failed to initialize provider network: node={} interface={} error={error}",
-            self.settings.node_name,
-            nic.unwrap_or_default()
-        );
-        let reporter = Reporter {
-            controller: "kube-ovn-cni".into(),
-            instance: Some(self.settings.node_name.clone()),
-        };
-        let event = Event {
-            type_: EventType::Warning,
-            reason: "InitOVSBridgeFailed".into(),
-            note: Some(note),
-            action: "InitProviderNetwork".into(),
-            secondary: None,
-        };
-        let recorder = Recorder::new(self.kube.clone(), reporter);
-        if let Err(e) = recorder.publish(&event, &pn.object_ref(&())).await {
-            tracing::debug!(error = %e, "cannot publish event");
-        }
-    }
-
-    /// Merge-patches this node's labels where they differ.
-    async fn patch_labels(&self, node: &K8sNode, labels: &BTreeMap<String, Option<String>>) {
-        let current = node.labels();
-        let changes: BTreeMap<&String, &Option<String>> = labels
-            .iter()
-            .filter(|(k, v)| current.get(*k) != v.as_ref())
-            .collect();
-        if changes.is_empty() {
-            return;
-        }
-        let patch = serde_json::json!({ "metadata": { "labels": changes } });
-        let api: Api<K8sNode> = Api::all(self.kube.clone());
-        if let Err(e) = api
-            .patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            tracing::warn!(error = %e, "cannot patch the provider network labels of this node");
-        }
-    }
-
-    /// Sets or removes `<pn>.provider-network.kubernetes.io/err_mesg` on the daemon's own pod,
-    /// when it differs from what this daemon last wrote (a merge patch: no read needed).
-    async fn set_err_mesg(&self, state: &mut State, pn: &str, error: Option<&str>) {
-        let Some((namespace, name)) = &self.settings.pod else {
-            return;
-        };
-        let wanted = error.map(str::to_owned);
-        if state.err_mesg.get(pn) == Some(&wanted) {
-            return;
-        }
-        let key = provider_network_error_annotation(pn);
-        let api: Api<Pod> = Api::namespaced(self.kube.clone(), namespace);
-        let patch = serde_json::json!({ "metadata": { "annotations": { key: error } } });
-        match api
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => {
-                state.err_mesg.insert(pn.to_owned(), wanted);
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, pod = %name, "cannot annotate this daemon's pod with the provider network error");
-            }
-        }
+/// The NIC's name now: `br-<pn>` once an exchanged move renamed it.
+fn current_nic<'a>(naming: &'a Naming, exchange: Option<&Exchange>) -> &'a str {
+    if exchange.is_some_and(|e| e.renamed) {
+        &naming.link
+    } else {
+        &naming.nic
     }
 }
 
 fn desired_nic(desired: &Desired) -> Option<String> {
     match desired {
-        Desired::Present { nic, .. } => Some(nic.clone()),
+        Desired::Present { naming, .. } => Some(naming.nic.clone()),
         Desired::NotReady { nic, .. } => nic.clone(),
         Desired::Excluded => None,
     }

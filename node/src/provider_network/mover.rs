@@ -3,17 +3,17 @@
 //! backwards so the NIC is left as it was (Kube-OVN retries from wherever it stopped; plan
 //! §3.0 3).
 
-use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
 use kube_ovn_dataplane::{AddrRecord, Netlink, Netns, ethtool};
 
-use super::plan::{Dev, LinkState, PROVIDER_KEY, SNAPSHOT_KEY, Snapshot, Step};
+use super::naming::Naming;
+use super::plan::{Dev, LinkState, SNAPSHOT_KEY, Snapshot, Step};
 use crate::config::Datapath;
 use crate::error::DaemonError;
 use crate::ovs::Ovs;
-use crate::ovs::provider::{PROVIDER_NIC, ProviderBridge};
+use crate::ovs::provider::ProviderBridge;
 
 /// How long ovs-vswitchd gets to open the NIC and make the bridge's tap.
 const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -30,10 +30,14 @@ pub struct Mover<'a> {
     pub ns: &'a Netns,
     /// The provider network.
     pub pn: &'a str,
-    /// `br-<pn>`.
+    /// The bridge (`br-<pn>`, or the NIC's original name when exchanged).
     pub bridge: &'a str,
-    /// The NIC.
+    /// The NIC, by its name when the run starts.
     pub nic: &'a str,
+    /// `spec.exchangeLinkName`: recorded on the bridge.
+    pub exchanged: bool,
+    /// The NIC's name after a [`Step::Rename`] of this run (`None` at the start).
+    pub renamed: std::sync::Mutex<Option<String>>,
     /// br-int's datapath: on netdev the bridge keeps its own MAC and the NIC gets
     /// `arp_ignore=1` (plan §3.0 1).
     pub datapath: Datapath,
@@ -126,15 +130,88 @@ impl Mover<'_> {
     }
 
     fn arp_ignore_key(&self) -> String {
-        format!("ipv4/conf/{}/arp_ignore", self.nic)
+        format!("ipv4/conf/{}/arp_ignore", self.nic_name())
+    }
+
+    /// The NIC's name now.
+    fn nic_name(&self) -> String {
+        self.renamed
+            .lock()
+            .ok()
+            .and_then(|r| r.clone())
+            .unwrap_or_else(|| self.nic.to_owned())
+    }
+
+    /// Renames the NIC `from` → `to` (down, rename, up) and puts back the addresses and
+    /// routes going down took, as read just before. A failed rename still brings the link up
+    /// and puts them back, so the undo starts from a working NIC.
+    async fn rename(&self, from: &str, to: &str) -> Result<(), DaemonError> {
+        let link = self.nl.require_link(from).await?;
+        let keep = |a: &AddrRecord| !kube_ovn_dataplane::is_link_local(a.net.addr());
+        let addrs: Vec<AddrRecord> = self
+            .nl
+            .addr_records(link.index)
+            .await?
+            .into_iter()
+            .filter(keep)
+            .collect();
+        let mut routes: Vec<_> = self
+            .nl
+            .route_records(link.index)
+            .await?
+            .into_iter()
+            .filter(|r| !r.kernel_made() && !kube_ovn_dataplane::is_link_local(r.dst.addr()))
+            .collect();
+        routes.sort_by_key(kube_ovn_dataplane::RouteRecord::replay_rank);
+        // The bridge's internal port holding `to` goes a moment after its port is removed.
+        let deadline = tokio::time::Instant::now() + OPEN_TIMEOUT;
+        while self.nl.link(to).await?.is_some() {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(DaemonError::ProviderNetwork(format!(
+                    "cannot rename link {from} to {to}: a link called {to} still exists after {OPEN_TIMEOUT:?}"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tracing::info!(from, to, "renaming the provider nic (down, rename, up)");
+        let renamed = match self.nl.set_down(link.index).await {
+            Ok(()) => self.nl.rename_link(link.index, to).await,
+            Err(e) => Err(e),
+        };
+        if renamed.is_ok()
+            && let Ok(mut r) = self.renamed.lock()
+        {
+            *r = Some(to.to_owned());
+        }
+        self.nl.set_up(link.index).await?;
+        // IPv4 addresses survive a link going down (their labels follow the rename); IPv6 ones
+        // do not, unless keep_addr_on_down. Routes through the link are gone either way.
+        let now = self.nl.addr_records(link.index).await?;
+        for a in addrs.iter().filter(|a| !now.iter().any(|n| n.net == a.net)) {
+            self.nl.add_addr_record(link.index, a, None, false).await?;
+        }
+        for r in &routes {
+            self.nl.replace_route_record(r, link.index).await?;
+        }
+        renamed?;
+        Ok(())
     }
 
     /// Applies one step; returns its inverse.
     async fn apply(&self, step: &Step) -> Result<Option<Step>, DaemonError> {
-        tracing::debug!(?step, nic = self.nic, bridge = self.bridge, "provider NIC step");
+        tracing::debug!(?step, nic = %self.nic_name(), bridge = self.bridge, "provider NIC step");
         match step {
-            Step::CreateBridge => self.create_bridge().await?,
-            Step::SetTrunks(trunks) => self.ovs.set_port_trunks(self.nic, trunks).await?,
+            Step::CreateBridge => self.create_bridge(false).await?,
+            Step::RecordBridge => self.create_bridge(true).await?,
+            Step::AddPorts => {
+                let nic = self.nic_name();
+                self.ovs.add_provider_ports(&self.bridge_spec(&nic)?).await?;
+                self.ovs.wait_opened(&nic, OPEN_TIMEOUT).await?;
+                self.ovs.wait_opened(self.bridge, OPEN_TIMEOUT).await?;
+            }
+            Step::RemovePorts => self.ovs.remove_provider_ports(self.bridge).await?,
+            Step::Rename { from, to } => self.rename(from, to).await?,
+            Step::SetTrunks(trunks) => self.ovs.set_port_trunks(&self.nic_name(), trunks).await?,
             Step::SetArpIgnore(value) => {
                 let old = ethtool::read_net_sysctl(self.ns, &self.arp_ignore_key()).await?;
                 ethtool::write_net_sysctl(self.ns, &self.arp_ignore_key(), value).await?;
@@ -177,9 +254,10 @@ impl Mover<'_> {
     /// Best effort (a neighbour that does not hear it learns the new MAC when its entry goes
     /// stale): errors are logged, not failures of the move.
     async fn announce(&self, to: Dev, neighbours: &[std::net::IpAddr]) {
+        let nic = self.nic_name();
         let to_name = match to {
             Dev::Bridge => self.bridge,
-            Dev::Nic => self.nic,
+            Dev::Nic => nic.as_str(),
         };
         let Ok(Some(to)) = self.nl.link(to_name).await else {
             return;
@@ -210,17 +288,27 @@ impl Mover<'_> {
         tracing::debug!(link = to_name, neighbours = ?neighbours, "announced to the neighbours");
     }
 
-    async fn create_bridge(&self) -> Result<(), DaemonError> {
+    /// The bridge with its record and, unless `record_only` (exchanged names: the ports come
+    /// after the rename), its ports.
+    async fn create_bridge(&self, record_only: bool) -> Result<(), DaemonError> {
+        let spec = self.bridge_spec(self.nic)?;
+        if record_only {
+            return self.ovs.record_provider_bridge(&spec).await;
+        }
+        self.ovs.create_provider_bridge(&spec).await?;
+        self.ovs.wait_opened(self.nic, OPEN_TIMEOUT).await?;
+        self.ovs.wait_opened(self.bridge, OPEN_TIMEOUT).await?;
+        Ok(())
+    }
+
+    /// The bridge as made, with `port` the NIC's port.
+    fn bridge_spec<'s>(&'s self, port: &'s str) -> Result<ProviderBridge<'s>, DaemonError> {
         let snapshot = serde_json::to_string(self.snapshot).map_err(|e| {
             DaemonError::ProviderNetwork(format!("serialize the snapshot of nic {}: {e}", self.nic))
         })?;
-        let external_ids = BTreeMap::from([
-            ("vendor".to_owned(), "kube-ovn".to_owned()),
-            ("exchange-link-name".to_owned(), "false".to_owned()),
-            (PROVIDER_NIC.to_owned(), self.nic.to_owned()),
-            (PROVIDER_KEY.to_owned(), self.pn.to_owned()),
-            (SNAPSHOT_KEY.to_owned(), snapshot),
-        ]);
+        // The NIC's original name: a fresh move starts before any rename.
+        let mut external_ids = Naming::new(self.pn, self.nic, self.exchanged).external_ids(self.pn);
+        external_ids.insert(SNAPSHOT_KEY.to_owned(), snapshot);
         // Netdev: the kernel still receives every frame on the NIC, so the bridge must not
         // share its MAC (the node would take each unicast frame twice). System datapath: as
         // Kube-OVN, the bridge takes the NIC's MAC.
@@ -228,25 +316,22 @@ impl Mover<'_> {
             (Datapath::System, Some(mac)) => mac,
             _ => self.local_mac("bridge"),
         };
-        let spec = ProviderBridge {
+        Ok(ProviderBridge {
             bridge: self.bridge,
-            nic: self.nic,
+            nic: port,
             datapath_type: self.datapath.as_str(),
             trunks: self.trunks,
             mtu: self.snapshot.mtu,
             hwaddr: kube_ovn_dataplane::format_mac(&mac),
             external_ids,
             mac_learning_fallback: self.mac_learning_fallback,
-        };
-        self.ovs.create_provider_bridge(&spec).await?;
-        self.ovs.wait_opened(self.nic, OPEN_TIMEOUT).await?;
-        self.ovs.wait_opened(self.bridge, OPEN_TIMEOUT).await?;
-        Ok(())
+        })
     }
 
     async fn index(&self, dev: Dev) -> Result<u32, DaemonError> {
+        let nic = self.nic_name();
         let name = match dev {
-            Dev::Nic => self.nic,
+            Dev::Nic => nic.as_str(),
             Dev::Bridge => self.bridge,
         };
         // The tap appears a moment after ovs-vswitchd reports the port open.
@@ -265,9 +350,10 @@ impl Mover<'_> {
     /// The IPv4 label on the new link: the kernel's default (the link's name) stays the
     /// default; `eth1:0` becomes `br-pn1:0` when that fits, else the default.
     fn label(&self, addr: &AddrRecord, to: Dev) -> Option<String> {
+        let nic = self.nic_name();
         let (from, to) = match to {
-            Dev::Bridge => (self.nic, self.bridge),
-            Dev::Nic => (self.bridge, self.nic),
+            Dev::Bridge => (nic.as_str(), self.bridge),
+            Dev::Nic => (self.bridge, nic.as_str()),
         };
         let label = addr.label.as_deref()?;
         if addr.net.addr().is_ipv6() || label == from || label == to {
@@ -303,6 +389,7 @@ fn describe(step: &Step) -> String {
         Step::AddAddr(dev, a) => format!("add address {} to {dev:?}", a.net),
         Step::DelAddr(dev, a) => format!("delete address {} from {dev:?}", a.net),
         Step::Route(dev, r) => format!("route {r} out of {dev:?}"),
+        Step::Rename { from, to } => format!("rename link {from} to {to}"),
         other => format!("{other:?}"),
     }
 }

@@ -7,6 +7,11 @@
 //! through a packet socket, the kernel keeps using it), the addresses are added to the bridge,
 //! the routes re-pointed, and only then are the addresses taken off the NIC. Give-back mirrors
 //! it. Each step has an inverse, so the mover can undo a half-done move (plan §3.0 3).
+//!
+//! With exchanged names (`spec.exchangeLinkName`, see `naming`) three steps come first: the
+//! bridge without ports but with its record, the NIC's rename to `br-<pn>` (the one moment the
+//! NIC is down: Linux refuses to rename a running link), the ports; the give-back ends with the
+//! ports removed, the NIC renamed back, the bridge removed.
 
 use std::collections::BTreeMap;
 
@@ -16,6 +21,8 @@ use kube_ovn_api::crd::provider_network::provider_bridge_name;
 use kube_ovn_api::crd::{ProviderNetwork, Vlan};
 use kube_ovn_dataplane::{AddrRecord, RouteRecord, is_link_local};
 use serde::{Deserialize, Serialize};
+
+use super::naming::{Naming, naming_refusal};
 
 /// The longest Linux interface name (IFNAMSIZ - 1).
 pub const MAX_IFNAME: usize = 15;
@@ -67,10 +74,10 @@ pub struct LinkState {
 /// What the ProviderNetwork wants here.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Desired {
-    /// The NIC in `br-<pn>`.
+    /// The NIC in the bridge.
     Present {
-        /// The NIC.
-        nic: String,
+        /// The bridge's and the NIC's names (`spec.exchangeLinkName`).
+        naming: Naming,
         /// `trunks` of the NIC port: 0 first (Kube-OVN: "always add trunk 0 so that the ovs
         /// bridge can communicate with the external network"), then the Vlans' ids, sorted.
         trunks: Vec<u16>,
@@ -160,19 +167,17 @@ pub fn desired(
             };
         }
     }
-    if spec.exchange_link_name == Some(true) {
+    let naming = Naming::new(&pn.name_any(), &nic, spec.exchange_link_name == Some(true));
+    if let Some(message) = naming_refusal(&pn.name_any(), &naming) {
         return Desired::NotReady {
-            reason: "ExchangeLinkNameUnsupported",
-            message: format!(
-                "provider network {}: spec.exchangeLinkName is not supported by kube-ovn-rs yet; unset it",
-                pn.name_any()
-            ),
+            reason: "InvalidProviderNetwork",
+            message,
             nic: Some(nic),
         };
     }
     Desired::Present {
         trunks: trunks(pn, vlans),
-        nic,
+        naming,
     }
 }
 
@@ -277,6 +282,24 @@ pub enum Dev {
 pub enum Step {
     /// Bridge and NIC port in one OVSDB transaction, with the snapshot.
     CreateBridge,
+    /// Exchanged names: the bridge alone (no port: its internal port's name is still the
+    /// NIC's), recording the names and the snapshot before the NIC is renamed, so that a crash
+    /// from here on is finished or undone from the record.
+    RecordBridge,
+    /// Rename the NIC: down (Linux refuses to rename a running link: EBUSY), rename, up, and
+    /// put back what going down took (IPv4 routes through it; IPv6 addresses and their routes
+    /// unless `keep_addr_on_down`), as read just before (Kube-OVN `changeProviderNicName`).
+    Rename {
+        /// Its name now.
+        from: String,
+        /// Its new name.
+        to: String,
+    },
+    /// Exchanged names: the bridge's internal port and the NIC's port, once the NIC is renamed.
+    AddPorts,
+    /// Exchanged names: the bridge's ports removed (the bridge and its record stay), so that
+    /// its internal port's name is free for the NIC again.
+    RemovePorts,
     /// `Port.trunks` of the NIC.
     SetTrunks(Vec<u16>),
     /// `arp_ignore` of the NIC (netdev: the kernel still sees every frame on it, and must not
@@ -314,7 +337,13 @@ impl Step {
             Dev::Bridge => Dev::Nic,
         };
         match self {
-            Self::CreateBridge => Some(Self::RemoveBridge),
+            Self::CreateBridge | Self::RecordBridge => Some(Self::RemoveBridge),
+            Self::Rename { from, to } => Some(Self::Rename {
+                from: to.clone(),
+                to: from.clone(),
+            }),
+            Self::AddPorts => Some(Self::RemovePorts),
+            Self::RemovePorts => Some(Self::AddPorts),
             Self::SetArpIgnore(_) => old_arp_ignore.map(|v| Self::SetArpIgnore(v.to_owned())),
             Self::AddAddr(d, a) => Some(Self::DelAddr(*d, a.clone())),
             Self::DelAddr(d, a) => Some(Self::AddAddr(*d, a.clone())),
@@ -343,6 +372,21 @@ pub struct Current<'a> {
     pub bridge_name: &'a str,
     /// Whether `arp_ignore` is set on the NIC while it is in the bridge (netdev datapath).
     pub arp_ignore: bool,
+    /// Exchanged names (`spec.exchangeLinkName`): where the renaming stands.
+    pub exchange: Option<Exchange>,
+}
+
+/// Where a move with exchanged names stands.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Exchange {
+    /// The NIC's original name (the bridge's).
+    pub nic: String,
+    /// The NIC's name in the bridge (`br-<pn>`).
+    pub link: String,
+    /// The NIC is called `link` now.
+    pub renamed: bool,
+    /// The bridge has its ports (its internal one and the NIC).
+    pub ports: bool,
 }
 
 /// The steps that bring the NIC into the bridge, or finish a move a crash interrupted;
@@ -352,14 +396,40 @@ pub struct Current<'a> {
 pub fn move_steps(cur: &Current<'_>, trunks: &[u16]) -> Vec<Step> {
     let mut steps = Vec::new();
     let fresh;
+    let ex = cur.exchange.as_ref();
+    let rename = |e: &Exchange| Step::Rename {
+        from: e.nic.clone(),
+        to: e.link.clone(),
+    };
     let snap = if let Some(s) = cur.snapshot {
         s
     } else {
-        steps.push(Step::CreateBridge);
+        match ex {
+            // The record first, then the rename, then the ports: the bridge's internal port
+            // takes the NIC's name, which is free only once the NIC is renamed.
+            Some(e) => steps.extend([Step::RecordBridge, rename(e), Step::AddPorts]),
+            None => steps.push(Step::CreateBridge),
+        }
         fresh = cur.nic.map(snapshot_of).unwrap_or_default();
         &fresh
     };
-    if cur.snapshot.is_some() && cur.trunks.as_deref() != Some(trunks) {
+    if cur.snapshot.is_some()
+        && let Some(e) = ex
+    {
+        // A move a crash interrupted between the record and the ports.
+        if !e.renamed {
+            steps.push(rename(e));
+        } else if !cur.nic.is_some_and(|n| n.up) {
+            steps.push(Step::Up(Dev::Nic));
+        }
+        if !e.ports {
+            steps.push(Step::AddPorts);
+        }
+    }
+    let ports_made = steps
+        .iter()
+        .any(|s| matches!(s, Step::CreateBridge | Step::AddPorts));
+    if cur.snapshot.is_some() && !ports_made && cur.trunks.as_deref() != Some(trunks) {
         steps.push(Step::SetTrunks(trunks.to_vec()));
     }
     let nic_has = |a: &AddrRecord| cur.nic.is_some_and(|n| n.addrs.iter().any(|x| x.net == a.net));
@@ -459,6 +529,20 @@ pub fn give_back_steps(cur: &Current<'_>) -> Vec<Step> {
     }
     if cur.mapping.is_some() {
         steps.push(Step::RemoveMapping);
+    }
+    if let Some(e) = &cur.exchange {
+        // The bridge's internal port holds the NIC's name: it goes first, then the NIC takes
+        // its name back; the bridge (with the record) last, so a crash in between is finished
+        // from the record.
+        if e.ports {
+            steps.push(Step::RemovePorts);
+        }
+        if e.renamed && cur.nic.is_some() {
+            steps.push(Step::Rename {
+                from: e.link.clone(),
+                to: e.nic.clone(),
+            });
+        }
     }
     if cur.snapshot.is_some() {
         steps.push(Step::RemoveBridge);

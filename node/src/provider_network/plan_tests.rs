@@ -1,4 +1,5 @@
 use super::*;
+use crate::provider_network::naming::Naming;
 use kube_ovn_api::crd::{ProviderNetworkSpec, ProviderNetworkStatus, VlanSpec};
 use kube_ovn_dataplane::RouteMetrics;
 
@@ -87,7 +88,7 @@ fn nic_choice_exclusion_and_refusals() {
     assert_eq!(
         desired(&pn(base.clone()), "n1", &labels, &[]),
         Desired::Present {
-            nic: "eth1".into(),
+            naming: Naming::new("pn1", "eth1", false),
             trunks: vec![0]
         }
     );
@@ -96,17 +97,30 @@ fn nic_choice_exclusion_and_refusals() {
         ..base.clone()
     };
     assert_eq!(desired(&pn(excluded), "n1", &labels, &[]), Desired::Excluded);
+    // exchangeLinkName: the bridge takes the NIC's name, the NIC becomes br-<pn>.
     let exchange = ProviderNetworkSpec {
         exchange_link_name: Some(true),
         ..base.clone()
     };
-    assert!(matches!(
-        desired(&pn(exchange), "n1", &labels, &[]),
-        Desired::NotReady {
-            reason: "ExchangeLinkNameUnsupported",
-            ..
+    let Desired::Present { naming, .. } = desired(&pn(exchange.clone()), "n1", &labels, &[]) else {
+        panic!("exchangeLinkName refused");
+    };
+    assert_eq!(
+        (naming.bridge.as_str(), naming.link.as_str(), naming.nic.as_str()),
+        ("eth1", "br-pn1", "eth1")
+    );
+    // A NIC already called br-<pn> has no name to give: refused, naming the field.
+    let taken = ProviderNetworkSpec {
+        default_interface: Some("br-pn1".into()),
+        ..exchange
+    };
+    match desired(&pn(taken), "n1", &labels, &[]) {
+        Desired::NotReady { reason, message, .. } => {
+            assert_eq!(reason, "InvalidProviderNetwork");
+            assert!(message.contains("spec.exchangeLinkName"), "{message}");
         }
-    ));
+        other => panic!("{other:?}"),
+    }
     let sub = ProviderNetworkSpec {
         vlan_interfaces: Some(vec!["eth1.100".into()]),
         ..base
@@ -225,6 +239,7 @@ fn a_finished_move_has_no_steps_and_trunk_changes_alone() {
         mapping: Some("br-pn1".into()),
         bridge_name: "br-pn1",
         arp_ignore: true,
+        exchange: None,
     };
     assert_eq!(move_steps(&cur, &[0]), vec![]);
     assert_eq!(move_steps(&cur, &[0, 100]), vec![Step::SetTrunks(vec![0, 100])]);
@@ -269,6 +284,7 @@ fn give_back_restores_from_the_snapshot_when_the_bridge_lost_it() {
         mapping: Some("br-pn1".into()),
         bridge_name: "br-pn1",
         arp_ignore: true,
+        exchange: None,
     };
     let steps = give_back_steps(&cur);
     assert_eq!(
@@ -315,4 +331,168 @@ fn labels_follow_kube_ovn() {
         Some("true")
     );
     assert_eq!(excluded["pn1.provider-network.kubernetes.io/ready"], None);
+}
+
+fn exchange(renamed: bool, ports: bool) -> Exchange {
+    Exchange {
+        nic: "eth1".into(),
+        link: "br-pn1".into(),
+        renamed,
+        ports,
+    }
+}
+
+/// exchangeLinkName: the record before the rename, the rename before the ports (the bridge's
+/// internal port takes the NIC's name), then the same address-keeping move as without it.
+#[test]
+fn exchanged_move_records_renames_then_adds_the_ports() {
+    let state = nic();
+    let cur = Current {
+        nic: Some(&state),
+        bridge_name: "eth1",
+        arp_ignore: true,
+        exchange: Some(exchange(false, false)),
+        ..Default::default()
+    };
+    let steps = move_steps(&cur, &[0]);
+    let rename = Step::Rename {
+        from: "eth1".into(),
+        to: "br-pn1".into(),
+    };
+    assert_eq!(
+        steps[..4],
+        [
+            Step::RecordBridge,
+            rename.clone(),
+            Step::AddPorts,
+            Step::SetArpIgnore("1".into())
+        ]
+    );
+    let plain = move_steps(
+        &Current {
+            exchange: None,
+            bridge_name: "eth1",
+            ..cur.clone()
+        },
+        &[0],
+    );
+    assert_eq!(steps[4..], plain[2..], "after the rename, the move is the same");
+    // Every new step is undone by its mirror, in the order the journal replays them.
+    assert_eq!(Step::RecordBridge.inverse(None), Some(Step::RemoveBridge));
+    assert_eq!(
+        rename.inverse(None),
+        Some(Step::Rename {
+            from: "br-pn1".into(),
+            to: "eth1".into()
+        })
+    );
+    assert_eq!(Step::AddPorts.inverse(None), Some(Step::RemovePorts));
+    assert_eq!(Step::RemovePorts.inverse(None), Some(Step::AddPorts));
+}
+
+/// A daemon killed between the record and the ports: the next pass renames (if not done),
+/// brings the NIC up (a crash between rename and up), adds the ports, and finishes the move
+/// from the snapshot; no trunks step (the ports are made with them).
+#[test]
+fn an_exchanged_move_cut_short_is_finished_from_the_record() {
+    let before = nic();
+    let snap = snapshot_of(&before);
+    let mut cur = Current {
+        nic: Some(&before),
+        snapshot: Some(&snap),
+        bridge_name: "eth1",
+        arp_ignore: true,
+        exchange: Some(exchange(false, false)),
+        ..Default::default()
+    };
+    let steps = move_steps(&cur, &[0]);
+    assert_eq!(
+        steps[..3],
+        [
+            Step::Rename {
+                from: "eth1".into(),
+                to: "br-pn1".into()
+            },
+            Step::AddPorts,
+            Step::SetArpIgnore("1".into())
+        ]
+    );
+    assert!(!steps.iter().any(|s| matches!(s, Step::SetTrunks(_))));
+    let mut down = before.clone();
+    down.up = false;
+    cur.nic = Some(&down);
+    cur.exchange = Some(exchange(true, false));
+    let steps = move_steps(&cur, &[0]);
+    assert_eq!(steps[..2], [Step::Up(Dev::Nic), Step::AddPorts]);
+    assert!(steps.contains(&Step::AddAddr(Dev::Bridge, addr("172.31.0.11/24"))));
+    assert!(steps.contains(&Step::DelAddr(Dev::Nic, addr("172.31.0.11/24"))));
+    assert_eq!(steps.last(), Some(&Step::WriteMapping));
+}
+
+/// The give-back with exchanged names: the NIC (still `br-<pn>`) gets the addresses and routes
+/// back, the bridge's ports go (freeing the name), the NIC takes its name back, the bridge
+/// with its record goes last.
+#[test]
+fn exchanged_give_back_renames_the_nic_back_before_the_bridge_goes() {
+    let before = nic();
+    let snap = snapshot_of(&before);
+    let mut bare = before.clone();
+    bare.addrs.retain(|a| is_link_local(a.net.addr()));
+    bare.routes.clear();
+    bare.arp_ignore = Some("1".into());
+    let bridge = LinkState {
+        addrs: snap.addrs.clone(),
+        routes: snap.routes.clone(),
+        up: true,
+        ..Default::default()
+    };
+    let mut cur = Current {
+        nic: Some(&bare),
+        bridge: Some(&bridge),
+        snapshot: Some(&snap),
+        mapping: Some("eth1".into()),
+        bridge_name: "eth1",
+        arp_ignore: true,
+        exchange: Some(exchange(true, true)),
+        ..Default::default()
+    };
+    let steps = give_back_steps(&cur);
+    assert_eq!(
+        steps.first(),
+        Some(&Step::AddAddr(Dev::Nic, addr("172.31.0.11/24")))
+    );
+    assert_eq!(
+        steps[steps.len() - 4..],
+        [
+            Step::RemoveMapping,
+            Step::RemovePorts,
+            Step::Rename {
+                from: "br-pn1".into(),
+                to: "eth1".into()
+            },
+            Step::RemoveBridge
+        ]
+    );
+    // A crash after the ports went: the NIC is renamed back from the record alone.
+    cur.bridge = None;
+    cur.mapping = None;
+    cur.exchange = Some(exchange(true, false));
+    let steps = give_back_steps(&cur);
+    assert_eq!(
+        steps[steps.len() - 2..],
+        [
+            Step::Rename {
+                from: "br-pn1".into(),
+                to: "eth1".into()
+            },
+            Step::RemoveBridge
+        ]
+    );
+    // A crash before the rename: nothing to rename back.
+    cur.exchange = Some(exchange(false, false));
+    assert!(
+        !give_back_steps(&cur)
+            .iter()
+            .any(|s| matches!(s, Step::Rename { .. }))
+    );
 }

@@ -13,6 +13,7 @@ use kube::ResourceExt as _;
 use kube::api::PostParams;
 use kube_ovn_api::crd::ProviderNetwork;
 use kube_ovn_node::config::Datapath;
+use kube_ovn_node::metrics::Metrics;
 use kube_ovn_node::ovs::{MONITORED, Ovs};
 use kube_ovn_node::provider_network::mover::FailPoint;
 use kube_ovn_node::provider_network::{ProviderNetworks, Settings};
@@ -30,6 +31,8 @@ pub struct Rig {
     pub node: OvsNode,
     pub peer: Netns,
     pub ovs: Ovs,
+    /// The registry every task of this rig records into.
+    pub metrics: Metrics,
 }
 
 pub async fn rig(prefix: &str) -> Result<Rig> {
@@ -151,7 +154,12 @@ pub async fn rig(prefix: &str) -> Result<Rig> {
         ".",
         "external_ids:ovn-bridge-mappings=other:br-other",
     ])?;
-    let rig = Rig { node, peer, ovs };
+    let rig = Rig {
+        node,
+        peer,
+        ovs,
+        metrics: Metrics::new(),
+    };
     // The "before" picture is taken once the link-local address has finished DAD.
     wait_until_async("eth1's link-local address out of DAD", WAIT, || async {
         Ok(!rig.dump("eth1")?.iter().any(|l| l.contains("tentative")))
@@ -233,6 +241,7 @@ impl Rig {
             vlans: Watched::start(Api::all(kube.clone()), None, None),
             nodes: Watched::start(Api::all(kube.clone()), None, None),
             fail_at,
+            metrics: self.metrics.clone(),
         };
         Ok(tokio::spawn(task.run()))
     }
