@@ -1,0 +1,213 @@
+//! Pods on dual-stack and IPv6 underlay subnets (Kube-OVN runs its underlay e2e on IPv4, IPv6
+//! and dual-stack clusters), with the fabric of `underlay_pods.rs`: real OVS on the userspace
+//! datapath, real OVN, the real daemon and shim, and the fabric's router as the physical
+//! gateway of each family. The controller's rows are written by the test (common/underlay.rs).
+//!
+//! What is asserted is what a pod sees: both addresses and both default routes, the CNI ADD's
+//! gateway check waiting for the IPv6 gateway too (Kube-OVN pings an IPv6 gateway where it
+//! arpings an IPv4 one), IPv6 frames tagged on the wire with the pod's own MAC and address, and
+//! Kube-OVN's "should support IPv6 connectivity to node IPs when pod start immediately": the
+//! pod's first ping to an IPv6 address on its network, sent as ADD returns, is answered. The
+//! daemon adds the pod's IPv6 addresses with `nodad` (`dataplane::route::add_address`): OVN's
+//! IPAM made them unique, and duplicate address detection would keep them tentative, unusable
+//! as a source, for a second or more after ADD.
+
+mod common;
+
+use std::net::IpAddr;
+
+use anyhow::{Context, Result};
+use common::underlay::{PATH_WAIT, Underlay, UnderlaySubnet, wait_ping};
+use common::{Options, TestPod};
+use serde_json::json;
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().expect("an IP literal")
+}
+
+/// The pods' ports on `br-int` of node `node` (not ovn-controller's patch ports).
+fn pod_ports(ul: &Underlay, node: usize) -> Result<Vec<String>> {
+    let mut ports = ul.cluster.nodes[node].pod_ports()?;
+    ports.retain(|p| !p.starts_with("patch-"));
+    Ok(ports)
+}
+
+/// The pod's MAC from its CNI result.
+fn mac(pod: &TestPod) -> String {
+    pod.result["interfaces"][0]["mac"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// `ip -6 addr show dev eth0` in the pod, with the address `addr` on its line.
+fn ipv6_line(pod: &TestPod, addr: &str) -> Result<String> {
+    let out = pod.netns.ip(&["-6", "addr", "show", "dev", "eth0"])?;
+    out.lines()
+        .find(|l| l.contains(&format!("inet6 {addr}/")))
+        .map(str::to_owned)
+        .with_context(|| format!("{addr} on {}'s eth0: {out}", pod.name))
+}
+
+/// A dual-stack underlay subnet on VLAN 100 and an IPv6-only one on VLAN 300, the router the
+/// gateway of each family. A pod gets both addresses and a default route per family, its ADD
+/// returns once both gateways answered, and its first ping to an IPv6 host of its VLAN (one
+/// that never heard of it) is answered; the echo is on the trunk tagged 100 with the pod's MAC
+/// and address. Pod to pod across nodes over IPv6 goes over the fabric, tagged. The
+/// IPv6-only pod has no IPv4 address, reaches its gateway at once, tagged 300.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dual_stack_underlay_pods_reach_both_gateways_tagged_and_answer_ipv6_at_once() -> Result<()> {
+    let ul = Underlay::start(Options::default(), 1500).await?;
+    ul.map(0)?;
+    ul.map(1)?;
+    let gw100 = ul.router.add_vlan_gateway(100, "10.100.0.1/24")?;
+    ul.router.add_address(&gw100, "fd00:100::1/64")?;
+    // Another host of VLAN 100, with an IPv6 address only: the pods' first packets to it need
+    // neighbour discovery both ways (Kube-OVN's case pings a node's address on the network).
+    let host = ul.router.add_vlan_gateway(100, "fd00:100::99/64")?;
+    let gw300 = ul.router.add_vlan_gateway(300, "fd00:300::1/64")?;
+    let dual = UnderlaySubnet::new(
+        "uldual",
+        "10.100.0.0/24,fd00:100::/64",
+        "10.100.0.1,fd00:100::1",
+        100,
+    );
+    let v6only = UnderlaySubnet::new("ulsix", "fd00:300::/64", "fd00:300::1", 300);
+    ul.subnet(&dual, json!({})).await?;
+    ul.subnet(&v6only, json!({})).await?;
+
+    let trunk0 = ul.router.capture(&ul.trunks[0])?;
+    let a = ul
+        .pod(&dual, "a", 0, [ip("10.100.0.10"), ip("fd00:100::10")], &[])
+        .await?;
+    // Kube-OVN's case: `ping6 -c 1 -w 1 <address>` as the pod starts, one try.
+    assert!(
+        a.netns.ping(ip("fd00:100::99")),
+        "a's first ping to an IPv6 host of its VLAN, right after ADD, went unanswered"
+    );
+    assert!(a.netns.ping(ip("fd00:100::1")), "a pings its IPv6 gateway");
+    assert!(a.netns.ping(ip("10.100.0.1")), "a pings its IPv4 gateway");
+
+    // Both families in the CNI result and on eth0; the IPv6 address usable at once.
+    let ips: Vec<&str> = a.result["ips"]
+        .as_array()
+        .context("ips in the result")?
+        .iter()
+        .filter_map(|i| i["address"].as_str())
+        .collect();
+    assert_eq!(ips, ["10.100.0.10/24", "fd00:100::10/64"], "{}", a.result);
+    let line = ipv6_line(&a, "fd00:100::10")?;
+    assert!(!line.contains("tentative"), "{line}");
+    let v4_default = a.netns.ip(&["-4", "route", "show", "default"])?;
+    assert!(v4_default.contains("via 10.100.0.1 dev eth0"), "{v4_default}");
+    let v6_default = a.netns.ip(&["-6", "route", "show", "default"])?;
+    assert!(v6_default.contains("via fd00:100::1 dev eth0"), "{v6_default}");
+
+    // On the trunk: tagged 100, the pod's own MAC and address, to the router's MAC.
+    let echo = trunk0.wait_frame("a's IPv6 echo to the host, tagged 100", PATH_WAIT, |f| {
+        f.src_ip.as_deref() == Some("fd00:100::10") && f.dst_ip.as_deref() == Some("fd00:100::99")
+    })?;
+    assert_eq!(echo.ethertype, "IPv6", "{}", echo.line);
+    assert_eq!(echo.vlan, Some(100), "{}", echo.line);
+    assert_eq!(echo.src_mac, mac(&a), "the pod's own MAC: {}", echo.line);
+    assert_eq!(echo.dst_mac, ul.router.mac(&host)?, "{}", echo.line);
+    let to_gw = trunk0.wait_frame("a's IPv6 echo to its gateway", PATH_WAIT, |f| {
+        f.src_ip.as_deref() == Some("fd00:100::10") && f.dst_ip.as_deref() == Some("fd00:100::1")
+    })?;
+    assert_eq!(to_gw.vlan, Some(100), "{}", to_gw.line);
+    assert_eq!(to_gw.dst_mac, ul.router.mac(&gw100)?, "{}", to_gw.line);
+
+    // Pod to pod across nodes over IPv6: through node 0's trunk, tagged.
+    let b = ul
+        .pod(&dual, "b", 1, [ip("10.100.0.11"), ip("fd00:100::11")], &[])
+        .await?;
+    wait_ping(&a, ip("fd00:100::11"))?;
+    let across = trunk0.wait_frame("a's IPv6 echo to b on the trunk", PATH_WAIT, |f| {
+        f.src_ip.as_deref() == Some("fd00:100::10") && f.dst_ip.as_deref() == Some("fd00:100::11")
+    })?;
+    assert_eq!(across.vlan, Some(100), "{}", across.line);
+    assert!(b.netns.ping(ip("10.100.0.10")), "b reaches a over IPv4 too");
+
+    // IPv6 only: one address, one default route, no IPv4; tagged 300.
+    let z = ul.pod(&v6only, "z", 0, [ip("fd00:300::10")], &[]).await?;
+    assert!(z.netns.ping(ip("fd00:300::1")), "z's first ping to its gateway");
+    assert_eq!(z.result["ips"].as_array().map(Vec::len), Some(1), "{}", z.result);
+    assert_eq!(z.netns.ip(&["-4", "addr", "show", "dev", "eth0"])?.trim(), "");
+    let v6_default = z.netns.ip(&["-6", "route", "show", "default"])?;
+    assert!(v6_default.contains("via fd00:300::1 dev eth0"), "{v6_default}");
+    let tagged = trunk0.wait_frame("z's echo to its gateway", PATH_WAIT, |f| {
+        f.src_ip.as_deref() == Some("fd00:300::10") && f.dst_ip.as_deref() == Some("fd00:300::1")
+    })?;
+    assert_eq!(tagged.vlan, Some(300), "{}", tagged.line);
+    assert_eq!(tagged.dst_mac, ul.router.mac(&gw300)?, "{}", tagged.line);
+    Ok(())
+}
+
+/// The gateway check of a dual-stack underlay pod covers the IPv6 gateway: with the router
+/// answering ARP for 10.100.0.1 but not owning fd00:100::1, ADD fails after
+/// `--gateway-check-max-retry` pings naming the IPv6 gateway and leaves nothing on the node;
+/// with `disableGatewayCheck` the same pod is made, and its IPv6 address is usable at once
+/// (nothing waited for it). Once the router owns the address, ADD succeeds with the check on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unanswered_ipv6_gateway_fails_add_unless_the_check_is_disabled() -> Result<()> {
+    let ul = Underlay::start(
+        Options {
+            daemon_flags: vec!["--gateway-check-max-retry=3".into()],
+            ..Options::default()
+        },
+        1500,
+    )
+    .await?;
+    ul.map(0)?;
+    let gw = ul.router.add_vlan_gateway(100, "10.100.0.1/24")?;
+    ul.router.add_vlan_gateway(100, "fd00:100::99/64")?;
+    let checked = UnderlaySubnet::new(
+        "ulcheck",
+        "10.100.0.0/24,fd00:100::/64",
+        "10.100.0.1,fd00:100::1",
+        100,
+    );
+    let blind = UnderlaySubnet::new(
+        "ulblind",
+        "10.100.0.0/24,fd00:100::/64",
+        "10.100.0.1,fd00:100::1",
+        100,
+    );
+    ul.subnet(&checked, json!({})).await?;
+    ul.subnet(&blind, json!({"disableGatewayCheck": true})).await?;
+
+    let (_, run) = ul
+        .try_pod(&checked, "nogw", 0, [ip("10.100.0.20"), ip("fd00:100::20")], &[])
+        .await?;
+    assert!(!run.success, "ADD succeeded without an IPv6 gateway");
+    assert!(
+        run.stdout.contains(
+            "network fd00:100::20/64 with gateway fd00:100::1 is not ready for interface eth0 after 3 checks"
+        ),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(pod_ports(&ul, 0)?, Vec::<String>::new());
+
+    // disableGatewayCheck: made all the same; its IPv6 address is a source at once.
+    let c = ul
+        .pod(&blind, "c", 0, [ip("10.100.0.21"), ip("fd00:100::21")], &[])
+        .await?;
+    assert!(
+        c.netns.ping(ip("fd00:100::99")),
+        "c's first ping to an IPv6 host of its VLAN, right after ADD, went unanswered"
+    );
+    assert!(!c.netns.ping(ip("fd00:100::1")), "nobody owns the IPv6 gateway");
+    assert!(c.netns.ping(ip("10.100.0.1")));
+
+    // The router takes the address: the checked ADD goes through and the gateway answers.
+    ul.router.add_address(&gw, "fd00:100::1/64")?;
+    let d = ul
+        .pod(&checked, "d", 0, [ip("10.100.0.22"), ip("fd00:100::22")], &[])
+        .await?;
+    assert!(
+        d.netns.ping(ip("fd00:100::1")),
+        "d's first ping to its IPv6 gateway"
+    );
+    Ok(())
+}
