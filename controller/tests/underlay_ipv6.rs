@@ -14,7 +14,7 @@ use common::{Env, WAIT, ann};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, PostParams};
-use kube_ovn_api::crd::Ip;
+use kube_ovn_api::crd::{ConditionStatus, Ip};
 use kube_ovn_testkit::wait_until_async;
 use netkit::{lrp_mac, nb_until, port, subnet_until};
 use serde_json::json;
@@ -209,6 +209,61 @@ async fn u2o_on_a_dual_stack_underlay_writes_each_familys_policies_and_routes_ip
     )
     .await;
 
+    // A static U2O address per family is honoured; an IPv6 one outside the CIDR or in upper
+    // case is refused naming the field (Kube-OVN's messages), and nothing changes.
+    let static_spec = |ip: &str| {
+        let mut s = spec(true);
+        s["u2oInterconnectionIP"] = json!(ip);
+        s
+    };
+    for (bad, words) in [
+        (
+            "172.17.0.100,fd00:99::5",
+            vec![
+                "spec.u2oInterconnectionIP",
+                "is not in subnet ul cidr 172.17.0.0/24,fd00:17::/64",
+            ],
+        ),
+        (
+            "172.17.0.100,FD00:17::100",
+            vec![
+                "spec.u2oInterconnectionIP",
+                "v6 ip address can not contain upper case",
+            ],
+        ),
+    ] {
+        subnet(&env, "ul", static_spec(bad)).await;
+        let s = subnet_until(&env, "ul", "refused", |s| {
+            netkit::subnet_condition(s, "Validated").is_some_and(|c| {
+                c.status == ConditionStatus::False
+                    && words
+                        .iter()
+                        .all(|w| c.message.as_deref().unwrap_or_default().contains(w))
+            })
+        })
+        .await;
+        assert_eq!(
+            s.status.unwrap().u2o_interconnection_ip,
+            Some(format!("{u4},{u6}")),
+            "nothing changed"
+        );
+    }
+    subnet(&env, "ul", static_spec("172.17.0.100,fd00:17::100")).await;
+    subnet_until(&env, "ul", "the static U2O addresses", |s| {
+        s.status
+            .as_ref()
+            .and_then(|s| s.u2o_interconnection_ip.as_deref())
+            == Some("172.17.0.100,fd00:17::100")
+    })
+    .await;
+    nb_until(
+        &env,
+        &["get", "Logical_Router_Port", "ovn-cluster-ul", "networks"],
+        "the router port on the static addresses",
+        |o| o.contains("172.17.0.100/24") && o.contains("fd00:17::100/64"),
+    )
+    .await;
+
     // An IPv6-only underlay subnet: only the ip6 half.
     provider_network(&env, "pn1", &["v100", "v200"]).await;
     vlan(&env, "v200", 200, "pn1").await;
@@ -265,4 +320,65 @@ async fn u2o_on_a_dual_stack_underlay_writes_each_familys_policies_and_routes_ip
     .await;
     assert!(subnet_policies(&env, "ovn-cluster", "ul").is_empty());
     assert!(!exists(&env, "Logical_Router_Port", "ovn-cluster-ul"));
+}
+
+/// U2O on a dual-stack underlay subnet of a custom VPC: policy3 and the common allow per family,
+/// and a source route per family to that family's physical gateway (Kube-OVN's
+/// `addCustomVPCStaticRouteForSubnet`); no exclude sets (policy2 is the default VPC's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn u2o_on_a_dual_stack_underlay_in_a_custom_vpc_routes_each_family_to_its_gateway() {
+    let env = Env::start().await;
+    dual_node(&env, "node1", "172.18.0.2", "fd00:18::2").await;
+    provider_network(&env, "pn3", &["v300"]).await;
+    vlan(&env, "v300", 300, "pn3").await;
+    env.apply_yaml(
+        json!({"apiVersion": "kubeovn.io/v1", "kind": "Vpc", "metadata": {"name": "vpc1"},
+        "spec": {}}),
+    )
+    .await;
+    netkit::vpc_until(&env, "vpc1", "a router", |v| {
+        v.status.as_ref().and_then(|s| s.router.as_deref()) == Some("vpc1")
+    })
+    .await;
+    subnet(
+        &env,
+        "cul",
+        json!({"cidrBlock": "172.19.0.0/24,fd00:19::/64", "vlan": "v300", "vpc": "vpc1",
+            "u2oInterconnection": true}),
+    )
+    .await;
+    let (u2o, _) = u2o_status(&env, "cul").await;
+    assert!(u2o.len() == 2 && u2o[0].is_ipv4() && u2o[1].is_ipv6(), "{u2o:?}");
+    nb_until(
+        &env,
+        &["get", "Logical_Router_Port", "vpc1-cul", "networks"],
+        "the router port on both U2O addresses",
+        |o| o.contains(&format!("{}/24", u2o[0])) && o.contains(&format!("{}/64", u2o[1])),
+    )
+    .await;
+    // The gateways Kube-OVN defaults to: the first address of each CIDR.
+    let want = [
+        "29000 ip4.src == 172.19.0.0/24 reroute 172.19.0.1 true",
+        "29000 ip6.src == fd00:19::/64 reroute fd00:19::1 true",
+        "31000 ip4.dst == 172.19.0.0/24 allow  false",
+        "31000 ip6.dst == fd00:19::/64 allow  false",
+    ];
+    wait_until_async("policy3 and the common allow of each family", WAIT, || async {
+        Ok(subnet_policies(&env, "vpc1", "cul") == want)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}: {:#?}", subnet_policies(&env, "vpc1", "cul")));
+    nb_until(
+        &env,
+        &["lr-route-list", "vpc1"],
+        "a source route per family",
+        |o| {
+            o.lines()
+                .any(|l| l.contains("172.19.0.0/24") && l.contains("172.19.0.1") && l.contains("src-ip"))
+                && o.lines()
+                    .any(|l| l.contains("fd00:19::/64") && l.contains("fd00:19::1") && l.contains("src-ip"))
+        },
+    )
+    .await;
+    assert!(!exists(&env, "Address_Set", "cul.u2o_exclude_ip.ip6"));
 }
