@@ -17,8 +17,11 @@ mod common;
 use std::net::IpAddr;
 
 use anyhow::{Context, Result};
-use common::underlay::{PATH_WAIT, Underlay, UnderlaySubnet, wait_ping};
+use common::underlay::{PATH_WAIT, PodAddrs, Underlay, UnderlaySubnet, wait_ping};
 use common::{Options, TestPod};
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use kube_ovn_api::crd::Subnet;
 use serde_json::json;
 
 fn ip(s: &str) -> IpAddr {
@@ -209,5 +212,180 @@ async fn an_unanswered_ipv6_gateway_fails_add_unless_the_check_is_disabled() -> 
         d.netns.ping(ip("fd00:100::1")),
         "d's first ping to its IPv6 gateway"
     );
+    Ok(())
+}
+
+/// ADD of a new pod, tried again (bounded) while the daemon's subnet cache does not have the
+/// subnet's `status.u2oInterconnectionIP` yet (the test writes it just before); the last run.
+async fn try_u2o_pod(
+    ul: &Underlay,
+    subnet: &UnderlaySubnet,
+    name: &str,
+    ips: impl PodAddrs + Copy,
+) -> Result<(TestPod, common::runtime::PluginRun)> {
+    let deadline = std::time::Instant::now() + PATH_WAIT;
+    let mut n = 0;
+    loop {
+        n += 1;
+        let pod_name = format!("{name}{n}");
+        let (pod, run) = ul.try_pod(subnet, &pod_name, 0, ips, &[]).await?;
+        if run.success || !run.stdout.contains("failed to generate u2o ip") {
+            return Ok((pod, run));
+        }
+        // The logical port of the refused try goes, so the next one can take the addresses.
+        ul.cluster.ovn.nbctl(&["lsp-del", &format!("{pod_name}.ul")])?;
+        ul.cluster.delete_pod_object("ul", &pod_name).await?;
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "the daemon never saw the U2O addresses: {}",
+            run.stdout
+        );
+    }
+}
+
+/// U2O on a dual-stack underlay subnet, as the daemon sees it (Kube-OVN's
+/// `configureContainerNic`): the default route of each family goes through that family's U2O
+/// address (the subnet's port on the VPC router), and the gateway check probes the U2O
+/// addresses before the physical gateways — a router port without the IPv6 U2O address fails
+/// ADD naming it. With the port on both, the pod reaches an address beyond the physical router
+/// through OVN's router (the routed echo leaves on the trunk, tagged, from the router port's
+/// MAC), with the rows the controller writes (the router port, its switch port, policies 1
+/// and 3 per family) written here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn u2o_pods_route_each_family_through_the_router_port_checked_first() -> Result<()> {
+    let ul = Underlay::start(
+        Options {
+            daemon_flags: vec!["--gateway-check-max-retry=3".into()],
+            ..Options::default()
+        },
+        1500,
+    )
+    .await?;
+    ul.map(0)?;
+    let gw = ul.router.add_vlan_gateway(100, "10.100.0.1/24")?;
+    ul.router.add_address(&gw, "fd00:100::1/64")?;
+    // Beyond the physical router: what only a default route reaches.
+    ul.router.add_address(&gw, "192.0.2.1/24")?;
+    ul.router.add_address(&gw, "2001:db8:1::1/64")?;
+    let u2o = UnderlaySubnet::new(
+        "ulu2o",
+        "10.100.0.0/24,fd00:100::/64",
+        "10.100.0.1,fd00:100::1",
+        100,
+    );
+    ul.subnet(&u2o, json!({"u2oInterconnection": true})).await?;
+    Api::<Subnet>::all(ul.cluster.kube.clone())
+        .patch_status(
+            "ulu2o",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"u2oInterconnectionIP": "10.100.0.2,fd00:100::2"}})),
+        )
+        .await?;
+    // The VPC router's port on the subnet, on the IPv4 U2O address only for now.
+    let router_mac = "0a:00:00:00:aa:01";
+    let ovn = &ul.cluster.ovn;
+    ovn.nbctl(&["lr-add", "vpc-r"])?;
+    ovn.nbctl(&["lrp-add", "vpc-r", "vpc-r-ulu2o", router_mac, "10.100.0.2/24"])?;
+    ovn.nbctl(&[
+        "lsp-add",
+        "ulu2o",
+        "ulu2o-vpc-r",
+        "--",
+        "lsp-set-type",
+        "ulu2o-vpc-r",
+        "router",
+        "--",
+        "lsp-set-addresses",
+        "ulu2o-vpc-r",
+        "router",
+        "--",
+        "lsp-set-options",
+        "ulu2o-vpc-r",
+        "router-port=vpc-r-ulu2o",
+    ])?;
+    // As on Kube-OVN's ovn-cluster, the router's default routes go to the join network (a
+    // port with nothing behind it here): off-subnet traffic leaves for the physical gateway only
+    // because policy3 (29000: from the subnet, reroute) says so; policy1 (29400: to the subnet,
+    // allow) keeps the router's own replies to the pods on the subnet.
+    ovn.nbctl(&[
+        "lrp-add",
+        "vpc-r",
+        "vpc-r-join",
+        "0a:00:00:00:aa:02",
+        "100.64.0.1/16",
+        "fd00:100:64::1/112",
+    ])?;
+    ovn.nbctl(&["lr-route-add", "vpc-r", "0.0.0.0/0", "100.64.0.254"])?;
+    ovn.nbctl(&["lr-route-add", "vpc-r", "::/0", "fd00:100:64::254"])?;
+    for (priority, m, action) in [
+        ("29400", "ip4.dst == 10.100.0.0/24", vec!["allow"]),
+        ("29400", "ip6.dst == fd00:100::/64", vec!["allow"]),
+        ("29000", "ip4.src == 10.100.0.0/24", vec!["reroute", "10.100.0.1"]),
+        (
+            "29000",
+            "ip6.src == fd00:100::/64",
+            vec!["reroute", "fd00:100::1"],
+        ),
+    ] {
+        let mut args = vec!["lr-policy-add", "vpc-r", priority, m];
+        args.extend(action);
+        ovn.nbctl(&args)?;
+    }
+
+    let (_, run) = try_u2o_pod(&ul, &u2o, "nou2o", [ip("10.100.0.20"), ip("fd00:100::20")]).await?;
+    assert!(!run.success, "ADD succeeded without the IPv6 U2O address");
+    assert!(
+        run.stdout.contains(
+            "network fd00:100::20/64 with gateway fd00:100::2 is not ready for interface eth0 after 3 checks"
+        ),
+        "{}",
+        run.stdout
+    );
+
+    ovn.nbctl(&[
+        "set",
+        "Logical_Router_Port",
+        "vpc-r-ulu2o",
+        "networks=[\"10.100.0.2/24\",\"fd00:100::2/64\"]",
+    ])?;
+    let trunk0 = ul.router.capture(&ul.trunks[0])?;
+    let (a, run) = try_u2o_pod(&ul, &u2o, "a", [ip("10.100.0.10"), ip("fd00:100::10")]).await?;
+    anyhow::ensure!(
+        run.success,
+        "ADD with both U2O addresses failed: {}\n{}",
+        run.stdout,
+        ul.cluster.nodes[0].daemon.log_tail(30)
+    );
+    let v4_default = a.netns.ip(&["-4", "route", "show", "default"])?;
+    assert!(v4_default.contains("via 10.100.0.2 dev eth0"), "{v4_default}");
+    let v6_default = a.netns.ip(&["-6", "route", "show", "default"])?;
+    assert!(v6_default.contains("via fd00:100::2 dev eth0"), "{v6_default}");
+    assert!(
+        a.netns.ping(ip("fd00:100::2")),
+        "a's first ping to its IPv6 U2O address"
+    );
+    // The CNI result reports the default routes as installed (Kube-OVN's `finalRoutes`), the
+    // addresses' gateways staying the physical ones.
+    let routes = &a.result["routes"];
+    for (dst, gw) in [("0.0.0.0/0", "10.100.0.2"), ("::/0", "fd00:100::2")] {
+        assert!(
+            routes
+                .as_array()
+                .is_some_and(|r| r.contains(&json!({"dst": dst, "gw": gw}))),
+            "{dst} via {gw} in {}",
+            a.result
+        );
+    }
+    assert_eq!(a.result["ips"][1]["gateway"], "fd00:100::1", "{}", a.result);
+
+    // Off the subnet: through OVN's router (policy3 to the physical gateway), out tagged.
+    wait_ping(&a, ip("2001:db8:1::1"))?;
+    let routed = trunk0.wait_frame("a's routed IPv6 echo on the trunk", PATH_WAIT, |f| {
+        f.src_ip.as_deref() == Some("fd00:100::10") && f.dst_ip.as_deref() == Some("2001:db8:1::1")
+    })?;
+    assert_eq!(routed.vlan, Some(100), "{}", routed.line);
+    assert_eq!(routed.src_mac, router_mac, "routed by OVN: {}", routed.line);
+    assert_eq!(routed.dst_mac, ul.router.mac(&gw)?, "{}", routed.line);
+    wait_ping(&a, ip("192.0.2.1"))?;
     Ok(())
 }
