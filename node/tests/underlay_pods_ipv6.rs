@@ -22,6 +22,7 @@ use common::{Options, TestPod};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kube_ovn_api::crd::Subnet;
+use kube_ovn_testkit::wait_until_async;
 use serde_json::json;
 
 fn ip(s: &str) -> IpAddr {
@@ -150,12 +151,13 @@ async fn dual_stack_underlay_pods_reach_both_gateways_tagged_and_answer_ipv6_at_
 /// answering ARP for 10.100.0.1 but not owning fd00:100::1, ADD fails after
 /// `--gateway-check-max-retry` pings naming the IPv6 gateway and leaves nothing on the node;
 /// with `disableGatewayCheck` the same pod is made, and its IPv6 address is usable at once
-/// (nothing waited for it). Once the router owns the address, ADD succeeds with the check on.
+/// (nothing waited for it). An ADD checking the IPv6 gateway completes when the router takes
+/// the address.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unanswered_ipv6_gateway_fails_add_unless_the_check_is_disabled() -> Result<()> {
     let ul = Underlay::start(
         Options {
-            daemon_flags: vec!["--gateway-check-max-retry=3".into()],
+            daemon_flags: vec!["--gateway-check-max-retry=5".into()],
             ..Options::default()
         },
         1500,
@@ -185,7 +187,7 @@ async fn an_unanswered_ipv6_gateway_fails_add_unless_the_check_is_disabled() -> 
     assert!(!run.success, "ADD succeeded without an IPv6 gateway");
     assert!(
         run.stdout.contains(
-            "network fd00:100::20/64 with gateway fd00:100::1 is not ready for interface eth0 after 3 checks"
+            "network fd00:100::20/64 with gateway fd00:100::1 is not ready for interface eth0 after 5 checks"
         ),
         "{}",
         run.stdout
@@ -203,11 +205,37 @@ async fn an_unanswered_ipv6_gateway_fails_add_unless_the_check_is_disabled() -> 
     assert!(!c.netns.ping(ip("fd00:100::1")), "nobody owns the IPv6 gateway");
     assert!(c.netns.ping(ip("10.100.0.1")));
 
-    // The router takes the address: the checked ADD goes through and the gateway answers.
-    ul.router.add_address(&gw, "fd00:100::1/64")?;
-    let d = ul
-        .pod(&checked, "d", 0, [ip("10.100.0.22"), ip("fd00:100::22")], &[])
+    // An ADD whose check is pinging the IPv6 gateway (its IPv4 one has answered) completes
+    // once the router takes the address.
+    let node0 = &ul.cluster.nodes[0];
+    let v4_ready = || {
+        node0
+            .daemon
+            .log()
+            .lines()
+            .filter(|l| l.contains("ul/d") && l.contains("gateway is ready"))
+            .any(|l| l.contains("\"gateway\":\"10.100.0.1\""))
+    };
+    let add = ul.try_pod(&checked, "d", 0, [ip("10.100.0.22"), ip("fd00:100::22")], &[]);
+    let answer_when_checking = async {
+        wait_until_async("d's check to reach the IPv6 gateway", PATH_WAIT, || async {
+            Ok(v4_ready())
+        })
         .await?;
+        ul.router.add_address(&gw, "fd00:100::1/64")
+    };
+    let ((d, run), ()) = tokio::try_join!(add, answer_when_checking)?;
+    assert!(run.success, "{}\n{}", run.stdout, node0.daemon.log_tail(20));
+    let log = node0.daemon.log();
+    let v6_ready = log
+        .lines()
+        .filter(|l| l.contains("ul/d") && l.contains("gateway is ready"))
+        .find(|l| l.contains("\"gateway\":\"fd00:100::1\""))
+        .context("d's IPv6 gateway check in the daemon's log")?;
+    assert!(
+        !v6_ready.contains("\"checks\":1,"),
+        "answered at the first ping: {v6_ready}"
+    );
     assert!(
         d.netns.ping(ip("fd00:100::1")),
         "d's first ping to its IPv6 gateway"
