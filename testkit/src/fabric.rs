@@ -12,7 +12,8 @@
 //! ```
 //!
 //! [`Capture`] runs `tcpdump -e -nn -l` on a router port and parses what the tests assert on:
-//! MACs, the 802.1Q tag, and the IPv4 addresses (so "no NAT" and "tagged 100" are checkable).
+//! MACs, the 802.1Q tag, and the IPv4 and IPv6 addresses (so "no NAT" and "tagged 100" are
+//! checkable).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -95,7 +96,8 @@ impl VlanRouter {
 
     /// The physical gateway of VLAN `id` (0: untagged): an internal port of the bridge with
     /// `tag=id` (an access port: frames leave it untagged, enter the trunks tagged) carrying
-    /// `cidr` (`10.100.0.1/24`). Returns the port's name.
+    /// `cidr` (`10.100.0.1/24`, or an IPv6 one, see [`VlanRouter::add_address`]). Returns the
+    /// port's name.
     pub fn add_vlan_gateway(&self, id: u16, cidr: &str) -> anyhow::Result<String> {
         let port = self.unique("g");
         let mut args = vec![
@@ -125,9 +127,28 @@ impl VlanRouter {
         // for any of its addresses on any interface otherwise), so a frame that reaches the
         // wrong VLAN's port is not answered and VLAN isolation is observable.
         ns.exec(&["sysctl", "-qw", &format!("net.ipv4.conf.{port}.arp_ignore=1")])?;
-        ns.ip(&["addr", "add", cidr, "dev", &port])?;
+        self.add_address(&port, cidr)?;
         ns.ip(&["link", "set", &port, "up"])?;
         Ok(port)
+    }
+
+    /// Adds `cidr` (`fd00:100::1/64`) to the gateway port `port`: a VLAN's second family, for
+    /// dual-stack and IPv6 subnets. IPv6 goes on without duplicate address detection, so the
+    /// router answers at once (the address is the test's, nobody else's), and the router
+    /// forwards IPv6 as it does IPv4.
+    pub fn add_address(&self, port: &str, cidr: &str) -> anyhow::Result<()> {
+        let ns = self.netns();
+        let mut args = vec!["addr", "add", cidr, "dev", port];
+        if cidr.contains(':') {
+            ns.exec(&["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"])?;
+            args.push("nodad");
+        }
+        ns.ip(&args).map(drop)
+    }
+
+    /// Removes `cidr` from the gateway port `port` (a router that stops answering one family).
+    pub fn del_address(&self, port: &str, cidr: &str) -> anyhow::Result<()> {
+        self.netns().ip(&["addr", "del", cidr, "dev", port]).map(drop)
     }
 
     /// Takes a gateway port down or up (a router that stops answering).
@@ -235,7 +256,7 @@ pub struct Frame {
     pub vlan: Option<u16>,
     /// `ARP`, `IPv4`, `IPv6`… (the innermost ethertype's name).
     pub ethertype: String,
-    /// IPv4 source and destination (without ports), for IPv4 frames.
+    /// IP source and destination (without ports), for IPv4 and IPv6 frames.
     pub src_ip: Option<String>,
     pub dst_ip: Option<String>,
     /// The whole line.
@@ -267,7 +288,7 @@ impl Frame {
         let last = line.rsplit("ethertype ").next()?;
         let ethertype = last.split_whitespace().next()?.to_owned();
         let (mut src_ip, mut dst_ip) = (None, None);
-        if ethertype == "IPv4" {
+        if ethertype == "IPv4" || ethertype == "IPv6" {
             // `(0x0800), length N: a > b: …` untagged; `(0x0800), a > b: …` after a tag.
             let after = last.split_once("), ")?.1;
             let after =
@@ -297,8 +318,12 @@ impl Frame {
     }
 }
 
-/// `10.0.0.1.80` → `10.0.0.1` (tcpdump -nn appends the port with a dot).
+/// `10.0.0.1.80` → `10.0.0.1`, `fd00::1.80` → `fd00::1` (tcpdump -nn appends the port with a
+/// dot).
 fn strip_port(addr: &str) -> String {
+    if addr.contains(':') {
+        return addr.split('.').next().unwrap_or(addr).to_owned();
+    }
     let parts: Vec<&str> = addr.split('.').collect();
     if parts.len() == 5 {
         parts[..4].join(".")
@@ -330,6 +355,14 @@ mod tests {
         assert_eq!(arp.vlan, Some(200));
         assert_eq!(arp.ethertype, "ARP");
         assert_eq!(arp.src_ip, None);
+
+        let v6 = Frame::parse("12:00:00.000001 0a:00:00:64:00:10 > 2e:1f:00:00:00:01, ethertype 802.1Q (0x8100), length 122: vlan 100, p 0, ethertype IPv6 (0x86dd), fd00:100::10 > fd00:100::1: ICMP6, echo request, id 7, seq 1, length 64").unwrap();
+        assert_eq!((v6.vlan, v6.ethertype.as_str()), (Some(100), "IPv6"));
+        assert_eq!(v6.src_ip.as_deref(), Some("fd00:100::10"));
+        assert_eq!(v6.dst_ip.as_deref(), Some("fd00:100::1"));
+        let v6 = Frame::parse("12:00:00.000001 0a:00:00:64:00:10 > 2e:1f:00:00:00:01, ethertype IPv6 (0x86dd), length 94: fd00::10.41000 > fd00::1.80: Flags [S], seq 1").unwrap();
+        assert_eq!(v6.src_ip.as_deref(), Some("fd00::10"));
+        assert_eq!(v6.dst_ip.as_deref(), Some("fd00::1"));
 
         assert_eq!(
             Frame::parse("listening on t1x0, link-type EN10MB (Ethernet)"),

@@ -2,6 +2,8 @@
 //! reads (their status written as the Vlan reconciler leaves it), and the localnet port's and
 //! the U2O policies' northbound rows.
 
+#![allow(dead_code)] // each test binary uses a different subset
+
 use kube::api::{Api, Patch, PatchParams};
 use kube_ovn_api::crd::ProviderNetwork;
 use serde_json::json;

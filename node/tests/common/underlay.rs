@@ -7,7 +7,7 @@
 //! Subnet object the daemon reads, and the pod's annotations.
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -31,22 +31,61 @@ pub const NIC: &str = "eth1";
 #[derive(Debug, Clone)]
 pub struct UnderlaySubnet {
     pub name: String,
-    /// `10.100.0.0/24`.
+    /// `10.100.0.0/24`, or one CIDR per family (`10.100.0.0/24,fd00:100::/64`).
     pub cidr: String,
-    /// The physical router's address, the pods' gateway.
-    pub gateway: Ipv4Addr,
+    /// The physical router's addresses, the pods' gateways (one per family, as `cidr`).
+    pub gateways: Vec<IpAddr>,
     /// The VLAN id (0: untagged).
     pub vlan: u16,
 }
 
 impl UnderlaySubnet {
+    /// `gateway` is one address per family, comma-separated, as the Subnet's `gateway`.
     pub fn new(name: &str, cidr: &str, gateway: &str, vlan: u16) -> Self {
         Self {
             name: name.into(),
             cidr: cidr.into(),
-            gateway: gateway.parse().expect("an IPv4 gateway"),
+            gateways: gateway
+                .split(',')
+                .map(|g| g.parse().expect("an IP gateway"))
+                .collect(),
             vlan,
         }
+    }
+
+    /// The Subnet's `protocol`: `IPv4`, `IPv6` or `Dual`.
+    pub fn protocol(&self) -> &'static str {
+        match (
+            self.gateways.iter().any(IpAddr::is_ipv4),
+            self.gateways.iter().any(IpAddr::is_ipv6),
+        ) {
+            (true, true) => "Dual",
+            (false, true) => "IPv6",
+            _ => "IPv4",
+        }
+    }
+
+    /// The gateways as the Subnet and the pod annotation write them.
+    pub fn gateway_list(&self) -> String {
+        let list: Vec<String> = self.gateways.iter().map(ToString::to_string).collect();
+        list.join(",")
+    }
+}
+
+/// A pod's addresses: one IPv4 address, or one per family of a dual-stack or IPv6 subnet.
+pub trait PodAddrs {
+    fn addrs(&self) -> Vec<IpAddr>;
+}
+
+impl PodAddrs for Ipv4Addr {
+    fn addrs(&self) -> Vec<IpAddr> {
+        vec![IpAddr::V4(*self)]
+    }
+}
+
+impl<const N: usize> PodAddrs for [IpAddr; N] {
+    fn addrs(&self) -> Vec<IpAddr> {
+        self.to_vec()
     }
 }
 
@@ -163,9 +202,10 @@ impl Underlay {
                 &format!("tag={}", subnet.vlan),
             ])?;
         }
-        let mut spec = json!({"protocol": "IPv4", "cidrBlock": subnet.cidr,
-            "gateway": subnet.gateway.to_string(), "vlan": format!("vlan{}", subnet.vlan),
-            "provider": "ovn", "excludeIps": [subnet.gateway.to_string()]});
+        let gateways: Vec<String> = subnet.gateways.iter().map(ToString::to_string).collect();
+        let mut spec = json!({"protocol": subnet.protocol(), "cidrBlock": subnet.cidr,
+            "gateway": subnet.gateway_list(), "vlan": format!("vlan{}", subnet.vlan),
+            "provider": "ovn", "excludeIps": gateways});
         if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
             spec.extend(extra.clone());
         }
@@ -201,21 +241,27 @@ impl Underlay {
 
     /// What the controller does for a pod of an underlay subnet: its logical port, and the Pod
     /// with the complete annotations (Kube-OVN's, `vlan_id` and `provider_network` included);
-    /// `extra` annotations are added.
+    /// `extra` annotations are added. The MAC is made of the last four bytes of the first
+    /// address.
     pub async fn create_pod(
         &self,
         subnet: &UnderlaySubnet,
         name: &str,
         node: usize,
-        ip: Ipv4Addr,
+        ip: impl PodAddrs,
         extra: &[(&str, &str)],
     ) -> Result<()> {
         let namespace = "ul";
-        let octets = ip.octets();
+        let ips = ip.addrs();
+        let octets: Vec<u8> = match ips.first().context("a pod address")? {
+            IpAddr::V4(a) => a.octets().to_vec(),
+            IpAddr::V6(a) => a.octets()[12..].to_vec(),
+        };
         let mac = format!(
             "0a:00:{:02x}:{:02x}:{:02x}:{:02x}",
             octets[0], octets[1], octets[2], octets[3]
         );
+        let ip_list: Vec<String> = ips.iter().map(ToString::to_string).collect();
         let lsp = format!("{name}.{namespace}");
         self.cluster.ovn.nbctl(&[
             "lsp-add",
@@ -224,11 +270,11 @@ impl Underlay {
             "--",
             "lsp-set-addresses",
             &lsp,
-            &format!("{mac} {ip}"),
+            &format!("{mac} {}", ip_list.join(" ")),
         ])?;
         let vlan = subnet.vlan.to_string();
-        let ip_s = ip.to_string();
-        let gw = subnet.gateway.to_string();
+        let ip_s = ip_list.join(",");
+        let gw = subnet.gateway_list();
         let mut ann: BTreeMap<&str, &str> = BTreeMap::from([
             ("ovn.kubernetes.io/allocated", "true"),
             ("ovn.kubernetes.io/routed", "true"),
@@ -258,7 +304,7 @@ impl Underlay {
         subnet: &UnderlaySubnet,
         name: &str,
         node: usize,
-        ip: Ipv4Addr,
+        ip: impl PodAddrs,
         extra: &[(&str, &str)],
     ) -> Result<TestPod> {
         let (pod, run) = self.try_pod(subnet, name, node, ip, extra).await?;
@@ -277,7 +323,7 @@ impl Underlay {
         subnet: &UnderlaySubnet,
         name: &str,
         node: usize,
-        ip: Ipv4Addr,
+        ip: impl PodAddrs,
         extra: &[(&str, &str)],
     ) -> Result<(TestPod, PluginRun)> {
         self.create_pod(subnet, name, node, ip, extra).await?;
@@ -300,8 +346,8 @@ impl Underlay {
 }
 
 /// `ping -c1 -W1` from a pod, `-M do -s size` when given: true when answered.
-pub fn ping_sized(pod: &TestPod, ip: Ipv4Addr, size: Option<u32>) -> bool {
-    let ip = ip.to_string();
+pub fn ping_sized(pod: &TestPod, ip: impl Into<IpAddr>, size: Option<u32>) -> bool {
+    let ip = ip.into().to_string();
     let size = size.map(|s| s.to_string());
     let mut args = vec!["ping", "-c1", "-W1"];
     if let Some(size) = &size {
@@ -315,7 +361,8 @@ pub fn ping_sized(pod: &TestPod, ip: Ipv4Addr, size: Option<u32>) -> bool {
 pub const PATH_WAIT: Duration = Duration::from_secs(30);
 
 /// Waits until `pod` pings `ip`.
-pub fn wait_ping(pod: &TestPod, ip: Ipv4Addr) -> Result<()> {
+pub fn wait_ping(pod: &TestPod, ip: impl Into<IpAddr>) -> Result<()> {
+    let ip: IpAddr = ip.into();
     pod.netns
         .wait_ping(ip, PATH_WAIT)
         .with_context(|| format!("pod {} to ping {ip}", pod.name))
