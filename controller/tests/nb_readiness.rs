@@ -1,6 +1,8 @@
 //! `/readyz` follows the northbound session: a leader whose NB server stalls (stopped with
 //! SIGSTOP, as a RAFT member in a long compaction looks from outside) is not ready while it has
-//! no session, says why, and is ready again once the server answers.
+//! no session, says why, and is ready again once the server answers. And a controller that
+//! starts on a new northbound database before ovn-northd has made its NB_Global row still sets
+//! Kube-OVN's NB_Global options.
 
 mod common;
 mod netkit;
@@ -64,4 +66,41 @@ async fn not_ready_while_the_northbound_database_stalls() {
 
     drop(paused);
     readyz_until(addr, 200, &[]).await;
+}
+
+/// The manifests install starts ovn-central and the controller at once: on a new database the
+/// controller may find no NB_Global row (ovn-northd makes it when it connects). It waits for the
+/// row and sets `use_ct_inv_match=false` and `ls_dnat_mod_dl_dst=true` on it (before, it set
+/// nothing, and an underlay pod's connections to overlay pods on other nodes died as invalid).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nb_global_options_are_set_when_northd_makes_the_row_after_the_controller_starts() {
+    let mut env = Env::start_idle(&[]).await;
+    env.ovn.stop_northd();
+    // With ovsdb-client: ovn-nbctl makes a missing NB_Global row on every command.
+    let remote = env.ovn.nb_remote();
+    let delete = r#"["OVN_Northbound",{"op":"delete","table":"NB_Global","where":[]}]"#;
+    run("ovsdb-client", &["transact", &remote, delete]).unwrap();
+    let select = r#"["OVN_Northbound",{"op":"select","table":"NB_Global","where":[],"columns":["_uuid"]}]"#;
+    let rows = run("ovsdb-client", &["transact", &remote, select]).unwrap();
+    assert!(rows.contains(r#"{"rows":[]}"#), "{rows}");
+    env.start_controller();
+    // The controller is up and waiting on the database before ovn-northd comes.
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    tokio::task::block_in_place(|| env.ovn.start_northd()).unwrap();
+    wait_until_async("NB_Global to carry Kube-OVN's options", WAIT, || async {
+        let options = env.ovn.nbctl(&["get", "NB_Global", ".", "options"])?;
+        Ok(options.contains("use_ct_inv_match=\"false\"") && options.contains("ls_dnat_mod_dl_dst=\"true\""))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}: {:?}", env.ovn.nbctl(&["get", "NB_Global", ".", "options"])));
+    assert_eq!(
+        env.ovn
+            .nbctl(&["--bare", "--columns=_uuid", "list", "NB_Global"])
+            .unwrap()
+            .trim()
+            .lines()
+            .count(),
+        1,
+        "one NB_Global row"
+    );
 }

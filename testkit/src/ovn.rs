@@ -22,10 +22,18 @@ impl OvnCentral {
         let sb = OvsdbServer::standalone(SB_SCHEMA)?;
         nb.nbctl(&["init"])?;
         run("ovn-sbctl", &[&format!("--db={}", sb.remote()), "init"])?;
-        let dir = nb.dir().to_owned();
+        let mut central = Self { nb, sb, northd: None };
+        central.start_northd()?;
+        Ok(central)
+    }
+
+    /// Starts `ovn-northd` (after [`OvnCentral::stop_northd`]) and waits until it processed the
+    /// northbound database (it creates a missing NB_Global row first).
+    pub fn start_northd(&mut self) -> anyhow::Result<()> {
+        let dir = self.nb.dir().to_owned();
         let args = vec![
-            format!("--ovnnb-db={}", nb.remote()),
-            format!("--ovnsb-db={}", sb.remote()),
+            format!("--ovnnb-db={}", self.nb.remote()),
+            format!("--ovnsb-db={}", self.sb.remote()),
             format!("--unixctl={}", dir.join("northd.ctl").display()),
             "-vconsole:info".into(),
         ];
@@ -35,19 +43,23 @@ impl OvnCentral {
             ("OVS_LOGDIR", dir.as_path()),
         ];
         let mut northd = Daemon::spawn("ovn-northd", "ovn-northd", &args, &dir.join("northd.log"), &envs)?;
-        let central = Self { nb, sb, northd: None };
         wait_until(
             "ovn-northd to process the northbound database",
             Duration::from_secs(20),
             || {
                 northd.check_alive()?;
-                Ok(central.nb.nbctl(&["--wait=sb", "--timeout=5", "sync"]).is_ok())
+                Ok(self.nb.nbctl(&["--wait=sb", "--timeout=5", "sync"]).is_ok())
             },
         )?;
-        Ok(Self {
-            northd: Some(northd),
-            ..central
-        })
+        self.northd = Some(northd);
+        Ok(())
+    }
+
+    /// Stops `ovn-northd` (by its PID), as an ovn-central that has not started it yet.
+    pub fn stop_northd(&mut self) {
+        if let Some(mut northd) = self.northd.take() {
+            northd.stop();
+        }
     }
 
     pub fn nb_remote(&self) -> String {

@@ -16,7 +16,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube_ovn_api::annotations::keys::provider_network_label;
 use kube_ovn_api::crd::{ProviderNetwork, Subnet, Vlan, Vpc};
 use kube_ovn_ovsdb::tables::nb::NbGlobal;
-use kube_ovn_ovsdb::{Condition, Mutation, Operation, Table, Value};
+use kube_ovn_ovsdb::{Condition, Mutation, Operation, Table, Value, WaitUntil};
 use serde_json::json;
 
 use crate::config::underlay::DefaultUnderlay;
@@ -28,6 +28,55 @@ use crate::ovn::topology::ensure_router;
 
 /// NB_Global options Kube-OVN sets (those OVN 23.03 knows; unknown keys are ignored by northd).
 const NB_GLOBAL_OPTIONS: &[(&str, &str)] = &[("use_ct_inv_match", "false"), ("ls_dnat_mod_dl_dst", "true")];
+
+/// How long start-up waits for ovn-northd to create the NB_Global row of a new database before
+/// it creates the row itself.
+const NB_GLOBAL_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Waits for the NB_Global row: on a new northbound database ovn-northd creates it once it
+/// connects, and a controller that starts first (the manifests install starts both at once)
+/// found none and set none of [`NB_GLOBAL_OPTIONS`] — without `use_ct_inv_match=false`, an
+/// underlay pod's connection to an overlay pod on another node died (its reply entered the
+/// underlay switch from the router on the other chassis, conntrack called it invalid). If
+/// northd has not made the row by the deadline, creates it as `ovn-nbctl init` does, guarded by
+/// a `wait` (RFC 7047 §5.2.6) so that a row made meanwhile is not duplicated.
+async fn ensure_nb_global(nb: &Nb) -> Result<()> {
+    let present = || nb.read(|c| c.rows::<NbGlobal>().is_ok_and(|rows| !rows.is_empty()));
+    let mut changes = nb.client().subscribe();
+    let deadline = tokio::time::Instant::now() + NB_GLOBAL_WAIT;
+    while !present() {
+        match tokio::time::timeout_at(deadline, changes.recv()).await {
+            Ok(Some(_)) => {}
+            Err(_) | Ok(None) => break,
+        }
+    }
+    if present() {
+        return Ok(());
+    }
+    tracing::warn!(
+        wait = ?NB_GLOBAL_WAIT,
+        "no NB_Global row in the northbound database (is ovn-northd running?); creating it"
+    );
+    let ops = vec![
+        Operation::Wait {
+            table: NbGlobal::NAME.into(),
+            conditions: vec![],
+            columns: vec!["_uuid".into()],
+            until: WaitUntil::Equal,
+            rows: vec![],
+            timeout_ms: Some(0),
+        },
+        Operation::insert(NbGlobal::NAME, std::collections::BTreeMap::new()),
+    ];
+    match nb.client().transact(ops).await {
+        Ok(_) => {}
+        // The wait failed: the row appeared meanwhile.
+        Err(e) if present() => tracing::debug!(error = %e, "NB_Global appeared meanwhile"),
+        Err(e) => return Err(e).doing("create the NB_Global row"),
+    }
+    nb.barrier().await.doing("read the NB_Global row back")?;
+    Ok(())
+}
 
 /// Creates `obj` unless it exists; says whether it created it.
 async fn create_if_absent<K>(api: &Api<K>, obj: serde_json::Value) -> Result<bool>
@@ -74,6 +123,7 @@ fn subnet_object(s: &DefaultSubnet, extra: &serde_json::Value, router: &str) -> 
 /// The cluster router and its load balancers, NB_Global options, the default VPC and the two
 /// default subnets.
 pub async fn init(config: &Config, kube: &kube::Client, nb: &Nb) -> Result<()> {
+    ensure_nb_global(nb).await?;
     let router = &config.cluster_router;
     let plan = nb.read(|cache| {
         let mut plan = Plan::new();
