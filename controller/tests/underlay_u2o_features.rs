@@ -45,7 +45,12 @@ fn u2o_groups(env: &Env, subnet: &str) -> Vec<String> {
                     .unwrap_or("-")
                     .to_owned()
             };
-            format!("{name} lr={} node={} vendor={}", id("lr"), id("node"), id("vendor"))
+            format!(
+                "{name} lr={} node={} vendor={}",
+                id("lr"),
+                id("node"),
+                id("vendor")
+            )
         })
         .collect();
     rows.sort();
@@ -97,7 +102,11 @@ async fn policies_until(env: &Env, subnet: &str, what: &str, want: &[String]) {
 
 async fn set_spec(env: &Env, name: &str, patch: serde_json::Value) {
     Api::<Subnet>::all(env.kube.clone())
-        .patch(name, &PatchParams::default(), &Patch::Merge(json!({"spec": patch})))
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": patch})),
+        )
         .await
         .unwrap();
 }
@@ -206,7 +215,13 @@ async fn u2o_without_load_balancing_sends_service_traffic_to_the_pods_node() {
     delete_subnet(&env, "ul").await;
     nb_until(
         &env,
-        &["--bare", "--columns=name", "find", "Port_Group", "external_ids:ls=ul"],
+        &[
+            "--bare",
+            "--columns=name",
+            "find",
+            "Port_Group",
+            "external_ids:ls=ul",
+        ],
         "the U2O groups deleted with the subnet",
         |o| o.trim().is_empty(),
     )
@@ -239,13 +254,22 @@ async fn with_enable_lb_off_a_u2o_subnet_says_so_and_reroutes_service_traffic() 
         "29400 ip4.src == $ul.node1_ip4 && ip4.dst == 10.96.0.0/16 reroute {j1} true"
     ));
     want.sort();
-    policies_until(&env, "ul", "the no-LB policy for --service-cluster-ip-range", &want).await;
+    policies_until(
+        &env,
+        "ul",
+        "the no-LB policy for --service-cluster-ip-range",
+        &want,
+    )
+    .await;
     // Kube-OVN: the flag off wins over the subnet's `enableLb: true`.
     set_spec(&env, "ul", json!({"enableLb": true})).await;
     subnet_until(&env, "ul", "enableLb true", |s| s.spec.enable_lb == Some(true)).await;
     policies_until(&env, "ul", "the no-LB policy kept", &want).await;
     let joined = Api::<Subnet>::all(env.kube.clone()).get("join").await.unwrap();
-    assert_eq!(joined.spec.enable_lb, None, "the join subnet's enableLb stays unset");
+    assert_eq!(
+        joined.spec.enable_lb, None,
+        "the join subnet's enableLb stays unset"
+    );
 }
 
 /// Kube-OVN's "should support U2O overlay only routing": the `<vpc>.u2o_overlay_cidrs.ip4` set of
@@ -291,14 +315,24 @@ async fn overlay_only_routing_routes_only_overlay_cidrs_and_leaves_nothing_when_
     assert_eq!(marked, ["29400", "30060", "31000"]);
     nb_until(
         &env,
-        &["get", "Address_Set", "ovn.cluster.u2o_overlay_cidrs.ip4", "addresses"],
+        &[
+            "get",
+            "Address_Set",
+            "ovn.cluster.u2o_overlay_cidrs.ip4",
+            "addresses",
+        ],
         "the default VPC's overlay CIDRs",
         |o| o.contains("10.16.0.0/16") && o.contains("100.64.0.0/16") && !o.contains("172.17."),
     )
     .await;
     let ids = env
         .ovn
-        .nbctl(&["get", "Address_Set", "ovn.cluster.u2o_overlay_cidrs.ip6", "external_ids"])
+        .nbctl(&[
+            "get",
+            "Address_Set",
+            "ovn.cluster.u2o_overlay_cidrs.ip6",
+            "external_ids",
+        ])
         .unwrap();
     assert!(
         ids.contains("isU2OOverlayCIDRs=\"true\"") && ids.contains("vpc=ovn-cluster"),
@@ -308,7 +342,12 @@ async fn overlay_only_routing_routes_only_overlay_cidrs_and_leaves_nothing_when_
     subnet(&env, "ov2", json!({"cidrBlock": "10.17.0.0/16"})).await;
     nb_until(
         &env,
-        &["get", "Address_Set", "ovn.cluster.u2o_overlay_cidrs.ip4", "addresses"],
+        &[
+            "get",
+            "Address_Set",
+            "ovn.cluster.u2o_overlay_cidrs.ip4",
+            "addresses",
+        ],
         "a new overlay subnet's CIDR",
         |o| o.contains("10.17.0.0/16"),
     )
@@ -336,7 +375,11 @@ async fn overlay_only_routing_routes_only_overlay_cidrs_and_leaves_nothing_when_
         "underlay → outside: {}",
         t.text
     );
-    let back = icmp_to(&o1, &lrp_mac(&env, "ovn-cluster-ovn-default"), ann(&u1, "ip_address"));
+    let back = icmp_to(
+        &o1,
+        &lrp_mac(&env, "ovn-cluster-ovn-default"),
+        ann(&u1, "ip_address"),
+    );
     let t = env.ovn.trace("ovn-default", &back).unwrap();
     assert!(t.delivers_to(&port(&u1)), "overlay → underlay: {}", t.text);
     // The pod still reaches the physical gateway's network directly.
@@ -349,7 +392,13 @@ async fn overlay_only_routing_routes_only_overlay_cidrs_and_leaves_nothing_when_
     policies_until(&env, "ul", "the default U2O policies", &three).await;
     nb_until(
         &env,
-        &["--bare", "--columns=name", "find", "Address_Set", "external_ids:isU2OOverlayCIDRs=true"],
+        &[
+            "--bare",
+            "--columns=name",
+            "find",
+            "Address_Set",
+            "external_ids:isU2OOverlayCIDRs=true",
+        ],
         "no overlay CIDR set",
         |o| o.trim().is_empty(),
     )

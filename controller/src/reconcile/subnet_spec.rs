@@ -491,10 +491,22 @@ mod tests {
         let p = spec_patch(&s, &eff, Some(false)).unwrap();
         assert_eq!(p["spec"]["enableLb"], json!(false));
         // The flag on, or the join subnet: left unset.
-        assert!(spec_patch(&s, &eff, Some(true)).unwrap()["spec"].get("enableLb").is_none());
-        assert!(spec_patch(&s, &eff, None).unwrap()["spec"].get("enableLb").is_none());
+        assert!(
+            spec_patch(&s, &eff, Some(true)).unwrap()["spec"]
+                .get("enableLb")
+                .is_none()
+        );
+        assert!(
+            spec_patch(&s, &eff, None).unwrap()["spec"]
+                .get("enableLb")
+                .is_none()
+        );
         // A subnet's own choice stays.
         let s = subnet(json!({"cidrBlock": "10.16.0.0/16", "enableLb": true}));
-        assert!(spec_patch(&s, &eff, Some(false)).unwrap()["spec"].get("enableLb").is_none());
+        assert!(
+            spec_patch(&s, &eff, Some(false)).unwrap()["spec"]
+                .get("enableLb")
+                .is_none()
+        );
     }
 }

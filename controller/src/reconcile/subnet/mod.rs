@@ -197,23 +197,11 @@ async fn apply(subnet: &Subnet, ctx: &Context) -> Result<Action> {
     if let Some(networks) = underlay.as_ref().and_then(|u| u.router_networks.as_ref()) {
         acls.extend(localnet_arp_drop(&name, networks));
     }
-    let no_lb = (underlay.is_some()
-        && default_vpc
-        && eff.u2o()
-        && !u2o_ips.is_empty()
-        && u2o_features::lb_off(&ctx.config, &subnet.spec))
-    .then(|| {
-        let nodes: Vec<String> = node_views(ctx).into_iter().map(|n| n.name).collect();
-        u2o_features::no_lb_plan(&u2o_features::NoLbInputs {
-            subnet: &name,
-            vpc: &eff.vpc,
-            cidrs: &eff.cidrs,
-            nodes: &nodes,
-            joins: &node_join_addresses(ctx),
-            service_cidrs: &ctx.config.service_cidrs,
-        })
-    })
-    .unwrap_or_default();
+    let no_lb = if underlay.is_some() && default_vpc && !u2o_ips.is_empty() {
+        u2o_features::no_lb_rows(ctx, &name, &eff, &subnet.spec)
+    } else {
+        u2o_features::NoLbPlan::default()
+    };
     let u2o_members = if no_lb.groups.is_empty() {
         BTreeMap::new()
     } else {

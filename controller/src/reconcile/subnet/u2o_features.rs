@@ -35,8 +35,9 @@ use crate::ovn::owned::PolicySpec;
 use crate::ovn::plan::{Plan, RowRef, owned_ids};
 use crate::ovn::priority::POLICY_U2O_SUBNET;
 use crate::ovn::topology::add_to_port_group;
+use crate::reconcile::subnet::node_join_addresses;
 use crate::reconcile::subnet::underlay::Owned;
-use crate::reconcile::subnet_spec::effective;
+use crate::reconcile::subnet_spec::{Effective, effective};
 
 /// `<vpc>.u2o_overlay_cidrs.<ip4|ip6>` with `-` → `.` (Kube-OVN's `U2OOverlayCIDRs`).
 pub fn overlay_cidrs_set(vpc: &str, family: &str) -> String {
@@ -115,6 +116,31 @@ pub fn vpc_overlay_cidrs(ctx: &Context, vpc: &str, leaving: Option<&str>) -> Vec
 /// So with `--enable-lb=false` a subnet's `enableLb: true` does not turn the reroutes off.
 pub fn lb_off(config: &Config, spec: &SubnetSpec) -> bool {
     !config.enable_lb || !spec.enable_lb.unwrap_or(config.enable_lb)
+}
+
+/// The no-load-balancer rows of a default-VPC U2O subnet that has its U2O address, from the
+/// caches: none while its load balancing is on (or U2O is off).
+pub fn no_lb_rows(ctx: &Context, subnet: &str, eff: &Effective, spec: &SubnetSpec) -> NoLbPlan {
+    if !eff.u2o() || !lb_off(&ctx.config, spec) {
+        return NoLbPlan::default();
+    }
+    let mut nodes: Vec<String> = ctx
+        .stores
+        .nodes
+        .state()
+        .iter()
+        .filter(|n| n.meta().deletion_timestamp.is_none())
+        .filter_map(|n| n.meta().name.clone())
+        .collect();
+    nodes.sort();
+    no_lb_plan(&NoLbInputs {
+        subnet,
+        vpc: &eff.vpc,
+        cidrs: &eff.cidrs,
+        nodes: &nodes,
+        joins: &node_join_addresses(ctx),
+        service_cidrs: &ctx.config.service_cidrs,
+    })
 }
 
 /// What the no-load-balancer plan reads.
@@ -222,7 +248,11 @@ pub fn sync_u2o_groups(
             continue;
         };
         for port in ports {
-            let Some(uuid) = cache.uuids_by_name(LogicalSwitchPort::NAME, port).first().copied() else {
+            let Some(uuid) = cache
+                .uuids_by_name(LogicalSwitchPort::NAME, port)
+                .first()
+                .copied()
+            else {
                 continue;
             };
             let port = RowRef::Existing(uuid);

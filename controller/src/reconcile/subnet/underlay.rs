@@ -25,7 +25,8 @@ use kube_ovn_ovsdb::tables::nb::LogicalSwitchPort;
 use crate::ovn::owned::{PolicySpec, RouteSpec};
 use crate::ovn::plan::owned_ids;
 use crate::ovn::priority::{
-    POLICY_GATEWAY, POLICY_SUBNET_ALLOW, POLICY_U2O_PHYSICAL_GATEWAY, POLICY_U2O_SAME_SUBNET, POLICY_U2O_SUBNET,
+    POLICY_GATEWAY, POLICY_SUBNET_ALLOW, POLICY_U2O_PHYSICAL_GATEWAY, POLICY_U2O_SAME_SUBNET,
+    POLICY_U2O_SUBNET,
 };
 use crate::reconcile::subnet::u2o_features::overlay_cidrs_set;
 use crate::reconcile::subnet_spec::Effective;
@@ -165,10 +166,16 @@ pub fn underlay_plan(i: &UnderlayInputs<'_>) -> UnderlayPlan {
         // CIDRs get that far (29400), and the subnet's own traffic to itself stays (30060).
         if overlay_only {
             let overlay = overlay_cidrs_set(&eff.vpc, v);
-            let from_overlay = allow(POLICY_U2O_SUBNET, format!("{v}.src == ${overlay} && {v}.dst == {c}"));
+            let from_overlay = allow(
+                POLICY_U2O_SUBNET,
+                format!("{v}.src == ${overlay} && {v}.dst == {c}"),
+            );
             policies.push((from_overlay, overlay_only_ids.clone()));
         } else if i.default_vpc {
-            policies.push((allow(POLICY_U2O_SUBNET, format!("{v}.dst == {c}")), u2o_ids.clone()));
+            policies.push((
+                allow(POLICY_U2O_SUBNET, format!("{v}.dst == {c}")),
+                u2o_ids.clone(),
+            ));
         }
         // policy2 (31000): the nodes are reached through the physical gateway, not their join
         // ports (default VPC; in every VPC with overlay-only routing).
@@ -191,7 +198,10 @@ pub fn underlay_plan(i: &UnderlayInputs<'_>) -> UnderlayPlan {
             exclude_sets.push((set, addrs));
         }
         if overlay_only {
-            let same = allow(POLICY_U2O_SAME_SUBNET, format!("{v}.src == {c} && {v}.dst == {c}"));
+            let same = allow(
+                POLICY_U2O_SAME_SUBNET,
+                format!("{v}.src == {c} && {v}.dst == {c}"),
+            );
             policies.push((same, overlay_only_ids.clone()));
         }
         if !i.default_vpc {

@@ -43,7 +43,14 @@ fn no_lb_reroutes_each_nodes_pods_service_traffic_to_its_join_address() {
     let rows: Vec<(i64, &str, &str, &[String])> = p
         .policies
         .iter()
-        .map(|(s, _)| (s.priority, s.r#match.as_str(), s.action.as_str(), s.nexthops.as_slice()))
+        .map(|(s, _)| {
+            (
+                s.priority,
+                s.r#match.as_str(),
+                s.action.as_str(),
+                s.nexthops.as_slice(),
+            )
+        })
         .collect();
     assert_eq!(
         rows,
@@ -141,9 +148,9 @@ fn load_balancing_is_off_as_kube_ovn_reads_it() {
             "--ovn-nb-addr=tcp:127.0.0.1:6641",
             &format!("--enable-lb={flag}"),
         ])
-            .unwrap()
-            .validate()
-            .unwrap()
+        .unwrap()
+        .validate()
+        .unwrap()
     };
     let spec = |v: Option<bool>| SubnetSpec {
         enable_lb: v,

@@ -293,7 +293,8 @@ fn overlay_only_marks(p: &UnderlayPlan) -> Vec<(i64, bool)> {
         .map(|(s, ids)| {
             (
                 s.priority,
-                ids.get("isU2OOverlayOnlyRoutePolicy").is_some_and(|v| v == "true"),
+                ids.get("isU2OOverlayOnlyRoutePolicy")
+                    .is_some_and(|v| v == "true"),
             )
         })
         .collect()
@@ -309,7 +310,8 @@ fn overlay_only_routing_allows_only_the_vpcs_overlay_cidrs_and_sends_the_rest_to
     let p = plan(&e, true, &u2o, &nodes, 100);
     let gw4 = vec!["172.17.0.254".to_owned()];
     let gw6 = vec!["fd00:17::fe".to_owned()];
-    let r = |prio: i64, m: &str, a: &str, nh: &[String]| (prio, m.to_owned(), a.to_owned(), nh.to_vec(), true);
+    let r =
+        |prio: i64, m: &str, a: &str, nh: &[String]| (prio, m.to_owned(), a.to_owned(), nh.to_vec(), true);
     assert_eq!(
         rows(&p),
         [
@@ -325,7 +327,12 @@ fn overlay_only_routing_allows_only_the_vpcs_overlay_cidrs_and_sends_the_rest_to
                 "reroute",
                 &gw4
             ),
-            r(30060, "ip4.src == 172.17.0.0/24 && ip4.dst == 172.17.0.0/24", "allow", &[]),
+            r(
+                30060,
+                "ip4.src == 172.17.0.0/24 && ip4.dst == 172.17.0.0/24",
+                "allow",
+                &[]
+            ),
             r(30050, "ip4.src == 172.17.0.0/24", "reroute", &gw4),
             r(
                 29400,
@@ -339,7 +346,12 @@ fn overlay_only_routing_allows_only_the_vpcs_overlay_cidrs_and_sends_the_rest_to
                 "reroute",
                 &gw6
             ),
-            r(30060, "ip6.src == fd00:17::/64 && ip6.dst == fd00:17::/64", "allow", &[]),
+            r(
+                30060,
+                "ip6.src == fd00:17::/64 && ip6.dst == fd00:17::/64",
+                "allow",
+                &[]
+            ),
             r(30050, "ip6.src == fd00:17::/64", "reroute", &gw6),
         ]
     );
@@ -363,14 +375,22 @@ fn overlay_only_routing_allows_only_the_vpcs_overlay_cidrs_and_sends_the_rest_to
 
 #[test]
 fn overlay_only_routing_in_a_custom_vpc_also_excludes_the_nodes() {
-    let e = eff(json!({"cidrBlock": "172.17.0.0/24", "vlan": "v100", "u2oInterconnection": true,
-        "vpc": "vpc-1", "u2oFeatures": {"overlayOnlyRouting": true}}));
+    let e = eff(
+        json!({"cidrBlock": "172.17.0.0/24", "vlan": "v100", "u2oInterconnection": true,
+        "vpc": "vpc-1", "u2oFeatures": {"overlayOnlyRouting": true}}),
+    );
     let p = plan(&e, false, &ips(&["172.17.0.9"]), &ips(&["172.18.0.2"]), 100);
     let gw = vec!["172.17.0.1".to_owned()];
     assert_eq!(
         rows(&p),
         [
-            (31000, "ip4.dst == 172.17.0.0/24".into(), "allow".into(), vec![], false),
+            (
+                31000,
+                "ip4.dst == 172.17.0.0/24".into(),
+                "allow".into(),
+                vec![],
+                false
+            ),
             (
                 29400,
                 "ip4.src == $vpc.1.u2o_overlay_cidrs.ip4 && ip4.dst == 172.17.0.0/24".into(),
@@ -392,7 +412,13 @@ fn overlay_only_routing_in_a_custom_vpc_also_excludes_the_nodes() {
                 vec![],
                 true
             ),
-            (30050, "ip4.src == 172.17.0.0/24".into(), "reroute".into(), gw, true),
+            (
+                30050,
+                "ip4.src == 172.17.0.0/24".into(),
+                "reroute".into(),
+                gw,
+                true
+            ),
         ]
     );
     assert_eq!(
