@@ -100,6 +100,23 @@ async fn policies_until(env: &Env, subnet: &str, what: &str, want: &[String]) {
     .unwrap_or_else(|e| panic!("{e}: {:#?}", subnet_policies(env, "ovn-cluster", subnet)));
 }
 
+/// Waits until the VPC has no overlay CIDR set.
+async fn no_overlay_sets(env: &Env, vpc: &str) {
+    let of_vpc = format!("external_ids:vpc={vpc}");
+    let args = [
+        "--bare",
+        "--columns=name",
+        "find",
+        "Address_Set",
+        "external_ids:isU2OOverlayCIDRs=true",
+        of_vpc.as_str(),
+    ];
+    nb_until(env, &args, "no overlay CIDR set of the VPC", |o| {
+        o.trim().is_empty()
+    })
+    .await;
+}
+
 async fn set_spec(env: &Env, name: &str, patch: serde_json::Value) {
     Api::<Subnet>::all(env.kube.clone())
         .patch(
@@ -120,8 +137,8 @@ const THREE: [&str; 3] = [
 /// Kube-OVN's "U2O interconnection" with `enableLb: false`: per node a port group `<subnet>.<node>`
 /// of the subnet's pods there, and a 29400 reroute of their Service-CIDR traffic to the node's
 /// join address; an underlay pod's packet to a ClusterIP goes to its node's join port (with load
-/// balancing on, it went to the physical gateway). Load balancing back on, U2O off, and the
-/// subnet's deletion each leave no such row; with `--enable-lb=false` an unset `enableLb` is
+/// balancing on, it went to the physical gateway). A deleted node, load balancing back on, U2O
+/// off, and the subnet's deletion each leave no such row; with `--enable-lb=false` an unset `enableLb` is
 /// written `false` (the node daemon reads it for its `ovn0` route).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn u2o_without_load_balancing_sends_service_traffic_to_the_pods_node() {
@@ -189,6 +206,18 @@ async fn u2o_without_load_balancing_sends_service_traffic_to_the_pods_node() {
         .unwrap();
     assert!(members.contains(lsp.trim()), "{members} holds {lsp}");
 
+    // A node that goes takes its group and reroute with it.
+    Api::<k8s_openapi::api::core::v1::Node>::all(env.kube.clone())
+        .delete("node2", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    let one: Vec<String> = want.iter().filter(|p| !p.contains("node2")).cloned().collect();
+    policies_until(&env, "ul", "node2's reroute gone", &one).await;
+    assert_eq!(
+        u2o_groups(&env, "ul"),
+        ["ul.node1 lr=ovn-cluster node=node1 vendor=kube-ovn"]
+    );
+
     // Load balancing on: the no-LB rows go; the ClusterIP packet is the physical gateway's.
     set_spec(&env, "ul", json!({"enableLb": true})).await;
     let three: Vec<String> = THREE.iter().map(|s| (*s).to_owned()).collect();
@@ -203,14 +232,14 @@ async fn u2o_without_load_balancing_sends_service_traffic_to_the_pods_node() {
 
     // Off again, then U2O off: nothing of U2O stays.
     set_spec(&env, "ul", json!({"enableLb": false})).await;
-    policies_until(&env, "ul", "the no-LB policies back", &want).await;
+    policies_until(&env, "ul", "the no-LB policies back", &one).await;
     set_spec(&env, "ul", json!({"u2oInterconnection": false})).await;
     policies_until(&env, "ul", "no U2O policy", &[]).await;
     assert!(u2o_groups(&env, "ul").is_empty());
 
     // On again, then the subnet deleted: no policy, group or set of it.
     set_spec(&env, "ul", json!({"u2oInterconnection": true})).await;
-    policies_until(&env, "ul", "the no-LB policies back with U2O", &want).await;
+    policies_until(&env, "ul", "the no-LB policies back with U2O", &one).await;
     delete_pod(&env, "nsu", "u1").await;
     delete_subnet(&env, "ul").await;
     nb_until(
@@ -276,8 +305,8 @@ async fn with_enable_lb_off_a_u2o_subnet_says_so_and_reroutes_service_traffic() 
 /// the VPC's overlay CIDRs (following a new overlay subnet), 29400 allow from it to the subnet,
 /// 31000 policy2, 30060 the subnet to itself, 30050 the rest to the physical gateway — the
 /// overlay-only ones marked `isU2OOverlayOnlyRoutePolicy`. ovn-trace: underlay → overlay through
-/// the router, underlay → outside to the physical gateway, overlay → underlay delivered. Off:
-/// the default U2O policies, and the sets gone.
+/// the router, underlay → outside to the physical gateway, overlay → underlay delivered. The same
+/// in a custom VPC, with its common allow. Off: the default U2O policies, and the sets gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overlay_only_routing_routes_only_overlay_cidrs_and_leaves_nothing_when_off() {
     let env = Env::start().await;
@@ -386,21 +415,59 @@ async fn overlay_only_routing_routes_only_overlay_cidrs_and_leaves_nothing_when_
     let t = env.ovn.trace("ul", &icmp_to(&u1, GW_MAC, "8.8.8.8")).unwrap();
     assert!(t.delivers_to("localnet.ul"), "{}", t.text);
 
-    // Off: Kube-OVN's default U2O policies replace them (deleteStaleU2ORoutePolicies), the sets go.
+    // In a custom VPC: its own set (`-` → `.`), policy2 and its exclude set too, besides the
+    // common allow.
+    env.apply_yaml(json!({"apiVersion": "kubeovn.io/v1", "kind": "Vpc",
+        "metadata": {"name": "vpc-1"}, "spec": {}}))
+        .await;
+    netkit::vpc_until(&env, "vpc-1", "a router", |v| {
+        v.status.as_ref().and_then(|s| s.router.as_deref()) == Some("vpc-1")
+    })
+    .await;
+    subnet(&env, "co", json!({"cidrBlock": "10.20.0.0/24", "vpc": "vpc-1"})).await;
+    subnet(
+        &env,
+        "cul",
+        json!({"cidrBlock": "172.19.0.0/24", "vlan": "v100", "vpc": "vpc-1",
+            "u2oInterconnection": true, "u2oFeatures": {"overlayOnlyRouting": true}}),
+    )
+    .await;
+    let custom: Vec<String> = [
+        "29400 ip4.src == $vpc.1.u2o_overlay_cidrs.ip4 && ip4.dst == 172.19.0.0/24 allow  true",
+        "30050 ip4.src == 172.19.0.0/24 reroute 172.19.0.1 true",
+        "30060 ip4.src == 172.19.0.0/24 && ip4.dst == 172.19.0.0/24 allow  true",
+        "31000 ip4.dst == $cul.u2o_exclude_ip.ip4 && ip4.src == 172.19.0.0/24 reroute 172.19.0.1 true",
+        "31000 ip4.dst == 172.19.0.0/24 allow  false",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    wait_until_async("the custom VPC's overlay-only policies", common::WAIT, || async {
+        Ok(subnet_policies(&env, "vpc-1", "cul") == custom)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}: {:#?}", subnet_policies(&env, "vpc-1", "cul")));
+    nb_until(
+        &env,
+        &["get", "Address_Set", "vpc.1.u2o_overlay_cidrs.ip4", "addresses"],
+        "the custom VPC's overlay CIDR",
+        |o| o.trim() == "[\"10.20.0.0/24\"]",
+    )
+    .await;
+    nb_until(
+        &env,
+        &["get", "Address_Set", "cul.u2o_exclude_ip.ip4", "addresses"],
+        "the nodes excluded in the custom VPC",
+        |o| o.contains("172.18.0.2"),
+    )
+    .await;
+
+    // Off: Kube-OVN's default U2O policies replace them (deleteStaleU2ORoutePolicies), the VPC's
+    // sets go; the custom VPC's go with its subnet.
     subnet(&env, "ul", spec(false)).await;
     let three: Vec<String> = THREE.iter().map(|s| (*s).to_owned()).collect();
     policies_until(&env, "ul", "the default U2O policies", &three).await;
-    nb_until(
-        &env,
-        &[
-            "--bare",
-            "--columns=name",
-            "find",
-            "Address_Set",
-            "external_ids:isU2OOverlayCIDRs=true",
-        ],
-        "no overlay CIDR set",
-        |o| o.trim().is_empty(),
-    )
-    .await;
+    no_overlay_sets(&env, "ovn-cluster").await;
+    delete_subnet(&env, "cul").await;
+    no_overlay_sets(&env, "vpc-1").await;
+    assert!(subnet_policies(&env, "vpc-1", "cul").is_empty());
 }
