@@ -467,6 +467,21 @@ async fn overlay_only_routing_routes_only_overlay_cidrs_and_leaves_nothing_when_
     let three: Vec<String> = THREE.iter().map(|s| (*s).to_owned()).collect();
     policies_until(&env, "ul", "the default U2O policies", &three).await;
     no_overlay_sets(&env, "ovn-cluster").await;
+    // On again (Kube-OVN's e2e toggles it back): the overlay-only policies and the set return.
+    subnet(&env, "ul", spec(true)).await;
+    policies_until(&env, "ul", "the overlay-only policies again", &want).await;
+    nb_until(
+        &env,
+        &[
+            "get",
+            "Address_Set",
+            "ovn.cluster.u2o_overlay_cidrs.ip4",
+            "addresses",
+        ],
+        "the set again",
+        |o| o.contains("10.17.0.0/16"),
+    )
+    .await;
     delete_subnet(&env, "cul").await;
     no_overlay_sets(&env, "vpc-1").await;
     assert!(subnet_policies(&env, "vpc-1", "cul").is_empty());
