@@ -129,7 +129,8 @@ pub struct Flags {
     /// `--network-type` and the default underlay's flags (`config/underlay.rs`).
     #[command(flatten)]
     pub underlay: underlay::UnderlayFlags,
-    /// A Kube-OVN flag accepted so existing manifests work, but not acted on.
+    /// The Service CIDRs (`v4,v6`): where a U2O subnet without load balancing sends Service
+    /// traffic to the nodes (`reconcile/subnet/u2o_features.rs`); empty: nowhere.
     #[arg(long, env = "SERVICE_CLUSTER_IP_RANGE", default_value = "10.96.0.0/12")]
     pub service_cluster_ip_range: String,
 }
@@ -164,6 +165,8 @@ pub struct Config {
     pub enable_np: bool,
     /// `--service-external-ip-cidrs`: where `spec.externalIPs` are honoured (empty: nowhere).
     pub service_external_ip_cidrs: kube_ovn_api::external_ips::ExternalIpCidrs,
+    /// `--service-cluster-ip-range`, one CIDR per family.
+    pub service_cidrs: Vec<IpNet>,
     /// `--network-type`.
     pub network_type: underlay::NetworkType,
     /// `--default-provider-name`: the provider of a Vlan whose `spec.provider` is empty.
@@ -466,6 +469,11 @@ impl Flags {
             self.pod_name.clone()
         };
         let (network_type, default_provider_name, default_underlay) = self.underlay.validate()?;
+        let service_cidrs = if self.service_cluster_ip_range.trim().is_empty() {
+            Vec::new()
+        } else {
+            cidrs("service-cluster-ip-range", &self.service_cluster_ip_range)?
+        };
         Ok(Config {
             kubeconfig: self.kubeconfig.clone(),
             nb_remotes,
@@ -500,6 +508,7 @@ impl Flags {
             cluster_lbs: self.cluster_lbs.names(),
             enable_np: self.enable_np,
             service_external_ip_cidrs: self.service_external_ip_cidrs.clone(),
+            service_cidrs,
             network_type,
             default_provider_name,
             default_underlay,

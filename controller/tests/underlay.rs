@@ -340,7 +340,8 @@ async fn u2o_joins_the_underlay_to_the_default_vpc_and_leaves_no_trace_when_off(
     )
     .await;
 
-    // Refusals: outside the CIDR, the gateway, logicalGateway with U2O, overlay-only routing.
+    // Refusals: outside the CIDR, the gateway, logicalGateway with U2O, overlay-only routing
+    // without U2O.
     let mut first = true;
     for (bad, words) in [
         (
@@ -361,11 +362,14 @@ async fn u2o_joins_the_underlay_to_the_default_vpc_and_leaves_no_trace_when_off(
         ),
         (
             {
-                let mut s = spec(true, "");
+                let mut s = spec(false, "");
                 s["u2oFeatures"] = json!({"overlayOnlyRouting": true});
                 s
             },
-            vec!["spec.u2oFeatures.overlayOnlyRouting", "not implemented"],
+            vec![
+                "spec.u2oFeatures.overlayOnlyRouting",
+                "u2oFeatures.overlayOnlyRouting can only be enabled when u2OInterconnection is true",
+            ],
         ),
     ] {
         subnet(&env, "ul", bad).await;

@@ -57,7 +57,7 @@ fn routed_through_ovn0(subnet: &Subnet, cluster_router: &str) -> bool {
     }
     let underlay = spec.vlan.as_deref().is_some_and(|v| !v.is_empty());
     // Kube-OVN's controller fills `enableLb` from its `--enable-lb` (true by default); ours
-    // leaves it unset, so unset reads as on.
+    // writes it only when the flag is off (`false`), so unset reads as on.
     let lb = spec.enable_lb != Some(false);
     if underlay && spec.logical_gateway != Some(true) && (spec.u2o_interconnection != Some(true) || lb) {
         return false;

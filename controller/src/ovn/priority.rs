@@ -6,10 +6,17 @@
 
 /// `SubnetRouterPolicyPriority`: allow traffic to a subnet's CIDR, so it is never rerouted.
 pub const POLICY_SUBNET_ALLOW: i64 = 31000;
+/// `U2OSameSubnetPolicyPriority`: with U2O overlay-only routing, a subnet's traffic to itself is
+/// allowed before the physical-gateway reroute below.
+pub const POLICY_U2O_SAME_SUBNET: i64 = 30060;
+/// `U2OPhysicalGatewayPolicyPriority`: with U2O overlay-only routing, a subnet's traffic goes to
+/// its physical gateway above the node policies (30000) and every gateway policy.
+pub const POLICY_U2O_PHYSICAL_GATEWAY: i64 = 30050;
 /// `NodeRouterPolicyPriority`: traffic for a node's own address goes to its join address.
 pub const POLICY_NODE: i64 = 30000;
 /// `U2OSubnetPolicyPriority`: in the default VPC, traffic to a U2O underlay subnet is allowed
-/// before the gateway reroutes (29000) can send it to a node.
+/// before the gateway reroutes (29000) can send it to a node; also the reroutes of a U2O
+/// subnet's Service traffic to its nodes when load balancing is off.
 pub const POLICY_U2O_SUBNET: i64 = 29400;
 /// `GatewayRouterPolicyPriority`: a default-VPC subnet's traffic leaving through its gateway.
 pub const POLICY_GATEWAY: i64 = 29000;

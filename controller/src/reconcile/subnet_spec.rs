@@ -51,6 +51,9 @@ pub struct Underlay {
     /// `spec.u2oInterconnectionIP`, one per family (only with `u2o`): the router port's address
     /// asked for; IPAM picks one otherwise.
     pub u2o_ips: Vec<IpAddr>,
+    /// `spec.u2oFeatures.overlayOnlyRouting` (only with `u2o`): only the VPC's overlay CIDRs go
+    /// through the router; everything else the subnet sends leaves through its physical gateway.
+    pub overlay_only: bool,
 }
 
 impl Effective {
@@ -223,6 +226,7 @@ fn underlay(subnet: &Subnet, cidrs: &[IpNet], gateways: &[IpAddr]) -> Result<Opt
     let name = subnet.name_any();
     let bad = |field: &str, why: String| Error::Invalid(format!("subnet {name}: spec.{field}: {why}"));
     let Some(vlan) = spec.vlan.clone().filter(|v| !v.is_empty()) else {
+        overlay_only_routing(subnet)?;
         return Ok(None);
     };
     let logical_gateway = spec.logical_gateway == Some(true);
@@ -233,14 +237,7 @@ fn underlay(subnet: &Subnet, cidrs: &[IpNet], gateways: &[IpAddr]) -> Result<Opt
             "logicalGateway and u2oInterconnection can't be opened at the same time".into(),
         ));
     }
-    if spec.u2o_features.as_ref().and_then(|f| f.overlay_only_routing) == Some(true) {
-        let why = if u2o {
-            "overlay-only routing is not implemented by kube-ovn-rs; remove it to use U2O interconnection"
-        } else {
-            "u2oFeatures.overlayOnlyRouting can only be enabled when u2OInterconnection is true"
-        };
-        return Err(bad("u2oFeatures.overlayOnlyRouting", why.into()));
-    }
+    let overlay_only = overlay_only_routing(subnet)?;
     let mut u2o_ips = Vec::new();
     let asked = spec.u2o_interconnection_ip.as_deref().unwrap_or_default();
     if u2o && !asked.is_empty() {
@@ -282,7 +279,28 @@ fn underlay(subnet: &Subnet, cidrs: &[IpNet], gateways: &[IpAddr]) -> Result<Opt
         logical_gateway,
         u2o,
         u2o_ips,
+        overlay_only,
     }))
+}
+
+/// `u2oFeatures.overlayOnlyRouting`, with Kube-OVN's checks and messages (`ValidateSubnet`): it
+/// needs `u2oInterconnection`, and a Vlan.
+fn overlay_only_routing(subnet: &Subnet) -> Result<bool> {
+    let spec = &subnet.spec;
+    if spec.u2o_features.as_ref().and_then(|f| f.overlay_only_routing) != Some(true) {
+        return Ok(false);
+    }
+    let why = if spec.u2o_interconnection != Some(true) {
+        "u2oFeatures.overlayOnlyRouting can only be enabled when u2OInterconnection is true"
+    } else if spec.vlan.as_deref().is_none_or(str::is_empty) {
+        "u2oFeatures.overlayOnlyRouting can only be enabled on underlay subnets (vlan must be set)"
+    } else {
+        return Ok(true);
+    };
+    Err(Error::Invalid(format!(
+        "subnet {}: spec.u2oFeatures.overlayOnlyRouting: {why}",
+        subnet.name_any()
+    )))
 }
 
 /// The first address after the network address, Kube-OVN's default gateway (`fd00:10:16::1` for
@@ -298,7 +316,14 @@ fn first_usable(c: &IpNet) -> Option<IpAddr> {
 }
 
 /// The spec fields defaulting changed, as a merge patch; `None` when the spec is already normal.
-pub fn spec_patch(subnet: &Subnet, eff: &Effective) -> Option<serde_json::Value> {
+///
+/// `enable_lb` is `--enable-lb` (`None` for the join subnet, whose `enableLb` Kube-OVN leaves
+/// unset). Kube-OVN's `formatSubnet` writes the flag into every unset `enableLb`; we write it only
+/// when it is off: unset already reads as on everywhere (the VPC's load balancers, the node
+/// daemon's routes), while the node daemon, which has no `--enable-lb`, must see a subnet whose
+/// load balancing is off as such — a U2O subnet's Service traffic then goes through the nodes
+/// (`u2o_features::no_lb_plan`), and their routes back to the subnet through `ovn0`.
+pub fn spec_patch(subnet: &Subnet, eff: &Effective, enable_lb: Option<bool>) -> Option<serde_json::Value> {
     let s = &subnet.spec;
     let mut patch = serde_json::Map::new();
     let mut set = |k: &str, v: serde_json::Value| {
@@ -331,6 +356,9 @@ pub fn spec_patch(subnet: &Subnet, eff: &Effective) -> Option<serde_json::Value>
     }
     if !eff.u2o() && s.u2o_interconnection_ip.as_deref().is_some_and(|i| !i.is_empty()) {
         set("u2oInterconnectionIP", json!(""));
+    }
+    if s.enable_lb.is_none() && enable_lb == Some(false) {
+        set("enableLb", json!(false));
     }
     (!patch.is_empty()).then(|| json!({"spec": patch}))
 }
@@ -394,18 +422,30 @@ mod tests {
             )),
             "subnet ul: spec.u2oInterconnectionIP: u2oInterconnectionIP 172.17.0.1 conflicts with subnet gateway 172.17.0.1"
         );
-        let e = refusal(with(
-            json!({"u2oInterconnection": true, "u2oFeatures": {"overlayOnlyRouting": true}}),
-        ));
-        assert!(
-            e.contains("spec.u2oFeatures.overlayOnlyRouting") && e.contains("not implemented"),
-            "{e}"
+        assert_eq!(
+            refusal(with(json!({"u2oFeatures": {"overlayOnlyRouting": true}}))),
+            "subnet ul: spec.u2oFeatures.overlayOnlyRouting: u2oFeatures.overlayOnlyRouting can only be enabled when u2OInterconnection is true"
         );
-        let e = refusal(with(json!({"u2oFeatures": {"overlayOnlyRouting": true}})));
-        assert!(
-            e.contains("can only be enabled when u2OInterconnection is true"),
-            "{e}"
+        let overlay = |extra: serde_json::Value| {
+            let mut s = json!({"cidrBlock": "10.16.0.0/16", "u2oFeatures": {"overlayOnlyRouting": true}});
+            s.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            effective(&subnet(s), "ovn-cluster").unwrap_err().to_string()
+        };
+        assert_eq!(
+            overlay(json!({"u2oInterconnection": true})),
+            "subnet ul: spec.u2oFeatures.overlayOnlyRouting: u2oFeatures.overlayOnlyRouting can only be enabled on underlay subnets (vlan must be set)"
         );
+        assert!(overlay(json!({})).contains("can only be enabled when u2OInterconnection is true"));
+        let oo = effective(
+            &subnet(with(
+                json!({"u2oInterconnection": true, "u2oFeatures": {"overlayOnlyRouting": true}}),
+            )),
+            "ovn-cluster",
+        )
+        .unwrap();
+        assert!(oo.underlay.unwrap().overlay_only);
 
         let ok = effective(
             &subnet(with(
@@ -417,6 +457,7 @@ mod tests {
         let u = ok.underlay.clone().unwrap();
         assert_eq!((u.vlan.as_str(), u.u2o, u.logical_gateway), ("v100", true, false));
         assert_eq!(u.u2o_ips, ["172.17.0.9".parse::<IpAddr>().unwrap()]);
+        assert!(!u.overlay_only);
         assert!(ok.needs_router() && ok.physical_gateway() && ok.u2o());
         let plain = effective(&subnet(base.clone()), "ovn-cluster").unwrap();
         assert!(!plain.needs_router() && plain.physical_gateway());
@@ -432,14 +473,40 @@ mod tests {
             json!({"cidrBlock": "172.17.0.0/24", "vlan": "v100", "u2oInterconnectionIP": "172.17.0.9"}),
         );
         let eff = effective(&s, "ovn-cluster").unwrap();
-        let p = spec_patch(&s, &eff).unwrap();
+        let p = spec_patch(&s, &eff, Some(true)).unwrap();
         assert_eq!(p["spec"]["u2oInterconnectionIP"], json!(""));
         let s = subnet(json!({"cidrBlock": "10.16.0.0/16", "u2oInterconnection": true}));
         let eff = effective(&s, "ovn-cluster").unwrap();
         assert!(eff.underlay.is_none());
         assert_eq!(
-            spec_patch(&s, &eff).unwrap()["spec"]["u2oInterconnection"],
+            spec_patch(&s, &eff, Some(true)).unwrap()["spec"]["u2oInterconnection"],
             json!(false)
+        );
+    }
+
+    #[test]
+    fn enable_lb_is_written_only_when_the_flag_turns_it_off() {
+        let s = subnet(json!({"cidrBlock": "10.16.0.0/16"}));
+        let eff = effective(&s, "ovn-cluster").unwrap();
+        let p = spec_patch(&s, &eff, Some(false)).unwrap();
+        assert_eq!(p["spec"]["enableLb"], json!(false));
+        // The flag on, or the join subnet: left unset.
+        assert!(
+            spec_patch(&s, &eff, Some(true)).unwrap()["spec"]
+                .get("enableLb")
+                .is_none()
+        );
+        assert!(
+            spec_patch(&s, &eff, None).unwrap()["spec"]
+                .get("enableLb")
+                .is_none()
+        );
+        // A subnet's own choice stays.
+        let s = subnet(json!({"cidrBlock": "10.16.0.0/16", "enableLb": true}));
+        assert!(
+            spec_patch(&s, &eff, Some(false)).unwrap()["spec"]
+                .get("enableLb")
+                .is_none()
         );
     }
 }

@@ -112,6 +112,20 @@ pub fn plan_pod(input: &PodInput<'_>, cache: &DbCache) -> Result<PodPlan> {
             None => missing_groups.push(pg.clone()),
         }
     }
+    // A U2O subnet without load balancing: the node's group `<subnet>.<node>` the subnet
+    // reconciler keeps (`u2o=true`), whose reroutes send the pod's Service traffic to its node.
+    // Not waited for: the subnet reconciler puts the pods in when it creates it.
+    if eff.u2o() && !node.is_empty() {
+        let pg = names::subnet_node_port_group(subnet, &node);
+        let u2o_group = cache
+            .by_name::<PortGroup>(&pg)
+            .ok()
+            .flatten()
+            .filter(|g| g.external_ids.get("u2o").is_some_and(|v| v == "true"));
+        if let Some(g) = u2o_group {
+            add_to_port_group(&mut rows, cache, &RowRef::Existing(g.uuid), &pg, &port);
+        }
+    }
     let want = with_underlay(
         handshake(subnet, &eff.vpc, &eff.cidrs, &eff.gateways, alloc),
         eff,

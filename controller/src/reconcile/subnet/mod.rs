@@ -5,7 +5,8 @@
 //!
 //! An underlay subnet (`vlan`) gets a localnet port instead of the gateway policies, and a router
 //! port only with `logicalGateway` or U2O (see [`underlay`] for the rows, [`u2o`] for the Vlan
-//! checks and the U2O address).
+//! checks and the U2O address, [`u2o_features`] for U2O without load balancing and the overlay
+//! CIDR sets of overlay-only routing).
 //!
 //! `natOutgoing` needs nothing in the northbound database: the node daemon masquerades traffic of
 //! such subnets as it leaves through `ovn0`; it reads the spec, and the IDs of
@@ -17,6 +18,7 @@ pub mod nat_policy;
 pub mod node_groups;
 pub mod status;
 pub mod u2o;
+pub mod u2o_features;
 pub mod underlay;
 pub mod validate;
 
@@ -96,7 +98,8 @@ async fn apply(subnet: &Subnet, ctx: &Context) -> Result<Action> {
         Ok(e) => e,
         Err(e) => return refuse(ctx, subnet, e.to_string()).await,
     };
-    if let Some(patch) = spec_patch(subnet, &eff) {
+    let is_join = name == ctx.config.node_subnet.name;
+    if let Some(patch) = spec_patch(subnet, &eff, (!is_join).then_some(ctx.config.enable_lb)) {
         let api: Api<Subnet> = Api::all(ctx.kube.clone());
         api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
             .await
@@ -133,7 +136,6 @@ async fn apply(subnet: &Subnet, ctx: &Context) -> Result<Action> {
         },
     };
     let router = router_of(ctx, &eff.vpc)?;
-    let is_join = name == ctx.config.node_subnet.name;
     let default_vpc = router == ctx.config.cluster_router;
     let field_error = |(field, why): (String, String)| format!("subnet {name}: {field}: {why}");
     let nat_rules = match status_rules(&name, &subnet.spec) {
@@ -195,6 +197,17 @@ async fn apply(subnet: &Subnet, ctx: &Context) -> Result<Action> {
     if let Some(networks) = underlay.as_ref().and_then(|u| u.router_networks.as_ref()) {
         acls.extend(localnet_arp_drop(&name, networks));
     }
+    let no_lb = if underlay.is_some() && default_vpc && !u2o_ips.is_empty() {
+        u2o_features::no_lb_rows(ctx, &name, &eff, &subnet.spec)
+    } else {
+        u2o_features::NoLbPlan::default()
+    };
+    let u2o_members = if no_lb.groups.is_empty() {
+        BTreeMap::new()
+    } else {
+        pod_ports_by_node(ctx, &name)
+    };
+    let overlay_sets = u2o_features::vpc_overlay_cidrs(ctx, &eff.vpc, None);
     let members = gateway
         .as_ref()
         .filter(|g| !g.port_group_nodes.is_empty())
@@ -249,6 +262,14 @@ async fn apply(subnet: &Subnet, ctx: &Context) -> Result<Action> {
             group_nodes.clone_from(&g.port_group_nodes);
         }
         sync_node_groups(&mut plan, cache, &name, &group_nodes, &members);
+        u2o_features::sync_u2o_groups(&mut plan, cache, &name, &eff.vpc, &no_lb.groups, &u2o_members);
+        policies.extend(no_lb.policies.iter().cloned());
+        sync_address_sets(
+            &mut plan,
+            cache,
+            &u2o_features::overlay_cidrs_owner(&eff.vpc),
+            &overlay_sets,
+        );
         sync_policies_claimed(
             &mut plan,
             cache,
@@ -468,6 +489,13 @@ async fn cleanup(subnet: &Subnet, ctx: &Context) -> Result<Action> {
         || ctx.config.cluster_router.clone(),
         |vpc| router_of(ctx, &vpc).unwrap_or(vpc),
     );
+    let vpc = subnet
+        .spec
+        .vpc
+        .clone()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| ctx.config.cluster_router.clone());
+    let overlay_sets = u2o_features::vpc_overlay_cidrs(ctx, &vpc, Some(&name));
     let plan = ctx.nb.read(|cache| {
         let mut plan = Plan::new();
         let subnet_owner = [("subnet", name.as_str())];
@@ -492,6 +520,13 @@ async fn cleanup(subnet: &Subnet, ctx: &Context) -> Result<Action> {
             plan.remove_members(LogicalRouter::NAME, &RowRef::Existing(*r), "ports", &[*p]);
         }
         remove_stale_node_groups(&mut plan, cache, &name, &[]);
+        u2o_features::remove_u2o_groups(&mut plan, cache, &name, &[]);
+        sync_address_sets(
+            &mut plan,
+            cache,
+            &u2o_features::overlay_cidrs_owner(&vpc),
+            &overlay_sets,
+        );
         if let Some(ls) = cache.uuids_by_name(LogicalSwitch::NAME, &name).first() {
             plan.delete(LogicalSwitch::NAME, *ls);
         }

@@ -7,9 +7,11 @@
 //! - the router port: none when the physical router is the gateway; the subnet's gateway with
 //!   `logicalGateway`; the U2O address (and its MAC) with U2O;
 //! - the U2O policies and the address sets of node addresses they exclude, and in a custom VPC the
-//!   source route to the physical gateway.
-//!
-//! Overlay-only routing (`u2oFeatures.overlayOnlyRouting`) is refused before this runs.
+//!   source route to the physical gateway;
+//! - with `u2oFeatures.overlayOnlyRouting`, Kube-OVN's other set of U2O policies: only the VPC's
+//!   overlay CIDRs (the `<vpc>.u2o_overlay_cidrs.ipX` address set, see [`super::u2o_features`])
+//!   are routed by the router; the subnet's other traffic goes to its physical gateway at 30050,
+//!   above the node (30000) and every gateway policy.
 //!
 //! Pure: no I/O.
 
@@ -22,7 +24,11 @@ use kube_ovn_ovsdb::tables::nb::LogicalSwitchPort;
 
 use crate::ovn::owned::{PolicySpec, RouteSpec};
 use crate::ovn::plan::owned_ids;
-use crate::ovn::priority::{POLICY_GATEWAY, POLICY_SUBNET_ALLOW, POLICY_U2O_SUBNET};
+use crate::ovn::priority::{
+    POLICY_GATEWAY, POLICY_SUBNET_ALLOW, POLICY_U2O_PHYSICAL_GATEWAY, POLICY_U2O_SAME_SUBNET,
+    POLICY_U2O_SUBNET,
+};
+use crate::reconcile::subnet::u2o_features::overlay_cidrs_set;
 use crate::reconcile::subnet_spec::Effective;
 
 /// What the underlay plan reads.
@@ -116,6 +122,12 @@ pub fn underlay_plan(i: &UnderlayInputs<'_>) -> UnderlayPlan {
     };
     let subnet_ids = owned_ids(&[("subnet", i.subnet)]);
     let u2o_ids = owned_ids(&[("subnet", i.subnet), ("isU2ORoutePolicy", "true")]);
+    let overlay_only = u2o && eff.underlay.as_ref().is_some_and(|u| u.overlay_only);
+    let overlay_only_ids = owned_ids(&[
+        ("subnet", i.subnet),
+        ("isU2ORoutePolicy", "true"),
+        ("isU2OOverlayOnlyRoutePolicy", "true"),
+    ]);
     let mut policies = Vec::new();
     // Kube-OVN's `addCommonRoutesForSubnet` (31000 allow to the CIDR) runs for every subnet the
     // router is attached to, except in the default VPC where an underlay subnet without
@@ -143,20 +155,38 @@ pub fn underlay_plan(i: &UnderlayInputs<'_>) -> UnderlayPlan {
             action: "reroute".into(),
             nexthops: vec![gw.to_string()],
         };
-        if i.default_vpc {
+        let allow = |priority: i64, m: String| PolicySpec {
+            priority,
+            r#match: m,
+            action: "allow".into(),
+            nexthops: vec![],
+        };
+        // Kube-OVN's addPolicyRouteForU2OInterconn. Default: policy1 (29400, default VPC) lets
+        // traffic to the subnet past the gateway reroutes. Overlay-only: only the VPC's overlay
+        // CIDRs get that far (29400), and the subnet's own traffic to itself stays (30060).
+        if overlay_only {
+            let overlay = overlay_cidrs_set(&eff.vpc, v);
+            let from_overlay = allow(
+                POLICY_U2O_SUBNET,
+                format!("{v}.src == ${overlay} && {v}.dst == {c}"),
+            );
+            policies.push((from_overlay, overlay_only_ids.clone()));
+        } else if i.default_vpc {
+            policies.push((
+                allow(POLICY_U2O_SUBNET, format!("{v}.dst == {c}")),
+                u2o_ids.clone(),
+            ));
+        }
+        // policy2 (31000): the nodes are reached through the physical gateway, not their join
+        // ports (default VPC; in every VPC with overlay-only routing).
+        if i.default_vpc || overlay_only {
             let set = u2o_exclude_ip_set(i.subnet, v);
-            let policy1 = PolicySpec {
-                priority: POLICY_U2O_SUBNET,
-                r#match: format!("{v}.dst == {c}"),
-                action: "allow".into(),
-                nexthops: vec![],
-            };
             let policy2 = reroute(
                 POLICY_SUBNET_ALLOW,
                 format!("{v}.dst == ${set} && {v}.src == {c}"),
             );
-            policies.push((policy1, u2o_ids.clone()));
-            policies.push((policy2, u2o_ids.clone()));
+            let ids = if overlay_only { &overlay_only_ids } else { &u2o_ids };
+            policies.push((policy2, ids.clone()));
             let mut addrs: Vec<String> = i
                 .node_ips
                 .iter()
@@ -166,7 +196,15 @@ pub fn underlay_plan(i: &UnderlayInputs<'_>) -> UnderlayPlan {
             addrs.sort();
             addrs.dedup();
             exclude_sets.push((set, addrs));
-        } else {
+        }
+        if overlay_only {
+            let same = allow(
+                POLICY_U2O_SAME_SUBNET,
+                format!("{v}.src == {c} && {v}.dst == {c}"),
+            );
+            policies.push((same, overlay_only_ids.clone()));
+        }
+        if !i.default_vpc {
             // Kube-OVN's `addCustomVPCStaticRouteForSubnet`: the subnet's traffic that no other
             // route takes leaves through its physical gateway.
             routes.push(RouteSpec {
@@ -177,7 +215,15 @@ pub fn underlay_plan(i: &UnderlayInputs<'_>) -> UnderlayPlan {
                 options: BTreeMap::new(),
             });
         }
-        let policy3 = reroute(POLICY_GATEWAY, format!("{v}.src == {c}"));
+        // policy3: the rest of the subnet's traffic to its physical gateway; with overlay-only
+        // routing above the node (30000) and every gateway policy. Kube-OVN marks it as a plain
+        // U2O policy in both modes.
+        let priority = if overlay_only {
+            POLICY_U2O_PHYSICAL_GATEWAY
+        } else {
+            POLICY_GATEWAY
+        };
+        let policy3 = reroute(priority, format!("{v}.src == {c}"));
         policies.push((policy3, u2o_ids.clone()));
     }
     UnderlayPlan {

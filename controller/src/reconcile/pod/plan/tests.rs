@@ -496,6 +496,7 @@ fn handshake_keys_the_subnet_does_not_give_are_removed_from_the_pod() {
         logical_gateway: false,
         u2o: false,
         u2o_ips: Vec::new(),
+        overlay_only: false,
     });
     let forged = pod(
         Some("n1"),

@@ -285,3 +285,145 @@ fn a_vlan_is_usable_once_its_provider_network_lists_it_and_not_in_conflict() {
         VlanCheck::Conflict("subnet ul has invalid conflict vlan v100".into())
     );
 }
+
+/// The policies with whether each is marked overlay-only.
+fn overlay_only_marks(p: &UnderlayPlan) -> Vec<(i64, bool)> {
+    p.policies
+        .iter()
+        .map(|(s, ids)| {
+            (
+                s.priority,
+                ids.get("isU2OOverlayOnlyRoutePolicy")
+                    .is_some_and(|v| v == "true"),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn overlay_only_routing_allows_only_the_vpcs_overlay_cidrs_and_sends_the_rest_to_the_gateway() {
+    let e = eff(json!({"cidrBlock": "172.17.0.0/24,fd00:17::/64", "vlan": "v100",
+        "u2oInterconnection": true, "gateway": "172.17.0.254,fd00:17::fe",
+        "u2oFeatures": {"overlayOnlyRouting": true}}));
+    let u2o = ips(&["172.17.0.2", "fd00:17::2"]);
+    let nodes = ips(&["172.18.0.2", "fd00:18::2"]);
+    let p = plan(&e, true, &u2o, &nodes, 100);
+    let gw4 = vec!["172.17.0.254".to_owned()];
+    let gw6 = vec!["fd00:17::fe".to_owned()];
+    let r =
+        |prio: i64, m: &str, a: &str, nh: &[String]| (prio, m.to_owned(), a.to_owned(), nh.to_vec(), true);
+    assert_eq!(
+        rows(&p),
+        [
+            r(
+                29400,
+                "ip4.src == $ovn.cluster.u2o_overlay_cidrs.ip4 && ip4.dst == 172.17.0.0/24",
+                "allow",
+                &[]
+            ),
+            r(
+                31000,
+                "ip4.dst == $ul.u2o_exclude_ip.ip4 && ip4.src == 172.17.0.0/24",
+                "reroute",
+                &gw4
+            ),
+            r(
+                30060,
+                "ip4.src == 172.17.0.0/24 && ip4.dst == 172.17.0.0/24",
+                "allow",
+                &[]
+            ),
+            r(30050, "ip4.src == 172.17.0.0/24", "reroute", &gw4),
+            r(
+                29400,
+                "ip6.src == $ovn.cluster.u2o_overlay_cidrs.ip6 && ip6.dst == fd00:17::/64",
+                "allow",
+                &[]
+            ),
+            r(
+                31000,
+                "ip6.dst == $ul.u2o_exclude_ip.ip6 && ip6.src == fd00:17::/64",
+                "reroute",
+                &gw6
+            ),
+            r(
+                30060,
+                "ip6.src == fd00:17::/64 && ip6.dst == fd00:17::/64",
+                "allow",
+                &[]
+            ),
+            r(30050, "ip6.src == fd00:17::/64", "reroute", &gw6),
+        ]
+    );
+    // Kube-OVN marks all but the physical-gateway reroute as overlay-only.
+    assert_eq!(
+        overlay_only_marks(&p),
+        [
+            (29400, true),
+            (31000, true),
+            (30060, true),
+            (30050, false),
+            (29400, true),
+            (31000, true),
+            (30060, true),
+            (30050, false)
+        ]
+    );
+    assert_eq!(p.exclude_sets.len(), 2);
+    assert!(p.routes.is_empty());
+}
+
+#[test]
+fn overlay_only_routing_in_a_custom_vpc_also_excludes_the_nodes() {
+    let e = eff(
+        json!({"cidrBlock": "172.17.0.0/24", "vlan": "v100", "u2oInterconnection": true,
+        "vpc": "vpc-1", "u2oFeatures": {"overlayOnlyRouting": true}}),
+    );
+    let p = plan(&e, false, &ips(&["172.17.0.9"]), &ips(&["172.18.0.2"]), 100);
+    let gw = vec!["172.17.0.1".to_owned()];
+    assert_eq!(
+        rows(&p),
+        [
+            (
+                31000,
+                "ip4.dst == 172.17.0.0/24".into(),
+                "allow".into(),
+                vec![],
+                false
+            ),
+            (
+                29400,
+                "ip4.src == $vpc.1.u2o_overlay_cidrs.ip4 && ip4.dst == 172.17.0.0/24".into(),
+                "allow".into(),
+                vec![],
+                true
+            ),
+            (
+                31000,
+                "ip4.dst == $ul.u2o_exclude_ip.ip4 && ip4.src == 172.17.0.0/24".into(),
+                "reroute".into(),
+                gw.clone(),
+                true
+            ),
+            (
+                30060,
+                "ip4.src == 172.17.0.0/24 && ip4.dst == 172.17.0.0/24".into(),
+                "allow".into(),
+                vec![],
+                true
+            ),
+            (
+                30050,
+                "ip4.src == 172.17.0.0/24".into(),
+                "reroute".into(),
+                gw,
+                true
+            ),
+        ]
+    );
+    assert_eq!(
+        p.exclude_sets,
+        [("ul.u2o_exclude_ip.ip4".to_owned(), vec!["172.18.0.2".to_owned()])]
+    );
+    assert_eq!(p.routes.len(), 1);
+}
