@@ -94,7 +94,7 @@ fn the_lab_comes_up_green_is_usable_and_goes_down_clean() -> Result<()> {
     underlay::the_underlay_works(&lab, &out, &nodes)?;
     underlay::the_nic_goes_back(&lab, &nodes)?;
     underlay::the_vlan_fabric_works(&lab, &nodes)?;
-    let took = underlay::the_underlay_comes_back(&lab, &nodes)?;
+    let (took, _) = underlay::the_underlay_comes_back(&lab, &nodes)?;
     println!("the underlay came back green {took:?} after the ProviderNetwork was applied again");
     let again = lab.run(&["up", "--no-install"])?;
     ensure!(

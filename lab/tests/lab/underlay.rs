@@ -337,16 +337,21 @@ pub fn the_nic_goes_back(lab: &Lab, nodes: &[&str]) -> Result<()> {
     sessions_established(lab, "after")
 }
 
-/// The example applied again after [`the_nic_goes_back`]: the ProviderNetwork takes each
-/// node's `eth1` again and the underlay pods, which stayed, work again (the matrix green);
-/// returns how long that took, from the apply.
-pub fn the_underlay_comes_back(lab: &Lab, nodes: &[&str]) -> Result<std::time::Duration> {
+/// The example applied again, after [`the_nic_goes_back`] or a drain that deleted an underlay
+/// pod (they are bare pods): the ProviderNetwork takes each node's `eth1` again, both underlay
+/// pods run and work (the matrix green); returns how long that took from the apply, and the
+/// matrix.
+pub fn the_underlay_comes_back(lab: &Lab, nodes: &[&str]) -> Result<(std::time::Duration, String)> {
     let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab/40-underlay.yaml");
     let start = std::time::Instant::now();
     lab.apply(&file)?;
     wait_until("net1's status.readyNodes to list every node again", WAIT, || {
         let ready = jsonpath(lab, &["provider-network", "net1"], "{.status.readyNodes}")?;
         Ok(nodes.iter().all(|n| ready.contains(&format!("\"{n}\""))))
+    })?;
+    wait_until("both underlay pods to run", WAIT, || {
+        let phases = jsonpath(lab, &["-n", "underlay", "pods"], "{.items[*].status.phase}")?;
+        Ok(phases.split_whitespace().filter(|p| *p == "Running").count() == 2)
     })?;
     let mut last = String::new();
     wait_until("the matrix to be green with the underlay back", WAIT, || {
@@ -359,5 +364,5 @@ pub fn the_underlay_comes_back(lab: &Lab, nodes: &[&str]) -> Result<std::time::D
         nic_address_on_the_bridge(lab, node)?;
     }
     sessions_established(lab, "with the underlay back")?;
-    Ok(took)
+    Ok((took, last))
 }
