@@ -332,6 +332,18 @@ fn the_lab_comes_up_green_is_usable_and_goes_down_clean() -> Result<()> {
         .process("node1-daemon")
         .context("node1-daemon in the state")?;
     ensure!(process::stop(pid, start, Duration::from_secs(5)) || !process::alive(pid, start));
+    // And a node that lost its address on the external network.
+    lab.ok(&[
+        "node",
+        "node2",
+        "--",
+        "ip",
+        "addr",
+        "del",
+        "10.200.0.12/24",
+        "dev",
+        "eth2",
+    ])?;
     let broken = lab.run(&["status"])?;
     let text = String::from_utf8_lossy(&broken.stdout);
     ensure!(
@@ -348,6 +360,12 @@ fn the_lab_comes_up_green_is_usable_and_goes_down_clean() -> Result<()> {
             && l.contains("FAIL")
             && l.contains("system:serviceaccount:kube-system:kube-ovn-speaker list /secrets: 403")),
         "status must report the speaker's refused request (from the audit log):\n{text}"
+    );
+    ensure!(
+        text.lines().any(|l| l.contains("external network")
+            && l.contains("FAIL")
+            && l.contains("node2 has no 10.200.0.12")),
+        "status must report node2's missing address on the external network:\n{text}"
     );
 
     lab.down_and_check_clean(&state)?;
