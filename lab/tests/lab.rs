@@ -22,6 +22,8 @@ use kube_ovn_lab::cluster::process;
 use kube_ovn_lab::cluster::state::LabState;
 use kube_ovn_testkit::wait_until;
 
+#[path = "lab/external.rs"]
+mod external;
 #[path = "lab/underlay.rs"]
 mod underlay;
 
@@ -96,6 +98,14 @@ fn the_lab_comes_up_green_is_usable_and_goes_down_clean() -> Result<()> {
     underlay::the_vlan_fabric_works(&lab, &nodes)?;
     let (took, _) = underlay::the_underlay_comes_back(&lab, &nodes)?;
     println!("the underlay came back green {took:?} after the ProviderNetwork was applied again");
+    // The external network (VLAN 200 on each node's eth2), beside the underlay's VLAN 100.
+    ensure!(
+        out.contains(
+            "the external network: VLAN 200, an access port to each node's eth2, gateway 10.200.0.1/24"
+        ),
+        "up's report does not describe the external network:\n{out}"
+    );
+    external::the_external_network_works(&lab, &nodes)?;
     let again = lab.run(&["up", "--no-install"])?;
     ensure!(
         !again.status.success() && String::from_utf8_lossy(&again.stderr).contains("already up"),
@@ -104,6 +114,13 @@ fn the_lab_comes_up_green_is_usable_and_goes_down_clean() -> Result<()> {
 
     let status = lab.ok(&["status"])?;
     ensure!(!status.contains("FAIL"), "{status}");
+    ensure!(
+        status.lines().any(|l| l.contains("external network")
+            && l.contains("gateway 10.200.0.1 on the ToR's vlan200")
+            && l.contains("node1 10.200.0.11 on eth2")
+            && l.contains("node2 10.200.0.12 on eth2")),
+        "status describes the external network:\n{status}"
+    );
     let svc = lab.ok(&["kubectl", "-n", "demo", "get", "svc", "hello"])?;
     ensure!(
         svc.contains("LoadBalancer") && svc.contains("203.0.113.1"),
@@ -315,6 +332,18 @@ fn the_lab_comes_up_green_is_usable_and_goes_down_clean() -> Result<()> {
         .process("node1-daemon")
         .context("node1-daemon in the state")?;
     ensure!(process::stop(pid, start, Duration::from_secs(5)) || !process::alive(pid, start));
+    // And a node that lost its address on the external network.
+    lab.ok(&[
+        "node",
+        "node2",
+        "--",
+        "ip",
+        "addr",
+        "del",
+        "10.200.0.12/24",
+        "dev",
+        "eth2",
+    ])?;
     let broken = lab.run(&["status"])?;
     let text = String::from_utf8_lossy(&broken.stdout);
     ensure!(
@@ -331,6 +360,12 @@ fn the_lab_comes_up_green_is_usable_and_goes_down_clean() -> Result<()> {
             && l.contains("FAIL")
             && l.contains("system:serviceaccount:kube-system:kube-ovn-speaker list /secrets: 403")),
         "status must report the speaker's refused request (from the audit log):\n{text}"
+    );
+    ensure!(
+        text.lines().any(|l| l.contains("external network")
+            && l.contains("FAIL")
+            && l.contains("node2 has no 10.200.0.12")),
+        "status must report node2's missing address on the external network:\n{text}"
     );
 
     lab.down_and_check_clean(&state)?;

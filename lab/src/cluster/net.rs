@@ -17,8 +17,8 @@ pub use kube_ovn_testkit::netns::{add_netns, del_netns, exec, ip, netns_exists};
 pub use kube_ovn_testkit::{CommandError, run};
 
 use super::topology::{
-    FABRIC_PREFIX, MGMT_PREFIX, NodePlan, OUTSIDE_PREFIX, PROVIDER_NIC, TOR_MGMT_PORT, TOR_VLAN_PORT,
-    Topology, UNDERLAY_PREFIX,
+    EXTERNAL_NIC, EXTERNAL_PREFIX, FABRIC_PREFIX, MGMT_PREFIX, NodePlan, OUTSIDE_PREFIX, PROVIDER_NIC,
+    TOR_EXTERNAL_PORT, TOR_MGMT_PORT, TOR_VLAN_PORT, Topology, UNDERLAY_PREFIX,
 };
 
 fn sysctl(ns: &str, setting: &str) -> Result<(), CommandError> {
@@ -106,36 +106,36 @@ pub fn wire_fabric(t: &Topology) -> Result<(), CommandError> {
 /// once OVS runs: see [`address_node`]) and its `eth1` on the VLAN fabric, whose ToR end becomes
 /// a trunk of the ToR's OVS bridge ([`super::tor_vlan`]); `eth1` has the node's address on the
 /// untagged management network, as a machine's second NIC would before an underlay
-/// ProviderNetwork moves it onto `br-<provider>`. And the node's forwarding sysctls.
+/// ProviderNetwork moves it onto `br-<provider>`; and its `eth2` on the external network, whose
+/// ToR end becomes an access port of VLAN 200, with the node's address there. And the node's
+/// forwarding sysctls.
 pub fn wire_node(t: &Topology, node: &NodePlan) -> Result<(), CommandError> {
     veth(&node.netns, "eth0", &t.tor_netns(), &node.tor_port)?;
     ip(
         &t.tor_netns(),
         &["link", "set", &node.tor_port, "master", "fabric"],
     )?;
-    veth(&node.netns, PROVIDER_NIC, &t.tor_netns(), &node.trunk_port)?;
-    // The trunk is a switch port of the ToR's OVS bridge (read with AF_PACKET), but the ToR's
-    // kernel still sees its frames: it must not answer ARP there for the ToR's own addresses
-    // (Linux's weak host model would, with the veth's MAC, beside mgmt0's answer), nor speak
-    // IPv6 on it.
-    sysctl(
-        &t.tor_netns(),
-        &format!("net.ipv4.conf.{}.arp_ignore=8", node.trunk_port),
-    )?;
-    sysctl(
-        &t.tor_netns(),
-        &format!("net.ipv6.conf.{}.disable_ipv6=1", node.trunk_port),
-    )?;
-    ip(
-        &node.netns,
-        &[
-            "addr",
-            "add",
-            &format!("{}/{MGMT_PREFIX}", node.mgmt_ip),
-            "dev",
+    for (nic, port, address) in [
+        (
             PROVIDER_NIC,
-        ],
-    )?;
+            &node.trunk_port,
+            format!("{}/{MGMT_PREFIX}", node.mgmt_ip),
+        ),
+        (
+            EXTERNAL_NIC,
+            &node.ext_port,
+            format!("{}/{EXTERNAL_PREFIX}", node.ext_ip),
+        ),
+    ] {
+        veth(&node.netns, nic, &t.tor_netns(), port)?;
+        // The ToR's end is a switch port of the ToR's OVS bridge (read with AF_PACKET), but the
+        // ToR's kernel still sees its frames: it must not answer ARP there for the ToR's own
+        // addresses (Linux's weak host model would, with the veth's MAC, beside the internal
+        // port's answer), nor speak IPv6 on it.
+        sysctl(&t.tor_netns(), &format!("net.ipv4.conf.{port}.arp_ignore=8"))?;
+        sysctl(&t.tor_netns(), &format!("net.ipv6.conf.{port}.disable_ipv6=1"))?;
+        ip(&node.netns, &["addr", "add", &address, "dev", nic])?;
+    }
     // The node forwards between its fabric address and ovn0 (outside → pod over BGP routes)
     // and, later, for egress NAT; reverse-path filtering would drop the asymmetric halves of
     // ECMP'd flows.
@@ -169,8 +169,9 @@ pub fn address_node_on(node: &NodePlan, dev: &str) -> Result<(), CommandError> {
 }
 
 /// The ToR's addresses on the VLAN fabric, once its ovs-vswitchd made the internal ports
-/// ([`super::tor_vlan`]): the management network's and VLAN 100's gateway. The ToR forwards
-/// already (`ip_forward`), so VLAN 100 is routed to the outside host and back at once.
+/// ([`super::tor_vlan`]): the management network's, VLAN 100's gateway and the external
+/// network's (VLAN 200). The ToR forwards already (`ip_forward`), so both VLANs are routed to the
+/// outside host and back at once, as connected networks (no BGP).
 pub fn address_tor_vlan(t: &Topology) -> Result<(), CommandError> {
     let tor = t.tor_netns();
     for (dev, addr) in [
@@ -182,11 +183,15 @@ pub fn address_tor_vlan(t: &Topology) -> Result<(), CommandError> {
             TOR_VLAN_PORT,
             format!("{}/{UNDERLAY_PREFIX}", Topology::underlay_gateway()),
         ),
+        (
+            TOR_EXTERNAL_PORT,
+            format!("{}/{EXTERNAL_PREFIX}", Topology::external_gateway()),
+        ),
     ] {
         ip(&tor, &["addr", "add", &addr, "dev", dev])?;
         // A router's VLAN interface answers ARP for its own address only: Linux's default
-        // (arp_ignore=0) would answer for 10.100.0.1 on mgmt0 too, to untagged frames,
-        // joining what the VLANs separate.
+        // (arp_ignore=0) would answer for 10.100.0.1 on mgmt0 and vlan200 too, joining what
+        // the VLANs separate.
         sysctl(&tor, &format!("net.ipv4.conf.{dev}.arp_ignore=1"))?;
         ip(&tor, &["link", "set", dev, "up"])?;
     }

@@ -18,6 +18,10 @@
 //!                     tor-vlan:  n1-trunk   n2-trunk …    trunks: every VLAN, tagged on the wire
 //!                                mgmt0    untagged  172.31.0.1/24  the nodes' management network
 //!                                vlan100  tag 100   10.100.0.1/24  VLAN 100's gateway
+//!                                vlan200  tag 200   10.200.0.1/24  the external gateway
+//!                     tor-vlan:  n1-ext     n2-ext …      access ports of VLAN 200, untagged
+//!                                  │          │
+//!                                eth2       eth2 …       (each node: 10.200.0.1x/24 on eth2)
 //! ```
 //!
 //! The VLAN fabric is a second, separate wire per node: the nodes' `eth0` already belongs to
@@ -26,6 +30,13 @@
 //! nodes': the lab's kernel has no 8021q), so the ToR is the VLAN's physical router, as a
 //! datacenter's would be: `10.100.0.0/24` is a connected route of the ToR and the outside host
 //! reaches it with no BGP route.
+//!
+//! The external network (Kube-OVN's `external` provider network and subnet, where OVN EIPs live)
+//! is a third wire per node, `eth2`, on an access port of VLAN [`EXTERNAL_VLAN`]: a segment of the
+//! physical network behind the ToR, not the outside host's network, so the outside host reaches
+//! an EIP only through the ToR (by its connected route, or a BGP /32 that overrides it), which is
+//! what makes the announcement of EIPs observable. Each node has an address of its own there
+//! (what the ProviderNetwork `external` moves onto `br-external`), the next hop's way in.
 //!
 //! Address spaces are per lab (every lab has its own namespaces), so two labs use the same
 //! addresses without meeting; only namespace names and the state directory must be unique, and
@@ -97,6 +108,15 @@ pub const UNDERLAY_PREFIX: u8 = 24;
 /// The nodes' management network on [`PROVIDER_NIC`], untagged: the address and connected route
 /// an underlay ProviderNetwork moves onto its bridge (and gives back).
 pub const MGMT_PREFIX: u8 = 24;
+/// Each node's third NIC, on an access port of VLAN [`EXTERNAL_VLAN`] (untagged on the wire):
+/// the external network's `defaultInterface` (Kube-OVN's `external-gw-nic`).
+pub const EXTERNAL_NIC: &str = "eth2";
+/// The external network's VLAN on [`TOR_VLAN_BRIDGE`] (the nodes never see its tag), its subnet
+/// and the ToR's port holding its gateway [`Topology::external_gateway`].
+pub const EXTERNAL_VLAN: u16 = 200;
+pub const EXTERNAL_CIDR: &str = "10.200.0.0/24";
+pub const EXTERNAL_PREFIX: u8 = 24;
+pub const TOR_EXTERNAL_PORT: &str = "vlan200";
 
 /// The lab agent's user (its client certificate's CN).
 pub const AGENT_USER: &str = "kube-ovn-lab:agent";
@@ -134,6 +154,11 @@ pub struct NodePlan {
     pub trunk_port: String,
     /// The node's address on [`PROVIDER_NIC`] (the untagged management network).
     pub mgmt_ip: Ipv4Addr,
+    /// The ToR's end of the node's [`EXTERNAL_NIC`]: an access port of [`TOR_VLAN_BRIDGE`],
+    /// `tag` [`EXTERNAL_VLAN`].
+    pub ext_port: String,
+    /// The node's address on the external network ([`EXTERNAL_NIC`]).
+    pub ext_ip: Ipv4Addr,
 }
 
 /// Everything of one lab that follows from its name, its node count and its ToR.
@@ -179,6 +204,8 @@ impl Topology {
                     tor_port: format!("n{i}"),
                     trunk_port: format!("n{i}-trunk"),
                     mgmt_ip: Ipv4Addr::new(172, 31, 0, host),
+                    ext_port: format!("n{i}-ext"),
+                    ext_ip: Ipv4Addr::new(10, 200, 0, host),
                 }
             })
             .collect();
@@ -237,6 +264,12 @@ impl Topology {
     /// VLAN [`VLAN_ID`]'s gateway, the ToR's [`TOR_VLAN_PORT`]: the underlay subnet's `gateway`.
     pub fn underlay_gateway() -> Ipv4Addr {
         Ipv4Addr::new(10, 100, 0, 1)
+    }
+
+    /// The external network's gateway, the ToR's [`TOR_EXTERNAL_PORT`]: the `external` subnet's
+    /// `gateway` (Kube-OVN's `external-gw-addr`).
+    pub fn external_gateway() -> Ipv4Addr {
+        Ipv4Addr::new(10, 200, 0, 1)
     }
 
     pub fn api_addr() -> SocketAddr {
@@ -362,7 +395,11 @@ mod tests {
             std::path::Path::new("/var/lib/x"),
         )
         .unwrap();
-        assert!(big.nodes.iter().all(|n| n.trunk_port.len() <= 15));
+        assert!(
+            big.nodes
+                .iter()
+                .all(|n| n.trunk_port.len() <= 15 && n.ext_port.len() <= 15)
+        );
         let gw: ipnet::Ipv4Net = UNDERLAY_CIDR.parse().unwrap();
         assert!(gw.contains(&Topology::underlay_gateway()));
         assert_eq!(gw.prefix_len(), UNDERLAY_PREFIX);
@@ -382,6 +419,46 @@ mod tests {
                 .iter()
                 .all(|n| !n.starts_with(&t.pod_netns_prefix()))
         );
+    }
+
+    #[test]
+    fn every_node_has_an_address_and_an_access_port_on_the_external_network() {
+        let t = Topology::new("demo", 3, TorKind::Bird, std::path::Path::new("/var/lib/x")).unwrap();
+        assert_eq!(t.nodes[0].ext_port, "n1-ext");
+        assert_eq!(t.nodes[2].ext_ip, Ipv4Addr::new(10, 200, 0, 13));
+        let ext: ipnet::Ipv4Net = EXTERNAL_CIDR.parse().unwrap();
+        assert_eq!(ext.prefix_len(), EXTERNAL_PREFIX);
+        assert!(ext.contains(&Topology::external_gateway()));
+        // Every node of the largest lab has its own address inside the subnet, none the gateway's,
+        // and the external network shares no address space with the other wires.
+        let big = Topology::new(
+            "big",
+            MAX_NODES,
+            TorKind::Bird,
+            std::path::Path::new("/var/lib/x"),
+        )
+        .unwrap();
+        let mut seen = std::collections::BTreeSet::new();
+        for n in &big.nodes {
+            assert!(ext.contains(&n.ext_ip) && n.ext_ip != Topology::external_gateway());
+            assert!(seen.insert(n.ext_ip), "{} twice", n.ext_ip);
+            assert_ne!(n.ext_port, n.trunk_port);
+        }
+        let underlay: ipnet::Ipv4Net = UNDERLAY_CIDR.parse().unwrap();
+        let mgmt = ipnet::Ipv4Net::new(Topology::tor_mgmt_ip(), MGMT_PREFIX)
+            .unwrap()
+            .trunc();
+        let fabric = ipnet::Ipv4Net::new(Topology::tor_ip(), FABRIC_PREFIX)
+            .unwrap()
+            .trunc();
+        for other in [underlay, mgmt, fabric] {
+            assert!(
+                !ext.contains(&other.network()) && !other.contains(&ext.network()),
+                "{other}"
+            );
+        }
+        assert_ne!(EXTERNAL_VLAN, VLAN_ID);
+        assert_ne!(EXTERNAL_NIC, PROVIDER_NIC);
     }
 
     #[test]

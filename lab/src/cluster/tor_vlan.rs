@@ -7,14 +7,23 @@
 //!   the physical router of Kube-OVN's underlay guide; the ToR's kernel routes it;
 //! - [`TOR_MGMT_PORT`], an internal access port of VLAN 0 (`tag=0`: untagged frames only), holds
 //!   `172.31.0.1`, the nodes' management network on `eth1` (their address there is what an
-//!   underlay ProviderNetwork moves onto its bridge).
+//!   underlay ProviderNetwork moves onto its bridge);
+//! - every node's `eth2` ends in an access port of VLAN [`EXTERNAL_VLAN`] (`tag=200`: the node
+//!   sends and receives untagged frames, the bridge tags them inside), and
+//!   [`TOR_EXTERNAL_PORT`], an internal port of the same VLAN, is the external network's gateway
+//!   (`10.200.0.1`), routed by the ToR's kernel as a connected network like VLAN 100. The trunks
+//!   carry VLAN 200 too (tagged, as a ToR's trunks carry every VLAN); VLAN 100 never reaches the
+//!   access ports.
 //!
 //! OVS and not the kernel terminates the VLANs: the lab's kernel has no 8021q, and a netdev
 //! bridge tags and untags in userspace (`../shared/reference/dataplane.md`).
 
 use super::components::{VSWITCH_SCHEMA, ovs_env};
 use super::process::{Enter, Launch};
-use super::topology::{TOR_MGMT_PORT, TOR_VLAN_BRIDGE, TOR_VLAN_PORT, Topology, VLAN_ID};
+use super::topology::{
+    EXTERNAL_NIC, EXTERNAL_PREFIX, EXTERNAL_VLAN, PROVIDER_NIC, TOR_EXTERNAL_PORT, TOR_MGMT_PORT,
+    TOR_VLAN_BRIDGE, TOR_VLAN_PORT, Topology, VLAN_ID,
+};
 
 /// The ToR's ovsdb-server, then its ovs-vswitchd, in the ToR's namespace. `OVS_RUNDIR` and
 /// friends point at [`Topology::tor_ovs_dir`] (so `ovs-vsctl` and `ovs-appctl` find them
@@ -96,7 +105,20 @@ pub fn bridge_args(t: &Topology) -> Vec<String> {
             node.trunk_port.clone(),
         ]);
     }
-    for (port, tag) in [(TOR_MGMT_PORT, 0), (TOR_VLAN_PORT, VLAN_ID)] {
+    for node in &t.nodes {
+        args.extend([
+            "--".into(),
+            "add-port".into(),
+            TOR_VLAN_BRIDGE.into(),
+            node.ext_port.clone(),
+            format!("tag={EXTERNAL_VLAN}"),
+        ]);
+    }
+    for (port, tag) in [
+        (TOR_MGMT_PORT, 0),
+        (TOR_VLAN_PORT, VLAN_ID),
+        (TOR_EXTERNAL_PORT, EXTERNAL_VLAN),
+    ] {
         args.extend([
             "--".into(),
             "add-port".into(),
@@ -141,6 +163,35 @@ pub fn configure(t: &Topology) -> Result<(), super::net::CommandError> {
     super::net::address_tor_vlan(t)
 }
 
+/// What the fabric is, in one line (`up`'s step and `status`).
+pub fn summary() -> String {
+    format!(
+        "OVS bridge {TOR_VLAN_BRIDGE}: a trunk to each node's {PROVIDER_NIC}, VLAN {VLAN_ID}'s gateway {}; \
+         the external network: VLAN {EXTERNAL_VLAN}, an access port to each node's {EXTERNAL_NIC}, gateway {}/{EXTERNAL_PREFIX} ({TOR_EXTERNAL_PORT})",
+        Topology::underlay_gateway(),
+        Topology::external_gateway()
+    )
+}
+
+/// `ip` arguments that show which interface of a node holds `address` (`ip -o -4 addr show to
+/// <address>/32`): [`EXTERNAL_NIC`] until a ProviderNetwork moves it onto its bridge.
+pub fn holder_args(address: std::net::Ipv4Addr) -> Vec<String> {
+    ["-o", "-4", "addr", "show", "to"]
+        .into_iter()
+        .map(str::to_owned)
+        .chain([format!("{address}/32")])
+        .collect()
+}
+
+/// The interface named by [`holder_args`]'s output (`5: eth2    inet 10.200.0.11/24 …`), if
+/// any line has one.
+pub fn holder(output: &str) -> Option<&str> {
+    output
+        .lines()
+        .find_map(|l| l.split_whitespace().nth(1))
+        .map(|dev| dev.split('@').next().unwrap_or(dev))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,7 +210,7 @@ mod tests {
         );
         assert!(args.contains("-- add-port tor-vlan mgmt0 tag=0 -- set interface mgmt0 type=internal"));
         assert!(
-            args.ends_with("-- add-port tor-vlan vlan100 tag=100 -- set interface vlan100 type=internal")
+            args.contains("-- add-port tor-vlan vlan100 tag=100 -- set interface vlan100 type=internal --")
         );
         let [db, vswitchd] = ovs_launches(&t);
         assert!(matches!(&db.enter, Enter::Netns(ns) if ns == "kl_t_tor"));
@@ -170,5 +221,39 @@ mod tests {
             "/var/lib/kube-ovn-lab/t/tor/ovs".to_owned()
         )));
         assert_ne!(db.log, vswitchd.log);
+    }
+
+    #[test]
+    fn every_node_gets_an_access_port_of_the_external_vlan_and_the_tor_its_gateway() {
+        let t = Topology::new("t", 2, TorKind::Bird, Path::new("/var/lib/kube-ovn-lab")).unwrap();
+        let args = bridge_args(&t).join(" ");
+        // Access ports: `tag` alone (untagged on the wire, VLAN 200 inside the bridge).
+        assert!(
+            args.contains("-- add-port tor-vlan n1-ext tag=200 -- add-port tor-vlan n2-ext tag=200 --"),
+            "{args}"
+        );
+        assert!(
+            args.ends_with("-- add-port tor-vlan vlan200 tag=200 -- set interface vlan200 type=internal"),
+            "{args}"
+        );
+        let line = summary();
+        assert!(
+            line.contains("VLAN 200, an access port to each node's eth2, gateway 10.200.0.1/24 (vlan200)"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn the_interface_holding_an_address_is_read_from_ip() {
+        assert_eq!(
+            holder_args("10.200.0.11".parse().unwrap()).join(" "),
+            "-o -4 addr show to 10.200.0.11/32"
+        );
+        let out = "5: eth2    inet 10.200.0.11/24 scope global eth2\\       valid_lft forever preferred_lft forever\n";
+        assert_eq!(holder(out), Some("eth2"));
+        let moved =
+            "9: br-external    inet 10.200.0.11/24 scope global br-external\\       valid_lft forever\n";
+        assert_eq!(holder(moved), Some("br-external"));
+        assert_eq!(holder(""), None);
     }
 }

@@ -276,7 +276,7 @@ fn nic_address_on_the_bridge(lab: &Lab, node: &str) -> Result<String> {
 /// Runs `tcpdump -e` on the ToR's `interface` for the first frame matching `filter` while
 /// `poke` is called (until the capture ends); the frame as tcpdump printed it. Fails when `poke`
 /// never succeeded.
-fn tagged_capture(
+pub fn tagged_capture(
     lab: &Lab,
     interface: &str,
     filter: &str,

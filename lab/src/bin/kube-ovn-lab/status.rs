@@ -1,6 +1,7 @@
 //! `kube-ovn-lab status`: every component, whether it runs and whether it says it is ready,
 //! and why not; the requests of our components the API server refused (its audit log); the
-//! nodes and their pods; the ToR's sessions and routes.
+//! nodes and their pods; the ToR's sessions and routes; the external network (its gateway on the
+//! ToR, each node's address there and the interface holding it).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -12,12 +13,14 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
 use kube::api::ListParams;
+use kube_ovn_lab::cluster::net;
 use kube_ovn_lab::cluster::process;
 use kube_ovn_lab::cluster::state::LabState;
 use kube_ovn_lab::cluster::topology::{
-    CONTROLLER_METRICS_PORT, DAEMON_METRICS_PORT, SPEAKER_METRICS_PORT, Topology,
+    CONTROLLER_METRICS_PORT, DAEMON_METRICS_PORT, EXTERNAL_VLAN, SPEAKER_METRICS_PORT, TOR_EXTERNAL_PORT,
+    Topology,
 };
-use kube_ovn_lab::cluster::tor;
+use kube_ovn_lab::cluster::{tor, tor_vlan};
 
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -106,6 +109,55 @@ async fn check(t: &Topology, state: &LabState) -> Vec<Line> {
 fn tor_sessions(t: &Topology) -> Result<Vec<(String, bool)>, String> {
     let out = super::verbs::tor_output(t, &tor::sessions_command(t.tor_kind)).map_err(|e| e.to_string())?;
     Ok(tor::sessions(t.tor_kind, t, &out))
+}
+
+/// The external network (`cluster::tor_vlan`): whether the ToR holds its gateway on
+/// [`TOR_EXTERNAL_PORT`] and every node its address (on `eth2`, or on the bridge a
+/// ProviderNetwork moved it to); the sentence saying so.
+fn external_network(t: &Topology) -> (bool, String) {
+    let holder = |ns: &str, address| {
+        let args = tor_vlan::holder_args(address);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        net::ip(ns, &args)
+            .map(|out| tor_vlan::holder(&out).map(str::to_owned))
+            .map_err(|e| e.to_string())
+    };
+    let gateway = Topology::external_gateway();
+    let mut healthy = true;
+    let mut parts = vec![format!("VLAN {EXTERNAL_VLAN}")];
+    match holder(&t.tor_netns(), gateway) {
+        Ok(Some(dev)) if dev == TOR_EXTERNAL_PORT => {
+            parts.push(format!("gateway {gateway} on the ToR's {dev}"));
+        }
+        Ok(Some(dev)) => {
+            healthy = false;
+            parts.push(format!(
+                "the ToR holds {gateway} on {dev}, not {TOR_EXTERNAL_PORT}"
+            ));
+        }
+        Ok(None) => {
+            healthy = false;
+            parts.push(format!("the ToR has no {gateway}"));
+        }
+        Err(e) => {
+            healthy = false;
+            parts.push(format!("the ToR: {e}"));
+        }
+    }
+    for node in &t.nodes {
+        match holder(&node.netns, node.ext_ip) {
+            Ok(Some(dev)) => parts.push(format!("{} {} on {dev}", node.name, node.ext_ip)),
+            Ok(None) => {
+                healthy = false;
+                parts.push(format!("{} has no {}", node.name, node.ext_ip));
+            }
+            Err(e) => {
+                healthy = false;
+                parts.push(format!("{}: {e}", node.name));
+            }
+        }
+    }
+    (healthy, parts.join(", "))
 }
 
 /// Components, nodes with their pods, and the ToR's routes, as `up` prints them at the end.
@@ -258,6 +310,13 @@ pub fn status(name: &str, run_dir: &Path) -> anyhow::Result<ExitCode> {
             println!("  BGP sessions: cannot ask the ToR: {e}");
         }
     }
+    let (external, detail) = external_network(&t);
+    healthy &= external;
+    println!(
+        "  {:38}{}  {detail}",
+        "external network",
+        if external { "ok  " } else { "FAIL" }
+    );
     match api {
         Ok((text, refused)) => {
             if refused.is_empty() {

@@ -25,7 +25,7 @@ use kube_ovn_lab::cluster::components::{self, Binaries};
 use kube_ovn_lab::cluster::net::{self, run};
 use kube_ovn_lab::cluster::process;
 use kube_ovn_lab::cluster::state::{LabState, Made};
-use kube_ovn_lab::cluster::topology::{TOR_VLAN_BRIDGE, Topology, VLAN_ID};
+use kube_ovn_lab::cluster::topology::Topology;
 use kube_ovn_lab::cluster::tor;
 use kube_ovn_lab::cluster::wait::{nothing_missing, wait_for};
 
@@ -236,8 +236,8 @@ async fn bring_up(
     clock.step("nodes Ready with chassis and join addresses");
     vlan_fabric.await??;
     clock.step(&format!(
-        "the ToR's VLAN fabric: OVS bridge {TOR_VLAN_BRIDGE}, a trunk to each node's eth1, VLAN {VLAN_ID}'s gateway {}",
-        Topology::underlay_gateway()
+        "the ToR's VLAN fabric: {}",
+        kube_ovn_lab::cluster::tor_vlan::summary()
     ));
 
     let examples = args

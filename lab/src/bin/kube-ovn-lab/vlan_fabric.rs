@@ -1,5 +1,6 @@
 //! `up`'s step for the ToR's VLAN fabric (`cluster::tor_vlan`): its ovsdb-server, the database
-//! initialised, its ovs-vswitchd, then the bridge, the trunks and the gateways' addresses. It
+//! initialised, its ovs-vswitchd, then the bridge, the trunks, the external network's access
+//! ports and the gateways' addresses. It
 //! runs beside the rest of `up` (it needs only the wires), so the lab takes no longer to come up.
 
 use std::time::Duration;
@@ -26,6 +27,6 @@ pub async fn start(t: Topology, rec: Recorder, timeout: Duration) -> anyhow::Res
     rec.start(&vswitchd)?;
     tokio::task::spawn_blocking(move || tor_vlan::configure(&t))
         .await?
-        .context("the ToR's VLAN fabric (bridge tor-vlan, its trunks and gateways)")?;
+        .context("the ToR's VLAN fabric (bridge tor-vlan, its trunks, access ports and gateways)")?;
     Ok(())
 }
