@@ -223,6 +223,12 @@ async fn exchanged_names_move_in_give_back_exactly_and_switch_both_ways() -> Res
     assert!(rig.dump("br-pn1")?.iter().any(|l| l.contains("172.31.0.11")));
     rig.peer.wait_ping(NODE_IP, WAIT)?;
     echo(&mut client, &mut conn, 5)?;
+    // Each switch converged in one pass: no failure was reported on the way.
+    let failures = rig::warnings(&kube, "pn1").await?;
+    assert!(
+        failures.is_empty(),
+        "pn1's switches reported failures: {failures:?}"
+    );
     pns.delete("pn1", &DeleteParams::default()).await?;
     wait_until_async("br-pn1 removed", WAIT, || async { Ok(!rig.has_bridge("br-pn1")) }).await?;
     wait_until_async("eth1 given back as it was after the switches", WAIT, || async {

@@ -276,8 +276,11 @@ impl ProviderNetworks {
                     // first goes back under its old names, then moves with the new ones.
                     self.give_back(pn, old).await.map_err(|e| fail(&e))?;
                     tracing::info!(old = ?old, new = ?naming, "provider nic given back to move it with new names");
-                    if old.bridge == naming.link {
-                        // The old bridge's internal port goes a moment after the bridge.
+                    if old.bridge == naming.link && naming.link != naming.nic {
+                        // Switching to exchanged names: the NIC takes the old bridge's name,
+                        // whose internal port goes a moment after the bridge. (Switching back,
+                        // the old bridge had the NIC's own name, which the give-back has
+                        // already returned to the NIC.)
                         self.wait_link_gone(&old.bridge).await.map_err(|e| fail(&e))?;
                     }
                 }
