@@ -1,0 +1,180 @@
+//! A pod's addresses announced when its NIC comes up (Kube-OVN `configureNic`: a gratuitous ARP
+//! per IPv4 address, an unsolicited Neighbor Advertisement per IPv6 address), on an underlay
+//! subnet with the fabric of `underlay_pods.rs`: real OVS on the userspace datapath, real OVN,
+//! the real daemon and shim, the fabric's router as the physical gateway.
+//!
+//! The case it is for: a pod re-created with its fixed address and a new MAC (a StatefulSet
+//! pod, a VM). The router and the VLAN's other hosts still cache the old MAC; without the
+//! announcement they send to it until their entry expires (minutes). Here the router holds
+//! such stale entries (the MAC of the pod's previous incarnation) on its gateway port and on
+//! another host's port of VLAN 100, for both families; after ADD both carry the new MAC.
+//! The other host's port is the one only the announcement fixes: the gateway check's ARP and
+//! neighbour solicitation go to the gateway (which learns from them too), and that host sends
+//! nothing itself (no ARP request, no solicitation for the pod's address on the trunk).
+
+mod common;
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use common::underlay::{PATH_WAIT, Underlay, UnderlaySubnet};
+use common::{Options, TestPod};
+use kube_ovn_testkit::{VlanRouter, wait_until};
+use serde_json::json;
+
+/// The MAC the pod's previous incarnation had.
+const OLD_MAC: &str = "0a:00:00:00:de:ad";
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().expect("an IP literal")
+}
+
+/// The pod's MAC from its CNI result.
+fn mac(pod: &TestPod) -> String {
+    pod.result["interfaces"][0]["mac"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// `(MAC, state)` the router caches for `addr` on its port `port`.
+fn cached(router: &VlanRouter, addr: &str, port: &str) -> Result<Option<(String, String)>> {
+    let out = router.netns().ip(&["neigh", "show", addr, "dev", port])?;
+    let words: Vec<&str> = out.split_whitespace().collect();
+    let mac = words
+        .iter()
+        .position(|w| *w == "lladdr")
+        .and_then(|i| words.get(i + 1));
+    Ok(mac.map(|m| {
+        (
+            (*m).to_owned(),
+            words.last().copied().unwrap_or_default().to_owned(),
+        )
+    }))
+}
+
+/// Waits until no address of the router's `port` is tentative: a Linux neighbour takes no NA on
+/// an interface whose own link-local address is still in duplicate address detection (the
+/// first second or two after link up; a real router's port has been up for long).
+fn wait_dad(router: &VlanRouter, port: &str) -> Result<()> {
+    wait_until(
+        &format!("router port {port} to finish DAD"),
+        Duration::from_secs(10),
+        || {
+            Ok(router
+                .netns()
+                .ip(&["-6", "addr", "show", "dev", port, "tentative"])?
+                .trim()
+                .is_empty())
+        },
+    )
+}
+
+/// A dual-stack underlay subnet on VLAN 100; the router caches `OLD_MAC` for the pod's two
+/// addresses on its gateway port and on another host's port. A pod with those addresses and a
+/// new MAC: the trunk carries its gratuitous ARP and its unsolicited NA, tagged 100, from its
+/// MAC; once ADD returned, every one of the router's entries has the new MAC (STALE: learnt
+/// from what the pod sent, not confirmed by a request of the router's own, and none went out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recreated_pod_announces_its_addresses_and_the_vlan_replaces_the_stale_mac() -> Result<()> {
+    let ul = Underlay::start(Options::default(), 1500).await?;
+    ul.map(0)?;
+    ul.map(1)?;
+    let gw = ul.router.add_vlan_gateway(100, "10.100.0.1/24")?;
+    ul.router.add_address(&gw, "fd00:100::1/64")?;
+    let host = ul.router.add_vlan_gateway(100, "10.100.0.99/24")?;
+    ul.router.add_address(&host, "fd00:100::99/64")?;
+    let dual = UnderlaySubnet::new(
+        "uldual",
+        "10.100.0.0/24,fd00:100::/64",
+        "10.100.0.1,fd00:100::1",
+        100,
+    );
+    ul.subnet(&dual, json!({})).await?;
+    let addrs = ["10.100.0.10", "fd00:100::10"];
+    for port in [&gw, &host] {
+        wait_dad(&ul.router, port)?;
+        for addr in addrs {
+            ul.router.netns().ip(&[
+                "neigh", "replace", addr, "lladdr", OLD_MAC, "dev", port, "nud", "stale",
+            ])?;
+        }
+    }
+
+    let trunk = ul.router.capture(&ul.trunks[1])?;
+    let pod = ul
+        .pod(&dual, "sts-0", 1, [ip(addrs[0]), ip(addrs[1])], &[])
+        .await?;
+    let new_mac = mac(&pod);
+    assert_ne!(new_mac, OLD_MAC);
+
+    // Right after ADD: the new MAC everywhere on VLAN 100, though the router asked nobody.
+    for port in [&gw, &host] {
+        for addr in addrs {
+            let entry = cached(&ul.router, addr, port)?;
+            assert_eq!(
+                entry.as_ref().map(|e| e.0.as_str()),
+                Some(new_mac.as_str()),
+                "router port {port}'s entry for {addr} right after ADD: {entry:?}\n{}",
+                trunk.raw_tail(20)
+            );
+        }
+    }
+    for addr in addrs {
+        let entry = cached(&ul.router, addr, &host)?.context("host entry")?;
+        assert_eq!(entry.1, "STALE", "{addr} on {host}: {entry:?}");
+    }
+
+    // On the trunk: the announcements, tagged with the VLAN, from the pod's MAC.
+    let garp = trunk.wait_frame("the pod's gratuitous ARP", PATH_WAIT, |f| {
+        f.ethertype == "ARP" && f.line.contains("who-has 10.100.0.10 tell 10.100.0.10")
+    })?;
+    assert_eq!(garp.vlan, Some(100), "{}", garp.line);
+    assert_eq!(garp.src_mac, new_mac, "{}", garp.line);
+    assert_eq!(garp.dst_mac, "ff:ff:ff:ff:ff:ff", "{}", garp.line);
+    let na = trunk.wait_frame("the pod's unsolicited NA", PATH_WAIT, |f| {
+        f.line.contains("neighbor advertisement") && f.line.contains("tgt is fd00:100::10")
+    })?;
+    assert_eq!(na.vlan, Some(100), "{}", na.line);
+    assert_eq!(na.src_mac, new_mac, "{}", na.line);
+    assert_eq!(na.dst_mac, "33:33:00:00:00:01", "{}", na.line);
+    assert_eq!(na.src_ip.as_deref(), Some("fd00:100::10"), "{}", na.line);
+    assert_eq!(na.dst_ip.as_deref(), Some("ff02::1"), "{}", na.line);
+    // The router sent no request for the pod's addresses: what it has, it was told.
+    let asked: Vec<String> = trunk
+        .frames()
+        .into_iter()
+        .filter(|f| {
+            f.src_mac != new_mac
+                && (f.line.contains("who-has 10.100.0.10")
+                    || f.line.contains("neighbor solicitation, who has fd00:100::10"))
+        })
+        .map(|f| f.line)
+        .collect();
+    assert!(asked.is_empty(), "the router asked: {asked:?}");
+
+    // The pod is reachable at once from the other host, through its new MAC.
+    assert!(
+        pod.netns.ping(ip("10.100.0.99")),
+        "the host reaches the pod over IPv4"
+    );
+    assert!(
+        pod.netns.ping(ip("fd00:100::99")),
+        "the host reaches the pod over IPv6"
+    );
+
+    // Announcing costs ADD next to nothing (the daemon logs how long it took).
+    let log = ul.cluster.nodes[1].daemon.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("announced the pod's addresses"))
+        .context("the daemon logs the announcement")?;
+    let entry: serde_json::Value = serde_json::from_str(line)?;
+    let took_us = entry["took_us"]
+        .as_u64()
+        .with_context(|| format!("took_us in {line}"))?;
+    eprintln!("announcing took {took_us} µs");
+    assert!(took_us < 500_000, "announcing took {took_us} µs: {line}");
+    Ok(())
+}
