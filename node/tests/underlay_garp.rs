@@ -11,6 +11,12 @@
 //! The other host's port is the one only the announcement fixes: the gateway check's ARP and
 //! neighbour solicitation go to the gateway (which learns from them too), and that host sends
 //! nothing itself (no ARP request, no solicitation for the pod's address on the trunk).
+//!
+//! Every pod announces, overlay too, as in Kube-OVN: the second test is Kube-OVN's e2e case
+//! "should immediately reach a recreated static IPv6 pod after its MAC changes"
+//! (`test/e2e/kube-ovn/pod/fixed_ip_recreation.go`) on a dual-stack overlay subnet, both
+//! families: OVN's logical switch floods the announcements to the other pods, whose caches
+//! then hold the new MAC.
 
 mod common;
 
@@ -19,7 +25,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use common::underlay::{PATH_WAIT, Underlay, UnderlaySubnet};
-use common::{Options, TestPod};
+use common::{Cluster, Options, TestPod};
 use kube_ovn_testkit::{VlanRouter, wait_until};
 use serde_json::json;
 
@@ -176,5 +182,82 @@ async fn a_recreated_pod_announces_its_addresses_and_the_vlan_replaces_the_stale
         .with_context(|| format!("took_us in {line}"))?;
     eprintln!("announcing took {took_us} µs");
     assert!(took_us < 500_000, "announcing took {took_us} µs: {line}");
+    Ok(())
+}
+
+/// Kube-OVN's `fixed_ip_recreation.go`, with the real controller on a dual-stack overlay: a
+/// client on node 0 reaches a backend with fixed addresses and MAC on node 1 (its neighbour
+/// cache primed); the backend is deleted and a new one made with the same addresses and another
+/// MAC on node 1. Right after ADD the client caches the new MAC for both addresses, and its
+/// first ping of each reaches the new backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recreated_overlay_pod_with_fixed_addresses_is_reached_at_once() -> Result<()> {
+    let cluster = Cluster::start_with(Options {
+        nodes: 2,
+        controller_flags: vec![
+            "--default-cidr=10.16.0.0/16,fd00:10:16::/112".into(),
+            "--node-switch-cidr=100.64.0.0/16,fd00:100:64::/112".into(),
+        ],
+        dual_stack: true,
+        ..Options::default()
+    })
+    .await?;
+    let addrs = ["10.16.0.50", "fd00:10:16::50"];
+    let fixed = addrs.join(",");
+    let backend = |name: &'static str, mac: &'static str| {
+        let fixed = fixed.clone();
+        let cluster = &cluster;
+        async move {
+            cluster
+                .pod(
+                    "default",
+                    name,
+                    1,
+                    &[
+                        ("ovn.kubernetes.io/ip_address", fixed.as_str()),
+                        ("ovn.kubernetes.io/mac_address", mac),
+                    ],
+                )
+                .await
+        }
+    };
+    let client = cluster.pod("default", "client", 0, &[]).await?;
+    let first = backend("backend-1", OLD_MAC).await?;
+    for addr in addrs {
+        client
+            .netns
+            .wait_ping(ip(addr), common::WAIT)
+            .with_context(|| format!("the client to reach the first backend at {addr}"))?;
+    }
+    let cache = |addr: &str| -> Result<Option<String>> {
+        let out = client.netns.ip(&["neigh", "show", addr, "dev", "eth0"])?;
+        Ok(out
+            .split_whitespace()
+            .skip_while(|w| *w != "lladdr")
+            .nth(1)
+            .map(str::to_owned))
+    };
+    for addr in addrs {
+        assert_eq!(cache(addr)?.as_deref(), Some(OLD_MAC), "primed for {addr}");
+    }
+
+    // The first backend goes (DEL, then the object); the controller frees its addresses.
+    cluster.nodes[1].runtime.del(&first.sandbox, None)?;
+    cluster.delete_pod_object("default", "backend-1").await?;
+    let new_mac = "0a:00:00:00:be:ef";
+    let second = backend("backend-2", new_mac).await?;
+    assert_eq!(mac(&second), new_mac);
+
+    for addr in addrs {
+        assert_eq!(
+            cache(addr)?.as_deref(),
+            Some(new_mac),
+            "the client's entry for {addr} right after the new backend's ADD"
+        );
+        assert!(
+            client.netns.ping(ip(addr)),
+            "the client's first ping of {addr} after the backend was re-created"
+        );
+    }
     Ok(())
 }
