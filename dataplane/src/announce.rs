@@ -8,6 +8,10 @@
 //! one the gateway check's ARP uses), the frames built whole here.
 
 use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use nix::ifaddrs::getifaddrs;
+use nix::net::if_::InterfaceFlags;
 
 use crate::arp::{self, BROADCAST, ETH_P_ARP, PacketSocket};
 use crate::error::{Error, Result};
@@ -24,30 +28,75 @@ pub(crate) fn frame(mac: [u8; 6], addr: IpAddr) -> Option<(u16, [u8; 6], Vec<u8>
     }
 }
 
-fn send_all(device: &str, frames: &[(u16, [u8; 6], Vec<u8>)]) -> std::io::Result<()> {
+/// What [`announce`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Announced {
+    /// Frames sent.
+    pub sent: usize,
+    /// How long the device took to be running (up to the bound given).
+    pub waited: Duration,
+    /// Whether it was running when they were sent.
+    pub running: bool,
+}
+
+/// Whether `device` of the calling thread's namespace is running (`IFF_RUNNING`: up, with
+/// carrier, and the kernel's link watch has processed it).
+fn running(device: &str) -> std::io::Result<bool> {
+    Ok(getifaddrs()?.any(|i| i.interface_name == device && i.flags.contains(InterfaceFlags::IFF_RUNNING)))
+}
+
+fn send_all(
+    device: &str,
+    frames: &[(u16, [u8; 6], Vec<u8>)],
+    wait_running: Duration,
+) -> std::io::Result<Announced> {
+    // A veth just brought up has the no-op qdisc, which drops every frame without an error,
+    // until the kernel's link watch activates it; that work runs at most once a second, so
+    // on a node making many pods it can lag the link's coming up by up to a second.
+    let started = Instant::now();
+    let mut is_running = running(device)?;
+    while !is_running && started.elapsed() < wait_running {
+        std::thread::sleep(RUNNING_POLL);
+        is_running = running(device)?;
+    }
     let socket = PacketSocket::open(device, None)?;
     for (ethertype, dst, packet) in frames {
         socket.send(*ethertype, *dst, packet)?;
     }
-    Ok(())
+    Ok(Announced {
+        sent: frames.len(),
+        waited: started.elapsed(),
+        running: is_running,
+    })
 }
 
+/// How often the device's state is read while waiting for it to run.
+const RUNNING_POLL: Duration = Duration::from_millis(10);
+
 /// Sends one announcement of each of `addresses` (IPv6 link-local ones excepted) out of
-/// `device` in `ns`, as `mac` (the device's). Returns how many went out. An error means they
-/// could not be sent (no such device, no privilege); nothing is waited for.
-pub async fn announce(ns: &Netns, device: &str, mac: [u8; 6], addresses: &[IpAddr]) -> Result<usize> {
+/// `device` in `ns`, as `mac` (the device's), once the device is running or `wait_running`
+/// passed. An error means they could not be sent (no such device, no privilege).
+pub async fn announce(
+    ns: &Netns,
+    device: &str,
+    mac: [u8; 6],
+    addresses: &[IpAddr],
+    wait_running: Duration,
+) -> Result<Announced> {
     let frames: Vec<_> = addresses.iter().filter_map(|a| frame(mac, *a)).collect();
     if frames.is_empty() {
-        return Ok(0);
+        return Ok(Announced {
+            sent: 0,
+            waited: Duration::ZERO,
+            running: true,
+        });
     }
     let list: Vec<String> = addresses.iter().map(ToString::to_string).collect();
     let op = format!("announce {} from {device} in {}", list.join(","), ns.label());
     let device = device.to_owned();
-    let count = frames.len();
-    ns.run_async(move || send_all(&device, &frames))
+    ns.run_async(move || send_all(&device, &frames, wait_running))
         .await?
-        .map_err(|source| Error::Io { op, source })?;
-    Ok(count)
+        .map_err(|source| Error::Io { op, source })
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! (needs root and iproute2; fails, never skips, without them).
 
 use std::net::IpAddr;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use kube_ovn_dataplane::announce::announce;
@@ -58,7 +59,7 @@ async fn a_neighbour_replaces_its_stale_mac_on_announcement() -> Result<()> {
     // router's interface here has just come up, a real router's has been up for long.
     kube_ovn_testkit::wait_until(
         "the router's link-local address to leave DAD",
-        std::time::Duration::from_secs(10),
+        Duration::from_secs(10),
         || {
             Ok(router
                 .ip(&["-6", "addr", "show", "dev", "gw", "tentative"])?
@@ -71,20 +72,22 @@ async fn a_neighbour_replaces_its_stale_mac_on_announcement() -> Result<()> {
         "fd00:100::10".parse()?,
         "fe80::1".parse()?,
     ];
-    let sent = announce(
+    let done = announce(
         &pod.handle()?,
         "eth0",
         parse_mac(mac).context("a MAC")?,
         &addresses,
+        Duration::from_secs(2),
     )
     .await?;
-    assert_eq!(sent, 2, "one per address, none for the link-local one");
+    assert_eq!(done.sent, 2, "one per address, none for the link-local one");
+    assert!(done.running, "sent once the link was running: {done:?}");
     // The frames are in the neighbour's kernel once the send returned; its entries change as
     // they are processed (softirq), so wait briefly.
     for addr in ["10.100.0.10", "fd00:100::10"] {
         kube_ovn_testkit::wait_until(
             &format!("the router's entry for {addr} to carry {mac}"),
-            std::time::Duration::from_secs(5),
+            Duration::from_secs(5),
             || Ok(cached(&router, addr, "gw")?.as_deref() == Some(mac)),
         )?;
     }
@@ -94,6 +97,7 @@ async fn a_neighbour_replaces_its_stale_mac_on_announcement() -> Result<()> {
         "nosuch0",
         parse_mac(mac).context("a MAC")?,
         &addresses,
+        Duration::ZERO,
     )
     .await
     .expect_err("no such device");
