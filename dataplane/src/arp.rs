@@ -22,6 +22,9 @@ const HTYPE_ETHERNET: u16 = 1;
 const PTYPE_IPV4: u16 = 0x0800;
 const ARP_LEN: usize = 28;
 
+/// The Ethernet broadcast address.
+pub(crate) const BROADCAST: [u8; 6] = [0xff; 6];
+
 /// An ARP request for `target` from `src_mac`/`src`.
 fn request(src_mac: [u8; 6], src: Ipv4Addr, target: Ipv4Addr) -> [u8; ARP_LEN] {
     let mut p = [0u8; ARP_LEN];
@@ -35,6 +38,15 @@ fn request(src_mac: [u8; 6], src: Ipv4Addr, target: Ipv4Addr) -> [u8; ARP_LEN] {
     // Target hardware address unknown: zeros.
     p[24..28].copy_from_slice(&target.octets());
     p
+}
+
+/// An ARP announcement of `addr` by `mac` (RFC 5227 §2.3, what "gratuitous ARP" means
+/// since): a request whose sender and target protocol addresses are both `addr`, the target
+/// hardware address zero, sent to the broadcast address. Every host on the segment that has
+/// `addr` in its cache replaces the MAC there (Linux treats sender == target as gratuitous and
+/// overrides its entry), and a switch learns `mac` on the port it came in on.
+pub(crate) fn announcement(mac: [u8; 6], addr: Ipv4Addr) -> [u8; ARP_LEN] {
+    request(mac, addr, addr)
 }
 
 /// The sender's MAC when `data` is an ARP reply from `target`.
@@ -54,11 +66,14 @@ fn reply_from(data: &[u8], target: Ipv4Addr) -> Option<[u8; 6]> {
     Some(mac)
 }
 
-fn sockaddr(ifindex: i32, dst: Option<[u8; 6]>) -> libc::sockaddr_ll {
+/// Ethertype ARP (for `sll_protocol`).
+pub(crate) const ETH_P_ARP: u16 = 0x0806;
+
+fn sockaddr(ifindex: i32, ethertype: u16, dst: Option<[u8; 6]>) -> libc::sockaddr_ll {
     // SAFETY: sockaddr_ll is plain old data; all-zero is a valid value.
     let mut sa: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
     sa.sll_family = u16::try_from(libc::AF_PACKET).unwrap_or_default();
-    sa.sll_protocol = u16::try_from(libc::ETH_P_ARP).unwrap_or_default().to_be();
+    sa.sll_protocol = ethertype.to_be();
     sa.sll_ifindex = ifindex;
     if let Some(dst) = dst {
         sa.sll_halen = 6;
@@ -67,31 +82,81 @@ fn sockaddr(ifindex: i32, dst: Option<[u8; 6]>) -> libc::sockaddr_ll {
     sa
 }
 
-fn open(device: &str, timeout: Duration) -> std::io::Result<(OwnedFd, i32)> {
-    let ifindex = nix::net::if_::if_nametoindex(device)?;
-    let ifindex = i32::try_from(ifindex).map_err(std::io::Error::other)?;
-    let protocol = i32::from(u16::try_from(libc::ETH_P_ARP).unwrap_or_default().to_be());
-    // SAFETY: socket(2) with constant arguments; the result is checked before use and owned.
-    let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, protocol) };
-    if raw < 0 {
-        return Err(std::io::Error::last_os_error());
+/// An `AF_PACKET` datagram socket on one device: the kernel adds the Ethernet header (the
+/// device's MAC as source, the destination given to [`PacketSocket::send`]).
+pub(crate) struct PacketSocket {
+    fd: OwnedFd,
+    ifindex: i32,
+}
+
+impl PacketSocket {
+    /// Opens it on `device` of the calling thread's namespace. `receive`: the ethertype whose
+    /// frames [`PacketSocket::recv`] hands back (each within `timeout`); `None` for a socket
+    /// that only sends (the kernel queues nothing for it).
+    pub(crate) fn open(device: &str, receive: Option<(u16, Duration)>) -> std::io::Result<Self> {
+        let ifindex = nix::net::if_::if_nametoindex(device)?;
+        let ifindex = i32::try_from(ifindex).map_err(std::io::Error::other)?;
+        let ethertype = receive.map_or(0, |(t, _)| t);
+        let protocol = i32::from(ethertype.to_be());
+        // SAFETY: socket(2) with constant arguments; the result is checked before use and owned.
+        let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, protocol) };
+        if raw < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `raw` is a fresh descriptor nobody else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let sa = sockaddr(ifindex, ethertype, None);
+        let len = libc::socklen_t::try_from(size_of::<libc::sockaddr_ll>()).unwrap_or_default();
+        // SAFETY: `sa` is a valid sockaddr_ll of `len` bytes, alive for the call.
+        let rc = unsafe { libc::bind(fd.as_raw_fd(), std::ptr::from_ref(&sa).cast(), len) };
+        if rc < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if let Some((_, timeout)) = receive {
+            let micros = i64::try_from(timeout.as_micros()).unwrap_or(i64::MAX).max(1000);
+            setsockopt(
+                &fd,
+                sockopt::ReceiveTimeout,
+                &TimeVal::new(micros / 1_000_000, micros % 1_000_000),
+            )?;
+        }
+        Ok(Self { fd, ifindex })
     }
-    // SAFETY: `raw` is a fresh descriptor nobody else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    let sa = sockaddr(ifindex, None);
-    let len = libc::socklen_t::try_from(size_of::<libc::sockaddr_ll>()).unwrap_or_default();
-    // SAFETY: `sa` is a valid sockaddr_ll of `len` bytes, alive for the call.
-    let rc = unsafe { libc::bind(fd.as_raw_fd(), std::ptr::from_ref(&sa).cast(), len) };
-    if rc < 0 {
-        return Err(std::io::Error::last_os_error());
+
+    /// Sends `packet` (what follows the Ethernet header) with `ethertype` to `dst`.
+    pub(crate) fn send(&self, ethertype: u16, dst: [u8; 6], packet: &[u8]) -> std::io::Result<()> {
+        let dst = sockaddr(self.ifindex, ethertype, Some(dst));
+        let len = libc::socklen_t::try_from(size_of::<libc::sockaddr_ll>()).unwrap_or_default();
+        // SAFETY: `packet` and `dst` are valid for the given lengths during the call.
+        let sent = unsafe {
+            libc::sendto(
+                self.fd.as_raw_fd(),
+                packet.as_ptr().cast(),
+                packet.len(),
+                0,
+                std::ptr::from_ref(&dst).cast(),
+                len,
+            )
+        };
+        if sent < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
     }
-    let micros = i64::try_from(timeout.as_micros()).unwrap_or(i64::MAX).max(1000);
-    setsockopt(
-        &fd,
-        sockopt::ReceiveTimeout,
-        &TimeVal::new(micros / 1_000_000, micros % 1_000_000),
-    )?;
-    Ok((fd, ifindex))
+
+    /// One received frame's payload into `buf`: `Ok(None)` when the timeout passed.
+    fn recv(&self, buf: &mut [u8]) -> std::io::Result<Option<usize>> {
+        // SAFETY: `buf` is valid for writes of its length during the call.
+        let n = unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::EAGAIN | libc::EINTR) => Ok(None),
+                _ => Err(e),
+            };
+        }
+        Ok(Some(usize::try_from(n).unwrap_or_default()))
+    }
 }
 
 fn resolve(
@@ -101,39 +166,16 @@ fn resolve(
     target: Ipv4Addr,
     timeout: Duration,
 ) -> std::io::Result<Option<[u8; 6]>> {
-    let (fd, ifindex) = open(device, timeout)?;
-    let packet = request(src_mac, src, target);
-    let dst = sockaddr(ifindex, Some([0xff; 6]));
-    let len = libc::socklen_t::try_from(size_of::<libc::sockaddr_ll>()).unwrap_or_default();
-    // SAFETY: `packet` and `dst` are valid for the given lengths during the call.
-    let sent = unsafe {
-        libc::sendto(
-            fd.as_raw_fd(),
-            packet.as_ptr().cast(),
-            packet.len(),
-            0,
-            std::ptr::from_ref(&dst).cast(),
-            len,
-        )
-    };
-    if sent < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    let socket = PacketSocket::open(device, Some((ETH_P_ARP, timeout)))?;
+    socket.send(ETH_P_ARP, BROADCAST, &request(src_mac, src, target))?;
     let deadline = Instant::now() + timeout;
     let mut buf = [0u8; 256];
     while Instant::now() < deadline {
-        // SAFETY: `buf` is valid for writes of its length during the call.
-        let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            match e.raw_os_error() {
-                Some(libc::EAGAIN | libc::EINTR) => break,
-                _ => return Err(e),
-            }
-        }
+        let Some(n) = socket.recv(&mut buf)? else {
+            break;
+        };
         // Every ARP frame of the device arrives here (other pods' too): only a reply from
         // the target answers.
-        let n = usize::try_from(n).unwrap_or_default();
         if let Some(mac) = reply_from(&buf[..n], target) {
             return Ok(Some(mac));
         }
@@ -187,5 +229,20 @@ mod tests {
         assert_eq!(reply_from(&reply, gw), Some(gw_mac));
         assert_eq!(reply_from(&reply, src), None, "a reply from someone else");
         assert_eq!(reply_from(&reply[..20], gw), None);
+    }
+
+    #[test]
+    fn announcement_is_a_request_for_its_own_address() {
+        let mac = [0x0a, 0, 0, 0x64, 0, 0x0a];
+        let addr: Ipv4Addr = "10.100.0.10".parse().unwrap();
+        let garp = announcement(mac, addr);
+        // htype 1, ptype 0x0800, hlen 6, plen 4, op 1 (request): RFC 5227 §2.3.
+        assert_eq!(&garp[..8], &[0, 1, 8, 0, 6, 4, 0, 1]);
+        assert_eq!(&garp[8..14], &mac, "sender hardware address");
+        assert_eq!(&garp[14..18], &addr.octets(), "sender protocol address");
+        assert_eq!(&garp[18..24], &[0; 6], "target hardware address");
+        assert_eq!(&garp[24..28], &addr.octets(), "target protocol address");
+        // Not mistaken for an answer when the gateway check reads the device's ARP frames.
+        assert_eq!(reply_from(&garp, addr), None);
     }
 }

@@ -1,7 +1,8 @@
 //! The only crate that talks to the kernel below std (DESIGN.md "Boundaries"): network
 //! namespace handles, links (veth pairs across namespaces), addresses, routes, policy rules,
 //! sysctls, nftables tables (a script in one transaction, set elements over netlink), ICMP echo
-//! and ARP resolution out of a device, and the one ethtool setting the userspace datapath needs; for the speaker's
+//! and ARP resolution out of a device, announcing a device's addresses (gratuitous ARP,
+//! unsolicited Neighbor Advertisements), and the one ethtool setting the userspace datapath needs; for the speaker's
 //! sockets, TCP MD5 keys,
 //! TTL / hop limit, the minimum received TTL (GTSM), `IPV6_V6ONLY` and the received TTL
 //! (`socket`). Callers make sockets with
@@ -14,15 +15,17 @@
 //! the namespace it was opened in, so the returned handle works from any task.
 
 // `unsafe` is allowed in this crate only, for the SIOCETHTOOL ioctl in `ethtool.rs`, the
-// TCP_MD5SIG socket option in `tcp_md5.rs` and the AF_PACKET socket of `arp.rs` (nix has no
+// TCP_MD5SIG socket option in `tcp_md5.rs` and the AF_PACKET socket of `arp.rs` (also `announce.rs`'s; nix has no
 // constructor for a `sockaddr_ll`), which no safe wrapper in nix, socket2 or std covers;
 // every other kernel call goes through rtnetlink or std.
 #![allow(unsafe_code)]
 
+pub mod announce;
 pub mod arp;
 mod error;
 pub mod ethtool;
 mod link;
+mod ndp;
 mod netns;
 pub mod nft;
 pub mod ping;

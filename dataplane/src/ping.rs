@@ -23,7 +23,7 @@ const ECHO_REQUEST_V6: u8 = 128;
 const ECHO_REPLY_V6: u8 = 129;
 
 /// The internet checksum (RFC 1071).
-fn checksum(data: &[u8]) -> u16 {
+pub(crate) fn checksum(data: &[u8]) -> u16 {
     let mut sum: u32 = data
         .chunks(2)
         .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))

@@ -23,6 +23,7 @@
 //! liveness probe has kubelet restart the daemon instead of it running on without, say, its
 //! QoS task.
 
+pub mod announce;
 pub mod chassis;
 pub mod config;
 pub mod error;
@@ -93,6 +94,8 @@ pub enum StartError {
 ///     PodPlans (pod_plans.rs: Watched<Pod> of this node, Watched<Subnet>, waits on pod changes)
 ///     ──▶ veths, OVS ports, the pod's addresses and routes
 ///     ──finished ADD: pod key (mpsc)──▶ qos task
+///     ──announced addresses: Repeat (mpsc)──▶ announce task (announce.rs): 2 s later the
+///         gratuitous ARPs and unsolicited NAs again, while the OVS port is still the pod's
 ///   pod watch ──applied Arc<Pod> (mpsc)──▶ qos task (qos.rs)
 ///     owns: pending retries with backoff, refusals reported
 ///     ──▶ the ports' OVS QoS, Warning events on pods
@@ -248,6 +251,9 @@ pub async fn run(
     };
     tasks.spawn("ovn0-check", ovn0_check.run());
 
+    let (announcer, repeats) = announce::channel();
+    tasks.spawn("announce", announce::repeat_task(ovs.clone(), repeats));
+
     let nic = nic::Nic {
         settings: nic::Settings::new(&config),
         ovs: ovs.clone(),
@@ -264,6 +270,7 @@ pub async fn run(
             metrics: metrics.clone(),
         },
         metrics: metrics.clone(),
+        announcer,
     };
     let cni = server::cni_router(Arc::new(server::CniServer::new(
         nic,

@@ -61,7 +61,7 @@ impl Metrics {
         );
         registry.register(
             "cni_wait_seconds",
-            "Time ADD waited, by what for: address and route (controller annotations), ovs_port (ovs-vswitchd opened the port), ovn_installed (ovn-controller bound it, after ovs_port and the annotations), plugged_early (a port plugged before the annotations, until they came)",
+            "Time ADD waited, by what for: address and route (controller annotations), ovs_port (ovs-vswitchd opened the port), ovn_installed (ovn-controller bound it, after ovs_port and the annotations), plugged_early (a port plugged before the annotations, until they came), localnet_patch_port, announce (sending the gratuitous ARPs and unsolicited NAs), gateway_check",
             waits.clone(),
         );
         let moves = Family::<MoveLabels, Counter>::default();

@@ -15,8 +15,9 @@
 //! On an underlay subnet without `logicalGateway`, the pod side waits for ovn-controller's
 //! localnet patch port (Kube-OVN `waitForLocalnetPatchPort`): until the node's bridge mapping
 //! serves the subnet, the pod's frames would go nowhere. Once the pod side is configured and
-//! the port bound, the gateway is probed as Kube-OVN does (`gateway_probe`), and ADD fails
-//! when a concerned check gets no answer.
+//! the port bound, the pod's addresses are announced (gratuitous ARP, unsolicited NA), the
+//! gateway is probed as Kube-OVN does (`gateway_probe`), and ADD fails when a concerned check
+//! gets no answer.
 //!
 //! ADD rolls back what it made when any step fails (annotations that never come included), so
 //! a retried ADD starts clean.
@@ -25,12 +26,14 @@
 //! ports from the OVS replica; the CNI server (`server`) serializes the requests of one pod.
 
 use std::collections::BTreeSet;
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
 use kube_ovn_api::wire::CniRequest;
-use kube_ovn_dataplane::{Netlink, Netns, Route, VethPair, ethtool};
+use kube_ovn_dataplane::{Netlink, Netns, Route, VethPair, announce, ethtool};
 
+use crate::announce::{Announcer, Repeat};
 use crate::config::{Config, Datapath};
 use crate::error::DaemonError;
 use crate::gateway_probe::{self, ProbeNic};
@@ -38,6 +41,11 @@ use crate::metrics::Metrics;
 use crate::ovs::{Ovs, PortSpec};
 use crate::plan::{self, NicPlan, QosPlan, early_port, host_nic_name};
 use crate::pod_plans::PodPlans;
+
+/// How long the first announcement waits for the pod's link to be running (its qdisc
+/// activated by the kernel's link watch, which runs at most once a second): frames sent before
+/// are dropped without an error. The gateway check, which follows, needs it too.
+const WAIT_RUNNING: Duration = Duration::from_millis(1500);
 
 /// The flags ADD reads.
 #[derive(Debug, Clone)]
@@ -79,6 +87,8 @@ pub struct Nic {
     pub plans: PodPlans,
     /// The waits for OVS and ovn-controller are measured.
     pub metrics: Metrics,
+    /// Where the second announcement of a pod's addresses is queued (`announce`).
+    pub announcer: Announcer,
 }
 
 impl Nic {
@@ -244,7 +254,41 @@ impl Nic {
         let (pod_side, installed) = tokio::join!(pod_side, installed);
         pod_side?;
         installed?;
+        self.announce(plan, pod_ns).await;
         self.check_gateway(plan, pod_ns).await
+    }
+
+    /// Kube-OVN announces a pod's addresses once they are on its NIC (`configureNic`: a
+    /// gratuitous ARP per IPv4 address, an unsolicited NA per IPv6 one): on an underlay subnet
+    /// the physical router and the VLAN's hosts replace a MAC they cached for an address (a pod
+    /// re-created with its fixed IP and a new MAC) instead of sending to the old one until their
+    /// entry expires, and the fabric's switches learn where the MAC is now; on an overlay subnet
+    /// OVN's switch sees them, harmless. Once more [`crate::announce::REPEAT_AFTER`] later, by
+    /// the `announce` task, which ADD does not wait for. Sent once the port is bound
+    /// (`ovn-installed`; on an underlay subnet the localnet patch port exists) and the pod's
+    /// link runs (bounded by [`WAIT_RUNNING`]), so they reach the wire. Takes a few milliseconds when the link runs
+    /// (`cni_wait_seconds{what="announce"}`); a failure is logged, never fails ADD.
+    async fn announce(&self, plan: &NicPlan, pod_ns: &Netns) {
+        if !plan.announce || plan.addresses.is_empty() {
+            return;
+        }
+        let started = Instant::now();
+        let addresses: Vec<IpAddr> = plan.addresses.iter().map(IpNet::addr).collect();
+        match announce::announce(pod_ns, &plan.ifname, plan.mac, &addresses, WAIT_RUNNING).await {
+            Ok(done) => tracing::info!(
+                ifname = %plan.ifname,
+                addresses = ?addresses,
+                sent = done.sent,
+                running = done.running,
+                waited_us = u64::try_from(done.waited.as_micros()).unwrap_or(u64::MAX),
+                took_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+                "announced the pod's addresses"
+            ),
+            Err(e) => tracing::warn!(error = %e, "could not announce the pod's addresses"),
+        }
+        self.metrics.wait("announce", started.elapsed());
+        self.announcer
+            .later(Repeat::new(pod_ns.clone(), plan, pod_id(plan)));
     }
 
     /// Kube-OVN `waitForLocalnetPatchPort`, bounded: ovn-controller makes the port when this

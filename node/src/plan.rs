@@ -78,6 +78,9 @@ pub struct NicPlan {
     pub gateway_check: Option<GatewayCheck>,
     /// The localnet patch port ADD waits for before configuring the pod side.
     pub wait_patch_port: Option<String>,
+    /// Whether ADD announces the addresses (gratuitous ARP, unsolicited NA) once the port is
+    /// bound; not for a live migration's target (`crate::pod_network::migration_target`).
+    pub announce: bool,
 }
 
 /// Why no plan can be made from what is there.
@@ -252,6 +255,7 @@ pub fn readiness(
         qos,
         gateway_check: subnet.gateway_check,
         wait_patch_port: subnet.wait_patch_port,
+        announce: !crate::pod_network::migration_target(annotations, provider),
     })))
 }
 

@@ -109,6 +109,18 @@ pub struct SubnetInputs<'a> {
     pub gateways: &'a [IpAddr],
 }
 
+/// Whether the pod is a KubeVirt live migration's target, or an activation strategy leaves its
+/// NIC to someone else (OVN activates the port when the VM announces itself, RARP): its
+/// addresses are still in use elsewhere, so ADD neither checks its gateway (as Kube-OVN) nor
+/// announces them (the VM does when it resumes here).
+pub fn migration_target(annotations: Option<&BTreeMap<String, String>>, provider: &str) -> bool {
+    let key = keys::ACTIVATION_STRATEGY.replacen("ovn.", &format!("{provider}."), 1);
+    annotations.is_some_and(|a| {
+        a.get(KUBEVIRT_MIGRATION_JOB).is_some_and(|v| !v.is_empty())
+            || a.get(&key).is_some_and(|v| !v.is_empty())
+    })
+}
+
 fn flag(value: Option<bool>) -> bool {
     value.unwrap_or(false)
 }
@@ -128,14 +140,6 @@ pub fn subnet_plan(inputs: &SubnetInputs<'_>) -> Result<SubnetPlan, SubnetPlanEr
     let underlay = spec.vlan.as_deref().is_some_and(|v| !v.is_empty());
     let logical_gateway = flag(spec.logical_gateway);
     let u2o = flag(spec.u2o_interconnection);
-    let annotation = |key: &str| {
-        let key = key.replacen("ovn.", &format!("{}.", inputs.provider), 1);
-        inputs
-            .annotations
-            .and_then(|a| a.get(&key))
-            .filter(|v| !v.is_empty())
-    };
-
     let u2o_gateways = if u2o {
         let value = subnet
             .status
@@ -162,11 +166,7 @@ pub fn subnet_plan(inputs: &SubnetInputs<'_>) -> Result<SubnetPlan, SubnetPlanEr
     };
     // Kube-OVN skips the check for a live migration's target and when an activation strategy
     // leaves the NIC to someone else.
-    let skip = inputs
-        .annotations
-        .and_then(|a| a.get(KUBEVIRT_MIGRATION_JOB))
-        .is_some_and(|v| !v.is_empty())
-        || annotation(keys::ACTIVATION_STRATEGY).is_some();
+    let skip = migration_target(inputs.annotations, inputs.provider);
     let gateway_check = (!skip).then(|| GatewayCheck {
         mode,
         concerned: !flag(spec.disable_gateway_check),

@@ -281,3 +281,22 @@ fn malformed_annotations_name_the_key() {
         }
     }
 }
+
+#[test]
+fn addresses_are_announced_except_on_a_live_migrations_target() {
+    let req = request("eth0");
+    assert!(ready(&annotations(&ROUTED), &req, None).announce);
+    // A migration's target (or an activation strategy, with the provider's own key): the
+    // addresses are still the source VM's; the VM announces itself when it resumes.
+    for extra in [
+        ("kubevirt.io/migrationJobName", "job-1"),
+        ("ovn.kubernetes.io/activation_strategy", "rarp"),
+    ] {
+        let mut ann = annotations(&ROUTED);
+        ann.insert(extra.0.into(), extra.1.into());
+        assert!(!ready(&ann, &req, None).announce, "{extra:?}");
+    }
+    let mut ann = annotations(&ROUTED);
+    ann.insert("ovn.kubernetes.io/activation_strategy".into(), String::new());
+    assert!(ready(&ann, &req, None).announce, "an empty strategy is none");
+}
