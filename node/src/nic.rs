@@ -254,8 +254,10 @@ impl Nic {
         let (pod_side, installed) = tokio::join!(pod_side, installed);
         pod_side?;
         installed?;
-        self.announce(plan, pod_ns).await;
-        self.check_gateway(plan, pod_ns).await
+        // Side by side: neither needs the other, and ADD answers after both (the announcement's
+        // wait for the link to run would otherwise add to the gateway check's round trip).
+        let ((), checked) = tokio::join!(self.announce(plan, pod_ns), self.check_gateway(plan, pod_ns));
+        checked
     }
 
     /// Kube-OVN announces a pod's addresses once they are on its NIC (`configureNic`: a
