@@ -7,9 +7,10 @@
 //! the chassis that claims it writes itself into its `chassis` column. The controller turns
 //! that into `OvnEip.status.activateGateway` (issue 26), which the speakers read.
 //!
-//! The replica holds `Chassis` and `Port_Binding` only. Port_Binding has a row per logical port
-//! (every pod), and the client monitors whole tables; a condition on `type` would cut it to the
-//! gateway ports, which the ovsdb client's monitor does not express yet.
+//! The replica holds `Chassis` and the `chassisredirect` rows of `Port_Binding` only:
+//! Port_Binding has a row per logical port (every pod, and ovn-controller rewrites it as the pod
+//! comes up), so the monitor asks the server for the gateway ports alone (`monitor_cond`'s
+//! `where`, [`MonitorTables::Where`]).
 //!
 //! The SB is optional: without `--ovn-sb-addr` (or `--ovn-db-ips`) there is no client and every
 //! question answers "unknown"; with it, the client connects and reconnects in the background,
@@ -21,13 +22,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube_ovn_ovsdb::tables::sb::{Chassis, PortBinding, chassis_redirect_port};
-use kube_ovn_ovsdb::{ChangeSet, Client, ClientConfig, ConnectionState, MonitorTables, Table};
+use kube_ovn_ovsdb::{ChangeSet, Client, ClientConfig, Condition, ConnectionState, MonitorTables, Table};
 use tokio::sync::mpsc;
 
 use crate::config::Config;
-
-/// The southbound tables the controller monitors.
-pub const SB_TABLES: &[&str] = &["Chassis", "Port_Binding"];
 
 /// The Port_Binding type ovn-northd gives a gateway router port's redirect port.
 const CHASSIS_REDIRECT: &str = "chassisredirect";
@@ -54,9 +52,14 @@ impl GatewayChanges {
 }
 
 fn client_config(config: &Config) -> ClientConfig {
-    let mut c = ClientConfig::new(config.sb_remotes.clone(), "OVN_Southbound").monitor(MonitorTables::Only(
-        SB_TABLES.iter().map(|t| (*t).to_owned()).collect(),
-    ));
+    let tables = MonitorTables::Where(vec![
+        (Chassis::NAME.to_owned(), Vec::new()),
+        (
+            PortBinding::NAME.to_owned(),
+            vec![Condition::eq("type", CHASSIS_REDIRECT)],
+        ),
+    ]);
+    let mut c = ClientConfig::new(config.sb_remotes.clone(), "OVN_Southbound").monitor(tables);
     c.connect_timeout = config.ovsdb_connect_timeout;
     c.inactivity_probe = config.ovsdb_inactivity_probe;
     c.request_timeout = config.ovn_timeout;
@@ -120,6 +123,14 @@ impl Sb {
             let chassis = db.get::<Chassis>(&binding.chassis?).ok().flatten()?;
             Some(chassis.name)
         })
+    }
+
+    /// How many Port_Binding rows the replica holds: the gateway ports only (the monitor's
+    /// condition), not one per pod.
+    pub fn port_binding_rows(&self) -> usize {
+        self.client
+            .as_ref()
+            .map_or(0, |c| c.read(|db| db.len(PortBinding::NAME)))
     }
 
     /// The names of every chassis in the SB (empty when unknown).

@@ -1,7 +1,8 @@
 //! The controller's southbound replica ([`kube_ovn_controller::sb`]) against real OVN central:
 //! ovn-northd makes the `cr-<lrp>` Port_Binding for a router port with a Gateway_Chassis, a
 //! chassis claims it (written here with `ovn-sbctl`, as ovn-controller writes it), and the
-//! replica says which chassis holds the port, and tells its subscribers, each time it moves.
+//! replica says which chassis holds the port, and tells its subscribers, each time it moves; the
+//! pods' bindings are not replicated.
 //! And a controller whose southbound database is unreachable still starts and serves.
 
 mod common;
@@ -80,6 +81,9 @@ async fn the_replica_follows_the_chassis_that_holds_a_gateway_port() {
         ovn.nbctl(&["lrp-set-gateway-chassis", "vpc1-external", name, prio])
             .unwrap();
     }
+    // A pod's port: a Port_Binding the controller does not keep.
+    ovn.nbctl(&["ls-add", "vpc1-net"]).unwrap();
+    ovn.nbctl(&["lsp-add", "vpc1-net", "p1.ns1"]).unwrap();
     ovn.sync().unwrap();
 
     // ovn-northd made cr-vpc1-external; nobody claims it yet.
@@ -96,6 +100,11 @@ async fn the_replica_follows_the_chassis_that_holds_a_gateway_port() {
         ["chassis-a", "chassis-b"]
     );
     assert_eq!(sb.gateway_chassis("vpc1-external"), None, "not claimed yet");
+    let all = ovn
+        .sbctl(&["--bare", "--columns=logical_port", "list", "Port_Binding"])
+        .unwrap();
+    assert!(all.contains("p1.ns1") && all.contains("vpc1-external"), "{all}");
+    assert_eq!(sb.port_binding_rows(), 1, "only cr-vpc1-external is replicated");
     assert_eq!(sb.gateway_chassis("no-such-port"), None);
 
     // Claimed, then moved (a failover): each move is one change naming the port.
@@ -132,9 +141,10 @@ async fn the_replica_follows_the_chassis_that_holds_a_gateway_port() {
 /// subnet), and says why the SB is missing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_southbound_database_stops_nothing_else() {
-    let env = Env::start_idle(&[]).await;
+    // The environment's flags replace the harness's SB remote.
     let nowhere = format!("--ovn-sb-addr=tcp:127.0.0.1:{}", free_port().unwrap());
-    let c = env.spawn_controller(&[&nowhere, "--ovsdb-con-timeout=1"]);
+    let env = Env::start_idle(&[&nowhere, "--ovsdb-con-timeout=1"]).await;
+    let c = env.spawn_controller(&[]);
     env.subnet_ready("ovn-default").await;
     wait_until_async("/readyz to answer 200", WAIT, || async {
         Ok(netkit::http_get(c.metrics_addr, "/readyz").await?.0 == 200)
@@ -142,10 +152,8 @@ async fn an_unreachable_southbound_database_stops_nothing_else() {
     .await
     .unwrap();
 
-    let config = env
-        .flags_with(&[&nowhere, "--ovsdb-con-timeout=1"])
-        .validate()
-        .unwrap();
+    let config = env.flags().validate().unwrap();
+    assert!(nowhere.ends_with(&config.sb_remotes[0].to_string()), "{nowhere}");
     let sb = Sb::start(&config);
     assert!(sb.wait_ready(Duration::from_secs(2)).await.is_err());
     let why = sb.readiness().unwrap_err();
