@@ -1,7 +1,7 @@
 //! Kube-OVN's API, in Rust: the `kubeovn.io/v1` custom resources ([`crd`]) and our own BgpPeer
 //! ([`bgp_peer`]), the `ovn.kubernetes.io/*` annotation and label keys with typed parsing and
 //! formatting of their values ([`annotations`]), the names Kube-OVN gives OVN objects ([`names`]), what a Node says
-//! about its machine ([`node`]), which Service external IPs the platform allows ([`external_ips`]), Kubernetes label selectors ([`selector`]), and the JSON the CNI
+//! about its machine ([`node`]), the `ovn-external-gw-config` ConfigMap ([`external_gw`]), which Service external IPs the platform allows ([`external_ips`]), Kubernetes label selectors ([`selector`]), and the JSON the CNI
 //! shim and the node daemon exchange ([`wire`]).
 //!
 //! This crate does no I/O and has no async code: every function maps values to values, so the
@@ -10,6 +10,7 @@
 pub mod annotations;
 pub mod bgp_peer;
 pub mod crd;
+pub mod external_gw;
 pub mod external_ips;
 pub mod names;
 pub mod node;

@@ -10,6 +10,7 @@ use clap::Parser;
 use ipnet::IpNet;
 use kube_ovn_api::annotations::IpRange;
 
+pub mod external;
 pub mod underlay;
 
 #[derive(Debug, Clone, Parser)]
@@ -26,7 +27,9 @@ pub struct Flags {
     /// Required unless `--ovn-db-ips` is given; wins over it.
     #[arg(long, env = "OVN_NB_ADDR", default_value = "")]
     pub ovn_nb_addr: String,
-    /// OVN southbound remotes (accepted for compatibility; chassis tagging is not done yet).
+    /// OVN southbound remotes, comma-separated like `--ovn-nb-addr`: the controller reads which
+    /// chassis holds each gateway port (`Port_Binding`, `Chassis`). Optional: without it (and
+    /// without `--ovn-db-ips`), or while it is unreachable, everything else still runs.
     #[arg(long, env = "OVN_SB_ADDR", default_value = "")]
     pub ovn_sb_addr: String,
     /// The ovn-central members' addresses, comma-separated (Kube-OVN's `OVN_DB_IPS`, from
@@ -129,6 +132,9 @@ pub struct Flags {
     /// `--network-type` and the default underlay's flags (`config/underlay.rs`).
     #[command(flatten)]
     pub underlay: underlay::UnderlayFlags,
+    /// The external gateway's and BFD's flags (`config/external.rs`).
+    #[command(flatten)]
+    pub external: external::ExternalFlags,
     /// The Service CIDRs (`v4,v6`): where a U2O subnet without load balancing sends Service
     /// traffic to the nodes (`reconcile/subnet/u2o_features.rs`); empty: nowhere.
     #[arg(long, env = "SERVICE_CLUSTER_IP_RANGE", default_value = "10.96.0.0/12")]
@@ -173,6 +179,8 @@ pub struct Config {
     pub default_provider_name: String,
     /// What `--network-type=vlan` creates at start; `None` otherwise.
     pub default_underlay: Option<underlay::DefaultUnderlay>,
+    /// `--external-gateway-*`, `--enable-eip-snat`, the BFD timers.
+    pub external: external::ExternalSettings,
 }
 
 /// Leader-election timing (Kube-OVN's `--leader-elect-*` flags).
@@ -512,6 +520,7 @@ impl Flags {
             network_type,
             default_provider_name,
             default_underlay,
+            external: self.external.validate()?,
         })
     }
 }

@@ -13,12 +13,16 @@ use crate::informer::OwnWrites;
 use crate::ipam::Ipam;
 use crate::metrics::Metrics;
 use crate::ovn::Nb;
+use crate::sb::Sb;
 use crate::stores::Stores;
 
 pub struct Context {
     pub config: Config,
     pub kube: kube::Client,
     pub nb: Nb,
+    /// The southbound replica (gateway ports' chassis); [`Sb::disabled`] unless
+    /// [`Context::with_sb`] gave one.
+    pub sb: Sb,
     pub ipam: Mutex<Ipam>,
     pub metrics: Metrics,
     pub stores: Stores,
@@ -50,6 +54,7 @@ impl Context {
             config,
             kube,
             nb,
+            sb: Sb::disabled(),
             ipam: Mutex::new(ipam),
             metrics,
             stores,
@@ -57,6 +62,13 @@ impl Context {
             pod_locks: KeyLocks::default(),
             pod_writes,
         }
+    }
+
+    /// With the southbound replica `sb` (the controller's own, started with the NB client).
+    #[must_use]
+    pub fn with_sb(mut self, sb: Sb) -> Self {
+        self.sb = sb;
+        self
     }
 
     /// The IPAM state. Held only for pure IPAM calls, never across an await.

@@ -40,6 +40,18 @@ where
         }
     }
 
+    /// A watch of one object: `name` in `namespace` (a field selector, so the cache holds that
+    /// object only, and the grant needed is list/watch in that namespace).
+    pub fn named(kube: &kube::Client, namespace: &str, name: &str) -> Self
+    where
+        K: Resource<Scope = kube::core::NamespaceResourceScope>,
+    {
+        Self {
+            watch: Watch::new(Api::namespaced(kube.clone(), namespace))
+                .fields(&format!("metadata.name={name}")),
+        }
+    }
+
     pub fn cache(&self) -> Cache<K> {
         self.watch.cache()
     }

@@ -5,6 +5,7 @@
 //! - [`ipam`]: pure address management;
 //! - [`ovn`]: plans over the northbound replica (pure) and their application;
 //! - [`reconcile`]: one reconciler per kind, start-up and garbage collection;
+//! - [`sb`]: the southbound replica (which chassis holds each gateway port);
 //! - [`run`]: the whole controller, for the binary and for in-process tests.
 
 pub mod config;
@@ -17,6 +18,7 @@ pub mod ipam;
 pub mod metrics;
 pub mod ovn;
 pub mod reconcile;
+pub mod sb;
 pub mod stores;
 
 use std::future::Future;
@@ -49,6 +51,8 @@ const NB_TABLES: &[&str] = &[
     "Address_Set",
     "Port_Group",
     "Gateway_Chassis",
+    "NAT",
+    "BFD",
     "Load_Balancer",
     "Meter",
     "Meter_Band",
@@ -97,6 +101,10 @@ pub async fn run_with_listener(
     let debug = debug_ipam::router(ipam_view.clone(), ready.clone());
     // Started before the endpoints, so that readiness can say why there is no session.
     let nb = Client::start(nb_client_config(&config));
+    // The southbound database is optional and not waited for: readiness does not depend on it,
+    // and while it is unreachable only the gateway ports' chassis are unknown (logged).
+    let sb = sb::Sb::start(&config);
+    let _sb_log = AbortOnDrop::spawn(sb.clone().log_connection());
     // The long-lived tasks outside the run future (the northbound batcher): one that panics
     // fails /livez. The work in the run future needs none: a panic there ends the process.
     let supervisor = kube_ovn_support::Supervisor::new();
@@ -154,7 +162,7 @@ pub async fn run_with_listener(
         }
     };
     let result = tokio::select! {
-        r = Box::pin(run_inner(config, kube, nb, metrics, ready, ipam_view)) => r,
+        r = Box::pin(run_inner(config, kube, nb, sb, metrics, ready, ipam_view)) => r,
         () = lost => Err(Error::Lease("leadership lost".into())),
         () = &mut shutdown => Ok(()),
     };
@@ -168,13 +176,14 @@ async fn run_inner(
     config: Config,
     kube: kube::Client,
     nb: Nb,
+    sb: sb::Sb,
     metrics: Metrics,
     ready: Arc<AtomicBool>,
     ipam_view: debug_ipam::IpamView,
 ) -> Result<()> {
     reconcile::startup::init(&config, &kube, &nb).await?;
 
-    let informers = Informers::new(&kube);
+    let informers = Informers::new(&kube, &config);
     let stores = informers.stores();
     // Everything that acts on changes subscribes now, before the watches start, so it misses
     // nothing; what arrives before it runs waits in its queue (or, past the queue's bound, turns
@@ -188,7 +197,7 @@ async fn run_inner(
         // must hold every recorded address before anyone allocates or releases.
         stores.synced().await?;
         let (ipam, _) = reconcile::ip::ipam_rebuild::rebuild_ipam(&config, &stores, &nb);
-        let ctx = Arc::new(Context::new(config, kube, nb, metrics, stores, ipam, pod_writes));
+        let ctx = Arc::new(Context::new(config, kube, nb, metrics, stores, ipam, pod_writes).with_sb(sb));
         let weak = Arc::downgrade(&ctx);
         let _ = ipam_view.set(Box::new(move || {
             weak.upgrade()

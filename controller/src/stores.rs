@@ -4,11 +4,14 @@
 //! [`Stores::synced`] names every field of [`Stores`] (a field it does not name fails to compile),
 //! and each field is a [`Cache`], which only an [`Informer`] makes, with its sync signal.
 
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use kube_ovn_api::crd::{IPPool, Ip, ProviderNetwork, Subnet, Vlan, Vpc};
+use kube_ovn_api::crd::{
+    IPPool, Ip, OvnDnatRule, OvnEip, OvnFip, OvnSnatRule, ProviderNetwork, Subnet, Vlan, Vpc,
+};
 
+use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::informer::{Cache, Informer};
 
@@ -27,6 +30,13 @@ pub struct Stores {
     pub network_policies: Cache<NetworkPolicy>,
     pub provider_networks: Cache<ProviderNetwork>,
     pub vlans: Cache<Vlan>,
+    pub ovn_eips: Cache<OvnEip>,
+    pub ovn_fips: Cache<OvnFip>,
+    pub ovn_snat_rules: Cache<OvnSnatRule>,
+    pub ovn_dnat_rules: Cache<OvnDnatRule>,
+    /// The `ovn-external-gw-config` ConfigMap in `--external-gateway-config-ns`, and nothing
+    /// else (read it with [`Stores::external_gw_config`]).
+    pub external_gw_config: Cache<ConfigMap>,
 }
 
 impl Stores {
@@ -48,6 +58,11 @@ impl Stores {
             network_policies,
             provider_networks,
             vlans,
+            ovn_eips,
+            ovn_fips,
+            ovn_snat_rules,
+            ovn_dnat_rules,
+            external_gw_config,
         } = self;
         futures::try_join!(
             synced(pods),
@@ -62,8 +77,21 @@ impl Stores {
             synced(network_policies),
             synced(provider_networks),
             synced(vlans),
+            synced(ovn_eips),
+            synced(ovn_fips),
+            synced(ovn_snat_rules),
+            synced(ovn_dnat_rules),
+            synced(external_gw_config),
         )?;
         Ok(())
+    }
+
+    /// The `ovn-external-gw-config` ConfigMap, if it exists (the cache holds only it).
+    pub fn external_gw_config(&self) -> Option<std::sync::Arc<ConfigMap>> {
+        self.external_gw_config
+            .state()
+            .into_iter()
+            .find(|c| c.metadata.name.as_deref() == Some(kube_ovn_api::external_gw::CONFIG_MAP))
     }
 }
 
@@ -89,10 +117,17 @@ pub struct Informers {
     pub network_policies: Informer<NetworkPolicy>,
     pub provider_networks: Informer<ProviderNetwork>,
     pub vlans: Informer<Vlan>,
+    pub ovn_eips: Informer<OvnEip>,
+    pub ovn_fips: Informer<OvnFip>,
+    pub ovn_snat_rules: Informer<OvnSnatRule>,
+    pub ovn_dnat_rules: Informer<OvnDnatRule>,
+    pub external_gw_config: Informer<ConfigMap>,
 }
 
 impl Informers {
-    pub fn new(kube: &kube::Client) -> Self {
+    /// `config` says where the `ovn-external-gw-config` ConfigMap is
+    /// (`--external-gateway-config-ns`).
+    pub fn new(kube: &kube::Client, config: &Config) -> Self {
         Self {
             pods: Informer::new(kube),
             nodes: Informer::new(kube),
@@ -106,6 +141,15 @@ impl Informers {
             network_policies: Informer::new(kube),
             provider_networks: Informer::new(kube),
             vlans: Informer::new(kube),
+            ovn_eips: Informer::new(kube),
+            ovn_fips: Informer::new(kube),
+            ovn_snat_rules: Informer::new(kube),
+            ovn_dnat_rules: Informer::new(kube),
+            external_gw_config: Informer::named(
+                kube,
+                &config.external.config_ns,
+                kube_ovn_api::external_gw::CONFIG_MAP,
+            ),
         }
     }
 
@@ -123,6 +167,11 @@ impl Informers {
             network_policies: self.network_policies.cache(),
             provider_networks: self.provider_networks.cache(),
             vlans: self.vlans.cache(),
+            ovn_eips: self.ovn_eips.cache(),
+            ovn_fips: self.ovn_fips.cache(),
+            ovn_snat_rules: self.ovn_snat_rules.cache(),
+            ovn_dnat_rules: self.ovn_dnat_rules.cache(),
+            external_gw_config: self.external_gw_config.cache(),
         }
     }
 
@@ -142,6 +191,11 @@ impl Informers {
             network_policies,
             provider_networks,
             vlans,
+            ovn_eips,
+            ovn_fips,
+            ovn_snat_rules,
+            ovn_dnat_rules,
+            external_gw_config,
         } = self;
         let watches: Vec<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>> = vec![
             Box::pin(pods.run()),
@@ -156,6 +210,11 @@ impl Informers {
             Box::pin(network_policies.run()),
             Box::pin(provider_networks.run()),
             Box::pin(vlans.run()),
+            Box::pin(ovn_eips.run()),
+            Box::pin(ovn_fips.run()),
+            Box::pin(ovn_snat_rules.run()),
+            Box::pin(ovn_dnat_rules.run()),
+            Box::pin(external_gw_config.run()),
         ];
         futures::future::select_all(watches).await;
     }

@@ -175,7 +175,7 @@ async fn a_reconcile_holding_a_copy_from_before_the_deletion_writes_nothing_back
         Metrics::new(),
     );
     let kube = env.kube.clone();
-    let informers = Informers::new(&kube);
+    let informers = Informers::new(&kube, &config);
     let stores = informers.stores();
     let _watches = AbortOnDrop::spawn(informers.run());
     tokio::time::timeout(Duration::from_mins(1), stores.synced())

@@ -8,7 +8,7 @@
 //! - [`client`]: the I/O: unix and TCP transports (with TCP keepalive), session setup bounded
 //!   step by step, inactivity probe, reconnect with backoff over several remotes (RAFT leader
 //!   only), `monitor_cond_since` resume, change subscriptions, readiness.
-//! - [`tables`]: typed rows of OVN_Northbound and Open_vSwitch.
+//! - [`tables`]: typed rows of OVN_Northbound, OVN_Southbound and Open_vSwitch.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), kube_ovn_ovsdb::Error> {

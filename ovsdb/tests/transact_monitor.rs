@@ -14,7 +14,7 @@ use kube_ovn_ovsdb::{
     Atom, ChangeKind, Condition, DatabaseSchema, Error, Mutation, Operation, Row, Table, TransactError, Uuid,
     Value, WaitUntil,
 };
-use kube_ovn_testkit::{NB_SCHEMA, OvsdbServer, VSWITCH_SCHEMA};
+use kube_ovn_testkit::{NB_SCHEMA, OvsdbServer, SB_SCHEMA, VSWITCH_SCHEMA};
 
 fn load_schema(path: &str) -> DatabaseSchema {
     let text =
@@ -41,6 +41,9 @@ fn typed_tables_fit_the_installed_schemas() {
     problems.extend(check_table::<nb::GatewayChassis>(&nb_schema));
     problems.extend(check_table::<nb::DhcpOptions>(&nb_schema));
     problems.extend(check_table::<nb::Bfd>(&nb_schema));
+    let sb_schema = load_schema(SB_SCHEMA);
+    problems.extend(check_table::<kube_ovn_ovsdb::tables::sb::PortBinding>(&sb_schema));
+    problems.extend(check_table::<kube_ovn_ovsdb::tables::sb::Chassis>(&sb_schema));
     let vs_schema = load_schema(VSWITCH_SCHEMA);
     problems.extend(check_table::<OpenVSwitch>(&vs_schema));
     problems.extend(check_table::<Bridge>(&vs_schema));

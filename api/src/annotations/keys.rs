@@ -93,11 +93,17 @@ pub const DEFAULT_ROUTE: &str = "ovn.kubernetes.io/default_route";
 pub const EIP: &str = "ovn.kubernetes.io/eip";
 /// Pod: an SNAT address for the pod on `ovn-cluster`, user → ctl.
 pub const SNAT: &str = "ovn.kubernetes.io/snat";
+/// OvnFip, OvnSnatRule, OvnDnatRule: the name of the OvnEip the rule uses, ctl.
+pub const VPC_EIP: &str = "ovn.kubernetes.io/vpc_eip";
+/// OvnEip: the name of the last rule that used it, ctl.
+pub const VPC_NAT: &str = "ovn.kubernetes.io/vpc_nat";
 /// Pod: next hop for the pod's north-bound traffic (policy route priority 29250), user → ctl.
 pub const NORTH_GATEWAY: &str = "ovn.kubernetes.io/north_gateway";
 /// BGP announcement policy ([`super::BgpPolicy`]). Pod and Subnet: `true`/`cluster`/`local`,
 /// user → spk. Service: only `"true"` is honoured (ClusterIP, with `--announce-cluster-ip`).
-/// IptablesEIP: `"true"` for the NAT-gateway speaker. Node label: `"true"` selects speaker nodes.
+/// IptablesEIP: `"true"` for the NAT-gateway speaker. OvnEip: `"true"` announces the address
+/// from the node where it lives (ours; Kube-OVN announces no OvnEip). Node label: `"true"`
+/// selects speaker nodes.
 pub const BGP: &str = "ovn.kubernetes.io/bgp";
 /// Pod: the KubeVirt VM owning the pod (its name keys IPAM), ctl → ctl, cni. Per provider.
 pub const VIRTUAL_MACHINE: &str = "ovn.kubernetes.io/virtualmachine";
@@ -185,9 +191,10 @@ pub const IC_GW_LABEL: &str = "ovn.kubernetes.io/ic-gw";
 pub const OVS_DP_TYPE_LABEL: &str = "ovn.kubernetes.io/ovs_dp_type";
 /// Node label placing the OVN central databases (`master`), user → deployment.
 pub const ROLE_LABEL: &str = "kube-ovn/role";
-/// Label on IPs, IptablesEIPs and workloads: the subnet, ctl.
+/// Label on IPs, IptablesEIPs, OvnEips (their external subnet) and workloads: the subnet, ctl.
 pub const SUBNET_LABEL: &str = "ovn.kubernetes.io/subnet";
-/// Label on IPs and Services: the VPC, ctl. (Same key as [`VPC`].)
+/// Label on IPs, Services and OvnEips in use by a rule (the rule's VPC): the VPC, ctl. (Same key
+/// as [`VPC`].)
 pub const VPC_LABEL: &str = "ovn.kubernetes.io/vpc";
 /// Label on IPs: the node, ctl.
 pub const NODE_NAME_LABEL: &str = "ovn.kubernetes.io/node-name";
@@ -204,13 +211,15 @@ pub const VPC_EGRESS_GATEWAY_LABEL: &str = "ovn.kubernetes.io/vpc-egress-gateway
 pub const VPC_LB_LABEL: &str = "ovn.kubernetes.io/vpc_lb";
 /// Label on VPC DNS workloads, ctl.
 pub const VPC_DNS_LABEL: &str = "ovn.kubernetes.io/vpc-dns";
-/// Label on OvnEips: their type, ctl.
+/// Label on OvnEips: their type (`lrp`, `lsp`, `nat`), ctl.
 pub const OVN_EIP_TYPE_LABEL: &str = "ovn.kubernetes.io/ovn_eip_type";
-/// Label on IptablesEIPs: the IPv4 address, ctl.
+/// Label on IptablesEIPs, OvnEips and the OVN NAT rules using one: the EIP's IPv4 address, ctl.
+/// On the rules it is how an OvnEip finds its users (Kube-OVN's selector).
 pub const EIP_V4_IP_LABEL: &str = "ovn.kubernetes.io/eip_v4_ip";
-/// Label on EIPs: the IPv6 address, ctl.
+/// Label on EIPs and the OVN NAT rules using one: the EIP's IPv6 address in a label's
+/// alphabet ([`ipv6_label_value`]), ctl.
 pub const EIP_V6_IP_LABEL: &str = "ovn.kubernetes.io/eip_v6_ip";
-/// Label on DNAT rules: the external port, ctl.
+/// Label on DNAT rules: the external port, ctl (read by the port-conflict check).
 pub const VPC_DNAT_EPORT_LABEL: &str = "ovn.kubernetes.io/vpc_dnat_eport";
 /// Label on EIPs and NAT gateways: the QoSPolicy, ctl.
 pub const QOS_LABEL: &str = "ovn.kubernetes.io/qos";
@@ -256,6 +265,8 @@ pub const ALL: &[&str] = &[
     DEFAULT_ROUTE,
     EIP,
     SNAT,
+    VPC_EIP,
+    VPC_NAT,
     NORTH_GATEWAY,
     BGP,
     VIRTUAL_MACHINE,
@@ -305,6 +316,20 @@ pub const ALL: &[&str] = &[
     VPC_DNAT_EPORT_LABEL,
     QOS_LABEL,
 ];
+
+/// An IPv6 address as a label value (Kube-OVN's `IPv6ToLabelValue`, `pkg/util/ip.go`): every `:`
+/// becomes `-`, and a value that would start or end with `-` (`::1`, `fd00::`) gets a `0` there,
+/// since a label value must begin and end with an alphanumeric. Empty stays empty (no label).
+pub fn ipv6_label_value(ip: &str) -> String {
+    let mut v = ip.replace(':', "-");
+    if v.starts_with('-') {
+        v.insert(0, '0');
+    }
+    if v.ends_with('-') {
+        v.push('0');
+    }
+    v
+}
 
 /// Label `<provider-network>.provider-network.kubernetes.io/<name>` that the daemon puts on
 /// nodes for a ProviderNetwork; `name` is one of [`PROVIDER_NETWORK_LABELS`].
@@ -360,6 +385,30 @@ mod tests {
             assert!(seen.insert(*key), "{key} listed twice");
         }
         assert_eq!(VPC, VPC_LABEL);
+    }
+
+    #[test]
+    fn ipv6_label_values_are_kube_ovns() {
+        assert_eq!(ipv6_label_value("fd00:10:16::5"), "fd00-10-16--5");
+        assert_eq!(ipv6_label_value("::1"), "0--1");
+        assert_eq!(ipv6_label_value("fd00::"), "fd00--0");
+        assert_eq!(ipv6_label_value("::"), "0--0");
+        assert_eq!(ipv6_label_value(""), "");
+        // Every value is a valid label value: alphanumeric at both ends, `-` inside.
+        for ip in ["::1", "fd00::", "2001:db8::a:1", "::ffff:10.0.0.1"] {
+            let v = ipv6_label_value(ip);
+            let ends = [v.chars().next(), v.chars().last()];
+            assert!(
+                ends.iter().all(|c| c.is_some_and(|c| c.is_ascii_alphanumeric())),
+                "{ip}: {v}"
+            );
+            assert!(
+                v.len() <= 63
+                    && v.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.'),
+                "{ip}: {v}"
+            );
+        }
     }
 
     #[test]

@@ -43,8 +43,9 @@ pub use iptables_nat::{
     IptablesSnatRuleSpec, IptablesSnatRuleStatus,
 };
 pub use ovn_nat::{
-    OvnDnatRule, OvnDnatRuleSpec, OvnDnatRuleStatus, OvnEip, OvnEipSpec, OvnEipStatus, OvnFip, OvnFipSpec,
-    OvnFipStatus, OvnSnatRule, OvnSnatRuleSpec, OvnSnatRuleStatus,
+    FipType, IpType, NatKind, OvnDnatRule, OvnDnatRuleSpec, OvnDnatRuleStatus, OvnEip, OvnEipSpec,
+    OvnEipStatus, OvnEipType, OvnFip, OvnFipSpec, OvnFipStatus, OvnSnatRule, OvnSnatRuleSpec,
+    OvnSnatRuleStatus, UnknownValue,
 };
 pub use provider_network::{CustomInterface, ProviderNetwork, ProviderNetworkSpec, ProviderNetworkStatus};
 pub use schema::{ExtraFields, IpCount};

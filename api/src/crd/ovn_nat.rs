@@ -91,6 +91,13 @@ pub struct OvnEipStatus {
     /// Allocated IPv6 address.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub v6_ip: Option<String>,
+    /// The node where the address lives now (a kube-ovn-rs extension, not in Kube-OVN; the
+    /// Subnet's spelling and meaning): for a VPC router's `lrp` EIP the node whose chassis holds
+    /// the router's gateway port (`cr-<lrp>` in the southbound database), for an EIP of a
+    /// distributed OvnFip the node of the pod. Written by the controller only; the BGP speaker
+    /// of that node announces the address when it carries `ovn.kubernetes.io/bgp: "true"`.
+    #[serde(rename = "activateGateway", default, skip_serializing_if = "Option::is_none")]
+    pub activate_gateway: Option<String>,
     /// Members this version does not model (see [`ExtraFields`]).
     #[serde(flatten)]
     #[schemars(skip)]
@@ -385,4 +392,208 @@ pub struct OvnDnatRuleStatus {
     #[serde(flatten)]
     #[schemars(skip)]
     pub extra: ExtraFields,
+}
+
+/// A value of a spec field this version does not know: the field (`spec.<name>`), the value, and
+/// the values it takes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("spec.{field} {value:?} is not one of {allowed}")]
+pub struct UnknownValue {
+    pub field: &'static str,
+    pub value: String,
+    pub allowed: &'static str,
+}
+
+/// An OvnEip's type (`spec.type`, Kube-OVN's `OvnEipType*`): `lrp` (a VPC router's port on the
+/// external subnet), `lsp` (a node-side BFD/ECMP next hop), `nat` (used by FIP, SNAT and DNAT
+/// rules; an empty type means `nat`, as Kube-OVN fills it in).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum OvnEipType {
+    Lrp,
+    Lsp,
+    Nat,
+}
+
+impl OvnEipType {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Lrp => "lrp",
+            Self::Lsp => "lsp",
+            Self::Nat => "nat",
+        }
+    }
+
+    /// `spec.type`: absent or empty is `nat`; anything else unknown is refused (Kube-OVN's
+    /// controller would carry an unknown type into the label and status unchecked).
+    pub fn parse(value: Option<&str>) -> Result<Self, UnknownValue> {
+        match value.unwrap_or_default() {
+            "" | "nat" => Ok(Self::Nat),
+            "lrp" => Ok(Self::Lrp),
+            "lsp" => Ok(Self::Lsp),
+            other => Err(UnknownValue {
+                field: "type",
+                value: other.to_owned(),
+                allowed: "lrp, lsp, nat",
+            }),
+        }
+    }
+}
+
+impl std::fmt::Display for OvnEipType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A kind of rule that uses an OvnEip, as `status.nat` lists them. The order of the variants is
+/// Kube-OVN's order in that list (`getOvnEipNat`: dnat, fip, snat).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum NatKind {
+    Dnat,
+    Fip,
+    Snat,
+}
+
+impl NatKind {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Dnat => "dnat",
+            Self::Fip => "fip",
+            Self::Snat => "snat",
+        }
+    }
+
+    /// `status.nat` for these users: each kind once, in Kube-OVN's order, comma-joined; empty
+    /// when nothing uses the EIP.
+    pub fn status_value(kinds: impl IntoIterator<Item = Self>) -> String {
+        let set: std::collections::BTreeSet<Self> = kinds.into_iter().collect();
+        set.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(",")
+    }
+
+    /// The kinds a `status.nat` value names (unknown words are skipped: they came from someone
+    /// else's writer and mean nothing to us).
+    pub fn parse_status(value: &str) -> Vec<Self> {
+        let mut kinds: Vec<Self> = value
+            .split(',')
+            .filter_map(|w| match w.trim() {
+                "dnat" => Some(Self::Dnat),
+                "fip" => Some(Self::Fip),
+                "snat" => Some(Self::Snat),
+                _ => None,
+            })
+            .collect();
+        kinds.sort();
+        kinds.dedup();
+        kinds
+    }
+}
+
+/// Where an OvnFip's NAT runs (`spec.type`): `None` when empty, which Kube-OVN resolves from the
+/// `ovn-external-gw-config` ConfigMap's `type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FipType {
+    Distributed,
+    Centralized,
+}
+
+impl FipType {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Distributed => "distributed",
+            Self::Centralized => "centralized",
+        }
+    }
+
+    /// `spec.type` of an OvnFip: absent or empty is `None`; an unknown value is refused.
+    pub fn parse(value: Option<&str>) -> Result<Option<Self>, UnknownValue> {
+        match value.unwrap_or_default() {
+            "" => Ok(None),
+            "distributed" => Ok(Some(Self::Distributed)),
+            "centralized" => Ok(Some(Self::Centralized)),
+            other => Err(UnknownValue {
+                field: "type",
+                value: other.to_owned(),
+                allowed: "distributed, centralized",
+            }),
+        }
+    }
+}
+
+/// What a rule's `spec.ipName` names (`spec.ipType`): an IP CR (`ip`, also when empty) or a Vip
+/// CR (`vip`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IpType {
+    Ip,
+    Vip,
+}
+
+impl IpType {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Ip => "ip",
+            Self::Vip => "vip",
+        }
+    }
+
+    /// `spec.ipType`: absent, empty or `ip` is an IP CR, `vip` a Vip CR; anything else is refused
+    /// (Kube-OVN treats every value but `vip` as `ip`; a typo there would silently look up the
+    /// wrong kind).
+    pub fn parse(value: Option<&str>) -> Result<Self, UnknownValue> {
+        match value.unwrap_or_default() {
+            "" | "ip" => Ok(Self::Ip),
+            "vip" => Ok(Self::Vip),
+            other => Err(UnknownValue {
+                field: "ipType",
+                value: other.to_owned(),
+                allowed: "ip, vip",
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nat_status_lists_each_kind_once_in_kube_ovns_order() {
+        use NatKind::{Dnat, Fip, Snat};
+        assert_eq!(NatKind::status_value([Snat, Fip, Dnat, Snat]), "dnat,fip,snat");
+        assert_eq!(NatKind::status_value([Snat]), "snat");
+        assert_eq!(NatKind::status_value([]), "");
+        assert_eq!(NatKind::parse_status("snat,dnat"), vec![Dnat, Snat]);
+        assert_eq!(NatKind::parse_status(""), vec![]);
+    }
+
+    #[test]
+    fn enum_fields_parse_and_refuse_unknown_values_naming_the_field() {
+        assert_eq!(OvnEipType::parse(None), Ok(OvnEipType::Nat));
+        assert_eq!(OvnEipType::parse(Some("")), Ok(OvnEipType::Nat));
+        assert_eq!(OvnEipType::parse(Some("lrp")), Ok(OvnEipType::Lrp));
+        assert_eq!(OvnEipType::parse(Some("lsp")), Ok(OvnEipType::Lsp));
+        assert_eq!(FipType::parse(None), Ok(None));
+        assert_eq!(
+            FipType::parse(Some("centralized")),
+            Ok(Some(FipType::Centralized))
+        );
+        assert_eq!(IpType::parse(None), Ok(IpType::Ip));
+        assert_eq!(IpType::parse(Some("vip")), Ok(IpType::Vip));
+        for (err, field) in [
+            (OvnEipType::parse(Some("LRP")).unwrap_err(), "type"),
+            (FipType::parse(Some("central")).unwrap_err(), "type"),
+            (IpType::parse(Some("vips")).unwrap_err(), "ipType"),
+        ] {
+            assert!(err.to_string().starts_with(&format!("spec.{field} ")), "{err}");
+        }
+    }
+
+    #[test]
+    fn activate_gateway_is_our_status_field() {
+        let status: OvnEipStatus =
+            serde_json::from_value(serde_json::json!({"v4Ip": "10.200.0.100", "activateGateway": "node1"}))
+                .unwrap();
+        assert_eq!(status.activate_gateway.as_deref(), Some("node1"));
+        assert!(status.extra.is_empty(), "a modelled field, not an extra one");
+        assert_eq!(serde_json::to_value(&status).unwrap()["activateGateway"], "node1");
+    }
 }

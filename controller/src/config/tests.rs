@@ -331,3 +331,98 @@ fn bad_underlay_flags_are_refused_with_kube_ovns_messages() {
     .validate()
     .unwrap();
 }
+
+#[test]
+fn external_gateway_and_bfd_flags_have_kube_ovns_names_defaults_and_env_vars() {
+    let c = flags(&[]).validate().unwrap();
+    assert_eq!(
+        c.external,
+        external::ExternalSettings {
+            switch: "external".into(),
+            net: "external".into(),
+            vlan_id: None,
+            config_ns: "kube-system".into(),
+            enable_eip_snat: true,
+            bfd: external::BfdTimers {
+                min_tx: 100,
+                min_rx: 100,
+                detect_mult: 3,
+            },
+        }
+    );
+    let c = flags(&[
+        "--external-gateway-switch=ext1",
+        "--external-gateway-net=physnet",
+        "--external-gateway-vlanid=200",
+        "--external-gateway-config-ns=ovn-system",
+        "--enable-eip-snat=false",
+        "--bfd-min-tx=300",
+        "--bfd-min-rx=250",
+        "--detect-mult=5",
+    ])
+    .validate()
+    .unwrap();
+    assert_eq!(
+        (
+            c.external.switch.as_str(),
+            c.external.net.as_str(),
+            c.external.vlan_id
+        ),
+        ("ext1", "physnet", Some(200))
+    );
+    assert_eq!(c.external.config_ns, "ovn-system");
+    assert!(!c.external.enable_eip_snat);
+    assert_eq!(
+        c.external.bfd,
+        external::BfdTimers {
+            min_tx: 300,
+            min_rx: 250,
+            detect_mult: 5
+        }
+    );
+    // Every flag is also Kube-OVN's environment variable.
+    let cmd = <Flags as clap::CommandFactory>::command();
+    for (long, env) in [
+        ("external-gateway-switch", "EXTERNAL_GATEWAY_SWITCH"),
+        ("external-gateway-net", "EXTERNAL_GATEWAY_NET"),
+        ("external-gateway-vlanid", "EXTERNAL_GATEWAY_VLANID"),
+        ("external-gateway-config-ns", "EXTERNAL_GATEWAY_CONFIG_NS"),
+        ("enable-eip-snat", "ENABLE_EIP_SNAT"),
+        ("bfd-min-tx", "BFD_MIN_TX"),
+        ("bfd-min-rx", "BFD_MIN_RX"),
+        ("detect-mult", "DETECT_MULT"),
+        ("ovn-sb-addr", "OVN_SB_ADDR"),
+    ] {
+        let arg = cmd
+            .get_arguments()
+            .find(|a| a.get_long() == Some(long))
+            .unwrap_or_else(|| panic!("--{long} exists"));
+        assert_eq!(arg.get_env().and_then(|e| e.to_str()), Some(env), "--{long}");
+    }
+}
+
+#[test]
+fn bad_external_gateway_and_bfd_flags_name_the_flag() {
+    for (args, flag) in [
+        (
+            vec!["--external-gateway-vlanid=4096"],
+            "--external-gateway-vlanid",
+        ),
+        (vec!["--external-gateway-vlanid=-1"], "--external-gateway-vlanid"),
+        (vec!["--external-gateway-switch=Ext"], "--external-gateway-switch"),
+        (vec!["--external-gateway-switch="], "--external-gateway-switch"),
+        (vec!["--external-gateway-net=a:b"], "--external-gateway-net"),
+        (
+            vec!["--external-gateway-config-ns=kube_system"],
+            "--external-gateway-config-ns",
+        ),
+        (vec!["--bfd-min-tx=0"], "--bfd-min-tx"),
+        (vec!["--bfd-min-rx=0"], "--bfd-min-rx"),
+        (vec!["--bfd-min-rx=4294968"], "--bfd-min-rx"),
+        (vec!["--detect-mult=0"], "--detect-mult"),
+        (vec!["--detect-mult=256"], "--detect-mult"),
+    ] {
+        let err = flags(&args).validate().unwrap_err().to_string();
+        assert!(err.starts_with(&format!("invalid {flag} ")), "{args:?}: {err}");
+    }
+}

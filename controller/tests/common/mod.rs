@@ -105,6 +105,7 @@ impl Env {
         let mut args = vec![
             "kube-ovn-controller".to_owned(),
             format!("--ovn-nb-addr={}", self.ovn.nb_remote()),
+            format!("--ovn-sb-addr={}", self.ovn.sb_remote()),
             "--bind-address=127.0.0.1".into(),
             "--pprof-port=0".into(),
             "--leader-elect=false".into(),

@@ -14,7 +14,9 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use super::complaints::Complaints;
 use super::fit::fit_to_schema;
 use super::keepalive::Keepalive;
-use super::monitor::{ServerStatus, monitor_requests, server_monitor_request, server_statuses};
+use super::monitor::{
+    ServerStatus, monitor_requests, server_monitor_request, server_statuses, without_conditions,
+};
 use super::session::Session;
 use super::{ChangeSet, Command, ConnectionState, MonitorTables, Shared};
 use crate::cache::{DbCache, MonitorUpdate, TableUpdates, TableUpdates2};
@@ -298,6 +300,7 @@ impl Actor {
             let updates: TableUpdates2 = decode(&remote, reply.get(), "monitor_cond reply")?;
             fresh.apply_update2(updates).map_err(protocol)?;
         } else {
+            let params = json!([db, MONITOR_ID, without_conditions(&body)]);
             let reply = rpc_result(session.call("monitor", &params, deferred).await?, "monitor")?;
             let updates: TableUpdates = decode(&remote, reply.get(), "monitor reply")?;
             fresh.apply_update(updates);

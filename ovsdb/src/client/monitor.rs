@@ -5,16 +5,22 @@ use std::collections::BTreeMap;
 use serde_json::{Value as Json, json};
 
 use crate::data::{Row, Value};
+use crate::ops::Condition;
 use crate::schema::DatabaseSchema;
 
 /// Which tables the client keeps a replica of.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub enum MonitorTables {
     /// Every table in the server's schema.
     #[default]
     All,
     /// These tables; names the server does not have are skipped with a warning.
     Only(Vec<String>),
+    /// These tables, each with only the rows that satisfy all its conditions (`monitor_cond`'s
+    /// `where`, ovsdb-server(7)); no condition is every row. A server that knows only the old
+    /// `monitor` method sends every row (the conditions are dropped for it), so a reader still
+    /// filters what it reads.
+    Where(Vec<(String, Vec<Condition>)>),
     /// No replica: transactions only.
     None,
 }
@@ -23,23 +29,42 @@ pub enum MonitorTables {
 /// the server has for each chosen table. Returns the body and the requested tables the server
 /// lacks.
 pub fn monitor_requests(schema: &DatabaseSchema, tables: &MonitorTables) -> (Json, Vec<String>) {
-    let names: Vec<String> = match tables {
-        MonitorTables::All => schema.tables.keys().cloned().collect(),
-        MonitorTables::Only(t) => t.clone(),
+    let names: Vec<(String, &[Condition])> = match tables {
+        MonitorTables::All => schema.tables.keys().map(|t| (t.clone(), &[][..])).collect(),
+        MonitorTables::Only(t) => t.iter().map(|t| (t.clone(), &[][..])).collect(),
+        MonitorTables::Where(t) => t.iter().map(|(t, c)| (t.clone(), c.as_slice())).collect(),
         MonitorTables::None => Vec::new(),
     };
     let mut body = serde_json::Map::new();
     let mut missing = Vec::new();
-    for name in names {
+    for (name, conditions) in names {
         match schema.table(&name) {
             Some(ts) => {
                 let columns: Vec<&String> = ts.columns.keys().collect();
-                body.insert(name, json!([{ "columns": columns }]));
+                let request = if conditions.is_empty() {
+                    json!({ "columns": columns })
+                } else {
+                    json!({ "columns": columns, "where": conditions })
+                };
+                body.insert(name, json!([request]));
             }
             None => missing.push(name),
         }
     }
     (Json::Object(body), missing)
+}
+
+/// A monitor body for the old `monitor` method, which has no `where`: every row.
+pub fn without_conditions(body: &Json) -> Json {
+    let mut body = body.clone();
+    for requests in body.as_object_mut().into_iter().flat_map(|m| m.values_mut()) {
+        for request in requests.as_array_mut().into_iter().flatten() {
+            if let Some(r) = request.as_object_mut() {
+                r.remove("where");
+            }
+        }
+    }
+    body
 }
 
 /// The database's row in `_Server.Database` (ovsdb-server(5)).
@@ -133,6 +158,28 @@ mod tests {
         assert!(status("clustered", true, false, 5).usable(false, 0).is_ok());
         assert!(status("clustered", false, true, 5).usable(false, 0).is_err());
         assert!(status("clustered", true, true, 4).usable(true, 5).is_err());
+    }
+
+    /// The old `monitor` method (RFC 7047) has no `where`: the same body without it.
+    #[test]
+    fn conditions_become_where_and_can_be_dropped_for_the_old_method() {
+        let schema: DatabaseSchema = serde_json::from_value(json!({"name":"T","version":"1","tables":{
+            "a":{"columns":{"x":{"type":"string"}}}, "b":{"columns":{"y":{"type":"string"}}}}}))
+        .unwrap();
+        let tables = MonitorTables::Where(vec![
+            ("a".into(), vec![Condition::eq("x", "v")]),
+            ("b".into(), vec![]),
+        ]);
+        let (body, missing) = monitor_requests(&schema, &tables);
+        assert!(missing.is_empty());
+        assert_eq!(
+            body,
+            json!({"a": [{"columns": ["x"], "where": [["x", "==", "v"]]}], "b": [{"columns": ["y"]}]})
+        );
+        assert_eq!(
+            without_conditions(&body),
+            json!({"a": [{"columns": ["x"]}], "b": [{"columns": ["y"]}]})
+        );
     }
 
     #[test]
