@@ -11,9 +11,8 @@ mod underlaykit;
 use std::net::IpAddr;
 
 use common::{Env, WAIT, ann};
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::ResourceExt;
-use kube::api::{Api, PostParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
 use kube_ovn_api::crd::{ConditionStatus, Ip};
 use kube_ovn_testkit::wait_until_async;
 use netkit::{lrp_mac, nb_until, port, subnet_until};
@@ -22,25 +21,7 @@ use underlaykit::{column, exists, localnet, provider_network, subnet, subnet_pol
 
 /// A node with an IPv4 and an IPv6 InternalIP, once the controller has allocated it.
 async fn dual_node(env: &Env, name: &str, v4: &str, v6: &str) {
-    let node: Node = serde_json::from_value(json!({"metadata": {"name": name},
-        "status": {"addresses": [{"type": "InternalIP", "address": v4},
-            {"type": "InternalIP", "address": v6}]}}))
-    .unwrap();
-    let api = Api::<Node>::all(env.kube.clone());
-    api.create(&PostParams::default(), &node).await.unwrap();
-    wait_until_async(&format!("node {name} to be allocated"), WAIT, || {
-        let api = api.clone();
-        async move {
-            Ok(api
-                .get(name)
-                .await?
-                .annotations()
-                .get("ovn.kubernetes.io/allocated")
-                .is_some_and(|v| v == "true"))
-        }
-    })
-    .await
-    .unwrap();
+    env.node_with_ips(name, &[v4, v6]).await;
 }
 
 /// The pod's address of one family, from its `ip_address` annotation.

@@ -194,8 +194,17 @@ impl Env {
 
     /// Creates a node and waits until the controller has given it its join address.
     pub async fn node(&self, name: &str, internal_ip: &str) -> Node {
+        self.node_with_ips(name, &[internal_ip]).await
+    }
+
+    /// [`Env::node`] with several InternalIPs (one per family for a dual-stack node).
+    pub async fn node_with_ips(&self, name: &str, internal_ips: &[&str]) -> Node {
+        let addresses: Vec<serde_json::Value> = internal_ips
+            .iter()
+            .map(|a| json!({"type": "InternalIP", "address": a}))
+            .collect();
         let node: Node = serde_json::from_value(json!({"metadata": {"name": name},
-            "status": {"addresses": [{"type": "InternalIP", "address": internal_ip}]}}))
+            "status": {"addresses": addresses}}))
         .unwrap();
         let api = Api::<Node>::all(self.kube.clone());
         api.create(&PostParams::default(), &node).await.unwrap();
