@@ -224,7 +224,7 @@ async fn exchanged_names_move_in_give_back_exactly_and_switch_both_ways() -> Res
     rig.peer.wait_ping(NODE_IP, WAIT)?;
     echo(&mut client, &mut conn, 5)?;
     // Each switch converged in one pass: no failure was reported on the way.
-    let failures = rig::warnings(&kube, "pn1").await?;
+    let failures = warnings(&kube, "pn1").await?;
     assert!(
         failures.is_empty(),
         "pn1's switches reported failures: {failures:?}"
