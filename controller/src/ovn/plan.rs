@@ -272,6 +272,9 @@ fn rename(op: Operation, offset: usize) -> Operation {
     }
 }
 
+/// Rows of one owner (router policies, routes, ACLs) with the `external_ids` that mark them.
+pub type OwnedRows<T> = Vec<(T, BTreeMap<String, String>)>;
+
 /// `external_ids` for a row we own: vendor plus the owner's keys.
 pub fn owned_ids(owner: &[(&str, &str)]) -> BTreeMap<String, String> {
     let mut ids: BTreeMap<String, String> = owner

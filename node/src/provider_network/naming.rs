@@ -14,8 +14,10 @@ use std::collections::BTreeMap;
 
 use kube_ovn_api::crd::provider_network::provider_bridge_name;
 
-use super::plan::PROVIDER_KEY;
 use crate::ovs::provider::PROVIDER_NIC;
+
+/// Bridge `external_ids` key: the provider network the bridge is for.
+pub const PROVIDER_KEY: &str = "kube-ovn-rs/provider-network";
 
 /// Bridge `external_ids` key (Kube-OVN's): whether the bridge and the NIC swapped names.
 pub const EXCHANGE_KEY: &str = "exchange-link-name";

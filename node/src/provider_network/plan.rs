@@ -29,8 +29,7 @@ pub const MAX_IFNAME: usize = 15;
 
 /// Bridge `external_ids` keys of the snapshot (`kube-ovn-rs/provider-nic` is in `ovs::provider`).
 pub const SNAPSHOT_KEY: &str = "kube-ovn-rs/snapshot";
-/// Bridge `external_ids` key: the provider network the bridge is for.
-pub const PROVIDER_KEY: &str = "kube-ovn-rs/provider-network";
+pub use super::naming::PROVIDER_KEY;
 
 /// What the NIC looked like before the move: what the give-back restores, kept in the bridge's
 /// `external_ids` so that a daemon that died mid-move can finish or undo it (the bridge's tap,

@@ -32,11 +32,10 @@ use kube_ovn_ovsdb::{DbCache, Table};
 use crate::config::Config;
 use crate::context::Context;
 use crate::ovn::owned::PolicySpec;
-use crate::ovn::plan::{Plan, RowRef, owned_ids};
+use crate::ovn::plan::{OwnedRows, Plan, RowRef, owned_ids};
 use crate::ovn::priority::POLICY_U2O_SUBNET;
 use crate::ovn::topology::add_to_port_group;
 use crate::reconcile::subnet::node_join_addresses;
-use crate::reconcile::subnet::underlay::Owned;
 use crate::reconcile::subnet_spec::{Effective, effective};
 
 /// `<vpc>.u2o_overlay_cidrs.<ip4|ip6>` with `-` → `.` (Kube-OVN's `U2OOverlayCIDRs`).
@@ -162,7 +161,7 @@ pub struct NoLbInputs<'a> {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct NoLbPlan {
     pub groups: Vec<(String, String)>,
-    pub policies: Owned<PolicySpec>,
+    pub policies: OwnedRows<PolicySpec>,
 }
 
 /// Kube-OVN's `addPolicyRouteForU2ONoLoadBalancer`: per node a group; per node, family of the

@@ -23,7 +23,7 @@ use kube_ovn_api::crd::{ProviderNetwork, Vlan};
 use kube_ovn_ovsdb::tables::nb::LogicalSwitchPort;
 
 use crate::ovn::owned::{PolicySpec, RouteSpec};
-use crate::ovn::plan::owned_ids;
+use crate::ovn::plan::{OwnedRows, owned_ids};
 use crate::ovn::priority::{
     POLICY_GATEWAY, POLICY_SUBNET_ALLOW, POLICY_U2O_PHYSICAL_GATEWAY, POLICY_U2O_SAME_SUBNET,
     POLICY_U2O_SUBNET,
@@ -50,9 +50,6 @@ pub struct UnderlayInputs<'a> {
     pub node_ips: &'a [IpAddr],
 }
 
-/// The router policies and routes of one owner, with their `external_ids`.
-pub type Owned<T> = Vec<(T, BTreeMap<String, String>)>;
-
 /// An underlay subnet's rows.
 #[derive(Debug, Clone, PartialEq)]
 pub struct UnderlayPlan {
@@ -62,7 +59,7 @@ pub struct UnderlayPlan {
     pub router_networks: Option<Vec<String>>,
     /// The subnet's policies on its router: the 31000 allow where Kube-OVN writes it, and the
     /// U2O policies.
-    pub policies: Owned<PolicySpec>,
+    pub policies: OwnedRows<PolicySpec>,
     /// The U2O exclude address sets by name, with their addresses (every family of the subnet;
     /// none without U2O).
     pub exclude_sets: Vec<(String, Vec<String>)>,
