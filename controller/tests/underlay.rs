@@ -18,7 +18,8 @@ use kube_ovn_testkit::wait_until_async;
 use netkit::{delete_subnet, icmp_to, lrp_mac, nb_until, port, subnet_condition, subnet_until};
 use serde_json::json;
 use underlaykit::{
-    GW_MAC, column, exists, localnet, provider_network, subnet, subnet_policies, vlan, warnings_absent,
+    GW_MAC, column, exists, localnet, policies_until, provider_network, subnet, subnet_policies, vlan,
+    warnings_absent,
 };
 
 /// A plain underlay subnet in the default VPC: its localnet port follows the Vlan (tag, no tag
@@ -262,11 +263,7 @@ async fn u2o_joins_the_underlay_to_the_default_vpc_and_leaves_no_trace_when_off(
         "29400 ip4.dst == 172.17.0.0/24 allow  true",
         "31000 ip4.dst == $ul.u2o_exclude_ip.ip4 && ip4.src == 172.17.0.0/24 reroute 172.17.0.254 true",
     ];
-    wait_until_async("the three U2O policies", common::WAIT, || async {
-        Ok(subnet_policies(&env, "ovn-cluster", "ul") == want)
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}: {:#?}", subnet_policies(&env, "ovn-cluster", "ul")));
+    policies_until(&env, "ovn-cluster", "ul", "the three U2O policies", &want).await;
     nb_until(
         &env,
         &["get", "Address_Set", "ul.u2o_exclude_ip.ip4", "addresses"],
@@ -578,11 +575,7 @@ async fn vlan_checks_and_u2o_in_a_custom_vpc() {
         "29000 ip4.src == 172.19.0.0/24 reroute 172.19.0.1 true",
         "31000 ip4.dst == 172.19.0.0/24 allow  false",
     ];
-    wait_until_async("policy3 and the common allow", common::WAIT, || async {
-        Ok(subnet_policies(&env, "vpc1", "cul") == want)
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}: {:#?}", subnet_policies(&env, "vpc1", "cul")));
+    policies_until(&env, "vpc1", "cul", "policy3 and the common allow", &want).await;
     let routes = nb_until(&env, &["lr-route-list", "vpc1"], "the source route", |o| {
         o.contains("172.19.0.0/24") && o.contains("172.19.0.1") && o.contains("src-ip")
     })

@@ -10,14 +10,15 @@ mod underlaykit;
 
 use std::net::IpAddr;
 
-use common::{Env, WAIT, ann};
+use common::{Env, ann};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube_ovn_api::crd::{ConditionStatus, Ip};
-use kube_ovn_testkit::wait_until_async;
 use netkit::{lrp_mac, nb_until, port, subnet_until};
 use serde_json::json;
-use underlaykit::{column, exists, localnet, provider_network, subnet, subnet_policies, vlan};
+use underlaykit::{
+    column, exists, localnet, policies_until, provider_network, subnet, subnet_policies, vlan,
+};
 
 /// A node with an IPv4 and an IPv6 InternalIP, once the controller has allocated it.
 async fn dual_node(env: &Env, name: &str, v4: &str, v6: &str) {
@@ -120,11 +121,14 @@ async fn u2o_on_a_dual_stack_underlay_writes_each_familys_policies_and_routes_ip
         "31000 ip4.dst == $ul.u2o_exclude_ip.ip4 && ip4.src == 172.17.0.0/24 reroute 172.17.0.254 true",
         "31000 ip6.dst == $ul.u2o_exclude_ip.ip6 && ip6.src == fd00:17::/64 reroute fd00:17::fe true",
     ];
-    wait_until_async("the three U2O policies of each family", WAIT, || async {
-        Ok(subnet_policies(&env, "ovn-cluster", "ul") == want)
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}: {:#?}", subnet_policies(&env, "ovn-cluster", "ul")));
+    policies_until(
+        &env,
+        "ovn-cluster",
+        "ul",
+        "the three U2O policies of each family",
+        &want,
+    )
+    .await;
     nb_until(
         &env,
         &["get", "Address_Set", "ul.u2o_exclude_ip.ip6", "addresses"],
@@ -269,11 +273,7 @@ async fn u2o_on_a_dual_stack_underlay_writes_each_familys_policies_and_routes_ip
         "31000 ip6.dst == $ul6.u2o_exclude_ip.ip6 && ip6.src == fd00:19::/64 reroute fd00:19::1 true"
             .to_owned(),
     ];
-    wait_until_async("the IPv6 U2O policies", WAIT, || async {
-        Ok(subnet_policies(&env, "ovn-cluster", "ul6") == want6)
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}: {:#?}", subnet_policies(&env, "ovn-cluster", "ul6")));
+    policies_until(&env, "ovn-cluster", "ul6", "the IPv6 U2O policies", &want6).await;
     nb_until(
         &env,
         &["get", "Address_Set", "ul6.u2o_exclude_ip.ip6", "addresses"],
@@ -344,11 +344,14 @@ async fn u2o_on_a_dual_stack_underlay_in_a_custom_vpc_routes_each_family_to_its_
         "31000 ip4.dst == 172.19.0.0/24 allow  false",
         "31000 ip6.dst == fd00:19::/64 allow  false",
     ];
-    wait_until_async("policy3 and the common allow of each family", WAIT, || async {
-        Ok(subnet_policies(&env, "vpc1", "cul") == want)
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}: {:#?}", subnet_policies(&env, "vpc1", "cul")));
+    policies_until(
+        &env,
+        "vpc1",
+        "cul",
+        "policy3 and the common allow of each family",
+        &want,
+    )
+    .await;
     nb_until(
         &env,
         &["lr-route-list", "vpc1"],

@@ -16,7 +16,7 @@ use kube_ovn_api::crd::Subnet;
 use kube_ovn_testkit::wait_until_async;
 use netkit::{delete_pod, delete_subnet, icmp_to, join_ip, lrp_mac, nb_until, port, subnet_until};
 use serde_json::json;
-use underlaykit::{GW_MAC, provider_network, subnet, subnet_policies, vlan};
+use underlaykit::{GW_MAC, policies_until, provider_network, subnet, subnet_policies, vlan};
 
 /// The U2O port groups of a subnet (`external_ids:u2o=true`, `ls=<subnet>`), one line each:
 /// `name lr=.. node=..`.
@@ -92,14 +92,6 @@ fn no_lb_ids(env: &Env, subnet: &str) -> Vec<String> {
     rows
 }
 
-async fn policies_until(env: &Env, subnet: &str, what: &str, want: &[String]) {
-    wait_until_async(what, common::WAIT, || async {
-        Ok(subnet_policies(env, "ovn-cluster", subnet) == want)
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}: {:#?}", subnet_policies(env, "ovn-cluster", subnet)));
-}
-
 /// Waits until the VPC has no overlay CIDR set.
 async fn no_overlay_sets(env: &Env, vpc: &str) {
     let of_vpc = format!("external_ids:vpc={vpc}");
@@ -171,7 +163,7 @@ async fn u2o_without_load_balancing_sends_service_traffic_to_the_pods_node() {
         "29400 ip4.src == $ul.node2_ip4 && ip4.dst == 10.96.0.0/12 reroute {j2} true"
     ));
     want.sort();
-    policies_until(&env, "ul", "the U2O and the no-LB policies", &want).await;
+    policies_until(&env, "ovn-cluster", "ul", "the U2O and the no-LB policies", &want).await;
     assert_eq!(
         no_lb_ids(&env, "ul"),
         [
@@ -212,7 +204,7 @@ async fn u2o_without_load_balancing_sends_service_traffic_to_the_pods_node() {
         .await
         .unwrap();
     let one: Vec<String> = want.iter().filter(|p| !p.contains("node2")).cloned().collect();
-    policies_until(&env, "ul", "node2's reroute gone", &one).await;
+    policies_until(&env, "ovn-cluster", "ul", "node2's reroute gone", &one).await;
     assert_eq!(
         u2o_groups(&env, "ul"),
         ["ul.node1 lr=ovn-cluster node=node1 vendor=kube-ovn"]
@@ -221,7 +213,7 @@ async fn u2o_without_load_balancing_sends_service_traffic_to_the_pods_node() {
     // Load balancing on: the no-LB rows go; the ClusterIP packet is the physical gateway's.
     set_spec(&env, "ul", json!({"enableLb": true})).await;
     let three: Vec<String> = THREE.iter().map(|s| (*s).to_owned()).collect();
-    policies_until(&env, "ul", "only the three U2O policies", &three).await;
+    policies_until(&env, "ovn-cluster", "ul", "only the three U2O policies", &three).await;
     assert!(u2o_groups(&env, "ul").is_empty());
     let t = env.ovn.trace("ul", &to_service).unwrap();
     assert!(
@@ -232,14 +224,21 @@ async fn u2o_without_load_balancing_sends_service_traffic_to_the_pods_node() {
 
     // Off again, then U2O off: nothing of U2O stays.
     set_spec(&env, "ul", json!({"enableLb": false})).await;
-    policies_until(&env, "ul", "the no-LB policies back", &one).await;
+    policies_until(&env, "ovn-cluster", "ul", "the no-LB policies back", &one).await;
     set_spec(&env, "ul", json!({"u2oInterconnection": false})).await;
-    policies_until(&env, "ul", "no U2O policy", &[]).await;
+    policies_until::<&str>(&env, "ovn-cluster", "ul", "no U2O policy", &[]).await;
     assert!(u2o_groups(&env, "ul").is_empty());
 
     // On again, then the subnet deleted: no policy, group or set of it.
     set_spec(&env, "ul", json!({"u2oInterconnection": true})).await;
-    policies_until(&env, "ul", "the no-LB policies back with U2O", &one).await;
+    policies_until(
+        &env,
+        "ovn-cluster",
+        "ul",
+        "the no-LB policies back with U2O",
+        &one,
+    )
+    .await;
     delete_pod(&env, "nsu", "u1").await;
     delete_subnet(&env, "ul").await;
     nb_until(
@@ -285,6 +284,7 @@ async fn with_enable_lb_off_a_u2o_subnet_says_so_and_reroutes_service_traffic() 
     want.sort();
     policies_until(
         &env,
+        "ovn-cluster",
         "ul",
         "the no-LB policy for --service-cluster-ip-range",
         &want,
@@ -293,7 +293,7 @@ async fn with_enable_lb_off_a_u2o_subnet_says_so_and_reroutes_service_traffic() 
     // Kube-OVN: the flag off wins over the subnet's `enableLb: true`.
     set_spec(&env, "ul", json!({"enableLb": true})).await;
     subnet_until(&env, "ul", "enableLb true", |s| s.spec.enable_lb == Some(true)).await;
-    policies_until(&env, "ul", "the no-LB policy kept", &want).await;
+    policies_until(&env, "ovn-cluster", "ul", "the no-LB policy kept", &want).await;
     let joined = Api::<Subnet>::all(env.kube.clone()).get("join").await.unwrap();
     assert_eq!(
         joined.spec.enable_lb, None,
@@ -327,7 +327,7 @@ async fn overlay_only_routing_routes_only_overlay_cidrs_and_leaves_nothing_when_
     ]
     .map(str::to_owned)
     .to_vec();
-    policies_until(&env, "ul", "the overlay-only policies", &want).await;
+    policies_until(&env, "ovn-cluster", "ul", "the overlay-only policies", &want).await;
     let marked = env
         .ovn
         .nbctl(&[
@@ -441,11 +441,14 @@ async fn overlay_only_routing_routes_only_overlay_cidrs_and_leaves_nothing_when_
     ]
     .map(str::to_owned)
     .to_vec();
-    wait_until_async("the custom VPC's overlay-only policies", common::WAIT, || async {
-        Ok(subnet_policies(&env, "vpc-1", "cul") == custom)
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}: {:#?}", subnet_policies(&env, "vpc-1", "cul")));
+    policies_until(
+        &env,
+        "vpc-1",
+        "cul",
+        "the custom VPC's overlay-only policies",
+        &custom,
+    )
+    .await;
     nb_until(
         &env,
         &["get", "Address_Set", "vpc.1.u2o_overlay_cidrs.ip4", "addresses"],
@@ -465,11 +468,18 @@ async fn overlay_only_routing_routes_only_overlay_cidrs_and_leaves_nothing_when_
     // sets go; the custom VPC's go with its subnet.
     subnet(&env, "ul", spec(false)).await;
     let three: Vec<String> = THREE.iter().map(|s| (*s).to_owned()).collect();
-    policies_until(&env, "ul", "the default U2O policies", &three).await;
+    policies_until(&env, "ovn-cluster", "ul", "the default U2O policies", &three).await;
     no_overlay_sets(&env, "ovn-cluster").await;
     // On again (Kube-OVN's e2e toggles it back): the overlay-only policies and the set return.
     subnet(&env, "ul", spec(true)).await;
-    policies_until(&env, "ul", "the overlay-only policies again", &want).await;
+    policies_until(
+        &env,
+        "ovn-cluster",
+        "ul",
+        "the overlay-only policies again",
+        &want,
+    )
+    .await;
     nb_until(
         &env,
         &[

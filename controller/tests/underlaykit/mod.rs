@@ -65,6 +65,19 @@ pub fn exists(env: &Env, table: &str, name: &str) -> bool {
         .any(|l| l.trim() == name)
 }
 
+/// Waits (bounded) until `subnet`'s policies on `router` ([`subnet_policies`]) are exactly
+/// `want`; fails naming `what` with the policies last seen.
+pub async fn policies_until<T>(env: &Env, router: &str, subnet: &str, what: &str, want: &[T])
+where
+    String: PartialEq<T>,
+{
+    kube_ovn_testkit::wait_until_async(what, super::common::WAIT, || async {
+        Ok(subnet_policies(env, router, subnet).as_slice() == want)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}: {:#?}", subnet_policies(env, router, subnet)));
+}
+
 /// The `ovn-cluster` policies of a subnet, one line each: `priority match action nexthops
 /// isU2ORoutePolicy`.
 pub fn subnet_policies(env: &Env, router: &str, subnet: &str) -> Vec<String> {
