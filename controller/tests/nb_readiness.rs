@@ -84,8 +84,14 @@ async fn nb_global_options_are_set_when_northd_makes_the_row_after_the_controlle
     let rows = run("ovsdb-client", &["transact", &remote, select]).unwrap();
     assert!(rows.contains(r#"{"rows":[]}"#), "{rows}");
     env.start_controller();
-    // The controller is up and waiting on the database before ovn-northd comes.
-    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    // ovn-northd comes once the controller is connected (its replica's monitor) and waiting.
+    wait_until_async(
+        "the controller to monitor the northbound database",
+        WAIT,
+        || async { Ok(env.ovn.nb.monitors()? > 0) },
+    )
+    .await
+    .unwrap();
     tokio::task::block_in_place(|| env.ovn.start_northd()).unwrap();
     wait_until_async("NB_Global to carry Kube-OVN's options", WAIT, || async {
         let options = env.ovn.nbctl(&["get", "NB_Global", ".", "options"])?;

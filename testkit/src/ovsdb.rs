@@ -135,6 +135,16 @@ impl OvsdbServer {
         self.dir.path().join("ctl")
     }
 
+    /// How many monitors clients hold on the server (`memory/show`'s `monitors:N`): a client
+    /// that keeps a replica (a controller) has one from when it connected.
+    pub fn monitors(&self) -> anyhow::Result<u64> {
+        let ctl = self.unixctl().display().to_string();
+        let out = run("ovs-appctl", &["-t", &ctl, "memory/show"])?;
+        out.split_whitespace()
+            .find_map(|w| w.strip_prefix("monitors:")?.parse().ok())
+            .ok_or_else(|| anyhow::anyhow!("no monitors:N in memory/show: {out:?}"))
+    }
+
     /// Listen on an additional remote (`punix:PATH`) from the next start on.
     pub fn add_remote(&mut self, remote: impl Into<String>) {
         self.extra_remotes.push(remote.into());
