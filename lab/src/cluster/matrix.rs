@@ -30,14 +30,23 @@
 //!   switch's load balancers). Without it, what overlay pods see of them depends on the
 //!   physical network's routes: those checks are not made. These rows only exist when underlay
 //!   pods do (`examples/lab/40-underlay.yaml`).
+//! - A custom VPC with `enableExternal` (Kube-OVN's OVN EIPs, `examples/lab/50-external.yaml`):
+//!   its pods leave with their FIP's or their SNAT rule's address, and the outside host reaches
+//!   them at a FIP or a DNAT rule's address and port ([`external`]). Their own addresses stay
+//!   unreachable from outside.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::net::IpAddr;
 
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 
 use super::policy::{self, Endpoint, PodView};
+
+pub mod external;
+mod report;
+
+pub use external::{EipTarget, NatRules};
+pub use report::{Outcome, Report, client_ip, judge};
 
 /// The default VPC's name (Kube-OVN's `--cluster-router`).
 pub const DEFAULT_VPC: &str = "ovn-cluster";
@@ -60,6 +69,9 @@ pub struct Target {
     /// The source addresses the outside host may see from this pod when it is NATed: its
     /// node's, or its centralized subnet's active gateways'; none when no gateway is active.
     pub egress_ips: Vec<IpAddr>,
+    /// The address it leaves a custom VPC with through OVN's NAT (its FIP's, or a SNAT rule's):
+    /// [`NatRules::egress`].
+    pub egress_eip: Option<IpAddr>,
     /// What NetworkPolicies look at: its labels, its namespace's, its named container ports.
     pub labels: BTreeMap<String, String>,
     pub namespace_labels: BTreeMap<String, String>,
@@ -168,6 +180,8 @@ pub enum Kind {
     PodToService,
     /// From the outside host to a Service's `outside_ip`; `to` indexes the services.
     OutsideToService,
+    /// From the outside host to a FIP or a DNAT rule's address; `to` indexes the EIP targets.
+    OutsideToEip,
 }
 
 /// One probe to make: from `from` (a pod label, or `outside`) to `to`.
@@ -182,9 +196,14 @@ pub struct Check {
     pub expect: Expect,
 }
 
-/// The checks for `targets` (pods with netexec servers) and `services` (ClusterIPs) under
-/// `policies`.
-pub fn plan(targets: &[Target], services: &[ServiceTarget], policies: &[NetworkPolicy]) -> Vec<Check> {
+/// The checks for `targets` (pods with netexec servers), `services` (ClusterIPs) and `eips` (a
+/// custom VPC's FIPs and DNAT addresses) under `policies`.
+pub fn plan(
+    targets: &[Target],
+    services: &[ServiceTarget],
+    eips: &[EipTarget],
+    policies: &[NetworkPolicy],
+) -> Vec<Check> {
     let allows = |from: &Endpoint, to: &Endpoint, port: u16| policy::allows(policies, from, to, port);
     let mut checks = Vec::new();
     for (i, a) in targets.iter().enumerate() {
@@ -235,6 +254,8 @@ pub fn plan(targets: &[Target], services: &[ServiceTarget], policies: &[NetworkP
                     [ip] => Expect::ClientIp(*ip),
                     many => Expect::ClientIpIn(many.to_vec()),
                 }
+            } else if let Some(eip) = t.egress_eip.filter(|_| t.vpc != DEFAULT_VPC) {
+                Expect::ClientIp(eip)
             } else if routed {
                 Expect::ClientIp(t.ip)
             } else {
@@ -291,6 +312,7 @@ pub fn plan(targets: &[Target], services: &[ServiceTarget], policies: &[NetworkP
             expect,
         });
     }
+    checks.extend(external::plan(targets, eips, &allows));
     checks
 }
 
@@ -327,247 +349,6 @@ fn from_outside(
         (true, _) => Some(Expect::Blocked),
         (false, 0) => Some(Expect::AnswerIn(allowed)),
         (false, _) => None,
-    }
-}
-
-/// Whether `answer` (or its absence) is what `expect` asked for.
-pub fn judge(expect: &Expect, answer: Option<&str>) -> bool {
-    match (expect, answer) {
-        (Expect::Answer(want), Some(got)) => want == got,
-        (Expect::AnswerIn(any), Some(got)) => any.iter().any(|want| want == got),
-        (Expect::ClientIp(ip), Some(got)) => client_ip(got) == Some(*ip),
-        (Expect::ClientIpIn(ips), Some(got)) => client_ip(got).is_some_and(|ip| ips.contains(&ip)),
-        (Expect::Blocked, None) => true,
-        _ => false,
-    }
-}
-
-/// The address in netexec's `/clientip` answer (`ip:port`, `[v6]:port`).
-pub fn client_ip(answer: &str) -> Option<IpAddr> {
-    let host = answer.rsplit_once(':').map_or(answer, |(h, _)| h);
-    host.trim_matches(|c| c == '[' || c == ']').parse().ok()
-}
-
-/// A measured check.
-#[derive(Debug, Clone)]
-pub struct Outcome {
-    pub check: Check,
-    /// The answer, or why there was none.
-    pub answer: Result<String, String>,
-}
-
-impl Outcome {
-    pub fn passed(&self) -> bool {
-        judge(&self.check.expect, self.answer.as_ref().ok().map(String::as_str))
-    }
-}
-
-/// The measured matrix.
-#[derive(Debug, Clone)]
-pub struct Report {
-    pub targets: Vec<Target>,
-    pub services: Vec<ServiceTarget>,
-    /// How many NetworkPolicies the expectations followed.
-    pub policies: usize,
-    pub outcomes: Vec<Outcome>,
-}
-
-impl Report {
-    pub fn healthy(&self) -> bool {
-        self.outcomes.iter().all(Outcome::passed)
-    }
-
-    pub fn failures(&self) -> Vec<&Outcome> {
-        self.outcomes.iter().filter(|o| !o.passed()).collect()
-    }
-
-    fn cell(&self, kind: Kind, from: Option<usize>, to: Option<usize>) -> &'static str {
-        let Some(o) = self
-            .outcomes
-            .iter()
-            .find(|o| o.check.kind == kind && o.check.from == from && o.check.to == to)
-        else {
-            return "";
-        };
-        match (&o.check.expect, o.passed()) {
-            (Expect::Blocked, true) => "blocked",
-            (_, true) => "ok",
-            (Expect::Blocked, false) => "LEAKS",
-            (_, false) => "FAIL",
-        }
-    }
-
-    /// The source address the outside host saw from pod `i`, when it answered.
-    fn seen_by_outside(&self, i: usize) -> Option<IpAddr> {
-        self.outcomes
-            .iter()
-            .find(|o| o.check.kind == Kind::PodToOutside && o.check.from == Some(i))
-            .and_then(|o| o.answer.as_ref().ok())
-            .and_then(|a| client_ip(a))
-    }
-
-    /// The label of a check's end: `to` of a Service check names a Service.
-    fn label(&self, kind: Kind, i: Option<usize>, is_to: bool) -> String {
-        match i {
-            None => "outside".to_owned(),
-            Some(i) if is_to && matches!(kind, Kind::PodToService | Kind::OutsideToService) => {
-                self.services[i].label()
-            }
-            Some(i) => self.targets[i].label(),
-        }
-    }
-
-    /// The matrix as text: pod → pod as a grid (rows from, columns to), then the outside host's
-    /// rows, then every failure with what was seen.
-    pub fn render(&self) -> String {
-        let mut out = String::new();
-        let n = self.targets.len();
-        let width = self
-            .targets
-            .iter()
-            .map(|t| t.label().len())
-            .max()
-            .unwrap_or(7)
-            .max(9);
-        let _ = writeln!(
-            out,
-            "connectivity, measured with real traffic (HTTP to each pod's netexec server):"
-        );
-        let _ = writeln!(out, "  pods ({n} with a server):");
-        for (i, t) in self.targets.iter().enumerate() {
-            let _ = writeln!(
-                out,
-                "    [{i}] {:width$} {:15} {:6} subnet {} (vpc {}){}{}{}",
-                t.label(),
-                t.ip,
-                t.node,
-                t.subnet,
-                t.vpc,
-                if t.announced { ", announced" } else { "" },
-                if t.nat_outgoing { ", natOutgoing" } else { "" },
-                match t.attachment {
-                    Attachment::Overlay => "",
-                    Attachment::Underlay { u2o: false } => ", underlay",
-                    Attachment::Underlay { u2o: true } => ", underlay (u2o)",
-                },
-            );
-        }
-        let _ = write!(out, "  pod → pod (row → column):\n    {:>5}", "");
-        for j in 0..n {
-            let _ = write!(out, " {:>8}", format!("[{j}]"));
-        }
-        out.push('\n');
-        for i in 0..n {
-            let _ = write!(out, "    {:>5}", format!("[{i}]"));
-            for j in 0..n {
-                let cell = if i == j {
-                    "-"
-                } else {
-                    self.cell(Kind::PodToPod, Some(i), Some(j))
-                };
-                let _ = write!(out, " {cell:>8}");
-            }
-            out.push('\n');
-        }
-        let _ = writeln!(
-            out,
-            "  outside host ↔ pods (in: BGP routes through the ToR, or an underlay pod's VLAN; out: the node's NAT, or the pod's own announced or underlay address):"
-        );
-        for i in 0..n {
-            let _ = writeln!(
-                out,
-                "    {:width$}  outside → pod: {:8}  pod → outside: {:8}{}",
-                self.targets[i].label(),
-                self.cell(Kind::OutsideToPod, None, Some(i)),
-                self.cell(Kind::PodToOutside, Some(i), None),
-                self.seen_by_outside(i)
-                    .map(|ip| format!(" (the outside saw {ip})"))
-                    .unwrap_or_default(),
-            );
-        }
-        if !self.services.is_empty() {
-            let _ = writeln!(
-                out,
-                "  pods → Services (ClusterIP through the VPC's OVN load balancers, no kube-proxy):"
-            );
-            for (k, svc) in self.services.iter().enumerate() {
-                let _ = writeln!(
-                    out,
-                    "    [s{k}] {} {}:{} (vpc {}), backends {}",
-                    svc.label(),
-                    svc.ip,
-                    svc.port,
-                    svc.vpc,
-                    if svc.backends.is_empty() {
-                        "none ready".to_owned()
-                    } else {
-                        svc.backends.join(", ")
-                    }
-                );
-            }
-            let _ = write!(out, "    {:width$}", "");
-            for k in 0..self.services.len() {
-                let _ = write!(out, " {:>8}", format!("[s{k}]"));
-            }
-            out.push('\n');
-            for i in 0..n {
-                let _ = write!(out, "    {:width$}", self.targets[i].label());
-                for k in 0..self.services.len() {
-                    let _ = write!(out, " {:>8}", self.cell(Kind::PodToService, Some(i), Some(k)));
-                }
-                out.push('\n');
-            }
-            let reachable: Vec<(usize, IpAddr)> = self
-                .services
-                .iter()
-                .enumerate()
-                .filter_map(|(k, svc)| Some((k, svc.outside_ip?)))
-                .collect();
-            if !reachable.is_empty() {
-                let _ = writeln!(
-                    out,
-                    "  outside host → Services (LoadBalancer IPs over BGP through the ToR):"
-                );
-                for (k, ip) in reachable {
-                    let _ = writeln!(
-                        out,
-                        "    [s{k}] {} at {ip}:{}: {}",
-                        self.services[k].label(),
-                        self.services[k].port,
-                        self.cell(Kind::OutsideToService, None, Some(k)),
-                    );
-                }
-            }
-        }
-        if self.policies > 0 {
-            let _ = writeln!(
-                out,
-                "  {} NetworkPolicies in force: the expectations follow Kubernetes' rules for them",
-                self.policies
-            );
-        }
-        let failures = self.failures();
-        let total = self.outcomes.len();
-        if failures.is_empty() {
-            let _ = writeln!(out, "  all {total} checks as expected");
-        } else {
-            let _ = writeln!(out, "  {} of {total} checks FAILED:", failures.len());
-            for o in failures {
-                let _ = writeln!(
-                    out,
-                    "    {} → {} {}: expected {:?}, got {}",
-                    self.label(o.check.kind, o.check.from, false),
-                    self.label(o.check.kind, o.check.to, true),
-                    o.check.path,
-                    o.check.expect,
-                    match &o.answer {
-                        Ok(a) => format!("answer {a:?}"),
-                        Err(e) => e.clone(),
-                    }
-                );
-            }
-        }
-        out
     }
 }
 

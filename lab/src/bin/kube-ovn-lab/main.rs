@@ -7,6 +7,7 @@ mod containerd;
 mod down;
 mod install;
 mod matrix;
+mod matrix_nat;
 mod prepare;
 mod probe;
 mod processes;

@@ -15,7 +15,7 @@ use kube::api::ListParams;
 use kube_ovn_api::annotations::keys;
 use kube_ovn_api::crd::Subnet;
 use kube_ovn_lab::cluster::matrix::{
-    self, Attachment, Check, Expect, Kind, Outcome, Report, ServiceTarget, Target,
+    self, Attachment, Check, EipTarget, Expect, Kind, Outcome, Report, ServiceTarget, Target,
 };
 use kube_ovn_lab::cluster::topology::{OUTSIDE_PORT, Topology};
 use kube_ovn_lab::cluster::wait::{nothing_missing, wait_for};
@@ -107,6 +107,7 @@ pub async fn targets(t: &Topology, client: &kube::Client) -> anyhow::Result<(Vec
             namespace_labels: namespace_labels.get(&namespace).cloned().unwrap_or_default(),
             named_ports,
             egress_ips,
+            egress_eip: None,
             namespace: namespace.clone(),
             name: name.clone(),
             node,
@@ -346,7 +347,12 @@ pub async fn measure(t: &Topology, client: &kube::Client, timeout: Duration) -> 
         || services_settled(client),
     )
     .await?;
-    let (targets, pod_netns) = targets(t, client).await?;
+    let (mut targets, pod_netns) = targets(t, client).await?;
+    let (nat, announced_eips) = super::matrix_nat::rules(client).await?;
+    for target in &mut targets {
+        target.egress_eip = nat.egress(target);
+    }
+    let eips = nat.eip_targets(&targets);
     // Services of netexec servers only: the probes speak netexec's HTTP (kube-system's
     // ovn-nb/ovn-sb, with `up --install manifests`, front OVSDB).
     let mut services = services(client, &join_addresses(client).await?).await?;
@@ -365,10 +371,11 @@ pub async fn measure(t: &Topology, client: &kube::Client, timeout: Duration) -> 
                 .filter(|s| s.vpc == matrix::DEFAULT_VPC && !s.backends.is_empty())
                 .filter_map(|s| s.outside_ip),
         )
+        .chain(announced_eips)
         .collect();
     let tor = t.tor_netns();
     wait_for_routes(
-        "the ToR to route every announced pod and Service address to a node",
+        "the ToR to route every announced pod, Service and EIP address to a node",
         timeout,
         announced.iter().map(|ip| (tor.clone(), *ip)).collect(),
         " via 172.30.0.",
@@ -411,8 +418,8 @@ pub async fn measure(t: &Topology, client: &kube::Client, timeout: Duration) -> 
         .await
         .context("listing NetworkPolicies")?
         .items;
-    for check in matrix::plan(&targets, &services, &policies) {
-        let (from, to) = endpoints(&check, &targets, &services, &pod_netns, &outside_ns);
+    for check in matrix::plan(&targets, &services, &eips, &policies) {
+        let (from, to) = endpoints(&check, &targets, &services, &eips, &pod_netns, &outside_ns);
         tasks.push(tokio::task::spawn_blocking(move || {
             let answer = probe_once(&check, &from, to);
             Outcome { check, answer }
@@ -425,6 +432,7 @@ pub async fn measure(t: &Topology, client: &kube::Client, timeout: Duration) -> 
     Ok(Report {
         targets,
         services,
+        eips,
         policies: policies.len(),
         outcomes,
     })
@@ -475,6 +483,7 @@ fn endpoints(
     check: &Check,
     targets: &[Target],
     services: &[ServiceTarget],
+    eips: &[EipTarget],
     pod_netns: &[PathBuf],
     outside_ns: &Path,
 ) -> (PathBuf, SocketAddr) {
@@ -487,6 +496,7 @@ fn endpoints(
         (Kind::OutsideToService, Some(k)) => {
             SocketAddr::new(services[k].outside_ip.unwrap_or(services[k].ip), services[k].port)
         }
+        (Kind::OutsideToEip, Some(k)) => SocketAddr::new(eips[k].ip, eips[k].port),
         (_, Some(j)) => SocketAddr::new(targets[j].ip, targets[j].port),
     };
     (from, to)

@@ -260,6 +260,7 @@ async fn bring_up(
         )
         .await?;
         clock.step("kube-controller-manager running (ServiceAccount default/default made)");
+        label_gateway_nodes(t)?;
         let out = apply_examples(t, &dir, timeout).await?;
         print!("{out}");
         clock.step(&format!("applied {}", dir.display()));
@@ -306,6 +307,17 @@ async fn apply_examples(t: &Topology, dir: &Path, timeout: Duration) -> anyhow::
             Err(e) => return Err(e),
         }
     }
+}
+
+/// What Kube-OVN's OVN EIP guide has an administrator do before a VPC gets `enableExternal`
+/// (`50-external.yaml`): mark the nodes that may hold VPCs' gateway ports. Every lab node may.
+fn label_gateway_nodes(t: &Topology) -> anyhow::Result<()> {
+    let label = format!("{}=true", kube_ovn_api::annotations::keys::EXTERNAL_GW_LABEL);
+    let mut args = vec!["label", "node"];
+    args.extend(t.nodes.iter().map(|n| n.name.as_str()));
+    args.extend([label.as_str(), "--overwrite"]);
+    super::verbs::kubectl_output(t, &args)?;
+    Ok(())
 }
 
 async fn wait_nodes_ready(t: &Topology, client: &kube::Client, timeout: Duration) -> anyhow::Result<()> {

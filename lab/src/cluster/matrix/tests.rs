@@ -14,6 +14,7 @@ fn target(name: &str, vpc: &str, announced: bool, nat: bool) -> Target {
         nat_outgoing: nat,
         attachment: Attachment::Overlay,
         egress_ips: if nat { vec![node_ip] } else { vec![] },
+        egress_eip: None,
         labels: BTreeMap::new(),
         namespace_labels: BTreeMap::new(),
         named_ports: BTreeMap::new(),
@@ -42,7 +43,7 @@ fn expectations_follow_vpcs_and_announcements() {
         target("c", "vpc1", false, false),
     ];
     let services = [service("hello", &["h1", "h2"])];
-    let checks = plan(&targets, &services, &[]);
+    let checks = plan(&targets, &services, &[], &[]);
     let find = |kind, from, to| {
         checks
             .iter()
@@ -87,7 +88,7 @@ fn expectations_follow_vpcs_and_announcements() {
         ..services[0].clone()
     };
     assert!(
-        plan(&targets, &[none_ready], &[])
+        plan(&targets, &[none_ready], &[], &[])
             .iter()
             .filter(|c| c.kind == Kind::PodToService)
             .all(|c| c.expect == Expect::Blocked),
@@ -107,7 +108,7 @@ fn network_policies_turn_answers_into_silence() {
         "spec": {"podSelector": {"matchLabels": {"app": "b"}}}}))
     .unwrap();
     let services = [service("s", &["a", "b"])];
-    let checks = plan(&targets, &services, &[deny_b]);
+    let checks = plan(&targets, &services, &[], &[deny_b]);
     let find = |kind, from, to| {
         checks
             .iter()
@@ -157,7 +158,7 @@ fn outside_reaches_announced_default_vpc_services_as_policies_let_the_nodes_thro
         ..lb.clone()
     };
     let outside = |services: &[ServiceTarget], policies: &[NetworkPolicy]| -> Vec<(usize, Expect)> {
-        plan(&targets, services, policies)
+        plan(&targets, services, &[], policies)
             .into_iter()
             .filter(|c| c.kind == Kind::OutsideToService)
             .map(|c| (c.to.unwrap(), c.expect))
@@ -224,7 +225,7 @@ fn the_rendering_names_failures() {
         target("a", DEFAULT_VPC, true, false),
         target("c", "vpc1", false, false),
     ];
-    let checks = plan(&targets, &[], &[]);
+    let checks = plan(&targets, &[], &[], &[]);
     let outcomes = checks
         .into_iter()
         .map(|check| {
@@ -237,6 +238,7 @@ fn the_rendering_names_failures() {
         })
         .collect();
     let report = Report {
+        eips: vec![],
         targets,
         services: vec![],
         policies: 0,
@@ -270,7 +272,7 @@ fn underlay_pods_use_the_fabric_and_reach_overlay_pods_through_u2o() {
         underlay("u-22", "node2", true),
     ];
     let services = [service("hello", &["h1"])];
-    let checks = plan(&targets, &services, &[]);
+    let checks = plan(&targets, &services, &[], &[]);
     let find = |kind, from, to| {
         checks
             .iter()
@@ -321,7 +323,7 @@ fn underlay_pods_use_the_fabric_and_reach_overlay_pods_through_u2o() {
         underlay("u-1", "node1", false),
         underlay("u-22", "node2", false),
     ];
-    let checks = plan(&targets, &services, &[]);
+    let checks = plan(&targets, &services, &[], &[]);
     let made = |kind, from, to| {
         checks
             .iter()
@@ -331,6 +333,7 @@ fn underlay_pods_use_the_fabric_and_reach_overlay_pods_through_u2o() {
     assert!(made(Kind::PodToPod, Some(1), Some(2)) && made(Kind::OutsideToPod, None, Some(1)));
     assert!(!made(Kind::PodToService, Some(1), Some(0)));
     let report = Report {
+        eips: vec![],
         targets: targets.to_vec(),
         services: vec![],
         policies: 0,
@@ -341,4 +344,132 @@ fn underlay_pods_use_the_fabric_and_reach_overlay_pods_through_u2o() {
             .render()
             .contains("subnet underlay (vpc ovn-cluster), natOutgoing, underlay\n")
     );
+}
+
+/// vpc1 pods: `t1` has a FIP, `t2` sits behind a DNAT rule, every pod of vpc1-net is SNATed,
+/// and one /32 SNAT rule is more specific for `t3`.
+#[test]
+fn a_custom_vpc_reaches_out_through_its_eips_and_is_reached_at_them() {
+    let pod = |name: &str, ip: &str| Target {
+        namespace: "vpc1".into(),
+        ip: ip.parse().unwrap(),
+        subnet: "vpc1-net".into(),
+        ..target(name, "vpc1", false, false)
+    };
+    let eip = |s: &str| -> IpAddr { s.parse().unwrap() };
+    let rules = NatRules {
+        fips: vec![external::Fip {
+            name: "t1".into(),
+            eip: eip("10.200.0.101"),
+            namespace: "vpc1".into(),
+            pod: "t1".into(),
+        }],
+        snats: vec![
+            external::Snat {
+                name: "net".into(),
+                eip: eip("10.200.0.100"),
+                vpc: "vpc1".into(),
+                cidr: "192.168.10.0/24".parse().unwrap(),
+            },
+            external::Snat {
+                name: "one".into(),
+                eip: eip("10.200.0.103"),
+                vpc: "vpc1".into(),
+                cidr: "192.168.10.4/32".parse().unwrap(),
+            },
+            external::Snat {
+                name: "other-vpc".into(),
+                eip: eip("10.200.0.104"),
+                vpc: "vpc2".into(),
+                cidr: "192.168.10.0/24".parse().unwrap(),
+            },
+        ],
+        dnats: vec![
+            external::Dnat {
+                name: "web".into(),
+                eip: eip("10.200.0.102"),
+                external_port: 80,
+                namespace: "vpc1".into(),
+                pod: "t2".into(),
+                internal_port: 8080,
+            },
+            external::Dnat {
+                name: "wrong-port".into(),
+                eip: eip("10.200.0.102"),
+                external_port: 81,
+                namespace: "vpc1".into(),
+                pod: "t2".into(),
+                internal_port: 9999,
+            },
+            external::Dnat {
+                name: "no-such-pod".into(),
+                eip: eip("10.200.0.102"),
+                external_port: 82,
+                namespace: "vpc1".into(),
+                pod: "gone".into(),
+                internal_port: 8080,
+            },
+        ],
+    };
+    let mut targets = vec![
+        pod("t1", "192.168.10.2"),
+        pod("t2", "192.168.10.3"),
+        pod("t3", "192.168.10.4"),
+        target("d", DEFAULT_VPC, false, true),
+    ];
+    for t in &mut targets {
+        t.egress_eip = rules.egress(t);
+    }
+    // The FIP wins over the SNAT, the /32 over the /24, another VPC's rule is not ours; the
+    // default VPC's pod is not NATed by a custom VPC's rules.
+    assert_eq!(targets[0].egress_eip, Some(eip("10.200.0.101")));
+    assert_eq!(targets[1].egress_eip, Some(eip("10.200.0.100")));
+    assert_eq!(targets[2].egress_eip, Some(eip("10.200.0.103")));
+    assert_eq!(targets[3].egress_eip, None);
+    let eips = rules.eip_targets(&targets);
+    assert_eq!(eips.len(), 3, "{eips:?}");
+    let checks = plan(&targets, &[], &eips, &[]);
+    let out = |i: usize| {
+        checks
+            .iter()
+            .find(|c| c.kind == Kind::PodToOutside && c.from == Some(i))
+            .map(|c| c.expect.clone())
+    };
+    assert_eq!(out(0), Some(Expect::ClientIp(eip("10.200.0.101"))));
+    assert_eq!(out(2), Some(Expect::ClientIp(eip("10.200.0.103"))));
+    assert_eq!(out(3), Some(Expect::ClientIp(eip("172.30.0.11"))));
+    let outside_ip: IpAddr = crate::cluster::topology::Topology::outside_ip().into();
+    let to_eip: Vec<(String, u16, Expect, &str)> = checks
+        .iter()
+        .filter(|c| c.kind == Kind::OutsideToEip)
+        .map(|c| {
+            let e = &eips[c.to.unwrap()];
+            (e.label.clone(), e.port, c.expect.clone(), c.path)
+        })
+        .collect();
+    assert_eq!(
+        to_eip,
+        vec![
+            ("fip t1".into(), 8080, Expect::ClientIp(outside_ip), "/clientip"),
+            ("dnat web".into(), 80, Expect::Answer("t2".into()), "/hostname"),
+            ("dnat wrong-port".into(), 81, Expect::Blocked, "/hostname"),
+        ]
+    );
+    // The pods' own addresses stay unreachable from outside.
+    assert!(
+        checks
+            .iter()
+            .filter(|c| c.kind == Kind::OutsideToPod && c.to.is_some_and(|j| j < 3))
+            .all(|c| c.expect == Expect::Blocked)
+    );
+    let report = Report {
+        targets,
+        services: vec![],
+        eips,
+        policies: 0,
+        outcomes: vec![],
+    };
+    let text = report.render();
+    assert!(text.contains("fip t1 at 10.200.0.101:8080 → vpc1/t1"), "{text}");
+    assert!(text.contains("(nothing listens on its internal port)"), "{text}");
 }
