@@ -6,6 +6,7 @@
 
 pub mod components;
 pub mod containerd;
+pub mod failover;
 pub mod kube_proxy;
 pub mod kubelet;
 pub mod machine;

@@ -5,6 +5,7 @@
 mod apiserver;
 mod containerd;
 mod down;
+mod failover;
 mod install;
 mod matrix;
 mod matrix_nat;
@@ -56,6 +57,9 @@ enum Command {
     Down,
     /// Run the connectivity matrix again and print it.
     Matrix,
+    /// Move a VPC's external gateway off its node and back (label removed, restored) while the
+    /// outside host requests an EIP; print how long the ToR's route and the requests took.
+    Failover(failover::FailoverArgs),
     /// kubectl against the lab's API.
     #[command(allow_hyphen_values = true, trailing_var_arg = true)]
     Kubectl { args: Vec<String> },
@@ -139,6 +143,7 @@ fn main() -> std::process::ExitCode {
         Command::Status => status::status(&cli.name, &cli.run_dir),
         Command::Down => down::down(&cli.name, &cli.run_dir),
         Command::Matrix => matrix::run_verb(&cli.name, &cli.run_dir),
+        Command::Failover(args) => failover::run_verb(&cli.name, &cli.run_dir, &args),
         Command::Kubectl { args } => verbs::kubectl(&cli.name, &cli.run_dir, &args),
         Command::Exec { pod, command } => verbs::exec_pod(&cli.name, &cli.run_dir, &pod, &command),
         Command::Node { node, command } => verbs::node(&cli.name, &cli.run_dir, &node, &command),
