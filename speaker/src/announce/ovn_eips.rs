@@ -36,7 +36,7 @@
 //!
 //! Pure: no I/O.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -118,7 +118,7 @@ fn active(eip: &OvnEip) -> Option<Vec<String>> {
 }
 
 /// Where `eip` lives; `by_name` holds every OvnEip by name (for the router's `lrp` EIP).
-pub fn location(eip: &OvnEip, by_name: &HashMap<&str, &OvnEip>) -> Location {
+pub fn location(eip: &OvnEip, by_name: &BTreeMap<&str, &OvnEip>) -> Location {
     if let Some(nodes) = active(eip) {
         return Location::Own(nodes);
     }
@@ -141,7 +141,7 @@ pub fn location(eip: &OvnEip, by_name: &HashMap<&str, &OvnEip>) -> Location {
 
 /// Adds the addresses of the OvnEips this speaker announces, and the refusals.
 pub(super) fn add(eips: &[Arc<OvnEip>], subnets: &Subnets<'_>, scope: &Scope<'_>, out: &mut Desired) {
-    let by_name: HashMap<&str, &OvnEip> = eips
+    let by_name: BTreeMap<&str, &OvnEip> = eips
         .iter()
         .filter_map(|e| Some((e.metadata.name.as_deref()?, e.as_ref())))
         .collect();
