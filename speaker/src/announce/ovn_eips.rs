@@ -30,6 +30,10 @@
 //! "nowhere" (the port is bound to no chassis): nobody announces, and an EIP whose own field is
 //! `""` does not fall back to its router's node.
 //!
+//! An EIP being deleted stays announced while it exists: the controller's finalizer keeps it
+//! while rules still use it (Kube-OVN's "still being used by NAT rules"), and OVN still
+//! translates with it until they are gone.
+//!
 //! With no controller running, the statuses are frozen and so are the announcements (OVN still
 //! moves the port). A cluster serving Kube-OVN's own CRD manifests prunes the unknown
 //! `status.activateGateway`: nothing is announced then (use `deploy/crds`).

@@ -209,6 +209,14 @@ fn every_condition_must_hold() {
     // In use: the rule deleted (`nat` emptied), or a word that names no rule kind.
     assert_eq!(on_n1(&|e| e["status"]["nat"] = json!("")), ["10.200.0.10/32"]);
     assert_eq!(on_n1(&|e| e["status"]["nat"] = json!("vip")), ["10.200.0.10/32"]);
+    // Being deleted, held by the controller's finalizer while a rule uses it: still announced.
+    assert_eq!(
+        on_n1(&|e| {
+            e["metadata"]["deletionTimestamp"] = json!("2026-11-28T08:00:00Z");
+            e["metadata"]["finalizers"] = json!(["kubeovn.io/kube-ovn-controller"]);
+        }),
+        both
+    );
     // An lsp EIP (a node's BFD next hop) is not announced.
     let mut eips = vpc1("n1");
     eips.push(eip("lsp1", "10.200.0.50", "lsp", "", Some("vpc1"), Some("n1")));
