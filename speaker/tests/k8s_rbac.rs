@@ -2,8 +2,8 @@
 //! kube-apiserver authorizes with RBAC, the binary authenticates as the ServiceAccount
 //! `kube-system/kube-ovn-speaker` (a TokenRequest token) and does its work: a BgpPeer selecting
 //! its node with an MD5 password from a Secret in kube-system, a session to BIRD, a subnet, a
-//! pod (with its IP record) and a Service announced, an external IP refused with a Warning
-//! event, the BgpPeer's status written. Any call its roles do not grant is a 403 in the API
+//! pod (with its IP record) and a Service announced, OvnEips watched, an external IP refused
+//! with a Warning event, the BgpPeer's status written. Any call its roles do not grant is a 403 in the API
 //! server's audit log, and the test fails naming it. Needs root and bird2; fails, never skips.
 
 mod common;
@@ -137,6 +137,7 @@ async fn the_speaker_needs_no_permission_its_roles_lack() -> Result<()> {
         ("watch", "kubeovn.io/subnets"),
         ("watch", "kubeovn.io/iptables-eips"),
         ("watch", "kubeovn.io/ips"),
+        ("watch", "kubeovn.io/ovn-eips"),
         ("create", "events.k8s.io/events"),
         ("watch", "bgp.kube-ovn-rs.io/bgppeers"),
     ]

@@ -31,6 +31,11 @@
 //!   `ovn.kubernetes.io/vpc_nat_gw=<gw>`, in any namespace (the proposal looks up
 //!   `vpc-nat-gw-<gw>-0` in `--vpc-nat-gw-namespace`, which misses Deployment-style gateways and
 //!   gateways in other namespaces).
+//! - OvnEips with `bgp: "true"` that are ready and in use (a VPC router's `lrp` port, or a FIP,
+//!   SNAT or DNAT rule in `status.nat`): `status.v4Ip`/`v6Ip`, inside the external subnet their
+//!   label names, from the speaker on the node where OVN answers for them, as the controller
+//!   writes it in `status.activateGateway` (the EIP's own, else its VPC's `lrp` EIP's: the
+//!   gateway chassis). Ours: Kube-OVN never announces OvnEips ([`ovn_eips`]).
 //!
 //! Every address and prefix must be a routable unicast one (not multicast, broadcast,
 //! unspecified, loopback, link-local, ...): one that is not is refused alone ([`refusal`]), so it
@@ -45,6 +50,7 @@
 //! record inside a Ready subnet, and external IPs the operator's CIDRs.
 
 pub mod gateway;
+pub mod ovn_eips;
 pub mod pods;
 pub mod refusal;
 pub mod report;
@@ -58,7 +64,7 @@ use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::Resource;
 use kube_ovn_api::annotations::{AnnotationError, BgpPolicy, BgpScope, get, keys};
-use kube_ovn_api::crd::{ConditionStatus, Ip, IptablesEIP, Subnet};
+use kube_ovn_api::crd::{ConditionStatus, Ip, IptablesEIP, OvnEip, Subnet};
 use kube_ovn_api::external_ips::ExternalIpCidrs;
 
 pub use refusal::{Reason, Refusal};
@@ -72,8 +78,10 @@ pub enum Origin {
     Pod(String),
     /// A Service address (`namespace/name`).
     Service(String),
-    /// An EIP (its name).
+    /// An IptablesEIP (its name).
     Eip(String),
+    /// An OvnEip (its name).
+    OvnEip(String),
 }
 
 /// What the speaker needs to know about itself.
@@ -102,6 +110,8 @@ pub struct Objects<'a> {
     pub eips: &'a [Arc<IptablesEIP>],
     /// IP records (`ips.kubeovn.io`): what the controller allocated to which pod.
     pub ips: &'a [Arc<Ip>],
+    /// OvnEips.
+    pub ovn_eips: &'a [Arc<OvnEip>],
 }
 
 /// A bad annotation found on the way; the object is skipped, the rest still announced.
@@ -287,6 +297,7 @@ pub fn desired(objects: &Objects<'_>, scope: &Scope<'_>) -> Desired {
     pods::add(objects.pods, &records, &subnets, scope, &mut out);
     services::add_services(objects.services, scope, &mut out);
     services::add_eips(objects.eips, objects.pods, scope, &mut out);
+    ovn_eips::add(objects.ovn_eips, &subnets, scope, &mut out);
     out
 }
 

@@ -103,6 +103,11 @@ pub fn annotation_field(key: &str) -> String {
     format!("metadata.annotations[{key:?}]")
 }
 
+/// The field of label `key`.
+pub fn label_field(key: &str) -> String {
+    format!("metadata.labels[{key:?}]")
+}
+
 fn v4_problem(a: Ipv4Addr) -> Option<&'static str> {
     if a.is_unspecified() {
         Some("the unspecified address")

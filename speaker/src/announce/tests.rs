@@ -2,6 +2,7 @@
 //! with the IP records the controller writes for them ([`records_for`]); what happens without
 //! them, and every other refusal, is in `tests/trust.rs`.
 
+mod ovn_eips;
 mod trust;
 
 use std::sync::LazyLock;

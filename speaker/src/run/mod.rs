@@ -1,8 +1,8 @@
 //! The speaker as a daemon: Kubernetes watches in, BGP out, event-driven.
 //!
 //! ```text
-//!  Pods, Subnets, Services, IptablesEIPs, IPs ──watch──▶ Watched<_> ──tick──┐
-//!                                                                             ▼
+//!  Pods, Subnets, Services, IptablesEIPs, IPs, OvnEips ──watch──▶ Watched<_> ──tick──┐
+//!                                                                                      ▼
 //!                                      routes task: announce::desired ─▶ PeerHandle::replace_all
 //!                                      (first pass after every cache synced ─▶ set_ready: GR EoR)
 //!                                      refusals ─▶ Warning events (once each) and the log
@@ -32,7 +32,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::Api;
-use kube_ovn_api::crd::{Ip, IptablesEIP, Subnet};
+use kube_ovn_api::crd::{Ip, IptablesEIP, OvnEip, Subnet};
 use kube_ovn_dataplane::{Netlink, Netns};
 use kube_ovn_support::{AbortOnDrop, Watched};
 use tokio::runtime::Handle;
@@ -299,6 +299,7 @@ pub async fn run(
         services: Watched::<Service>::start(Api::all(kube.clone()), None, None),
         eips: Watched::<IptablesEIP>::start(Api::all(kube.clone()), None, None),
         ips: Watched::<Ip>::start(Api::all(kube.clone()), None, None),
+        ovn_eips: Watched::<OvnEip>::start(Api::all(kube.clone()), None, None),
     };
     let bgp_peers: Watched<BgpPeer> = Watched::start(Api::all(kube.clone()), None, None);
     let nodes: Watched<Node> = Watched::start(
@@ -328,6 +329,8 @@ pub async fn run(
     tasks.also_check("iptables-eips-watch", move || w.stopped());
     let w = watched.ips.clone();
     tasks.also_check("ips-watch", move || w.stopped());
+    let w = watched.ovn_eips.clone();
+    tasks.also_check("ovn-eips-watch", move || w.stopped());
     let w = bgp_peers.clone();
     tasks.also_check("bgppeers-watch", move || w.stopped());
     let w = nodes.clone();

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube_ovn_api::crd::{Ip, IptablesEIP, Subnet};
+use kube_ovn_api::crd::{Ip, IptablesEIP, OvnEip, Subnet};
 use kube_ovn_support::Watched;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -31,6 +31,8 @@ pub struct Objects {
     pub eips: Watched<IptablesEIP>,
     /// IP records: what the controller allocated to which pod.
     pub ips: Watched<Ip>,
+    /// OvnEips: where each lives (`status.activateGateway`, the controller's).
+    pub ovn_eips: Watched<OvnEip>,
 }
 
 fn family(prefix: &ipnet::IpNet) -> Family {
@@ -60,12 +62,14 @@ pub async fn routes(
         services,
         eips,
         ips,
+        ovn_eips,
     } = objects;
     let mut pod_changes = pods.changes();
     let mut subnet_changes = subnets.changes();
     let mut service_changes = services.changes();
     let mut eip_changes = eips.changes();
     let mut ip_changes = ips.changes();
+    let mut ovn_eip_changes = ovn_eips.changes();
     let mut reported = Reported::new(kube, &config.flags.node_name);
     let mut peer_changes = peers.changes();
     let wait = Duration::from_hours(1);
@@ -75,6 +79,7 @@ pub async fn routes(
         (services.synced(wait).await, "services"),
         (eips.synced(wait).await, "iptables-eips"),
         (ips.synced(wait).await, "ips"),
+        (ovn_eips.synced(wait).await, "ovn-eips"),
     ] {
         if !synced {
             tracing::warn!(what, "cache not filled within an hour; announcing what is there");
@@ -82,14 +87,21 @@ pub async fn routes(
     }
     let mut first = true;
     loop {
-        let (pods_now, subnets_now, services_now, eips_now, ips_now) =
-            (pods.all(), subnets.all(), services.all(), eips.all(), ips.all());
+        let (pods_now, subnets_now, services_now, eips_now, ips_now, ovn_eips_now) = (
+            pods.all(),
+            subnets.all(),
+            services.all(),
+            eips.all(),
+            ips.all(),
+            ovn_eips.all(),
+        );
         let objects = announce::Objects {
             pods: &pods_now,
             subnets: &subnets_now,
             services: &services_now,
             eips: &eips_now,
             ips: &ips_now,
+            ovn_eips: &ovn_eips_now,
         };
         let scope = Scope {
             node_name: &config.flags.node_name,
@@ -132,6 +144,7 @@ pub async fn routes(
             _ = service_changes.changed() => {}
             _ = eip_changes.changed() => {}
             _ = ip_changes.changed() => {}
+            _ = ovn_eip_changes.changed() => {}
             _ = peer_changes.changed() => {}
             () = tokio::time::sleep(config.flags.resync_period) => {}
             () = tokio::time::sleep_until(report_due.unwrap_or_else(Instant::now)), if report_due.is_some() => {}

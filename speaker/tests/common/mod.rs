@@ -12,6 +12,7 @@
 pub mod birdctl;
 pub mod gateways;
 pub mod k8s;
+pub mod ovn_eips;
 pub mod peers;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
