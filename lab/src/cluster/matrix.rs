@@ -33,7 +33,9 @@
 //! - A custom VPC with `enableExternal` (Kube-OVN's OVN EIPs, `examples/lab/50-external.yaml`):
 //!   its pods leave with their FIP's or their SNAT rule's address, and the outside host reaches
 //!   them at a FIP or a DNAT rule's address and port ([`external`]). Their own addresses stay
-//!   unreachable from outside.
+//!   unreachable from outside. Out that way they also reach what the external network's
+//!   gateway (the ToR) routes to: underlay pods and default-VPC pods announced over BGP, which
+//!   see the EIP.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -104,6 +106,15 @@ impl Target {
             (Attachment::Underlay { u2o }, Attachment::Overlay)
             | (Attachment::Overlay, Attachment::Underlay { u2o }) => u2o.then_some(self.vpc == other.vpc),
         }
+    }
+
+    /// The EIP a custom VPC's pod reaches `other` with, when `other` is on the fabric's side of
+    /// the external network: an underlay pod, or a default-VPC pod announced over BGP (the ToR,
+    /// the external network's gateway, routes to both).
+    fn leaves_through_eip_to(&self, other: &Self) -> Option<IpAddr> {
+        let on_the_fabric = other.is_underlay() || (other.announced && other.vpc == DEFAULT_VPC);
+        self.egress_eip
+            .filter(|_| self.vpc != DEFAULT_VPC && self.vpc != other.vpc && on_the_fabric)
     }
 
     pub fn label(&self) -> String {
@@ -209,6 +220,22 @@ pub fn plan(
     for (i, a) in targets.iter().enumerate() {
         for (j, b) in targets.iter().enumerate() {
             if i == j {
+                continue;
+            }
+            if let Some(eip) = a.leaves_through_eip_to(b) {
+                // Out through its VPC's NAT, back in through the fabric: `b` sees the EIP.
+                let from = Endpoint { ip: eip, pod: None };
+                checks.push(Check {
+                    kind: Kind::PodToPod,
+                    from: Some(i),
+                    to: Some(j),
+                    path: "/hostname",
+                    expect: if allows(&from, &b.endpoint(), b.port) {
+                        Expect::Answer(b.name.clone())
+                    } else {
+                        Expect::Blocked
+                    },
+                });
                 continue;
             }
             let Some(reaches) = a.reaches(b) else {

@@ -455,6 +455,28 @@ fn a_custom_vpc_reaches_out_through_its_eips_and_is_reached_at_them() {
             ("dnat wrong-port".into(), 81, Expect::Blocked, "/hostname"),
         ]
     );
+    // Out through the EIP, back in through the fabric: an announced default-VPC pod and an
+    // underlay pod answer; a default-VPC pod that is not announced has no route at the ToR.
+    let mut announced = target("a", DEFAULT_VPC, true, false);
+    announced.ip = eip("10.17.0.2");
+    let mut fabric = targets.clone();
+    fabric.extend([
+        announced,
+        underlay("u", "node2", false),
+        target("quiet", DEFAULT_VPC, false, true),
+    ]);
+    let reached = plan(&fabric, &[], &[], &[]);
+    let pod_to = |from: usize, to: usize| {
+        reached
+            .iter()
+            .find(|c| c.kind == Kind::PodToPod && c.from == Some(from) && c.to == Some(to))
+            .map(|c| c.expect.clone())
+    };
+    assert_eq!(pod_to(1, 4), Some(Expect::Answer("a".into())));
+    assert_eq!(pod_to(0, 5), Some(Expect::Answer("u".into())));
+    assert_eq!(pod_to(1, 6), Some(Expect::Blocked));
+    // …and not the other way: vpc1's own addresses are not routed outside it.
+    assert_eq!(pod_to(4, 1), Some(Expect::Blocked));
     // The pods' own addresses stay unreachable from outside.
     assert!(
         checks
