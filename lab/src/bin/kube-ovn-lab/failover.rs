@@ -89,6 +89,7 @@ async fn measure(t: &Topology, client: &kube::Client, args: &FailoverArgs) -> an
     let mut moves = Vec::new();
     for round in 1..=args.rounds {
         let (holder, _) = settled(t, &eips, &port_eip, target, None, timeout).await?;
+        let mut current = holder.clone();
         for (label, back) in [
             (format!("{}-", keys::EXTERNAL_GW_LABEL), false),
             (format!("{}=true", keys::EXTERNAL_GW_LABEL), true),
@@ -110,8 +111,8 @@ async fn measure(t: &Topology, client: &kube::Client, args: &FailoverArgs) -> an
                 )
             })?;
             let m = Move {
-                from: if back { took.from.clone() } else { holder.clone() },
-                to: now.clone(),
+                from: std::mem::replace(&mut current, now.clone()),
+                to: now,
                 status: took.status,
                 route: took.route,
                 outage,
@@ -135,7 +136,6 @@ enum Want<'a> {
 
 /// When a move was seen, from the trigger.
 struct Took {
-    from: String,
     status: Duration,
     route: Duration,
 }
@@ -153,7 +153,6 @@ async fn settled(
     let start = Instant::now();
     let mut status_at = None;
     let mut last = String::from("nothing yet");
-    let mut from = String::new();
     while start.elapsed() < timeout {
         let holder = eips
             .get_opt(port_eip)
@@ -172,7 +171,6 @@ async fn settled(
                 return Ok((
                     holder,
                     Took {
-                        from,
                         status,
                         route: start.elapsed(),
                     },
@@ -180,9 +178,6 @@ async fn settled(
             }
             last = format!("{port_eip} held by {holder}, the ToR routes {target} via {via:?}");
         } else {
-            if from.is_empty() {
-                from.clone_from(&holder);
-            }
             last = format!("{port_eip} held by {holder:?}");
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
