@@ -67,7 +67,8 @@ fn router_option(env: &Env, router: &str, key: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vpcs_external_gateway_rows_order_refusal_and_removal() {
-    let env = Env::start().await;
+    // A collection every second: the rows of a VPC deleted behind the controller's back go.
+    let env = Env::start_with(&["--gc-interval=1"]).await;
     for (node, ip, chassis, encap) in [
         ("node1", "172.18.0.2", "ch-node1", "127.0.0.11"),
         ("node2", "172.18.0.3", "ch-node2", "127.0.0.12"),
@@ -283,6 +284,58 @@ async fn a_vpcs_external_gateway_rows_order_refusal_and_removal() {
     })
     .await;
     assert_eq!(v.status.unwrap().extra_external_subnets, None);
+
+    // Rows of a VPC that is gone (deleted while no controller ran its finalizer) are collected:
+    // a BFD row and a switch port marked as that VPC's.
+    let ghost_ids = "external_ids={vendor=kube-ovn,vpc=ghost,external_subnet=external}";
+    env.ovn
+        .nbctl(&[
+            "--",
+            "--id=@b",
+            "create",
+            "BFD",
+            "logical_port=ghost-external",
+            "dst_ip=10.200.0.1",
+            "external_ids={vendor=kube-ovn,vpc=ghost}",
+        ])
+        .unwrap();
+    env.ovn
+        .nbctl(&[
+            "lsp-add",
+            "external",
+            "external-ghost",
+            "--",
+            "set",
+            "Logical_Switch_Port",
+            "external-ghost",
+            ghost_ids,
+        ])
+        .unwrap();
+
+    // Deleting the VPC (its subnet first) removes its connection and its lrp EIP.
+    vpc(&env, json!({"namespaces": ["nsv"], "enableExternal": true})).await;
+    eip_until(&env, "vpc1-external", "ready again", |e| {
+        e.and_then(|e| e.status.as_ref()).and_then(|s| s.ready) == Some(true)
+    })
+    .await;
+    netkit::delete_pod(&env, "nsv", &a.metadata.name.clone().unwrap()).await;
+    netkit::delete_subnet(&env, "s1").await;
+    netkit::delete_vpc(&env, "vpc1").await;
+    eip_until(&env, "vpc1-external", "deleted with the VPC", |e| e.is_none()).await;
+    netkit::nb_until(
+        &env,
+        &["--bare", "--columns=name", "list", "Logical_Switch_Port"],
+        "no external-vpc1, no ghost port",
+        |o| !o.contains("external-vpc1") && !o.contains("external-ghost"),
+    )
+    .await;
+    netkit::nb_until(
+        &env,
+        &["--bare", "--columns=logical_port", "list", "BFD"],
+        "no ghost BFD row",
+        |o| o.trim().is_empty(),
+    )
+    .await;
     let _ = ann(&a, "ip_address");
 }
 
