@@ -19,7 +19,8 @@ use externalkit::{
     mark_node,
 };
 use kube_ovn_api::crd::ConditionStatus;
-use kube_ovn_testkit::{OvsNode, wait_until_async};
+use kube_ovn_testkit::netns::{self, veth_pair};
+use kube_ovn_testkit::{Daemon, Netns, OvsNode, wait_until_async};
 use netkit::{icmp_to, lrp_mac, nb_get, port, vpc_condition, vpc_until};
 use serde_json::json;
 use underlaykit::exists;
@@ -340,8 +341,11 @@ async fn a_vpcs_external_gateway_rows_order_refusal_and_removal() {
 }
 
 /// Two chassis running ovn-controller on the userspace datapath, joined by an underlay (the
-/// gateway chassis decide between them over BFD on their tunnels).
-fn two_chassis(env: &Env) -> Vec<OvsNode> {
+/// gateway chassis decide between them over BFD on their tunnels), and the external network: in
+/// each chassis a netdev bridge `br-ext` (mapping `external:br-ext`, the localnet port's network)
+/// whose port `eext` is a veth to a Linux bridge `br0` in the `outside` namespace, which holds
+/// the external gateway 10.200.0.1 and learns where each MAC is.
+fn two_chassis(env: &Env, outside: &Netns) -> Vec<OvsNode> {
     let a = OvsNode::start("xgw-a").unwrap();
     let b = OvsNode::start("xgw-b").unwrap();
     let ips = [
@@ -349,12 +353,60 @@ fn two_chassis(env: &Env) -> Vec<OvsNode> {
         std::net::Ipv4Addr::new(172, 30, 0, 2),
     ];
     OvsNode::connect_underlay(&a, ips[0], &b, ips[1], 24).unwrap();
+    outside.ip(&["link", "add", "br0", "type", "bridge"]).unwrap();
+    outside
+        .ip(&["addr", "add", "10.200.0.1/24", "dev", "br0"])
+        .unwrap();
+    outside.ip(&["link", "set", "br0", "up"]).unwrap();
     let mut nodes = vec![a, b];
-    for (n, ip) in nodes.iter_mut().zip(ips) {
+    for (i, (n, ip)) in nodes.iter_mut().zip(ips).enumerate() {
+        let port = format!("xo{i}");
+        veth_pair(n.name(), "eext", outside.name(), &port, 1500).unwrap();
+        // Checksums filled in by the kernel, not left to an offload the netdev datapath lacks.
+        netns::exec(outside.name(), "ethtool", &["-K", &port, "tx", "off"]).unwrap();
+        netns::exec(n.name(), "ethtool", &["-K", "eext", "tx", "off"]).unwrap();
+        outside
+            .ip(&["link", "set", &port, "master", "br0", "up"])
+            .unwrap();
+        n.vsctl(&[
+            "--may-exist",
+            "add-br",
+            "br-ext",
+            "--",
+            "set",
+            "Bridge",
+            "br-ext",
+            "datapath_type=netdev",
+            "--",
+            "--may-exist",
+            "add-port",
+            "br-ext",
+            "eext",
+        ])
+        .unwrap();
+        n.netns().ip(&["link", "set", "eext", "up"]).unwrap();
         n.configure_chassis(&env.ovn.sb_remote(), ip).unwrap();
+        n.vsctl(&[
+            "set",
+            "Open_vSwitch",
+            ".",
+            "external_ids:ovn-bridge-mappings=external:br-ext",
+        ])
+        .unwrap();
         n.start_ovn_controller().unwrap();
     }
     nodes
+}
+
+/// The port of `br0` in `outside` behind which the bridge has learnt `mac` (empty: unknown).
+fn learnt_port(outside: &Netns, mac: &str) -> String {
+    netns::exec(outside.name(), "bridge", &["fdb", "show", "br", "br0"])
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with(mac) && !l.contains("permanent"))
+        .and_then(|l| l.split_whitespace().nth(2))
+        .unwrap_or_default()
+        .to_owned()
 }
 
 /// The chassis that claimed `cr-<lrp>` in the southbound database (empty: nobody).
@@ -383,7 +435,8 @@ fn sb_holder(env: &Env, lrp: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_active_gateway_follows_the_chassis_that_holds_the_port() {
     let mut env = Env::start().await;
-    let chassis = tokio::task::block_in_place(|| two_chassis(&env));
+    let outside = Netns::create("xgw-o").unwrap();
+    let chassis = tokio::task::block_in_place(|| two_chassis(&env, &outside));
     let names: Vec<String> = chassis.iter().map(|c| c.name().to_owned()).collect();
     for (node, (ip, ch)) in ["node1", "node2"]
         .iter()
@@ -406,6 +459,17 @@ async fn the_active_gateway_follows_the_chassis_that_holds_the_port() {
     .await;
     assert_eq!(sb_holder(&env, "vpc1-external"), order[0].0);
     assert_eq!(eip.unwrap().status.unwrap().ready, Some(true));
+    // The external L2 learnt the port's MAC on the holder's link (its announcements, or its
+    // ARPs for the BFD peer).
+    let mac = lrp_mac(&env, "vpc1-external");
+    let link_of = |ch: &str| format!("xo{}", chassis.iter().position(|c| c.name() == ch).unwrap());
+    let learnt = wait_until_async(
+        "the external L2 to learn the port's MAC from the holder",
+        WAIT,
+        || async { Ok(learnt_port(&outside, &mac) == link_of(&order[0].0)) },
+    )
+    .await;
+    assert!(learnt.is_ok(), "{learnt:?}: {:?}", learnt_port(&outside, &mac));
 
     // BFD toward the external gateway, with the flags' timers.
     let bfd = netkit::nb_until(
@@ -433,16 +497,86 @@ async fn the_active_gateway_follows_the_chassis_that_holds_the_port() {
     .await;
     assert_eq!(v.status.unwrap().enable_external, Some(true));
 
+    // What OVN says of the session (no BFD peer runs at 10.200.0.1 here: R4 is not measured).
+    let bfd_status = env
+        .ovn
+        .nbctl(&["--bare", "--columns=status", "list", "BFD"])
+        .unwrap_or_default();
+    eprintln!(
+        "BFD status toward 10.200.0.1 without a peer: {:?}",
+        bfd_status.trim()
+    );
+
+    // enableBfd off: the BFD row goes (and with it the holder's ARPs for the peer, so what the
+    // external L2 learns below comes from the port's announcements alone).
+    vpc(&env, json!({"namespaces": ["nsv"], "enableExternal": true})).await;
+    netkit::nb_until(
+        &env,
+        &["--bare", "--columns=_uuid", "list", "BFD"],
+        "no BFD row",
+        |o| o.trim().is_empty(),
+    )
+    .await;
+    vpc_until(&env, "vpc1", "status enableBfd false", |v| {
+        v.status.as_ref().and_then(|s| s.enable_bfd) == Some(false)
+    })
+    .await;
+
     // Graceful exit of the active chassis' ovn-controller (it deletes its Chassis row, R3): the
-    // other claims the port, and the status follows. Timed from the SB claim to the status.
+    // other claims the port, the status follows (timed from the SB claim to the status), and
+    // the new holder's gratuitous ARPs (nat-addresses=router) move the port's MAC on the
+    // external L2 without any traffic.
+    // A NAT address on the router (as an OvnSnatRule writes it): the holder announces it too.
+    env.ovn
+        .nbctl(&["lr-nat-add", "vpc1", "snat", "10.200.0.150", "10.1.0.0/24"])
+        .unwrap();
+    env.ovn.sync().unwrap();
     let second = node_of(&order[1].0);
     let active = chassis.iter().position(|c| c.name() == order[0].0).unwrap();
+    // What the new holder's link carries: ARP only.
+    let dir = tempfile::tempdir().unwrap();
+    let capture_log = dir.path().join("tcpdump.log");
+    let link = link_of(&order[1].0);
+    let mut capture = Daemon::spawn(
+        "tcpdump",
+        "ip",
+        &[
+            "netns",
+            "exec",
+            outside.name(),
+            "tcpdump",
+            "-l",
+            "-n",
+            "-i",
+            &link,
+            "arp",
+        ]
+        .map(String::from),
+        &capture_log,
+        &[],
+    )
+    .unwrap();
+    let listening = wait_until_async("tcpdump to listen", WAIT, || {
+        let up = capture.log().contains("listening on");
+        async move { Ok(up) }
+    })
+    .await;
+    assert!(listening.is_ok(), "{listening:?}: {}", capture.log());
     let started = Instant::now();
     chassis[active].ovn_appctl(&["exit"]).unwrap();
     let api: kube::Api<kube_ovn_api::crd::OvnEip> = kube::Api::all(env.kube.clone());
-    let (mut claimed, mut patched) = (None, None);
+    let (mut claimed, mut patched, mut relearnt, mut nat_announced) = (None, None, None, None);
     let deadline = Instant::now() + WAIT;
-    while (claimed.is_none() || patched.is_none()) && Instant::now() < deadline {
+    while (claimed.is_none() || patched.is_none() || relearnt.is_none() || nat_announced.is_none())
+        && Instant::now() < deadline
+    {
+        let garp = |log: &str| log.contains("tell 10.200.0.150") || log.contains("Reply 10.200.0.150 is-at");
+        if nat_announced.is_none() && garp(&capture.log()) {
+            nat_announced = Some(started.elapsed());
+        }
+        if relearnt.is_none() && learnt_port(&outside, &mac) == link_of(&order[1].0) {
+            relearnt = Some(started.elapsed());
+        }
         if claimed.is_none() && sb_holder(&env, "vpc1-external") == order[1].0 {
             claimed = Some(started.elapsed());
         }
@@ -453,29 +587,23 @@ async fn the_active_gateway_follows_the_chassis_that_holds_the_port() {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let (Some(claimed), Some(patched)) = (claimed, patched) else {
+    capture.stop();
+    let (Some(claimed), Some(patched), Some(relearnt), Some(nat_announced)) =
+        (claimed, patched, relearnt, nat_announced)
+    else {
         panic!(
-            "after ovn-controller exit: claimed {claimed:?}, status {patched:?}; SB holder {:?}\n{}",
+            "after ovn-controller exit: claimed {claimed:?}, status {patched:?}, MAC relearnt {relearnt:?}, NAT address announced {nat_announced:?}; SB holder {:?}\ncapture:\n{}\n{}",
             sb_holder(&env, "vpc1-external"),
+            capture.log(),
             chassis.iter().map(|c| c.logs_tail(15)).collect::<String>()
         );
     };
     eprintln!(
-        "failover: SB claim by the standby {claimed:?} after ovn-controller exit, status.activateGateway {patched:?} (SB claim → status: {:?})",
+        "failover: SB claim by the standby {claimed:?} after ovn-controller exit, status.activateGateway {patched:?} (SB claim → status: {:?}), the external L2 relearnt the port's MAC {relearnt:?}, the NAT address announced {nat_announced:?}",
         patched.saturating_sub(claimed)
     );
     // The chassis that left keeps its Gateway_Chassis row (it comes back on restart).
     assert_eq!(gateway_chassis(&env, "vpc1-external"), order);
-
-    // enableBfd off: the BFD row goes.
-    vpc(&env, json!({"namespaces": ["nsv"], "enableExternal": true})).await;
-    netkit::nb_until(
-        &env,
-        &["--bare", "--columns=_uuid", "list", "BFD"],
-        "no BFD row",
-        |o| o.trim().is_empty(),
-    )
-    .await;
 
     // A restart with nothing changed writes nothing to the northbound database.
     let txns = |m: &str| {
