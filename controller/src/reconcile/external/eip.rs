@@ -173,25 +173,19 @@ pub async fn mark_ready(ctx: &Context, name: &str, alloc: &Allocation) -> Result
 
 /// Deletes the lrp EIP `name` of `subnet` and releases its address. When the OvnEip carries a
 /// finalizer (the OvnEip reconciler's, which waits for NAT rules still using it), the address is
-/// released by that reconciler once the finalizer goes, not before.
+/// released by that reconciler once the finalizer goes, not before. One DELETE, no read: the
+/// answer says whether the object is gone or waits for its finalizers.
 pub async fn remove(ctx: &Context, name: &str, subnet: &str) -> Result<()> {
     let api: Api<OvnEip> = Api::all(ctx.kube.clone());
-    let found = api
-        .get_opt(name)
-        .await
-        .doing(format_args!("read OvnEip {name}"))?;
-    let held = match found {
-        None => false,
-        Some(eip) => {
-            if eip.metadata.deletion_timestamp.is_none() {
-                match api.delete(name, &DeleteParams::default()).await {
-                    Ok(_) => tracing::info!(eip = name, "deleted the VPC's lrp OvnEip"),
-                    Err(kube::Error::Api(s)) if s.code == 404 => {}
-                    Err(e) => return Err(e).doing(format_args!("delete OvnEip {name}")),
-                }
-            }
-            !eip.finalizers().is_empty()
+    let held = match api.delete(name, &DeleteParams::default()).await {
+        // The object back (left): still there, its deletion waits for its finalizers; a status
+        // (right): gone.
+        Ok(answer) => {
+            tracing::info!(eip = name, waits = answer.is_left(), "deleted the VPC's lrp OvnEip");
+            answer.is_left()
         }
+        Err(kube::Error::Api(s)) if s.code == 404 => false,
+        Err(e) => return Err(e).doing(format_args!("delete OvnEip {name}")),
     };
     if !held {
         ctx.ipam().release(subnet, name);
