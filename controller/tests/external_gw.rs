@@ -640,3 +640,39 @@ async fn the_active_gateway_follows_the_chassis_that_holds_the_port() {
     );
     drop(chassis);
 }
+
+/// Neither an unreachable southbound database nor `--enable-eip-snat=false` holds up a VPC that
+/// asks for no external gateway; one that asks is refused naming the flag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vpc_without_external_gateway_needs_neither_the_southbound_nor_the_flag() {
+    let nowhere = format!(
+        "--ovn-sb-addr=tcp:127.0.0.1:{}",
+        kube_ovn_testkit::free_port().unwrap()
+    );
+    let env = Env::start_with(&[&nowhere, "--ovsdb-con-timeout=1", "--enable-eip-snat=false"]).await;
+    env.node("node1", "172.18.0.2").await;
+    vpc1_with_a_pod(&env, json!({})).await;
+    let v = vpc_until(&env, "vpc1", "ready", |v| {
+        vpc_condition(v, "Ready").is_some_and(|c| c.status == ConditionStatus::True)
+    })
+    .await;
+    assert_eq!(
+        v.status.unwrap().enable_external,
+        Some(false),
+        "Kube-OVN's mirror of the spec"
+    );
+    vpc(&env, json!({"namespaces": ["nsv"], "enableExternal": true})).await;
+    vpc_until(&env, "vpc1", "refused", |v| {
+        vpc_condition(v, "Ready").is_some_and(|c| c.reason.as_deref() == Some("ExternalSubnetNotFound"))
+    })
+    .await;
+    podkit::warning(
+        &env,
+        "default",
+        "Vpc",
+        "vpc1",
+        "ExternalSubnetNotFound",
+        &["Vpc vpc1: spec.enableExternal", "--enable-eip-snat=false"],
+    )
+    .await;
+}

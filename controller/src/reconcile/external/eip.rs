@@ -181,7 +181,11 @@ pub async fn remove(ctx: &Context, name: &str, subnet: &str) -> Result<()> {
         // The object back (left): still there, its deletion waits for its finalizers; a status
         // (right): gone.
         Ok(answer) => {
-            tracing::info!(eip = name, waits = answer.is_left(), "deleted the VPC's lrp OvnEip");
+            tracing::info!(
+                eip = name,
+                waits = answer.is_left(),
+                "deleted the VPC's lrp OvnEip"
+            );
             answer.is_left()
         }
         Err(kube::Error::Api(s)) if s.code == 404 => false,
