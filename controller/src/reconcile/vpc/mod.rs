@@ -1,6 +1,8 @@
 //! VPCs: one logical router each (`ovn-cluster` for the default VPC) with the VPC's static routes,
 //! policy routes and peerings, and the status subnets and users read (`router`, `default`,
-//! `standby`, `defaultLogicalSwitch`, `subnets`, `vpcPeerings`, conditions).
+//! `standby`, `defaultLogicalSwitch`, `subnets`, `vpcPeerings`, conditions). A custom VPC's
+//! external gateway (`enableExternal`, `extraExternalSubnets`, `enableBfd` and their status
+//! fields) is [`crate::reconcile::external`]'s, called once the router is written.
 //!
 //! What the VPC owns on its router follows Kube-OVN:
 //! - static routes: every route with `vendor=kube-ovn` (on `ovn-cluster` that includes the
