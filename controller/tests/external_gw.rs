@@ -16,11 +16,10 @@ use std::time::{Duration, Instant};
 use common::{Env, WAIT, ann};
 use externalkit::{
     active_gateway, eip_until, external_network, gateway_chassis, gateway_chassis_until, kube_ovn_order,
-    mark_node,
+    learnt_port, mark_node, sb_holder, two_chassis,
 };
 use kube_ovn_api::crd::ConditionStatus;
-use kube_ovn_testkit::netns::{self, veth_pair};
-use kube_ovn_testkit::{Daemon, Netns, OvsNode, wait_until_async};
+use kube_ovn_testkit::{Daemon, Netns, wait_until_async};
 use netkit::{icmp_to, lrp_mac, nb_get, port, vpc_condition, vpc_until};
 use serde_json::json;
 use underlaykit::exists;
@@ -338,98 +337,6 @@ async fn a_vpcs_external_gateway_rows_order_refusal_and_removal() {
     )
     .await;
     let _ = ann(&a, "ip_address");
-}
-
-/// Two chassis running ovn-controller on the userspace datapath, joined by an underlay (the
-/// gateway chassis decide between them over BFD on their tunnels), and the external network: in
-/// each chassis a netdev bridge `br-ext` (mapping `external:br-ext`, the localnet port's network)
-/// whose port `eext` is a veth to a Linux bridge `br0` in the `outside` namespace, which holds
-/// the external gateway 10.200.0.1 and learns where each MAC is.
-fn two_chassis(env: &Env, outside: &Netns) -> Vec<OvsNode> {
-    let a = OvsNode::start("xgw-a").unwrap();
-    let b = OvsNode::start("xgw-b").unwrap();
-    let ips = [
-        std::net::Ipv4Addr::new(172, 30, 0, 1),
-        std::net::Ipv4Addr::new(172, 30, 0, 2),
-    ];
-    OvsNode::connect_underlay(&a, ips[0], &b, ips[1], 24).unwrap();
-    outside.ip(&["link", "add", "br0", "type", "bridge"]).unwrap();
-    outside
-        .ip(&["addr", "add", "10.200.0.1/24", "dev", "br0"])
-        .unwrap();
-    outside.ip(&["link", "set", "br0", "up"]).unwrap();
-    let mut nodes = vec![a, b];
-    for (i, (n, ip)) in nodes.iter_mut().zip(ips).enumerate() {
-        let port = format!("xo{i}");
-        veth_pair(n.name(), "eext", outside.name(), &port, 1500).unwrap();
-        // Checksums filled in by the kernel, not left to an offload the netdev datapath lacks.
-        netns::exec(outside.name(), "ethtool", &["-K", &port, "tx", "off"]).unwrap();
-        netns::exec(n.name(), "ethtool", &["-K", "eext", "tx", "off"]).unwrap();
-        outside
-            .ip(&["link", "set", &port, "master", "br0", "up"])
-            .unwrap();
-        n.vsctl(&[
-            "--may-exist",
-            "add-br",
-            "br-ext",
-            "--",
-            "set",
-            "Bridge",
-            "br-ext",
-            "datapath_type=netdev",
-            "--",
-            "--may-exist",
-            "add-port",
-            "br-ext",
-            "eext",
-        ])
-        .unwrap();
-        n.netns().ip(&["link", "set", "eext", "up"]).unwrap();
-        n.configure_chassis(&env.ovn.sb_remote(), ip).unwrap();
-        n.vsctl(&[
-            "set",
-            "Open_vSwitch",
-            ".",
-            "external_ids:ovn-bridge-mappings=external:br-ext",
-        ])
-        .unwrap();
-        n.start_ovn_controller().unwrap();
-    }
-    nodes
-}
-
-/// The port of `br0` in `outside` behind which the bridge has learnt `mac` (empty: unknown).
-fn learnt_port(outside: &Netns, mac: &str) -> String {
-    netns::exec(outside.name(), "bridge", &["fdb", "show", "br", "br0"])
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with(mac) && !l.contains("permanent"))
-        .and_then(|l| l.split_whitespace().nth(2))
-        .unwrap_or_default()
-        .to_owned()
-}
-
-/// The chassis that claimed `cr-<lrp>` in the southbound database (empty: nobody).
-fn sb_holder(env: &Env, lrp: &str) -> String {
-    let uuid = env
-        .ovn
-        .sbctl(&[
-            "--bare",
-            "--columns=chassis",
-            "find",
-            "Port_Binding",
-            &format!("logical_port=cr-{lrp}"),
-        ])
-        .unwrap_or_default();
-    let uuid = uuid.trim();
-    if uuid.is_empty() {
-        return String::new();
-    }
-    env.ovn
-        .sbctl(&["--bare", "--columns=name", "list", "Chassis", uuid])
-        .unwrap_or_default()
-        .trim()
-        .to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
