@@ -59,6 +59,8 @@ pub struct Controllers {
     network_policies: Controller<NetworkPolicy>,
     provider_networks: Controller<ProviderNetwork>,
     vlans: Controller<Vlan>,
+    /// The VPCs' external gateways: what moves an lrp OvnEip's `activateGateway`.
+    external: super::external::active::Subscriptions,
 }
 
 /// A controller of `K` over the shared watch, reconciling objects that change in what `differs`
@@ -215,6 +217,14 @@ impl Controllers {
                 every(&stores.vpcs),
             ),
         );
+        // External gateways (issue 26): gateway nodes, external subnets, the SB chassis set.
+        let (chassis_changed, chassis_rx) = tokio::sync::mpsc::unbounded_channel();
+        let vpcs = super::external::triggers::wire(vpcs, config, informers, stores, chassis_rx);
+        let external = super::external::active::Subscriptions {
+            eips: informers.ovn_eips.changes(),
+            nodes: informers.nodes.changes(),
+            chassis_changed,
+        };
         let subnets = own(&informers.subnets, triggers::subnet_beyond_status, workers)
             .reconcile_on(
                 informers
@@ -352,6 +362,7 @@ impl Controllers {
             network_policies,
             provider_networks,
             vlans,
+            external,
         }
     }
 
@@ -370,6 +381,7 @@ impl Controllers {
             network_policies,
             provider_networks,
             vlans,
+            external,
         } = self;
         async move {
             futures::join!(
@@ -430,6 +442,7 @@ impl Controllers {
                     )
                 ),
                 super::service::sweep_on(ctx.clone(), service_sweeps),
+                super::external::active::run(ctx.clone(), external),
                 drive(
                     "IP",
                     ips.run(

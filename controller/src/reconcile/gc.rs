@@ -49,6 +49,8 @@ pub struct Collected {
     pub released: Vec<String>,
     pub ip_crs: Vec<String>,
     pub nodes: Vec<String>,
+    /// VPCs whose external gateway rows were left behind.
+    pub vpcs: Vec<String>,
 }
 
 /// The live, non-host-network pod a NIC key `<pod>.<ns>` belongs to (namespace names have no
@@ -200,8 +202,11 @@ pub async fn collect(ctx: &Context) -> Result<Collected> {
         node_gone(ctx, &node).await?;
         out.nodes.push(node);
     }
+    // VPCs' external gateway rows whose VPC is gone (their own module).
+    out.vpcs = super::external::gc::collect(ctx).await?;
     if out != Collected::default() {
         tracing::info!(
+            vpcs = out.vpcs.len(),
             ports = out.ports.len(),
             ip_crs = out.ip_crs.len(),
             released = out.released.len(),

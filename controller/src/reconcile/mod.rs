@@ -54,6 +54,7 @@ pub mod vpc;
 // Across kinds: the controllers' wiring and what several kinds share.
 pub mod binding;
 pub mod controllers;
+pub mod external;
 pub mod gc;
 pub mod leader;
 pub mod namespace;

@@ -1,6 +1,8 @@
 //! VPCs: one logical router each (`ovn-cluster` for the default VPC) with the VPC's static routes,
 //! policy routes and peerings, and the status subnets and users read (`router`, `default`,
-//! `standby`, `defaultLogicalSwitch`, `subnets`, `vpcPeerings`, conditions).
+//! `standby`, `defaultLogicalSwitch`, `subnets`, `vpcPeerings`, conditions). A custom VPC's
+//! external gateway (`enableExternal`, `extraExternalSubnets`, `enableBfd` and their status
+//! fields) is [`crate::reconcile::external`]'s, called once the router is written.
 //!
 //! What the VPC owns on its router follows Kube-OVN:
 //! - static routes: every route with `vendor=kube-ovn` (on `ovn-cluster` that includes the
@@ -35,6 +37,7 @@ use crate::error::{Doing, Error, Result};
 use crate::ovn::owned::{Claim, sync_policies_claimed, sync_routes};
 use crate::ovn::plan::{Plan, owned_ids};
 use crate::ovn::topology::{ensure_peer_port, ensure_vpc_router, remove_stale_peer_ports};
+use crate::reconcile::external;
 use crate::reconcile::subnet_spec::effective;
 use crate::reconcile::vpc::spec::{VpcRows, join_default_routes, vpc_rows};
 
@@ -162,13 +165,29 @@ async fn apply(vpc: &Vpc, ctx: &Context) -> Result<Action> {
         "write the router, routes, policies and peerings of VPC {name}"
     ))?;
     let remotes: Vec<String> = peerings.into_iter().map(|(r, _)| r).collect();
-    set_status(ctx, vpc, &Outcome::Ready(remotes)).await?;
+    // The external gateway (issue 26): after the router exists; refused input writes nothing.
+    // The router, routes and peerings stand (subnets wait for the router in the status); only the
+    // external part is refused.
+    let external = match external::sync(ctx, vpc).await? {
+        external::Outcome::NotManaged => None,
+        external::Outcome::Done(status) => Some(status),
+        external::Outcome::Refused(refusal) => {
+            external::warn(ctx, vpc, &refusal).await;
+            set_status(ctx, vpc, &Outcome::External(remotes, &refusal)).await?;
+            return Err(Error::Invalid(refusal.message));
+        }
+    };
+    set_status(ctx, vpc, &Outcome::Ready(remotes, external)).await?;
     Ok(Action::await_change())
 }
 
 /// What a reconcile concluded, for the status.
 enum Outcome<'a> {
-    Ready(Vec<String>),
+    /// The peerings, and the external gateway's status fields (`None`: not this VPC's to write).
+    Ready(Vec<String>, Option<external::ExternalStatus>),
+    /// The VPC's own rows are written (its peerings), its external gateway refused (nothing of
+    /// it written).
+    External(Vec<String>, &'a external::Refusal),
     Invalid(&'a str),
     /// Deletion waits for the VPC's subnets to go.
     Blocked(&'a str),
@@ -193,7 +212,8 @@ async fn set_status(ctx: &Context, vpc: &Vpc, outcome: &Outcome<'_>) -> Result<(
     let mut conditions = old.conditions.clone().unwrap_or_default();
     let (yes, no) = (ConditionStatus::True, ConditionStatus::False);
     let (validated, ready, reason, message) = match outcome {
-        Outcome::Ready(_) => (yes, yes, "ReconcileVpcSuccess", ""),
+        Outcome::Ready(..) => (yes, yes, "ReconcileVpcSuccess", ""),
+        Outcome::External(_, r) => (yes, no, r.reason, r.message.as_str()),
         Outcome::Invalid(why) => (no, no, "ValidateVpcFailed", *why),
         Outcome::Blocked(why) => (yes, no, "DeleteVpcBlocked", *why),
     };
@@ -211,7 +231,35 @@ async fn set_status(ctx: &Context, vpc: &Vpc, outcome: &Outcome<'_>) -> Result<(
     }
     let mut status = serde_json::Map::new();
     status.insert("conditions".into(), json!(conditions));
-    if let Outcome::Ready(peers) = outcome {
+    let written = match outcome {
+        Outcome::Ready(peers, ext) => Some((peers, ext.as_ref())),
+        Outcome::External(peers, _) => Some((peers, None)),
+        _ => None,
+    };
+    if let Some((peers, ext)) = written {
+        if let Some(ext) = ext {
+            let fields = [
+                (
+                    "enableExternal",
+                    json!(ext.enable_external),
+                    old.enable_external.unwrap_or_default() == ext.enable_external,
+                ),
+                (
+                    "enableBfd",
+                    json!(ext.enable_bfd),
+                    old.enable_bfd.unwrap_or_default() == ext.enable_bfd,
+                ),
+                (
+                    "extraExternalSubnets",
+                    json!(ext.extra_external_subnets),
+                    old.extra_external_subnets == ext.extra_external_subnets,
+                ),
+            ];
+            for (key, value, same) in fields {
+                changed |= !same;
+                status.insert(key.into(), value);
+            }
+        }
         let fields = [
             (
                 "router",
@@ -271,6 +319,7 @@ async fn cleanup(vpc: &Vpc, ctx: &Context) -> Result<Action> {
         // Retried when a subnet goes (the VPC controller watches subnets), else now and then.
         return Err(Error::Invalid(why));
     }
+    external::disconnect_all(ctx, vpc).await?;
     let plan = ctx.nb.read(|cache| {
         let mut plan = Plan::new();
         for uuid in cache.uuids_by_name(LogicalRouter::NAME, &name) {
