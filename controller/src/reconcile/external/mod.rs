@@ -25,12 +25,13 @@
 //! added (as Kube-OVN: users write `staticRoutes: 0.0.0.0/0 → <external gateway>`).
 //!
 //! The default VPC (`ovn-cluster`) is connected by the `ovn-external-gw-config` ConfigMap instead
-//! (Kube-OVN's `external_gw.go`): not here yet — [`sync`] leaves it alone ([`Outcome::NotManaged`]);
-//! that path is to build its own connection with [`port::connect`] and [`chassis`]'s order.
+//! (Kube-OVN's `external_gw.go`): [`sync`] hands it to [`default_vpc`], which builds its
+//! connection with [`port::connect`] in Kube-OVN's order for that path.
 
 pub mod active;
 pub mod bfd;
 pub mod chassis;
+pub mod default_vpc;
 pub mod eip;
 pub mod gc;
 pub mod port;
@@ -84,7 +85,8 @@ pub struct Refusal {
 /// What [`sync`] concluded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
-    /// The default VPC: the ConfigMap path's (not built here); its status fields are untouched.
+    /// Nothing for this part to write: its status fields are untouched (the default VPC with no
+    /// ConfigMap ever applied, or with bad ConfigMap data, which keeps the previous state).
     NotManaged,
     Done(ExternalStatus),
     Refused(Refusal),
@@ -277,7 +279,7 @@ pub fn networks(alloc: &Allocation, cidrs: &[ipnet::IpNet]) -> Vec<String> {
 pub async fn sync(ctx: &Context, vpc: &Vpc) -> Result<Outcome> {
     let name = vpc.name_any();
     if name == ctx.config.cluster_router {
-        return Ok(Outcome::NotManaged);
+        return default_vpc::sync(ctx, vpc).await;
     }
     let settings = &ctx.config.external;
     let wanted = wanted_subnets(&vpc.spec, settings);
@@ -300,6 +302,7 @@ pub async fn sync(ctx: &Context, vpc: &Vpc) -> Result<Outcome> {
                 networks: networks(&alloc, &t.cidrs),
                 mac: alloc.mac.to_string(),
                 chassis: t.chassis.clone(),
+                extra_ids: Default::default(),
             },
             alloc,
         ));

@@ -49,6 +49,9 @@ pub struct Connection {
     pub mac: String,
     /// The gateway chassis in order, with their priorities ([`super::chassis::order`]).
     pub chassis: Vec<(String, i64)>,
+    /// More `external_ids` for the router port (the default VPC's ConfigMap path records the
+    /// gateway node list it applied there).
+    pub extra_ids: BTreeMap<String, String>,
 }
 
 fn owner<'a>(vpc: &'a str, subnet: &'a str) -> [(&'a str, &'a str); 2] {
@@ -59,11 +62,13 @@ fn owner<'a>(vpc: &'a str, subnet: &'a str) -> [(&'a str, &'a str); 2] {
 pub fn rows(c: &Connection) -> (LogicalRouterPort, LogicalSwitchPort, Vec<GatewayChassis>) {
     let lrp = lrp_name(&c.vpc, &c.subnet);
     let ids = owned_ids(&owner(&c.vpc, &c.subnet));
+    let mut lrp_ids = ids.clone();
+    lrp_ids.extend(c.extra_ids.clone());
     let router_port = LogicalRouterPort {
         name: lrp.clone(),
         mac: c.mac.clone(),
         networks: c.networks.clone(),
-        external_ids: ids.clone(),
+        external_ids: lrp_ids,
         ..Default::default()
     };
     let switch_port = LogicalSwitchPort {
@@ -202,6 +207,7 @@ mod tests {
             networks: vec!["10.200.0.100/24".into()],
             mac: "00:00:00:aa:bb:cc".into(),
             chassis: vec![("c2".into(), 100), ("c1".into(), 99)],
+            extra_ids: BTreeMap::new(),
         };
         let (lrp, lsp, gc) = rows(&c);
         assert_eq!(lrp.name, "vpc1-external");

@@ -2,12 +2,14 @@
 //! - a node's `ovn.kubernetes.io/external-gw` label or `ovn.kubernetes.io/chassis` annotation,
 //!   or its coming or going → every VPC with `enableExternal` (its gateway chassis);
 //! - an external subnet's spec, deletion or readiness → the VPCs connected to it or asking for it;
+//! - the `ovn-external-gw-config` ConfigMap's data, or (while it exists) a node's label,
+//!   chassis, coming or going → the default VPC (its ConfigMap path, [`super::default_vpc`]);
 //! - the southbound chassis set ([`super::active`] tells) → every VPC with `enableExternal`.
 
 use std::collections::BTreeSet;
 
 use futures::Stream;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::ResourceExt;
 use kube::runtime::Controller;
 use kube::runtime::reflector::ObjectRef;
@@ -25,6 +27,11 @@ pub fn node_for_external(a: &Node, b: &Node) -> bool {
     a.labels().get(keys::EXTERNAL_GW_LABEL) != b.labels().get(keys::EXTERNAL_GW_LABEL)
         || a.annotations().get(keys::CHASSIS) != b.annotations().get(keys::CHASSIS)
         || a.metadata.deletion_timestamp.is_some() != b.metadata.deletion_timestamp.is_some()
+}
+
+/// The ConfigMap, to the default VPC: its data (pure).
+pub fn config_map_data(a: &ConfigMap, b: &ConfigMap) -> bool {
+    a.data != b.data
 }
 
 /// Whether a VPC has (or had, by its status) an external gateway.
@@ -90,7 +97,30 @@ pub fn wire(
                 .collect()
         }
     };
-    vpcs.reconcile_on(informers.nodes.changes().when_all(node_for_external, all.clone()))
+    // The default VPC's external gateway (default_vpc.rs): its ConfigMap, and the nodes while
+    // there is one (a listed node appearing, a gateway node's label or chassis).
+    let default = {
+        let router = config.cluster_router.clone();
+        move || vec![ObjectRef::<Vpc>::new(&router)]
+    };
+    let nodes_all = {
+        let (all, default, stores) = (all.clone(), default.clone(), stores.clone());
+        move || {
+            let mut out = all();
+            if stores.external_gw_config().is_some() {
+                out.extend(default());
+            }
+            out.dedup();
+            out
+        }
+    };
+    vpcs.reconcile_on(informers.nodes.changes().when_all(node_for_external, nodes_all))
+        .reconcile_on(
+            informers
+                .external_gw_config
+                .changes()
+                .when_all(config_map_data, default),
+        )
         .reconcile_on(
             informers
                 .subnets

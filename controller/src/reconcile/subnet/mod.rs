@@ -244,7 +244,12 @@ async fn apply(subnet: &Subnet, ctx: &Context) -> Result<Action> {
             };
             Some(ensure_router_attachment(&mut plan, cache, attach, &owner))
         } else {
-            remove_router_attachment(&mut plan, cache, &router, &name);
+            // The default VPC's port on the external switch is the external gateway's
+            // (`ovn-external-gw-config`, external/default_vpc.rs), not this subnet's: Kube-OVN
+            // leaves it too (`subnet.Name != ExternalGatewaySwitch`, reconcileVlan).
+            if !(router == ctx.config.cluster_router && name == ctx.config.external.switch) {
+                remove_router_attachment(&mut plan, cache, &router, &name);
+            }
             None
         };
         let mut policies = match &underlay {

@@ -1,0 +1,263 @@
+//! The default VPC's external gateway (issue 26) on real OVN and a real kube-apiserver: the
+//! `ovn-external-gw-config` ConfigMap (node labels, the router port with `nic-ip`/`nic-mac` or its
+//! lrp OvnEip, the switch and localnet port made when no Subnet owns the switch, only the patch
+//! ports when the underlay Subnet `external` does, Gateway_Chassis in Kube-OVN's order for this
+//! path, the Vpc status; a changed node list, bad data refused naming the key, disable).
+
+mod common;
+mod externalkit;
+mod netkit;
+mod podkit;
+mod underlaykit;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube_ovn_testkit::wait_until_async;
+use serde_json::json;
+
+use common::{Env, WAIT};
+use externalkit::{eip_until, external_network, gateway_chassis, gateway_chassis_until, mark_node};
+use netkit::{nb_get, vpc_until};
+use underlaykit::{column, exists, localnet};
+
+const GW_LABEL: &str = "ovn.kubernetes.io/external-gw";
+const CHASSIS: &str = "ovn.kubernetes.io/chassis";
+const LRP: &str = "ovn-cluster-external";
+const LSP: &str = "external-ovn-cluster";
+
+/// Writes the ConfigMap's whole `data` (server-side apply, so keys left out go).
+async fn config_map(env: &Env, data: serde_json::Value) {
+    let cm: ConfigMap = serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "ovn-external-gw-config", "namespace": "kube-system"}, "data": data}))
+    .unwrap();
+    Api::<ConfigMap>::namespaced(env.kube.clone(), "kube-system")
+        .patch(
+            "ovn-external-gw-config",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&cm),
+        )
+        .await
+        .unwrap();
+}
+
+/// The nodes' `external-gw` labels, by node name (`-` when absent).
+async fn labels(env: &Env) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Api::<Node>::all(env.kube.clone())
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|n| {
+            (
+                n.name_any(),
+                n.labels().get(GW_LABEL).cloned().unwrap_or_else(|| "-".into()),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+async fn labels_until(env: &Env, want: &[(&str, &str)]) {
+    let want: Vec<(String, String)> = want.iter().map(|(a, b)| ((*a).into(), (*b).into())).collect();
+    let got = wait_until_async(&format!("node labels {want:?}"), WAIT, || async {
+        Ok(labels(env).await == want)
+    })
+    .await;
+    assert!(got.is_ok(), "{got:?}: {:?}", labels(env).await);
+}
+
+async fn enable_external_until(env: &Env, on: bool) {
+    vpc_until(env, "ovn-cluster", &format!("status.enableExternal {on}"), |v| {
+        v.status.as_ref().and_then(|s| s.enable_external) == Some(on)
+    })
+    .await;
+}
+
+async fn gone_until(env: &Env, table: &str, name: &str) {
+    let got = wait_until_async(&format!("{table} {name} to go"), WAIT, || async {
+        Ok(!exists(env, table, name))
+    })
+    .await;
+    assert!(got.is_ok(), "{got:?}");
+}
+
+fn chassis(list: &[(&str, i64)]) -> Vec<(String, i64)> {
+    list.iter().map(|(c, p)| ((*c).to_owned(), *p)).collect()
+}
+
+/// Everything of the default VPC's gateway as the northbound database holds it (to show that a
+/// refused change wrote nothing).
+fn snapshot(env: &Env) -> String {
+    let mut out = String::new();
+    for (table, name) in [
+        ("Logical_Router_Port", LRP),
+        ("Logical_Switch_Port", LSP),
+        ("Logical_Switch_Port", "localnet.external"),
+    ] {
+        out += &env
+            .ovn
+            .nbctl(&["--if-exists", "list", table, name])
+            .unwrap_or_default();
+    }
+    out += &format!("{:?}", gateway_chassis(env, LRP));
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_config_map_connects_the_default_vpc_and_disconnects_it() {
+    let env = Env::start_with(&["--external-gateway-vlanid=100"]).await;
+    for (node, ip, ch, encap) in [
+        ("node1", "172.18.0.2", "ch-node1", "127.0.0.11"),
+        ("node2", "172.18.0.3", "ch-node2", "127.0.0.12"),
+        ("node3", "172.18.0.4", "ch-node3", "127.0.0.13"),
+    ] {
+        env.node(node, ip).await;
+        env.ovn.sbctl(&["chassis-add", ch, "geneve", encap]).unwrap();
+        mark_node(&env, node, json!({}), json!({CHASSIS: ch})).await;
+    }
+
+    // No Subnet `external`: nic-ip/nic-mac, and the switch with its localnet port are ours.
+    config_map(
+        &env,
+        json!({"enable-external-gw": "true", "type": "centralized", "external-gw-nodes": "node2,node1",
+            "external-gw-addr": "10.200.0.1/24", "nic-ip": "10.200.0.254/24", "nic-mac": "16:52:f3:13:6a:25"}),
+    )
+    .await;
+    labels_until(&env, &[("node1", "true"), ("node2", "true"), ("node3", "-")]).await;
+    // Kube-OVN's order for this path: the labelled nodes, then the list (here all labelled: by
+    // name), priorities 100 - i.
+    gateway_chassis_until(&env, LRP, &chassis(&[("ch-node1", 100), ("ch-node2", 99)])).await;
+    assert_eq!(
+        nb_get(&env, "Logical_Router_Port", LRP, "networks"),
+        "[\"10.200.0.254/24\"]"
+    );
+    assert_eq!(
+        nb_get(&env, "Logical_Router_Port", LRP, "mac"),
+        "16:52:f3:13:6a:25"
+    );
+    let lsp = env.ovn.nbctl(&["list", "Logical_Switch_Port", LSP]).unwrap();
+    assert!(
+        lsp.contains("router-port=ovn-cluster-external") && column(&lsp, "type") == "router",
+        "{lsp}"
+    );
+    let ln = localnet(&env, "external");
+    assert_eq!(column(&ln, "type"), "localnet", "{ln}");
+    assert!(column(&ln, "options").contains("network_name=external"), "{ln}");
+    assert_eq!(column(&ln, "tag"), "100", "--external-gateway-vlanid: {ln}");
+    let on_switch = env.ovn.nbctl(&["lsp-list", "external"]).unwrap();
+    assert!(on_switch.contains(&format!("({LSP})")), "{on_switch}");
+    let on_router = env.ovn.nbctl(&["lrp-list", "ovn-cluster"]).unwrap();
+    assert!(on_router.contains(&format!("({LRP})")), "{on_router}");
+    enable_external_until(&env, true).await;
+    assert!(
+        eip_until(&env, LRP, "absent", |e| e.is_none()).await.is_none(),
+        "nic-ip given: no lrp OvnEip"
+    );
+
+    // The list changes: node1 leaves (labelled false), node3 joins after the labelled node2.
+    config_map(
+        &env,
+        json!({"enable-external-gw": "true", "external-gw-nodes": "node3,node2",
+            "nic-ip": "10.200.0.254/24", "nic-mac": "16:52:f3:13:6a:25"}),
+    )
+    .await;
+    labels_until(&env, &[("node1", "false"), ("node2", "true"), ("node3", "true")]).await;
+    gateway_chassis_until(&env, LRP, &chassis(&[("ch-node2", 100), ("ch-node3", 99)])).await;
+
+    // Bad data: a Warning on the ConfigMap naming the key; nothing changes.
+    let before = snapshot(&env);
+    for (key, value, words) in [
+        ("type", "everywhere", vec!["type", "everywhere"]),
+        (
+            "external-gw-nodes",
+            "node2,node9",
+            vec!["external-gw-nodes", "node9"],
+        ),
+        ("nic-ip", "10.200.0.254", vec!["nic-ip"]),
+    ] {
+        let mut data = json!({"enable-external-gw": "true", "external-gw-nodes": "node3,node2",
+            "nic-ip": "10.200.0.254/24", "nic-mac": "16:52:f3:13:6a:25"});
+        data[key] = json!(value);
+        config_map(&env, data).await;
+        let mut words: Vec<&str> = words;
+        words.push("ovn-external-gw-config");
+        podkit::warning(
+            &env,
+            "kube-system",
+            "ConfigMap",
+            "ovn-external-gw-config",
+            "InvalidExternalGwConfig",
+            &words,
+        )
+        .await;
+        assert_eq!(snapshot(&env), before, "{key} {value}: nothing written");
+        assert_eq!(
+            labels(&env).await,
+            [("node1", "false"), ("node2", "true"), ("node3", "true")]
+                .map(|(a, b)| (a.to_owned(), b.to_owned()))
+                .to_vec(),
+            "{key} {value}: no label written"
+        );
+    }
+
+    // Disabled: the nodes it listed are labelled false, the rows go (our switch too).
+    config_map(&env, json!({"enable-external-gw": "false"})).await;
+    labels_until(
+        &env,
+        &[("node1", "false"), ("node2", "false"), ("node3", "false")],
+    )
+    .await;
+    gone_until(&env, "Logical_Router_Port", LRP).await;
+    gone_until(&env, "Logical_Switch", "external").await;
+    assert!(!exists(&env, "Logical_Switch_Port", LSP));
+    assert!(!exists(&env, "Logical_Switch_Port", "localnet.external"));
+    enable_external_until(&env, false).await;
+
+    // The underlay Subnet `external` owns the switch: only the patch ports are ours, the address
+    // is the lrp OvnEip's from the subnet's IPAM.
+    external_network(&env, "external", "10.200.0").await;
+    config_map(&env, json!({"external-gw-nodes": "node1"})).await;
+    labels_until(&env, &[("node1", "true"), ("node2", "false"), ("node3", "false")]).await;
+    gateway_chassis_until(&env, LRP, &chassis(&[("ch-node1", 100)])).await;
+    let eip = eip_until(&env, LRP, "ready", |e| {
+        e.and_then(|e| e.status.as_ref()).and_then(|s| s.ready) == Some(true)
+    })
+    .await
+    .unwrap();
+    assert_eq!(eip.spec.type_.as_deref(), Some("lrp"));
+    assert_eq!(eip.status.unwrap().v4_ip.as_deref(), Some("10.200.0.100"));
+    assert_eq!(
+        nb_get(&env, "Logical_Router_Port", LRP, "networks"),
+        "[\"10.200.0.100/24\"]"
+    );
+    let ln = localnet(&env, "external");
+    assert!(
+        !ln.contains("external-gw"),
+        "the localnet port is the subnet's (untagged, Vlan id 0), not ours: {ln}"
+    );
+    assert_eq!(column(&ln, "tag"), "[]", "{ln}");
+    enable_external_until(&env, true).await;
+
+    // Deleting the ConfigMap disables: the patch ports go, the subnet's switch stays.
+    Api::<ConfigMap>::namespaced(env.kube.clone(), "kube-system")
+        .delete("ovn-external-gw-config", &Default::default())
+        .await
+        .unwrap();
+    labels_until(
+        &env,
+        &[("node1", "false"), ("node2", "false"), ("node3", "false")],
+    )
+    .await;
+    gone_until(&env, "Logical_Router_Port", LRP).await;
+    assert!(!exists(&env, "Logical_Switch_Port", LSP));
+    assert!(
+        exists(&env, "Logical_Switch", "external"),
+        "the subnet's switch stays"
+    );
+    assert!(exists(&env, "Logical_Switch_Port", "localnet.external"));
+    eip_until(&env, LRP, "deleted", |e| e.is_none()).await;
+    enable_external_until(&env, false).await;
+}
