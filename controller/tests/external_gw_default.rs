@@ -12,7 +12,9 @@ mod underlaykit;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use std::fmt::Write as _;
+
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube_ovn_testkit::wait_until_async;
 use serde_json::json;
 
@@ -44,7 +46,7 @@ async fn config_map(env: &Env, data: serde_json::Value) {
 /// The nodes' `external-gw` labels, by node name (`-` when absent).
 async fn labels(env: &Env) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = Api::<Node>::all(env.kube.clone())
-        .list(&Default::default())
+        .list(&ListParams::default())
         .await
         .unwrap()
         .items
@@ -102,7 +104,7 @@ fn snapshot(env: &Env) -> String {
             .nbctl(&["--if-exists", "list", table, name])
             .unwrap_or_default();
     }
-    out += &format!("{:?}", gateway_chassis(env, LRP));
+    let _ = write!(out, "{:?}", gateway_chassis(env, LRP));
     out
 }
 
@@ -243,7 +245,7 @@ async fn the_config_map_connects_the_default_vpc_and_disconnects_it() {
 
     // Deleting the ConfigMap disables: the patch ports go, the subnet's switch stays.
     Api::<ConfigMap>::namespaced(env.kube.clone(), "kube-system")
-        .delete("ovn-external-gw-config", &Default::default())
+        .delete("ovn-external-gw-config", &DeleteParams::default())
         .await
         .unwrap();
     labels_until(
@@ -260,4 +262,257 @@ async fn the_config_map_connects_the_default_vpc_and_disconnects_it() {
     assert!(exists(&env, "Logical_Switch_Port", "localnet.external"));
     eip_until(&env, LRP, "deleted", |e| e.is_none()).await;
     enable_external_until(&env, false).await;
+}
+
+/// The default VPC's NAT rows as `(type, external_ip, logical_ip)`, sorted.
+fn nats(env: &Env) -> Vec<(String, String, String)> {
+    let out = env
+        .ovn
+        .nbctl(&[
+            "--bare",
+            "--columns=type,external_ip,logical_ip",
+            "find",
+            "NAT",
+            "external_ids:vendor=kube-ovn",
+        ])
+        .unwrap_or_default();
+    let words: Vec<&str> = out.split_whitespace().collect();
+    let mut rows: Vec<(String, String, String)> = words
+        .chunks(3)
+        .filter(|c| c.len() == 3)
+        .map(|c| (c[0].to_owned(), c[1].to_owned(), c[2].to_owned()))
+        .collect();
+    rows.sort();
+    rows
+}
+
+async fn nats_until(env: &Env, want: &[(&str, &str, &str)]) {
+    let want: Vec<(String, String, String)> = want
+        .iter()
+        .map(|(a, b, c)| ((*a).into(), (*b).into(), (*c).into()))
+        .collect();
+    let got = wait_until_async(&format!("NAT rows {want:?}"), WAIT, || async {
+        Ok(nats(env) == want)
+    })
+    .await;
+    assert!(got.is_ok(), "{got:?}: {:?}", nats(env));
+}
+
+/// The 29250 policies on ovn-cluster as `(match, nexthop)`.
+fn north_policies(env: &Env) -> Vec<String> {
+    let out = env
+        .ovn
+        .nbctl(&["lr-policy-list", "ovn-cluster"])
+        .unwrap_or_default();
+    let mut rows: Vec<String> = out
+        .lines()
+        .filter(|l| l.trim_start().starts_with("29250"))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    rows.sort();
+    rows
+}
+
+async fn north_policies_until(env: &Env, want: &[String]) {
+    let got = wait_until_async(&format!("29250 policies {want:?}"), WAIT, || async {
+        Ok(north_policies(env) == want)
+    })
+    .await;
+    assert!(got.is_ok(), "{got:?}: {:?}", north_policies(env));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_eip_and_snat_annotations_and_hostile_tenants() {
+    let env = Env::start().await;
+    env.node("node1", "172.18.0.2").await;
+    env.ovn
+        .sbctl(&["chassis-add", "ch-node1", "geneve", "127.0.0.11"])
+        .unwrap();
+    mark_node(&env, "node1", json!({}), json!({CHASSIS: "ch-node1"})).await;
+    external_network(&env, "external", "10.200.0").await;
+    config_map(&env, json!({"external-gw-nodes": "node1"})).await;
+    // The lrp OvnEip takes 10.200.0.100, the first address after the excluded ones.
+    eip_until(&env, LRP, "ready", |e| {
+        e.and_then(|e| e.status.as_ref()).and_then(|s| s.ready) == Some(true)
+    })
+    .await;
+
+    // Pod a: an EIP and an SNAT address.
+    env.pod(
+        "t1",
+        "a",
+        "node1",
+        &[
+            ("ovn.kubernetes.io/eip", "10.200.0.150"),
+            ("ovn.kubernetes.io/snat", "10.200.0.151"),
+        ],
+    )
+    .await;
+    let a = env.routed("t1", "a").await;
+    let a_ip = common::ann(&a, "ip_address").to_owned();
+    nats_until(
+        &env,
+        &[
+            ("dnat_and_snat", "10.200.0.150", &a_ip),
+            ("snat", "10.200.0.151", &a_ip),
+        ],
+    )
+    .await;
+    let policy = format!("29250 ip4.src == {a_ip} reroute 10.200.0.1");
+    north_policies_until(&env, std::slice::from_ref(&policy)).await;
+    let row = env
+        .ovn
+        .nbctl(&[
+            "--bare",
+            "--columns=logical_port,options",
+            "find",
+            "NAT",
+            "type=dnat_and_snat",
+        ])
+        .unwrap();
+    assert!(
+        row.trim().is_empty(),
+        "centralized: no logical_port, not stateless: {row}"
+    );
+
+    // ovn-trace: the pod's packet to the outside is rerouted to the external gateway (the
+    // router asks for 10.200.0.1 through the localnet port); a packet from the outside to the
+    // EIP is translated and delivered to the pod.
+    let flow = netkit::icmp_to(
+        &a,
+        &netkit::lrp_mac(&env, "ovn-cluster-ovn-default"),
+        "198.51.100.10",
+    );
+    let out = wait_until_async(
+        "the trace to be rerouted to the external gateway",
+        WAIT,
+        || async {
+            let t = env.ovn.trace("ovn-default", &flow)?;
+            Ok(t.delivers_to("localnet.external") && t.text.contains("arp.tpa = 0xac80001"))
+        },
+    )
+    .await;
+    assert!(
+        out.is_ok(),
+        "{out:?}: {}",
+        env.ovn.trace("ovn-default", &flow).unwrap().text
+    );
+    let inbound = format!(
+        "inport==\"localnet.external\" && eth.src==00:00:5e:00:01:01 && eth.dst=={} && ip4.src==198.51.100.10 && ip4.dst==10.200.0.150 && ip.ttl==64 && icmp4.type==8",
+        netkit::lrp_mac(&env, LRP)
+    );
+    let port_a = netkit::port(&a);
+    let inb = wait_until_async("the trace to the EIP to reach the pod", WAIT, || async {
+        Ok(env
+            .ovn
+            .trace_with("external", &inbound, &["--ct=new"])?
+            .delivers_to(&port_a))
+    })
+    .await;
+    assert!(
+        inb.is_ok(),
+        "{inb:?}: {}",
+        env.ovn
+            .trace_with("external", &inbound, &["--ct=new"])
+            .unwrap()
+            .text
+    );
+
+    // Hostile tenants: refused with a Warning naming the annotation; nothing written.
+    let before = (nats(&env), north_policies(&env));
+    for (name, ns, key, value, words) in [
+        (
+            "out",
+            "t2",
+            "ovn.kubernetes.io/eip",
+            "10.9.9.9",
+            "not in the external subnet",
+        ),
+        (
+            "lrp",
+            "t2",
+            "ovn.kubernetes.io/snat",
+            "10.200.0.100",
+            "already in use",
+        ),
+        (
+            "steal",
+            "t2",
+            "ovn.kubernetes.io/eip",
+            "10.200.0.150",
+            "already in use",
+        ),
+        ("gw", "t2", "ovn.kubernetes.io/snat", "10.200.0.1", "gateway"),
+        ("excl", "t2", "ovn.kubernetes.io/eip", "10.200.0.50", "excluded"),
+    ] {
+        env.pod(ns, name, "node1", &[(key, value)]).await;
+        podkit::warning(&env, ns, "Pod", name, "EipSnatRefused", &[key, value, words]).await;
+        env.routed(ns, name).await;
+        assert_eq!(
+            (nats(&env), north_policies(&env)),
+            before,
+            "{name}: nothing written"
+        );
+    }
+    // The external subnet bound to another namespace does not admit t2.
+    underlaykit::subnet(
+        &env,
+        "external",
+        json!({"cidrBlock": "10.200.0.0/24", "gateway": "10.200.0.1",
+            "excludeIps": ["10.200.0.1..10.200.0.99"], "vlan": "external", "namespaces": ["ops"]}),
+    )
+    .await;
+    netkit::subnet_until(&env, "external", "bound to ops", |s| {
+        s.spec.namespaces.as_deref() == Some(&["ops".to_owned()][..])
+    })
+    .await;
+    env.pod(
+        "t2",
+        "tenant",
+        "node1",
+        &[("ovn.kubernetes.io/eip", "10.200.0.160")],
+    )
+    .await;
+    podkit::warning(
+        &env,
+        "t2",
+        "Pod",
+        "tenant",
+        "EipSnatRefused",
+        &["ovn.kubernetes.io/eip", "does not admit", "t2"],
+    )
+    .await;
+    assert_eq!(
+        (nats(&env), north_policies(&env)),
+        before,
+        "not admitted: nothing written"
+    );
+    underlaykit::subnet(
+        &env,
+        "external",
+        json!({"cidrBlock": "10.200.0.0/24", "gateway": "10.200.0.1",
+            "excludeIps": ["10.200.0.1..10.200.0.99"], "vlan": "external"}),
+    )
+    .await;
+    netkit::subnet_until(&env, "external", "open again", |s| s.spec.namespaces.is_none()).await;
+
+    // The annotations removed: their rows go, then the policy.
+    podkit::annotate(&env, "t1", "a", json!({"ovn.kubernetes.io/eip": null})).await;
+    nats_until(&env, &[("snat", "10.200.0.151", &a_ip)]).await;
+    assert_eq!(north_policies(&env), std::slice::from_ref(&policy));
+    podkit::annotate(&env, "t1", "a", json!({"ovn.kubernetes.io/snat": null})).await;
+    nats_until(&env, &[]).await;
+    north_policies_until(&env, &[]).await;
+
+    // Back, then the pod deleted: the rows go and the address is free for another pod.
+    podkit::annotate(&env, "t1", "a", json!({"ovn.kubernetes.io/eip": "10.200.0.150"})).await;
+    nats_until(&env, &[("dnat_and_snat", "10.200.0.150", &a_ip)]).await;
+    netkit::delete_pod(&env, "t1", "a").await;
+    nats_until(&env, &[]).await;
+    north_policies_until(&env, &[]).await;
+    env.pod("t1", "b", "node1", &[("ovn.kubernetes.io/eip", "10.200.0.150")])
+        .await;
+    let b = env.routed("t1", "b").await;
+    let b_ip = common::ann(&b, "ip_address").to_owned();
+    nats_until(&env, &[("dnat_and_snat", "10.200.0.150", &b_ip)]).await;
 }

@@ -18,6 +18,10 @@ pub const POLICY_NODE: i64 = 30000;
 /// before the gateway reroutes (29000) can send it to a node; also the reroutes of a U2O
 /// subnet's Service traffic to its nodes when load balancing is off.
 pub const POLICY_U2O_SUBNET: i64 = 29400;
+/// `NorthGatewayRoutePolicyPriority`: a default-VPC pod with an `ovn.kubernetes.io/eip` or
+/// `ovn.kubernetes.io/snat` annotation leaves through the external gateway, above the subnet
+/// gateway reroutes (29000).
+pub const POLICY_NORTH_GATEWAY: i64 = 29250;
 /// `GatewayRouterPolicyPriority`: a default-VPC subnet's traffic leaving through its gateway.
 pub const POLICY_GATEWAY: i64 = 29000;
 

@@ -145,7 +145,12 @@ pub async fn collect(ctx: &Context) -> Result<Collected> {
         ipam_keys
             .iter()
             .filter(|(s, _)| *s != join)
-            .map(|(_, k)| k.clone()),
+            // A pod's EIP/SNAT reservation is its pod's: released with it (pod_eip).
+            .map(|(_, k)| {
+                crate::reconcile::pod_eip::plan::pod_key_of(k)
+                    .unwrap_or(k)
+                    .to_owned()
+            }),
     );
     // A subnet's U2O interconnection address belongs to the subnet, not to a pod.
     candidates.retain(|k| !alive(ctx, k) && !crate::reconcile::subnet::u2o::is_u2o_key(k));

@@ -45,6 +45,7 @@ pub mod ip;
 pub mod network_policy;
 pub mod node;
 pub mod pod;
+pub mod pod_eip;
 pub mod provider_network;
 pub mod service;
 pub mod subnet;

@@ -302,7 +302,7 @@ pub async fn sync(ctx: &Context, vpc: &Vpc) -> Result<Outcome> {
                 networks: networks(&alloc, &t.cidrs),
                 mac: alloc.mac.to_string(),
                 chassis: t.chassis.clone(),
-                extra_ids: Default::default(),
+                extra_ids: std::collections::BTreeMap::new(),
             },
             alloc,
         ));

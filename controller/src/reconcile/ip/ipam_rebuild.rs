@@ -48,6 +48,9 @@ pub struct Records {
     /// The controller's pod ports.
     pub ports: Vec<LogicalSwitchPort>,
     pub nodes: Vec<Arc<Node>>,
+    /// Default-VPC pods' EIP/SNAT addresses, by our NAT rows: `(subnet, IPAM key, address)`
+    /// (`reconcile::pod_eip`).
+    pub pod_eips: Vec<(String, String, std::net::Ipv4Addr)>,
 }
 
 /// Rebuilds IPAM from the filled caches and the northbound replica, before any reconciler runs,
@@ -60,7 +63,9 @@ pub fn rebuild_ipam(config: &Config, stores: &Stores, nb: &Nb) -> (Ipam, Rebuilt
             .filter(|p| is_owned_by(&p.external_ids, &[]) && p.external_ids.contains_key("pod"))
             .collect()
     });
+    let pod_eips = nb.read(|cache| crate::reconcile::pod_eip::reserved_in_nb(cache, &config.cluster_router));
     let records = Records {
+        pod_eips,
         subnets: stores.subnets.state(),
         ippools: stores.ippools.state(),
         ips: stores.ips.state(),
@@ -199,6 +204,14 @@ pub fn rebuild(cluster_router: &str, join_subnet: &str, records: &Records) -> (I
                 "node annotation",
             ));
         }
+    }
+    for (subnet, key, ip) in &records.pod_eips {
+        claims.push((
+            subnet.clone(),
+            key.clone(),
+            Request::pinned([IpAddr::V4(*ip)], None),
+            "pod EIP/SNAT NAT row",
+        ));
     }
     let mut seen: BTreeMap<String, String> = BTreeMap::new();
     for (subnet, key, req, source) in claims {

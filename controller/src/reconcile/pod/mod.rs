@@ -367,6 +367,8 @@ async fn apply(pod: &Pod, ctx: &Context, key: &str) -> Result<Action> {
         release(ctx, pod).await?;
         return Ok(Action::await_change());
     }
+    // A default-VPC pod's ovn.kubernetes.io/eip and ovn.kubernetes.io/snat (issue 26).
+    crate::reconcile::pod_eip::sync(ctx, pod, key, &eff.vpc, &alloc).await?;
     if !missing.is_empty() {
         // The node and subnet reconcilers create these groups; routed=true waits for them.
         return Err(Error::NotReady(format!(
@@ -448,6 +450,8 @@ pub async fn release_key(ctx: &Context, key: &str, keep_address: bool) -> Result
     ctx.nb.barrier().await.doing(format_args!(
         "wait for the northbound server before releasing pod {key}"
     ))?;
+    // Its EIP/SNAT rows and reservations go with the pod, whatever happens to its address.
+    crate::reconcile::pod_eip::release(ctx, key).await?;
     let plan = ctx.nb.read(|cache| {
         let mut plan = Plan::new();
         remove_switch_port(&mut plan, cache, key);
