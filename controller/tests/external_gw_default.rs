@@ -323,7 +323,7 @@ async fn north_policies_until(env: &Env, want: &[String]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pod_eip_and_snat_annotations_and_hostile_tenants() {
-    let env = Env::start().await;
+    let mut env = Env::start().await;
     env.node("node1", "172.18.0.2").await;
     env.ovn
         .sbctl(&["chassis-add", "ch-node1", "geneve", "127.0.0.11"])
@@ -487,6 +487,7 @@ async fn pod_eip_and_snat_annotations_and_hostile_tenants() {
         before,
         "not admitted: nothing written"
     );
+    netkit::delete_pod(&env, "t2", "tenant").await;
     underlaykit::subnet(
         &env,
         "external",
@@ -515,4 +516,63 @@ async fn pod_eip_and_snat_annotations_and_hostile_tenants() {
     let b = env.routed("t1", "b").await;
     let b_ip = common::ann(&b, "ip_address").to_owned();
     nats_until(&env, &[("dnat_and_snat", "10.200.0.150", &b_ip)]).await;
+    let before = (nats(&env), north_policies(&env));
+
+    // A restart with nothing changed writes nothing: no northbound transaction, no label.
+    env.kill_controller().await;
+    env.requests.lock().unwrap().clear();
+    env.start_controller();
+    let port = env.metrics_addr.unwrap().port();
+    wait_until_async(
+        "the VPCs and pods reconciled after the restart",
+        WAIT,
+        || async move {
+            let m = netkit::metrics(port).await?;
+            Ok(netkit::reconciles(&m, "Vpc") >= 1.0 && netkit::reconciles(&m, "Pod") >= 6.0)
+        },
+    )
+    .await
+    .unwrap();
+    let m = netkit::metrics(port).await.unwrap();
+    let txns = netkit::metric(
+        &m,
+        "kube_ovn_controller_ovsdb_transaction_duration_seconds_count",
+        &[],
+    );
+    let lines: Vec<&str> = m
+        .lines()
+        .filter(|l| l.starts_with("kube_ovn_controller_ovsdb_transaction_duration_seconds_count"))
+        .collect();
+    assert!(txns == 0.0, "northbound writes after a restart: {lines:#?}");
+    let writes = env.requests_where(|r| {
+        !r.starts_with("GET")
+            && (r.contains("/nodes") || r.contains("/ovn-eips") || r.contains("/vpcs/ovn-cluster"))
+    });
+    assert!(
+        writes.is_empty(),
+        "label, OvnEip or Vpc writes after a restart: {writes:#?}"
+    );
+    assert_eq!((nats(&env), north_policies(&env)), before);
+
+    // The reservation survives the restart (the IPAM rebuild reads the NAT rows): a pod created
+    // while the controller is down cannot take the address, whichever is reconciled first.
+    env.kill_controller().await;
+    env.pod(
+        "t2",
+        "thief",
+        "node1",
+        &[("ovn.kubernetes.io/eip", "10.200.0.150")],
+    )
+    .await;
+    env.start_controller();
+    podkit::warning(
+        &env,
+        "t2",
+        "Pod",
+        "thief",
+        "EipSnatRefused",
+        &["ovn.kubernetes.io/eip", "10.200.0.150", "already in use"],
+    )
+    .await;
+    assert_eq!((nats(&env), north_policies(&env)), before);
 }

@@ -34,6 +34,7 @@ use kube::{Resource, ResourceExt};
 use kube_ovn_api::crd::Subnet;
 use kube_ovn_api::external_gw::{ExternalGwConfig, GatewayType};
 use kube_ovn_ovsdb::DbCache;
+use kube_ovn_ovsdb::tables::nb::LogicalRouterPort;
 
 use crate::context::Context;
 use crate::error::{Doing, Error, Result};
@@ -166,20 +167,14 @@ pub async fn sync(ctx: &Context, pod: &Pod, key: &str, vpc: &str, alloc: &Alloca
                 "no available gateway address (external-gw-addr, Subnet {sw})"
             ))
         })?;
-    let node_ips: Vec<IpAddr> = ctx
-        .stores
-        .nodes
-        .state()
-        .iter()
-        .flat_map(|n| internal_ips(n))
-        .collect();
+    let in_use = in_use(ctx);
     let ext = External {
         subnet: &sw,
         cidrs: &eff.cidrs,
         gateways: &eff.gateways,
         exclude: &eff.exclude_ips,
         gateway_addr: cfg.addr.map(|a| a.ip),
-        node_ips: &node_ips,
+        in_use: &in_use,
     };
     if let Err(r) = reserve(ctx, key, &ext, &wanted)? {
         return refuse(ctx, pod, &r).await;
@@ -212,6 +207,38 @@ pub async fn sync(ctx: &Context, pod: &Pod, key: &str, vpc: &str, alloc: &Alloca
         .collect();
     tracing::info!(pod = %key, nat = ?wanted_s, nexthop = %nexthop, "pod EIP/SNAT written");
     Ok(())
+}
+
+/// Addresses held outside IPAM (or not yet in it after a restart): the nodes', the OvnEips'
+/// (`spec`/`status` `v4Ip`), the router ports' (`networks`).
+fn in_use(ctx: &Context) -> Vec<IpAddr> {
+    let mut out: Vec<IpAddr> = ctx
+        .stores
+        .nodes
+        .state()
+        .iter()
+        .flat_map(|n| internal_ips(n))
+        .collect();
+    for e in ctx.stores.ovn_eips.state() {
+        let status = e.status.as_ref().and_then(|s| s.v4_ip.as_deref());
+        out.extend(
+            [e.spec.v4_ip.as_deref(), status]
+                .into_iter()
+                .flatten()
+                .filter_map(|a| a.parse::<IpAddr>().ok()),
+        );
+    }
+    ctx.nb.read(|cache| {
+        for p in cache.rows::<LogicalRouterPort>().unwrap_or_default() {
+            out.extend(
+                p.networks
+                    .iter()
+                    .filter_map(|n| n.parse::<ipnet::IpNet>().ok())
+                    .map(|n| n.addr()),
+            );
+        }
+    });
+    out
 }
 
 /// Checks the addresses and reserves them under one hold of IPAM (nothing can take an address in

@@ -128,8 +128,10 @@ pub struct External<'a> {
     pub exclude: &'a [String],
     /// `external-gw-addr`.
     pub gateway_addr: Option<IpAddr>,
-    /// The nodes' addresses.
-    pub node_ips: &'a [IpAddr],
+    /// Addresses in use outside IPAM's view or before it has them: the nodes', the OvnEips'
+    /// (by their objects: after a restart an lrp EIP is reserved again only when its VPC is
+    /// reconciled), the router ports' (`nic-ip` is never in IPAM).
+    pub in_use: &'a [IpAddr],
 }
 
 /// Whether `ip` may be given to the pod for `kind`. `holder` is who holds it in IPAM now
@@ -176,7 +178,7 @@ pub fn check(
             ext.subnet
         ));
     }
-    if ext.node_ips.contains(&addr) {
+    if ext.in_use.contains(&addr) {
         return refuse("already in use".into());
     }
     match holder {

@@ -36,14 +36,14 @@ fn an_address_is_refused_unless_free_in_the_external_subnet() {
     let cidrs = ["10.200.0.0/24".parse().unwrap()];
     let gateways = ["10.200.0.1".parse().unwrap()];
     let exclude = ["10.200.0.2..10.200.0.9".to_owned()];
-    let node_ips = ["10.200.0.20".parse().unwrap()];
+    let in_use = ["10.200.0.20".parse().unwrap()];
     let ext = External {
         subnet: "external",
         cidrs: &cidrs,
         gateways: &gateways,
         exclude: &exclude,
         gateway_addr: Some("10.200.0.254".parse().unwrap()),
-        node_ips: &node_ips,
+        in_use: &in_use,
     };
     let own = Kind::Eip.ipam_key("a.ns1");
     let check_ = |ip: &str, holder: Option<&str>| check(Kind::Eip, v4(ip), &ext, &own, holder);
