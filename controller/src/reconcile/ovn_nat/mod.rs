@@ -23,6 +23,7 @@ pub mod gc;
 pub mod plan;
 pub mod snat;
 pub mod validate;
+pub mod wiring;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
