@@ -76,10 +76,12 @@ fn port_taken_by(ctx: &Context, rule: &OvnDnatRule, eip: &str, port: u16) -> Opt
 
 async fn validate(rule: &OvnDnatRule, ctx: &Context) -> Result<Target, Refusal> {
     let name = rule.name_any();
+    let status = rule.status.clone().unwrap_or_default();
+    let applied = status.ready == Some(true);
     let s = &rule.spec;
     let eip_name = s.ovn_eip.clone().unwrap_or_default();
     let facts = super::eip_facts(ctx, &eip_name);
-    let eip = validate::usable_eip(KIND, &name, &eip_name, facts.as_ref())?.clone();
+    let eip = validate::usable_eip(KIND, &name, &eip_name, facts.as_ref(), applied)?.clone();
     let external_port = validate::parse_port(KIND, &name, "externalPort", s.external_port.as_deref())?;
     let internal_port = validate::parse_port(KIND, &name, "internalPort", s.internal_port.as_deref())?;
     let protocol = validate::parse_protocol(&name, s.protocol.as_deref())?;
@@ -120,8 +122,6 @@ async fn validate(rule: &OvnDnatRule, ctx: &Context) -> Result<Target, Refusal> 
             format_args!("no internal ip for dnat {name}"),
         ));
     }
-    let status = rule.status.clone().unwrap_or_default();
-    let applied = status.ready == Some(true);
     let me = Claim {
         kind: NatKind::Dnat,
         name: name.clone(),

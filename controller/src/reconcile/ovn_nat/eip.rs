@@ -255,6 +255,22 @@ fn allocate(eip: &OvnEip, ctx: &Context, name: &str, subnet: &str) -> Result<Res
         Err(r) => return Ok(Err(r)),
     };
     let status = eip.status.clone().unwrap_or_default();
+    // What the EIP holds already is asked for again: the rebuild at start re-reserves it, and
+    // should it not have (a conflict it logged), the EIP keeps its address or is refused rather
+    // than silently moved to another one.
+    let mut req = req;
+    req.v4 = req
+        .v4
+        .or_else(|| status.v4_ip.as_deref().and_then(|v| v.parse().ok()));
+    req.v6 = req
+        .v6
+        .or_else(|| status.v6_ip.as_deref().and_then(|v| v.parse().ok()));
+    if req.mac.is_none() {
+        req.mac = status
+            .mac_address
+            .as_deref()
+            .and_then(|m| parse::<MacAddr>("status.macAddress", m).ok());
+    }
     if status.ready == Some(true)
         && let (Some(want), Some(have)) = (
             req.v4,

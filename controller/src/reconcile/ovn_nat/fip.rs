@@ -65,10 +65,12 @@ fn configmap_distributed(ctx: &Context) -> bool {
 
 async fn validate(fip: &OvnFip, ctx: &Context) -> Result<Target, Refusal> {
     let name = fip.name_any();
+    let status = fip.status.clone().unwrap_or_default();
+    let applied = status.ready == Some(true);
     let s = &fip.spec;
     let eip_name = s.ovn_eip.clone().unwrap_or_default();
     let facts = super::eip_facts(ctx, &eip_name);
-    let eip = validate::usable_eip(KIND, &name, &eip_name, facts.as_ref())?.clone();
+    let eip = validate::usable_eip(KIND, &name, &eip_name, facts.as_ref(), applied)?.clone();
     let type_ = FipType::parse(s.type_.as_deref())
         .map_err(|e| refuse(validate::INVALID_SPEC, KIND, &name, "type", e))?;
     let ip_type = IpType::parse(s.ip_type.as_deref())
@@ -116,8 +118,6 @@ async fn validate(fip: &OvnFip, ctx: &Context) -> Result<Target, Refusal> {
         Some(t) => t == FipType::Distributed,
         None => configmap_distributed(ctx),
     };
-    let status = fip.status.clone().unwrap_or_default();
-    let applied = status.ready == Some(true);
     let me = Claim {
         kind: NatKind::Fip,
         name: name.clone(),

@@ -55,6 +55,7 @@ pub fn eip_facts(ctx: &Context, name: &str) -> Option<EipFacts> {
         v4: status.v4_ip.as_deref().and_then(|v| v.parse().ok()),
         v6: status.v6_ip.as_deref().and_then(|v| v.parse().ok()),
         ready: status.ready == Some(true),
+        deleting: e.metadata.deletion_timestamp.is_some(),
     })
 }
 

@@ -140,12 +140,12 @@ async fn internal(rule: &OvnSnatRule, ctx: &Context) -> Result<Internal, Refusal
 
 async fn validate(rule: &OvnSnatRule, ctx: &Context) -> Result<(validate::EipFacts, Internal), Refusal> {
     let name = rule.name_any();
-    let eip_name = rule.spec.ovn_eip.clone().unwrap_or_default();
-    let facts = super::eip_facts(ctx, &eip_name);
-    let eip = validate::usable_eip(KIND, &name, &eip_name, facts.as_ref())?.clone();
-    let internal = internal(rule, ctx).await?;
     let status = rule.status.clone().unwrap_or_default();
     let applied = status.ready == Some(true);
+    let eip_name = rule.spec.ovn_eip.clone().unwrap_or_default();
+    let facts = super::eip_facts(ctx, &eip_name);
+    let eip = validate::usable_eip(KIND, &name, &eip_name, facts.as_ref(), applied)?.clone();
+    let internal = internal(rule, ctx).await?;
     let me = Claim {
         kind: NatKind::Snat,
         name: name.clone(),

@@ -59,15 +59,20 @@ pub struct EipFacts {
     pub v4: Option<Ipv4Addr>,
     pub v6: Option<Ipv6Addr>,
     pub ready: bool,
+    /// Being deleted: no new rule may take it (it would hold the deletion).
+    pub deleting: bool,
 }
 
 /// The EIP a rule names, usable by it: exists, has an address, is ready, is not `lsp`
 /// (Kube-OVN's "eip '%s' is not ready, has no ip", "ovn nat %s can not use type lsp eip %s").
+/// A rule already applied keeps a deleting EIP (its deletion waits for the rule); a new one may
+/// not take it.
 pub fn usable_eip<'a>(
     kind: &str,
     rule: &str,
     named: &str,
     eip: Option<&'a EipFacts>,
+    applied: bool,
 ) -> Result<&'a EipFacts, Refusal> {
     if named.is_empty() {
         return Err(refuse(
@@ -94,6 +99,15 @@ pub fn usable_eip<'a>(
             rule,
             "ovnEip",
             format_args!("ovn nat {rule} can not use type lsp eip {named}"),
+        ));
+    }
+    if eip.deleting && !applied {
+        return Err(refuse(
+            EIP_NOT_READY,
+            kind,
+            rule,
+            "ovnEip",
+            format_args!("OvnEip {named} is being deleted"),
         ));
     }
     if eip.v4.is_none() && eip.v6.is_none() || !eip.ready {
@@ -290,6 +304,7 @@ mod tests {
             v4: Some("10.200.0.10".parse().unwrap()),
             v6: None,
             ready,
+            deleting: false,
         }
     }
 
@@ -305,23 +320,33 @@ mod tests {
 
     #[test]
     fn an_eip_must_exist_be_ready_and_not_lsp() {
-        let e = usable_eip("OvnFip", "f1", "e1", None).unwrap_err();
+        let e = usable_eip("OvnFip", "f1", "e1", None, false).unwrap_err();
         assert_eq!(e.reason, EIP_NOT_FOUND);
         assert!(e.message.starts_with("OvnFip f1: spec.ovnEip: "), "{e}");
         let lsp = eip(OvnEipType::Lsp, true);
-        let e = usable_eip("OvnFip", "f1", "e1", Some(&lsp)).unwrap_err();
+        let e = usable_eip("OvnFip", "f1", "e1", Some(&lsp), false).unwrap_err();
         assert_eq!(
             e.message,
             "OvnFip f1: spec.ovnEip: ovn nat f1 can not use type lsp eip e1"
         );
         let unready = eip(OvnEipType::Nat, false);
-        let e = usable_eip("OvnSnatRule", "s1", "e1", Some(&unready)).unwrap_err();
+        let e = usable_eip("OvnSnatRule", "s1", "e1", Some(&unready), false).unwrap_err();
         assert_eq!(e.reason, EIP_NOT_READY);
         assert!(e.message.contains("eip 'e1' is not ready, has no ip"), "{e}");
+        let mut deleting = eip(OvnEipType::Nat, true);
+        deleting.deleting = true;
+        let e = usable_eip("OvnFip", "f1", "e1", Some(&deleting), false).unwrap_err();
+        assert!(e.message.ends_with("OvnEip e1 is being deleted"), "{e}");
+        assert!(
+            usable_eip("OvnFip", "f1", "e1", Some(&deleting), true).is_ok(),
+            "an applied rule keeps it: the deletion waits for the rule"
+        );
         let good = eip(OvnEipType::Lrp, true);
-        assert!(usable_eip("OvnSnatRule", "s1", "e1", Some(&good)).is_ok());
+        assert!(usable_eip("OvnSnatRule", "s1", "e1", Some(&good), false).is_ok());
         assert_eq!(
-            usable_eip("OvnFip", "f1", "", Some(&good)).unwrap_err().reason,
+            usable_eip("OvnFip", "f1", "", Some(&good), false)
+                .unwrap_err()
+                .reason,
             EIP_NOT_FOUND,
             "should set spec ovnEip"
         );
