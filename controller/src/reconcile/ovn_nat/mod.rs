@@ -76,55 +76,76 @@ fn is_refused(conditions: Option<&Vec<Condition>>) -> bool {
         .is_some_and(|c| c.status == ConditionStatus::False)
 }
 
-fn named(ctx: &Context) -> Vec<Named> {
+/// The rules of every kind whose `spec.ovnEip` is `eip`.
+fn named(ctx: &Context, eip: &str) -> Vec<Named> {
     let when =
         |m: &kube::core::ObjectMeta| (m.creation_timestamp.clone(), m.name.clone().unwrap_or_default());
     let mut out = Vec::new();
-    for f in ctx.stores.ovn_fips.state() {
-        let st = f.status.clone().unwrap_or_default();
+    for f in ctx
+        .stores
+        .ovn_fips
+        .state()
+        .iter()
+        .filter(|r| r.spec.ovn_eip.as_deref() == Some(eip))
+    {
+        let st = f.status.as_ref();
         out.push(Named {
             claim: Claim {
                 kind: NatKind::Fip,
                 name: f.name_any(),
-                vpc: st.vpc.unwrap_or_default(),
-                distributed: st.mac_address.is_some_and(|m| !m.is_empty()),
-                ready: st.ready == Some(true),
+                vpc: st.and_then(|s| s.vpc.clone()).unwrap_or_default(),
+                distributed: st
+                    .and_then(|s| s.mac_address.as_deref())
+                    .is_some_and(|m| !m.is_empty()),
+                ready: st.and_then(|s| s.ready) == Some(true),
             },
             eip: f.spec.ovn_eip.clone().unwrap_or_default(),
             deleting: f.meta().deletion_timestamp.is_some(),
-            refused: is_refused(st.conditions.as_ref()),
+            refused: is_refused(st.and_then(|s| s.conditions.as_ref())),
             created: when(f.meta()),
         });
     }
-    for s in ctx.stores.ovn_snat_rules.state() {
-        let st = s.status.clone().unwrap_or_default();
+    for s in ctx
+        .stores
+        .ovn_snat_rules
+        .state()
+        .iter()
+        .filter(|r| r.spec.ovn_eip.as_deref() == Some(eip))
+    {
+        let st = s.status.as_ref();
         out.push(Named {
             claim: Claim {
                 kind: NatKind::Snat,
                 name: s.name_any(),
-                vpc: st.vpc.unwrap_or_default(),
+                vpc: st.and_then(|s| s.vpc.clone()).unwrap_or_default(),
                 distributed: false,
-                ready: st.ready == Some(true),
+                ready: st.and_then(|s| s.ready) == Some(true),
             },
             eip: s.spec.ovn_eip.clone().unwrap_or_default(),
             deleting: s.meta().deletion_timestamp.is_some(),
-            refused: is_refused(st.conditions.as_ref()),
+            refused: is_refused(st.and_then(|s| s.conditions.as_ref())),
             created: when(s.meta()),
         });
     }
-    for d in ctx.stores.ovn_dnat_rules.state() {
-        let st = d.status.clone().unwrap_or_default();
+    for d in ctx
+        .stores
+        .ovn_dnat_rules
+        .state()
+        .iter()
+        .filter(|r| r.spec.ovn_eip.as_deref() == Some(eip))
+    {
+        let st = d.status.as_ref();
         out.push(Named {
             claim: Claim {
                 kind: NatKind::Dnat,
                 name: d.name_any(),
-                vpc: st.vpc.unwrap_or_default(),
+                vpc: st.and_then(|s| s.vpc.clone()).unwrap_or_default(),
                 distributed: false,
-                ready: st.ready == Some(true),
+                ready: st.and_then(|s| s.ready) == Some(true),
             },
             eip: d.spec.ovn_eip.clone().unwrap_or_default(),
             deleting: d.meta().deletion_timestamp.is_some(),
-            refused: is_refused(st.conditions.as_ref()),
+            refused: is_refused(st.and_then(|s| s.conditions.as_ref())),
             created: when(d.meta()),
         });
     }
@@ -141,7 +162,7 @@ pub fn claims_on(
     name: &str,
     created: &(Option<Time>, String),
 ) -> Vec<Claim> {
-    named(ctx)
+    named(ctx, eip)
         .into_iter()
         .filter(|n| n.eip == eip && !(n.claim.kind == me && n.claim.name == name))
         .filter(|n| {
@@ -158,7 +179,7 @@ pub fn claims_on(
 
 /// The applied rules using `eip`.
 pub fn users_of(ctx: &Context, eip: &str) -> Vec<Claim> {
-    named(ctx)
+    named(ctx, eip)
         .into_iter()
         .filter(|n| n.eip == eip && n.claim.ready)
         .map(|n| n.claim)

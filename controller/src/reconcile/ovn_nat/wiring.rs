@@ -193,7 +193,10 @@ where
 
 impl OvnNat {
     pub fn new(config: &Config, informers: &Informers, stores: &Stores) -> Self {
-        let workers = config.worker_num;
+        // As many at a time as pods (`--pod-workers`), as for Services: a reconcile waits for its
+        // northbound write and only writes in flight together share a transaction, so
+        // `--worker-num`'s 3 would make 1,000 FIPs some 330 rounds of one transaction each.
+        let workers = config.pod_workers;
         let eips = {
             let by_ip = stores.ovn_fips.clone();
             own(&informers.ovn_eips, workers)
