@@ -6,7 +6,8 @@
 //!   OvnFip, OvnSnatRule, OvnDnatRule
 //!               ◀─ their own; an EIP's change, and any rule's change → the rules naming the
 //!                  same EIPs (sharing, one FIP per EIP, port conflicts); IPs → the rules naming
-//!                  them; Subnets → every SNAT rule (vpcSubnet)
+//!                  them; Subnets → every SNAT rule (vpcSubnet); a VPC created → every rule
+//!                  (its router is new); the ovn-external-gw-config ConfigMap → every FIP
 //! ```
 //!
 //! Every reconcile is idempotent and writes only what differs, so the status writes these
@@ -189,6 +190,15 @@ where
             move |c| rules_naming(&by_ip, &[], &names_of(c), eip_of, ip_of),
             every(own_cache),
         ))
+        // A VPC (re)created: its router is new and empty, the rules put their rows back.
+        .reconcile_on({
+            let all = every(own_cache);
+            let again = all.clone();
+            informers
+                .vpcs
+                .changes()
+                .map(move |c| if c.old.is_none() { all() } else { Vec::new() }, again)
+        })
 }
 
 impl OvnNat {
@@ -246,6 +256,7 @@ impl OvnNat {
                     every(&stores.ovn_eips),
                 ))
         };
+        // The ConfigMap's `type` decides `stateless` for FIPs without `spec.type`.
         let fips = nat_rule(
             &informers.ovn_fips,
             informers,
@@ -253,6 +264,12 @@ impl OvnNat {
             fip_eip,
             fip_ip,
             workers,
+        )
+        .reconcile_on(
+            informers
+                .external_gw_config
+                .changes()
+                .when_all(triggers::any, every(&stores.ovn_fips)),
         );
         let snats = nat_rule(
             &informers.ovn_snat_rules,
