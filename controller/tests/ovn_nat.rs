@@ -305,6 +305,51 @@ async fn eips_fips_snat_and_dnat_on_a_vpc_router() {
         trace.text
     );
 
+    // `type: centralized` (ours, honoured): no pod MAC or port, the FIP lives on the gateway
+    // chassis; outside → it through the router's external port reaches b.
+    apply(&env, "OvnEip", "e-cen", json!({})).await;
+    let cen_ip = eip_v4(&eip_ready(&env, "e-cen").await);
+    apply(
+        &env,
+        "OvnFip",
+        "f-b",
+        json!({"ovnEip": "e-cen", "ipName": "b.nsv", "type": "centralized"}),
+    )
+    .await;
+    let cen = nb_until(&env, &["lr-nat-list", "vpc1"], "the centralized FIP's row", |o| {
+        o.contains(&cen_ip)
+    })
+    .await;
+    let row = cen.lines().find(|l| l.contains(&cen_ip)).unwrap();
+    assert!(
+        row.contains(ann(&pod_b, "ip_address"))
+            && !row.contains("b.nsv")
+            && !row.contains(ann(&pod_b, "mac_address")),
+        "centralized: neither the pod's port nor its MAC: {row}"
+    );
+    let trace = env
+        .ovn
+        .trace("external", &from_outside(&gw_mac, &cen_ip, "icmp4.type==8"))
+        .unwrap();
+    assert!(
+        trace.delivers_to("b.nsv"),
+        "outside → centralized FIP: {}",
+        trace.text
+    );
+    let e_cen = until::<OvnEip>(&env, "e-cen", "used by the FIP", |e| {
+        e.and_then(|e| e.status.as_ref())
+            .and_then(|s| s.nat.clone())
+            .as_deref()
+            == Some("fip")
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        e_cen.status.as_ref().and_then(|s| s.activate_gateway.clone()),
+        None,
+        "a centralized FIP follows the VPC's gateway chassis (its lrp EIP), not a node of its own"
+    );
+
     // A second rule on the same external port is refused.
     apply(
         &env,
