@@ -157,7 +157,12 @@ pub fn nat_line(env: &Env, type_: &str, external_ip: &str) -> Option<String> {
 /// write it: Kube-OVN adds none) with subnet `s1` (10.1.0.0/24, namespace `nsv`), pods `a` and
 /// `b`, and the VPC's external port `vpc1-external` (10.200.0.254/24) with its gateway chassis.
 pub async fn world() -> (Env, Pod, Pod) {
-    let env = Env::start().await;
+    world_with(&[]).await
+}
+
+/// [`world`] with the controller started with `flags`.
+pub async fn world_with(flags: &[&str]) -> (Env, Pod, Pod) {
+    let env = Env::start_with(flags).await;
     env.node("node1", "172.18.0.2").await;
     provider_network(&env, "external", &["vlan0"]).await;
     vlan(&env, "vlan0", 0, "external").await;
