@@ -67,7 +67,7 @@ pub struct Controllers {
 
 /// A controller of `K` over the shared watch, reconciling objects that change in what `differs`
 /// compares, `workers` at a time.
-fn own<K>(informer: &Informer<K>, differs: fn(&K, &K) -> bool, workers: u16) -> Controller<K>
+pub(crate) fn own<K>(informer: &Informer<K>, differs: fn(&K, &K) -> bool, workers: u16) -> Controller<K>
 where
     K: kube::Resource<DynamicType = ()>
         + Clone
@@ -194,7 +194,7 @@ fn underlay(
 }
 
 /// Every object of the cache, as references.
-fn every<K>(cache: &Cache<K>) -> impl Fn() -> Vec<ObjectRef<K>> + Clone + Send + 'static
+pub(crate) fn every<K>(cache: &Cache<K>) -> impl Fn() -> Vec<ObjectRef<K>> + Clone + Send + 'static
 where
     K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
 {

@@ -11,36 +11,21 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use kube::ResourceExt;
-use kube::api::Api;
 use kube::runtime::controller::Action;
-use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube_ovn_api::annotations::keys;
-use kube_ovn_api::crd::ovn_nat::{IpType, NatKind};
-use kube_ovn_api::crd::{FINALIZER, OvnDnatRule};
-use kube_ovn_ovsdb::Table;
-use kube_ovn_ovsdb::tables::nb::LogicalRouter;
+use kube_ovn_api::crd::OvnDnatRule;
 use serde_json::json;
 
-use super::plan::{DnatLb, endpoint, pair, sync_dnat};
-use super::validate::{self, Claim, Internal, Refusal, refuse};
+use super::plan::{DnatLb, endpoint, sync_dnat};
+use super::rule::{self, Addressed};
+use super::validate::{self, Internal, Refusal, refuse};
 use crate::context::Context;
-use crate::error::{Doing, Error, Result};
-use crate::ovn::plan::Plan;
+use crate::error::Result;
 
 pub const KIND: &str = "OvnDnatRule";
 
 pub async fn reconcile(rule: Arc<OvnDnatRule>, ctx: Arc<Context>) -> Result<Action> {
-    let name = rule.name_any();
-    let api: Api<OvnDnatRule> = Api::all(ctx.kube.clone());
-    let c = ctx.clone();
-    finalizer(&api, FINALIZER, rule, |event| async move {
-        match event {
-            Finalizer::Apply(r) => apply(&r, &c).await,
-            Finalizer::Cleanup(r) => cleanup(&r, &c).await,
-        }
-    })
-    .await
-    .map_err(crate::reconcile::finalizer_error::<OvnDnatRule>(&name))
+    rule::finalized(rule, ctx, apply, cleanup).await
 }
 
 struct Target {
@@ -77,89 +62,40 @@ fn port_taken_by(ctx: &Context, rule: &OvnDnatRule, eip: &str, port: u16) -> Opt
 async fn validate(rule: &OvnDnatRule, ctx: &Context) -> Result<Target, Refusal> {
     let name = rule.name_any();
     let status = rule.status.clone().unwrap_or_default();
-    let applied = status.ready == Some(true);
     let s = &rule.spec;
-    let eip_name = s.ovn_eip.clone().unwrap_or_default();
-    let facts = super::eip_facts(ctx, &eip_name);
-    let eip = validate::usable_eip(KIND, &name, &eip_name, facts.as_ref(), applied)?.clone();
+    let eip = rule::usable_eip(ctx, rule)?;
     let external_port = validate::parse_port(KIND, &name, "externalPort", s.external_port.as_deref())?;
     let internal_port = validate::parse_port(KIND, &name, "internalPort", s.internal_port.as_deref())?;
     let protocol = validate::parse_protocol(&name, s.protocol.as_deref())?;
-    let ip_type = IpType::parse(s.ip_type.as_deref())
-        .map_err(|e| refuse(validate::INVALID_SPEC, KIND, &name, "ipType", e))?;
-    let ip_name = s.ip_name.clone().unwrap_or_default();
-    let internal = if ip_name.is_empty() {
-        let vpc = s.vpc.clone().filter(|v| !v.is_empty()).ok_or_else(|| {
-            refuse(
-                validate::INVALID_SPEC,
-                KIND,
-                &name,
-                "vpc",
-                "no vpc: set spec.ipName, or spec.vpc with spec.v4Ip/v6Ip",
-            )
-        })?;
-        for (field, v) in [("v4Ip", &s.v4_ip), ("v6Ip", &s.v6_ip)] {
-            if let Some(v) = v.as_deref().filter(|v| !v.is_empty()) {
-                validate::parse_ip(KIND, &name, field, v)?;
-            }
-        }
-        Internal {
-            vpc,
-            v4: s.v4_ip.clone().filter(|v| !v.is_empty()),
-            v6: s.v6_ip.clone().filter(|v| !v.is_empty()),
-            ..Internal::default()
-        }
-    } else {
-        super::internal_of(ctx, KIND, &name, &ip_name, ip_type).await?
-    };
-    validate::vpc_agrees(KIND, &name, s.vpc.as_deref(), &internal)?;
-    if internal.v4.is_none() && internal.v6.is_none() {
-        return Err(refuse(
-            validate::IP_NOT_FOUND,
-            KIND,
-            &name,
-            "ipName",
-            format_args!("no internal ip for dnat {name}"),
-        ));
-    }
-    let me = Claim {
-        kind: NatKind::Dnat,
-        name: name.clone(),
-        vpc: internal.vpc.clone(),
-        distributed: false,
-        ready: applied,
-    };
-    let others = super::claims_on(
+    let internal = rule::internal_by_ip(
         ctx,
-        &eip_name,
-        NatKind::Dnat,
-        &name,
-        &super::created_of(&rule.metadata),
-    );
-    validate::may_share(&me, &eip_name, &others)?;
-    if let Some(other) = port_taken_by(ctx, rule, &eip_name, external_port) {
+        rule,
+        &Addressed {
+            ip_name: s.ip_name.as_deref(),
+            ip_type: s.ip_type.as_deref(),
+            vpc: s.vpc.as_deref(),
+            v4_ip: s.v4_ip.as_deref(),
+            v6_ip: s.v6_ip.as_deref(),
+        },
+    )
+    .await?;
+    rule::may_claim(ctx, rule, &internal.vpc, false)?;
+    if let Some(other) = port_taken_by(ctx, rule, &eip.name, external_port) {
         return Err(refuse(
             validate::EXTERNAL_PORT_CONFLICT,
             KIND,
             &name,
             "externalPort",
-            format_args!("eip {eip_name} port {external_port} already used by OvnDnatRule {other}"),
+            format_args!(
+                "eip {} port {external_port} already used by OvnDnatRule {other}",
+                eip.name
+            ),
         ));
     }
-    if applied
-        && status
-            .vpc
-            .as_deref()
-            .is_some_and(|v| !v.is_empty() && v != internal.vpc)
-    {
-        return Err(refuse(
-            validate::CHANGE_NOT_SUPPORTED,
-            KIND,
-            &name,
-            "vpc",
-            format_args!("not support change vpc for dnat {name}"),
-        ));
-    }
+    rule::unchanged(
+        rule,
+        &[("vpc", "vpc", status.vpc.as_deref(), Some(&internal.vpc))],
+    )?;
     Ok(Target {
         eip,
         internal,
@@ -171,16 +107,10 @@ async fn validate(rule: &OvnDnatRule, ctx: &Context) -> Result<Target, Refusal> 
 
 /// The rule's load balancer (pure).
 fn lb(t: &Target) -> DnatLb {
-    let (ev4, ev6) = (t.eip.v4.map(|v| v.to_string()), t.eip.v6.map(|v| v.to_string()));
-    let vips: BTreeMap<String, String> = pair(
-        ev4.as_deref(),
-        ev6.as_deref(),
-        t.internal.v4.as_deref(),
-        t.internal.v6.as_deref(),
-    )
-    .into_iter()
-    .map(|(e, i)| (endpoint(&e, t.external_port), endpoint(&i, t.internal_port)))
-    .collect();
+    let vips: BTreeMap<String, String> = rule::pairs(&t.eip, &t.internal)
+        .into_iter()
+        .map(|(e, i)| (endpoint(&e, t.external_port), endpoint(&i, t.internal_port)))
+        .collect();
     DnatLb {
         protocol: t.protocol,
         vips,
@@ -189,36 +119,21 @@ fn lb(t: &Target) -> DnatLb {
 
 async fn apply(rule: &OvnDnatRule, ctx: &Context) -> Result<Action> {
     let name = rule.name_any();
-    let status = rule.status.clone().unwrap_or_default();
     let target = match validate(rule, ctx).await {
         Ok(t) => t,
-        Err(r) => {
-            return super::refused(
-                ctx,
-                rule,
-                status.conditions.as_ref(),
-                status.ready == Some(true),
-                r,
-            )
-            .await;
-        }
+        Err(r) => return super::refused(ctx, rule, r).await,
     };
     let vpc = target.internal.vpc.clone();
     let want_lb = lb(&target);
-    let plan = ctx.nb.read(|cache| {
-        if cache.uuids_by_name(LogicalRouter::NAME, &vpc).is_empty() {
-            return Err(Error::NotReady(format!(
-                "OvnDnatRule {name}: the router of VPC {vpc} does not exist yet"
-            )));
-        }
-        let mut plan = Plan::new();
-        sync_dnat(&mut plan, cache, &name, Some(&vpc), Some(&want_lb));
-        Ok(plan)
-    })?;
-    ctx.nb
-        .apply(plan, "ovn-dnat")
-        .await
-        .doing(format_args!("write the load balancer of OvnDnatRule {name}"))?;
+    rule::write_on_router(
+        ctx,
+        rule,
+        Some(&vpc),
+        "ovn-dnat",
+        "load balancer",
+        |plan, cache| sync_dnat(plan, cache, &name, Some(&vpc), Some(&want_lb)),
+    )
+    .await?;
     let mut labels = super::eip_labels(&target.eip, false);
     labels.insert(
         keys::VPC_DNAT_EPORT_LABEL.to_owned(),
@@ -231,30 +146,20 @@ async fn apply(rule: &OvnDnatRule, ctx: &Context) -> Result<Action> {
         "protocol": target.protocol, "ipName": rule.spec.ip_name,
         "externalPort": target.external_port.to_string(), "internalPort": target.internal_port.to_string(),
     });
-    let have = serde_json::to_value(&status).unwrap_or_default();
-    super::write_rule(
-        ctx,
-        rule,
-        labels,
-        &target.eip.name,
-        status.conditions.as_ref(),
-        want,
-        have,
-    )
-    .await?;
+    super::write_rule(ctx, rule, labels, &target.eip.name, want).await?;
     Ok(Action::await_change())
 }
 
 async fn cleanup(rule: &OvnDnatRule, ctx: &Context) -> Result<Action> {
     let name = rule.name_any();
-    let plan = ctx.nb.read(|cache| {
-        let mut plan = Plan::new();
-        sync_dnat(&mut plan, cache, &name, None, None);
-        plan
-    });
-    ctx.nb
-        .apply(plan, "ovn-dnat-delete")
-        .await
-        .doing(format_args!("remove the load balancer of OvnDnatRule {name}"))?;
+    rule::write_on_router(
+        ctx,
+        rule,
+        None,
+        "ovn-dnat-delete",
+        "load balancer",
+        |plan, cache| sync_dnat(plan, cache, &name, None, None),
+    )
+    .await?;
     Ok(Action::await_change())
 }

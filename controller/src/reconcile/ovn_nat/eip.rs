@@ -22,14 +22,12 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use kube::ResourceExt;
-use kube::api::Api;
 use kube::runtime::controller::Action;
-use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube_ovn_api::annotations::{MacAddr, keys, parse};
+use kube_ovn_api::crd::OvnEip;
 use kube_ovn_api::crd::condition::{Condition, ConditionStatus, READY, set_condition};
 use kube_ovn_api::crd::ovn_nat::{NatKind, OvnEipType};
-use kube_ovn_api::crd::{FINALIZER, OvnEip};
 use kube_ovn_ovsdb::Table;
 use kube_ovn_ovsdb::tables::nb::{LogicalSwitch, LogicalSwitchPort};
 use serde_json::json;
@@ -53,17 +51,7 @@ pub const REASON_NODE_SIDE: &str = "NodeSideNotBuilt";
 pub const EIP_KEY: &str = "ovn_eip";
 
 pub async fn reconcile(eip: Arc<OvnEip>, ctx: Arc<Context>) -> Result<Action> {
-    let name = eip.name_any();
-    let api: Api<OvnEip> = Api::all(ctx.kube.clone());
-    let c = ctx.clone();
-    finalizer(&api, FINALIZER, eip, |event| async move {
-        match event {
-            Finalizer::Apply(e) => apply(&e, &c).await,
-            Finalizer::Cleanup(e) => cleanup(&e, &c).await,
-        }
-    })
-    .await
-    .map_err(crate::reconcile::finalizer_error::<OvnEip>(&name))
+    super::rule::finalized(eip, ctx, apply, cleanup).await
 }
 
 /// The external subnet of an EIP: `spec.externalSubnet`, else `--external-gateway-switch`.

@@ -21,6 +21,7 @@ pub mod eip;
 pub mod fip;
 pub mod gc;
 pub mod plan;
+pub mod rule;
 pub mod snat;
 pub mod validate;
 pub mod wiring;
@@ -40,6 +41,8 @@ use serde_json::json;
 
 use crate::context::Context;
 use crate::error::{Doing, Result};
+use crate::informer::Cache;
+use rule::Rule;
 use validate::{Claim, EipFacts, IP_NOT_FOUND, Internal, Refusal, refuse};
 
 /// What a rule needs of its EIP, from the cache.
@@ -78,78 +81,32 @@ fn is_refused(conditions: Option<&Vec<Condition>>) -> bool {
 
 /// The rules of every kind whose `spec.ovnEip` is `eip`.
 fn named(ctx: &Context, eip: &str) -> Vec<Named> {
-    let when =
-        |m: &kube::core::ObjectMeta| (m.creation_timestamp.clone(), m.name.clone().unwrap_or_default());
-    let mut out = Vec::new();
-    for f in ctx
-        .stores
-        .ovn_fips
-        .state()
-        .iter()
-        .filter(|r| r.spec.ovn_eip.as_deref() == Some(eip))
-    {
-        let st = f.status.as_ref();
-        out.push(Named {
-            claim: Claim {
-                kind: NatKind::Fip,
-                name: f.name_any(),
-                vpc: st.and_then(|s| s.vpc.clone()).unwrap_or_default(),
-                distributed: st
-                    .and_then(|s| s.mac_address.as_deref())
-                    .is_some_and(|m| !m.is_empty()),
-                ready: st.and_then(|s| s.ready) == Some(true),
-            },
-            eip: f.spec.ovn_eip.clone().unwrap_or_default(),
-            deleting: f.meta().deletion_timestamp.is_some(),
-            refused: is_refused(st.and_then(|s| s.conditions.as_ref())),
-            created: when(f.meta()),
-        });
-    }
-    for s in ctx
-        .stores
-        .ovn_snat_rules
-        .state()
-        .iter()
-        .filter(|r| r.spec.ovn_eip.as_deref() == Some(eip))
-    {
-        let st = s.status.as_ref();
-        out.push(Named {
-            claim: Claim {
-                kind: NatKind::Snat,
-                name: s.name_any(),
-                vpc: st.and_then(|s| s.vpc.clone()).unwrap_or_default(),
-                distributed: false,
-                ready: st.and_then(|s| s.ready) == Some(true),
-            },
-            eip: s.spec.ovn_eip.clone().unwrap_or_default(),
-            deleting: s.meta().deletion_timestamp.is_some(),
-            refused: is_refused(st.and_then(|s| s.conditions.as_ref())),
-            created: when(s.meta()),
-        });
-    }
-    for d in ctx
-        .stores
-        .ovn_dnat_rules
-        .state()
-        .iter()
-        .filter(|r| r.spec.ovn_eip.as_deref() == Some(eip))
-    {
-        let st = d.status.as_ref();
-        out.push(Named {
-            claim: Claim {
-                kind: NatKind::Dnat,
-                name: d.name_any(),
-                vpc: st.and_then(|s| s.vpc.clone()).unwrap_or_default(),
-                distributed: false,
-                ready: st.and_then(|s| s.ready) == Some(true),
-            },
-            eip: d.spec.ovn_eip.clone().unwrap_or_default(),
-            deleting: d.meta().deletion_timestamp.is_some(),
-            refused: is_refused(st.and_then(|s| s.conditions.as_ref())),
-            created: when(d.meta()),
-        });
-    }
+    let mut out = named_in(&ctx.stores.ovn_fips, eip);
+    out.extend(named_in(&ctx.stores.ovn_snat_rules, eip));
+    out.extend(named_in(&ctx.stores.ovn_dnat_rules, eip));
     out
+}
+
+/// The rules of one kind whose `spec.ovnEip` is `eip`.
+fn named_in<K: Rule>(cache: &Cache<K>, eip: &str) -> Vec<Named> {
+    cache
+        .state()
+        .iter()
+        .filter(|r| r.ovn_eip() == Some(eip))
+        .map(|r| Named {
+            claim: Claim {
+                kind: K::NAT,
+                name: r.name_any(),
+                vpc: r.applied_vpc().unwrap_or_default().to_owned(),
+                distributed: r.distributed(),
+                ready: r.ready(),
+            },
+            eip: r.ovn_eip().unwrap_or_default().to_owned(),
+            deleting: r.meta().deletion_timestamp.is_some(),
+            refused: is_refused(r.conditions()),
+            created: created_of(r.meta()),
+        })
+        .collect()
 }
 
 /// The claims on `eip` other than `me`'s: the applied rules, and for a FIP also the FIPs created
@@ -203,21 +160,14 @@ pub async fn internal_of(
     ip_name: &str,
     ip_type: IpType,
 ) -> Result<Internal, Refusal> {
+    let missing = |why: String| refuse(IP_NOT_FOUND, kind, rule, "ipName", why);
     let vpc_of = |subnet: Option<&str>| -> Result<String, Refusal> {
         let subnet = subnet.unwrap_or_default();
         let s = ctx
             .stores
             .subnets
             .get(&kube::runtime::reflector::ObjectRef::new(subnet))
-            .ok_or_else(|| {
-                refuse(
-                    IP_NOT_FOUND,
-                    kind,
-                    rule,
-                    "ipName",
-                    format_args!("{ip_name}: subnet {subnet:?} not found"),
-                )
-            })?;
+            .ok_or_else(|| missing(format!("{ip_name}: subnet {subnet:?} not found")))?;
         Ok(crate::reconcile::triggers::subnet_vpc_name(&ctx.config.cluster_router, &s).to_owned())
     };
     let nonempty = |v: Option<String>| v.filter(|v| !v.is_empty());
@@ -227,15 +177,7 @@ pub async fn internal_of(
                 .stores
                 .ips
                 .get(&kube::runtime::reflector::ObjectRef::new(ip_name))
-                .ok_or_else(|| {
-                    refuse(
-                        IP_NOT_FOUND,
-                        kind,
-                        rule,
-                        "ipName",
-                        format_args!("IP {ip_name} not found"),
-                    )
-                })?;
+                .ok_or_else(|| missing(format!("IP {ip_name} not found")))?;
             let s = &ip.spec;
             Ok(Internal {
                 vpc: vpc_of(s.subnet.as_deref())?,
@@ -253,15 +195,7 @@ pub async fn internal_of(
                 .await
                 .ok()
                 .flatten()
-                .ok_or_else(|| {
-                    refuse(
-                        IP_NOT_FOUND,
-                        kind,
-                        rule,
-                        "ipName",
-                        format_args!("Vip {ip_name} not found"),
-                    )
-                })?;
+                .ok_or_else(|| missing(format!("Vip {ip_name} not found")))?;
             let st = vip.status.clone().unwrap_or_default();
             Ok(Internal {
                 vpc: vpc_of(vip.spec.subnet.as_deref())?,
@@ -380,20 +314,12 @@ where
 
 /// A refusal: conditions (and a Warning when they change), then the error that keeps the rule
 /// queued for another look later (its EIP, IP or subnet changing brings it back sooner).
-pub async fn refused<K>(
+pub async fn refused<K: Rule>(
     ctx: &Context,
     obj: &K,
-    old: Option<&Vec<Condition>>,
-    applied: bool,
     refusal: Refusal,
-) -> Result<kube::runtime::controller::Action>
-where
-    K: Resource<Scope = kube::core::ClusterResourceScope, DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned,
-{
-    let (conditions, changed) = conditions_after(old, Err(&refusal), applied);
+) -> Result<kube::runtime::controller::Action> {
+    let (conditions, changed) = conditions_after(obj.conditions(), Err(&refusal), obj.ready());
     if changed {
         warn(ctx, obj, &refusal).await;
         crate::reconcile::merge_status::<K>(&ctx.kube, &obj.name_any(), &json!({"conditions": conditions}))
@@ -403,24 +329,17 @@ where
 }
 
 /// Kube-OVN's `vpc_eip` annotation and the rule's labels, then its status, each only if changed.
-pub async fn write_rule<K>(
+pub async fn write_rule<K: Rule>(
     ctx: &Context,
     obj: &K,
     labels: BTreeMap<String, Option<String>>,
     eip: &str,
-    old_conditions: Option<&Vec<Condition>>,
     mut status: serde_json::Value,
-    old_status: serde_json::Value,
-) -> Result<()>
-where
-    K: Resource<Scope = kube::core::ClusterResourceScope, DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned,
-{
+) -> Result<()> {
     let annotations = BTreeMap::from([(keys::VPC_EIP.to_owned(), Some(eip.to_owned()))]);
     patch_meta(ctx, obj, &labels, &annotations).await?;
-    let (conditions, changed) = conditions_after(old_conditions, Ok(()), true);
+    let (conditions, changed) = conditions_after(obj.conditions(), Ok(()), true);
+    let old_status = obj.status_json();
     let differs = status.as_object().is_some_and(|m| {
         m.iter()
             .any(|(k, v)| old_status.get(k).unwrap_or(&serde_json::Value::Null) != v)

@@ -9,36 +9,22 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use kube::ResourceExt;
-use kube::api::Api;
 use kube::runtime::controller::Action;
-use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::reflector::ObjectRef;
-use kube_ovn_api::crd::ovn_nat::{IpType, NatKind};
-use kube_ovn_api::crd::{FINALIZER, OvnSnatRule};
-use kube_ovn_ovsdb::Table;
-use kube_ovn_ovsdb::tables::nb::LogicalRouter;
+use kube_ovn_api::crd::OvnSnatRule;
+use kube_ovn_api::crd::ovn_nat::IpType;
 use serde_json::json;
 
-use super::plan::{NatRow, SNAT_KEY, pair, sync_nat};
-use super::validate::{self, Claim, Internal, Refusal, refuse};
+use super::plan::{NatRow, SNAT_KEY, sync_nat};
+use super::rule;
+use super::validate::{self, Internal, Refusal, refuse};
 use crate::context::Context;
-use crate::error::{Doing, Error, Result};
-use crate::ovn::plan::Plan;
+use crate::error::Result;
 
 pub const KIND: &str = "OvnSnatRule";
 
 pub async fn reconcile(rule: Arc<OvnSnatRule>, ctx: Arc<Context>) -> Result<Action> {
-    let name = rule.name_any();
-    let api: Api<OvnSnatRule> = Api::all(ctx.kube.clone());
-    let c = ctx.clone();
-    finalizer(&api, FINALIZER, rule, |event| async move {
-        match event {
-            Finalizer::Apply(r) => apply(&r, &c).await,
-            Finalizer::Cleanup(r) => cleanup(&r, &c).await,
-        }
-    })
-    .await
-    .map_err(crate::reconcile::finalizer_error::<OvnSnatRule>(&name))
+    rule::finalized(rule, ctx, apply, cleanup).await
 }
 
 /// The CIDRs of a comma-separated list, one per family (`field` names them in a refusal).
@@ -139,121 +125,53 @@ async fn internal(rule: &OvnSnatRule, ctx: &Context) -> Result<Internal, Refusal
 }
 
 async fn validate(rule: &OvnSnatRule, ctx: &Context) -> Result<(validate::EipFacts, Internal), Refusal> {
-    let name = rule.name_any();
     let status = rule.status.clone().unwrap_or_default();
-    let applied = status.ready == Some(true);
-    let eip_name = rule.spec.ovn_eip.clone().unwrap_or_default();
-    let facts = super::eip_facts(ctx, &eip_name);
-    let eip = validate::usable_eip(KIND, &name, &eip_name, facts.as_ref(), applied)?.clone();
+    let eip = rule::usable_eip(ctx, rule)?;
     let internal = internal(rule, ctx).await?;
-    let me = Claim {
-        kind: NatKind::Snat,
-        name: name.clone(),
-        vpc: internal.vpc.clone(),
-        distributed: false,
-        ready: applied,
-    };
-    let others = super::claims_on(
-        ctx,
-        &eip_name,
-        NatKind::Snat,
-        &name,
-        &super::created_of(&rule.metadata),
-    );
-    validate::may_share(&me, &eip_name, &others)?;
-    if applied
-        && status
-            .vpc
-            .as_deref()
-            .is_some_and(|v| !v.is_empty() && v != internal.vpc)
-    {
-        return Err(refuse(
-            validate::CHANGE_NOT_SUPPORTED,
-            KIND,
-            &name,
-            "vpc",
-            format_args!("not support change vpc for snat {name}"),
-        ));
-    }
+    rule::may_claim(ctx, rule, &internal.vpc, false)?;
+    rule::unchanged(
+        rule,
+        &[("vpc", "vpc", status.vpc.as_deref(), Some(&internal.vpc))],
+    )?;
     Ok((eip, internal))
 }
 
 async fn apply(rule: &OvnSnatRule, ctx: &Context) -> Result<Action> {
     let name = rule.name_any();
-    let status = rule.status.clone().unwrap_or_default();
     let (eip, internal) = match validate(rule, ctx).await {
         Ok(t) => t,
-        Err(r) => {
-            return super::refused(
-                ctx,
-                rule,
-                status.conditions.as_ref(),
-                status.ready == Some(true),
-                r,
-            )
-            .await;
-        }
+        Err(r) => return super::refused(ctx, rule, r).await,
     };
-    let (ev4, ev6) = (eip.v4.map(|v| v.to_string()), eip.v6.map(|v| v.to_string()));
-    let rows: Vec<NatRow> = pair(
-        ev4.as_deref(),
-        ev6.as_deref(),
-        internal.v4.as_deref(),
-        internal.v6.as_deref(),
-    )
-    .into_iter()
-    .map(|(external_ip, logical_ip)| NatRow {
-        kind: "snat",
-        external_ip,
-        logical_ip,
-        external_mac: None,
-        logical_port: None,
-        stateless: false,
-    })
-    .collect();
+    let rows: Vec<NatRow> = rule::pairs(&eip, &internal)
+        .into_iter()
+        .map(|(external_ip, logical_ip)| NatRow {
+            kind: "snat",
+            external_ip,
+            logical_ip,
+            external_mac: None,
+            logical_port: None,
+            stateless: false,
+        })
+        .collect();
     let vpc = internal.vpc.clone();
-    let plan = ctx.nb.read(|cache| {
-        if cache.uuids_by_name(LogicalRouter::NAME, &vpc).is_empty() {
-            return Err(Error::NotReady(format!(
-                "OvnSnatRule {name}: the router of VPC {vpc} does not exist yet"
-            )));
-        }
-        let mut plan = Plan::new();
-        sync_nat(&mut plan, cache, (SNAT_KEY, &name), Some(&vpc), &rows, false);
-        Ok(plan)
-    })?;
-    ctx.nb
-        .apply(plan, "ovn-snat")
-        .await
-        .doing(format_args!("write the NAT rows of OvnSnatRule {name}"))?;
+    rule::write_on_router(ctx, rule, Some(&vpc), "ovn-snat", "NAT rows", |plan, cache| {
+        sync_nat(plan, cache, (SNAT_KEY, &name), Some(&vpc), &rows, false)
+    })
+    .await?;
     let want = json!({
-        "ready": true, "vpc": vpc, "v4Eip": ev4, "v6Eip": ev6,
+        "ready": true, "vpc": vpc,
+        "v4Eip": eip.v4.map(|v| v.to_string()), "v6Eip": eip.v6.map(|v| v.to_string()),
         "v4IpCidr": internal.v4, "v6IpCidr": internal.v6,
     });
-    let have = serde_json::to_value(&status).unwrap_or_default();
-    super::write_rule(
-        ctx,
-        rule,
-        super::eip_labels(&eip, false),
-        &eip.name,
-        status.conditions.as_ref(),
-        want,
-        have,
-    )
-    .await?;
+    super::write_rule(ctx, rule, super::eip_labels(&eip, false), &eip.name, want).await?;
     Ok(Action::await_change())
 }
 
 async fn cleanup(rule: &OvnSnatRule, ctx: &Context) -> Result<Action> {
     let name = rule.name_any();
-    let plan = ctx.nb.read(|cache| {
-        let mut plan = Plan::new();
-        sync_nat(&mut plan, cache, (SNAT_KEY, &name), None, &[], false);
-        plan
-    });
-    ctx.nb
-        .apply(plan, "ovn-snat-delete")
-        .await
-        .doing(format_args!("remove the NAT rows of OvnSnatRule {name}"))?;
+    rule::write_on_router(ctx, rule, None, "ovn-snat-delete", "NAT rows", |plan, cache| {
+        sync_nat(plan, cache, (SNAT_KEY, &name), None, &[], false)
+    })
+    .await?;
     Ok(Action::await_change())
 }

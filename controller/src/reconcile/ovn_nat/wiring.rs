@@ -18,43 +18,17 @@ use std::sync::Arc;
 
 use kube::ResourceExt;
 use kube::runtime::Controller;
-use kube::runtime::controller;
 use kube::runtime::reflector::ObjectRef;
 use kube_ovn_api::crd::{OvnDnatRule, OvnEip, OvnFip, OvnSnatRule};
 
+use super::rule::Rule;
 use crate::config::Config;
 use crate::context::Context;
-use crate::informer::{Cache, Informer};
+use crate::informer::{Cache, Changes, Informer};
+use crate::reconcile::controllers::{every, own};
 use crate::reconcile::triggers;
-use crate::reconcile::{all_refs, drive, error_policy, instrumented};
+use crate::reconcile::{drive, error_policy, instrumented};
 use crate::stores::{Informers, Stores};
-
-/// A controller of `K` over the shared watch (every change of its own), `workers` at a time.
-fn own<K>(informer: &Informer<K>, workers: u16) -> Controller<K>
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    Controller::for_shared_stream(
-        informer.changes().objects(triggers::any),
-        informer.cache().store(),
-    )
-    .with_config(controller::Config::default().concurrency(workers))
-}
-
-/// Every object of the cache, as references.
-fn every<K>(cache: &Cache<K>) -> impl Fn() -> Vec<ObjectRef<K>> + Clone + Send + 'static
-where
-    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
-{
-    let cache = cache.clone();
-    move || all_refs(&cache)
-}
 
 /// The four controllers, built (and subscribed to their triggers) before the watches start.
 pub struct OvnNat {
@@ -65,60 +39,34 @@ pub struct OvnNat {
 }
 
 /// The EIPs a change of rules names (`spec.ovnEip`, before and after).
-fn eips_named<K>(change: &kube_ovn_support::watch::Change<K>, eip_of: fn(&K) -> Option<&str>) -> Vec<String>
-where
-    K: kube::Resource + Clone,
-{
+fn eips_named<K: Rule>(change: &kube_ovn_support::watch::Change<K>) -> Vec<String> {
     let mut out: Vec<String> = change
         .old
         .iter()
         .chain(change.new.iter())
-        .filter_map(|r| eip_of(r).filter(|e| !e.is_empty()).map(str::to_owned))
+        .filter_map(|r| r.ovn_eip().filter(|e| !e.is_empty()).map(str::to_owned))
         .collect();
     out.sort();
     out.dedup();
     out
 }
 
+/// [`eips_named`], as references to the OvnEips.
+fn eip_refs<K: Rule>(change: &kube_ovn_support::watch::Change<K>) -> Vec<ObjectRef<OvnEip>> {
+    eips_named(change).iter().map(|e| ObjectRef::new(e)).collect()
+}
+
 /// The rules of a cache naming one of `eips`, or (with `ips`) one of those IPs in `spec.ipName`.
-fn rules_naming<K>(
-    cache: &Cache<K>,
-    eips: &[String],
-    ips: &[String],
-    eip_of: fn(&K) -> Option<&str>,
-    ip_of: fn(&K) -> Option<&str>,
-) -> Vec<ObjectRef<K>>
-where
-    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
-{
+fn rules_naming<K: Rule>(cache: &Cache<K>, eips: &[String], ips: &[String]) -> Vec<ObjectRef<K>> {
     cache
         .state()
         .iter()
         .filter(|r| {
-            eip_of(r).is_some_and(|e| eips.iter().any(|x| x == e))
-                || ip_of(r).is_some_and(|i| ips.iter().any(|x| x == i))
+            r.ovn_eip().is_some_and(|e| eips.iter().any(|x| x == e))
+                || r.ip_name().is_some_and(|i| ips.iter().any(|x| x == i))
         })
         .map(|r| ObjectRef::from_obj(&**r))
         .collect()
-}
-
-fn fip_eip(r: &OvnFip) -> Option<&str> {
-    r.spec.ovn_eip.as_deref()
-}
-fn snat_eip(r: &OvnSnatRule) -> Option<&str> {
-    r.spec.ovn_eip.as_deref()
-}
-fn dnat_eip(r: &OvnDnatRule) -> Option<&str> {
-    r.spec.ovn_eip.as_deref()
-}
-fn fip_ip(r: &OvnFip) -> Option<&str> {
-    r.spec.ip_name.as_deref()
-}
-fn snat_ip(r: &OvnSnatRule) -> Option<&str> {
-    r.spec.ip_name.as_deref()
-}
-fn dnat_ip(r: &OvnDnatRule) -> Option<&str> {
-    r.spec.ip_name.as_deref()
 }
 
 /// The names of the objects of a change (old and new).
@@ -133,63 +81,35 @@ fn names_of<K: kube::Resource + Clone>(change: &kube_ovn_support::watch::Change<
 
 /// A rule controller of `K`: its own changes, every rule kind's and EIP's changes (the rules
 /// naming the same EIPs), IP changes (the rules naming them).
-fn nat_rule<K>(
+fn nat_rule<K: Rule>(
     informer: &Informer<K>,
     informers: &Informers,
     own_cache: &Cache<K>,
-    eip_of: fn(&K) -> Option<&str>,
-    ip_of: fn(&K) -> Option<&str>,
     workers: u16,
-) -> Controller<K>
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    let by_eip = |cache: &Cache<K>| {
-        let cache = cache.clone();
-        move |eips: Vec<String>| rules_naming(&cache, &eips, &[], eip_of, ip_of)
-    };
-    let (on_fip, on_snat, on_dnat, on_eip, by_ip) = (
-        by_eip(own_cache),
-        by_eip(own_cache),
-        by_eip(own_cache),
-        by_eip(own_cache),
-        own_cache.clone(),
-    );
-    own(informer, workers)
-        .reconcile_on(
-            informers
-                .ovn_fips
-                .changes()
-                .map(move |c| on_fip(eips_named(c, fip_eip)), every(own_cache)),
-        )
-        .reconcile_on(
-            informers
-                .ovn_snat_rules
-                .changes()
-                .map(move |c| on_snat(eips_named(c, snat_eip)), every(own_cache)),
-        )
-        .reconcile_on(
-            informers
-                .ovn_dnat_rules
-                .changes()
-                .map(move |c| on_dnat(eips_named(c, dnat_eip)), every(own_cache)),
-        )
-        .reconcile_on(
-            informers
-                .ovn_eips
-                .changes()
-                .map(move |c| on_eip(names_of(c)), every(own_cache)),
-        )
-        .reconcile_on(informers.ips.changes().map(
-            move |c| rules_naming(&by_ip, &[], &names_of(c), eip_of, ip_of),
+) -> Controller<K> {
+    /// The rules of `own` naming the EIPs a change of rules of kind `R` names.
+    fn on_rules<R: Rule, K: Rule>(
+        changes: Changes<R>,
+        own: &Cache<K>,
+    ) -> impl futures::Stream<Item = ObjectRef<K>> + Send + 'static {
+        let cache = own.clone();
+        changes.map(move |c| rules_naming(&cache, &eips_named(c), &[]), every(own))
+    }
+    let (on_eip, by_ip) = (own_cache.clone(), own_cache.clone());
+    own(informer, triggers::any, workers)
+        .reconcile_on(on_rules(informers.ovn_fips.changes(), own_cache))
+        .reconcile_on(on_rules(informers.ovn_snat_rules.changes(), own_cache))
+        .reconcile_on(on_rules(informers.ovn_dnat_rules.changes(), own_cache))
+        .reconcile_on(informers.ovn_eips.changes().map(
+            move |c| rules_naming(&on_eip, &names_of(c), &[]),
             every(own_cache),
         ))
+        .reconcile_on(
+            informers
+                .ips
+                .changes()
+                .map(move |c| rules_naming(&by_ip, &[], &names_of(c)), every(own_cache)),
+        )
         // A VPC (re)created: its router is new and empty, the rules put their rows back.
         .reconcile_on({
             let all = every(own_cache);
@@ -209,34 +129,25 @@ impl OvnNat {
         let workers = config.pod_workers;
         let eips = {
             let by_ip = stores.ovn_fips.clone();
-            own(&informers.ovn_eips, workers)
-                .reconcile_on(informers.ovn_fips.changes().map(
-                    |c| {
-                        eips_named(c, fip_eip)
-                            .iter()
-                            .map(|e| ObjectRef::new(e))
-                            .collect::<Vec<_>>()
-                    },
-                    every(&stores.ovn_eips),
-                ))
-                .reconcile_on(informers.ovn_snat_rules.changes().map(
-                    |c| {
-                        eips_named(c, snat_eip)
-                            .iter()
-                            .map(|e| ObjectRef::new(e))
-                            .collect::<Vec<_>>()
-                    },
-                    every(&stores.ovn_eips),
-                ))
-                .reconcile_on(informers.ovn_dnat_rules.changes().map(
-                    |c| {
-                        eips_named(c, dnat_eip)
-                            .iter()
-                            .map(|e| ObjectRef::new(e))
-                            .collect::<Vec<_>>()
-                    },
-                    every(&stores.ovn_eips),
-                ))
+            own(&informers.ovn_eips, triggers::any, workers)
+                .reconcile_on(
+                    informers
+                        .ovn_fips
+                        .changes()
+                        .map(eip_refs, every(&stores.ovn_eips)),
+                )
+                .reconcile_on(
+                    informers
+                        .ovn_snat_rules
+                        .changes()
+                        .map(eip_refs, every(&stores.ovn_eips)),
+                )
+                .reconcile_on(
+                    informers
+                        .ovn_dnat_rules
+                        .changes()
+                        .map(eip_refs, every(&stores.ovn_eips)),
+                )
                 .reconcile_on(
                     informers
                         .subnets
@@ -249,23 +160,15 @@ impl OvnNat {
                         by_ip
                             .state()
                             .iter()
-                            .filter(|r| fip_ip(r).is_some_and(|i| ips.iter().any(|x| x == i)))
-                            .filter_map(|r| fip_eip(r).map(ObjectRef::new))
+                            .filter(|r| r.ip_name().is_some_and(|i| ips.iter().any(|x| x == i)))
+                            .filter_map(|r| r.ovn_eip().map(ObjectRef::new))
                             .collect::<Vec<_>>()
                     },
                     every(&stores.ovn_eips),
                 ))
         };
         // The ConfigMap's `type` decides `stateless` for FIPs without `spec.type`.
-        let fips = nat_rule(
-            &informers.ovn_fips,
-            informers,
-            &stores.ovn_fips,
-            fip_eip,
-            fip_ip,
-            workers,
-        )
-        .reconcile_on(
+        let fips = nat_rule(&informers.ovn_fips, informers, &stores.ovn_fips, workers).reconcile_on(
             informers
                 .external_gw_config
                 .changes()
@@ -275,8 +178,6 @@ impl OvnNat {
             &informers.ovn_snat_rules,
             informers,
             &stores.ovn_snat_rules,
-            snat_eip,
-            snat_ip,
             workers,
         )
         .reconcile_on(
@@ -289,8 +190,6 @@ impl OvnNat {
             &informers.ovn_dnat_rules,
             informers,
             &stores.ovn_dnat_rules,
-            dnat_eip,
-            dnat_ip,
             workers,
         );
         Self {
