@@ -20,8 +20,8 @@ use kube_ovn_api::crd::{OvnDnatRule, OvnEip, OvnFip, OvnSnatRule};
 use kube_ovn_testkit::wait_until_async;
 use netkit::{icmp_to, lrp_mac, nb_until};
 use ovn_natkit::{
-    OUTSIDE_IP, apply, delete, eip_ready, eip_v4, from_outside, nat_line, nb_nat_state, reason, until,
-    warned, world, world_with,
+    OUTSIDE_IP, annotation, apply, apply_all, delete, eip_ready, eip_used, eip_v4, from_outside, label,
+    nat_columns, nat_line, nb_nat_state, ready, reason, until, until_condition, warned, world, world_with,
 };
 use serde_json::json;
 
@@ -32,11 +32,17 @@ async fn eips_fips_snat_and_dnat_on_a_vpc_router() {
 
     // OvnEips: allocated from the external subnet, a static one honoured, one outside refused,
     // an lsp one gets its bare port and stays not ready.
-    apply(&env, "OvnEip", "e-fip", json!({"externalSubnet": "external"})).await;
-    apply(&env, "OvnEip", "e-snat", json!({})).await;
-    apply(&env, "OvnEip", "e-dnat", json!({"v4Ip": "10.200.0.50"})).await;
-    apply(&env, "OvnEip", "e-out", json!({"v4Ip": "10.201.0.5"})).await;
-    apply(&env, "OvnEip", "e-lsp", json!({"type": "lsp"})).await;
+    apply_all(
+        &env,
+        &[
+            ("OvnEip", "e-fip", json!({"externalSubnet": "external"})),
+            ("OvnEip", "e-snat", json!({})),
+            ("OvnEip", "e-dnat", json!({"v4Ip": "10.200.0.50"})),
+            ("OvnEip", "e-out", json!({"v4Ip": "10.201.0.5"})),
+            ("OvnEip", "e-lsp", json!({"type": "lsp"})),
+        ],
+    )
+    .await;
     let e_fip = eip_ready(&env, "e-fip").await;
     let e_snat = eip_ready(&env, "e-snat").await;
     let e_dnat = eip_ready(&env, "e-dnat").await;
@@ -55,34 +61,21 @@ async fn eips_fips_snat_and_dnat_on_a_vpc_router() {
             .iter()
             .any(|f| f == "kubeovn.io/kube-ovn-controller")
     );
-    let labels = e_fip.labels();
+    assert_eq!(label(&e_fip, "ovn.kubernetes.io/subnet"), Some("external"));
+    assert_eq!(label(&e_fip, "ovn.kubernetes.io/ovn_eip_type"), Some("nat"));
     assert_eq!(
-        labels.get("ovn.kubernetes.io/subnet").map(String::as_str),
-        Some("external")
+        label(&e_fip, "ovn.kubernetes.io/eip_v4_ip"),
+        Some(fip_ip.as_str())
     );
     assert_eq!(
-        labels.get("ovn.kubernetes.io/ovn_eip_type").map(String::as_str),
-        Some("nat")
-    );
-    assert_eq!(labels.get("ovn.kubernetes.io/eip_v4_ip"), Some(&fip_ip));
-    assert_eq!(
-        e_snat
-            .labels()
-            .get("ovn.kubernetes.io/subnet")
-            .map(String::as_str),
+        label(&e_snat, "ovn.kubernetes.io/subnet"),
         Some("external"),
         "an empty spec.externalSubnet is --external-gateway-switch, and the label says so"
     );
-    let out = until::<OvnEip>(&env, "e-out", "refused", |e| {
-        reason(
-            e.and_then(|e| e.status.as_ref())
-                .and_then(|s| s.conditions.as_ref()),
-            "Ready",
-        )
-        .is_some_and(|(_, r)| r == "EipOutsideExternalSubnet")
+    let out: OvnEip = until_condition(&env, "e-out", "refused", "Ready", |_, r| {
+        r == "EipOutsideExternalSubnet"
     })
-    .await
-    .unwrap();
+    .await;
     assert_eq!(
         out.status.as_ref().and_then(|s| s.v4_ip.clone()),
         None,
@@ -119,50 +112,31 @@ async fn eips_fips_snat_and_dnat_on_a_vpc_router() {
 
     // OvnFip to pod a (distributed: the pod's MAC and port), OvnSnatRule for s1, OvnDnatRule
     // tcp 80 → b:8080 and udp 53 → b:5353.
-    apply(
+    apply_all(
         &env,
-        "OvnFip",
-        "f-a",
-        json!({"ovnEip": "e-fip", "ipName": "a.nsv"}),
+        &[
+            ("OvnFip", "f-a", json!({"ovnEip": "e-fip", "ipName": "a.nsv"})),
+            ("OvnSnatRule", "s-s1", json!({"ovnEip": "e-snat", "vpcSubnet": "s1"})),
+            (
+                "OvnDnatRule",
+                "d-b",
+                json!({"ovnEip": "e-dnat", "ipName": "b.nsv", "protocol": "tcp", "externalPort": "80", "internalPort": "8080"}),
+            ),
+            (
+                "OvnDnatRule",
+                "d-b-udp",
+                json!({"ovnEip": "e-dnat", "ipName": "b.nsv", "protocol": "udp", "externalPort": "53", "internalPort": "5353"}),
+            ),
+        ],
     )
     .await;
-    apply(
-        &env,
-        "OvnSnatRule",
-        "s-s1",
-        json!({"ovnEip": "e-snat", "vpcSubnet": "s1"}),
-    )
-    .await;
-    apply(
-        &env,
-        "OvnDnatRule",
-        "d-b",
-        json!({"ovnEip": "e-dnat", "ipName": "b.nsv", "protocol": "tcp", "externalPort": "80", "internalPort": "8080"}),
-    )
-    .await;
-    apply(
-        &env,
-        "OvnDnatRule",
-        "d-b-udp",
-        json!({"ovnEip": "e-dnat", "ipName": "b.nsv", "protocol": "udp", "externalPort": "53", "internalPort": "5353"}),
-    )
-    .await;
-    let fip = until::<OvnFip>(&env, "f-a", "ready", |f| {
-        f.and_then(|f| f.status.as_ref()).and_then(|s| s.ready) == Some(true)
-    })
-    .await
-    .unwrap();
+    let fip: OvnFip = ready(&env, "f-a").await;
     let fs = fip.status.clone().unwrap();
     assert_eq!(fs.vpc.as_deref(), Some("vpc1"));
     assert_eq!(fs.v4_eip.as_ref(), Some(&fip_ip));
     assert_eq!(fs.v4_ip.as_deref(), Some(ann(&pod_a, "ip_address")));
-    assert_eq!(fip.labels().get("ovn.kubernetes.io/eip_v4_ip"), Some(&fip_ip));
-    assert_eq!(
-        fip.annotations()
-            .get("ovn.kubernetes.io/vpc_eip")
-            .map(String::as_str),
-        Some("e-fip")
-    );
+    assert_eq!(label(&fip, "ovn.kubernetes.io/eip_v4_ip"), Some(fip_ip.as_str()));
+    assert_eq!(annotation(&fip, "ovn.kubernetes.io/vpc_eip"), Some("e-fip"));
     let row = nat_line(&env, "dnat_and_snat", &fip_ip).expect("the FIP's NAT row");
     assert!(
         row.contains(ann(&pod_a, "ip_address"))
@@ -170,16 +144,7 @@ async fn eips_fips_snat_and_dnat_on_a_vpc_router() {
             && row.contains(ann(&pod_a, "mac_address")),
         "distributed: the pod's port and MAC: {row}"
     );
-    let ids = env
-        .ovn
-        .nbctl(&[
-            "--bare",
-            "--columns=external_ids,options",
-            "find",
-            "NAT",
-            &format!("external_ip={fip_ip}"),
-        ])
-        .unwrap();
+    let ids = nat_columns(&env, "external_ids,options", &fip_ip);
     assert!(
         ids.contains("ovn_fip=f-a") && ids.contains("vendor=kube-ovn"),
         "{ids}"
@@ -188,29 +153,14 @@ async fn eips_fips_snat_and_dnat_on_a_vpc_router() {
         !ids.contains("stateless"),
         "no spec.type, no ConfigMap: stateful: {ids}"
     );
-    let used = until::<OvnEip>(&env, "e-fip", "used by the FIP", |e| {
-        e.and_then(|e| e.status.as_ref())
-            .and_then(|s| s.nat.clone())
-            .as_deref()
-            == Some("fip")
-    })
-    .await
-    .unwrap();
+    let used = eip_used(&env, "e-fip", "fip").await;
     assert_eq!(
         used.status.as_ref().and_then(|s| s.activate_gateway.as_deref()),
         Some("node1"),
         "a distributed FIP's EIP lives on the pod's node"
     );
-    assert_eq!(
-        used.labels().get("ovn.kubernetes.io/vpc").map(String::as_str),
-        Some("vpc1")
-    );
-    assert_eq!(
-        used.annotations()
-            .get("ovn.kubernetes.io/vpc_nat")
-            .map(String::as_str),
-        Some("f-a")
-    );
+    assert_eq!(label(&used, "ovn.kubernetes.io/vpc"), Some("vpc1"));
+    assert_eq!(annotation(&used, "ovn.kubernetes.io/vpc_nat"), Some("f-a"));
 
     // Outside → FIP reaches a; a → outside leaves with the FIP.
     let trace = env
@@ -233,11 +183,7 @@ async fn eips_fips_snat_and_dnat_on_a_vpc_router() {
     );
 
     // SNAT: b leaves with e-snat.
-    let snat = until::<OvnSnatRule>(&env, "s-s1", "ready", |s| {
-        s.and_then(|s| s.status.as_ref()).and_then(|s| s.ready) == Some(true)
-    })
-    .await
-    .unwrap();
+    let snat: OvnSnatRule = ready(&env, "s-s1").await;
     let ss = snat.status.clone().unwrap();
     assert_eq!(ss.v4_ip_cidr.as_deref(), Some("10.1.0.0/24"));
     assert_eq!(ss.v4_eip.as_ref(), Some(&snat_ip));
@@ -254,14 +200,8 @@ async fn eips_fips_snat_and_dnat_on_a_vpc_router() {
     );
 
     // DNAT: a load balancer named after the rule on vpc1; TCP eip:80 reaches b:8080.
-    until::<OvnDnatRule>(&env, "d-b", "ready", |d| {
-        d.and_then(|d| d.status.as_ref()).and_then(|s| s.ready) == Some(true)
-    })
-    .await;
-    until::<OvnDnatRule>(&env, "d-b-udp", "ready", |d| {
-        d.and_then(|d| d.status.as_ref()).and_then(|s| s.ready) == Some(true)
-    })
-    .await;
+    ready::<OvnDnatRule>(&env, "d-b").await;
+    ready::<OvnDnatRule>(&env, "d-b-udp").await;
     let lb = env
         .ovn
         .nbctl(&[
@@ -309,13 +249,8 @@ async fn eips_fips_snat_and_dnat_on_a_vpc_router() {
     // chassis; outside → it through the router's external port reaches b.
     apply(&env, "OvnEip", "e-cen", json!({})).await;
     let cen_ip = eip_v4(&eip_ready(&env, "e-cen").await);
-    apply(
-        &env,
-        "OvnFip",
-        "f-b",
-        json!({"ovnEip": "e-cen", "ipName": "b.nsv", "type": "centralized"}),
-    )
-    .await;
+    let spec = json!({"ovnEip": "e-cen", "ipName": "b.nsv", "type": "centralized"});
+    apply(&env, "OvnFip", "f-b", spec).await;
     let cen = nb_until(&env, &["lr-nat-list", "vpc1"], "the centralized FIP's row", |o| {
         o.contains(&cen_ip)
     })
@@ -336,14 +271,7 @@ async fn eips_fips_snat_and_dnat_on_a_vpc_router() {
         "outside → centralized FIP: {}",
         trace.text
     );
-    let e_cen = until::<OvnEip>(&env, "e-cen", "used by the FIP", |e| {
-        e.and_then(|e| e.status.as_ref())
-            .and_then(|s| s.nat.clone())
-            .as_deref()
-            == Some("fip")
-    })
-    .await
-    .unwrap();
+    let e_cen = eip_used(&env, "e-cen", "fip").await;
     assert_eq!(
         e_cen.status.as_ref().and_then(|s| s.activate_gateway.clone()),
         None,
@@ -372,13 +300,8 @@ async fn eips_fips_snat_and_dnat_on_a_vpc_router() {
     );
 
     // Kube-OVN's e2e 1.1: the VPC's lrp EIP shared by an SNAT, a DNAT and a vip FIP.
-    apply(
-        &env,
-        "OvnEip",
-        "vpc1-external",
-        json!({"type": "lrp", "externalSubnet": "external"}),
-    )
-    .await;
+    let spec = json!({"type": "lrp", "externalSubnet": "external"});
+    apply(&env, "OvnEip", "vpc1-external", spec).await;
     Api::<OvnEip>::all(env.kube.clone())
         .patch_status(
             "vpc1-external",
@@ -387,46 +310,27 @@ async fn eips_fips_snat_and_dnat_on_a_vpc_router() {
         )
         .await
         .unwrap();
-    apply(&env, "Vip", "v1", json!({"subnet": "s1", "v4ip": "10.1.0.100"})).await;
-    apply(
+    apply_all(
         &env,
-        "OvnSnatRule",
-        "s-lrp",
-        json!({"ovnEip": "vpc1-external", "ipName": "b.nsv"}),
+        &[
+            ("Vip", "v1", json!({"subnet": "s1", "v4ip": "10.1.0.100"})),
+            ("OvnSnatRule", "s-lrp", json!({"ovnEip": "vpc1-external", "ipName": "b.nsv"})),
+            (
+                "OvnDnatRule",
+                "d-lrp",
+                json!({"ovnEip": "vpc1-external", "ipName": "b.nsv", "externalPort": "2222", "internalPort": "22"}),
+            ),
+            (
+                "OvnFip",
+                "f-vip",
+                json!({"ovnEip": "vpc1-external", "ipType": "vip", "ipName": "v1"}),
+            ),
+        ],
     )
     .await;
-    apply(
-        &env,
-        "OvnDnatRule",
-        "d-lrp",
-        json!({"ovnEip": "vpc1-external", "ipName": "b.nsv", "externalPort": "2222", "internalPort": "22"}),
-    )
-    .await;
-    apply(
-        &env,
-        "OvnFip",
-        "f-vip",
-        json!({"ovnEip": "vpc1-external", "ipType": "vip", "ipName": "v1"}),
-    )
-    .await;
-    let lrp = until::<OvnEip>(&env, "vpc1-external", "used by all three", |e| {
-        e.and_then(|e| e.status.as_ref())
-            .and_then(|s| s.nat.clone())
-            .as_deref()
-            == Some("dnat,fip,snat")
-    })
-    .await
-    .unwrap();
-    assert_eq!(
-        lrp.labels().get("ovn.kubernetes.io/vpc").map(String::as_str),
-        Some("vpc1")
-    );
-    assert_eq!(
-        lrp.labels()
-            .get("ovn.kubernetes.io/ovn_eip_type")
-            .map(String::as_str),
-        Some("lrp")
-    );
+    let lrp = eip_used(&env, "vpc1-external", "dnat,fip,snat").await;
+    assert_eq!(label(&lrp, "ovn.kubernetes.io/vpc"), Some("vpc1"));
+    assert_eq!(label(&lrp, "ovn.kubernetes.io/ovn_eip_type"), Some("lrp"));
     assert_eq!(
         lrp.status.as_ref().and_then(|s| s.activate_gateway.clone()),
         None,
@@ -443,20 +347,21 @@ async fn eips_fips_snat_and_dnat_on_a_vpc_router() {
 async fn bad_input_is_refused_whole_deletion_waits_and_a_restart_writes_nothing() {
     // A collection every second: the pod collector must leave the EIPs' addresses alone.
     let (mut env, _a, _b) = world_with(&["--gc-interval=1"]).await;
-    apply(&env, "OvnEip", "e1", json!({})).await;
-    apply(&env, "OvnEip", "e2", json!({})).await;
-    apply(&env, "OvnEip", "e3", json!({})).await;
-    apply(&env, "OvnEip", "e-lsp", json!({"type": "lsp"})).await;
+    apply_all(
+        &env,
+        &[
+            ("OvnEip", "e1", json!({})),
+            ("OvnEip", "e2", json!({})),
+            ("OvnEip", "e3", json!({})),
+            ("OvnEip", "e-lsp", json!({"type": "lsp"})),
+        ],
+    )
+    .await;
     let e1 = eip_v4(&eip_ready(&env, "e1").await);
     eip_ready(&env, "e2").await;
     eip_ready(&env, "e3").await;
-    apply(
-        &env,
-        "OvnFip",
-        "f-a",
-        json!({"ovnEip": "e1", "ipName": "a.nsv", "type": "distributed"}),
-    )
-    .await;
+    let f_a = json!({"ovnEip": "e1", "ipName": "a.nsv", "type": "distributed"});
+    apply(&env, "OvnFip", "f-a", f_a.clone()).await;
     apply(
         &env,
         "OvnSnatRule",
@@ -464,35 +369,9 @@ async fn bad_input_is_refused_whole_deletion_waits_and_a_restart_writes_nothing(
         json!({"ovnEip": "e2", "vpcSubnet": "s1"}),
     )
     .await;
-    for (kind, name) in [("OvnFip", "f-a"), ("OvnSnatRule", "s-s1")] {
-        let api: Api<kube::api::DynamicObject> = Api::all_with(
-            env.kube.clone(),
-            &kube::api::ApiResource::from_gvk_with_plural(
-                &kube::api::GroupVersionKind::gvk("kubeovn.io", "v1", kind),
-                if kind == "OvnFip" {
-                    "ovn-fips"
-                } else {
-                    "ovn-snat-rules"
-                },
-            ),
-        );
-        wait_until_async(&format!("{kind} {name} ready"), WAIT, || {
-            let api = api.clone();
-            async move { Ok(api.get(name).await?.data["status"]["ready"] == json!(true)) }
-        })
-        .await
-        .unwrap();
-    }
-    let ids = env
-        .ovn
-        .nbctl(&[
-            "--bare",
-            "--columns=options",
-            "find",
-            "NAT",
-            &format!("external_ip={e1}"),
-        ])
-        .unwrap();
+    ready::<OvnFip>(&env, "f-a").await;
+    ready::<OvnSnatRule>(&env, "s-s1").await;
+    let ids = nat_columns(&env, "options", &e1);
     assert!(
         ids.contains("stateless=true"),
         "spec.type distributed: stateless: {ids}"
@@ -544,9 +423,8 @@ async fn bad_input_is_refused_whole_deletion_waits_and_a_restart_writes_nothing(
             "ovnEip",
         ),
     ];
-    for (kind, name, spec, _, _) in &bad {
-        apply(&env, kind, name, spec.clone()).await;
-    }
+    let specs: Vec<_> = bad.iter().map(|(k, n, s, ..)| (*k, *n, s.clone())).collect();
+    apply_all(&env, &specs).await;
     for (kind, name, _, reason, field) in &bad {
         warned(&env, kind, name, reason, field).await;
     }
@@ -560,31 +438,15 @@ async fn bad_input_is_refused_whole_deletion_waits_and_a_restart_writes_nothing(
     );
     assert_eq!(f.status.as_ref().and_then(|s| s.ready), None);
     // An applied rule is not torn down by a later bad edit.
-    apply(
-        &env,
-        "OvnFip",
-        "f-a",
-        json!({"ovnEip": "e1", "ipName": "b.nsv", "type": "distributed"}),
-    )
-    .await;
+    let moved = json!({"ovnEip": "e1", "ipName": "b.nsv", "type": "distributed"});
+    apply(&env, "OvnFip", "f-a", moved).await;
     warned(&env, "OvnFip", "f-a", "ChangeNotSupported", "ipName").await;
     let f = Api::<OvnFip>::all(env.kube.clone()).get("f-a").await.unwrap();
     assert_eq!(f.status.as_ref().and_then(|s| s.ready), Some(true));
     assert_eq!(nb_nat_state(&env), before, "refusals wrote nothing");
-    apply(
-        &env,
-        "OvnFip",
-        "f-a",
-        json!({"ovnEip": "e1", "ipName": "a.nsv", "type": "distributed"}),
-    )
-    .await;
-    until::<OvnFip>(&env, "f-a", "valid again", |f| {
-        reason(
-            f.and_then(|f| f.status.as_ref())
-                .and_then(|s| s.conditions.as_ref()),
-            "Validated",
-        )
-        .is_some_and(|(s, _)| s == ConditionStatus::True)
+    apply(&env, "OvnFip", "f-a", f_a).await;
+    until_condition::<OvnFip>(&env, "f-a", "valid again", "Validated", |s, _| {
+        s == ConditionStatus::True
     })
     .await;
     for (kind, name, ..) in &bad {
@@ -662,16 +524,8 @@ async fn bad_input_is_refused_whole_deletion_waits_and_a_restart_writes_nothing(
 
     // Delete order: the EIP waits for its FIP (finalizer, EipInUse), then goes with its address.
     delete(&env, "OvnEip", "e1").await;
-    let waiting = until::<OvnEip>(&env, "e1", "waiting for its FIP", |e| {
-        reason(
-            e.and_then(|e| e.status.as_ref())
-                .and_then(|s| s.conditions.as_ref()),
-            "Ready",
-        )
-        .is_some_and(|(_, r)| r == "EipInUse")
-    })
-    .await
-    .unwrap();
+    let waiting: OvnEip =
+        until_condition(&env, "e1", "waiting for its FIP", "Ready", |_, r| r == "EipInUse").await;
     let message = find_condition(
         waiting.status.as_ref().unwrap().conditions.as_ref().unwrap(),
         "Ready",

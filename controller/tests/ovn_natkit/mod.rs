@@ -49,12 +49,92 @@ where
     now
 }
 
-pub async fn eip_ready(env: &Env, name: &str) -> OvnEip {
-    until::<OvnEip>(env, name, "ready", |e| {
-        e.and_then(|e| e.status.as_ref()).and_then(|s| s.ready) == Some(true)
+/// Applies each `(kind, name, spec)`, in order.
+pub async fn apply_all(env: &Env, objects: &[(&str, &str, serde_json::Value)]) {
+    for (kind, name, spec) in objects {
+        apply(env, kind, name, spec.clone()).await;
+    }
+}
+
+/// `status.<field>` of an object, as JSON (`null` when absent).
+pub fn status_field<K: serde::Serialize>(o: &K, field: &str) -> serde_json::Value {
+    serde_json::to_value(o).unwrap_or_default()["status"][field].clone()
+}
+
+/// Waits until the cluster-scoped object `name` has `status.ready` true, and returns it.
+pub async fn ready<K>(env: &Env, name: &str) -> K
+where
+    K: Resource<Scope = kube::core::ClusterResourceScope, DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + serde::Serialize,
+{
+    until::<K>(env, name, "ready", |o| {
+        o.is_some_and(|o| status_field(o, "ready") == json!(true))
     })
     .await
     .unwrap()
+}
+
+pub async fn eip_ready(env: &Env, name: &str) -> OvnEip {
+    ready::<OvnEip>(env, name).await
+}
+
+/// Waits until OvnEip `name`'s `status.nat` (its users' kinds) is `nat`, and returns it.
+pub async fn eip_used(env: &Env, name: &str, nat: &str) -> OvnEip {
+    until::<OvnEip>(env, name, &format!("used by {nat}"), |e| {
+        e.and_then(|e| e.status.as_ref()).and_then(|s| s.nat.as_deref()) == Some(nat)
+    })
+    .await
+    .unwrap()
+}
+
+/// Waits until the object `name`'s condition `type_` satisfies `ok` (status, reason), `what`
+/// saying what that means, and returns the object.
+pub async fn until_condition<K>(
+    env: &Env,
+    name: &str,
+    what: &str,
+    type_: &str,
+    ok: impl Fn(ConditionStatus, &str) -> bool,
+) -> K
+where
+    K: Resource<Scope = kube::core::ClusterResourceScope, DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + serde::Serialize,
+{
+    until::<K>(env, name, &format!("{what} (condition {type_})"), |o| {
+        let conditions = o.and_then(|o| serde_json::from_value(status_field(o, "conditions")).ok());
+        reason(conditions.as_ref(), type_).is_some_and(|(s, r)| ok(s, &r))
+    })
+    .await
+    .unwrap()
+}
+
+/// A label's value.
+pub fn label<'a>(o: &'a impl Resource, key: &str) -> Option<&'a str> {
+    o.meta().labels.as_ref()?.get(key).map(String::as_str)
+}
+
+/// An annotation's value.
+pub fn annotation<'a>(o: &'a impl Resource, key: &str) -> Option<&'a str> {
+    o.meta().annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+/// `columns` of the NAT rows whose `external_ip` is `ip` (`ovn-nbctl --bare find`).
+pub fn nat_columns(env: &Env, columns: &str, ip: &str) -> String {
+    env.ovn
+        .nbctl(&[
+            "--bare",
+            &format!("--columns={columns}"),
+            "find",
+            "NAT",
+            &format!("external_ip={ip}"),
+        ])
+        .unwrap()
 }
 
 pub fn eip_v4(e: &OvnEip) -> String {
