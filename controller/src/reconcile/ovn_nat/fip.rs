@@ -116,7 +116,7 @@ async fn apply(fip: &OvnFip, ctx: &Context) -> Result<Action> {
     let vpc = target.internal.vpc.clone();
     let rows = rows(&target);
     rule::write_on_router(ctx, fip, Some(&vpc), "ovn-fip", "NAT row", |plan, cache| {
-        sync_nat(plan, cache, (FIP_KEY, &name), Some(&vpc), &rows, true)
+        sync_nat(plan, cache, (FIP_KEY, &name), Some(&vpc), &rows, true);
     })
     .await?;
     let labels = super::eip_labels(&target.eip, true);
@@ -136,7 +136,7 @@ async fn apply(fip: &OvnFip, ctx: &Context) -> Result<Action> {
 async fn cleanup(fip: &OvnFip, ctx: &Context) -> Result<Action> {
     let name = fip.name_any();
     rule::write_on_router(ctx, fip, None, "ovn-fip-delete", "NAT row", |plan, cache| {
-        sync_nat(plan, cache, (FIP_KEY, &name), None, &[], false)
+        sync_nat(plan, cache, (FIP_KEY, &name), None, &[], false);
     })
     .await?;
     Ok(Action::await_change())

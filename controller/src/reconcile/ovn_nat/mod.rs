@@ -10,6 +10,10 @@
 //!            ─ labels + annotation ─ status ─ its EIP looks again (controllers.rs trigger)
 //! ```
 //!
+//! The steps the three rule kinds take alike are written once, in [`rule`] (their EIP, their
+//! claim on it, a FIP's or DNAT's internal side, the NB write, the finalizer), and here
+//! ([`refused`], [`write_rule`]).
+//!
 //! A rule is validated whole before anything is written; a refusal is a condition
 //! (`Validated=False`, and `Ready=False` unless the rule was applied before), a Warning event
 //! naming `Kind name` and the field, and a log line; a rule already applied keeps its rows.

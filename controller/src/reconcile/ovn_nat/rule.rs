@@ -145,29 +145,28 @@ pub async fn internal_by_ip<K: Rule>(
     let ip_type =
         IpType::parse(s.ip_type).map_err(|e| refuse(validate::INVALID_SPEC, &kind, &name, "ipType", e))?;
     let nonempty = |v: Option<&str>| v.filter(|v| !v.is_empty()).map(str::to_owned);
-    let internal = match nonempty(s.ip_name) {
-        Some(ip_name) => super::internal_of(ctx, &kind, &name, &ip_name, ip_type).await?,
-        None => {
-            let vpc = nonempty(s.vpc).ok_or_else(|| {
-                refuse(
-                    validate::INVALID_SPEC,
-                    &kind,
-                    &name,
-                    "vpc",
-                    "no vpc: set spec.ipName, or spec.vpc with spec.v4Ip/v6Ip",
-                )
-            })?;
-            for (field, v) in [("v4Ip", s.v4_ip), ("v6Ip", s.v6_ip)] {
-                if let Some(v) = nonempty(v) {
-                    validate::parse_ip(&kind, &name, field, &v)?;
-                }
+    let internal = if let Some(ip_name) = nonempty(s.ip_name) {
+        super::internal_of(ctx, &kind, &name, &ip_name, ip_type).await?
+    } else {
+        let vpc = nonempty(s.vpc).ok_or_else(|| {
+            refuse(
+                validate::INVALID_SPEC,
+                &kind,
+                &name,
+                "vpc",
+                "no vpc: set spec.ipName, or spec.vpc with spec.v4Ip/v6Ip",
+            )
+        })?;
+        for (field, v) in [("v4Ip", s.v4_ip), ("v6Ip", s.v6_ip)] {
+            if let Some(v) = nonempty(v) {
+                validate::parse_ip(&kind, &name, field, &v)?;
             }
-            Internal {
-                vpc,
-                v4: nonempty(s.v4_ip),
-                v6: nonempty(s.v6_ip),
-                ..Internal::default()
-            }
+        }
+        Internal {
+            vpc,
+            v4: nonempty(s.v4_ip),
+            v6: nonempty(s.v6_ip),
+            ..Internal::default()
         }
     };
     validate::vpc_agrees(&kind, &name, s.vpc, &internal)?;
@@ -277,4 +276,48 @@ where
     })
     .await
     .map_err(crate::reconcile::finalizer_error::<K>(&name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fip(status: &serde_json::Value) -> OvnFip {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "kubeovn.io/v1", "kind": "OvnFip", "metadata": {"name": "f1"},
+            "spec": {}, "status": status,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_an_applied_rule_is_held_to_what_it_applied() {
+        let applied =
+            fip(&serde_json::json!({"ready": true, "vpc": "vpc1", "macAddress": "0a:00:00:00:00:01"}));
+        assert_eq!(applied.applied_vpc(), Some("vpc1"));
+        assert!(applied.distributed());
+        assert_eq!(
+            unchanged(&applied, &[("vpc", "vpc", Some("vpc1"), Some("vpc1"))]),
+            Ok(())
+        );
+        let e = unchanged(&applied, &[("vpc", "vpc", Some("vpc1"), Some("vpc2"))]).unwrap_err();
+        assert_eq!(
+            (e.reason, e.message.as_str()),
+            (
+                validate::CHANGE_NOT_SUPPORTED,
+                "OvnFip f1: spec.vpc: not support change vpc for fip f1"
+            )
+        );
+        // Nothing applied for that field yet (empty or absent): no change to refuse.
+        assert_eq!(
+            unchanged(&applied, &[("ipName", "ip", Some(""), Some("10.1.0.5"))]),
+            Ok(())
+        );
+        let fresh = fip(&serde_json::json!({"vpc": "vpc1"}));
+        assert!(!fresh.ready() && !fresh.distributed());
+        assert_eq!(
+            unchanged(&fresh, &[("vpc", "vpc", Some("vpc1"), Some("vpc2"))]),
+            Ok(())
+        );
+    }
 }

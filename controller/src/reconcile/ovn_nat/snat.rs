@@ -155,7 +155,7 @@ async fn apply(rule: &OvnSnatRule, ctx: &Context) -> Result<Action> {
         .collect();
     let vpc = internal.vpc.clone();
     rule::write_on_router(ctx, rule, Some(&vpc), "ovn-snat", "NAT rows", |plan, cache| {
-        sync_nat(plan, cache, (SNAT_KEY, &name), Some(&vpc), &rows, false)
+        sync_nat(plan, cache, (SNAT_KEY, &name), Some(&vpc), &rows, false);
     })
     .await?;
     let want = json!({
@@ -170,7 +170,7 @@ async fn apply(rule: &OvnSnatRule, ctx: &Context) -> Result<Action> {
 async fn cleanup(rule: &OvnSnatRule, ctx: &Context) -> Result<Action> {
     let name = rule.name_any();
     rule::write_on_router(ctx, rule, None, "ovn-snat-delete", "NAT rows", |plan, cache| {
-        sync_nat(plan, cache, (SNAT_KEY, &name), None, &[], false)
+        sync_nat(plan, cache, (SNAT_KEY, &name), None, &[], false);
     })
     .await?;
     Ok(Action::await_change())
