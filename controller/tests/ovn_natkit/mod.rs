@@ -26,15 +26,28 @@ pub async fn apply(env: &Env, kind: &str, name: &str, spec: serde_json::Value) {
     .await;
 }
 
-/// Waits until the cluster-scoped object `name` satisfies `ok` (absent counts as `None`), and
-/// returns it.
-pub async fn until<K>(env: &Env, name: &str, what: &str, ok: impl Fn(Option<&K>) -> bool) -> Option<K>
-where
+/// A cluster-scoped object these helpers read (the OVN NAT kinds).
+pub trait Crd:
+    Resource<Scope = kube::core::ClusterResourceScope, DynamicType = ()>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+    + serde::Serialize
+{
+}
+
+impl<K> Crd for K where
     K: Resource<Scope = kube::core::ClusterResourceScope, DynamicType = ()>
         + Clone
         + std::fmt::Debug
-        + serde::de::DeserializeOwned,
+        + serde::de::DeserializeOwned
+        + serde::Serialize
 {
+}
+
+/// Waits until the cluster-scoped object `name` satisfies `ok` (absent counts as `None`), and
+/// returns it.
+pub async fn until<K: Crd>(env: &Env, name: &str, what: &str, ok: impl Fn(Option<&K>) -> bool) -> Option<K> {
     let api: Api<K> = Api::all(env.kube.clone());
     let ok = &ok;
     let waited = wait_until_async(&format!("{} {name}: {what}", K::kind(&())), WAIT, || {
@@ -62,14 +75,7 @@ pub fn status_field<K: serde::Serialize>(o: &K, field: &str) -> serde_json::Valu
 }
 
 /// Waits until the cluster-scoped object `name` has `status.ready` true, and returns it.
-pub async fn ready<K>(env: &Env, name: &str) -> K
-where
-    K: Resource<Scope = kube::core::ClusterResourceScope, DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + serde::Serialize,
-{
+pub async fn ready<K: Crd>(env: &Env, name: &str) -> K {
     until::<K>(env, name, "ready", |o| {
         o.is_some_and(|o| status_field(o, "ready") == json!(true))
     })
@@ -92,20 +98,13 @@ pub async fn eip_used(env: &Env, name: &str, nat: &str) -> OvnEip {
 
 /// Waits until the object `name`'s condition `type_` satisfies `ok` (status, reason), `what`
 /// saying what that means, and returns the object.
-pub async fn until_condition<K>(
+pub async fn until_condition<K: Crd>(
     env: &Env,
     name: &str,
     what: &str,
     type_: &str,
     ok: impl Fn(ConditionStatus, &str) -> bool,
-) -> K
-where
-    K: Resource<Scope = kube::core::ClusterResourceScope, DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + serde::Serialize,
-{
+) -> K {
     until::<K>(env, name, &format!("{what} (condition {type_})"), |o| {
         let conditions = o.and_then(|o| serde_json::from_value(status_field(o, "conditions")).ok());
         reason(conditions.as_ref(), type_).is_some_and(|(s, r)| ok(s, &r))
