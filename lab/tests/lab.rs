@@ -106,6 +106,7 @@ fn the_lab_comes_up_green_is_usable_and_goes_down_clean() -> Result<()> {
         "up's report does not describe the external network:\n{out}"
     );
     external::the_external_network_works(&lab, &nodes)?;
+    external::the_vpc_reaches_out_through_its_eips(&lab, &out)?;
     let again = lab.run(&["up", "--no-install"])?;
     ensure!(
         !again.status.success() && String::from_utf8_lossy(&again.stderr).contains("already up"),
@@ -117,8 +118,8 @@ fn the_lab_comes_up_green_is_usable_and_goes_down_clean() -> Result<()> {
     ensure!(
         status.lines().any(|l| l.contains("external network")
             && l.contains("gateway 10.200.0.1 on the ToR's vlan200")
-            && l.contains("node1 10.200.0.11 on eth2")
-            && l.contains("node2 10.200.0.12 on eth2")),
+            && l.contains("node1 10.200.0.11 on br-external")
+            && l.contains("node2 10.200.0.12 on br-external")),
         "status describes the external network:\n{status}"
     );
     let svc = lab.ok(&["kubectl", "-n", "demo", "get", "svc", "hello"])?;
@@ -332,7 +333,8 @@ fn the_lab_comes_up_green_is_usable_and_goes_down_clean() -> Result<()> {
         .process("node1-daemon")
         .context("node1-daemon in the state")?;
     ensure!(process::stop(pid, start, Duration::from_secs(5)) || !process::alive(pid, start));
-    // And a node that lost its address on the external network.
+    // And a node that lost its address on the external network (on br-external since the
+    // ProviderNetwork `external` took eth2).
     lab.ok(&[
         "node",
         "node2",
@@ -342,7 +344,7 @@ fn the_lab_comes_up_green_is_usable_and_goes_down_clean() -> Result<()> {
         "del",
         "10.200.0.12/24",
         "dev",
-        "eth2",
+        "br-external",
     ])?;
     let broken = lab.run(&["status"])?;
     let text = String::from_utf8_lossy(&broken.stdout);

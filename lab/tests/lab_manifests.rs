@@ -22,6 +22,9 @@ use anyhow::{Context, Result, ensure};
 use common::lab::Lab;
 use kube_ovn_testkit::wait_until;
 
+#[allow(dead_code, reason = "the external network's checks run on lab.rs' labs")]
+#[path = "lab/external.rs"]
+mod external;
 #[allow(dead_code, reason = "the VLAN fabric checks run on lab.rs' labs")]
 #[path = "lab/underlay.rs"]
 mod underlay;
@@ -239,6 +242,9 @@ fn installed_from_deploy_on_real_kubelets_it_is_green_and_keeps_serving_through_
         out.contains("no request of any component was refused"),
         "RBAC refusals:\n{out}"
     );
+    // vpc1 out through its EIPs and in at its FIP and DNAT port, the EIPs announced from the
+    // node that holds its gateway port, which then moves away and back.
+    external::the_vpc_reaches_out_through_its_eips(&lab, &out)?;
 
     // Our components are pods the kubelets made through containerd: as many as deploy/ asks.
     let pods = jsonpath(

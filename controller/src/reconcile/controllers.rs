@@ -23,6 +23,7 @@
 //!                 ProviderNetworks (status.vlans, appearing, going) → the Vlans on them
 //!   Subnet     ◀─ also Vlans (spec, conflict, deletion) → the subnets naming them;
 //!                 ProviderNetworks' status.vlans → the subnets of the Vlans listed or unlisted
+//!   OvnEip, OvnFip, OvnSnatRule, OvnDnatRule ◀─ see ovn_nat/wiring.rs
 //! ```
 
 use std::future::Future;
@@ -61,11 +62,12 @@ pub struct Controllers {
     vlans: Controller<Vlan>,
     /// The VPCs' external gateways: what moves an lrp OvnEip's `activateGateway`.
     external: super::external::active::Subscriptions,
+    ovn_nat: super::ovn_nat::wiring::OvnNat,
 }
 
 /// A controller of `K` over the shared watch, reconciling objects that change in what `differs`
 /// compares, `workers` at a time.
-fn own<K>(informer: &Informer<K>, differs: fn(&K, &K) -> bool, workers: u16) -> Controller<K>
+pub(crate) fn own<K>(informer: &Informer<K>, differs: fn(&K, &K) -> bool, workers: u16) -> Controller<K>
 where
     K: kube::Resource<DynamicType = ()>
         + Clone
@@ -192,7 +194,7 @@ fn underlay(
 }
 
 /// Every object of the cache, as references.
-fn every<K>(cache: &Cache<K>) -> impl Fn() -> Vec<ObjectRef<K>> + Clone + Send + 'static
+pub(crate) fn every<K>(cache: &Cache<K>) -> impl Fn() -> Vec<ObjectRef<K>> + Clone + Send + 'static
 where
     K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
 {
@@ -363,6 +365,7 @@ impl Controllers {
             provider_networks,
             vlans,
             external,
+            ovn_nat: super::ovn_nat::wiring::OvnNat::new(config, informers, stores),
         }
     }
 
@@ -382,6 +385,7 @@ impl Controllers {
             provider_networks,
             vlans,
             external,
+            ovn_nat,
         } = self;
         async move {
             futures::join!(
@@ -485,6 +489,7 @@ impl Controllers {
                         ctx.clone()
                     )
                 ),
+                ovn_nat.run(ctx.clone()),
             );
         }
     }

@@ -154,6 +154,8 @@ pub async fn collect(ctx: &Context) -> Result<Collected> {
     );
     // A subnet's U2O interconnection address belongs to the subnet, not to a pod.
     candidates.retain(|k| !alive(ctx, k) && !crate::reconcile::subnet::u2o::is_u2o_key(k));
+    // An OvnEip's address is the EIP's (released when the EIP goes), not a pod's.
+    candidates.retain(|k| !super::ovn_nat::gc::is_eip_key(ctx, k));
     for key in candidates {
         let _lock = ctx.pod_locks.lock(&key).await;
         if alive(ctx, &key) {
@@ -209,6 +211,8 @@ pub async fn collect(ctx: &Context) -> Result<Collected> {
     }
     // VPCs' external gateway rows whose VPC is gone (their own module).
     out.vpcs = super::external::gc::collect(ctx).await?;
+    // 5. OVN NAT rows and DNAT load balancers of rules that are gone.
+    super::ovn_nat::gc::collect(ctx).await?;
     if out != Collected::default() {
         tracing::info!(
             vpcs = out.vpcs.len(),

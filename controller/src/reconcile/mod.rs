@@ -44,6 +44,7 @@
 pub mod ip;
 pub mod network_policy;
 pub mod node;
+pub mod ovn_nat;
 pub mod pod;
 pub mod pod_eip;
 pub mod provider_network;

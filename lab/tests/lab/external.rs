@@ -18,9 +18,11 @@ use super::{Lab, WAIT};
 /// `.1`): asking for it is an ARP broadcast flooded over the whole VLAN.
 const UNHELD_VLAN100_ADDRESS: &str = "10.100.0.9";
 
-/// Each node's `eth2` reaches the external gateway `10.200.0.1` and the outside host reaches each
-/// node's `10.200.0.1x` through the ToR's connected route (no BGP route); `tcpdump -e` on the
-/// ToR's access port shows those frames untagged; and an underlay pod's ARP broadcast on VLAN 100
+/// Each node's `eth2` is in `br-external` (ProviderNetwork `external` of
+/// `examples/lab/50-external.yaml`) with its `10.200.0.1x` moved there, from which the node
+/// reaches the external gateway `10.200.0.1`; the outside host reaches each node's address
+/// through the ToR's connected route (no BGP route for it); `tcpdump -e` on the ToR's access port
+/// shows those frames untagged; and an underlay pod's ARP broadcast on VLAN 100
 /// (`examples/lab/40-underlay.yaml` applied, each `eth1` in `br-net1`), which the ToR floods to
 /// every VLAN 100 port (seen tagged on a trunk), reaches no access port of the external network.
 pub fn the_external_network_works(lab: &Lab, nodes: &[&str]) -> Result<()> {
@@ -38,21 +40,32 @@ pub fn the_external_network_works(lab: &Lab, nodes: &[&str]) -> Result<()> {
             "{}: an access port of VLAN 200, its tag is {tag:?}",
             node.ext_port
         );
+        let address = node.ext_ip.to_string();
+        wait_until(
+            &format!("{}'s {EXTERNAL_NIC} in br-external with {address}", node.name),
+            WAIT,
+            || {
+                let bridge = lab.run(&["node", &node.name, "--", "ovs-vsctl", "port-to-br", EXTERNAL_NIC])?;
+                let on = lab.ok(&[
+                    "node",
+                    &node.name,
+                    "--",
+                    "ip",
+                    "-br",
+                    "-4",
+                    "addr",
+                    "show",
+                    "br-external",
+                ])?;
+                Ok(String::from_utf8_lossy(&bridge.stdout).trim() == "br-external"
+                    && on.contains(&format!("{address}/24")))
+            },
+        )?;
         let ping = [
-            "node",
-            &node.name,
-            "--",
-            "ping",
-            "-c",
-            "1",
-            "-W",
-            "1",
-            "-I",
-            EXTERNAL_NIC,
-            &gateway,
+            "node", &node.name, "--", "ping", "-c", "1", "-W", "1", "-I", &address, &gateway,
         ];
         wait_until(
-            &format!("{}'s {EXTERNAL_NIC} to reach {gateway}", node.name),
+            &format!("{} to reach {gateway} from {address}", node.name),
             WAIT,
             || Ok(lab.run(&ping)?.status.success()),
         )?;
@@ -212,4 +225,60 @@ impl Capture {
             .read_to_string(&mut out)?;
         Ok(out)
     }
+}
+
+/// vpc1's way out and in through OVN's NAT (`examples/lab/50-external.yaml`, applied by `up`):
+/// the matrix's rows in `up`'s report (tenant-2 leaves as the SNAT EIP, tenant-1 as its FIP; the
+/// outside host reaches tenant-1 at its FIP and tenant-2 through the DNAT rule), the EIPs with
+/// `bgp: "true"` in the ToR's table as /32s through the node that holds vpc1's gateway port (the
+/// lrp OvnEip's `status.activateGateway`), then the port moved off that node and back
+/// (`kube-ovn-lab failover`) with the route following; what the move cost is printed.
+pub fn the_vpc_reaches_out_through_its_eips(lab: &Lab, report: &str) -> Result<()> {
+    for row in [
+        "fip tenant-1 at 10.200.0.201:8080 → vpc1/tenant-1: ok",
+        "dnat tenant-2-web at 10.200.0.202:80 → vpc1/tenant-2: ok",
+    ] {
+        ensure!(report.contains(row), "the matrix lacks {row:?}:\n{report}");
+    }
+    let leaves_as = |pod: &str, eip: &str| {
+        report
+            .lines()
+            .any(|l| l.trim_start().starts_with(pod) && l.contains(&format!("(the outside saw {eip})")))
+    };
+    ensure!(
+        leaves_as("vpc1/tenant-2", "10.200.0.200") && leaves_as("vpc1/tenant-1", "10.200.0.201"),
+        "vpc1's pods leave with their EIPs:\n{report}"
+    );
+    let holder = lab
+        .ok(&[
+            "kubectl",
+            "get",
+            "ovn-eips",
+            "vpc1-external",
+            "-o",
+            "jsonpath={.status.activateGateway}",
+        ])?
+        .trim()
+        .to_owned();
+    let state = lab.state()?;
+    let t = Topology::new(&lab.name, state.nodes, state.tor, lab.dir.path()).map_err(anyhow::Error::msg)?;
+    let via = t
+        .node(&holder)
+        .with_context(|| format!("vpc1's gateway holder {holder:?}"))?
+        .ip;
+    for eip in ["10.200.0.200", "10.200.0.201", "10.200.0.202"] {
+        let route = lab.ok(&["tor", "--", "ip", "route", "show", &format!("{eip}/32")])?;
+        ensure!(
+            route.contains(&format!("via {via} ")),
+            "the ToR routes {eip} through {holder} ({via}): {route:?}"
+        );
+    }
+    let out = lab.ok(&["failover"])?;
+    println!("{out}");
+    let moves = out.lines().filter(|l| l.starts_with("round 1: ")).count();
+    ensure!(
+        moves == 2 && out.contains("2 moves; gateway status: median"),
+        "failover moved vpc1's gateway away and back:\n{out}"
+    );
+    Ok(())
 }

@@ -42,8 +42,6 @@ use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use kube::api::Resource;
-use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 use kube_ovn_api::annotations::keys;
 use kube_ovn_api::crd::{Subnet, Vpc, VpcSpec};
@@ -75,12 +73,9 @@ pub struct ExternalStatus {
 }
 
 /// Bad input, refused before anything was written: the condition's reason and the message
-/// (`Vpc <name>: spec.<field>: …`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
-    pub reason: &'static str,
-    pub message: String,
-}
+/// (`Vpc <name>: spec.<field>: …`); the OVN NAT objects' refusal, and [`warn`] their Warning.
+pub use super::ovn_nat::validate::Refusal;
+pub use super::ovn_nat::warn;
 
 /// What [`sync`] concluded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -384,21 +379,6 @@ pub async fn disconnect_all(ctx: &Context, vpc: &Vpc) -> Result<()> {
         eip::remove(ctx, &port::lrp_name(&name, subnet), subnet).await?;
     }
     Ok(())
-}
-
-/// A Warning event on the VPC (the refusal's reason and message) and a log line.
-pub async fn warn(ctx: &Context, vpc: &Vpc, refusal: &Refusal) {
-    tracing::warn!(reason = refusal.reason, "{}", refusal.message);
-    let event = Event {
-        type_: EventType::Warning,
-        reason: refusal.reason.into(),
-        note: Some(refusal.message.clone()),
-        action: "Reconcile".into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&event, &vpc.object_ref(&())).await {
-        tracing::debug!(error = %e, "cannot publish event");
-    }
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
-use kube_ovn_api::crd::{IPPool, Ip, Subnet};
+use kube_ovn_api::crd::{IPPool, Ip, OvnEip, Subnet};
 
 use kube::ResourceExt;
 use kube_ovn_api::annotations::{IpPair, IpRange, MacAddr, get, is_true, keys, parse};
@@ -48,6 +48,8 @@ pub struct Records {
     /// The controller's pod ports.
     pub ports: Vec<LogicalSwitchPort>,
     pub nodes: Vec<Arc<Node>>,
+    /// OvnEips: their `status` addresses and MAC on their external subnet.
+    pub ovn_eips: Vec<Arc<OvnEip>>,
     /// Default-VPC pods' EIP/SNAT addresses, by our NAT rows: `(subnet, IPAM key, address)`
     /// (`reconcile::pod_eip`).
     pub pod_eips: Vec<(String, String, std::net::Ipv4Addr)>,
@@ -63,7 +65,9 @@ pub fn rebuild_ipam(config: &Config, stores: &Stores, nb: &Nb) -> (Ipam, Rebuilt
             .filter(|p| is_owned_by(&p.external_ids, &[]) && p.external_ids.contains_key("pod"))
             .collect()
     });
-    let pod_eips = nb.read(|cache| crate::reconcile::pod_eip::reserved_in_nb(cache, &config.cluster_router));
+    let pod_eips = nb.read(|cache| {
+        crate::reconcile::pod_eip::reserved_in_nb(cache, &config.cluster_router, &config.external.switch)
+    });
     let records = Records {
         pod_eips,
         subnets: stores.subnets.state(),
@@ -71,8 +75,10 @@ pub fn rebuild_ipam(config: &Config, stores: &Stores, nb: &Nb) -> (Ipam, Rebuilt
         ips: stores.ips.state(),
         ports,
         nodes: stores.nodes.state(),
+        ovn_eips: stores.ovn_eips.state(),
     };
     let (ipam, out) = rebuild(&config.cluster_router, &config.node_subnet.name, &records);
+    let (ipam, out) = with_ovn_eips(ipam, out, &records.ovn_eips, &config.external.switch);
     for u in &out.unreadable {
         tracing::warn!(record = %u, "IPAM rebuild: a record could not be read; its address is not reserved");
     }
@@ -105,6 +111,59 @@ fn annotation<T: kube_ovn_api::annotations::AnnotationValue>(
     key: &str,
 ) -> Option<T> {
     readable(unreadable, || object.to_owned(), get::<T>(ann, key)).flatten()
+}
+
+/// OvnEips after the other records (Kube-OVN: after IptablesEIPs, before nodes; nodes hold
+/// join addresses, never an external subnet's, so the order changes nothing): each EIP's `status.v4Ip`/`v6Ip` and
+/// `macAddress` on `spec.externalSubnet` (empty: `default_subnet`), key = the EIP's name. Both
+/// families (Kube-OVN: v4 only), so a dual-stack EIP keeps its IPv6 address too.
+pub fn with_ovn_eips(
+    mut ipam: Ipam,
+    mut out: Rebuilt,
+    eips: &[Arc<OvnEip>],
+    default_subnet: &str,
+) -> (Ipam, Rebuilt) {
+    for e in eips {
+        let name = e.name_any();
+        let status = e.status.clone().unwrap_or_default();
+        let bad = &mut out.unreadable;
+        let addrs: Vec<IpAddr> = [("status.v4Ip", &status.v4_ip), ("status.v6Ip", &status.v6_ip)]
+            .into_iter()
+            .filter_map(|(field, a)| Some((field, a.as_deref().filter(|a| !a.is_empty())?)))
+            .filter_map(|(field, a)| {
+                readable(
+                    bad,
+                    || format!("OvnEip {name}: {field} {a:?}"),
+                    a.parse::<IpAddr>(),
+                )
+            })
+            .collect();
+        if addrs.is_empty() {
+            continue;
+        }
+        let mac = status
+            .mac_address
+            .as_deref()
+            .filter(|m| !m.is_empty())
+            .and_then(|m| {
+                readable(
+                    bad,
+                    || format!("OvnEip {name}"),
+                    parse::<MacAddr>("status.macAddress", m),
+                )
+            });
+        let subnet = e
+            .spec
+            .external_subnet
+            .clone()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| default_subnet.to_owned());
+        match ipam.allocate(&subnet, &name, &Request::pinned(addrs, mac)) {
+            Ok(_) => out.reserved += 1,
+            Err(e) => out.conflicts.push(format!("OvnEip {name}: {e}")),
+        }
+    }
+    (ipam, out)
 }
 
 /// The rebuild itself: subnets and IP pools from their CRs, then every recorded allocation in
@@ -272,5 +331,31 @@ mod tests {
         assert_eq!(out.unreadable.len(), 2, "{said}");
         assert_eq!(out.reserved, 1, "the readable IP CR is reserved");
         assert!(ipam.allocation("s1", "b.ns").is_some());
+    }
+
+    #[test]
+    fn an_ovn_eip_keeps_both_addresses_and_its_mac_under_its_name() {
+        let records = Records {
+            subnets: vec![obj(
+                json!({"metadata": {"name": "external"}, "spec": {"cidrBlock": "10.200.0.0/24,fd20::/120", "protocol": "Dual"}}),
+            )],
+            ..Records::default()
+        };
+        let (ipam, out) = rebuild("ovn-cluster", "join", &records);
+        let eips = vec![
+            obj(json!({"metadata": {"name": "e1"}, "spec": {},
+                "status": {"v4Ip": "10.200.0.50", "v6Ip": "fd20::50", "macAddress": "00:00:00:aa:bb:cc"}})),
+            obj(json!({"metadata": {"name": "e2"}, "spec": {"externalSubnet": "external"}})),
+        ];
+        let (ipam, out) = with_ovn_eips(ipam, out, &eips, "external");
+        assert_eq!(out.reserved, 1, "{out:?}");
+        let a = ipam.allocation("external", "e1").expect("e1 reserved");
+        assert_eq!(a.v4, Some("10.200.0.50".parse().unwrap()));
+        assert_eq!(a.v6, Some("fd20::50".parse().unwrap()));
+        assert_eq!(a.mac.to_string(), "00:00:00:aa:bb:cc");
+        assert!(
+            ipam.allocation("external", "e2").is_none(),
+            "no address yet: nothing reserved"
+        );
     }
 }

@@ -19,8 +19,8 @@
 //! [`crate::reconcile::pod::tenancy`]). The Warning does not name who holds an address.
 //!
 //! A restart keeps the reservations: the IPAM rebuild reads our NAT rows
-//! ([`reserved_in_nb`]). The NAT rows carry `external_ids` `pod_eip=<pod key>`, `kind`,
-//! `external_subnet` (Kube-OVN's carry none).
+//! ([`reserved_in_nb`]). The NAT rows carry `external_ids:pod_eip=<pod key>` (Kube-OVN's carry
+//! none); they are written by the OVN NAT rules' builder (`ovn_nat::plan::sync_nat`).
 
 pub mod plan;
 
@@ -43,6 +43,7 @@ use crate::ovn::owned::sync_policies;
 use crate::ovn::plan::Plan;
 use crate::reconcile::binding;
 use crate::reconcile::node_state::internal_ips;
+use crate::reconcile::ovn_nat::plan::sync_nat;
 use crate::reconcile::pod::tenancy;
 use crate::reconcile::subnet_spec::effective;
 use plan::{External, Kind, Refusal};
@@ -180,11 +181,11 @@ pub async fn sync(ctx: &Context, pod: &Pod, key: &str, vpc: &str, alloc: &Alloca
         return refuse(ctx, pod, &r).await;
     }
     let distributed = cfg.gateway_type == GatewayType::Distributed;
-    let rows = plan::nat_rows(key, &sw, pod_ip, &alloc.mac.to_string(), distributed, &wanted);
+    let rows = plan::nat_rows(key, pod_ip, &alloc.mac.to_string(), distributed, &wanted);
     let router = ctx.config.cluster_router.clone();
     let nb_plan = ctx.nb.read(|cache| {
         let mut p = Plan::new();
-        plan::sync_nats(&mut p, cache, &router, key, &rows);
+        sync_nat(&mut p, cache, (plan::OWNER_KEY, key), Some(&router), &rows, false);
         sync_policies(
             &mut p,
             cache,
@@ -311,7 +312,7 @@ pub async fn release(ctx: &Context, key: &str) -> Result<()> {
     let router = ctx.config.cluster_router.clone();
     let nb_plan = ctx.nb.read(|cache| {
         let mut p = Plan::new();
-        plan::sync_nats(&mut p, cache, &router, key, &[]);
+        sync_nat(&mut p, cache, (plan::OWNER_KEY, key), None, &[], false);
         sync_policies(&mut p, cache, &router, &owner(key), &[]);
         p
     });
@@ -330,19 +331,15 @@ pub async fn release(ctx: &Context, key: &str) -> Result<()> {
     Ok(())
 }
 
-/// The reservations our NAT rows record, for the IPAM rebuild: `(subnet, IPAM key, address)`.
-pub fn reserved_in_nb(cache: &DbCache, router: &str) -> Vec<(String, String, Ipv4Addr)> {
+/// The reservations our NAT rows on `router` record, for the IPAM rebuild: `(subnet, IPAM key,
+/// address)`, all on the external subnet `subnet` (`--external-gateway-switch`).
+pub fn reserved_in_nb(cache: &DbCache, router: &str, subnet: &str) -> Vec<(String, String, Ipv4Addr)> {
     plan::owned_nats(cache, router, None)
         .into_iter()
         .filter_map(|n| {
             let key = n.external_ids.get(plan::OWNER_KEY)?;
-            let kind = match n.external_ids.get(plan::KIND_KEY)?.as_str() {
-                "eip" => Kind::Eip,
-                "snat" => Kind::Snat,
-                _ => return None,
-            };
-            let subnet = n.external_ids.get(plan::SUBNET_KEY)?.clone();
-            Some((subnet, kind.ipam_key(key), n.external_ip.parse().ok()?))
+            let kind = Kind::of_nat_type(&n.r#type)?;
+            Some((subnet.to_owned(), kind.ipam_key(key), n.external_ip.parse().ok()?))
         })
         .collect()
 }

@@ -10,15 +10,12 @@ use kube_ovn_ovsdb::tables::nb::{LogicalRouter, Nat};
 use kube_ovn_ovsdb::{Atom, DbCache, Table, Uuid, Value};
 
 use crate::ovn::owned::PolicySpec;
-use crate::ovn::plan::{Plan, RowRef, is_owned_by, owned_ids};
+use crate::ovn::plan::is_owned_by;
 use crate::ovn::priority::POLICY_NORTH_GATEWAY;
+pub use crate::reconcile::ovn_nat::plan::NatRow;
 
 /// `external_ids` key of our NAT rows and policy: the pod's key `<pod>.<ns>`.
 pub const OWNER_KEY: &str = "pod_eip";
-/// `external_ids` key of our NAT rows: `eip` or `snat`.
-pub const KIND_KEY: &str = "kind";
-/// `external_ids` key of our NAT rows: the external subnet the address is reserved in.
-pub const SUBNET_KEY: &str = "external_subnet";
 
 /// Which annotation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -51,6 +48,11 @@ impl Kind {
             Kind::Eip => "dnat_and_snat",
             Kind::Snat => "snat",
         }
+    }
+
+    /// The annotation a NAT row of ours was written for, by its type.
+    pub fn of_nat_type(t: &str) -> Option<Self> {
+        Kind::ALL.into_iter().find(|k| k.nat_type() == t)
     }
 
     /// The IPAM key the address is reserved under on the external subnet: `<kind>:<pod key>`
@@ -187,38 +189,28 @@ pub fn check(
     }
 }
 
-/// The pod's NAT rows (Kube-OVN's `UpdateDnatAndSnat` / `EnsureSnat`): `eip` → `dnat_and_snat`
+/// The pod's NAT rows (Kube-OVN's `UpdateDnatAndSnat` / `EnsureSnat`), as the OVN NAT rules'
+/// builder takes them ([`crate::reconcile::ovn_nat::plan::NatRow`]): `eip` → `dnat_and_snat`
 /// (with `logical_port`, `external_mac` and `options:stateless=true` when the ConfigMap's `type`
 /// is distributed, so the pod's own chassis does the NAT), `snat` → `snat`.
 pub fn nat_rows(
     pod_key: &str,
-    subnet: &str,
     pod_ip: Ipv4Addr,
     pod_mac: &str,
     distributed: bool,
     wanted: &[(Kind, Ipv4Addr)],
-) -> Vec<Nat> {
+) -> Vec<NatRow> {
     wanted
         .iter()
         .map(|(kind, ext)| {
             let spread = distributed && *kind == Kind::Eip;
-            Nat {
-                r#type: kind.nat_type().into(),
+            NatRow {
+                kind: kind.nat_type(),
                 external_ip: ext.to_string(),
                 logical_ip: pod_ip.to_string(),
                 logical_port: spread.then(|| pod_key.to_owned()),
                 external_mac: spread.then(|| pod_mac.to_owned()),
-                options: if spread {
-                    BTreeMap::from([("stateless".to_owned(), "true".to_owned())])
-                } else {
-                    BTreeMap::new()
-                },
-                external_ids: owned_ids(&[
-                    (OWNER_KEY, pod_key),
-                    (KIND_KEY, kind.as_str()),
-                    (SUBNET_KEY, subnet),
-                ]),
-                ..Default::default()
+                stateless: spread,
             }
         })
         .collect()
@@ -258,44 +250,6 @@ pub fn owned_nats(cache: &DbCache, router: &str, pod_key: Option<&str>) -> Vec<N
             None => is_owned_by(&n.external_ids, &[]) && n.external_ids.contains_key(OWNER_KEY),
         })
         .collect()
-}
-
-fn same(a: &Nat, b: &Nat) -> bool {
-    a.r#type == b.r#type
-        && a.external_ip == b.external_ip
-        && a.logical_ip == b.logical_ip
-        && a.logical_port == b.logical_port
-        && a.external_mac == b.external_mac
-        && a.options == b.options
-        && a.external_ids == b.external_ids
-}
-
-/// Makes `pod_key`'s NAT rows on `router` exactly `desired`: rows that differ go, missing ones
-/// are inserted (the router's `nat` set holds them; the server drops unreferenced ones).
-pub fn sync_nats(plan: &mut Plan, cache: &DbCache, router: &str, pod_key: &str, desired: &[Nat]) {
-    let have = owned_nats(cache, router, Some(pod_key));
-    let stale: Vec<Uuid> = have
-        .iter()
-        .filter(|h| !desired.iter().any(|d| same(h, d)))
-        .map(|h| h.uuid)
-        .collect();
-    let missing: Vec<&Nat> = desired
-        .iter()
-        .filter(|d| !have.iter().any(|h| same(h, d)))
-        .collect();
-    if stale.is_empty() && missing.is_empty() {
-        return;
-    }
-    let Some(r) = cache.uuids_by_name(LogicalRouter::NAME, router).first().copied() else {
-        return;
-    };
-    let parent = RowRef::Existing(r);
-    plan.remove_members(LogicalRouter::NAME, &parent, "nat", &stale);
-    let added: Vec<RowRef> = missing
-        .iter()
-        .map(|n| plan.insert(Nat::NAME, n.to_row()))
-        .collect();
-    plan.add_members(LogicalRouter::NAME, &parent, "nat", |_| false, &added);
 }
 
 #[cfg(test)]

@@ -75,40 +75,26 @@ fn an_address_is_refused_unless_free_in_the_external_subnet() {
 }
 
 #[test]
-fn rows_are_kube_ovns_with_our_ids_and_keys_map_back_to_the_pod() {
+fn rows_are_kube_ovns_and_keys_map_back_to_the_pod() {
     let w = [(Kind::Eip, v4("10.200.0.150")), (Kind::Snat, v4("10.200.0.151"))];
-    let central = nat_rows(
-        "a.ns1",
-        "external",
-        v4("10.16.0.5"),
-        "00:00:00:01:02:03",
-        false,
-        &w,
-    );
-    assert_eq!(central[0].r#type, "dnat_and_snat");
+    let central = nat_rows("a.ns1", v4("10.16.0.5"), "00:00:00:01:02:03", false, &w);
+    assert_eq!(central[0].kind, "dnat_and_snat");
     assert_eq!(central[0].external_ip, "10.200.0.150");
     assert_eq!(central[0].logical_ip, "10.16.0.5");
     assert_eq!(
         central[0].logical_port, None,
         "centralized: on the gateway chassis"
     );
-    assert!(central[0].options.is_empty());
-    assert_eq!(central[1].r#type, "snat");
-    assert_eq!(central[1].external_ids[OWNER_KEY], "a.ns1");
-    assert_eq!(central[1].external_ids[KIND_KEY], "snat");
-    assert_eq!(central[1].external_ids[SUBNET_KEY], "external");
-    let spread = nat_rows(
-        "a.ns1",
-        "external",
-        v4("10.16.0.5"),
-        "00:00:00:01:02:03",
-        true,
-        &w,
-    );
+    assert!(!central[0].stateless);
+    assert_eq!(central[1].kind, "snat");
+    let spread = nat_rows("a.ns1", v4("10.16.0.5"), "00:00:00:01:02:03", true, &w);
     assert_eq!(spread[0].logical_port.as_deref(), Some("a.ns1"));
     assert_eq!(spread[0].external_mac.as_deref(), Some("00:00:00:01:02:03"));
-    assert_eq!(spread[0].options["stateless"], "true");
+    assert!(spread[0].stateless);
     assert_eq!(spread[1].logical_port, None, "a snat row is never distributed");
+    assert_eq!(Kind::of_nat_type("dnat_and_snat"), Some(Kind::Eip));
+    assert_eq!(Kind::of_nat_type("snat"), Some(Kind::Snat));
+    assert_eq!(Kind::of_nat_type("dnat"), None);
     let p = policy(v4("10.16.0.5"), "10.200.0.1".parse().unwrap());
     assert_eq!(
         (p.priority, p.r#match.as_str(), p.action.as_str()),
