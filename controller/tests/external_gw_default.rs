@@ -575,4 +575,30 @@ async fn pod_eip_and_snat_annotations_and_hostile_tenants() {
     )
     .await;
     assert_eq!((nats(&env), north_policies(&env)), before);
+
+    // The ConfigMap's type and gateway address follow to the pods' rows: distributed makes the
+    // dnat_and_snat row the pod's own chassis's (logical_port, external_mac, stateless).
+    config_map(
+        &env,
+        json!({"external-gw-nodes": "node1", "type": "distributed", "external-gw-addr": "10.200.0.254/24"}),
+    )
+    .await;
+    north_policies_until(&env, &[format!("29250 ip4.src == {b_ip} reroute 10.200.0.254")]).await;
+    let row = netkit::nb_until(
+        &env,
+        &[
+            "--bare",
+            "--columns=logical_port,external_mac,options",
+            "find",
+            "NAT",
+            "type=dnat_and_snat",
+        ],
+        "the EIP row distributed",
+        |r| r.contains("b.t1"),
+    )
+    .await;
+    assert!(
+        row.contains(common::ann(&b, "mac_address")) && row.contains("stateless=true"),
+        "{row}"
+    );
 }

@@ -13,7 +13,8 @@
 //!   Pod        ◀─ its own; a Subnet's spec, deletion or turning ready → the pods waiting for it;
 //!                 VPCs (spec, default subnet, deletion), IPPools (spec, deletion) → every pod
 //!                 not yet routed; a Namespace's labels → its pods not yet routed (the subnets
-//!                 and pools they may use, pod/tenancy.rs)
+//!                 and pools they may use, pod/tenancy.rs); the ovn-external-gw-config
+//!                 ConfigMap's data → the pods with eip/snat annotations (pod_eip)
 //!   Service    ◀─ its own; its EndpointSlices (service/mod.rs); Services losing an address → sweep
 //!   NetworkPolicy ◀─ its own; Pods, Namespaces → the policies they concern (network_policy/mod.rs)
 //!   ProviderNetwork ◀─ its own changes but status; Nodes (labels, deletion) and kube-ovn-cni
@@ -324,7 +325,16 @@ impl Controllers {
                 },
                 move || unrouted(&all, None),
             )
-        });
+        })
+        // Pods' eip/snat follow the external gateway's ConfigMap: enabled, its type, its gateway
+        // address (pod_eip).
+        .reconcile_on(informers.external_gw_config.changes().when_all(
+            super::external::triggers::config_map_data,
+            {
+                let pods = stores.pods.clone();
+                move || super::pod_eip::with_annotations(&pods)
+            },
+        ));
         // As many at a time as pods: a Service's reconcile waits for its northbound write, and
         // only concurrent writes share a transaction (with --worker-num's 3, 1,000 Services took
         // 26x an ovn-nbctl run; docs/benchmarks.md).

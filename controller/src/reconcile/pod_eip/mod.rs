@@ -71,6 +71,19 @@ fn has_state(ctx: &Context, key: &str) -> bool {
     }
 }
 
+/// The pods with an `eip` or `snat` annotation (what a change of the ConfigMap concerns).
+pub fn with_annotations(pods: &crate::informer::Cache<Pod>) -> Vec<ObjectRef<Pod>> {
+    pods.state()
+        .iter()
+        .filter(|p| {
+            Kind::ALL
+                .iter()
+                .any(|k| p.annotations().contains_key(k.annotation()))
+        })
+        .map(|p| ObjectRef::from_obj(&**p))
+        .collect()
+}
+
 /// The pod reconciler's hook, once the pod's port is written: brings the pod's NAT rows, policy
 /// and reservations to what its annotations ask. `vpc` is the pod's VPC; `alloc` its addresses.
 pub async fn sync(ctx: &Context, pod: &Pod, key: &str, vpc: &str, alloc: &Allocation) -> Result<()> {
