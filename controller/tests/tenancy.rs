@@ -1,4 +1,4 @@
-//! Tenancy for pods (controller/src/reconcile/pod/tenancy.rs): a pod gets an address only in a subnet
+//! Tenancy for pods (controller/src/reconcile/tenancy.rs): a pod gets an address only in a subnet
 //! and from an IP pool that admit its namespace, whatever its own annotations ask for; a refusal
 //! is a Warning event naming the annotation and allocates nothing; the refused pod converges once
 //! the platform binds its namespace. And a `routes` annotation the CNI could not install is

@@ -13,7 +13,7 @@
 //!   Pod        ◀─ its own; a Subnet's spec, deletion or turning ready → the pods waiting for it;
 //!                 VPCs (spec, default subnet, deletion), IPPools (spec, deletion) → every pod
 //!                 not yet routed; a Namespace's labels → its pods not yet routed (the subnets
-//!                 and pools they may use, pod/tenancy.rs); the ovn-external-gw-config
+//!                 and pools they may use, tenancy.rs); the ovn-external-gw-config
 //!                 ConfigMap's data → the pods with eip/snat annotations (pod_eip)
 //!   Service    ◀─ its own; its EndpointSlices (service/mod.rs); Services losing an address → sweep
 //!   NetworkPolicy ◀─ its own; Pods, Namespaces → the policies they concern (network_policy/mod.rs)
@@ -41,10 +41,10 @@ use kube_ovn_api::crd::{IPPool, Ip, ProviderNetwork, Subnet, Vlan, Vpc};
 
 use super::ip::record::wants_reconcile;
 use super::triggers::{self, waits_for};
-use super::{all_refs, drive, error_policy, instrumented};
+use super::{drive, error_policy, every, instrumented, own};
 use crate::config::Config;
 use crate::context::Context;
-use crate::informer::{Cache, Changes, Informer, OwnWrites};
+use crate::informer::{Cache, Changes, OwnWrites};
 use crate::stores::{Informers, Stores};
 
 /// The controllers, built (and subscribed to their triggers) before the watches start.
@@ -64,22 +64,6 @@ pub struct Controllers {
     /// The VPCs' external gateways: what moves an lrp OvnEip's `activateGateway`.
     external: super::external::active::Subscriptions,
     ovn_nat: super::ovn_nat::wiring::OvnNat,
-}
-
-/// A controller of `K` over the shared watch, reconciling objects that change in what `differs`
-/// compares, `workers` at a time.
-pub(crate) fn own<K>(informer: &Informer<K>, differs: fn(&K, &K) -> bool, workers: u16) -> Controller<K>
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    Controller::for_shared_stream(informer.changes().objects(differs), informer.cache().store())
-        .with_config(controller::Config::default().concurrency(workers))
 }
 
 /// The pods not yet routed (waiting for an address, or refused one), as references; of
@@ -192,15 +176,6 @@ fn underlay(
             )
         });
     (provider_networks, vlans)
-}
-
-/// Every object of the cache, as references.
-pub(crate) fn every<K>(cache: &Cache<K>) -> impl Fn() -> Vec<ObjectRef<K>> + Clone + Send + 'static
-where
-    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
-{
-    let cache = cache.clone();
-    move || all_refs(&cache)
 }
 
 impl Controllers {

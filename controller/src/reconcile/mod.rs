@@ -35,7 +35,7 @@
 //! [`subnet_spec`]: pure, read by the IP, pod, node, subnet and VPC reconcilers and the triggers,
 //! so kept out of any one kind's folder: the folders never depend on each other in a circle,
 //! which `testkit/tests/module_graph.rs` checks) — and the namespace reconciler ([`namespace`]),
-//! which only mirrors the subnets and pools bound to a namespace into its annotations. The tenancy rule is the pods' ([`pod::tenancy`]):
+//! which only mirrors the subnets and pools bound to a namespace into its annotations. The tenancy rule is the pods' ([`tenancy`]):
 //! only a pod's own annotations are checked against it.
 
 // By kind: each folder holds the kind's reconciler (`mod.rs`, the apply side: reads the caches,
@@ -65,6 +65,7 @@ pub mod pod_state;
 pub mod startup;
 pub mod statefulset;
 pub mod subnet_spec;
+pub mod tenancy;
 pub mod triggers;
 
 use std::fmt::Debug;
@@ -75,11 +76,12 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use kube::runtime::controller::{self, Action};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{reflector, watcher};
+use kube::runtime::{Controller, reflector, watcher};
 use kube::{Api, Resource};
 
 use crate::context::Context;
 use crate::error::{Doing, Error};
+use crate::informer::{Cache, Informer};
 
 /// How long to wait before retrying after an error: short for "not ready yet", longer for input
 /// that needs a human.
@@ -198,6 +200,25 @@ where
     .await
     .doing(format_args!("write the status of {} {name}", K::kind(&())))?;
     Ok(())
+}
+
+/// A controller of `K` over the shared watch, reconciling objects that change in what `differs`
+/// compares, `workers` at a time.
+pub(crate) fn own<K>(informer: &Informer<K>, differs: fn(&K, &K) -> bool, workers: u16) -> Controller<K>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+{
+    Controller::for_shared_stream(informer.changes().objects(differs), informer.cache().store())
+        .with_config(controller::Config::default().concurrency(workers))
+}
+
+/// Every object of the cache, as references.
+pub(crate) fn every<K>(cache: &Cache<K>) -> impl Fn() -> Vec<ObjectRef<K>> + Clone + Send + 'static
+where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    let cache = cache.clone();
+    move || all_refs(&cache)
 }
 
 #[cfg(test)]

@@ -117,7 +117,7 @@ pub fn ippool_spec(a: &IPPool, b: &IPPool) -> bool {
 }
 
 /// A namespace, to the pods waiting in it: its labels, which subnets' `namespaceSelectors` match
-/// (they decide the subnets it may use, [`super::pod::tenancy`]). Not its annotations, which the
+/// (they decide the subnets it may use, [`super::tenancy`]). Not its annotations, which the
 /// namespace reconciler writes from the subnets.
 pub fn namespace_labels(a: &Namespace, b: &Namespace) -> bool {
     a.metadata.labels != b.metadata.labels

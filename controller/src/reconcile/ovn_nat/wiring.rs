@@ -25,9 +25,9 @@ use super::rule::Rule;
 use crate::config::Config;
 use crate::context::Context;
 use crate::informer::{Cache, Changes, Informer};
-use crate::reconcile::controllers::{every, own};
 use crate::reconcile::triggers;
 use crate::reconcile::{drive, error_policy, instrumented};
+use crate::reconcile::{every, own};
 use crate::stores::{Informers, Stores};
 
 /// The four controllers, built (and subscribed to their triggers) before the watches start.

@@ -21,7 +21,6 @@
 
 pub mod plan;
 pub mod request;
-pub mod tenancy;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -53,6 +52,7 @@ use crate::reconcile::pod::request::{
 use crate::reconcile::pod_state::{grace_left, is_alive, port_name};
 use crate::reconcile::statefulset;
 use crate::reconcile::subnet_spec::effective;
+use crate::reconcile::tenancy;
 
 pub const KIND: &str = "Pod";
 /// How a pod's subnet was chosen.

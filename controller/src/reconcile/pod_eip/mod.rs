@@ -16,7 +16,7 @@
 //! address or `external-gw-addr`, is a node's address or held in IPAM by anything else (an
 //! OvnEip, another pod's annotation, …), or when that subnet does not admit the pod's namespace
 //! (its `namespaces` / `namespaceSelectors`, the rule the pod tenancy code applies,
-//! [`crate::reconcile::pod::tenancy`]). The Warning does not name who holds an address.
+//! [`crate::reconcile::tenancy`]). The Warning does not name who holds an address.
 //!
 //! A restart keeps the reservations: the IPAM rebuild reads our NAT rows
 //! ([`reserved_in_nb`]). The NAT rows carry `external_ids:pod_eip=<pod key>` (Kube-OVN's carry
@@ -44,8 +44,8 @@ use crate::ovn::plan::Plan;
 use crate::reconcile::binding;
 use crate::reconcile::node_state::internal_ips;
 use crate::reconcile::ovn_nat::plan::sync_nat;
-use crate::reconcile::pod::tenancy;
 use crate::reconcile::subnet_spec::effective;
+use crate::reconcile::tenancy;
 use plan::{External, Kind, Refusal};
 
 /// Reason of the Warning event on a pod whose annotation is refused.

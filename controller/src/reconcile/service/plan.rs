@@ -184,7 +184,7 @@ pub fn plan_service<'a>(
     // endpoints are no pods keeps the one its annotation names. The controller writes a pod's
     // logical_router, but its tenant can too: one naming a VPC that does not admit the
     // namespace is not the pod's (a pod is only ever placed in a custom VPC that lists its
-    // namespace, pod/tenancy.rs), and is reported instead.
+    // namespace, tenancy.rs), and is reported instead.
     let mut from_pods: BTreeSet<&str> = BTreeSet::new();
     for p in endpoints.iter().filter_map(|e| e.pod.and_then(&pod)) {
         let Some(v) = p
