@@ -44,6 +44,11 @@ pub struct FailoverArgs {
     /// How many times to move the port away and back.
     #[arg(long, env = "KUBE_OVN_LAB_FAILOVER_ROUNDS", default_value_t = 1)]
     rounds: u32,
+    /// Move the port away once and leave it there (the holder's label stays removed): no move
+    /// back onto a node whose datapath still has the FIP's connections (see `docs/external.md`
+    /// on ovs-vswitchd 3.1's userspace conntrack).
+    #[arg(long, env = "KUBE_OVN_LAB_FAILOVER_AWAY_ONLY", conflicts_with = "rounds")]
+    away_only: bool,
     /// How long one move may take, in seconds.
     #[arg(long, env = "KUBE_OVN_LAB_FAILOVER_TIMEOUT", default_value_t = 60)]
     timeout: u64,
@@ -90,10 +95,11 @@ async fn measure(t: &Topology, client: &kube::Client, args: &FailoverArgs) -> an
     for round in 1..=args.rounds {
         let (holder, _) = settled(t, &eips, &port_eip, target, None, timeout).await?;
         let mut current = holder.clone();
-        for (label, back) in [
+        let steps = [
             (format!("{}-", keys::EXTERNAL_GW_LABEL), false),
             (format!("{}=true", keys::EXTERNAL_GW_LABEL), true),
-        ] {
+        ];
+        for (label, back) in steps.into_iter().take(if args.away_only { 1 } else { 2 }) {
             let prober = Prober::start(t, std::net::SocketAddr::new(target, args.port));
             let trigger = Instant::now();
             super::verbs::kubectl_output(t, &["label", "node", &holder, &label, "--overwrite"])?;
