@@ -101,32 +101,21 @@ pub async fn sync(ctx: &Context, pod: &Pod, key: &str, vpc: &str, alloc: &Alloca
         return Ok(());
     }
     let first = wanted[0].0;
+    // A refusal of the first annotation the pod carries.
+    let about_first = |why: String| Refusal {
+        annotation: first.annotation(),
+        why,
+    };
     if vpc != ctx.config.cluster_router {
         let why = format!(
             "honoured only for pods of the default VPC {} (this pod is in VPC {vpc}; use an OvnFip or OvnSnatRule)",
             ctx.config.cluster_router
         );
-        return refuse(
-            ctx,
-            pod,
-            &Refusal {
-                annotation: first.annotation(),
-                why,
-            },
-        )
-        .await;
+        return refuse(ctx, pod, &about_first(why)).await;
     }
     let Some(pod_ip) = alloc.v4 else {
         let why = "the pod has no IPv4 address".to_owned();
-        return refuse(
-            ctx,
-            pod,
-            &Refusal {
-                annotation: first.annotation(),
-                why,
-            },
-        )
-        .await;
+        return refuse(ctx, pod, &about_first(why)).await;
     };
     // The default VPC's external gateway must be configured (Kube-OVN: an error until it is).
     let cfg = ctx
@@ -149,27 +138,11 @@ pub async fn sync(ctx: &Context, pod: &Pod, key: &str, vpc: &str, alloc: &Alloca
         .filter(|s| s.metadata.deletion_timestamp.is_none())
     else {
         let why = format!("there is no external Subnet {sw} to take the address from");
-        return refuse(
-            ctx,
-            pod,
-            &Refusal {
-                annotation: first.annotation(),
-                why,
-            },
-        )
-        .await;
+        return refuse(ctx, pod, &about_first(why)).await;
     };
     if let Err(r) = admits(ctx, pod, &subnet)? {
         let why = r.to_string();
-        return refuse(
-            ctx,
-            pod,
-            &Refusal {
-                annotation: first.annotation(),
-                why,
-            },
-        )
-        .await;
+        return refuse(ctx, pod, &about_first(why)).await;
     }
     let eff = effective(&subnet, &ctx.config.cluster_router)?;
     let nexthop = cfg
