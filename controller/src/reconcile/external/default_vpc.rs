@@ -36,7 +36,6 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
-use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, Resource};
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
@@ -47,7 +46,7 @@ use kube_ovn_ovsdb::tables::nb::{LogicalRouter, LogicalRouterPort, LogicalSwitch
 use kube_ovn_ovsdb::{DbCache, Table};
 use serde_json::json;
 
-use super::chassis::MAX_PRIORITY;
+use super::chassis::{GatewayNode, MAX_PRIORITY};
 use super::{ExternalStatus, Outcome, eip, port};
 use crate::context::Context;
 use crate::error::{Doing, Error, Result};
@@ -61,16 +60,6 @@ pub const INVALID_CONFIG: &str = "InvalidExternalGwConfig";
 pub const NODES_ID: &str = "external-gw-nodes";
 /// `external_ids` key on a switch this path made: `external-gw=<default VPC>`.
 pub const SWITCH_OWNER_ID: &str = "external-gw";
-
-/// A node as this path sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeView {
-    pub name: String,
-    /// Its `ovn.kubernetes.io/chassis` annotation (empty: none yet).
-    pub chassis: String,
-    /// Labelled `ovn.kubernetes.io/external-gw=true` and not being deleted.
-    pub labelled: bool,
-}
 
 /// The gateway nodes worked out (pure): the label writes and the Gateway_Chassis order.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -100,11 +89,11 @@ pub enum GatewayError {
 /// says whether a chassis may host the port (known to the southbound database).
 pub fn gateways(
     cfg: &ExternalGwConfig,
-    nodes: &[NodeView],
+    nodes: &[GatewayNode],
     previous: &[String],
     chassis_ok: impl Fn(&str) -> bool,
 ) -> Result<Gateways, GatewayError> {
-    let find = |n: &str| nodes.iter().find(|v| v.name == n);
+    let find = |n: &str| nodes.iter().find(|v| v.node == n);
     // Kube-OVN's `type: distributed` reads no list: the labelled nodes alone, labels untouched.
     let applied: Vec<String> = match cfg.gateway_type {
         GatewayType::Centralized => cfg.nodes.clone(),
@@ -126,15 +115,15 @@ pub fn gateways(
         .filter(|n| find(n).is_some_and(|v| !v.labelled))
         .cloned()
         .collect();
-    let mut labelled: Vec<&NodeView> = nodes
+    let mut labelled: Vec<&GatewayNode> = nodes
         .iter()
-        .filter(|v| v.labelled && !label_false.contains(&v.name))
+        .filter(|v| v.labelled && !label_false.contains(&v.node))
         .collect();
-    labelled.sort_by(|a, b| a.name.cmp(&b.name));
-    let mut order: Vec<&NodeView> = labelled;
+    labelled.sort_by(|a, b| a.node.cmp(&b.node));
+    let mut order: Vec<&GatewayNode> = labelled;
     for n in &applied {
         if let Some(v) = find(n)
-            && !order.iter().any(|o| o.name == *n)
+            && !order.iter().any(|o| o.node == *n)
         {
             order.push(v);
         }
@@ -145,12 +134,12 @@ pub fn gateways(
         if v.chassis.is_empty() {
             why.push(format!(
                 "node {} has no chassis annotation, kube-ovn-cni not ready",
-                v.name
+                v.node
             ));
         } else if !chassis_ok(&v.chassis) {
             why.push(format!(
                 "node {}'s chassis {} is not in the southbound database",
-                v.name, v.chassis
+                v.node, v.chassis
             ));
         } else if !chassis.contains(&v.chassis) {
             chassis.push(v.chassis.clone());
@@ -280,22 +269,6 @@ pub async fn sync(ctx: &Context, vpc: &Vpc) -> Result<Outcome> {
     }
 }
 
-fn node_views(ctx: &Context) -> Vec<NodeView> {
-    ctx.stores
-        .nodes
-        .state()
-        .iter()
-        .map(|n| NodeView {
-            name: n.name_any(),
-            chassis: n.annotations().get(keys::CHASSIS).cloned().unwrap_or_default(),
-            labelled: n.metadata.deletion_timestamp.is_none()
-                && n.labels()
-                    .get(keys::EXTERNAL_GW_LABEL)
-                    .is_some_and(|v| v == "true"),
-        })
-        .collect()
-}
-
 /// The default VPC's gateway port as `cfg` says. `Ok(Err(_))`: bad data, nothing written.
 async fn establish(ctx: &Context, cfg: &ExternalGwConfig, now: Option<Current>) -> Result<Result<(), Bad>> {
     let settings = &ctx.config.external;
@@ -317,9 +290,12 @@ async fn establish(ctx: &Context, cfg: &ExternalGwConfig, now: Option<Current>) 
     };
     let listed = ctx.nb.read(|cache| port::listed_chassis(cache, &lrp));
     let previous = now.as_ref().map(|c| c.nodes.clone()).unwrap_or_default();
-    let gws = match gateways(cfg, &node_views(ctx), &previous, |c| {
-        sb_chassis.as_ref().is_none_or(|sb| sb.contains(c)) || listed.contains(c)
-    }) {
+    let gws = match gateways(
+        cfg,
+        &super::gateway_nodes(&ctx.stores.nodes.state()),
+        &previous,
+        |c| sb_chassis.as_ref().is_none_or(|sb| sb.contains(c)) || listed.contains(c),
+    ) {
         Ok(g) => g,
         Err(GatewayError::UnknownNode(n)) => return bad(gw::KEY_NODES, format!("node {n} does not exist")),
         Err(e @ GatewayError::NoChassis(_)) => return Err(Error::NotReady(e.to_string())),
@@ -473,13 +449,13 @@ async fn remove(ctx: &Context, now: Option<Current>) -> Result<()> {
     let router = ctx.config.cluster_router.clone();
     let sw = ctx.config.external.switch.clone();
     let lrp = port::lrp_name(&router, &sw);
-    let views = node_views(ctx);
+    let views = super::gateway_nodes(&ctx.stores.nodes.state());
     let unlabel: Vec<String> = now
         .as_ref()
         .map(|c| c.nodes.clone())
         .unwrap_or_default()
         .into_iter()
-        .filter(|n| views.iter().any(|v| v.name == *n && v.labelled))
+        .filter(|n| views.iter().any(|v| v.node == *n && v.labelled))
         .collect();
     label(ctx, &unlabel, "false").await?;
     let plan = ctx.nb.read(|cache| {

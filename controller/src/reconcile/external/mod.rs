@@ -139,7 +139,7 @@ fn connected(ctx: &Context, vpc: &Vpc) -> BTreeSet<String> {
 }
 
 /// Nodes as the choice of gateway chassis sees them.
-fn gateway_nodes(nodes: &[std::sync::Arc<Node>]) -> Vec<GatewayNode> {
+pub(super) fn gateway_nodes(nodes: &[std::sync::Arc<Node>]) -> Vec<GatewayNode> {
     nodes
         .iter()
         .map(|n| GatewayNode {

@@ -1,8 +1,8 @@
 use super::*;
 
-fn node(name: &str, chassis: &str, labelled: bool) -> NodeView {
-    NodeView {
-        name: name.into(),
+fn node(name: &str, chassis: &str, labelled: bool) -> GatewayNode {
+    GatewayNode {
+        node: name.into(),
         chassis: chassis.into(),
         labelled,
     }
