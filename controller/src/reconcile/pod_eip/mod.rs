@@ -90,7 +90,7 @@ pub async fn sync(ctx: &Context, pod: &Pod, key: &str, vpc: &str, alloc: &Alloca
     if !ctx.config.external.enable_eip_snat {
         return Ok(());
     }
-    let wanted = match plan::wanted(&pod.annotations().clone()) {
+    let wanted = match plan::wanted(pod.annotations()) {
         Ok(w) => w,
         Err(refusal) => return refuse(ctx, pod, &refusal).await,
     };
