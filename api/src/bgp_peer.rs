@@ -111,11 +111,11 @@ pub struct BgpPeerSpec {
     /// or a well-known name: `no-export`, `no-advertise`, `no-export-subconfed` (RFC 1997),
     /// `blackhole` (RFC 7999).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(schema_with = "communities")]
+    #[schemars(schema_with = "communities_schema")]
     pub communities: Vec<String>,
     /// Large communities (RFC 8092) on every route sent to this peer: `A:B:C`, each 0-4294967295.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(schema_with = "large_communities")]
+    #[schemars(schema_with = "large_communities_schema")]
     pub large_communities: Vec<String>,
     /// LOCAL_PREF of our routes; internal peers only (localASN = peerASN, RFC 4271 §5.1.5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -265,7 +265,8 @@ fn families(_: &mut SchemaGenerator) -> Schema {
     })
 }
 
-fn communities(_: &mut SchemaGenerator) -> Schema {
+/// Standard or well-known communities (shared with [`crate::bgp_advertisement`]).
+pub(crate) fn communities_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "array",
         "items": {
@@ -275,7 +276,8 @@ fn communities(_: &mut SchemaGenerator) -> Schema {
     })
 }
 
-fn large_communities(_: &mut SchemaGenerator) -> Schema {
+/// Large communities (shared with [`crate::bgp_advertisement`]).
+pub(crate) fn large_communities_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "array",
         "items": { "type": "string", "pattern": "^[0-9]{1,10}:[0-9]{1,10}:[0-9]{1,10}$" },

@@ -67,6 +67,11 @@ pub struct RouteAttributes {
     /// Sent to internal peers only; [`DEFAULT_LOCAL_PREF`] when `None`.
     pub local_pref: Option<u32>,
     pub med: Option<u32>,
+    /// Extra copies of our AS prepended to the AS_PATH sent to an external peer (so the route
+    /// looks longer and is less preferred, RFC 4271 §9.1.2.2 a); nothing to an internal peer,
+    /// whose AS_PATH of an originated route is empty and must stay free of our own AS (a peer
+    /// in our AS drops a route that carries it, §9.1.2).
+    pub as_path_prepend: u8,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -352,7 +357,7 @@ impl AdjRibOut {
         let as_path = if session.external {
             vec![AsPathSegment {
                 kind: AsPathSegmentKind::Sequence,
-                asns: vec![self.local_as],
+                asns: vec![self.local_as; 1 + usize::from(attributes.as_path_prepend)],
             }]
         } else {
             Vec::new()

@@ -346,3 +346,35 @@ fn replace_all_leaves_a_multicast_prefix_out_alone() {
     );
     assert_eq!(updates[1].nlri, vec!["10.0.0.2/32".parse::<Ipv4Net>().unwrap()]);
 }
+
+#[test]
+fn prepend_repeats_our_as_to_external_peers_only() {
+    for external in [true, false] {
+        let mut rib = rib(external);
+        rib.announce(
+            p("10.16.0.0/16"),
+            RouteAttributes {
+                as_path_prepend: 3,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let updates = take(&mut rib);
+        let path = updates[0].attributes.as_path.clone().unwrap();
+        if external {
+            assert_eq!(
+                path,
+                vec![AsPathSegment {
+                    kind: AsPathSegmentKind::Sequence,
+                    asns: vec![65001; 4],
+                }],
+                "our AS once plus three prepends"
+            );
+        } else {
+            assert!(
+                path.is_empty(),
+                "an internal peer gets an empty AS_PATH: {path:?}"
+            );
+        }
+    }
+}
