@@ -14,4 +14,5 @@ pub mod driver;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod metrics;
+pub mod policy;
 pub mod run;
