@@ -13,12 +13,12 @@ use kube_ovn_support::Watched;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::exports::{self, Exports, PolicyObjects};
 use super::{PeerSet, Runtime};
 use crate::announce::refusal::RefusalKey;
 use crate::announce::report::ReportOnce;
 use crate::announce::{self, Refusal, Scope};
 use crate::bfd::BfdHandle;
-use crate::bgp::wire::Family;
 use crate::config::Config;
 use crate::driver::PeerHandle;
 use crate::metrics::Snapshot;
@@ -35,16 +35,9 @@ pub struct Objects {
     pub ovn_eips: Watched<OvnEip>,
 }
 
-fn family(prefix: &ipnet::IpNet) -> Family {
-    if prefix.addr().is_ipv4() {
-        Family::Ipv4Unicast
-    } else {
-        Family::Ipv6Unicast
-    }
-}
-
-/// Recomputes the desired prefixes on every change of a watched kind (or of the peer set) and
-/// hands each peer the whole set; the Adj-RIB-Out sends only the difference. A burst of events
+/// Recomputes every peer's table on every change of a watched kind (or of the peer set, the
+/// advertisements, Namespaces or BgpPeers: [`exports`]) and hands each peer its whole table;
+/// the Adj-RIB-Out sends only the difference. A burst of events
 /// is one pass: the tick receivers only say "changed since you last looked". Nothing is
 /// marked ready (so no End-of-RIB goes out) before every cache has its first list.
 /// `tables_handed` turns true after that first pass (`/readyz`). Each refusal that lasts is
@@ -54,6 +47,8 @@ pub async fn routes(
     kube: kube::Client,
     peers: Arc<PeerSet>,
     objects: Objects,
+    policy: PolicyObjects,
+    mut exports: Exports,
     tables_handed: Arc<AtomicBool>,
 ) {
     let Objects {
@@ -72,6 +67,7 @@ pub async fn routes(
     let mut ovn_eip_changes = ovn_eips.changes();
     let mut reported = Reported::new(kube, &config.flags.node_name);
     let mut peer_changes = peers.changes();
+    let mut policy_changes = policy.changes();
     let wait = Duration::from_hours(1);
     for (synced, what) in [
         (pods.synced(wait).await, "pods"),
@@ -84,6 +80,9 @@ pub async fn routes(
         if !synced {
             tracing::warn!(what, "cache not filled within an hour; announcing what is there");
         }
+    }
+    for what in policy.synced(wait).await {
+        tracing::warn!(what, "cache not filled within an hour; announcing what is there");
     }
     let mut first = true;
     loop {
@@ -109,26 +108,13 @@ pub async fn routes(
             cluster_router: &config.flags.cluster_router,
             external_ip_cidrs: &config.flags.service_external_ip_cidrs,
         };
-        let desired = announce::desired(&objects, &scope);
+        let running = peers.all();
+        let evaluation = exports.evaluate(&objects, &scope, &running, &policy);
+        let desired = &evaluation.desired;
         for skipped in &desired.skipped {
             tracing::warn!(object = %skipped.object, error = %skipped.error, "not announced");
         }
-        for peer in peers.all() {
-            let families = &peer.plan.config.session.families;
-            let routes = desired
-                .prefixes
-                .keys()
-                .filter(|p| families.contains(&family(p)))
-                .map(|p| (*p, peer.plan.attributes.clone()));
-            if let Err(e) = peer.handle.replace_all(routes) {
-                tracing::warn!(peer = %peer.plan.config.address, error = %e, "routes not handed to the peer");
-            }
-            if !peer.handle.status().ready
-                && let Err(e) = peer.handle.set_ready()
-            {
-                tracing::warn!(peer = %peer.plan.config.address, error = %e, "set_ready failed");
-            }
-        }
+        exports::hand_over(&running, &evaluation);
         let report_due = reported.report(&desired.refusals).await;
         if first {
             tracing::info!(
@@ -146,6 +132,7 @@ pub async fn routes(
             _ = ip_changes.changed() => {}
             _ = ovn_eip_changes.changed() => {}
             _ = peer_changes.changed() => {}
+            () = policy.changed(&mut policy_changes) => {}
             () = tokio::time::sleep(config.flags.resync_period) => {}
             () = tokio::time::sleep_until(report_due.unwrap_or_else(Instant::now)), if report_due.is_some() => {}
         }
