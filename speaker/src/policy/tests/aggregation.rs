@@ -133,6 +133,9 @@ fn an_aggregate_leaving_the_allocation_is_refused_and_its_members_go_out_alone()
         json!({"advertise": ["SubnetCIDRs"], "aggregationLengthV4": 24, "aggregationLengthV6": 128}),
     )])
     .eval();
-    assert_eq!(prefixes(&e, TOR), ["10.20.0.0/16", "10.20.2.1/32", "fd00:20::/64"]);
+    assert_eq!(
+        prefixes(&e, TOR),
+        ["10.20.0.0/16", "10.20.2.1/32", "fd00:20::/64"]
+    );
     assert!(e.refused.is_empty());
 }
