@@ -145,7 +145,7 @@ fn host_route(ip: IpAddr) -> IpNet {
     IpNet::from(ip)
 }
 
-fn name_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+pub(crate) fn name_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
     match &meta.namespace {
         Some(ns) => format!("{ns}/{}", meta.name.as_deref().unwrap_or_default()),
         None => meta.name.clone().unwrap_or_default(),
@@ -167,7 +167,7 @@ pub fn pod_alive(pod: &Pod) -> bool {
     !((phase == "Succeeded" && restart != "Always") || (phase == "Failed" && restart == "Never"))
 }
 
-fn subnet_ready(subnet: &Subnet) -> bool {
+pub(crate) fn subnet_ready(subnet: &Subnet) -> bool {
     subnet
         .status
         .as_ref()
@@ -202,22 +202,32 @@ fn cidrs(subnet: &Subnet) -> impl Iterator<Item = (&str, Option<IpNet>)> {
 }
 
 impl Subnets<'_> {
-    fn policy(&self, name: &str) -> Option<BgpPolicy> {
+    pub(crate) fn policy(&self, name: &str) -> Option<BgpPolicy> {
         self.by_name.get(name).and_then(|s| s.policy)
     }
 
-    fn gateway_here(&self, name: &str) -> Option<bool> {
+    pub(crate) fn gateway_here(&self, name: &str) -> Option<bool> {
         self.by_name.get(name).and_then(|s| s.gateway_here)
     }
 
-    fn ready(&self, name: &str) -> bool {
+    pub(crate) fn ready(&self, name: &str) -> bool {
         self.by_name.get(name).is_some_and(|s| s.ready)
     }
 
-    fn contains(&self, name: &str, ip: IpAddr) -> bool {
+    pub(crate) fn contains(&self, name: &str, ip: IpAddr) -> bool {
         self.by_name
             .get(name)
             .is_some_and(|s| s.cidrs.iter().any(|c| c.contains(&ip)))
+    }
+
+    /// The CIDR of subnet `name` that holds `ip` (the allocation an aggregate must stay in).
+    pub(crate) fn cidr_of(&self, name: &str, ip: IpAddr) -> Option<IpNet> {
+        self.by_name
+            .get(name)?
+            .cidrs
+            .iter()
+            .find(|c| c.contains(&ip))
+            .copied()
     }
 }
 
@@ -244,7 +254,7 @@ fn underlay_warning(subnet: &Subnet) -> Option<Refusal> {
 }
 
 /// Reads the subnets, and adds the CIDRs this speaker announces (and their refusals) to `out`.
-fn subnets<'a>(subnets: &'a [Arc<Subnet>], scope: &Scope<'_>, out: &mut Desired) -> Subnets<'a> {
+pub(crate) fn subnets<'a>(subnets: &'a [Arc<Subnet>], scope: &Scope<'_>, out: &mut Desired) -> Subnets<'a> {
     let mut by_name = HashMap::new();
     for subnet in subnets {
         let name = subnet.metadata.name.as_deref().unwrap_or_default();
@@ -291,6 +301,15 @@ fn subnets<'a>(subnets: &'a [Arc<Subnet>], scope: &Scope<'_>, out: &mut Desired)
 
 /// Computes everything this speaker should announce, and what it refuses.
 pub fn desired(objects: &Objects<'_>, scope: &Scope<'_>) -> Desired {
+    desired_with_views(objects, scope).0
+}
+
+/// [`desired`], with the subnet and IP-record views it built, for the advertisement policy
+/// ([`crate::policy`]) to read the same facts without building them twice.
+pub(crate) fn desired_with_views<'a>(
+    objects: &Objects<'a>,
+    scope: &Scope<'_>,
+) -> (Desired, Subnets<'a>, pods::Records<'a>) {
     let mut out = Desired::default();
     let subnets = subnets(objects.subnets, scope, &mut out);
     let records = pods::Records::new(objects.ips);
@@ -298,7 +317,7 @@ pub fn desired(objects: &Objects<'_>, scope: &Scope<'_>) -> Desired {
     services::add_services(objects.services, scope, &mut out);
     services::add_eips(objects.eips, objects.pods, scope, &mut out);
     ovn_eips::add(objects.ovn_eips, &subnets, scope, &mut out);
-    out
+    (out, subnets, records)
 }
 
 #[cfg(test)]
