@@ -1,5 +1,5 @@
 //! `BgpAdvertisement`s as the run loop keeps them (issue 27, plan §3.5): each object validated
-//! before any of it is used; when a new generation is invalid, the last accepted spec of that
+//! ([`policy::validate`]) before any of it is used; when a new generation is invalid, the last accepted spec of that
 //! name stays in effect (kept in memory: a speaker that starts with an invalid one has none);
 //! and the status every speaker computes alike, written only when it differs from the stored one.
 //!
@@ -22,17 +22,14 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Resource};
-use kube_ovn_api::bgp_advertisement::{
-    BgpAdvertisement, BgpAdvertisementSpec, BgpAdvertisementStatus, MAX_AS_PATH_PREPEND,
-};
+use kube_ovn_api::bgp_advertisement::{BgpAdvertisement, BgpAdvertisementStatus};
 use kube_ovn_api::crd::condition::{find_condition, set_condition};
 use kube_ovn_api::crd::{Condition, ConditionStatus};
-use kube_ovn_api::selector::Selector;
 use kube_ovn_support::Watched;
 use tokio::sync::watch;
 
-use crate::crd::{CrdError, parse_community, parse_large_community};
-use crate::policy::ValidatedAdvertisement;
+use crate::crd::CrdError;
+use crate::policy::{self, ValidatedAdvertisement};
 
 /// Condition type: the spec passed validation.
 pub const ACCEPTED: &str = "Accepted";
@@ -83,7 +80,7 @@ impl Kept {
                 continue;
             };
             let generation = object.metadata.generation;
-            let error = match validate(&name, &object.spec) {
+            let error = match policy::validate(object) {
                 Ok(v) => {
                     self.accepted.insert(name.clone(), v);
                     None
@@ -100,71 +97,6 @@ impl Kept {
         pass.in_effect = self.accepted.values().cloned().collect();
         pass
     }
-}
-
-/// Checks every field the schema cannot, naming the first bad one. (Minimal form until the
-/// policy module's own validation lands; the same fields, the same messages' shape.)
-pub fn validate(name: &str, spec: &BgpAdvertisementSpec) -> Result<ValidatedAdvertisement, CrdError> {
-    if spec.advertise.is_empty() {
-        return Err(CrdError::new("spec.advertise", "must name at least one kind"));
-    }
-    let selector = |s, field: &str| Selector::parse(s, field).map_err(|e| CrdError::new(e.field, e.problem));
-    let communities = spec
-        .communities
-        .iter()
-        .enumerate()
-        .map(|(i, c)| {
-            parse_community(c).ok_or_else(|| {
-                CrdError::new(
-                    format!("spec.communities[{i}]"),
-                    format!("{c:?} is not a community (A:B, each 0-65535, or a well-known name)"),
-                )
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let large_communities = spec
-        .large_communities
-        .iter()
-        .enumerate()
-        .map(|(i, c)| {
-            parse_large_community(c).ok_or_else(|| {
-                CrdError::new(
-                    format!("spec.largeCommunities[{i}]"),
-                    format!("{c:?} is not a large community (A:B:C, each 0-4294967295)"),
-                )
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let prepend = spec.as_path_prepend.unwrap_or(0);
-    if prepend > MAX_AS_PATH_PREPEND {
-        return Err(CrdError::new(
-            "spec.asPathPrepend",
-            format!("{prepend} is more than {MAX_AS_PATH_PREPEND}"),
-        ));
-    }
-    for (field, length, max) in [
-        ("spec.aggregationLengthV4", spec.aggregation_length_v4, 32),
-        ("spec.aggregationLengthV6", spec.aggregation_length_v6, 128),
-    ] {
-        if let Some(l) = length.filter(|l| *l > max) {
-            return Err(CrdError::new(field, format!("{l} is longer than {max}")));
-        }
-    }
-    Ok(ValidatedAdvertisement {
-        name: name.to_owned(),
-        kinds: spec.advertise.clone(),
-        subnet_selector: selector(spec.subnet_selector.as_ref(), "spec.subnetSelector")?,
-        namespace_selector: selector(spec.namespace_selector.as_ref(), "spec.namespaceSelector")?,
-        service_selector: selector(spec.service_selector.as_ref(), "spec.serviceSelector")?,
-        peer_selector: selector(spec.peer_selector.as_ref(), "spec.peerSelector")?,
-        communities,
-        large_communities,
-        local_pref: spec.local_pref,
-        med: spec.med,
-        as_path_prepend: prepend,
-        aggregation_length_v4: spec.aggregation_length_v4,
-        aggregation_length_v6: spec.aggregation_length_v6,
-    })
 }
 
 /// The status this speaker would store for an advertisement, or `None` when the stored one
@@ -390,33 +322,6 @@ mod tests {
         assert!(pass.in_effect.is_empty());
         // A deleted advertisement is forgotten.
         assert!(kept.update(&[]).in_effect.is_empty());
-    }
-
-    #[test]
-    fn validation_names_each_field() {
-        for (spec, field) in [
-            (json!({"advertise": []}), "spec.advertise"),
-            (
-                json!({"advertise": ["PodIPs"], "largeCommunities": ["1:2"]}),
-                "spec.largeCommunities[0]",
-            ),
-            (
-                json!({"advertise": ["PodIPs"], "asPathPrepend": 11}),
-                "spec.asPathPrepend",
-            ),
-            (
-                json!({"advertise": ["PodIPs"], "aggregationLengthV4": 33}),
-                "spec.aggregationLengthV4",
-            ),
-            (
-                json!({"advertise": ["PodIPs"], "peerSelector": {"matchExpressions": [
-                    {"key": "k", "operator": "Near", "values": ["x"]}]}}),
-                "spec.peerSelector.matchExpressions[0].operator",
-            ),
-        ] {
-            let spec: BgpAdvertisementSpec = serde_json::from_value(spec).unwrap();
-            assert_eq!(validate("a", &spec).unwrap_err().field, field);
-        }
     }
 
     #[test]

@@ -146,7 +146,7 @@ pub fn hand_over(peers: &[Arc<RunningPeer>], evaluation: &Evaluation) {
     for peer in peers {
         let address = peer.plan.config.address;
         let rib = evaluation.peers.get(&address).unwrap_or(&empty);
-        let routes = rib.iter().map(|(p, r)| (*p, r.attributes.clone()));
+        let routes = rib.iter().map(|(p, r)| (*p, (*r.attributes).clone()));
         if let Err(e) = peer.handle.replace_all(routes) {
             tracing::warn!(peer = %address, error = %e, "routes not handed to the peer");
         }

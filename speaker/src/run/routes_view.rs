@@ -198,6 +198,7 @@ pub fn table(rows: &[RouteView], wide: bool) -> String {
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
+    use std::sync::Arc;
 
     use kube_ovn_api::bgp_advertisement::AdvertiseKind;
 
@@ -211,7 +212,7 @@ mod tests {
         rib.insert(
             "10.16.0.5/32".parse().unwrap(),
             AdvertisedRoute {
-                attributes: RouteAttributes {
+                attributes: Arc::new(RouteAttributes {
                     communities: vec![(65000 << 16) + 100, 0xFFFF_FF01],
                     large_communities: vec![LargeCommunity {
                         global_admin: 65000,
@@ -222,10 +223,10 @@ mod tests {
                     med: Some(5),
                     as_path_prepend: 2,
                     ..RouteAttributes::default()
-                },
+                }),
                 kind: AdvertiseKind::PodIps,
-                origin: Origin::Pod("default/web".into()),
-                sources: vec![Source::Annotation, Source::Advertisement("gold".into())],
+                origin: Arc::new(Origin::Pod("default/web".into())),
+                sources: vec![Source::Annotation, Source::Advertisement("gold".into())].into(),
             },
         );
         rib
