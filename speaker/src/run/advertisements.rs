@@ -37,6 +37,12 @@ pub const ACCEPTED: &str = "Accepted";
 pub const CONFLICT: &str = "Conflict";
 /// The Warning event's reason for an invalid advertisement.
 pub const INVALID_REASON: &str = "InvalidBgpAdvertisement";
+/// The Warning event's reason for an aggregation refused for some member on some node.
+pub const AGGREGATION_REFUSED_REASON: &str = "BgpAggregationRefused";
+/// `Accepted` False: the spec is invalid.
+const INVALID: &str = "Invalid";
+/// `Accepted` True, but this node announces some members unaggregated.
+const PARTIALLY_APPLIED: &str = "PartiallyApplied";
 
 /// One advertisement's validation result for the generation the speaker saw.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,42 +105,86 @@ impl Kept {
     }
 }
 
+/// What this node's evaluation found about one advertisement (they depend on the node's
+/// prefixes and peers, unlike the verdict).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Findings<'a> {
+    /// Another advertisement's value won for some prefix and peer.
+    pub conflict: Option<&'a str>,
+    /// Its aggregation was refused for some member (the error names the field).
+    pub refused: Option<&'a CrdError>,
+}
+
+/// A node-dependent condition another node set and still owns: the same `status` and `reason`
+/// as `wanted` would be rewritten by every node that sees it differently, so the node named at
+/// the start of its message keeps it until it clears it itself.
+fn owned_elsewhere(stored: Option<&Condition>, reason: &str, generation: Option<i64>, owner: &str) -> bool {
+    stored.is_some_and(|c| {
+        c.reason.as_deref() == Some(reason)
+            && c.observed_generation == generation
+            && !c.message.as_deref().unwrap_or_default().starts_with(owner)
+    })
+}
+
 /// The status this speaker would store for an advertisement, or `None` when the stored one
-/// already says it. `conflict` is this node's conflict message for it (from the evaluation).
+/// already says it.
 pub fn desired_status(
     stored: Option<&BgpAdvertisementStatus>,
     verdict: &Verdict,
-    conflict: Option<&str>,
+    findings: Findings<'_>,
     node: &str,
     now: &Time,
 ) -> Option<BgpAdvertisementStatus> {
     let mut status = stored.cloned().unwrap_or_default();
-    let accepted = match &verdict.error {
-        None => Condition::new(
+    let generation = verdict.generation;
+    let owner = format!("on node {node}: ");
+    let accepted = match (&verdict.error, findings.refused) {
+        (Some(e), _) => Some(Condition::new(
+            ACCEPTED,
+            ConditionStatus::False,
+            INVALID,
+            &format!("{e}; the previously accepted spec, if any, stays in effect"),
+        )),
+        _ if owned_elsewhere(
+            find_condition(&status.conditions, ACCEPTED),
+            PARTIALLY_APPLIED,
+            generation,
+            &owner,
+        ) =>
+        {
+            None
+        }
+        (None, Some(e)) => Some(Condition::new(
+            ACCEPTED,
+            ConditionStatus::True,
+            PARTIALLY_APPLIED,
+            &format!("{owner}{e}; those members are announced unaggregated"),
+        )),
+        (None, None) => Some(Condition::new(
             ACCEPTED,
             ConditionStatus::True,
             "Accepted",
             "the spec is in effect",
-        ),
-        Some(e) => Condition::new(
-            ACCEPTED,
-            ConditionStatus::False,
-            "Invalid",
-            &format!("{e}; the previously accepted spec, if any, stays in effect"),
-        ),
+        )),
     };
-    let accepted = Condition {
-        observed_generation: verdict.generation,
-        ..accepted
-    };
-    let mut changed = set_condition(&mut status.conditions, accepted, now);
-    let owner = format!("on node {node}: ");
-    let stored_conflict = find_condition(&status.conditions, CONFLICT);
-    let owned_elsewhere = stored_conflict.is_some_and(|c| {
-        c.status == ConditionStatus::True && !c.message.as_deref().unwrap_or_default().starts_with(&owner)
-    });
-    let conflict = match conflict {
-        _ if owned_elsewhere => None,
+    let mut changed = false;
+    if let Some(c) = accepted {
+        let c = Condition {
+            observed_generation: generation,
+            ..c
+        };
+        changed |= set_condition(&mut status.conditions, c, now);
+    }
+    let conflict = match findings.conflict {
+        _ if owned_elsewhere(
+            find_condition(&status.conditions, CONFLICT),
+            "Conflict",
+            generation,
+            &owner,
+        ) =>
+        {
+            None
+        }
         Some(message) => Some(Condition::new(
             CONFLICT,
             ConditionStatus::True,
@@ -149,13 +199,36 @@ pub fn desired_status(
         )),
     };
     if let Some(c) = conflict {
+        let c = Condition {
+            observed_generation: generation,
+            ..c
+        };
         changed |= set_condition(&mut status.conditions, c, now);
     }
-    if status.observed_generation != verdict.generation {
-        status.observed_generation = verdict.generation;
+    if status.observed_generation != generation {
+        status.observed_generation = generation;
         changed = true;
     }
     changed.then_some(status)
+}
+
+/// The Warning event a status write calls for: the first write of a reason and message of
+/// `Accepted` that is a problem (`Invalid`, `PartiallyApplied`).
+fn event_for(
+    before: Option<&BgpAdvertisementStatus>,
+    after: &BgpAdvertisementStatus,
+) -> Option<(&'static str, String)> {
+    let now = find_condition(&after.conditions, ACCEPTED)?;
+    let was = before.and_then(|s| find_condition(&s.conditions, ACCEPTED));
+    let same = was.is_some_and(|w| {
+        w.reason == now.reason && w.message == now.message && w.observed_generation == now.observed_generation
+    });
+    let reason = match now.reason.as_deref() {
+        Some(INVALID) => INVALID_REASON,
+        Some(PARTIALLY_APPLIED) => AGGREGATION_REFUSED_REASON,
+        _ => return None,
+    };
+    (!same).then(|| (reason, now.message.clone().unwrap_or_default()))
 }
 
 /// What the routes task hands the status task after each pass.
@@ -164,6 +237,8 @@ pub struct Report {
     pub verdicts: BTreeMap<String, Verdict>,
     /// Advertisement name → this node's conflict message.
     pub conflicts: BTreeMap<String, String>,
+    /// Advertisement name → this node's refused aggregation.
+    pub refused: BTreeMap<String, CrdError>,
 }
 
 fn now() -> Time {
@@ -204,8 +279,11 @@ pub async fn status_task(
             else {
                 continue;
             };
-            let conflict = report.conflicts.get(name).map(String::as_str);
-            let Some(status) = desired_status(object.status.as_ref(), verdict, conflict, &node, &now())
+            let findings = Findings {
+                conflict: report.conflicts.get(name).map(String::as_str),
+                refused: report.refused.get(name),
+            };
+            let Some(status) = desired_status(object.status.as_ref(), verdict, findings, &node, &now())
             else {
                 continue;
             };
@@ -218,15 +296,8 @@ pub async fn status_task(
                 .await
             {
                 Ok(_) => {
-                    let was_refused = object
-                        .status
-                        .as_ref()
-                        .and_then(|s| find_condition(&s.conditions, ACCEPTED))
-                        .is_some_and(|c| {
-                            c.status == ConditionStatus::False && c.observed_generation == verdict.generation
-                        });
-                    if let Some(error) = verdict.error.as_ref().filter(|_| !was_refused) {
-                        warn(&recorder, &object, error).await;
+                    if let Some((reason, message)) = event_for(object.status.as_ref(), &status) {
+                        warn(&recorder, &object, reason, message).await;
                     }
                 }
                 // Another speaker wrote first, or the object is gone: the watch brings it.
@@ -259,13 +330,11 @@ pub async fn status_task(
     }
 }
 
-async fn warn(recorder: &Recorder, object: &BgpAdvertisement, error: &CrdError) {
+async fn warn(recorder: &Recorder, object: &BgpAdvertisement, reason: &str, note: String) {
     let event = Event {
         type_: EventType::Warning,
-        reason: INVALID_REASON.into(),
-        note: Some(format!(
-            "{error}; the previously accepted spec, if any, stays in effect"
-        )),
+        reason: reason.into(),
+        note: Some(note),
         action: "Validate".into(),
         secondary: None,
     };
@@ -332,18 +401,18 @@ mod tests {
             generation: Some(1),
             error: None,
         };
-        let first = desired_status(None, &ok, None, "n1", &t).unwrap();
+        let first = desired_status(None, &ok, none(), "n1", &t).unwrap();
         assert_eq!(first.observed_generation, Some(1));
         let accepted = find_condition(&first.conditions, ACCEPTED).unwrap();
         assert_eq!(accepted.status, ConditionStatus::True);
         // Every other speaker computes the same: nothing to write.
-        assert_eq!(desired_status(Some(&first), &ok, None, "n2", &later), None);
+        assert_eq!(desired_status(Some(&first), &ok, none(), "n2", &later), None);
 
         // n1 sees a conflict: it owns the condition; n2, without one, leaves it alone.
         let conflicted = desired_status(
             Some(&first),
             &ok,
-            Some("10.0.0.0/24 to 1.1.1.1: b wins"),
+            conflict("10.0.0.0/24 to 1.1.1.1: b wins"),
             "n1",
             &t,
         )
@@ -354,13 +423,13 @@ mod tests {
             c.message.as_deref(),
             Some("on node n1: 10.0.0.0/24 to 1.1.1.1: b wins")
         );
-        assert_eq!(desired_status(Some(&conflicted), &ok, None, "n2", &later), None);
+        assert_eq!(desired_status(Some(&conflicted), &ok, none(), "n2", &later), None);
         assert_eq!(
-            desired_status(Some(&conflicted), &ok, Some("other"), "n2", &later),
+            desired_status(Some(&conflicted), &ok, conflict("other"), "n2", &later),
             None
         );
         // Its owner clears it.
-        let cleared = desired_status(Some(&conflicted), &ok, None, "n1", &later).unwrap();
+        let cleared = desired_status(Some(&conflicted), &ok, none(), "n1", &later).unwrap();
         assert_eq!(
             find_condition(&cleared.conditions, CONFLICT).unwrap().status,
             ConditionStatus::False
@@ -374,7 +443,7 @@ mod tests {
                 "\"70000:1\" is not a community",
             )),
         };
-        let refused = desired_status(Some(&cleared), &bad, None, "n1", &later).unwrap();
+        let refused = desired_status(Some(&cleared), &bad, none(), "n1", &later).unwrap();
         let accepted = find_condition(&refused.conditions, ACCEPTED).unwrap();
         assert_eq!(accepted.status, ConditionStatus::False);
         assert!(
@@ -386,6 +455,68 @@ mod tests {
         );
         assert_eq!(accepted.observed_generation, Some(2));
         assert_eq!(refused.observed_generation, Some(2));
-        assert_eq!(desired_status(Some(&refused), &bad, None, "n2", &later), None);
+        assert_eq!(desired_status(Some(&refused), &bad, none(), "n2", &later), None);
+        let (reason, message) = event_for(Some(&cleared), &refused).unwrap();
+        assert_eq!(reason, INVALID_REASON);
+        assert!(message.starts_with("spec.communities[1]: "), "{message}");
+        assert_eq!(event_for(Some(&refused), &refused), None, "once per generation");
+    }
+
+    #[test]
+    fn a_refused_aggregation_is_accepted_partially_by_one_owner() {
+        let t = Time(Timestamp::from_second(1_000).unwrap());
+        let ok = Verdict {
+            generation: Some(3),
+            error: None,
+        };
+        let error = CrdError::new(
+            "spec.aggregationLengthV4",
+            "10.16.0.0/14 leaves subnet s1 (10.16.0.0/16)",
+        );
+        let partial = Findings {
+            conflict: None,
+            refused: Some(&error),
+        };
+        let first = desired_status(None, &ok, none(), "n1", &t).unwrap();
+        let n1 = desired_status(Some(&first), &ok, partial, "n1", &t).unwrap();
+        let accepted = find_condition(&n1.conditions, ACCEPTED).unwrap();
+        assert_eq!(
+            (accepted.status, accepted.reason.as_deref()),
+            (ConditionStatus::True, Some(PARTIALLY_APPLIED))
+        );
+        assert!(
+            accepted
+                .message
+                .as_deref()
+                .unwrap()
+                .starts_with("on node n1: spec.aggregationLengthV4: "),
+            "{accepted:?}"
+        );
+        assert_eq!(
+            event_for(Some(&first), &n1).map(|e| e.0),
+            Some(AGGREGATION_REFUSED_REASON)
+        );
+        // n2 (nothing refused there) leaves n1's finding alone; n1 clears it when it is gone.
+        assert_eq!(desired_status(Some(&n1), &ok, none(), "n2", &t), None);
+        let back = desired_status(Some(&n1), &ok, none(), "n1", &t).unwrap();
+        assert_eq!(
+            find_condition(&back.conditions, ACCEPTED)
+                .unwrap()
+                .reason
+                .as_deref(),
+            Some("Accepted")
+        );
+        assert_eq!(event_for(Some(&n1), &back), None);
+    }
+
+    fn none() -> Findings<'static> {
+        Findings::default()
+    }
+
+    fn conflict(message: &str) -> Findings<'_> {
+        Findings {
+            conflict: Some(message),
+            refused: None,
+        }
     }
 }

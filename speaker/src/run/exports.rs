@@ -106,6 +106,7 @@ impl Exports {
         let report = Report {
             verdicts: pass.verdicts,
             conflicts: evaluation.conflicts.clone(),
+            refused: evaluation.refused.clone(),
         };
         self.reports.send_if_modified(|old| {
             let changed = **old != report;
