@@ -22,7 +22,7 @@ use anyhow::{Context, Result, ensure};
 use common::k8s::{Cluster, Speaker, speaker_without_peers};
 use common::peers::{Bird, Frr, PeerSpec};
 use common::{Lab, NODE_AS, NODE_V4, TOR_AS, TOR_V4};
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -53,7 +53,8 @@ async fn advertisements_choose_prefixes_peers_and_attributes() -> Result<()> {
     let cluster = Cluster::start().await?;
     let kube = cluster.kube.clone();
     let dir = tempfile::tempdir()?;
-    let speaker = speaker_without_peers(&cluster, &lab, dir.path(), &[])?;
+    // Reachable from the API server's pod proxy (which refuses loopback) at the host's address.
+    let speaker = speaker_without_peers(&cluster, &lab, dir.path(), &["--metrics-address=0.0.0.0"])?;
 
     let peers: Api<BgpPeer> = Api::all(kube.clone());
     for (name, address, asn, port, tor) in [
@@ -261,6 +262,53 @@ async fn advertisements_choose_prefixes_peers_and_attributes() -> Result<()> {
         "json",
     ])?)?;
     assert_eq!(json_out, routes, "-o json prints the endpoint's rows");
+    // The same through the API server: the speaker pod of node n1 (the DaemonSet's label), its
+    // /bgp/routes read by the pod proxy.
+    let host = host_address()?;
+    let speaker_pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "kube-ovn-speaker-x1", "namespace": "kube-system",
+            "labels": {"app": "kube-ovn-speaker"}},
+        "spec": {"nodeName": "n1", "hostNetwork": true, "containers": [{"name": "speaker", "image": "x"}]}}))?;
+    cluster.running_pod(&speaker_pod).await?;
+    Api::<Pod>::namespaced(kube.clone(), "kube-system")
+        .patch_status(
+            "kube-ovn-speaker-x1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"podIP": host, "podIPs": [{"ip": host}]}})),
+        )
+        .await?;
+    let kubeconfig = cluster.kubeconfig.display().to_string();
+    let port = speaker.metrics_port.to_string();
+    let through_api = [
+        "--peer",
+        FRR_ADDRESS,
+        "--kubeconfig",
+        &kubeconfig,
+        "--port",
+        &port,
+    ];
+    let proxied = routes_command(&[&through_api[..], &["--node", "n1"]].concat())?;
+    assert_eq!(proxied, table, "through the pod proxy as directly");
+    let wide = routes_command(&[&through_api[..], &["-o", "wide"]].concat())?;
+    let header: Vec<&str> = wide
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    ensure!(
+        header[7..] == ["LARGECOMMUNITIES", "NEXTHOP", "ORIGIN"]
+            && wide.contains("65001:1:2")
+            && wide.contains("Pod default/p1"),
+        "{wide}"
+    );
+    let elsewhere = routes_command(&[&through_api[..], &["--node", "n2"]].concat()).unwrap_err();
+    ensure!(
+        elsewhere
+            .to_string()
+            .contains("no Running pod labelled app=kube-ovn-speaker in namespace kube-system on node n2"),
+        "{elsewhere}"
+    );
     let unknown = routes_command(&["--peer", "192.0.2.99", "--url", &url]).unwrap_err();
     ensure!(unknown.to_string().contains("no peer 192.0.2.99"), "{unknown}");
 
@@ -323,9 +371,53 @@ async fn advertisements_choose_prefixes_peers_and_attributes() -> Result<()> {
         "the last accepted spec stays in effect:\n{route}"
     );
 
+    // An aggregation length the allocation cannot hold (a /8 would leave s2's /16): still
+    // accepted, its members announced unaggregated, the field named in the condition and in
+    // one Warning event.
+    advertisement(
+        &ads,
+        "pods-agg8",
+        &json!({"advertise": ["PodIPs"], "subnetSelector": {"matchLabels": {"tier": "agg"}},
+            "aggregationLengthV4": 8}),
+    )
+    .await?;
+    wait_condition(
+        &ads,
+        "pods-agg8",
+        "Accepted",
+        "True",
+        "on node n1: spec.aggregationLengthV4",
+    )
+    .await?;
+    wait_route(&bird, &speaker, "10.17.0.5/32")?;
+    ensure!(!bird.has("10.0.0.0/8")?, "no aggregate beyond the subnet");
+    wait_until_async("a BgpAggregationRefused event", WAIT, || async {
+        Ok(events.list(&ListParams::default()).await?.items.iter().any(|e| {
+            e.reason.as_deref() == Some("BgpAggregationRefused")
+                && e.note
+                    .as_deref()
+                    .is_some_and(|n| n.contains("spec.aggregationLengthV4"))
+        }))
+    })
+    .await?;
+
     let mut speaker = speaker;
     speaker.daemon.check_alive()?;
     Ok(())
+}
+
+/// The host's first global IPv4 address: the API server (in the host's namespace) reaches the
+/// speaker's metrics port there.
+fn host_address() -> Result<String> {
+    let out = kube_ovn_testkit::run("ip", &["-j", "-4", "addr", "show", "scope", "global"])?;
+    let links: Value = serde_json::from_str(&out)?;
+    links
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|l| l["addr_info"].as_array().into_iter().flatten())
+        .find_map(|a| a["local"].as_str().map(str::to_owned))
+        .context("no global IPv4 address on the host for the API server's pod proxy to reach")
 }
 
 /// A Ready subnet labelled `tier=<tier>`, without the `bgp` annotation.
