@@ -12,7 +12,10 @@
 //! - `/bgp/routes`, `/bgp/peers` and `kube-ovn-speaker routes` print the prefixes with their
 //!   attributes and sources; the BgpPeers' `status.nodes.n1.advertised` counts them by kind;
 //! - an invalid generation: `Accepted=False` and one Warning event naming the field, and the
-//!   previous policy stays on the wire.
+//!   previous policy stays on the wire; an aggregation length its subnet cannot hold is
+//!   `PartiallyApplied` with a Warning event naming the field;
+//! - a BgpPeer relabelled into an advertisement's `peerSelector` gets its routes on the same
+//!   session.
 //!
 //! Needs root (namespaces), bird2 and FRR; fails, never skips.
 
@@ -400,6 +403,21 @@ async fn advertisements_choose_prefixes_peers_and_attributes() -> Result<()> {
         }))
     })
     .await?;
+
+    // A BgpPeer's labels are read at every evaluation: relabelled into the Services'
+    // `peerSelector`, FRR gets the Service's address over the same session.
+    peers
+        .patch(
+            "tor-frr",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"tor": "bird"}}})),
+        )
+        .await?;
+    let path = wait_frr_path(&frr, &speaker, "203.0.113.80/32", |_| true)?;
+    ensure!(path["community"]["string"] == "65001:2", "{path}");
+    let flaps = format!("kube_ovn_speaker_bgp_peer_flap_count{{peer=\"{FRR_ADDRESS}\"}} 0");
+    let metrics = speaker.metrics()?;
+    ensure!(metrics.contains(&flaps), "the session stayed up: {metrics}");
 
     let mut speaker = speaker;
     speaker.daemon.check_alive()?;

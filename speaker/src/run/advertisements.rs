@@ -11,7 +11,11 @@
 //! generation, so a bad generation makes one event however many speakers there are, and every
 //! speaker logs it once. `Conflict` depends on the node (which prefixes and peers it has): the
 //! speaker that set it True owns it (its message starts `on node <node>:`) until it clears it;
-//! the others leave an owned True alone, so two nodes never take turns rewriting it.
+//! the others leave an owned True alone, so two nodes never take turns rewriting it. (A node
+//! whose speaker went away for good leaves its finding until the next generation.) The same
+//! holds for `Accepted` True with reason `PartiallyApplied`: an aggregation length that this
+//! node's members cannot take (policy's `Evaluation::refused`), with a Warning event
+//! `BgpAggregationRefused`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
