@@ -465,6 +465,33 @@ mod tests {
     }
 
     #[test]
+    fn the_routes_command_parses_without_the_daemon_s_flags() {
+        let flags = Flags::try_parse_from([
+            "kube-ovn-speaker",
+            "routes",
+            "--peer=2001:db8::1",
+            "-o",
+            "wide",
+            "--kubeconfig=/etc/k",
+        ])
+        .unwrap();
+        assert_eq!(flags.kubeconfig.as_deref(), Some(std::path::Path::new("/etc/k")));
+        let Some(Command::Routes(args)) = flags.command else {
+            panic!("no routes command: {flags:?}");
+        };
+        assert_eq!(args.peer, "2001:db8::1".parse::<IpAddr>().unwrap());
+        assert_eq!(args.output, Some(RoutesOutput::Wide));
+        assert_eq!(
+            (args.namespace.as_str(), args.selector.as_str(), args.port),
+            ("kube-system", "app=kube-ovn-speaker", 10667)
+        );
+        let err = Flags::try_parse_from(["kube-ovn-speaker", "routes", "--peer=nope"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--peer"), "{err}");
+    }
+
+    #[test]
     fn durations_in_go_style() {
         assert_eq!(
             kube_ovn_support::parse_duration("90s"),
