@@ -1,4 +1,5 @@
-//! `BgpAdvertisement`s end to end: the `kube-ovn-speaker` binary against a real kube-apiserver,
+//! `BgpAdvertisement`s end to end: the `kube-ovn-speaker` binary (as its ServiceAccount, with
+//! `deploy/base/rbac.yaml`) against a real kube-apiserver,
 //! a BIRD ToR (eBGP) and an FRR ToR (iBGP, another address and port of the same namespace), each
 //! a BgpPeer with its own labels. One fixture, in order:
 //!
@@ -22,7 +23,7 @@
 mod common;
 
 use anyhow::{Context, Result, ensure};
-use common::k8s::{Cluster, Speaker, speaker_without_peers};
+use common::k8s::{Cluster, Speaker, speaker_via};
 use common::peers::{Bird, Frr, PeerSpec};
 use common::{Lab, NODE_AS, NODE_V4, TOR_AS, TOR_V4};
 use k8s_openapi::api::core::v1::{Pod, Service};
@@ -56,8 +57,11 @@ async fn advertisements_choose_prefixes_peers_and_attributes() -> Result<()> {
     let cluster = Cluster::start().await?;
     let kube = cluster.kube.clone();
     let dir = tempfile::tempdir()?;
-    // Reachable from the API server's pod proxy (which refuses loopback) at the host's address.
-    let speaker = speaker_without_peers(&cluster, &lab, dir.path(), &["--metrics-address=0.0.0.0"])?;
+    // As its ServiceAccount with deploy/base/rbac.yaml (namespaces, advertisements, their status
+    // and events included); the metrics port reachable from the API server's pod proxy (which
+    // refuses loopback) at the host's address.
+    let identity = cluster.speaker_identity().await?;
+    let speaker = speaker_via(&identity, &lab, dir.path(), &["--metrics-address=0.0.0.0"])?;
 
     let peers: Api<BgpPeer> = Api::all(kube.clone());
     for (name, address, asn, port, tor) in [
