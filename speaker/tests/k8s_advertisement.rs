@@ -1,7 +1,7 @@
 //! `BgpAdvertisement`s end to end: the `kube-ovn-speaker` binary (as its ServiceAccount, with
-//! `deploy/base/rbac.yaml`) against a real kube-apiserver,
-//! a BIRD ToR (eBGP) and an FRR ToR (iBGP, another address and port of the same namespace), each
-//! a BgpPeer with its own labels. One fixture, in order:
+//! `deploy/base/rbac.yaml`) against a real kube-apiserver, a BIRD ToR (eBGP) and an FRR ToR
+//! (iBGP, another address and port of the same namespace), each a BgpPeer with its own labels.
+//! One fixture, in order:
 //!
 //! - an advertisement's communities, large communities, MED and AS-path prepend reach BIRD
 //!   (eBGP); its LOCAL_PREF reaches FRR (iBGP), where the prepend is not sent; a second
