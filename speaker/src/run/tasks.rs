@@ -1,6 +1,7 @@
 //! The run loop's long-lived tasks: routes (watches → every peer's Adj-RIB-Out, refusals →
 //! Warning events), BFD → BGP, and the metrics endpoint.
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -118,7 +119,8 @@ pub async fn routes(
         let report_due = reported.report(&desired.refusals).await;
         if first {
             tracing::info!(
-                prefixes = desired.prefixes.len(),
+                annotated = desired.prefixes.len(),
+                routes = evaluation.peers.values().map(BTreeMap::len).sum::<usize>(),
                 "caches synced; initial table handed to every peer"
             );
             tables_handed.store(true, Ordering::Relaxed);
