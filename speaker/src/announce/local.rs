@@ -81,7 +81,7 @@ mod tests {
         serde_json::from_value(json!({"metadata": {"name": "web", "namespace": "ns"}, "spec": spec})).unwrap()
     }
 
-    fn slice(ns: &str, service: &str, endpoints: Value) -> Arc<EndpointSlice> {
+    fn slice(ns: &str, service: &str, endpoints: &Value) -> Arc<EndpointSlice> {
         Arc::new(
             serde_json::from_value(
                 json!({"metadata": {"name": format!("{service}-x"), "namespace": ns,
@@ -97,7 +97,7 @@ mod tests {
         let slices = [slice(
             "ns",
             "web",
-            json!([
+            &json!([
                 {"addresses": ["10.16.0.5"], "nodeName": "n1", "conditions": {"ready": true}},
                 {"addresses": ["10.16.0.6"], "nodeName": "n2", "conditions": {"ready": false}},
                 {"addresses": ["10.16.0.7"], "nodeName": "n3"},
@@ -118,10 +118,7 @@ mod tests {
     fn only_the_services_own_slices_count() {
         let local = service(Some("Local"));
         let on_n1 = json!([{"addresses": ["10.16.0.5"], "nodeName": "n1"}]);
-        let others = [
-            slice("other", "web", on_n1.clone()),
-            slice("ns", "web2", on_n1.clone()),
-        ];
+        let others = [slice("other", "web", &on_n1), slice("ns", "web2", &on_n1)];
         assert!(!announce_here(&local, &others, "n1"));
         let unlabelled: Arc<EndpointSlice> = Arc::new(
             serde_json::from_value(json!({"metadata": {"name": "web-y", "namespace": "ns"},
@@ -155,7 +152,7 @@ mod tests {
         let slices = [slice(
             "ns",
             "web",
-            json!([{"addresses": ["10.16.0.5"], "nodeName": "n1"}]),
+            &json!([{"addresses": ["10.16.0.5"], "nodeName": "n1"}]),
         )];
         let allowed: ExternalIpCidrs = "198.51.100.0/24".parse().unwrap();
         let on = |node| {
