@@ -21,7 +21,9 @@
 //!   (see [`gateway`]).
 //! - Services with `bgp: "true"` (the literal, as Kube-OVN): ClusterIPs when
 //!   `--announce-cluster-ip` is set; LoadBalancer ingress IPs always; `spec.externalIPs` only
-//!   inside `--service-external-ip-cidrs` (empty by default: none) ([`services`]).
+//!   inside `--service-external-ip-cidrs` (empty by default: none) ([`services`]). With
+//!   `spec.externalTrafficPolicy: Local`, the LoadBalancer and external IPs only from the
+//!   speakers on nodes with a ready endpoint of the Service ([`local`]).
 //! - IptablesEIPs with `bgp: "true"` that are ready: `spec.v4ip`/`spec.v6ip`, from the speaker
 //!   on the node where a Running pod of the EIP's NAT gateway (`spec.natGwDp`) is. This is ours:
 //!   released Kube-OVN announces an EIP only from a speaker inside the NAT gateway pod
@@ -50,6 +52,7 @@
 //! record inside a Ready subnet, and external IPs the operator's CIDRs.
 
 pub mod gateway;
+pub mod local;
 pub mod ovn_eips;
 pub mod pods;
 pub mod refusal;
@@ -62,6 +65,7 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Resource;
 use kube_ovn_api::annotations::{AnnotationError, BgpPolicy, BgpScope, get, keys};
 use kube_ovn_api::crd::{ConditionStatus, Ip, IptablesEIP, OvnEip, Subnet};
@@ -112,6 +116,8 @@ pub struct Objects<'a> {
     pub ips: &'a [Arc<Ip>],
     /// OvnEips.
     pub ovn_eips: &'a [Arc<OvnEip>],
+    /// EndpointSlices (all namespaces): where a `Local` Service's ready endpoints are.
+    pub endpoint_slices: &'a [Arc<EndpointSlice>],
 }
 
 /// A bad annotation found on the way; the object is skipped, the rest still announced.
@@ -314,7 +320,7 @@ pub(crate) fn desired_with_views<'a>(
     let subnets = subnets(objects.subnets, scope, &mut out);
     let records = pods::Records::new(objects.ips);
     pods::add(objects.pods, &records, &subnets, scope, &mut out);
-    services::add_services(objects.services, scope, &mut out);
+    services::add_services(objects.services, objects.endpoint_slices, scope, &mut out);
     services::add_eips(objects.eips, objects.pods, scope, &mut out);
     ovn_eips::add(objects.ovn_eips, &subnets, scope, &mut out);
     (out, subnets, records)

@@ -139,6 +139,7 @@ impl World {
             eips: &self.eips,
             ips: &self.ips,
             ovn_eips: &self.ovn_eips,
+            endpoint_slices: &[],
         }
     }
 

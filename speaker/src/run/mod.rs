@@ -1,7 +1,8 @@
 //! The speaker as a daemon: Kubernetes watches in, BGP out, event-driven.
 //!
 //! ```text
-//!  Pods, Subnets, Services, IptablesEIPs, IPs, OvnEips ──watch──▶ Watched<_> ──tick──┐
+//!  Pods, Subnets, Services, IptablesEIPs, IPs, OvnEips,
+//!  EndpointSlices (externalTrafficPolicy Local)       ──watch──▶ Watched<_> ──tick──┐
 //!  BgpAdvertisements, Namespaces, BgpPeers (labels) ──watch──▶ Watched<_> ──tick──────┤
 //!                                                                                      ▼
 //!              routes task: policy::evaluate (per peer) ─▶ PeerHandle::replace_all (each its own)
@@ -39,6 +40,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube_ovn_api::bgp_advertisement::BgpAdvertisement;
 use kube_ovn_api::crd::{Ip, IptablesEIP, OvnEip, Subnet};
@@ -316,6 +318,7 @@ pub async fn run(
         eips: Watched::<IptablesEIP>::start(Api::all(kube.clone()), None, None),
         ips: Watched::<Ip>::start(Api::all(kube.clone()), None, None),
         ovn_eips: Watched::<OvnEip>::start(Api::all(kube.clone()), None, None),
+        endpoint_slices: Watched::<EndpointSlice>::start(Api::all(kube.clone()), None, None),
     };
     let bgp_peers: Watched<BgpPeer> = Watched::start(Api::all(kube.clone()), None, None);
     let policy = exports::PolicyObjects {
@@ -352,6 +355,8 @@ pub async fn run(
     tasks.also_check("ips-watch", move || w.stopped());
     let w = watched.ovn_eips.clone();
     tasks.also_check("ovn-eips-watch", move || w.stopped());
+    let w = watched.endpoint_slices.clone();
+    tasks.also_check("endpointslices-watch", move || w.stopped());
     let w = bgp_peers.clone();
     tasks.also_check("bgppeers-watch", move || w.stopped());
     let w = nodes.clone();

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube_ovn_api::crd::{Ip, IptablesEIP, OvnEip, Subnet};
 use kube_ovn_support::Watched;
@@ -34,6 +35,8 @@ pub struct Objects {
     pub ips: Watched<Ip>,
     /// OvnEips: where each lives (`status.activateGateway`, the controller's).
     pub ovn_eips: Watched<OvnEip>,
+    /// EndpointSlices: where a `Local` Service's ready endpoints are.
+    pub endpoint_slices: Watched<EndpointSlice>,
 }
 
 /// Recomputes every peer's table on every change of a watched kind (or of the peer set, the
@@ -59,6 +62,7 @@ pub async fn routes(
         eips,
         ips,
         ovn_eips,
+        endpoint_slices,
     } = objects;
     let mut pod_changes = pods.changes();
     let mut subnet_changes = subnets.changes();
@@ -66,6 +70,7 @@ pub async fn routes(
     let mut eip_changes = eips.changes();
     let mut ip_changes = ips.changes();
     let mut ovn_eip_changes = ovn_eips.changes();
+    let mut slice_changes = endpoint_slices.changes();
     let mut reported = Reported::new(kube, &config.flags.node_name);
     let mut peer_changes = peers.changes();
     let mut policy_changes = policy.changes();
@@ -77,6 +82,7 @@ pub async fn routes(
         (eips.synced(wait).await, "iptables-eips"),
         (ips.synced(wait).await, "ips"),
         (ovn_eips.synced(wait).await, "ovn-eips"),
+        (endpoint_slices.synced(wait).await, "endpointslices"),
     ] {
         if !synced {
             tracing::warn!(what, "cache not filled within an hour; announcing what is there");
@@ -95,6 +101,7 @@ pub async fn routes(
             ips.all(),
             ovn_eips.all(),
         );
+        let slices_now = endpoint_slices.all();
         let objects = announce::Objects {
             pods: &pods_now,
             subnets: &subnets_now,
@@ -102,6 +109,7 @@ pub async fn routes(
             eips: &eips_now,
             ips: &ips_now,
             ovn_eips: &ovn_eips_now,
+            endpoint_slices: &slices_now,
         };
         let scope = Scope {
             node_name: &config.flags.node_name,
@@ -133,6 +141,7 @@ pub async fn routes(
             _ = eip_changes.changed() => {}
             _ = ip_changes.changed() => {}
             _ = ovn_eip_changes.changed() => {}
+            _ = slice_changes.changed() => {}
             _ = peer_changes.changed() => {}
             () = policy.changed(&mut policy_changes) => {}
             () = tokio::time::sleep(config.flags.resync_period) => {}
