@@ -41,6 +41,7 @@ mod conn;
 mod listener;
 mod peer;
 mod status;
+pub mod unnumbered;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -159,6 +160,8 @@ impl Speaker {
             Entry {
                 commands: commands.clone(),
                 local_address: config.local_address,
+                interface: config.interface.clone(),
+                bind_device: config.bind_device.clone(),
             },
         );
         let span = tracing::info_span!("bgp_peer", peer = %address, peer_as = config.session.peer_as);

@@ -187,6 +187,21 @@ impl PeerTask {
                 self.status.idle_holds_waited_for_bfd += 1;
                 continue;
             }
+            if timer == Timer::ConnectRetry && self.connecting.is_some() {
+                // The connect neither succeeded nor failed: the SYN goes unanswered (a device
+                // without a route to the peer makes the kernel take it as on-link there and
+                // wait for an ARP / ND answer that never comes). The session dials again.
+                let via = self
+                    .config
+                    .bind_device
+                    .as_ref()
+                    .map(|d| format!(" out of {d}"))
+                    .unwrap_or_default();
+                self.status.last_error = Some(format!(
+                    "connect: no answer from {} within {:?}{via}",
+                    self.config.address, self.config.session.connect_retry
+                ));
+            }
             self.feed(Input::TimerExpired(timer));
         }
     }

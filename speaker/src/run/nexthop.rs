@@ -37,6 +37,12 @@ pub async fn task(config: Config, peers: Arc<PeerSet>, netlink: Netlink) {
         let all = peers.all();
         current.retain(|a, _| all.iter().any(|p| p.plan.config.address == *a));
         for peer in all {
+            // An unnumbered peer's next hop is our link-local address on its interface, which
+            // the session's own connection gives (a route lookup toward `fe80::` may answer
+            // for another interface).
+            if peer.plan.config.interface.is_some() {
+                continue;
+            }
             let last = current.entry(peer.plan.config.address).or_default();
             let address = peer.plan.config.address;
             let source = match netlink.source_toward(address).await {
