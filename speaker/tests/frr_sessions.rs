@@ -385,13 +385,24 @@ fn unnumbered_session_learns_frr_from_its_router_advertisements_and_follows_a_ne
         .expect("the new link-local address heard")
         .unwrap();
         assert_eq!(relearnt, Some(new_ll));
+        // This time FRR dials: a passive peer behind a listener, which takes the connection
+        // from the new address because it came in on eth0 (a link-local address names a
+        // router only together with its interface).
         block(&rt, speaker.remove_peer(IpAddr::V6(learnt))).unwrap();
-        let peer = speaker
-            .add_peer(bgp_peer(&config, spec.clone(), IpAddr::V6(new_ll)))
+        let listening = Speaker::new(SpeakerConfig {
+            listen: vec!["[::]:179".parse().unwrap()],
+            allowed_sources: None,
+        })
+        .unwrap();
+        let mut passive = spec.clone();
+        passive["passive"] = json!(true);
+        let peer = listening
+            .add_peer(bgp_peer(&config, passive, IpAddr::V6(new_ll)))
             .unwrap();
         peer.replace_all(routes()).unwrap();
         peer.set_ready().unwrap();
         frr.wait_received("ipv4", "eth1", 10).unwrap();
+        assert_eq!(peer.status().messages_sent.open, 1, "{:?}", peer.status());
         wait_kernel_route(&tor, "10.17.0.1", &format!("via inet6 {ours}")).unwrap();
     })
     .unwrap();
@@ -524,4 +535,75 @@ fn a_session_bound_to_a_device_goes_out_of_it_and_not_out_of_one_without_a_route
         );
         assert!(peer.status().is_established());
     });
+}
+
+/// The speaker daemon with an unnumbered `BgpPeer`: `Discovering` until FRR's advertisements
+/// are heard, then a session carrying the cluster's routes, and after FRR comes back with
+/// another link-local address, a session to that one, without anything done on our side.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unnumbered_bgp_peer_waits_for_its_router_and_follows_it() -> anyhow::Result<()> {
+    use common::k8s::{Cluster, speaker_on};
+    use k8s_openapi::api::core::v1::Node;
+    use kube::Api;
+    use kube::api::PostParams;
+    use kube_ovn_speaker::crd::BgpPeer;
+
+    let (node, tor) = bare_link()?;
+    let cluster = Cluster::start().await?;
+    let n1: Node = serde_json::from_value(json!({"metadata": {"name": "n1"}}))?;
+    Api::<Node>::all(cluster.kube.clone())
+        .create(&PostParams::default(), &n1)
+        .await?;
+    cluster.subnet("s1", "10.16.0.0/16", "cluster").await?;
+    let dir = tempfile::tempdir()?;
+    let speaker = speaker_on(&cluster.kubeconfig, &node, "n1", NODE_V4, dir.path(), &[])?;
+    let peers: Api<BgpPeer> = Api::all(cluster.kube.clone());
+    let peer: BgpPeer = serde_json::from_value(json!({
+        "apiVersion": "bgp.kube-ovn-rs.io/v1alpha1", "kind": "BgpPeer", "metadata": {"name": "unnumbered"},
+        "spec": {"peerInterface": "eth0", "peerASN": TOR_AS}}))?;
+    peers.create(&PostParams::default(), &peer).await?;
+    let entry = || -> anyhow::Result<Value> {
+        let object = tokio::task::block_in_place(|| {
+            tokio::runtime::Handle::current().block_on(peers.get_status("unnumbered"))
+        })?;
+        Ok(serde_json::to_value(object.status)?["nodes"]["n1"].clone())
+    };
+    let mut last = Value::Null;
+    wait_until(
+        "status.nodes.n1 Discovering: nobody advertises on eth0 yet",
+        WAIT,
+        || {
+            last = entry()?;
+            Ok(last["state"] == "Discovering"
+                && last["lastError"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("interface eth0: no IPv6 Router Advertisement heard yet")))
+        },
+    )
+    .with_context(|| format!("last: {last}\n{}", speaker.log_tail(20)))?;
+
+    let mut frr = unnumbered_frr(&tor)?;
+    frr.wait_received("ipv4", "eth1", 1)
+        .with_context(|| speaker.log_tail(30))?;
+    wait_until("status.nodes.n1 Established", WAIT, || {
+        last = entry()?;
+        Ok(last["state"] == "Established" && last["prefixesSent"] == 1)
+    })
+    .with_context(|| format!("last: {last}\n{}", speaker.log_tail(20)))?;
+    wait_kernel_route(&tor, "10.16.0.0/16", "via inet6 fe80::")?;
+
+    frr.bgpd.stop();
+    frr.zebra.stop();
+    let old_ll = link_local(&tor, "eth1")?;
+    tor.ip(&["link", "set", "eth1", "down"])?;
+    tor.ip(&["link", "set", "eth1", "address", "02:00:00:00:27:05"])?;
+    tor.ip(&["link", "set", "eth1", "up"])?;
+    assert_ne!(link_local(&tor, "eth1")?, old_ll);
+    let frr = unnumbered_frr(&tor)?;
+    frr.wait_received("ipv4", "eth1", 1)
+        .with_context(|| speaker.log_tail(30))?;
+    wait_kernel_route(&tor, "10.16.0.0/16", "via inet6 fe80::")?;
+    let mut speaker = speaker;
+    speaker.daemon.check_alive()?;
+    Ok(())
 }
