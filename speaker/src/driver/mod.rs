@@ -20,6 +20,10 @@
 //! the session's sockets send with TTL 255 and the kernel drops what arrives below
 //! [`PeerConfig::min_ttl`] (`IP_MINTTL` / `IPV6_MINHOPCOUNT`): set before `connect()` on ours,
 //! on the accepted socket for the peer's (the listener then sends its SYN-ACKs with 255).
+//! A link-local peer ([`PeerConfig::interface`], BGP unnumbered, found by
+//! [`unnumbered::Neighbour`]) is dialled on its interface and taken only from there; a peer
+//! with [`PeerConfig::bind_device`] (a VRF) has its connecting socket bound to that device
+//! (`SO_BINDTODEVICE`), and takes an inbound connection only when the kernel bound it there too.
 //! Sessions restart after failures by themselves (the state machine's idle hold time doubles
 //! up to a minute).
 //!
