@@ -352,6 +352,14 @@ fn unnumbered_session_learns_frr_from_its_router_advertisements_and_follows_a_ne
             r
         };
         peer.replace_all(routes()).unwrap();
+        // The link has a global prefix too: that address is the next hop, with our link-local
+        // one after it (RFC 2545 §3), as the speaker's next-hop task sets it from eth0.
+        let global: Ipv6Addr = "2001:db8:27::2".parse().unwrap();
+        node.ip(&["addr", "add", "2001:db8:27::2/64", "dev", "eth0", "nodad"])
+            .unwrap();
+        tor.ip(&["addr", "add", "2001:db8:27::1/64", "dev", "eth1", "nodad"])
+            .unwrap();
+        peer.set_local_addresses(None, Some(global)).unwrap();
         peer.set_ready().unwrap();
         frr.wait_received("ipv4", "eth1", 10).unwrap();
         frr.wait_received("ipv6", "eth1", 1).unwrap();
@@ -360,6 +368,14 @@ fn unnumbered_session_learns_frr_from_its_router_advertisements_and_follows_a_ne
             Some(IpAddr::V6(a)) if a.is_unicast_link_local() => a,
             other => panic!("the session runs between link-local addresses, ours is {other:?}"),
         };
+        let route = frr.json("show bgp ipv4 unicast 10.17.0.1/32 json").unwrap();
+        let hops: Vec<&str> = route["paths"][0]["nexthops"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|h| h["ip"].as_str())
+            .collect();
+        assert_eq!(hops, [global.to_string(), ours.to_string()], "{route}");
         // FRR installs our IPv4 routes through our link-local address on its interface.
         let installed = wait_kernel_route(&tor, "10.17.0.1", &format!("via inet6 {ours}")).unwrap();
         assert!(installed.contains("dev eth1"), "{installed}");
@@ -549,6 +565,8 @@ async fn an_unnumbered_bgp_peer_waits_for_its_router_and_follows_it() -> anyhow:
     use kube_ovn_speaker::crd::BgpPeer;
 
     let (node, tor) = bare_link()?;
+    // A global prefix on the link besides: the next-hop task finds the address on eth0.
+    node.ip(&["addr", "add", "2001:db8:27::2/64", "dev", "eth0", "nodad"])?;
     let cluster = Cluster::start().await?;
     let n1: Node = serde_json::from_value(json!({"metadata": {"name": "n1"}}))?;
     Api::<Node>::all(cluster.kube.clone())
@@ -591,6 +609,25 @@ async fn an_unnumbered_bgp_peer_waits_for_its_router_and_follows_it() -> anyhow:
     })
     .with_context(|| format!("last: {last}\n{}", speaker.log_tail(20)))?;
     wait_kernel_route(&tor, "10.16.0.0/16", "via inet6 fe80::")?;
+    let hops = || -> anyhow::Result<Vec<String>> {
+        let route = frr.json("show bgp ipv4 unicast 10.16.0.0/16 json")?;
+        Ok(route["paths"][0]["nexthops"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|h| Some(h["ip"].as_str()?.to_owned()))
+            .collect())
+    };
+    let mut seen = Vec::new();
+    wait_until(
+        "the global next hop with our link-local one after it",
+        WAIT,
+        || {
+            seen = hops()?;
+            Ok(seen.len() == 2 && seen[0] == "2001:db8:27::2" && seen[1].starts_with("fe80::"))
+        },
+    )
+    .with_context(|| format!("next hops: {seen:?}"))?;
 
     frr.bgpd.stop();
     frr.zebra.stop();

@@ -517,6 +517,13 @@ impl PeerTask {
             _ => None,
         });
         self.rib.set_local_addresses(v4, v6);
+        // A link-local peer shares the link with us: our link-local address on it goes with a
+        // global next hop (RFC 2545 §3), or is the next hop when we have no global one.
+        let link_local = match self.status.local_address {
+            Some(IpAddr::V6(a)) if self.config.interface.is_some() && a.is_unicast_link_local() => Some(a),
+            _ => None,
+        };
+        self.rib.set_link_local(link_local);
     }
 
     /// Takes UPDATEs from the Adj-RIB-Out while the Established connection has room; the
