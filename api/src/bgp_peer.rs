@@ -49,6 +49,7 @@ pub const DEFAULT_PASSWORD_KEY: &str = "password";
     crates(kube_core = "::kube_core"),
     doc = "A BGP peer of the kube-ovn-rs speakers on the nodes its nodeSelector picks.",
     printcolumn(name = "Peer", type_ = "string", json_path = ".spec.peerAddress"),
+    printcolumn(name = "Interface", type_ = "string", json_path = ".spec.peerInterface"),
     printcolumn(name = "ASN", type_ = "integer", json_path = ".spec.peerASN"),
     printcolumn(name = "Established", type_ = "string", json_path = ".status.established"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")

@@ -91,9 +91,9 @@ pub struct Flags {
     #[arg(long, env = "EXTENDED_NEXTHOP", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub extended_nexthop: bool,
     /// The VRF (or any device) every session's sockets are bound to (`SO_BINDTODEVICE`), unless
-    /// a BgpPeer names its own `vrf`; empty: none. A peer's inbound connections are taken only
-    /// when the kernel bound them to it, as it does for a VRF with `net.ipv4.tcp_l3mdev_accept=1`.
-    /// Not a Kube-OVN flag.
+    /// a BgpPeer names its own `vrf`, and the `--passivemode` listener too; empty: none. A
+    /// peer's inbound connections are taken only when the kernel bound them to its device: on
+    /// this listener, or for a VRF with `net.ipv4.tcp_l3mdev_accept=1`. Not a Kube-OVN flag.
     #[arg(long, env = "VRF", default_value = "")]
     pub vrf: String,
     /// Announce Services' ClusterIPs.

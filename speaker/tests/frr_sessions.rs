@@ -498,7 +498,7 @@ fn a_session_bound_to_a_device_goes_out_of_it_and_not_out_of_one_without_a_route
         "",
         &format!(
             "router bgp {TOR_AS}\n bgp router-id {TOR_V4}\n no bgp ebgp-requires-policy\n\
-             neighbor 198.51.102.2 remote-as {NODE_AS}\n neighbor 198.51.102.2 passive\n\
+             neighbor 198.51.102.2 remote-as {NODE_AS}\n neighbor 198.51.102.2 timers connect 1\n\
              address-family ipv4 unicast\n  neighbor 198.51.102.2 activate\n exit-address-family\n"
         ),
     )
@@ -550,6 +550,50 @@ fn a_session_bound_to_a_device_goes_out_of_it_and_not_out_of_one_without_a_route
             "{status:?}"
         );
         assert!(peer.status().is_established());
+
+        // Passive: FRR dials 198.51.102.2 through alt1. A listener bound to no device cannot
+        // tell where a connection came in, so the alt0-bound peer refuses it and says why ...
+        block(rt, speaker.remove_peer(tor)).unwrap();
+        let listen = || SpeakerConfig {
+            listen: vec!["0.0.0.0:179".parse().unwrap()],
+            allowed_sources: None,
+        };
+        let passive = || {
+            bgp_peer(
+                &flags(&["--vrf=alt0"]),
+                json!({ "peerAddress": "198.51.102.1", "peerASN": TOR_AS, "passive": true }),
+                IpAddr::V4(Ipv4Addr::new(198, 51, 102, 1)),
+            )
+        };
+        let unbound = Speaker::new(listen()).unwrap();
+        let refused = unbound.add_peer(passive()).unwrap();
+        let status = block(
+            rt,
+            refused.wait_for("the refusal", WAIT, |s| s.last_error.is_some()),
+        )
+        .unwrap();
+        assert_eq!(
+            status.last_error.as_deref(),
+            Some(
+                "inbound connection refused: the peer's session is bound to alt0, and the kernel \
+                 bound this connection to no device"
+            )
+        );
+        drop(unbound);
+        // ... while behind a listener bound to alt0 (`--vrf` with `--passivemode`) the
+        // connection is bound to alt0 too, and is the peer's.
+        let mut listening = None;
+        wait_until("port 179 free again", WAIT, || {
+            listening = Speaker::new_in_device(listen(), Some("alt0")).ok();
+            Ok(listening.is_some())
+        })
+        .unwrap();
+        let listening = listening.unwrap();
+        let inbound = listening.add_peer(passive()).unwrap();
+        inbound.announce_many(host_routes(17, 2)).unwrap();
+        inbound.set_ready().unwrap();
+        frr.wait_received("ipv4", "198.51.102.2", 2).unwrap();
+        assert!(inbound.status().is_established());
     });
 }
 

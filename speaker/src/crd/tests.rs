@@ -329,7 +329,7 @@ fn crd_has_names_scope_columns_and_no_nullable() {
         .flatten()
         .map(|c| c.name.as_str())
         .collect();
-    assert_eq!(columns, ["Peer", "ASN", "Established", "Age"]);
+    assert_eq!(columns, ["Peer", "Interface", "ASN", "Established", "Age"]);
     let text = serde_json::to_string(&crd).unwrap();
     assert!(
         !text.contains("nullable") && !text.contains("\"title\""),

@@ -42,9 +42,9 @@ impl Registry {
     }
 }
 
-/// Binds `addr` for BGP. `[::]` also takes IPv4 (as mapped addresses), so one listener serves
-/// both families unless a specific address is given.
-pub(crate) fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+/// Binds `addr` for BGP, inside `device` when given. `[::]` also takes IPv4 (as mapped
+/// addresses), so one listener serves both families unless a specific address is given.
+pub(crate) fn bind(addr: SocketAddr, device: Option<&str>) -> io::Result<TcpListener> {
     let socket = if addr.is_ipv4() {
         TcpSocket::new_v4()?
     } else {
@@ -53,6 +53,9 @@ pub(crate) fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
             .map_err(io::Error::other)?;
         socket
     };
+    if let Some(device) = device {
+        kube_ovn_dataplane::socket::bind_to_device(&socket, device).map_err(io::Error::other)?;
+    }
     // A restarted speaker must get its port back while the old connections sit in TIME_WAIT.
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
@@ -99,6 +102,8 @@ fn dispatch(stream: TcpStream, remote: SocketAddr, registry: &Registry, allowed:
     }
     if let Err(why) = arrived_where_expected(&stream, remote, &entry) {
         info!(%source, "connection refused: {why}");
+        // The peer's status says so: a session that never comes up should say why.
+        let _ = entry.commands.send(Command::InboundRefused(why));
         return;
     }
     debug!(%source, "connection handed to its peer");

@@ -110,12 +110,21 @@ pub struct Speaker {
 
 impl Speaker {
     pub fn new(config: SpeakerConfig) -> Result<Self, DriverError> {
+        Self::new_in_device(config, None)
+    }
+
+    /// [`Speaker::new`] with the listeners bound to `device` (`SO_BINDTODEVICE`, the speaker's
+    /// `--vrf`): they take only connections that came in through it (through the VRF), and the
+    /// connections they accept are bound to it, as a peer with that
+    /// [`PeerConfig::bind_device`] requires.
+    pub fn new_in_device(config: SpeakerConfig, device: Option<&str>) -> Result<Self, DriverError> {
         let registry = Arc::new(Registry::default());
         let mut listeners = Vec::new();
         let mut listener_tasks = Vec::new();
         for addr in config.listen {
-            let listener =
-                Arc::new(listener::bind(addr).map_err(|source| DriverError::Listen { addr, source })?);
+            let listener = Arc::new(
+                listener::bind(addr, device).map_err(|source| DriverError::Listen { addr, source })?,
+            );
             listener_tasks.push(tokio::spawn(listener::accept_loop(
                 listener.clone(),
                 registry.clone(),

@@ -238,6 +238,9 @@ impl PeerTask {
                 self.update_local_addresses();
             }
             Command::Inbound(stream) => self.inbound(stream),
+            Command::InboundRefused(why) => {
+                self.status.last_error = Some(format!("inbound connection refused: {why}"));
+            }
             Command::BfdDown => {
                 if !self.status.bfd_down {
                     info!("BFD down: stopping the session (Cease/BFD Down)");
