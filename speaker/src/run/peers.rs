@@ -331,4 +331,26 @@ mod tests {
         assert!(c.ttl_security);
         assert_eq!((c.effective_ttl(), c.min_ttl()), (Some(255), Some(255)));
     }
+
+    #[test]
+    fn vrf_binds_flag_peers_and_extended_next_hop_gives_them_both_families() {
+        let config = Flags::try_parse_from([
+            "kube-ovn-speaker",
+            "--node-name=n1",
+            "--cluster-as=65000",
+            "--neighbor-as=65001",
+            "--neighbor-ipv6-address=fd00::1",
+            "--vrf=blue",
+            "--extended-nexthop",
+            "--pod-ips=10.1.0.5",
+        ])
+        .unwrap()
+        .validate()
+        .unwrap();
+        let peers = from_flags(&config, false, |_| None);
+        let c = &peers[0].config;
+        assert_eq!(c.bind_device.as_deref(), Some("blue"));
+        assert!(c.session.extended_next_hop);
+        assert_eq!(c.session.families, Family::ALL.to_vec());
+    }
 }
