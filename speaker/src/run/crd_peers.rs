@@ -34,6 +34,9 @@ pub fn plan(
     super::peers::from_bgp_peer(&rt.config, rt.restarting, name, peer, address, md5_key)
 }
 
+/// How soon a BgpPeer whose `peerInterface` is missing is tried again.
+const INTERFACE_RETRY: Duration = Duration::from_secs(10);
+
 /// The routers heard on the interfaces of unnumbered BgpPeers (`spec.peerInterface`), one
 /// listener per interface, each waking the task when its router's address changes.
 #[derive(Default)]
@@ -236,6 +239,9 @@ pub async fn task(rt: Arc<Runtime>, peers: Arc<PeerSet>, bgp_peers: Watched<BgpP
             };
             addresses.insert(name.clone(), address);
         }
+        // An interface that cannot be listened on (not there yet) makes no event when it
+        // appears: look again after a while.
+        let interface_missing = addresses.values().any(Result::is_err);
         // A changed spec, or an unnumbered router that came back with another address.
         let stale: Vec<String> = running
             .iter()
@@ -292,7 +298,10 @@ pub async fn task(rt: Arc<Runtime>, peers: Arc<PeerSet>, bgp_peers: Watched<BgpP
                 Err(e) => owed.report(&name, Some(e)),
             }
         }
-        let retry = owed.flush(&api, &node_name).await;
+        let mut retry = owed.flush(&api, &node_name).await;
+        if interface_missing {
+            retry = Some(retry.map_or(INTERFACE_RETRY, |r| r.min(INTERFACE_RETRY)));
+        }
         tokio::select! {
             _ = p.changed() => {}
             _ = n.changed() => {}
