@@ -49,6 +49,7 @@ pub const DEFAULT_PASSWORD_KEY: &str = "password";
     crates(kube_core = "::kube_core"),
     doc = "A BGP peer of the kube-ovn-rs speakers on the nodes its nodeSelector picks.",
     printcolumn(name = "Peer", type_ = "string", json_path = ".spec.peerAddress"),
+    printcolumn(name = "Interface", type_ = "string", json_path = ".spec.peerInterface"),
     printcolumn(name = "ASN", type_ = "integer", json_path = ".spec.peerASN"),
     printcolumn(name = "Established", type_ = "string", json_path = ".status.established"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
@@ -59,8 +60,28 @@ pub struct BgpPeerSpec {
     /// Deployment's selector). Empty or absent: every node running a speaker.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_selector: Option<LabelSelector>,
-    /// The peer's IPv4 or IPv6 address.
+    /// The peer's IPv4 or IPv6 address. Exactly one of `peerAddress` and `peerInterface`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub peer_address: String,
+    /// BGP unnumbered: the peer is the IPv6 link-local neighbour on this interface of the node
+    /// (FRR's `neighbor <interface> interface`), learnt from its IPv6 Router Advertisements
+    /// (RFC 4861 §4.2); the speaker sends its own on the interface, so the peer learns ours.
+    /// Extended next hop (RFC 8950) is implied: IPv4 routes go with our IPv6 next hop.
+    /// Exactly one of `peerAddress` and `peerInterface`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "interface_name")]
+    pub peer_interface: Option<String>,
+    /// RFC 8950 extended next hop: offer IPv4 unicast with an IPv6 next hop, so an IPv6 session
+    /// carries IPv4 routes too (with `families` absent, both families are negotiated). Default
+    /// the speaker's `--extended-nexthop` (Kube-OVN's flag).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extended_nexthop: Option<bool>,
+    /// The device (a VRF, or any interface) the session's sockets are bound to
+    /// (`SO_BINDTODEVICE`): the session is routed by that VRF's table and goes out of no other.
+    /// Default the speaker's `--vrf` (none: the namespace's main table).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "interface_name")]
+    pub vrf: Option<String>,
     /// The peer's AS number (4-octet, RFC 6793).
     #[serde(rename = "peerASN")]
     #[schemars(schema_with = "asn")]
@@ -103,7 +124,7 @@ pub struct BgpPeerSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl_security: Option<bool>,
     /// Address families to negotiate: `ipv4-unicast`, `ipv6-unicast`. Default the family of
-    /// `peerAddress`.
+    /// `peerAddress`, and both with extended next hop (`extendedNexthop`, `peerInterface`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "families")]
     pub families: Option<Vec<String>>,
@@ -221,7 +242,23 @@ impl BgpPeerStatus {
 /// The CustomResourceDefinition, as `deploy/crds/bgppeers.bgp.kube-ovn-rs.io.yaml` holds it: the
 /// derived one cleaned as every CRD of ours is ([`crate::crd::schema::clean`]).
 pub fn crd() -> CustomResourceDefinition {
-    crate::crd::schema::clean(BgpPeer::crd(), |_| {})
+    crate::crd::schema::clean(BgpPeer::crd(), |root| {
+        // A peer is an address or an interface (BGP unnumbered), never both nor neither: a
+        // CEL rule, since neither field alone can be `required`.
+        if let Some(spec) = root
+            .get_mut("properties")
+            .and_then(|p| p.get_mut("spec"))
+            .and_then(serde_json::Value::as_object_mut)
+        {
+            spec.insert(
+                "x-kubernetes-validations".into(),
+                serde_json::json!([{
+                    "rule": "has(self.peerAddress) != has(self.peerInterface)",
+                    "message": "exactly one of peerAddress and peerInterface",
+                }]),
+            );
+        }
+    })
 }
 
 // Schemas the derive cannot infer: bounds the API server enforces, and plain `integer`s (the
@@ -269,6 +306,11 @@ fn multiplier(g: &mut SchemaGenerator) -> Schema {
 /// Milliseconds whose microseconds fit the 32-bit fields of RFC 5880 §4.1.
 fn bfd_interval(_: &mut SchemaGenerator) -> Schema {
     json_schema!({ "type": "integer", "format": "int64", "minimum": 1, "maximum": 4_294_967 })
+}
+
+/// A Linux interface name: 1 to 15 bytes (IFNAMSIZ - 1), no `/`, no whitespace.
+fn interface_name(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "type": "string", "minLength": 1, "maxLength": 15, "pattern": "^[^/\\s]+$" })
 }
 
 fn families(_: &mut SchemaGenerator) -> Schema {

@@ -72,6 +72,15 @@ sockopt_impl!(
     libc::c_int
 );
 
+sockopt_impl!(
+    /// `IPV6_MULTICAST_LOOP`: whether our own multicasts come back to our sockets.
+    Ipv6MulticastLoop,
+    SetOnly,
+    libc::IPPROTO_IPV6,
+    libc::IPV6_MULTICAST_LOOP,
+    libc::c_int
+);
+
 /// The Generalized TTL Security Mechanism's receive check (RFC 5082 §3): the kernel drops what
 /// arrives on this socket with a TTL (IPv4) or hop limit (IPv6) below `min`, before TCP sees
 /// it. On a connecting socket set it before `connect()`, so a forged SYN-ACK is dropped too.
@@ -96,6 +105,51 @@ pub fn set_min_ttl(socket: &impl AsFd, version: IpVersion, min: u8) -> Result<()
 /// `IPV6_V6ONLY`: whether an IPv6 socket refuses IPv4 (mapped) peers. Set before `bind()`.
 pub fn set_v6_only(socket: &impl AsFd, only: bool) -> Result<()> {
     setsockopt(socket, sockopt::Ipv6V6Only, &only).map_err(failed(format!("set IPV6_V6ONLY {only}")))
+}
+
+/// `SO_BINDTODEVICE`: the socket sends out of `device` only and takes only what came in on it;
+/// for a VRF device, it uses the VRF's routing table. Set before `connect()` / `bind()`.
+pub fn bind_to_device(socket: &impl AsFd, device: &str) -> Result<()> {
+    setsockopt(socket, sockopt::BindToDevice, &std::ffi::OsString::from(device))
+        .map_err(failed(format!("set SO_BINDTODEVICE {device}")))
+}
+
+/// The device a socket is bound to, `None` when unbound. An accepted TCP socket is bound to
+/// the VRF it came in through when the listener was not and `net.ipv4.tcp_l3mdev_accept` is 1,
+/// and to the interface of a link-local IPv6 peer.
+pub fn bound_device(socket: &impl AsFd) -> Result<Option<String>> {
+    let name = nix::sys::socket::getsockopt(socket, sockopt::BindToDevice)
+        .map_err(failed("get SO_BINDTODEVICE".into()))?;
+    let name = name.to_string_lossy().trim_end_matches('\0').to_owned();
+    Ok((!name.is_empty()).then_some(name))
+}
+
+/// The index of interface `name` (`if_nametoindex(3)`) in the calling thread's namespace: the
+/// zone (scope id) of a link-local address on it.
+pub fn interface_index(name: &str) -> Result<u32> {
+    nix::net::if_::if_nametoindex(name).map_err(failed(format!("no interface {name}")))
+}
+
+/// A raw ICMPv6 socket bound to `device`, for Neighbor Discovery's router messages (BGP
+/// unnumbered): non-blocking, sends with hop limit 255 (receivers drop ND messages with any
+/// other, RFC 4861 §6.1.2), does not hear its own multicasts, and reports the hop limit of
+/// what it receives ([`recv_with_ttl`]). The kernel fills in the ICMPv6 checksum (RFC 3542
+/// §3.1).
+pub fn icmpv6_on_device(device: &str) -> Result<std::os::fd::OwnedFd> {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockProtocol, SockType, socket};
+    let fd = socket(
+        AddressFamily::Inet6,
+        SockType::Raw,
+        SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+        SockProtocol::IcmpV6,
+    )
+    .map_err(failed("open a raw ICMPv6 socket".into()))?;
+    bind_to_device(&fd, device)?;
+    setsockopt(&fd, sockopt::Ipv6MulticastHops, &255).map_err(failed("set IPV6_MULTICAST_HOPS".into()))?;
+    set_ttl(&fd, IpVersion::V6, 255)?;
+    setsockopt(&fd, Ipv6MulticastLoop, &0).map_err(failed("set IPV6_MULTICAST_LOOP".into()))?;
+    set_recv_ttl(&fd, IpVersion::V6)?;
+    Ok(fd)
 }
 
 /// Asks the kernel for each received datagram's TTL (`IP_RECVTTL`) or hop limit

@@ -90,6 +90,12 @@ pub struct Flags {
     /// Announce IPv4 routes to IPv6 peers and back (RFC 8950).
     #[arg(long, env = "EXTENDED_NEXTHOP", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub extended_nexthop: bool,
+    /// The VRF (or any device) every session's sockets are bound to (`SO_BINDTODEVICE`), unless
+    /// a BgpPeer names its own `vrf`, and the `--passivemode` listener too; empty: none. A
+    /// peer's inbound connections are taken only when the kernel bound them to its device: on
+    /// this listener, or for a VRF with `net.ipv4.tcp_l3mdev_accept=1`. Not a Kube-OVN flag.
+    #[arg(long, env = "VRF", default_value = "")]
+    pub vrf: String,
     /// Announce Services' ClusterIPs.
     #[arg(long, env = "ANNOUNCE_CLUSTER_IP", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub announce_cluster_ip: bool,
@@ -320,6 +326,9 @@ impl Flags {
                 "with --ttl-security it counts hops, and 255 would accept any TTL (RFC 5082 §3)",
             ));
         }
+        if self.vrf.len() > 15 || self.vrf.contains(['/', ':', ' ']) {
+            return Err(bad("vrf", format!("{:?} is not an interface name", self.vrf)));
+        }
         if self.auth_password.len() > 80 {
             return Err(bad("auth-password", "at most 80 bytes (TCP_MD5SIG_MAXKEYLEN)"));
         }
@@ -451,6 +460,8 @@ mod tests {
             (vec!["--node-ips=nope"], "10.1.0.5", "--node-ips"),
             (vec![], "10.1.0.5,bad", "--pod-ips"),
             (vec!["--cluster-router="], "10.1.0.5", "--cluster-router"),
+            (vec!["--vrf=a/b"], "10.1.0.5", "--vrf"),
+            (vec!["--vrf=sixteen-bytes-xx"], "10.1.0.5", "--vrf"),
         ] {
             let pod_ips = format!("--pod-ips={pod_ips}");
             args.push(&pod_ips);

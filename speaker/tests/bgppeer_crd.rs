@@ -172,6 +172,11 @@ async fn the_schema_refuses_what_it_can_see() {
         json!({ "peerAddress": "10.0.0.1", "peerASN": 1, "families": ["l2vpn-evpn"] }),
         json!({ "peerAddress": "10.0.0.1", "peerASN": 1, "ebgpMultihop": 256 }),
         json!({ "peerAddress": "10.0.0.1", "peerASN": 1, "bfd": { "enabled": true, "multiplier": 0 } }),
+        // Exactly one of peerAddress and peerInterface (the CEL rule), an interface name.
+        json!({ "peerASN": 1 }),
+        json!({ "peerAddress": "10.0.0.1", "peerInterface": "eth0", "peerASN": 1 }),
+        json!({ "peerInterface": "eth 0", "peerASN": 1 }),
+        json!({ "peerInterface": "eth0", "peerASN": 1, "vrf": "sixteen-bytes-xx" }),
     ];
     for (i, spec) in bad.into_iter().enumerate() {
         let mut object = DynamicObject::new(&format!("bad-{i}"), &resource);
@@ -185,6 +190,10 @@ async fn the_schema_refuses_what_it_can_see() {
     let mut good = DynamicObject::new("good", &resource);
     good.data = json!({ "spec": { "peerAddress": "fd00::1", "peerASN": 4_294_967_295_u64 } });
     peers.create(&PostParams::default(), &good).await.unwrap();
+    let mut unnumbered = DynamicObject::new("unnumbered", &resource);
+    unnumbered.data = json!({ "spec": { "peerInterface": "eth0", "peerASN": 65001, "vrf": "blue",
+        "extendedNexthop": true } });
+    peers.create(&PostParams::default(), &unnumbered).await.unwrap();
     // The schema's defaults are applied, and a field it does not know is dropped (pruned), not
     // kept nor refused: what a speaker reads is what the schema describes.
     let mut sparse = DynamicObject::new("sparse", &resource);

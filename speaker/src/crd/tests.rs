@@ -38,16 +38,25 @@ fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 #[test]
 fn minimal_spec_takes_the_defaults() {
     let peer = spec(minimal()).validate().unwrap();
-    assert_eq!(peer.address, IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)));
+    assert_eq!(
+        peer.target,
+        PeerTarget::Address(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)))
+    );
     assert_eq!(peer.port, 179);
     assert_eq!(peer.peer_asn, 65001);
     assert_eq!(peer.local_asn, None);
     assert_eq!(peer.local_asn_or(65000).unwrap(), 65000);
-    assert_eq!(peer.families, vec![Family::Ipv4Unicast]);
+    assert_eq!(
+        peer.families, None,
+        "the address's family, decided with extended next hop"
+    );
+    assert_eq!(
+        (peer.extended_nexthop, peer.vrf.as_deref()),
+        (None, None),
+        "the flags decide"
+    );
     assert!(peer.communities.is_empty() && peer.password.is_none() && peer.bfd.is_none());
     assert!(peer.selects(&labels(&[])));
-    let v6 = with(&json!({ "peerAddress": "fd00::1" })).validate().unwrap();
-    assert_eq!(v6.families, vec![Family::Ipv6Unicast]);
 }
 
 #[test]
@@ -77,7 +86,10 @@ fn full_spec_parses() {
     );
     assert_eq!((peer.hold_time, peer.keepalive_time), (Some(9), Some(3)));
     assert_eq!((peer.ebgp_multihop, peer.ttl_security), (Some(3), Some(true)));
-    assert_eq!(peer.families, vec![Family::Ipv4Unicast, Family::Ipv6Unicast]);
+    assert_eq!(
+        peer.families,
+        Some(vec![Family::Ipv4Unicast, Family::Ipv6Unicast])
+    );
     assert_eq!(
         peer.communities,
         vec![
@@ -317,7 +329,7 @@ fn crd_has_names_scope_columns_and_no_nullable() {
         .flatten()
         .map(|c| c.name.as_str())
         .collect();
-    assert_eq!(columns, ["Peer", "ASN", "Established", "Age"]);
+    assert_eq!(columns, ["Peer", "Interface", "ASN", "Established", "Age"]);
     let text = serde_json::to_string(&crd).unwrap();
     assert!(
         !text.contains("nullable") && !text.contains("\"title\""),
@@ -325,10 +337,74 @@ fn crd_has_names_scope_columns_and_no_nullable() {
     );
     let schema = serde_json::to_value(version.schema.as_ref().unwrap()).unwrap();
     let spec = &schema["openAPIV3Schema"]["properties"]["spec"];
-    assert_eq!(spec["required"], json!(["peerASN", "peerAddress"]));
+    assert_eq!(spec["required"], json!(["peerASN"]));
+    assert_eq!(
+        spec["x-kubernetes-validations"][0]["rule"],
+        "has(self.peerAddress) != has(self.peerInterface)"
+    );
+    assert_eq!(spec["properties"]["peerInterface"]["maxLength"], 15);
+    assert_eq!(spec["properties"]["vrf"]["maxLength"], 15);
+    assert_eq!(spec["properties"]["extendedNexthop"]["type"], "boolean");
     assert_eq!(
         spec["properties"]["peerASN"]["maximum"].as_f64(),
         Some(4_294_967_295.0)
     );
     assert!(spec["properties"]["nodeSelector"]["properties"]["matchExpressions"].is_object());
+}
+
+#[test]
+fn a_peer_is_an_address_or_an_interface_with_extended_next_hop() {
+    let unnumbered = spec(json!({ "peerInterface": "eth0", "peerASN": 65001, "vrf": "blue" }))
+        .validate()
+        .unwrap();
+    assert_eq!(unnumbered.target, PeerTarget::Interface("eth0".into()));
+    assert_eq!(
+        unnumbered.extended_nexthop,
+        Some(true),
+        "IPv4 routes over a link-local session need an IPv6 next hop"
+    );
+    assert_eq!(unnumbered.vrf.as_deref(), Some("blue"));
+    let enh = with(&json!({ "peerAddress": "fd00::1", "extendedNexthop": true }))
+        .validate()
+        .unwrap();
+    assert_eq!(enh.extended_nexthop, Some(true));
+    let off = with(&json!({ "extendedNexthop": false })).validate().unwrap();
+    assert_eq!(off.extended_nexthop, Some(false), "overrides the flag");
+    for (value, message) in [
+        (
+            json!({ "peerASN": 65001 }),
+            "spec.peerAddress: one of peerAddress and peerInterface is required",
+        ),
+        (
+            json!({ "peerAddress": "10.0.0.1", "peerInterface": "eth0", "peerASN": 65001 }),
+            "spec.peerInterface: must not be set with peerAddress",
+        ),
+        (
+            json!({ "peerInterface": "eth0/1", "peerASN": 65001 }),
+            "spec.peerInterface: \"eth0/1\" is not an interface name",
+        ),
+        (
+            json!({ "peerInterface": "a-very-long-name0", "peerASN": 65001 }),
+            "spec.peerInterface: \"a-very-long-name0\" is not an interface name",
+        ),
+        (
+            json!({ "peerInterface": "eth0", "peerASN": 65001, "extendedNexthop": false }),
+            "spec.extendedNexthop: must not be false with peerInterface",
+        ),
+        (
+            json!({ "peerInterface": "eth0", "peerASN": 65001, "bfd": { "enabled": true } }),
+            "spec.bfd.enabled: BFD is not supported with peerInterface",
+        ),
+        (
+            json!({ "peerAddress": "fe80::1", "peerASN": 65001 }),
+            "spec.peerAddress: fe80::1 is link-local: name its interface in peerInterface",
+        ),
+        (
+            json!({ "peerAddress": "10.0.0.1", "peerASN": 65001, "vrf": "" }),
+            "spec.vrf: \"\" is not an interface name",
+        ),
+    ] {
+        let error = spec(value.clone()).validate().unwrap_err().to_string();
+        assert!(error.starts_with(message), "{value}: {error}");
+    }
 }

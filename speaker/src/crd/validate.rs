@@ -43,7 +43,8 @@ impl CrdError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ValidatedPeer {
     pub selector: Selector,
-    pub address: IpAddr,
+    /// Who the peer is: an address, or the link-local neighbour on an interface.
+    pub target: PeerTarget,
     pub port: u16,
     pub peer_asn: u32,
     pub local_asn: Option<u32>,
@@ -54,8 +55,12 @@ pub struct ValidatedPeer {
     pub ebgp_multihop: Option<u8>,
     /// GTSM (RFC 5082); `None`: the speaker's `--ttl-security`.
     pub ttl_security: Option<bool>,
-    /// Never empty: default the family of `address`.
-    pub families: Vec<Family>,
+    /// As the spec lists them; `None`: the family of the address, both with extended next hop.
+    pub families: Option<Vec<Family>>,
+    /// RFC 8950; `None`: the speaker's `--extended-nexthop`. Always on for an interface peer.
+    pub extended_nexthop: Option<bool>,
+    /// The device the session's sockets are bound to; `None`: the speaker's `--vrf`.
+    pub vrf: Option<String>,
     /// RFC 1997 communities as 32-bit values.
     pub communities: Vec<u32>,
     pub large_communities: Vec<LargeCommunity>,
@@ -64,6 +69,24 @@ pub struct ValidatedPeer {
     pub graceful_restart: Option<bool>,
     /// BFD timers when `bfd.enabled`.
     pub bfd: Option<Timers>,
+}
+
+/// Who the peer is.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum PeerTarget {
+    /// `spec.peerAddress`.
+    Address(IpAddr),
+    /// `spec.peerInterface`: BGP unnumbered, the IPv6 link-local router on that interface.
+    Interface(String),
+}
+
+impl std::fmt::Display for PeerTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PeerTarget::Address(a) => write!(f, "{a}"),
+            PeerTarget::Interface(i) => write!(f, "interface {i}"),
+        }
+    }
 }
 
 /// Where the TCP MD5 key is, with the key name defaulted.
@@ -132,18 +155,12 @@ impl Checked<'_> {
     /// Checks the spec and parses it; the first problem found is the error.
     pub fn validate(&self) -> Result<ValidatedPeer, CrdError> {
         let selector = Selector::parse(self.node_selector.as_ref(), "spec.nodeSelector")?;
-        let address: IpAddr = self.peer_address.trim().parse().map_err(|_| {
-            CrdError::new(
-                "spec.peerAddress",
-                format!("{:?} is not an IP address", self.peer_address),
-            )
-        })?;
-        if address.is_unspecified() || address.is_multicast() || address == IpAddr::from([255; 4]) {
-            return Err(CrdError::new(
-                "spec.peerAddress",
-                format!("{address} is not a unicast address"),
-            ));
-        }
+        let target = self.target()?;
+        let vrf = self
+            .vrf
+            .as_deref()
+            .map(|v| interface_name(v, "spec.vrf"))
+            .transpose()?;
         if self.peer_asn == 0 {
             return Err(CrdError::new("spec.peerASN", "AS 0 is reserved (RFC 7607)"));
         }
@@ -218,9 +235,30 @@ impl Checked<'_> {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let extended_nexthop = match (&target, self.extended_nexthop) {
+            (PeerTarget::Interface(_), Some(false)) => {
+                return Err(CrdError::new(
+                    "spec.extendedNexthop",
+                    "must not be false with peerInterface: an unnumbered session has no IPv4 \
+                     address, so its IPv4 routes need an IPv6 next hop (RFC 8950)",
+                ));
+            }
+            (PeerTarget::Interface(_), _) => Some(true),
+            (PeerTarget::Address(_), enh) => enh,
+        };
+        let bfd = self.bfd_timers()?;
+        if bfd.is_some() && matches!(target, PeerTarget::Interface(_)) {
+            return Err(CrdError::new(
+                "spec.bfd.enabled",
+                "BFD is not supported with peerInterface yet (its link-local session needs the interface)",
+            ));
+        }
         Ok(ValidatedPeer {
             selector,
-            address,
+            families: self.families()?,
+            target,
+            extended_nexthop,
+            vrf,
             port: self.port.unwrap_or(BGP_PORT),
             peer_asn: self.peer_asn,
             local_asn: self.local_asn,
@@ -230,13 +268,12 @@ impl Checked<'_> {
             passive: self.passive,
             ebgp_multihop: self.ebgp_multihop,
             ttl_security: self.ttl_security,
-            families: self.families(address)?,
             communities,
             large_communities,
             local_pref: self.local_pref,
             med: self.med,
             graceful_restart: self.graceful_restart,
-            bfd: self.bfd_timers()?,
+            bfd,
         })
     }
 
@@ -264,13 +301,52 @@ impl Checked<'_> {
         }
     }
 
-    fn families(&self, address: IpAddr) -> Result<Vec<Family>, CrdError> {
+    /// `peerAddress` or `peerInterface`, exactly one (the schema's CEL rule says so too; an
+    /// API server without CEL, or an object written before, meets this check).
+    fn target(&self) -> Result<PeerTarget, CrdError> {
+        let address = self.peer_address.trim();
+        match (address.is_empty(), &self.peer_interface) {
+            (true, None) => Err(CrdError::new(
+                "spec.peerAddress",
+                "one of peerAddress and peerInterface is required",
+            )),
+            (false, Some(_)) => Err(CrdError::new(
+                "spec.peerInterface",
+                "must not be set with peerAddress (an unnumbered peer has no address of its own)",
+            )),
+            (true, Some(interface)) => Ok(PeerTarget::Interface(interface_name(
+                interface,
+                "spec.peerInterface",
+            )?)),
+            (false, None) => {
+                let ip: IpAddr = address.parse().map_err(|_| {
+                    CrdError::new(
+                        "spec.peerAddress",
+                        format!("{:?} is not an IP address", self.peer_address),
+                    )
+                })?;
+                if ip.is_unspecified() || ip.is_multicast() || ip == IpAddr::from([255; 4]) {
+                    return Err(CrdError::new(
+                        "spec.peerAddress",
+                        format!("{ip} is not a unicast address"),
+                    ));
+                }
+                if let IpAddr::V6(v6) = ip
+                    && v6.is_unicast_link_local()
+                {
+                    return Err(CrdError::new(
+                        "spec.peerAddress",
+                        format!("{ip} is link-local: name its interface in peerInterface instead"),
+                    ));
+                }
+                Ok(PeerTarget::Address(ip))
+            }
+        }
+    }
+
+    fn families(&self) -> Result<Option<Vec<Family>>, CrdError> {
         let Some(names) = &self.families else {
-            return Ok(vec![if address.is_ipv4() {
-                Family::Ipv4Unicast
-            } else {
-                Family::Ipv6Unicast
-            }]);
+            return Ok(None);
         };
         if names.is_empty() {
             return Err(CrdError::new(
@@ -298,7 +374,7 @@ impl Checked<'_> {
             }
             families.push(family);
         }
-        Ok(families)
+        Ok(Some(families))
     }
 
     fn bfd_timers(&self) -> Result<Option<Timers>, CrdError> {
@@ -322,6 +398,26 @@ impl Checked<'_> {
             CrdError::new(format!("spec.bfd.{field}"), e.reason)
         })?;
         Ok(Some(timers))
+    }
+}
+
+/// A Linux interface name as the kernel takes it (`dev_valid_name`): 1 to 15 bytes, not `.` or
+/// `..`, no `/`, `:` or whitespace.
+fn interface_name(name: &str, field: &str) -> Result<String, CrdError> {
+    let valid = !name.is_empty()
+        && name.len() < 16
+        && name != "."
+        && name != ".."
+        && !name
+            .bytes()
+            .any(|b| b == b'/' || b == b':' || b.is_ascii_whitespace());
+    if valid {
+        Ok(name.to_owned())
+    } else {
+        Err(CrdError::new(
+            field,
+            format!("{name:?} is not an interface name (1 to 15 bytes, no '/', ':' or space)"),
+        ))
     }
 }
 

@@ -18,6 +18,8 @@ pub(crate) enum Command {
     SetReady,
     SetLocalAddresses(Option<Ipv4Addr>, Option<Ipv6Addr>),
     Inbound(TcpStream),
+    /// The listener closed a connection from the peer's address: why, for its `last_error`.
+    InboundRefused(String),
     BfdDown,
     BfdUp,
     Reset,

@@ -51,6 +51,16 @@ pub struct PeerConfig {
     /// itself this long after it starts, so a caller that never syncs does not hold the
     /// End-of-RIB forever (Kube-OVN's `--graceful-restart-deferral-time`).
     pub ready_deadline: Option<Duration>,
+    /// The interface a link-local `address` is on (its zone, RFC 4007 §11; BGP unnumbered):
+    /// our connection goes to the address on that interface, and a connection from the
+    /// address is taken only when it came in on that interface.
+    pub interface: Option<String>,
+    /// The device our sockets are bound to (`SO_BINDTODEVICE`): a VRF, whose routing table the
+    /// session then uses, or any interface, out of which alone the session goes. An inbound
+    /// connection is taken only when the kernel bound it to that device too, which it does
+    /// for a VRF with `net.ipv4.tcp_l3mdev_accept=1` and for no plain device: a peer bound to
+    /// a plain device should be active (we connect).
+    pub bind_device: Option<String>,
     pub session: SessionConfig,
 }
 
@@ -65,6 +75,8 @@ impl PeerConfig {
             ttl: None,
             ttl_security: false,
             ready_deadline: None,
+            interface: None,
+            bind_device: None,
             session,
         }
     }
@@ -114,6 +126,18 @@ impl PeerConfig {
             && local.is_ipv4() != self.address.is_ipv4()
         {
             return fail("local_address", "must be of the peer address's family");
+        }
+        let link_local = matches!(self.address, IpAddr::V6(a) if a.is_unicast_link_local());
+        if link_local != self.interface.is_some() {
+            return fail(
+                "interface",
+                "needed with a link-local peer address (its zone, RFC 4007 §11), and only then",
+            );
+        }
+        for name in [&self.interface, &self.bind_device].into_iter().flatten() {
+            if name.is_empty() || name.len() > 15 {
+                return fail("interface", "an interface name has 1 to 15 bytes");
+            }
         }
         Ok(())
     }

@@ -126,12 +126,20 @@ pub(crate) fn gtsm_on_accepted(stream: &TcpStream, min: u8) -> Result<Vec<u8>, S
 /// Opens our connection to the peer: the source address, TTL, minimum received TTL and MD5 key are set before
 /// `connect()`, since the SYN must already carry them (RFC 2385 §2: every segment is signed).
 pub(crate) async fn connect(config: &PeerConfig) -> io::Result<TcpStream> {
-    let remote = SocketAddr::new(config.address, config.port);
+    let mut remote = SocketAddr::new(config.address, config.port);
+    // A link-local peer is reached through its interface, named by the zone (RFC 4007 §11).
+    if let (SocketAddr::V6(v6), Some(interface)) = (&mut remote, &config.interface) {
+        v6.set_scope_id(interface_index(interface)?);
+    }
     let socket = if remote.is_ipv4() {
         TcpSocket::new_v4()?
     } else {
         TcpSocket::new_v6()?
     };
+    // The VRF (or device) first: the source address and route are chosen within it.
+    if let Some(device) = &config.bind_device {
+        kube_ovn_dataplane::socket::bind_to_device(&socket, device).map_err(io::Error::other)?;
+    }
     if let Some(ttl) = config.effective_ttl() {
         set_ttl(&socket, remote.is_ipv4(), ttl)?;
     }
@@ -149,6 +157,12 @@ pub(crate) async fn connect(config: &PeerConfig) -> io::Result<TcpStream> {
     let stream = socket.connect(remote).await?;
     stream.set_nodelay(true)?;
     Ok(stream)
+}
+
+/// The index of `interface`, as an I/O error naming it when there is none.
+pub(crate) fn interface_index(interface: &str) -> io::Result<u32> {
+    kube_ovn_dataplane::socket::interface_index(interface)
+        .map_err(|e| io::Error::new(io::ErrorKind::NotFound, e.to_string()))
 }
 
 /// Normalises an IPv4-mapped IPv6 address (a v4 peer on a dual-stack listener) to IPv4.

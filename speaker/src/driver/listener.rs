@@ -30,6 +30,10 @@ pub(crate) struct Registry {
 pub(crate) struct Entry {
     pub commands: mpsc::UnboundedSender<Command>,
     pub local_address: Option<IpAddr>,
+    /// A link-local peer's interface: its connections must come in there.
+    pub interface: Option<String>,
+    /// The device the peer's session is bound to: an accepted connection must be bound to it.
+    pub bind_device: Option<String>,
 }
 
 impl Registry {
@@ -38,9 +42,9 @@ impl Registry {
     }
 }
 
-/// Binds `addr` for BGP. `[::]` also takes IPv4 (as mapped addresses), so one listener serves
-/// both families unless a specific address is given.
-pub(crate) fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+/// Binds `addr` for BGP, inside `device` when given. `[::]` also takes IPv4 (as mapped
+/// addresses), so one listener serves both families unless a specific address is given.
+pub(crate) fn bind(addr: SocketAddr, device: Option<&str>) -> io::Result<TcpListener> {
     let socket = if addr.is_ipv4() {
         TcpSocket::new_v4()?
     } else {
@@ -49,6 +53,9 @@ pub(crate) fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
             .map_err(io::Error::other)?;
         socket
     };
+    if let Some(device) = device {
+        kube_ovn_dataplane::socket::bind_to_device(&socket, device).map_err(io::Error::other)?;
+    }
     // A restarted speaker must get its port back while the old connections sit in TIME_WAIT.
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
@@ -93,8 +100,41 @@ fn dispatch(stream: TcpStream, remote: SocketAddr, registry: &Registry, allowed:
         info!(%source, ?local, %pinned, "connection refused: arrived on another local address than the peer's");
         return;
     }
+    if let Err(why) = arrived_where_expected(&stream, remote, &entry) {
+        info!(%source, "connection refused: {why}");
+        // The peer's status says so: a session that never comes up should say why.
+        let _ = entry.commands.send(Command::InboundRefused(why));
+        return;
+    }
     debug!(%source, "connection handed to its peer");
     if entry.commands.send(Command::Inbound(stream)).is_err() {
         debug!(%source, "the peer has stopped; connection closed");
     }
+}
+
+/// A link-local peer's connection must come from its interface (the same `fe80::` address on
+/// another link is another router), and a device-bound peer's must be bound to that device:
+/// the kernel binds an accepted socket to its VRF (with `net.ipv4.tcp_l3mdev_accept=1`) and to
+/// a link-local peer's interface, and to nothing else, so a connection that came in through a
+/// plain device cannot be told apart and is refused.
+fn arrived_where_expected(stream: &TcpStream, remote: SocketAddr, entry: &Entry) -> Result<(), String> {
+    if let (Some(interface), SocketAddr::V6(v6)) = (&entry.interface, remote) {
+        let expected = super::conn::interface_index(interface).map_err(|e| e.to_string())?;
+        if v6.scope_id() != expected {
+            return Err(format!(
+                "came in on interface index {}, not on {interface} ({expected})",
+                v6.scope_id()
+            ));
+        }
+    }
+    if let Some(device) = &entry.bind_device {
+        let bound = kube_ovn_dataplane::socket::bound_device(stream).map_err(|e| e.to_string())?;
+        if bound.as_deref() != Some(device.as_str()) {
+            return Err(format!(
+                "the peer's session is bound to {device}, and the kernel bound this connection to {}",
+                bound.as_deref().unwrap_or("no device")
+            ));
+        }
+    }
+    Ok(())
 }

@@ -20,6 +20,10 @@
 //! the session's sockets send with TTL 255 and the kernel drops what arrives below
 //! [`PeerConfig::min_ttl`] (`IP_MINTTL` / `IPV6_MINHOPCOUNT`): set before `connect()` on ours,
 //! on the accepted socket for the peer's (the listener then sends its SYN-ACKs with 255).
+//! A link-local peer ([`PeerConfig::interface`], BGP unnumbered, found by
+//! [`unnumbered::Neighbour`]) is dialled on its interface and taken only from there; a peer
+//! with [`PeerConfig::bind_device`] (a VRF) has its connecting socket bound to that device
+//! (`SO_BINDTODEVICE`), and takes an inbound connection only when the kernel bound it there too.
 //! Sessions restart after failures by themselves (the state machine's idle hold time doubles
 //! up to a minute).
 //!
@@ -41,6 +45,7 @@ mod conn;
 mod listener;
 mod peer;
 mod status;
+pub mod unnumbered;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -105,12 +110,21 @@ pub struct Speaker {
 
 impl Speaker {
     pub fn new(config: SpeakerConfig) -> Result<Self, DriverError> {
+        Self::new_in_device(config, None)
+    }
+
+    /// [`Speaker::new`] with the listeners bound to `device` (`SO_BINDTODEVICE`, the speaker's
+    /// `--vrf`): they take only connections that came in through it (through the VRF), and the
+    /// connections they accept are bound to it, as a peer with that
+    /// [`PeerConfig::bind_device`] requires.
+    pub fn new_in_device(config: SpeakerConfig, device: Option<&str>) -> Result<Self, DriverError> {
         let registry = Arc::new(Registry::default());
         let mut listeners = Vec::new();
         let mut listener_tasks = Vec::new();
         for addr in config.listen {
-            let listener =
-                Arc::new(listener::bind(addr).map_err(|source| DriverError::Listen { addr, source })?);
+            let listener = Arc::new(
+                listener::bind(addr, device).map_err(|source| DriverError::Listen { addr, source })?,
+            );
             listener_tasks.push(tokio::spawn(listener::accept_loop(
                 listener.clone(),
                 registry.clone(),
@@ -159,6 +173,8 @@ impl Speaker {
             Entry {
                 commands: commands.clone(),
                 local_address: config.local_address,
+                interface: config.interface.clone(),
+                bind_device: config.bind_device.clone(),
             },
         );
         let span = tracing::info_span!("bgp_peer", peer = %address, peer_as = config.session.peer_as);

@@ -187,6 +187,21 @@ impl PeerTask {
                 self.status.idle_holds_waited_for_bfd += 1;
                 continue;
             }
+            if timer == Timer::ConnectRetry && self.connecting.is_some() {
+                // The connect neither succeeded nor failed: the SYN goes unanswered (a device
+                // without a route to the peer makes the kernel take it as on-link there and
+                // wait for an ARP / ND answer that never comes). The session dials again.
+                let via = self
+                    .config
+                    .bind_device
+                    .as_ref()
+                    .map(|d| format!(" out of {d}"))
+                    .unwrap_or_default();
+                self.status.last_error = Some(format!(
+                    "connect: no answer from {} within {:?}{via}",
+                    self.config.address, self.config.session.connect_retry
+                ));
+            }
             self.feed(Input::TimerExpired(timer));
         }
     }
@@ -223,6 +238,9 @@ impl PeerTask {
                 self.update_local_addresses();
             }
             Command::Inbound(stream) => self.inbound(stream),
+            Command::InboundRefused(why) => {
+                self.status.last_error = Some(format!("inbound connection refused: {why}"));
+            }
             Command::BfdDown => {
                 if !self.status.bfd_down {
                     info!("BFD down: stopping the session (Cease/BFD Down)");
@@ -502,6 +520,13 @@ impl PeerTask {
             _ => None,
         });
         self.rib.set_local_addresses(v4, v6);
+        // A link-local peer shares the link with us: our link-local address on it goes with a
+        // global next hop (RFC 2545 §3), or is the next hop when we have no global one.
+        let link_local = match self.status.local_address {
+            Some(IpAddr::V6(a)) if self.config.interface.is_some() && a.is_unicast_link_local() => Some(a),
+            _ => None,
+        };
+        self.rib.set_link_local(link_local);
     }
 
     /// Takes UPDATEs from the Adj-RIB-Out while the Established connection has room; the

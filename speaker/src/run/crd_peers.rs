@@ -7,7 +7,7 @@
 //! with a doubling delay, not only when something else happens: a session that is stable after
 //! an outage would otherwise never be reported.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,69 +15,65 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
-use kube_ovn_support::Watched;
+use kube_ovn_support::{AbortOnDrop, Watched};
 
-use super::peers::{PeerPlan, session};
+use super::peers::PeerPlan;
 use super::{PeerSet, Runtime};
-use crate::bgp::fsm::GracefulRestartConfig;
-use crate::bgp::rib_out::RouteAttributes;
-use crate::crd::{AdvertisedCounts, BgpPeer, ValidateSpec, ValidatedPeer};
-use crate::driver::PeerConfig;
+use crate::crd::{AdvertisedCounts, BgpPeer, PeerTarget, ValidateSpec, ValidatedPeer};
+use crate::driver::unnumbered::{self, Neighbour};
 
-/// The plan for a validated `BgpPeer`; the MD5 key already read from its Secret.
+/// The plan for a validated `BgpPeer` toward `address`; the MD5 key already read from its
+/// Secret.
 pub fn plan(
     rt: &Runtime,
     name: &str,
     peer: &ValidatedPeer,
+    address: IpAddr,
     md5_key: Option<Vec<u8>>,
 ) -> Result<PeerPlan, String> {
-    let flags = &rt.config.flags;
-    let local_as = peer.local_asn_or(flags.cluster_as).map_err(|e| e.to_string())?;
-    let hold = peer
-        .hold_time
-        .map_or(flags.holdtime, |s| Duration::from_secs(u64::from(s)));
-    let mut session = session(
-        &rt.config,
-        local_as,
-        peer.address,
-        peer.peer_asn,
-        hold,
-        peer.passive,
-        rt.restarting,
-    );
-    session.families.clone_from(&peer.families);
-    if let Some(gr) = peer.graceful_restart {
-        #[allow(clippy::cast_possible_truncation)] // validated to 1..=4095 s
-        let restart_time = flags.graceful_restart_time.as_secs().clamp(1, 4095) as u16;
-        session.graceful_restart = gr.then_some(GracefulRestartConfig {
-            restart_time,
-            forwarding_preserved: true,
+    super::peers::from_bgp_peer(&rt.config, rt.restarting, name, peer, address, md5_key)
+}
+
+/// How soon a BgpPeer whose `peerInterface` is missing is tried again.
+const INTERFACE_RETRY: Duration = Duration::from_secs(10);
+
+/// The routers heard on the interfaces of unnumbered BgpPeers (`spec.peerInterface`), one
+/// listener per interface, each waking the task when its router's address changes.
+#[derive(Default)]
+struct Unnumbered {
+    interfaces: BTreeMap<String, (Neighbour, AbortOnDrop<()>)>,
+    changed: Arc<tokio::sync::Notify>,
+}
+
+impl Unnumbered {
+    /// The router's address on `interface`, listening there from now on; an error when the
+    /// interface cannot be listened on (it does not exist).
+    async fn address(&mut self, rt: &Runtime, interface: &str) -> Result<Option<IpAddr>, String> {
+        if let Some((n, _)) = self.interfaces.get(interface) {
+            return Ok(n.address().map(IpAddr::V6));
+        }
+        let name = interface.to_owned();
+        let neighbour = super::on_bgp(&rt.place, move || {
+            Neighbour::start(&name, unnumbered::ADVERTISEMENT_PERIOD)
+        })
+        .await
+        .map_err(|e| format!("spec.peerInterface: {interface}: {e}"))?;
+        let mut watch = neighbour.watch();
+        let changed = self.changed.clone();
+        let forward = AbortOnDrop::spawn(async move {
+            while watch.changed().await.is_ok() {
+                changed.notify_one();
+            }
         });
-        session.restarting = gr && rt.restarting;
+        let address = neighbour.address().map(IpAddr::V6);
+        self.interfaces.insert(interface.to_owned(), (neighbour, forward));
+        Ok(address)
     }
-    let mut config = PeerConfig::new(peer.address, session);
-    config.port = peer.port;
-    config.md5_key = md5_key;
-    config.ttl = peer.ebgp_multihop;
-    config.ttl_security = peer.ttl_security.unwrap_or(flags.ttl_security);
-    config.ready_deadline = config
-        .session
-        .graceful_restart
-        .is_some()
-        .then_some(flags.graceful_restart_deferral_time);
-    config.validate().map_err(|e| e.to_string())?;
-    Ok(PeerPlan {
-        config,
-        attributes: RouteAttributes {
-            communities: peer.communities.clone(),
-            large_communities: peer.large_communities.clone(),
-            local_pref: peer.local_pref,
-            med: peer.med,
-            ..RouteAttributes::default()
-        },
-        bfd: peer.bfd,
-        source: format!("BgpPeer {name}"),
-    })
+
+    /// Stops listening on interfaces no wanted peer names.
+    fn retain(&mut self, wanted: &BTreeSet<String>) {
+        self.interfaces.retain(|i, _| wanted.contains(i));
+    }
 }
 
 async fn md5_key(kube: &kube::Client, peer: &ValidatedPeer) -> Result<Option<Vec<u8>>, String> {
@@ -112,21 +108,32 @@ async fn write_status(api: &Api<BgpPeer>, name: &str, patch: &serde_json::Value)
         .map(drop)
 }
 
+/// `status.nodes.<node>.state` of a BgpPeer whose spec cannot be used here.
+const INVALID: &str = "Invalid";
+/// ... and of an unnumbered BgpPeer whose router has not been heard yet.
+const DISCOVERING: &str = "Discovering";
+
 /// Status writes this task owes for BgpPeers that run no session here: `Invalid` with the
-/// problem, or removal of this node's entry. Kept until written; written once per change.
+/// problem, `Discovering` while an unnumbered peer is not heard, or removal of this node's
+/// entry. Kept until written; written once per change.
 #[derive(Default)]
 struct Owed {
-    /// name → the problem to report (`None`: remove this node's entry).
-    due: BTreeMap<String, Option<String>>,
+    /// name → the state and message to report (`None`: remove this node's entry).
+    due: BTreeMap<String, Option<(&'static str, String)>>,
     /// What was last written successfully, so an unchanged report is not written again.
-    written: BTreeMap<String, Option<String>>,
+    written: BTreeMap<String, Option<(&'static str, String)>>,
     failures: u32,
 }
 
 impl Owed {
+    /// `Invalid` with `problem`, or (`None`) removal of the entry.
     fn report(&mut self, name: &str, problem: Option<String>) {
-        if self.written.get(name) != Some(&problem) {
-            self.due.insert(name.to_owned(), problem);
+        self.report_state(name, problem.map(|p| (INVALID, p)));
+    }
+
+    fn report_state(&mut self, name: &str, report: Option<(&'static str, String)>) {
+        if self.written.get(name) != Some(&report) {
+            self.due.insert(name.to_owned(), report);
         }
     }
 
@@ -141,8 +148,8 @@ impl Owed {
         let due = std::mem::take(&mut self.due);
         for (name, problem) in due {
             let patch = match &problem {
-                Some(p) => {
-                    serde_json::json!({"status": {"nodes": {node: {"state": "Invalid", "lastError": p}}}})
+                Some((state, p)) => {
+                    serde_json::json!({"status": {"nodes": {node: {"state": state, "lastError": p}}}})
                 }
                 None => crate::crd::remove_node_patch(node),
             };
@@ -183,6 +190,7 @@ pub async fn task(rt: Arc<Runtime>, peers: Arc<PeerSet>, bgp_peers: Watched<BgpP
     let node_name = rt.config.flags.node_name.clone();
     let api: Api<BgpPeer> = Api::all(rt.kube.clone());
     let mut owed = Owed::default();
+    let mut unnumbered = Unnumbered::default();
     // name → (the spec it was built from, its address)
     let mut running: BTreeMap<String, (crate::crd::BgpPeerSpec, IpAddr)> = BTreeMap::new();
     loop {
@@ -207,16 +215,40 @@ pub async fn task(rt: Arc<Runtime>, peers: Arc<PeerSet>, bgp_peers: Watched<BgpP
                         peers.remove(&rt, address).await;
                         tracing::info!(bgp_peer = %name, peer = %address, "peer removed");
                     }
-                    if owed.written.get(&name) != Some(&Some(e.to_string())) {
+                    if owed.written.get(&name) != Some(&Some((INVALID, e.to_string()))) {
                         tracing::warn!(bgp_peer = %name, error = %e, "invalid BgpPeer");
                     }
                     owed.report(&name, Some(e.to_string()));
                 }
             }
         }
+        // Where each wanted peer is now: its address, or the router heard on its interface.
+        let interfaces: BTreeSet<String> = wanted
+            .values()
+            .filter_map(|(_, v)| match &v.target {
+                PeerTarget::Interface(i) => Some(i.clone()),
+                PeerTarget::Address(_) => None,
+            })
+            .collect();
+        unnumbered.retain(&interfaces);
+        let mut addresses: BTreeMap<String, Result<Option<IpAddr>, String>> = BTreeMap::new();
+        for (name, (_, v)) in &wanted {
+            let address = match &v.target {
+                PeerTarget::Address(a) => Ok(Some(*a)),
+                PeerTarget::Interface(i) => unnumbered.address(&rt, i).await,
+            };
+            addresses.insert(name.clone(), address);
+        }
+        // An interface that cannot be listened on (not there yet) makes no event when it
+        // appears: look again after a while.
+        let interface_missing = addresses.values().any(Result::is_err);
+        // A changed spec, or an unnumbered router that came back with another address.
         let stale: Vec<String> = running
             .iter()
-            .filter(|(name, (spec, _))| wanted.get(*name).is_none_or(|(o, _)| &o.spec != spec))
+            .filter(|(name, (spec, address))| {
+                wanted.get(*name).is_none_or(|(o, _)| &o.spec != spec)
+                    || addresses.get(*name) != Some(&Ok(Some(*address)))
+            })
             .map(|(name, _)| name.clone())
             .collect();
         for name in stale {
@@ -230,30 +262,50 @@ pub async fn task(rt: Arc<Runtime>, peers: Arc<PeerSet>, bgp_peers: Watched<BgpP
             if running.contains_key(&name) {
                 continue;
             }
-            if peers.contains(v.address) {
-                let problem = format!("peer {} is already configured on this node", v.address);
+            let address = match addresses.remove(&name) {
+                Some(Ok(Some(a))) => a,
+                Some(Ok(None)) => {
+                    let waiting = format!(
+                        "{}: no IPv6 Router Advertisement heard yet; waiting for the peer",
+                        v.target
+                    );
+                    owed.report_state(&name, Some((DISCOVERING, waiting)));
+                    continue;
+                }
+                Some(Err(e)) => {
+                    owed.report(&name, Some(e));
+                    continue;
+                }
+                None => continue,
+            };
+            if peers.contains(address) {
+                let problem = format!("peer {address} is already configured on this node");
                 owed.report(&name, Some(problem));
                 continue;
             }
             let built = match md5_key(&rt.kube, &v).await {
-                Ok(key) => plan(&rt, &name, &v, key),
+                Ok(key) => plan(&rt, &name, &v, address, key),
                 Err(e) => Err(e),
             };
             match built {
                 Ok(plan) => match peers.add(&rt, plan, Some(name.clone())).await {
                     Ok(()) => {
                         owed.forget(&name);
-                        running.insert(name, (object.spec.clone(), v.address));
+                        running.insert(name, (object.spec.clone(), address));
                     }
                     Err(e) => owed.report(&name, Some(e.to_string())),
                 },
                 Err(e) => owed.report(&name, Some(e)),
             }
         }
-        let retry = owed.flush(&api, &node_name).await;
+        let mut retry = owed.flush(&api, &node_name).await;
+        if interface_missing {
+            retry = Some(retry.map_or(INTERFACE_RETRY, |r| r.min(INTERFACE_RETRY)));
+        }
         tokio::select! {
             _ = p.changed() => {}
             _ = n.changed() => {}
+            () = unnumbered.changed.notified() => {}
             () = sleep_or_never(retry) => {}
         }
     }

@@ -290,7 +290,13 @@ pub async fn run(
         listen,
         allowed_sources: None,
     };
-    let speaker = Arc::new(on_bgp(&place, move || Speaker::new(speaker_config)).await?);
+    let vrf = (!flags.vrf.is_empty()).then(|| flags.vrf.clone());
+    let speaker = Arc::new(
+        on_bgp(&place, move || {
+            Speaker::new_in_device(speaker_config, vrf.as_deref())
+        })
+        .await?,
+    );
     let rt = Arc::new(Runtime {
         config: config.clone(),
         kube: kube.clone(),

@@ -39,19 +39,32 @@ pub async fn task(config: Config, peers: Arc<PeerSet>, netlink: Netlink) {
         for peer in all {
             let last = current.entry(peer.plan.config.address).or_default();
             let address = peer.plan.config.address;
-            let source = match netlink.source_toward(address).await {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!(peer = %address, error = %e, "route lookup toward the peer failed");
-                    continue;
+            let next = if let Some(interface) = &peer.plan.config.interface {
+                // An unnumbered peer: a global IPv6 address on its interface, if any, with our
+                // link-local one after it (the session's own); else the link-local one alone.
+                // (A route lookup toward `fe80::` may answer for another interface.)
+                match global_v6_on(&netlink, interface).await {
+                    Ok(global) => global.map(IpAddr::V6),
+                    Err(e) => {
+                        tracing::warn!(peer = %address, %interface, error = %e, "reading the interface's addresses failed");
+                        continue;
+                    }
                 }
+            } else {
+                let source = match netlink.source_toward(address).await {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::warn!(peer = %address, error = %e, "route lookup toward the peer failed");
+                        continue;
+                    }
+                };
+                choose(
+                    source,
+                    peer.plan.config.local_address,
+                    &config.pod_ips,
+                    &config.node_ips,
+                )
             };
-            let next = choose(
-                source,
-                peer.plan.config.local_address,
-                &config.pod_ips,
-                &config.node_ips,
-            );
             if next != *last {
                 let (v4, v6) = match next {
                     Some(IpAddr::V4(a)) => (Some(a), None),
@@ -66,6 +79,24 @@ pub async fn task(config: Config, peers: Arc<PeerSet>, netlink: Netlink) {
         }
         tokio::time::sleep(PERIOD).await;
     }
+}
+
+/// The first global (not link-local) IPv6 address on `interface`.
+async fn global_v6_on(
+    netlink: &Netlink,
+    interface: &str,
+) -> Result<Option<std::net::Ipv6Addr>, kube_ovn_dataplane::Error> {
+    let Some(link) = netlink.link(interface).await? else {
+        return Ok(None);
+    };
+    Ok(netlink
+        .addresses(link.index)
+        .await?
+        .into_iter()
+        .find_map(|net| match net.addr() {
+            IpAddr::V6(a) if !a.is_unicast_link_local() && !a.is_loopback() => Some(a),
+            _ => None,
+        }))
 }
 
 #[cfg(test)]

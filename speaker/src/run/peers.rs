@@ -8,6 +8,7 @@ use crate::bgp::fsm::{GracefulRestartConfig, SessionConfig};
 use crate::bgp::rib_out::RouteAttributes;
 use crate::bgp::wire::Family;
 use crate::config::Config;
+use crate::crd::{PeerTarget, ValidatedPeer};
 use crate::driver::PeerConfig;
 
 /// One desired peer: its driver settings and what its routes carry.
@@ -96,6 +97,7 @@ pub fn from_flags(
             // Kube-OVN: multihop only when the TTL is not 1; eBGP otherwise gets TTL 1.
             peer_config.ttl = (flags.ebgp_multihop != 1).then_some(flags.ebgp_multihop);
             peer_config.ttl_security = flags.ttl_security;
+            peer_config.bind_device = vrf_flag(config);
             peer_config.ready_deadline = flags
                 .graceful_restart
                 .then_some(flags.graceful_restart_deferral_time);
@@ -111,6 +113,82 @@ pub fn from_flags(
             }
         })
         .collect()
+}
+
+/// `--vrf`, when given.
+fn vrf_flag(config: &Config) -> Option<String> {
+    (!config.flags.vrf.is_empty()).then(|| config.flags.vrf.clone())
+}
+
+/// The plan for a validated `BgpPeer` named `name`: the speaker's flags fill what the spec
+/// leaves out. `address` is the peer's (`spec.peerAddress`, or for `spec.peerInterface` the
+/// link-local address its Router Advertisements came from); `md5_key` is already read from
+/// its Secret.
+pub fn from_bgp_peer(
+    config: &Config,
+    restarting: bool,
+    name: &str,
+    peer: &ValidatedPeer,
+    address: IpAddr,
+    md5_key: Option<Vec<u8>>,
+) -> Result<PeerPlan, String> {
+    let flags = &config.flags;
+    let local_as = peer.local_asn_or(flags.cluster_as).map_err(|e| e.to_string())?;
+    let hold = peer
+        .hold_time
+        .map_or(flags.holdtime, |s| Duration::from_secs(u64::from(s)));
+    let mut session = session(
+        config,
+        local_as,
+        address,
+        peer.peer_asn,
+        hold,
+        peer.passive,
+        restarting,
+    );
+    // RFC 8950: the spec's choice, else the flag's (an interface peer always has it).
+    let extended_next_hop = peer.extended_nexthop.unwrap_or(flags.extended_nexthop);
+    session.extended_next_hop = extended_next_hop;
+    session.families = peer
+        .families
+        .clone()
+        .unwrap_or_else(|| families_for(address, extended_next_hop));
+    if let Some(gr) = peer.graceful_restart {
+        #[allow(clippy::cast_possible_truncation)] // validated to 1..=4095 s
+        let restart_time = flags.graceful_restart_time.as_secs().clamp(1, 4095) as u16;
+        session.graceful_restart = gr.then_some(GracefulRestartConfig {
+            restart_time,
+            forwarding_preserved: true,
+        });
+        session.restarting = gr && restarting;
+    }
+    let mut peer_config = PeerConfig::new(address, session);
+    peer_config.port = peer.port;
+    peer_config.md5_key = md5_key;
+    peer_config.ttl = peer.ebgp_multihop;
+    peer_config.ttl_security = peer.ttl_security.unwrap_or(flags.ttl_security);
+    peer_config.ready_deadline = peer_config
+        .session
+        .graceful_restart
+        .is_some()
+        .then_some(flags.graceful_restart_deferral_time);
+    if let PeerTarget::Interface(interface) = &peer.target {
+        peer_config.interface = Some(interface.clone());
+    }
+    peer_config.bind_device = peer.vrf.clone().or_else(|| vrf_flag(config));
+    peer_config.validate().map_err(|e| e.to_string())?;
+    Ok(PeerPlan {
+        config: peer_config,
+        attributes: RouteAttributes {
+            communities: peer.communities.clone(),
+            large_communities: peer.large_communities.clone(),
+            local_pref: peer.local_pref,
+            med: peer.med,
+            ..RouteAttributes::default()
+        },
+        bfd: peer.bfd,
+        source: format!("BgpPeer {name}"),
+    })
 }
 
 #[cfg(test)]
@@ -183,6 +261,57 @@ mod tests {
         assert!(peers[0].bfd.is_none() && peers[0].config.md5_key.is_none());
     }
 
+    fn bgp_peer(spec: serde_json::Value) -> ValidatedPeer {
+        use crate::crd::ValidateSpec;
+        serde_json::from_value::<crate::crd::BgpPeerSpec>(spec)
+            .unwrap()
+            .validate()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_bgp_peer_takes_extended_next_hop_and_vrf_from_its_spec_or_the_flags() {
+        let flags = |extra: &[&str]| {
+            let mut args = vec![
+                "kube-ovn-speaker",
+                "--node-name=n1",
+                "--cluster-as=65000",
+                "--pod-ips=10.1.0.5",
+            ];
+            args.extend_from_slice(extra);
+            Flags::try_parse_from(args).unwrap().validate().unwrap()
+        };
+        let v6: IpAddr = "fd00::1".parse().unwrap();
+        let plain = bgp_peer(serde_json::json!({ "peerAddress": "fd00::1", "peerASN": 65001 }));
+        let built = from_bgp_peer(&flags(&[]), false, "tor", &plain, v6, None).unwrap();
+        let s = &built.config.session;
+        assert!(!s.extended_next_hop);
+        assert_eq!(s.families, vec![Family::Ipv6Unicast]);
+        assert_eq!(built.config.bind_device, None);
+        let with_flags = flags(&["--extended-nexthop", "--vrf=blue"]);
+        let built = from_bgp_peer(&with_flags, false, "tor", &plain, v6, None).unwrap();
+        let s = &built.config.session;
+        assert!(s.extended_next_hop, "--extended-nexthop is the default");
+        assert_eq!(s.families, Family::ALL.to_vec(), "IPv4 rides the IPv6 session");
+        assert_eq!(built.config.bind_device.as_deref(), Some("blue"));
+        let own = bgp_peer(serde_json::json!({ "peerAddress": "fd00::1", "peerASN": 65001,
+            "extendedNexthop": false, "vrf": "red" }));
+        let built = from_bgp_peer(&with_flags, false, "tor", &own, v6, None).unwrap();
+        assert!(
+            !built.config.session.extended_next_hop,
+            "the spec overrides the flag"
+        );
+        assert_eq!(built.config.session.families, vec![Family::Ipv6Unicast]);
+        assert_eq!(built.config.bind_device.as_deref(), Some("red"));
+        let unnumbered = bgp_peer(serde_json::json!({ "peerInterface": "eth0", "peerASN": 65001 }));
+        let ll: IpAddr = "fe80::1".parse().unwrap();
+        let built = from_bgp_peer(&flags(&[]), false, "tor", &unnumbered, ll, None).unwrap();
+        assert_eq!(built.config.address, ll);
+        assert_eq!(built.config.interface.as_deref(), Some("eth0"));
+        assert!(built.config.session.extended_next_hop);
+        assert_eq!(built.config.session.families, Family::ALL.to_vec());
+    }
+
     #[test]
     fn ttl_security_makes_flag_peers_use_gtsm() {
         let config = Flags::try_parse_from([
@@ -201,5 +330,27 @@ mod tests {
         let c = &peers[0].config;
         assert!(c.ttl_security);
         assert_eq!((c.effective_ttl(), c.min_ttl()), (Some(255), Some(255)));
+    }
+
+    #[test]
+    fn vrf_binds_flag_peers_and_extended_next_hop_gives_them_both_families() {
+        let config = Flags::try_parse_from([
+            "kube-ovn-speaker",
+            "--node-name=n1",
+            "--cluster-as=65000",
+            "--neighbor-as=65001",
+            "--neighbor-ipv6-address=fd00::1",
+            "--vrf=blue",
+            "--extended-nexthop",
+            "--pod-ips=10.1.0.5",
+        ])
+        .unwrap()
+        .validate()
+        .unwrap();
+        let peers = from_flags(&config, false, |_| None);
+        let c = &peers[0].config;
+        assert_eq!(c.bind_device.as_deref(), Some("blue"));
+        assert!(c.session.extended_next_hop);
+        assert_eq!(c.session.families, Family::ALL.to_vec());
     }
 }

@@ -10,6 +10,7 @@
 #![allow(dead_code, reason = "each test file uses a part")]
 
 pub mod birdctl;
+pub mod frr_zebra;
 pub mod gateways;
 pub mod k8s;
 pub mod ovn_eips;

@@ -128,6 +128,8 @@ pub struct AdjRibOut {
     local_as: u32,
     local_v4: Option<Ipv4Addr>,
     local_v6: Option<Ipv6Addr>,
+    /// Our link-local address on a link shared with the peer, sent after a global IPv6 next hop.
+    local_link_local: Option<Ipv6Addr>,
     desired: HashMap<IpNet, Arc<RouteAttributes>>,
     sent: HashMap<IpNet, Arc<WireRoute>>,
     /// Prefixes whose desired route may differ from what was sent.
@@ -153,6 +155,7 @@ impl AdjRibOut {
             local_as,
             local_v4: None,
             local_v6: None,
+            local_link_local: None,
             desired: HashMap::new(),
             sent: HashMap::new(),
             dirty: HashSet::new(),
@@ -269,6 +272,27 @@ impl AdjRibOut {
         }
     }
 
+    /// Our link-local address, for a peer on the same link (BGP unnumbered): routes using
+    /// [`NextHop::LocalAddress`] with a global IPv6 next hop carry it too, in a 32-byte next hop
+    /// (RFC 2545 §3), so the peer can reach us on the link whatever it does with the global one.
+    /// Without a global address the link-local one is the next hop itself.
+    pub fn set_link_local(&mut self, link_local: Option<Ipv6Addr>) {
+        if link_local == self.local_link_local {
+            return;
+        }
+        self.local_link_local = link_local;
+        // Every route that may take an IPv6 next hop from us.
+        let affected: Vec<IpNet> = self
+            .desired
+            .iter()
+            .filter(|(_, attributes)| attributes.next_hop == NextHop::LocalAddress)
+            .map(|(prefix, _)| *prefix)
+            .collect();
+        for prefix in affected {
+            self.touch(prefix);
+        }
+    }
+
     /// The session is Established: the peer holds nothing from us yet, and the whole table is
     /// due.
     pub fn session_up(&mut self, negotiated: &Negotiated) {
@@ -352,6 +376,14 @@ impl AdjRibOut {
             // BIRD refuses IPv4-mapped IPv6 next hops (bgp.md §2.3), so none is made up.
             _ => return None,
         };
+        let link_local = match next_hop {
+            IpAddr::V6(global)
+                if attributes.next_hop == NextHop::LocalAddress && !global.is_unicast_link_local() =>
+            {
+                self.local_link_local
+            }
+            _ => None,
+        };
         // RFC 4271 §5.1.2: an originated route carries our AS alone to an external peer and
         // an empty AS_PATH to an internal one; LOCAL_PREF only goes to internal peers (§5.1.5).
         let as_path = if session.external {
@@ -374,6 +406,7 @@ impl AdjRibOut {
         Some(self.wire_routes.intern(WireRoute {
             family,
             next_hop,
+            link_local,
             attributes: path,
         }))
     }

@@ -6,7 +6,7 @@
 //! MP_REACH_NLRI / MP_UNREACH_NLRI (RFC 4760 §3, §4), whose attribute header grows from 3 to 4
 //! octets once its value passes 255 octets (Extended Length, RFC 4271 §4.3).
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
 use std::ops::Range;
 
 use ipnet::IpNet;
@@ -33,9 +33,10 @@ fn attribute_len(value_len: usize) -> usize {
     }
 }
 
-/// The value of MP_REACH_NLRI before its NLRI: AFI, SAFI, next hop length, next hop, reserved.
-fn mp_reach_fixed_len(next_hop: IpAddr) -> usize {
-    let next_hop_len = if next_hop.is_ipv4() { 4 } else { 16 };
+/// The value of MP_REACH_NLRI before its NLRI: AFI, SAFI, next hop length, next hop (and the
+/// link-local one, RFC 2545 §3), reserved.
+fn mp_reach_fixed_len(next_hop: IpAddr, link_local: Option<Ipv6Addr>) -> usize {
+    let next_hop_len = if next_hop.is_ipv4() { 4 } else { 16 } + if link_local.is_some() { 16 } else { 0 };
     2 + 1 + 1 + next_hop_len + 1
 }
 
@@ -44,6 +45,9 @@ fn mp_reach_fixed_len(next_hop: IpAddr) -> usize {
 pub struct WireRoute {
     pub family: Family,
     pub next_hop: IpAddr,
+    /// Our link-local address after an IPv6 `next_hop`, for a peer on the same link (RFC 2545
+    /// §3: a 32-byte next hop).
+    pub link_local: Option<Ipv6Addr>,
     /// Everything but the next hop, which goes in NEXT_HOP or MP_REACH_NLRI by family.
     pub attributes: PathAttributes,
 }
@@ -79,7 +83,7 @@ impl WireRoute {
         let nlri = to_nlri(self.family, prefixes);
         let next_hop = MpNextHop {
             global: self.next_hop,
-            link_local: None,
+            link_local: self.link_local,
         };
         Update {
             attributes,
@@ -125,7 +129,7 @@ pub fn split_announce(
     };
     let fixed = encode(&Message::Update(Box::new(probe)), context)?.len();
     let own_field = route.uses_own_nlri_field();
-    let mp_fixed = mp_reach_fixed_len(route.next_hop);
+    let mp_fixed = mp_reach_fixed_len(route.next_hop, route.link_local);
     let size = |nlri_bytes: usize| {
         if own_field {
             fixed + nlri_bytes

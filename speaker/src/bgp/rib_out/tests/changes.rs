@@ -1,6 +1,6 @@
 //! What goes out for each kind of change.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::{Ipv4Net, Ipv6Net};
 
@@ -298,6 +298,52 @@ fn ipv4_routes_take_the_ipv6_next_hop_only_with_extended_next_hop() {
             assert_eq!(updates.len(), 2, "only the two End-of-RIBs");
         }
     }
+}
+
+#[test]
+fn a_link_local_address_follows_a_global_next_hop_and_stands_alone_without_one() {
+    let ll: Ipv6Addr = "fe80::8e5:dff:fe14:a8b8".parse().unwrap();
+    let mut rib = AdjRibOut::new(65001);
+    rib.set_local_addresses(None, Some(NODE_V6));
+    rib.set_link_local(Some(ll));
+    rib.set_ready();
+    let mut n = negotiated(true, &both());
+    n.extended_next_hop = vec![crate::bgp::wire::ExtendedNextHop {
+        family: Family::Ipv4Unicast,
+        next_hop_afi: 2,
+    }];
+    rib.session_up(&n);
+    rib.announce(p("10.16.0.0/16"), RouteAttributes::default())
+        .unwrap();
+    rib.announce(p("fd00:10:16::/64"), RouteAttributes::default())
+        .unwrap();
+    let hops = |updates: &[Update]| -> Vec<(IpAddr, Option<Ipv6Addr>)> {
+        updates
+            .iter()
+            .filter_map(|u| u.mp_reach.as_ref())
+            .map(|r| (r.next_hop.global, r.next_hop.link_local))
+            .collect()
+    };
+    // RFC 2545 §3: global and link-local, for IPv4 (RFC 8950) and IPv6 routes alike.
+    assert_eq!(hops(&take(&mut rib)), [(IpAddr::V6(NODE_V6), Some(ll)); 2]);
+    // An unnumbered link with no global address: the link-local one is the next hop alone.
+    rib.set_local_addresses(None, Some(ll));
+    assert_eq!(hops(&take(&mut rib)), [(IpAddr::V6(ll), None); 2]);
+    // A route with a next hop of its own carries no link-local address of ours.
+    rib.announce(
+        p("fd00:10:17::/64"),
+        RouteAttributes {
+            next_hop: NextHop::Address("2001:db8::9".parse().unwrap()),
+            ..RouteAttributes::default()
+        },
+    )
+    .unwrap();
+    rib.set_local_addresses(None, Some(NODE_V6));
+    let updates = take(&mut rib);
+    assert!(
+        hops(&updates).contains(&("2001:db8::9".parse().unwrap(), None)),
+        "{updates:?}"
+    );
 }
 
 #[test]
