@@ -20,6 +20,7 @@
 )]
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -190,7 +191,7 @@ fn world(pods: usize, services: usize) -> World {
             .map(|r| [("rack".to_owned(), r.to_owned())].into())
             .unwrap_or_default(),
         defaults: RouteAttributes {
-            communities: vec![65000 << 16 | 65000],
+            communities: vec![0xFDE8_FDE8], // 65000:65000
             local_pref,
             ..RouteAttributes::default()
         },
@@ -221,7 +222,7 @@ fn cpu() -> Duration {
 fn timed<T>(f: impl FnOnce() -> T) -> (Duration, Duration) {
     let (wall, on_cpu) = (Instant::now(), cpu());
     std::hint::black_box(f());
-    (wall.elapsed(), cpu() - on_cpu)
+    (wall.elapsed(), cpu().saturating_sub(on_cpu))
 }
 
 fn stats(mut times: Vec<Duration>) -> (Duration, Duration) {
@@ -234,7 +235,10 @@ fn ms(d: Duration) -> String {
 }
 
 fn mib(bytes: usize) -> String {
-    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+    format!(
+        "{:.1} MiB",
+        f64::from(u32::try_from(bytes / 1024).unwrap_or(u32::MAX)) / 1024.0
+    )
 }
 
 fn main() {
@@ -272,7 +276,7 @@ fn main() {
     let result = evaluate(&w);
     let peak = PEAK.load(Ordering::Relaxed) - base;
     let kept = LIVE.load(Ordering::Relaxed) - base;
-    let routes: usize = result.peers.values().map(|rib| rib.len()).sum();
+    let routes: usize = result.peers.values().map(BTreeMap::len).sum();
     let distinct = result
         .peers
         .values()

@@ -216,13 +216,12 @@ fn peer_rib(
             continue;
         }
         let at = slot.set as usize * 2 + usize::from(slot.annotation);
-        let shared = match &cache[at] {
-            Some(shared) => shared.clone(),
-            None => {
-                let shared = resolve(p, peer, *prefix, slot, sets, index, order, conflicts);
-                cache[at] = Some(shared.clone());
-                shared
-            }
+        let shared = if let Some(shared) = &cache[at] {
+            shared.clone()
+        } else {
+            let shared = resolve(p, peer, *prefix, slot, sets, index, order, conflicts);
+            cache[at] = Some(shared.clone());
+            shared
         };
         let Some((attributes, sources)) = shared else {
             continue;

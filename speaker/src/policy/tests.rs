@@ -4,6 +4,7 @@
 mod aggregation;
 mod evaluate;
 mod props;
+mod trust;
 mod validation;
 
 use std::collections::BTreeMap;
@@ -88,9 +89,10 @@ pub(super) fn ad(name: &str, spec: Value) -> ValidatedAdvertisement {
 }
 
 pub(super) fn raw_ad(name: &str, spec: Value) -> BgpAdvertisement {
-    serde_json::from_value(json!({"apiVersion": "bgp.kube-ovn-rs.io/v1alpha1",
-        "kind": "BgpAdvertisement", "metadata": {"name": name}, "spec": spec}))
-    .unwrap()
+    let mut v = json!({"apiVersion": "bgp.kube-ovn-rs.io/v1alpha1",
+        "kind": "BgpAdvertisement", "metadata": {"name": name}});
+    v["spec"] = spec;
+    serde_json::from_value(v).unwrap()
 }
 
 /// A peer at `addr` with labels, carrying the family of its address (both with `dual`).
