@@ -206,8 +206,10 @@ fn without_advertisements_every_peer_gets_the_annotation_path_with_its_defaults(
 
 /// One annotated subnet and pod; tor1 has defaults; three advertisements overlap.
 fn merge_world() -> World {
-    let mut w = World::default();
-    w.subnets = vec![subnet("s", "10.5.0.0/16", &json!({}), Some("cluster"))];
+    let mut w = World {
+        subnets: vec![subnet("s", "10.5.0.0/16", &json!({}), Some("cluster"))],
+        ..World::default()
+    };
     w.pods = vec![pod(&mut w.ips, "ns", "p1", "n1", "10.5.0.1", "s", None)];
     let mut tor1 = peer(TOR1, &[("rack", "r1")], false);
     tor1.defaults.communities = vec![community("65000:1")];

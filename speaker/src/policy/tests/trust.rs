@@ -9,11 +9,14 @@ use super::*;
 const TOR: &str = "192.168.0.1";
 
 fn eip_world(ads: Vec<ValidatedAdvertisement>) -> World {
-    let mut w = World::default();
-    w.subnets = vec![
-        subnet("external", "10.200.0.0/24", &json!({"role": "external"}), None),
-        subnet("other", "10.201.0.0/24", &json!({"role": "other"}), None),
-    ];
+    let mut w = World {
+        subnets: vec![
+            subnet("external", "10.200.0.0/24", &json!({"role": "external"}), None),
+            subnet("other", "10.201.0.0/24", &json!({"role": "other"}), None),
+        ],
+        ads,
+        ..World::default()
+    };
     // An OvnEip on vpc1's router port, living on n1; an IptablesEIP whose NAT gateway pod runs
     // on n1; none annotated.
     w.ovn_eips = vec![obj(json!({"apiVersion": "kubeovn.io/v1", "kind": "OvnEip",
@@ -32,7 +35,6 @@ fn eip_world(ads: Vec<ValidatedAdvertisement>) -> World {
         "spec": {"nodeName": "n1", "containers": []}, "status": {"phase": "Running"}}),
     )];
     w.peers = vec![peer(TOR, &[], false)];
-    w.ads = ads;
     w
 }
 
@@ -66,7 +68,10 @@ fn eips_are_selected_by_their_external_subnet_from_where_they_live() {
 
 #[test]
 fn an_advertisement_selects_only_what_the_speaker_may_announce() {
-    let mut w = World::default();
+    let mut w = World {
+        peers: vec![peer(TOR, &[], false)],
+        ..World::default()
+    };
     w.subnets = vec![
         subnet("s", "10.5.0.0/16", &json!({}), None),
         // Centralized: only from its active gateway, n2.
@@ -90,7 +95,6 @@ fn an_advertisement_selects_only_what_the_speaker_may_announce() {
         "s",
         Some("cluster"),
     ));
-    w.peers = vec![peer(TOR, &[], false)];
     w.ads = vec![ad("all", json!({"advertise": ["PodIPs", "SubnetCIDRs"]}))];
     assert_eq!(prefixes(&w.eval(), TOR), ["10.5.0.0/16", "10.5.0.1/32"]);
     assert_eq!(
