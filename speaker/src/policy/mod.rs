@@ -116,11 +116,12 @@ pub struct Evaluation {
     /// (for the `Conflict` condition), naming the field, the smallest such prefix and its peer,
     /// and the winner.
     pub conflicts: BTreeMap<String, String>,
-    /// Advertisements whose aggregation was refused for some member: name → the error, naming
-    /// `spec.aggregationLengthV4` (`V6`) and the smallest such member ([`aggregate`]). The member
-    /// is announced unaggregated; the rest of the advertisement applies. For the `Accepted`
-    /// condition's message (still True: the spec is valid, the cluster's allocation is what
-    /// the length does not fit) and a Warning event.
+    /// Advertisements not applied because an aggregate would leave its allocation for some
+    /// member: name → the error, naming `spec.aggregationLengthV4` (`V6`) and the smallest such
+    /// member ([`aggregate`]). Such an advertisement announces nothing (the peers keep what
+    /// they have without it). For the run loop: `Accepted=False` with this message (as for an
+    /// invalid spec, though it depends on the cluster's allocations: it clears when they or
+    /// the spec change) and a Warning event naming the field.
     pub refused: BTreeMap<String, CrdError>,
     /// The annotation path's result (its skipped objects and refusals are reported as before).
     pub desired: Desired,

@@ -97,6 +97,41 @@ impl Slot {
     }
 }
 
+/// The advertisements whose aggregation would leave an allocation for some member, each with
+/// the error of its smallest such member; and per advertisement whether it is applied (not
+/// refused).
+fn refusals(
+    candidates: &Candidates,
+    ads: &[ValidatedAdvertisement],
+    index: &[AdIndex],
+) -> (BTreeMap<String, (IpNet, CrdError)>, Vec<bool>) {
+    let mut refused: BTreeMap<String, (IpNet, CrdError)> = BTreeMap::new();
+    let mut applied = vec![true; ads.len()];
+    let aggregating: Vec<usize> = (0..ads.len())
+        .filter(|a| ads[*a].aggregation_length_v4.is_some() || ads[*a].aggregation_length_v6.is_some())
+        .collect();
+    if aggregating.is_empty() {
+        return (refused, applied);
+    }
+    for c in &candidates.items {
+        for &a in &aggregating {
+            if !index[a].selects(c) {
+                continue;
+            }
+            if let Target::Refused(e) = aggregate::target(&ads[a], c) {
+                applied[a] = false;
+                let slot = refused
+                    .entry(ads[a].name.clone())
+                    .or_insert((c.prefix, e.clone()));
+                if c.prefix < slot.0 {
+                    *slot = (c.prefix, e);
+                }
+            }
+        }
+    }
+    (refused, applied)
+}
+
 /// Builds every peer's table.
 pub fn build(
     candidates: &Candidates,
@@ -114,32 +149,23 @@ pub fn build(
         rank[*a] = u32::try_from(r).unwrap_or(u32::MAX);
     }
 
+    let (refused, applied) = refusals(candidates, ads, index);
     let mut sets = Sets::new();
     let mut slots: HashMap<IpNet, Slot> = HashMap::with_capacity(candidates.items.len());
-    let mut refused: BTreeMap<String, (IpNet, CrdError)> = BTreeMap::new();
     let mut same: Vec<u32> = Vec::new();
     for c in &candidates.items {
         same.clear();
         for (a, ad_index) in index.iter().enumerate() {
-            if !ad_index.selects(c) {
+            if !applied[a] || !ad_index.selects(c) {
                 continue;
             }
             let at = match aggregate::target(&ads[a], c) {
-                Target::Same => {
+                // Refused cannot happen here: such an advertisement is not applied.
+                Target::Same | Target::Refused(_) => {
                     same.push(rank[a]);
                     continue;
                 }
                 Target::Aggregate(p) => p,
-                Target::Refused(e) => {
-                    let slot = refused
-                        .entry(ads[a].name.clone())
-                        .or_insert((c.prefix, e.clone()));
-                    if c.prefix < slot.0 {
-                        *slot = (c.prefix, e);
-                    }
-                    same.push(rank[a]);
-                    continue;
-                }
             };
             let slot = slots.entry(at).or_insert_with(|| Slot::new(c));
             slot.note(c);
