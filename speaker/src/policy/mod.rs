@@ -146,6 +146,16 @@ pub fn kind_of(origin: &Origin) -> AdvertiseKind {
     }
 }
 
+/// How many routes of each kind one peer's table holds, by the API's spelling (`PodIPs`, ...),
+/// only kinds with at least one: `BgpPeer.status.nodes.<node>.advertised`.
+pub fn kind_counts(rib: &PeerRib) -> BTreeMap<&'static str, usize> {
+    let mut counts = BTreeMap::new();
+    for route in rib.values() {
+        *counts.entry(route.kind.as_str()).or_insert(0) += 1;
+    }
+    counts
+}
+
 /// Every peer's table: see the module's documentation for the rules.
 pub fn evaluate(
     objects: &announce::Objects<'_>,

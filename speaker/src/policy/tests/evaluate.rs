@@ -162,6 +162,17 @@ fn advertisements_select_by_kind_selector_and_peer() {
     assert_eq!(sources(route(&e, TOR1, "10.96.0.11/32")), ["cluster-ips"]);
     assert_eq!(sources(route(&e, FLAG, "203.0.113.11/32")), ["annotation"]);
     assert!(e.conflicts.is_empty() && e.refused.is_empty());
+    let counts = kind_counts(&e.peers[&TOR2.parse::<IpAddr>().unwrap()]);
+    assert_eq!(
+        counts.into_iter().collect::<Vec<_>>(),
+        [
+            ("ClusterIPs", 1),
+            ("ExternalIPs", 1),
+            ("LoadBalancerIPs", 2),
+            ("PodIPs", 3),
+            ("SubnetCIDRs", 2)
+        ]
+    );
 
     // On n2, p2 is the local pod: pods-gold sends it from there, and not p1.
     let on_n2 = w.eval_on("n2");
