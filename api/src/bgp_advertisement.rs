@@ -162,9 +162,11 @@ impl AdvertiseKind {
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct BgpAdvertisementStatus {
-    /// `Accepted` (the spec passed validation; when False, the last accepted spec stays in
-    /// effect and the message names the field), `Conflict` (True when another advertisement's
-    /// value won for some prefix and peer).
+    /// `Accepted`: True when the spec is in effect; False with reason `Invalid` (the spec failed
+    /// validation: the last accepted spec stays in effect, the message names the field) or
+    /// `AggregationRefused` (an aggregate would announce addresses beyond the allocation holding
+    /// its members: the advertisement announces nothing on that node). `Conflict`: True when
+    /// another advertisement's value won for some prefix and peer.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// The generation the conditions describe.

@@ -378,9 +378,9 @@ async fn advertisements_choose_prefixes_peers_and_attributes() -> Result<()> {
         "the last accepted spec stays in effect:\n{route}"
     );
 
-    // An aggregation length the allocation cannot hold (a /8 would leave s2's /16): still
-    // accepted, its members announced unaggregated, the field named in the condition and in
-    // one Warning event.
+    // An aggregation length the allocation cannot hold (a /8 would leave s2's /16): the
+    // advertisement announces nothing (neither the aggregate nor its members), the field named
+    // in the condition and in one Warning event.
     advertisement(
         &ads,
         "pods-agg8",
@@ -392,12 +392,12 @@ async fn advertisements_choose_prefixes_peers_and_attributes() -> Result<()> {
         &ads,
         "pods-agg8",
         "Accepted",
-        "True",
+        "False",
         "on node n1: spec.aggregationLengthV4",
     )
     .await?;
-    wait_route(&bird, &speaker, "10.17.0.5/32")?;
     ensure!(!bird.has("10.0.0.0/8")?, "no aggregate beyond the subnet");
+    ensure!(!bird.has("10.17.0.5/32")?, "nor its members unaggregated");
     wait_until_async("a BgpAggregationRefused event", WAIT, || async {
         Ok(events.list(&ListParams::default()).await?.items.iter().any(|e| {
             e.reason.as_deref() == Some("BgpAggregationRefused")

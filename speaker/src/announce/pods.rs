@@ -30,7 +30,7 @@ use super::{Desired, Origin, Scope, Skipped, Subnets, host_route, name_of, pod_a
 type Record<'a> = (&'a str, Vec<IpAddr>);
 
 /// The addresses each pod was given, from the IP records: `(namespace, pod)` → its records.
-pub(crate) struct Records<'a> {
+pub(super) struct Records<'a> {
     by_pod: HashMap<(&'a str, &'a str), Vec<Record<'a>>>,
 }
 
@@ -46,7 +46,7 @@ fn accepted(ip: &Ip) -> bool {
 }
 
 impl<'a> Records<'a> {
-    pub(crate) fn new(ips: &'a [Arc<Ip>]) -> Self {
+    pub(super) fn new(ips: &'a [Arc<Ip>]) -> Self {
         let mut by_pod: HashMap<_, Vec<_>> = HashMap::new();
         for ip in ips.iter().filter(|ip| accepted(ip)) {
             let spec = &ip.spec;
@@ -64,7 +64,7 @@ impl<'a> Records<'a> {
     }
 
     /// The subnet of the record that gives `ip` to pod `namespace/pod`.
-    pub(crate) fn find(&self, namespace: &str, pod: &str, ip: IpAddr) -> Option<&'a str> {
+    fn find(&self, namespace: &str, pod: &str, ip: IpAddr) -> Option<&'a str> {
         self.by_pod
             .get(&(namespace, pod))?
             .iter()
@@ -82,13 +82,27 @@ fn refuse(out: &mut Desired, pod: &Pod, key: &str, reason: Reason, message: Stri
     });
 }
 
-/// Adds the pods' addresses this speaker announces, and the refusals, to `out`.
-pub(super) fn add(
-    pods: &[Arc<Pod>],
-    records: &Records<'_>,
+/// One pod address the controller allocated (an IP record names the pod and the address), as
+/// the pods pass meets it: what the advertisement policy selects from ([`crate::policy`]).
+#[derive(Debug, Clone)]
+pub(crate) struct PodAddress<'a> {
+    pub pod: &'a Arc<Pod>,
+    pub ip: IpAddr,
+    /// The record's subnet.
+    pub subnet: &'a str,
+    /// The pod's own `bgp` policy (`None` also when its value is not valid).
+    pub own: Option<BgpPolicy>,
+}
+
+/// Adds the pods' addresses this speaker announces, and the refusals, to `out`; hands every
+/// allocated address to `visit` on the way (one pass over the pods for both).
+pub(super) fn add<'a>(
+    pods: &'a [Arc<Pod>],
+    records: &Records<'a>,
     subnets: &Subnets<'_>,
     scope: &Scope<'_>,
     out: &mut Desired,
+    visit: &mut dyn FnMut(PodAddress<'a>),
 ) {
     for pod in pods {
         if !pod_alive(pod) || pod.spec.as_ref().and_then(|s| s.host_network) == Some(true) {
@@ -98,14 +112,16 @@ pub(super) fn add(
         let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
         let name = pod.metadata.name.as_deref().unwrap_or_default();
         let annotations = pod.metadata.annotations.as_ref();
-        let own = match get::<BgpPolicy>(annotations, keys::BGP) {
-            Ok(p) => p,
+        // A bad `bgp` value: the annotation path skips the pod (reported once), the visit
+        // still sees its addresses.
+        let (own, annotation_path) = match get::<BgpPolicy>(annotations, keys::BGP) {
+            Ok(p) => (p, true),
             Err(error) => {
                 out.skipped.push(Skipped {
                     object: format!("Pod {id}"),
                     error,
                 });
-                continue;
+                (None, false)
             }
         };
         let on_this_node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(scope.node_name);
@@ -118,10 +134,12 @@ pub(super) fn add(
                 Ok(Some(ips)) => ips,
                 Ok(None) => continue,
                 Err(error) => {
-                    out.skipped.push(Skipped {
-                        object: format!("Pod {id}"),
-                        error,
-                    });
+                    if annotation_path {
+                        out.skipped.push(Skipped {
+                            object: format!("Pod {id}"),
+                            error,
+                        });
+                    }
                     continue;
                 }
             };
@@ -130,6 +148,12 @@ pub(super) fn add(
             let claimed = pod_network::requested_subnet(annotations, provider).unwrap_or_default();
             for ip in ips.addrs() {
                 let record = records.find(namespace, name, ip);
+                if let Some(subnet) = record {
+                    visit(PodAddress { pod, ip, subnet, own });
+                }
+                if !annotation_path {
+                    continue;
+                }
                 let subnet = record.unwrap_or(claimed);
                 let Some(policy) = own.or_else(|| subnets.policy(subnet)) else {
                     continue;

@@ -5,14 +5,18 @@
 //! `--service-external-ip-cidrs` entry): a shorter one would also cover addresses that are not
 //! the cluster's, and draw their traffic here.
 //!
-//! An aggregate that would leave its allocation is refused for that member only: the member is
-//! announced by that advertisement as it is (unaggregated, with the advertisement's attributes:
-//! a more specific route of our own is always correct), and the advertisement is reported with
-//! the field `spec.aggregationLengthV4` (`V6`) and one example, smallest prefix first, in
-//! [`super::Evaluation::refused`]. So a subnet CIDR with L shorter than the CIDR is never
-//! aggregated (that would reach beyond the subnet), a pod /32 with L shorter than its subnet's
-//! CIDR neither. ClusterIPs and LoadBalancer IPs have no allocation the speaker knows: validation
-//! refuses aggregation for them up front ([`super::validate`]).
+//! An advertisement whose aggregate would leave its allocation for any member it selects is
+//! refused whole, as an invalid spec is: it announces nothing (neither that member nor the
+//! others, aggregated or not) until the spec or the allocation changes, and is reported in
+//! [`super::Evaluation::refused`] with the field `spec.aggregationLengthV4` (`V6`) and its
+//! smallest such member. Announcing the members unaggregated instead would send every /32 the
+//! platform meant to hide behind one prefix (the table a ToR may not hold), and announcing a
+//! part would be a policy nobody wrote; so the peers keep what they had without it (the issue:
+//! "the peer keeps its previous policy"). The annotation path and other advertisements are
+//! unaffected. So a subnet CIDR with L shorter than the CIDR, or a pod /32 with L shorter than
+//! its subnet's CIDR, refuses the advertisement. ClusterIPs and LoadBalancer IPs have no
+//! allocation the speaker knows: validation refuses aggregation for them up front
+//! ([`super::validate`]).
 
 use ipnet::IpNet;
 
@@ -28,7 +32,8 @@ pub enum Target {
     Same,
     /// As this covering prefix.
     Aggregate(IpNet),
-    /// As it is, because the aggregate is refused (the error names the field).
+    /// Nowhere: the aggregate would leave the allocation (the error names the field); the
+    /// advertisement is not applied.
     Refused(CrdError),
 }
 
@@ -48,7 +53,7 @@ pub fn target(ad: &ValidatedAdvertisement, c: &Candidate) -> Target {
         Target::Refused(CrdError::new(
             field,
             format!(
-                "{length} would announce {aggregate} for {} {} ({}), {why}: announced unaggregated",
+                "{length} would announce {aggregate} for {} {} ({}), {why}: advertisement not applied",
                 c.kind.as_str(),
                 c.prefix,
                 origin_text(c),

@@ -30,13 +30,14 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
-use kube_ovn_api::annotations::{BgpPolicy, BgpScope, IpPair, get, keys, pod_network, provider_key};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube_ovn_api::annotations::{BgpScope, keys};
 use kube_ovn_api::bgp_advertisement::AdvertiseKind;
 use kube_ovn_api::crd::{IptablesEIP, OvnEip};
 
-use crate::announce::pods::Records;
+use crate::announce::pods::PodAddress;
 use crate::announce::refusal::{host_problem, prefix_problem};
-use crate::announce::{Objects, Origin, Scope, Subnets, name_of, ovn_eips, pod_alive};
+use crate::announce::{Objects, Origin, Scope, Subnets, local, name_of, ovn_eips};
 
 /// One prefix this speaker may announce.
 #[derive(Debug, Clone, PartialEq)]
@@ -77,13 +78,14 @@ fn index_by_name<'a, T: 'a>(
         .collect()
 }
 
-/// Collects the candidates. `subnets` and `records` are the annotation path's views of the
-/// same objects ([`crate::announce::desired_with_views`]).
+/// Collects the candidates. `subnets` is the annotation path's view of the same subnets, `pods`
+/// every pod address an IP record backs, as its pass met them
+/// ([`crate::announce::desired_visiting_pods`]).
 pub(crate) fn collect(
     objects: &Objects<'_>,
     scope: &Scope<'_>,
     subnets: &Subnets<'_>,
-    records: &Records<'_>,
+    pods: &[PodAddress<'_>],
     namespaces: &[Arc<Namespace>],
 ) -> Candidates {
     let subnet_index = index_by_name(objects.subnets.iter(), |s| s.metadata.name.as_deref());
@@ -96,8 +98,8 @@ pub(crate) fn collect(
     };
     let mut out = Candidates::default();
     ctx.subnets(objects, &mut out);
-    ctx.pods(objects.pods, records, &mut out);
-    ctx.services(objects.services, &mut out);
+    ctx.pods(pods, &mut out);
+    ctx.services(objects.services, objects.endpoint_slices, &mut out);
     ctx.iptables_eips(objects.eips, objects.pods, &mut out);
     ctx.ovn_eips(objects.ovn_eips, &mut out);
     out
@@ -145,67 +147,53 @@ impl Context<'_, '_> {
         }
     }
 
-    fn pods(&self, pods: &[Arc<Pod>], records: &Records<'_>, out: &mut Candidates) {
-        for pod in pods {
-            if !pod_alive(pod) || pod.spec.as_ref().and_then(|s| s.host_network) == Some(true) {
-                continue;
-            }
+    fn pods(&self, addresses: &[PodAddress<'_>], out: &mut Candidates) {
+        // A pod's addresses come one after the other: they share its origin.
+        let mut last: Option<(&Arc<Pod>, Arc<Origin>)> = None;
+        for address in addresses {
+            let PodAddress { pod, ip, subnet, own } = address;
             let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
-            let name = pod.metadata.name.as_deref().unwrap_or_default();
-            let annotations = pod.metadata.annotations.as_ref();
-            // A bad `bgp` value makes the annotation path skip the pod; here it only means no
-            // `cluster` scope: the advertisement still selects the pod on its own node.
-            let own = get::<BgpPolicy>(annotations, keys::BGP).ok().flatten();
             let on_this_node =
                 pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(self.scope.node_name);
-            let mut origin: Option<Arc<Origin>> = None;
-            for provider in pod_network::providers(annotations) {
-                let Ok(key) = provider_key(provider, keys::IP_ADDRESS) else {
-                    continue;
-                };
-                let Ok(Some(ips)) = get::<IpPair>(annotations, &key) else {
-                    continue;
-                };
-                for ip in ips.addrs() {
-                    let Some(subnet) = records.find(namespace, name, ip) else {
-                        continue;
-                    };
-                    let here = match self.subnets.gateway_here(subnet) {
-                        Some(on_gateway) => on_gateway,
-                        None => {
-                            on_this_node
-                                || own
-                                    .or_else(|| self.subnets.policy(subnet))
-                                    .is_some_and(|p| p.scope() == BgpScope::Cluster)
-                        }
-                    };
-                    let allocation = self.subnets.cidr_of(subnet, ip);
-                    if !here
-                        || !self.subnets.ready(subnet)
-                        || allocation.is_none()
-                        || host_problem(ip).is_some()
-                    {
-                        continue;
-                    }
-                    let origin = origin
-                        .get_or_insert_with(|| Arc::new(Origin::Pod(format!("{namespace}/{name}"))))
-                        .clone();
-                    out.items.push(Candidate {
-                        prefix: IpNet::from(ip),
-                        kind: AdvertiseKind::PodIps,
-                        origin,
-                        subnet: self.subnet(subnet),
-                        namespace: self.namespace(Some(namespace)),
-                        service: None,
-                        allocation,
-                    });
+            let here = match self.subnets.gateway_here(subnet) {
+                Some(on_gateway) => on_gateway,
+                None => {
+                    on_this_node
+                        || own
+                            .or_else(|| self.subnets.policy(subnet))
+                            .is_some_and(|p| p.scope() == BgpScope::Cluster)
                 }
+            };
+            let allocation = self.subnets.cidr_of(subnet, *ip);
+            if !here || !self.subnets.ready(subnet) || allocation.is_none() || host_problem(*ip).is_some() {
+                continue;
             }
+            let origin = match &last {
+                Some((p, origin)) if Arc::ptr_eq(p, pod) => origin.clone(),
+                _ => {
+                    let name = pod.metadata.name.as_deref().unwrap_or_default();
+                    let origin = Arc::new(Origin::Pod(format!("{namespace}/{name}")));
+                    last = Some((pod, origin.clone()));
+                    origin
+                }
+            };
+            out.items.push(Candidate {
+                prefix: IpNet::from(*ip),
+                kind: AdvertiseKind::PodIps,
+                origin,
+                subnet: self.subnet(subnet),
+                namespace: self.namespace(Some(namespace)),
+                service: None,
+                allocation,
+            });
         }
     }
 
-    fn services(&self, services: &[Arc<Service>], out: &mut Candidates) {
+    fn services(&self, services: &[Arc<Service>], slices: &[Arc<EndpointSlice>], out: &mut Candidates) {
         for (i, service) in services.iter().enumerate() {
+            // `externalTrafficPolicy: Local`: its outside addresses only from a node with a ready
+            // endpoint, as on the annotation path (`announce::local`).
+            let outside_here = local::announce_here(service, slices, self.scope.node_name);
             let origin = Arc::new(Origin::Service(name_of(&service.metadata)));
             let namespace = self.namespace(service.metadata.namespace.as_deref());
             let spec = service.spec.as_ref();
@@ -235,6 +223,9 @@ impl Context<'_, '_> {
                     continue;
                 };
                 if host_problem(ip).is_some() {
+                    continue;
+                }
+                if kind != AdvertiseKind::ClusterIps && !outside_here {
                     continue;
                 }
                 let allocation = if kind == AdvertiseKind::ExternalIps {

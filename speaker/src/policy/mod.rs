@@ -19,13 +19,14 @@
 pub mod aggregate;
 pub mod candidates;
 pub mod merge;
+mod rib;
 pub mod select;
 pub mod validate;
 
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -115,11 +116,12 @@ pub struct Evaluation {
     /// (for the `Conflict` condition), naming the field, the smallest such prefix and its peer,
     /// and the winner.
     pub conflicts: BTreeMap<String, String>,
-    /// Advertisements whose aggregation was refused for some member: name → the error, naming
-    /// `spec.aggregationLengthV4` (`V6`) and the smallest such member ([`aggregate`]). The member
-    /// is announced unaggregated; the rest of the advertisement applies. For the `Accepted`
-    /// condition's message (still True: the spec is valid, the cluster's allocation is what
-    /// the length does not fit) and a Warning event.
+    /// Advertisements not applied because an aggregate would leave its allocation for some
+    /// member: name → the error, naming `spec.aggregationLengthV4` (`V6`) and the smallest such
+    /// member ([`aggregate`]). Such an advertisement announces nothing (the peers keep what
+    /// they have without it). For the run loop: `Accepted=False` with this message (as for an
+    /// invalid spec, though it depends on the cluster's allocations: it clears when they or
+    /// the spec change) and a Warning event naming the field.
     pub refused: BTreeMap<String, CrdError>,
     /// The annotation path's result (its skipped objects and refusals are reported as before).
     pub desired: Desired,
@@ -144,186 +146,37 @@ pub fn kind_of(origin: &Origin) -> AdvertiseKind {
     }
 }
 
+/// How many routes of each kind one peer's table holds, by the API's spelling (`PodIPs`, ...),
+/// only kinds with at least one: `BgpPeer.status.nodes.<node>.advertised`.
+pub fn kind_counts(rib: &PeerRib) -> BTreeMap<&'static str, usize> {
+    let mut counts = BTreeMap::new();
+    for route in rib.values() {
+        *counts.entry(route.kind.as_str()).or_insert(0) += 1;
+    }
+    counts
+}
+
 /// Every peer's table: see the module's documentation for the rules.
 pub fn evaluate(
     objects: &announce::Objects<'_>,
     scope: &announce::Scope<'_>,
     inputs: &PolicyInputs<'_>,
 ) -> Evaluation {
-    let (desired, subnets, records) = announce::desired_with_views(objects, scope);
-    let candidates = candidates::collect(objects, scope, &subnets, &records, inputs.namespaces);
-    let ads = inputs.advertisements;
-    let index: Vec<select::AdIndex> = ads
+    let mut pod_addresses = Vec::new();
+    let (desired, subnets) =
+        announce::desired_visiting_pods(objects, scope, &mut |address| pod_addresses.push(address));
+    let candidates = candidates::collect(objects, scope, &subnets, &pod_addresses, inputs.namespaces);
+    drop(pod_addresses);
+    let index: Vec<select::AdIndex> = inputs
+        .advertisements
         .iter()
         .map(|ad| select::AdIndex::new(ad, objects, inputs.namespaces, inputs.peers))
         .collect();
-    // Advertisements are referred to by rank in name order, so every list of them is sorted by
-    // name whatever order they came in.
-    let mut by_name: Vec<usize> = (0..ads.len()).collect();
-    by_name.sort_by(|a, b| ads[*a].name.cmp(&ads[*b].name));
-    let mut rank = vec![0u32; ads.len()];
-    for (r, a) in by_name.iter().enumerate() {
-        rank[*a] = u32::try_from(r).unwrap_or(u32::MAX);
-    }
-
-    let mut entries: HashMap<IpNet, Entry> = HashMap::new();
-    let mut refused: BTreeMap<String, (IpNet, CrdError)> = BTreeMap::new();
-    for c in &candidates.items {
-        if desired.prefixes.contains_key(&c.prefix) {
-            entries.entry(c.prefix).or_default().note(c);
-        }
-        for (a, ad_index) in index.iter().enumerate() {
-            if !ad_index.selects(c) {
-                continue;
-            }
-            let at = match aggregate::target(&ads[a], c) {
-                aggregate::Target::Same => c.prefix,
-                aggregate::Target::Aggregate(p) => p,
-                aggregate::Target::Refused(e) => {
-                    let slot = refused
-                        .entry(ads[a].name.clone())
-                        .or_insert((c.prefix, e.clone()));
-                    if c.prefix < slot.0 {
-                        *slot = (c.prefix, e);
-                    }
-                    c.prefix
-                }
-            };
-            let entry = entries.entry(at).or_default();
-            entry.note(c);
-            entry.ads.push(rank[a]);
-        }
-    }
-    for (prefix, origin) in &desired.prefixes {
-        let entry = entries.entry(*prefix).or_default();
-        entry.annotation = true;
-        entry.kind.get_or_insert(kind_of(origin));
-        entry.origin = Some(Arc::new(origin.clone()));
-    }
-    let mut entries: Vec<(IpNet, Entry)> = entries.into_iter().collect();
-    entries.sort_unstable_by_key(|(p, _)| *p);
-    for (_, e) in &mut entries {
-        e.ads.sort_unstable();
-        e.ads.dedup();
-    }
-
-    let mut conflicts: BTreeMap<String, (IpNet, IpAddr, String)> = BTreeMap::new();
-    let peers = inputs
-        .peers
-        .iter()
-        .enumerate()
-        .map(|(p, peer)| {
-            let rib = peer_rib(p, peer, &entries, &index, &by_name, ads, &mut conflicts);
-            (peer.address, rib)
-        })
-        .collect();
+    let built = rib::build(&candidates, &desired, inputs, &index);
     Evaluation {
-        peers,
-        conflicts: conflicts.into_iter().map(|(k, (_, _, m))| (k, m)).collect(),
-        refused: refused.into_iter().map(|(k, (_, e))| (k, e)).collect(),
+        peers: built.peers,
+        conflicts: built.conflicts,
+        refused: built.refused,
         desired,
     }
-}
-
-/// What is known of one prefix before it is split by peer.
-#[derive(Debug, Default)]
-struct Entry {
-    /// Ranks (name order) of the advertisements that select it (or aggregate into it).
-    ads: Vec<u32>,
-    /// Announced by the annotation path.
-    annotation: bool,
-    kind: Option<AdvertiseKind>,
-    origin: Option<Arc<Origin>>,
-}
-
-impl Entry {
-    /// Takes the smallest kind and origin, so the result does not depend on object order.
-    fn note(&mut self, c: &candidates::Candidate) {
-        if self.kind.is_none_or(|k| c.kind < k) {
-            self.kind = Some(c.kind);
-        }
-        if self.origin.as_ref().is_none_or(|o| c.origin < *o) {
-            self.origin = Some(c.origin.clone());
-        }
-    }
-}
-
-/// Marks the annotation path in a cache key (no advertisement has this rank).
-const ANNOTATION: u32 = u32::MAX;
-
-type Shared = (Arc<RouteAttributes>, Arc<[Source]>);
-
-/// One peer's table; records each losing advertisement's smallest (prefix, peer) example.
-fn peer_rib(
-    p: usize,
-    peer: &PeerView,
-    entries: &[(IpNet, Entry)],
-    index: &[select::AdIndex],
-    by_name: &[usize],
-    ads: &[ValidatedAdvertisement],
-    conflicts: &mut BTreeMap<String, (IpNet, IpAddr, String)>,
-) -> PeerRib {
-    let mut cache: HashMap<Vec<u32>, Shared> = HashMap::new();
-    let mut key: Vec<u32> = Vec::new();
-    let mut routes = Vec::new();
-    for (prefix, e) in entries {
-        if !peer.families.contains(&Family::of(prefix)) {
-            continue;
-        }
-        key.clear();
-        key.extend(e.ads.iter().filter(|r| index[by_name[**r as usize]].peers[p]));
-        if key.is_empty() && !e.annotation {
-            continue;
-        }
-        if e.annotation {
-            key.push(ANNOTATION);
-        }
-        let (attributes, sources) = match cache.get(key.as_slice()) {
-            Some(shared) => shared.clone(),
-            None => {
-                let selecting: Vec<usize> = key
-                    .iter()
-                    .filter(|r| **r != ANNOTATION)
-                    .map(|r| by_name[*r as usize])
-                    .collect();
-                let (attributes, losses) = merge::merge(&peer.defaults, &selecting, ads);
-                for loss in losses {
-                    let message = format!(
-                        "{} {} lost to BgpAdvertisement {}'s {} for {prefix} to peer {} ({})",
-                        loss.field, loss.value, loss.winner, loss.winning, peer.address, loss.rule
-                    );
-                    let example = (*prefix, peer.address, message);
-                    let slot = conflicts
-                        .entry(ads[loss.loser].name.clone())
-                        .or_insert(example.clone());
-                    if (example.0, example.1) < (slot.0, slot.1) {
-                        *slot = example;
-                    }
-                }
-                let mut sources = Vec::with_capacity(selecting.len() + 1);
-                if e.annotation {
-                    sources.push(Source::Annotation);
-                }
-                sources.extend(
-                    selecting
-                        .iter()
-                        .map(|a| Source::Advertisement(ads[*a].name.clone())),
-                );
-                let shared: Shared = (Arc::new(attributes), sources.into());
-                cache.insert(key.clone(), shared.clone());
-                shared
-            }
-        };
-        let route = AdvertisedRoute {
-            attributes,
-            kind: e.kind.unwrap_or(AdvertiseKind::PodIps),
-            origin: e
-                .origin
-                .clone()
-                .unwrap_or_else(|| Arc::new(Origin::Subnet(String::new()))),
-            sources,
-        };
-        routes.push((*prefix, route));
-    }
-    routes.into_iter().collect()
 }

@@ -4,6 +4,7 @@
 mod aggregation;
 mod evaluate;
 mod props;
+mod trust;
 mod validation;
 
 use std::collections::BTreeMap;
@@ -88,9 +89,10 @@ pub(super) fn ad(name: &str, spec: Value) -> ValidatedAdvertisement {
 }
 
 pub(super) fn raw_ad(name: &str, spec: Value) -> BgpAdvertisement {
-    serde_json::from_value(json!({"apiVersion": "bgp.kube-ovn-rs.io/v1alpha1",
-        "kind": "BgpAdvertisement", "metadata": {"name": name}, "spec": spec}))
-    .unwrap()
+    let mut v = json!({"apiVersion": "bgp.kube-ovn-rs.io/v1alpha1",
+        "kind": "BgpAdvertisement", "metadata": {"name": name}});
+    v["spec"] = spec;
+    serde_json::from_value(v).unwrap()
 }
 
 /// A peer at `addr` with labels, carrying the family of its address (both with `dual`).
@@ -124,6 +126,7 @@ pub(super) struct World {
     pub eips: Vec<Arc<IptablesEIP>>,
     pub ovn_eips: Vec<Arc<OvnEip>>,
     pub namespaces: Vec<Arc<Namespace>>,
+    pub endpoint_slices: Vec<Arc<k8s_openapi::api::discovery::v1::EndpointSlice>>,
     pub ads: Vec<ValidatedAdvertisement>,
     pub peers: Vec<PeerView>,
     pub external: ExternalIpCidrs,
@@ -139,7 +142,7 @@ impl World {
             eips: &self.eips,
             ips: &self.ips,
             ovn_eips: &self.ovn_eips,
-            endpoint_slices: &[],
+            endpoint_slices: &self.endpoint_slices,
         }
     }
 

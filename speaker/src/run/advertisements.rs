@@ -13,9 +13,10 @@
 //! speaker that set it True owns it (its message starts `on node <node>:`) until it clears it;
 //! the others leave an owned True alone, so two nodes never take turns rewriting it. (A node
 //! whose speaker went away for good leaves its finding until the next generation.) The same
-//! holds for `Accepted` True with reason `PartiallyApplied`: an aggregation length that this
-//! node's members cannot take (policy's `Evaluation::refused`), with a Warning event
-//! `BgpAggregationRefused`.
+//! holds for `Accepted` False with reason `AggregationRefused`: an aggregation length that would
+//! announce addresses beyond the allocation holding this node's members (policy's
+//! `Evaluation::refused`): the advertisement announces nothing on that node, neither the
+//! aggregate nor its members, and a Warning event `BgpAggregationRefused` names the field.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -45,8 +46,9 @@ pub const INVALID_REASON: &str = "InvalidBgpAdvertisement";
 pub const AGGREGATION_REFUSED_REASON: &str = "BgpAggregationRefused";
 /// `Accepted` False: the spec is invalid.
 const INVALID: &str = "Invalid";
-/// `Accepted` True, but this node announces some members unaggregated.
-const PARTIALLY_APPLIED: &str = "PartiallyApplied";
+/// `Accepted` False: an aggregate would leave its allocation on this node; nothing of the
+/// advertisement is announced there.
+const AGGREGATION_REFUSED: &str = "AggregationRefused";
 
 /// One advertisement's validation result for the generation the speaker saw.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,7 +153,7 @@ pub fn desired_status(
         )),
         _ if owned_elsewhere(
             find_condition(&status.conditions, ACCEPTED),
-            PARTIALLY_APPLIED,
+            AGGREGATION_REFUSED,
             generation,
             &owner,
         ) =>
@@ -160,9 +162,9 @@ pub fn desired_status(
         }
         (None, Some(e)) => Some(Condition::new(
             ACCEPTED,
-            ConditionStatus::True,
-            PARTIALLY_APPLIED,
-            &format!("{owner}{e}; those members are announced unaggregated"),
+            ConditionStatus::False,
+            AGGREGATION_REFUSED,
+            &format!("{owner}{e}"),
         )),
         (None, None) => Some(Condition::new(
             ACCEPTED,
@@ -217,7 +219,7 @@ pub fn desired_status(
 }
 
 /// The Warning event a status write calls for: the first write of a reason and message of
-/// `Accepted` that is a problem (`Invalid`, `PartiallyApplied`).
+/// `Accepted` that is a problem (`Invalid`, `AggregationRefused`).
 fn event_for(
     before: Option<&BgpAdvertisementStatus>,
     after: &BgpAdvertisementStatus,
@@ -229,7 +231,7 @@ fn event_for(
     });
     let reason = match now.reason.as_deref() {
         Some(INVALID) => INVALID_REASON,
-        Some(PARTIALLY_APPLIED) => AGGREGATION_REFUSED_REASON,
+        Some(AGGREGATION_REFUSED) => AGGREGATION_REFUSED_REASON,
         _ => return None,
     };
     (!same).then(|| (reason, now.message.clone().unwrap_or_default()))
@@ -467,7 +469,7 @@ mod tests {
     }
 
     #[test]
-    fn a_refused_aggregation_is_accepted_partially_by_one_owner() {
+    fn a_refused_aggregation_is_not_accepted_on_the_node_that_found_it() {
         let t = Time(Timestamp::from_second(1_000).unwrap());
         let ok = Verdict {
             generation: Some(3),
@@ -486,7 +488,7 @@ mod tests {
         let accepted = find_condition(&n1.conditions, ACCEPTED).unwrap();
         assert_eq!(
             (accepted.status, accepted.reason.as_deref()),
-            (ConditionStatus::True, Some(PARTIALLY_APPLIED))
+            (ConditionStatus::False, Some(AGGREGATION_REFUSED))
         );
         assert!(
             accepted

@@ -39,7 +39,7 @@ fn an_aggregate_inside_the_allocation_replaces_its_members() {
     let e = world(vec![
         ad(
             "agg",
-            json!({"advertise": ["PodIPs", "ExternalIPs"], "aggregationLengthV4": 24,
+            json!({"advertise": ["PodIPs"], "aggregationLengthV4": 24,
                 "aggregationLengthV6": 120, "communities": ["65000:1"]}),
         ),
         ad(
@@ -47,25 +47,25 @@ fn an_aggregate_inside_the_allocation_replaces_its_members() {
             json!({"advertise": ["PodIPs"], "aggregationLengthV4": 24, "communities": ["65000:2"],
                 "subnetSelector": {"matchLabels": {}}}),
         ),
+        // A /24 would leave the operator's /28 of external IPs: refused whole (below).
+        ad(
+            "ext-wide",
+            json!({"advertise": ["ExternalIPs"], "aggregationLengthV4": 24}),
+        ),
     ])
     .eval();
-    // The /32s of agg's pods are gone; 10.20.2.1 stays, announced by its annotation only; the
-    // external IPs' /24 would leave the operator's /28: those stay /32 (see below). agg2 does
-    // not aggregate IPv6: it still sends the pod's /128 (agg sends the /120 instead).
+    // The /32s of the pods are gone; 10.20.2.1 stays, announced by its annotation only. agg2
+    // does not aggregate IPv6: it still sends the pod's /128 (agg sends the /120 instead).
     assert_eq!(
         prefixes(&e, TOR),
         [
             "10.20.1.0/24",
             "10.20.2.0/24",
             "10.20.2.1/32",
-            "192.0.2.1/32",
-            "192.0.2.2/32",
             "fd00:20::/120",
             "fd00:20::5/128"
         ]
     );
-    assert_eq!(sources(route(&e, TOR, "fd00:20::5/128")), ["agg2"]);
-    assert_eq!(sources(route(&e, TOR, "fd00:20::/120")), ["agg"]);
     let agg = route(&e, TOR, "10.20.1.0/24");
     assert_eq!(agg.kind, AdvertiseKind::PodIps);
     assert_eq!(*agg.origin, Origin::Pod("ns/a".into()));
@@ -75,13 +75,15 @@ fn an_aggregate_inside_the_allocation_replaces_its_members() {
         agg.attributes.communities,
         [community("65000:1"), community("65000:2")]
     );
+    assert_eq!(sources(route(&e, TOR, "fd00:20::5/128")), ["agg2"]);
+    assert_eq!(sources(route(&e, TOR, "fd00:20::/120")), ["agg"]);
     assert_eq!(sources(route(&e, TOR, "10.20.2.1/32")), ["annotation"]);
+    assert_eq!(e.refused.keys().collect::<Vec<_>>(), ["ext-wide"]);
     assert_eq!(
-        e.refused["agg"].to_string(),
+        e.refused["ext-wide"].to_string(),
         "spec.aggregationLengthV4: 24 would announce 192.0.2.0/24 for ExternalIPs 192.0.2.1/32 \
-         (Service ns/ext), beyond its allocation 192.0.2.0/28: announced unaggregated"
+         (Service ns/ext), beyond its allocation 192.0.2.0/28: advertisement not applied"
     );
-    assert!(!e.refused.contains_key("agg2"));
 
     // Inside the /28: aggregated.
     let e = world(vec![ad(
@@ -95,38 +97,34 @@ fn an_aggregate_inside_the_allocation_replaces_its_members() {
 }
 
 #[test]
-fn an_aggregate_leaving_the_allocation_is_refused_and_its_members_go_out_alone() {
-    let e = world(vec![ad(
+fn an_aggregate_leaving_the_allocation_refuses_the_whole_advertisement() {
+    let wide = ad(
         "wide",
         json!({"advertise": ["PodIPs", "SubnetCIDRs"], "aggregationLengthV4": 8,
             "communities": ["65000:9"]}),
-    )])
-    .eval();
-    // Nothing covers more than the subnet: the members, and the subnet's own CIDR (the /8 would
-    // reach beyond it), go out as they are, with the advertisement's attributes.
-    assert_eq!(
-        prefixes(&e, TOR),
-        [
-            "10.20.0.0/16",
-            "10.20.1.1/32",
-            "10.20.1.2/32",
-            "10.20.2.1/32",
-            "fd00:20::/64",
-            "fd00:20::5/128"
-        ]
     );
-    assert_eq!(
-        route(&e, TOR, "10.20.1.1/32").attributes.communities,
-        [community("65000:9")]
-    );
+    let e = world(vec![wide.clone()]).eval();
+    // The /8 would reach beyond the subnet: nothing of the advertisement goes out, neither
+    // aggregated nor as the members; the annotation path is unaffected.
+    assert_eq!(prefixes(&e, TOR), ["10.20.2.1/32"]);
+    assert!(route(&e, TOR, "10.20.2.1/32").attributes.communities.is_empty());
     // One example, the smallest member, naming the field.
     let err = &e.refused["wide"];
     assert_eq!(err.field, "spec.aggregationLengthV4");
     assert_eq!(
         err.message,
         "8 would announce 10.0.0.0/8 for SubnetCIDRs 10.20.0.0/16 (Subnet s), beyond its \
-         allocation 10.20.0.0/16: announced unaggregated"
+         allocation 10.20.0.0/16: advertisement not applied"
     );
+    // Another advertisement is applied all the same.
+    let other = ad("other", json!({"advertise": ["SubnetCIDRs"]}));
+    let e = world(vec![wide, other]).eval();
+    assert_eq!(
+        prefixes(&e, TOR),
+        ["10.20.0.0/16", "10.20.2.1/32", "fd00:20::/64"]
+    );
+    assert_eq!(sources(route(&e, TOR, "10.20.0.0/16")), ["other"]);
+    assert_eq!(e.refused.keys().collect::<Vec<_>>(), ["wide"]);
     // A length no member is longer than changes nothing.
     let e = world(vec![ad(
         "noop",

@@ -162,6 +162,17 @@ fn advertisements_select_by_kind_selector_and_peer() {
     assert_eq!(sources(route(&e, TOR1, "10.96.0.11/32")), ["cluster-ips"]);
     assert_eq!(sources(route(&e, FLAG, "203.0.113.11/32")), ["annotation"]);
     assert!(e.conflicts.is_empty() && e.refused.is_empty());
+    let counts = kind_counts(&e.peers[&TOR2.parse::<IpAddr>().unwrap()]);
+    assert_eq!(
+        counts.into_iter().collect::<Vec<_>>(),
+        [
+            ("ClusterIPs", 1),
+            ("ExternalIPs", 1),
+            ("LoadBalancerIPs", 2),
+            ("PodIPs", 3),
+            ("SubnetCIDRs", 2)
+        ]
+    );
 
     // On n2, p2 is the local pod: pods-gold sends it from there, and not p1.
     let on_n2 = w.eval_on("n2");
@@ -206,8 +217,10 @@ fn without_advertisements_every_peer_gets_the_annotation_path_with_its_defaults(
 
 /// One annotated subnet and pod; tor1 has defaults; three advertisements overlap.
 fn merge_world() -> World {
-    let mut w = World::default();
-    w.subnets = vec![subnet("s", "10.5.0.0/16", &json!({}), Some("cluster"))];
+    let mut w = World {
+        subnets: vec![subnet("s", "10.5.0.0/16", &json!({}), Some("cluster"))],
+        ..World::default()
+    };
     w.pods = vec![pod(&mut w.ips, "ns", "p1", "n1", "10.5.0.1", "s", None)];
     let mut tor1 = peer(TOR1, &[("rack", "r1")], false);
     tor1.defaults.communities = vec![community("65000:1")];

@@ -271,6 +271,8 @@ proptest! {
                 // Every selecting advertisement's communities, and the peer's own.
                 for source in route.sources.iter() {
                     if let Source::Advertisement(name) = source {
+                        // A refused advertisement announces nothing.
+                        prop_assert!(!e.refused.contains_key(name), "{} sent by refused {}", prefix, name);
                         let ad = w.ads.iter().find(|a| &a.name == name).unwrap();
                         for c in &ad.communities {
                             prop_assert!(route.attributes.communities.contains(c), "{} lacks {}'s communities", prefix, name);

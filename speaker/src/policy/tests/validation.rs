@@ -22,7 +22,7 @@ fn a_valid_spec_is_parsed_into_the_speakers_types() {
     assert!(!v.subnet_selector.matches(&labels(&[("tier", "silver")])));
     assert!(v.namespace_selector.requirements.is_empty());
     assert!(v.peer_selector.matches(&labels(&[("rack", "r1")])));
-    assert_eq!(v.communities, [65000 << 16 | 100, 0xFFFF_FF01, 0xFFFF_029A]);
+    assert_eq!(v.communities, [community("65000:100"), 0xFFFF_FF01, 0xFFFF_029A]);
     assert_eq!(
         v.large_communities,
         [LargeCommunity {
