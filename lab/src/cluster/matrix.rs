@@ -36,6 +36,10 @@
 //!   unreachable from outside. Out that way they also reach what the external network's
 //!   gateway (the ToR) routes to: underlay pods and default-VPC pods announced over BGP, which
 //!   see the EIP.
+//! - IPv6 ([`ipv6`]): a pod with an IPv6 address too (a dual-stack subnet) gets the outside
+//!   host's rows again over IPv6: outside → pod when its address is announced (the ToR's IPv6
+//!   routes, learnt over the IPv6 sessions) in the default VPC, seeing the outside host's own
+//!   IPv6 address; pod → outside with its own IPv6 address when announced and not NATed.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -45,6 +49,7 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use super::policy::{self, Endpoint, PodView};
 
 pub mod external;
+pub mod ipv6;
 mod report;
 
 pub use external::{EipTarget, NatRules};
@@ -60,6 +65,8 @@ pub struct Target {
     pub name: String,
     pub node: String,
     pub ip: IpAddr,
+    /// Its IPv6 address, when it has one beside `ip` (a dual-stack subnet's pod).
+    pub ip6: Option<IpAddr>,
     pub port: u16,
     pub subnet: String,
     pub vpc: String,
@@ -122,8 +129,13 @@ impl Target {
     }
 
     fn endpoint(&self) -> Endpoint<'_> {
+        self.endpoint_at(self.ip)
+    }
+
+    /// The pod as policies see it at one of its addresses.
+    fn endpoint_at(&self, ip: IpAddr) -> Endpoint<'_> {
         Endpoint {
-            ip: self.ip,
+            ip,
             pod: Some(PodView {
                 namespace: &self.namespace,
                 labels: &self.labels,
@@ -193,6 +205,10 @@ pub enum Kind {
     OutsideToService,
     /// From the outside host to a FIP or a DNAT rule's address; `to` indexes the EIP targets.
     OutsideToEip,
+    /// [`Kind::OutsideToPod`] and [`Kind::PodToOutside`] over IPv6: to the pod's `ip6`, to the
+    /// outside host's IPv6 address.
+    OutsideToPod6,
+    PodToOutside6,
 }
 
 /// One probe to make: from `from` (a pod label, or `outside`) to `to`.
@@ -340,6 +356,7 @@ pub fn plan(
         });
     }
     checks.extend(external::plan(targets, eips, &allows));
+    checks.extend(ipv6::plan(targets, &allows));
     checks
 }
 

@@ -79,13 +79,21 @@ pub async fn targets(t: &Topology, client: &kube::Client) -> anyhow::Result<(Vec
             continue;
         };
         let ann = pod.metadata.annotations.clone().unwrap_or_default();
-        let Some(ip) = ann
+        // Kube-OVN's `ip_address`: one address, or a dual-stack pod's IPv4 and IPv6 ones.
+        let addresses: Vec<IpAddr> = ann
             .get(keys::IP_ADDRESS)
-            .and_then(|v| v.split(',').next())
-            .and_then(|v| v.parse::<IpAddr>().ok())
-        else {
+            .into_iter()
+            .flat_map(|v| v.split(','))
+            .filter_map(|v| v.trim().parse().ok())
+            .collect();
+        let Some(&ip) = addresses.first() else {
             continue;
         };
+        let ip6 = addresses
+            .iter()
+            .copied()
+            .find(|a| a.is_ipv6())
+            .filter(|_| ip.is_ipv4());
         let subnet_name = ann.get(keys::LOGICAL_SWITCH).cloned().unwrap_or_default();
         let subnet = subnets.get(&subnet_name);
         let announced = |a: &Option<BTreeMap<String, String>>| {
@@ -112,6 +120,7 @@ pub async fn targets(t: &Topology, client: &kube::Client) -> anyhow::Result<(Vec
             name: name.clone(),
             node,
             ip,
+            ip6,
             port,
             vpc: subnet
                 .and_then(|s| s.spec.vpc.clone())
@@ -364,7 +373,7 @@ pub async fn measure(t: &Topology, client: &kube::Client, timeout: Duration) -> 
     let announced: Vec<IpAddr> = targets
         .iter()
         .filter(|x| x.announced && x.vpc == matrix::DEFAULT_VPC)
-        .map(|x| x.ip)
+        .flat_map(|x| std::iter::once(x.ip).chain(x.ip6))
         .chain(
             services
                 .iter()
@@ -375,10 +384,16 @@ pub async fn measure(t: &Topology, client: &kube::Client, timeout: Duration) -> 
         .collect();
     let tor = t.tor_netns();
     wait_for_routes(
-        "the ToR to route every announced pod, Service and EIP address to a node",
+        "the ToR to route every announced pod, Service and EIP address to a node (IPv6 ones over the IPv6 sessions)",
         timeout,
         announced.iter().map(|ip| (tor.clone(), *ip)).collect(),
-        " via 172.30.0.",
+        |ip| {
+            if ip.is_ipv4() {
+                " via 172.30.0."
+            } else {
+                " via fd00:172:30::"
+            }
+        },
     )
     .await?;
     // A Service's outside address enters OVN through each node's ovn0 on the Service's ports:
@@ -454,12 +469,13 @@ fn ingress_ready(ns: &str, ip: IpAddr) -> bool {
             .is_ok_and(|r| r.contains(" dev ovn0"))
 }
 
-/// Waits until `ip route get <address>` in each (namespace, address) pair answers with `shows`.
+/// Waits until `ip route get <address>` in each (namespace, address) pair answers with
+/// `shows(address)`.
 async fn wait_for_routes(
     what: &str,
     timeout: Duration,
     routes: Vec<(String, IpAddr)>,
-    shows: &'static str,
+    shows: fn(IpAddr) -> &'static str,
 ) -> anyhow::Result<()> {
     wait_for(what, timeout, Duration::from_millis(100), || {
         let routes = routes.clone();
@@ -468,7 +484,7 @@ async fn wait_for_routes(
                 .iter()
                 .filter(|(ns, ip)| {
                     !kube_ovn_lab::cluster::net::ip(ns, &["route", "get", &ip.to_string()])
-                        .is_ok_and(|r| r.contains(shows))
+                        .is_ok_and(|r| r.contains(shows(*ip)))
                 })
                 .map(|(ns, ip)| format!("a route to {ip} in {ns}"))
                 .collect();
@@ -491,7 +507,11 @@ fn endpoints(
         .from
         .map_or_else(|| outside_ns.to_owned(), |i| pod_netns[i].clone());
     let to = match (check.kind, check.to) {
+        (Kind::PodToOutside6, _) => SocketAddr::new(Topology::outside_ip6().into(), OUTSIDE_PORT),
         (_, None) => SocketAddr::new(Topology::outside_ip().into(), OUTSIDE_PORT),
+        (Kind::OutsideToPod6, Some(j)) => {
+            SocketAddr::new(targets[j].ip6.unwrap_or(targets[j].ip), targets[j].port)
+        }
         (Kind::PodToService, Some(k)) => SocketAddr::new(services[k].ip, services[k].port),
         (Kind::OutsideToService, Some(k)) => {
             SocketAddr::new(services[k].outside_ip.unwrap_or(services[k].ip), services[k].port)

@@ -74,11 +74,12 @@ impl Report {
         }
     }
 
-    /// The source address the outside host saw from pod `i`, when it answered.
-    fn seen_by_outside(&self, i: usize) -> Option<IpAddr> {
+    /// The source address the outside host saw from pod `i` (`kind`: over IPv4 or IPv6), when it
+    /// answered.
+    fn seen_by_outside(&self, i: usize, kind: Kind) -> Option<IpAddr> {
         self.outcomes
             .iter()
-            .find(|o| o.check.kind == Kind::PodToOutside && o.check.from == Some(i))
+            .find(|o| o.check.kind == kind && o.check.from == Some(i))
             .and_then(|o| o.answer.as_ref().ok())
             .and_then(|a| client_ip(a))
     }
@@ -86,6 +87,7 @@ impl Report {
     /// The label of a check's end: `to` of a Service check names a Service.
     fn label(&self, kind: Kind, i: Option<usize>, is_to: bool) -> String {
         match i {
+            None if matches!(kind, Kind::OutsideToPod6 | Kind::PodToOutside6) => "outside (IPv6)".to_owned(),
             None => "outside".to_owned(),
             Some(i) if is_to && matches!(kind, Kind::PodToService | Kind::OutsideToService) => {
                 self.services[i].label()
@@ -117,7 +119,7 @@ impl Report {
         for (i, t) in self.targets.iter().enumerate() {
             let _ = writeln!(
                 out,
-                "    [{i}] {:width$} {:15} {:6} subnet {} (vpc {}){}{}{}",
+                "    [{i}] {:width$} {:15} {:6} subnet {} (vpc {}){}{}{}{}",
                 t.label(),
                 t.ip,
                 t.node,
@@ -130,6 +132,7 @@ impl Report {
                     Attachment::Underlay { u2o: false } => ", underlay",
                     Attachment::Underlay { u2o: true } => ", underlay (u2o)",
                 },
+                t.ip6.map(|ip| format!(", IPv6 {ip}")).unwrap_or_default(),
             );
         }
         let _ = write!(out, "  pod → pod (row → column):\n    {:>5}", "");
@@ -160,10 +163,36 @@ impl Report {
                 self.targets[i].label(),
                 self.cell(Kind::OutsideToPod, None, Some(i)),
                 self.cell(Kind::PodToOutside, Some(i), None),
-                self.seen_by_outside(i)
+                self.seen_by_outside(i, Kind::PodToOutside)
                     .map(|ip| format!(" (the outside saw {ip})"))
                     .unwrap_or_default(),
             );
+        }
+        let dual: Vec<usize> = (0..n)
+            .filter(|&i| {
+                self.outcomes
+                    .iter()
+                    .any(|o| o.check.kind == Kind::OutsideToPod6 && o.check.to == Some(i))
+            })
+            .collect();
+        if !dual.is_empty() {
+            let _ = writeln!(
+                out,
+                "  outside host ↔ pods over IPv6 ({} ↔ the pods' IPv6 addresses, BGP routes over the IPv6 sessions):",
+                super::super::topology::Topology::outside_ip6()
+            );
+            for i in dual {
+                let _ = writeln!(
+                    out,
+                    "    {:width$}  outside → pod (IPv6): {:8}  pod → outside (IPv6): {:8}{}",
+                    self.targets[i].label(),
+                    self.cell(Kind::OutsideToPod6, None, Some(i)),
+                    self.cell(Kind::PodToOutside6, Some(i), None),
+                    self.seen_by_outside(i, Kind::PodToOutside6)
+                        .map(|ip| format!(" (the outside saw {ip})"))
+                        .unwrap_or_default(),
+                );
+            }
         }
         if !self.services.is_empty() {
             let _ = writeln!(
