@@ -36,6 +36,10 @@
 //!   unreachable from outside. Out that way they also reach what the external network's
 //!   gateway (the ToR) routes to: underlay pods and default-VPC pods announced over BGP, which
 //!   see the EIP.
+//! - BGP advertisement policy ([`bgp_policy`]): an announced Service with
+//!   `externalTrafficPolicy: Local` answers the outside host from a backend that sees the outside
+//!   host's own address, and the ToR routes it only through the nodes with a ready endpoint; a
+//!   Service a `BgpAdvertisement` with communities selects carries them at the ToR.
 //! - IPv6 ([`ipv6`]): a pod with an IPv6 address too (a dual-stack subnet) gets the outside
 //!   host's rows again over IPv6: outside → pod when its address is announced (the ToR's IPv6
 //!   routes, learnt over the IPv6 sessions) in the default VPC, seeing the outside host's own
@@ -48,6 +52,7 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 
 use super::policy::{self, Endpoint, PodView};
 
+pub mod bgp_policy;
 pub mod external;
 pub mod ipv6;
 mod report;
@@ -169,8 +174,18 @@ pub struct ServiceTarget {
     /// Where the outside host reaches it: its first LoadBalancer ingress or external IP, when
     /// it is announced (`ovn.kubernetes.io/bgp: "true"`).
     pub outside_ip: Option<IpAddr>,
-    /// The sources its backends see for traffic from outside: the nodes' join addresses.
+    /// The sources its backends see for traffic from outside: the nodes' join addresses, or the
+    /// outside host's own address for a `Local` one.
     pub ingress_sources: Vec<IpAddr>,
+    /// `externalTrafficPolicy: Local`: announced only from the nodes with a ready endpoint, the
+    /// client's address preserved.
+    pub local: bool,
+    /// The fabric addresses of the nodes with a ready endpoint, sorted: the ToR's next hops for
+    /// a `Local` one.
+    pub local_next_hops: Vec<IpAddr>,
+    /// The communities the ToR should see on its outside address (canonical `high:low`, from the
+    /// `BgpAdvertisement`s selecting it).
+    pub communities: Vec<String>,
 }
 
 impl ServiceTarget {
@@ -192,6 +207,10 @@ pub enum Expect {
     ClientIpIn(Vec<IpAddr>),
     /// No answer.
     Blocked,
+    /// The ToR's kernel routes the address through exactly these next hops (sorted).
+    NextHops(Vec<IpAddr>),
+    /// Every path the ToR learnt for the address carries these communities (canonical).
+    Communities(Vec<String>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -209,6 +228,10 @@ pub enum Kind {
     /// outside host's IPv6 address.
     OutsideToPod6,
     PodToOutside6,
+    /// At the ToR, about a Service's outside address (`to` indexes the services): the
+    /// communities of its BGP paths, and its kernel route's next hops.
+    TorCommunities,
+    TorNextHops,
 }
 
 /// One probe to make: from `from` (a pod label, or `outside`) to `to`.
@@ -347,14 +370,23 @@ pub fn plan(
         } else {
             Expect::Blocked
         };
+        // `Local`: whichever backend answers, it sees the outside host's own address.
+        let (path, expect) = match expect {
+            Expect::AnswerIn(_) if svc.local => (
+                "/clientip",
+                Expect::ClientIp(super::topology::Topology::outside_ip().into()),
+            ),
+            other => ("/hostname", other),
+        };
         checks.push(Check {
             kind: Kind::OutsideToService,
             from: None,
             to: Some(k),
-            path: "/hostname",
+            path,
             expect,
         });
     }
+    checks.extend(bgp_policy::plan(services));
     checks.extend(external::plan(targets, eips, &allows));
     checks.extend(ipv6::plan(targets, &allows));
     checks

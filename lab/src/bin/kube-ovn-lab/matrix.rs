@@ -7,8 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::Api;
 use kube::api::ListParams;
@@ -157,163 +156,6 @@ async fn join_addresses(client: &kube::Client) -> anyhow::Result<Vec<IpAddr>> {
         .collect())
 }
 
-/// The Services with a selector and a ClusterIP (TCP, the first such port), with the pods behind
-/// their ready endpoints and, for announced ones, where the outside host reaches them (the
-/// backends then see `ingress_sources`). Selectorless ones (the API server's `kubernetes`) are
-/// left out: their endpoints are not netexec servers.
-pub async fn services(
-    client: &kube::Client,
-    ingress_sources: &[IpAddr],
-) -> anyhow::Result<Vec<ServiceTarget>> {
-    let slices = Api::<EndpointSlice>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .context("listing EndpointSlices")?;
-    let services = Api::<Service>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .context("listing Services")?;
-    let mut out = Vec::new();
-    for svc in services.items {
-        let (Some(namespace), Some(name), Some(spec)) = (
-            svc.metadata.namespace.clone(),
-            svc.metadata.name.clone(),
-            svc.spec.as_ref(),
-        ) else {
-            continue;
-        };
-        if spec.selector.as_ref().is_none_or(BTreeMap::is_empty) {
-            continue;
-        }
-        let Some(ip) = spec
-            .cluster_ip
-            .as_deref()
-            .and_then(|ip| ip.parse::<IpAddr>().ok())
-        else {
-            continue; // headless
-        };
-        let Some(port) = spec
-            .ports
-            .iter()
-            .flatten()
-            .find(|p| p.protocol.as_deref().unwrap_or("TCP") == "TCP")
-            .and_then(|p| u16::try_from(p.port).ok())
-        else {
-            continue;
-        };
-        let mut backends: Vec<String> = slices
-            .items
-            .iter()
-            .filter(|s| s.metadata.namespace.as_deref() == Some(namespace.as_str()))
-            .filter(|s| {
-                s.metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get("kubernetes.io/service-name"))
-                    == Some(&name)
-            })
-            .flat_map(|s| s.endpoints.iter())
-            // An unset `ready` means ready (discovery.k8s.io/v1).
-            .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
-            .filter_map(|e| e.target_ref.as_ref())
-            .filter(|r| r.kind.as_deref() == Some("Pod"))
-            .filter_map(|r| r.name.clone())
-            .collect();
-        backends.sort();
-        backends.dedup();
-        let vpc = svc
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(keys::VPC))
-            .cloned()
-            .unwrap_or_else(|| matrix::DEFAULT_VPC.to_owned());
-        let announced = svc
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(keys::BGP))
-            .is_some_and(|v| v == "true");
-        let outside_ip = svc
-            .status
-            .as_ref()
-            .and_then(|s| s.load_balancer.as_ref()?.ingress.as_ref())
-            .into_iter()
-            .flatten()
-            .filter_map(|i| i.ip.as_deref())
-            .chain(spec.external_ips.iter().flatten().map(String::as_str))
-            .find_map(|ip| ip.parse::<IpAddr>().ok())
-            .filter(|_| announced);
-        out.push(ServiceTarget {
-            namespace,
-            name,
-            ip,
-            port,
-            vpc,
-            backends,
-            outside_ip,
-            ingress_sources: ingress_sources.to_vec(),
-        });
-    }
-    Ok(out)
-}
-
-/// Whether every Service's ready endpoints are the Running pods its selector matches, and one
-/// with endpoints carries the VPC annotation the controller writes after its VIPs.
-async fn services_settled(client: &kube::Client) -> anyhow::Result<bool> {
-    let pods = Api::<Pod>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .context("listing Pods")?;
-    let listed = Api::<Service>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .context("listing Services")?;
-    for svc in services(client, &[]).await? {
-        let selector = listed
-            .items
-            .iter()
-            .find(|s| {
-                s.metadata.namespace.as_deref() == Some(svc.namespace.as_str())
-                    && s.metadata.name.as_deref() == Some(svc.name.as_str())
-            })
-            .and_then(|s| s.spec.as_ref()?.selector.clone())
-            .unwrap_or_default();
-        let mut running: Vec<String> = pods
-            .items
-            .iter()
-            .filter(|p| p.metadata.namespace.as_deref() == Some(svc.namespace.as_str()))
-            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-            .filter(|p| {
-                let labels = p.metadata.labels.clone().unwrap_or_default();
-                selector.iter().all(|(k, v)| labels.get(k) == Some(v))
-            })
-            .filter_map(|p| p.metadata.name.clone())
-            .collect();
-        running.sort();
-        anyhow::ensure!(
-            running == svc.backends,
-            "{}: endpoints {:?}, Running pods {running:?}",
-            svc.label(),
-            svc.backends
-        );
-        let annotated = listed.items.iter().any(|s| {
-            s.metadata.name.as_deref() == Some(svc.name.as_str())
-                && s.metadata.namespace.as_deref() == Some(svc.namespace.as_str())
-                && s.metadata
-                    .annotations
-                    .as_ref()
-                    .is_some_and(|a| a.contains_key(keys::VPC))
-        });
-        anyhow::ensure!(
-            svc.backends.is_empty() || annotated,
-            "{}: no VIPs written yet",
-            svc.label()
-        );
-    }
-    Ok(true)
-}
-
 /// The addresses a NATed pod of `subnet` on `node` may leave with: with a centralized gateway,
 /// each active gateway's (several with ECMP): its `node:ip` address from `gatewayNode`, else the
 /// node's own; with a distributed one, `node`'s. The lab's nodes have one address each.
@@ -353,7 +195,7 @@ pub async fn measure(t: &Topology, client: &kube::Client, timeout: Duration) -> 
         "every Service's endpoints to be its Running pods, and its VIPs written (the controller's ovn.kubernetes.io/vpc annotation)",
         timeout,
         Duration::from_millis(100),
-        || services_settled(client),
+        || super::matrix_services::services_settled(t, client),
     )
     .await?;
     let (mut targets, pod_netns) = targets(t, client).await?;
@@ -364,7 +206,7 @@ pub async fn measure(t: &Topology, client: &kube::Client, timeout: Duration) -> 
     let eips = nat.eip_targets(&targets);
     // Services of netexec servers only: the probes speak netexec's HTTP (kube-system's
     // ovn-nb/ovn-sb, with `up --install manifests`, front OVSDB).
-    let mut services = services(client, &join_addresses(client).await?).await?;
+    let mut services = super::matrix_services::services(t, client, &join_addresses(client).await?).await?;
     services.retain(|s| {
         s.backends
             .iter()
@@ -406,6 +248,8 @@ pub async fn measure(t: &Topology, client: &kube::Client, timeout: Duration) -> 
             services
                 .iter()
                 .filter(|s| s.vpc == matrix::DEFAULT_VPC && !s.backends.is_empty())
+                // A `Local` Service comes in only where it has endpoints.
+                .filter(|s| !s.local || s.local_next_hops.contains(&IpAddr::V4(n.ip)))
                 .filter_map(|s| Some((n.netns.clone(), s.outside_ip?)))
         })
         .collect();
@@ -434,6 +278,16 @@ pub async fn measure(t: &Topology, client: &kube::Client, timeout: Duration) -> 
         .context("listing NetworkPolicies")?
         .items;
     for check in matrix::plan(&targets, &services, &eips, &policies) {
+        if super::matrix_tor::is_tor_check(&check) {
+            let (t, svc) = (t.clone(), check.to.map(|k| services[k].clone()));
+            tasks.push(tokio::task::spawn_blocking(move || {
+                let answer = svc
+                    .ok_or_else(|| "no Service".to_owned())
+                    .and_then(|svc| super::matrix_tor::probe(&t, &check, &svc));
+                Outcome { check, answer }
+            }));
+            continue;
+        }
         let (from, to) = endpoints(&check, &targets, &services, &eips, &pod_netns, &outside_ns);
         tasks.push(tokio::task::spawn_blocking(move || {
             let answer = probe_once(&check, &from, to);

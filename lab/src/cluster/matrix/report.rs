@@ -14,6 +14,9 @@ pub fn judge(expect: &Expect, answer: Option<&str>) -> bool {
         (Expect::ClientIp(ip), Some(got)) => client_ip(got) == Some(*ip),
         (Expect::ClientIpIn(ips), Some(got)) => client_ip(got).is_some_and(|ip| ips.contains(&ip)),
         (Expect::Blocked, None) => true,
+        (Expect::NextHops(_) | Expect::Communities(_), Some(got)) => {
+            super::bgp_policy::judge(expect, got).unwrap_or(false)
+        }
         _ => false,
     }
 }
@@ -89,7 +92,16 @@ impl Report {
         match i {
             None if matches!(kind, Kind::OutsideToPod6 | Kind::PodToOutside6) => "outside (IPv6)".to_owned(),
             None => "outside".to_owned(),
-            Some(i) if is_to && matches!(kind, Kind::PodToService | Kind::OutsideToService) => {
+            Some(i)
+                if is_to
+                    && matches!(
+                        kind,
+                        Kind::PodToService
+                            | Kind::OutsideToService
+                            | Kind::TorCommunities
+                            | Kind::TorNextHops
+                    ) =>
+            {
                 self.services[i].label()
             }
             Some(k) if is_to && kind == Kind::OutsideToEip => {
@@ -246,6 +258,37 @@ impl Report {
                         self.cell(Kind::OutsideToService, None, Some(k)),
                     );
                 }
+            }
+        }
+        let tor: Vec<&Outcome> = self
+            .outcomes
+            .iter()
+            .filter(|o| matches!(o.check.kind, Kind::TorCommunities | Kind::TorNextHops))
+            .collect();
+        if !tor.is_empty() {
+            let _ = writeln!(
+                out,
+                "  the ToR's BGP routes for Services (BgpAdvertisement communities, externalTrafficPolicy Local):"
+            );
+            for o in tor {
+                let Some(svc) = o.check.to.and_then(|k| self.services.get(k)) else {
+                    continue;
+                };
+                let what = match &o.check.expect {
+                    Expect::Communities(c) => format!("communities {}", c.join(" ")),
+                    Expect::NextHops(h) => format!(
+                        "next hops only the endpoints' nodes {}",
+                        super::bgp_policy::next_hops_answer(h)
+                    ),
+                    _ => String::new(),
+                };
+                let _ = writeln!(
+                    out,
+                    "    {} at {}: {what}: {}",
+                    svc.label(),
+                    svc.outside_ip.map(|ip| ip.to_string()).unwrap_or_default(),
+                    if o.passed() { "ok" } else { "FAIL" },
+                );
             }
         }
         if !self.eips.is_empty() {

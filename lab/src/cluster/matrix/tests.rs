@@ -33,6 +33,9 @@ fn service(name: &str, backends: &[&str]) -> ServiceTarget {
         backends: backends.iter().map(|b| (*b).to_owned()).collect(),
         outside_ip: None,
         ingress_sources: vec![],
+        local: false,
+        local_next_hops: vec![],
+        communities: vec![],
     }
 }
 
