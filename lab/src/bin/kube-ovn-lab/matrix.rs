@@ -91,7 +91,7 @@ pub async fn targets(t: &Topology, client: &kube::Client) -> anyhow::Result<(Vec
         let ip6 = addresses
             .iter()
             .copied()
-            .find(|a| a.is_ipv6())
+            .find(IpAddr::is_ipv6)
             .filter(|_| ip.is_ipv4());
         let subnet_name = ann.get(keys::LOGICAL_SWITCH).cloned().unwrap_or_default();
         let subnet = subnets.get(&subnet_name);

@@ -125,8 +125,7 @@ pub async fn services(
             .and_then(|s| s.load_balancer.as_ref()?.ingress.as_ref())
             .into_iter()
             .flatten()
-            .filter_map(|i| i.ip.as_deref()?.parse::<IpAddr>().ok())
-            .next();
+            .find_map(|i| i.ip.as_deref()?.parse::<IpAddr>().ok());
         let external_ip = spec
             .external_ips
             .iter()

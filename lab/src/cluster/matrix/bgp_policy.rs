@@ -32,15 +32,13 @@ pub fn canonical_community(text: &str) -> Option<String> {
         "graceful-shutdown" => Some((65535, 0)),
         _ => None,
     };
-    let (high, low): (u16, u16) = match known {
-        Some(pair) => pair,
-        None => {
-            let (h, l) = text
-                .trim_matches(|c| c == '(' || c == ')')
-                .split_once([':', ','])?;
-            (h.trim().parse().ok()?, l.trim().parse().ok()?)
-        }
-    };
+    if let Some((high, low)) = known {
+        return Some(format!("{high}:{low}"));
+    }
+    let (h, l) = text
+        .trim_matches(|c| c == '(' || c == ')')
+        .split_once([':', ','])?;
+    let (high, low): (u16, u16) = (h.trim().parse().ok()?, l.trim().parse().ok()?);
     Some(format!("{high}:{low}"))
 }
 
@@ -268,7 +266,7 @@ mod tests {
         assert_eq!(judge(&Expect::Blocked, ""), None);
     }
 
-    fn advertisement(spec: serde_json::Value) -> BgpAdvertisement {
+    fn advertisement(spec: &serde_json::Value) -> BgpAdvertisement {
         serde_json::from_value(serde_json::json!({
             "apiVersion": "bgp.kube-ovn-rs.io/v1alpha1",
             "kind": "BgpAdvertisement",
@@ -287,16 +285,16 @@ mod tests {
                 .collect()
         };
         let advs = [
-            advertisement(serde_json::json!({"advertise": ["LoadBalancerIPs"],
+            advertisement(&serde_json::json!({"advertise": ["LoadBalancerIPs"],
                 "serviceSelector": {"matchLabels": {"bgp-policy": "tagged"}},
                 "communities": ["65000:100", "no-export"]})),
             // Another peer's: not the ToR's (a flag peer has no labels).
-            advertisement(serde_json::json!({"advertise": ["LoadBalancerIPs"],
+            advertisement(&serde_json::json!({"advertise": ["LoadBalancerIPs"],
                 "peerSelector": {"matchLabels": {"rack": "b"}}, "communities": ["65000:200"]})),
             // ClusterIPs only.
-            advertisement(serde_json::json!({"advertise": ["ClusterIPs"], "communities": ["65000:300"]})),
+            advertisement(&serde_json::json!({"advertise": ["ClusterIPs"], "communities": ["65000:300"]})),
             // Every namespace labelled team=a, no communities: selects, adds none.
-            advertisement(serde_json::json!({"advertise": ["LoadBalancerIPs"],
+            advertisement(&serde_json::json!({"advertise": ["LoadBalancerIPs"],
                 "namespaceSelector": {"matchLabels": {"team": "a"}}})),
         ];
         let tagged = labels(&[("bgp-policy", "tagged")]);
