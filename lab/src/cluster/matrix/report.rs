@@ -91,6 +91,7 @@ impl Report {
     fn label(&self, kind: Kind, i: Option<usize>, is_to: bool) -> String {
         match i {
             None if matches!(kind, Kind::OutsideToPod6 | Kind::PodToOutside6) => "outside (IPv6)".to_owned(),
+            None if matches!(kind, Kind::TorCommunities | Kind::TorNextHops) => "the ToR".to_owned(),
             None => "outside".to_owned(),
             Some(i)
                 if is_to
