@@ -76,9 +76,14 @@ pub fn frr_communities(json: &serde_json::Value) -> Vec<Vec<String>> {
         .collect()
 }
 
-/// How a community check's answer is written: each path's communities, paths separated by `|`.
+/// How a community check's answer is written: each path's communities (`-` for none), paths
+/// separated by `|`.
 pub fn communities_answer(paths: &[Vec<String>]) -> String {
-    paths.iter().map(|p| p.join(" ")).collect::<Vec<_>>().join(" | ")
+    paths
+        .iter()
+        .map(|p| if p.is_empty() { "-".to_owned() } else { p.join(" ") })
+        .collect::<Vec<_>>()
+        .join(" | ")
 }
 
 /// The next hops of the kernel route in `ip route show <prefix>` (one `via`, or `nexthop via`
@@ -238,6 +243,12 @@ mod tests {
         );
         assert_eq!(
             judge(&Expect::Communities(vec!["65000:100".into()]), ""),
+            Some(false)
+        );
+        let untagged = communities_answer(&[vec![], vec!["65000:100".into()]]);
+        assert_eq!(untagged, "- | 65000:100");
+        assert_eq!(
+            judge(&Expect::Communities(vec!["65000:100".into()]), &untagged),
             Some(false)
         );
         let frr = serde_json::json!({"paths": [
