@@ -93,7 +93,12 @@ fn the_lab_comes_up_green_is_usable_and_goes_down_clean() -> Result<()> {
     );
     // The dual-stack fabric: IPv6 sessions, routes and matrix rows, and node2's extended next
     // hop (its IPv4 routes over its IPv6 session).
+    let started = std::time::Instant::now();
     dual_stack::the_fabric_is_dual_stack(&lab, &out, &["node1", "node2"])?;
+    println!(
+        "the dual-stack checks (node2's IPv4 session down and up again) took {:?}",
+        started.elapsed()
+    );
     // Kube-OVN's underlay guide, which `up` applied with the other examples; then the
     // ProviderNetwork deleted (each node's eth1 back, the fabric under it checked with a port of
     // our own), and applied again (the pods, which stayed, work again).
