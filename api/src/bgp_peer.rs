@@ -195,6 +195,12 @@ pub struct NodeStatus {
     /// Why the last session ended or the last attempt failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    /// How many prefixes of each kind this node's export policy gives the peer, by the kinds of
+    /// `BgpAdvertisement.spec.advertise` (`PodIPs`, `SubnetCIDRs`, ...); kinds with none are
+    /// absent. The routes themselves, with their attributes: `kube-ovn-speaker routes`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "advertised")]
+    pub advertised: BTreeMap<String, u64>,
     /// When this entry was written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<Time>,
@@ -235,6 +241,13 @@ fn optional_u32(_: &mut SchemaGenerator) -> Schema {
 
 fn count(_: &mut SchemaGenerator) -> Schema {
     json_schema!({ "type": "integer", "format": "int64", "minimum": 0 })
+}
+
+fn advertised(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "additionalProperties": { "type": "integer", "format": "int64", "minimum": 0 },
+    })
 }
 
 fn port(_: &mut SchemaGenerator) -> Schema {

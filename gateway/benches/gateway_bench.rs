@@ -77,6 +77,7 @@ impl Cluster {
                 other_node_ips: &self.others,
                 local_pods: &[],
                 lb_ingress: &[],
+                lb_local: &[],
                 join_gateways: &[],
             },
             &LastGood::default(),

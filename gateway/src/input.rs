@@ -9,6 +9,7 @@ use ipnet::IpNet;
 use kube_ovn_api::crd::Subnet;
 
 use crate::ingress::IngressPort;
+use crate::ingress_local::LocalIngress;
 
 /// This node.
 #[derive(Debug, Clone, Copy)]
@@ -53,6 +54,10 @@ pub struct GatewayInput<'a> {
     /// `ovn0` by this node, and masqueraded to its join address there, so the reply comes back
     /// through this node (ours; Kube-OVN leaves them to kube-proxy). See [`crate::ingress`].
     pub lb_ingress: &'a [IngressPort],
+    /// Of those, the ports of Services with `externalTrafficPolicy: Local`, with this node's
+    /// ready endpoints: forwarded traffic to them is DNATed to those, keeping the client's
+    /// address, or dropped when there are none. See [`crate::ingress_local`].
+    pub lb_local: &'a [LocalIngress],
     /// The join gateways of this node (from its annotations), one per family: the next hop of
     /// the ingress table.
     pub join_gateways: &'a [IpAddr],

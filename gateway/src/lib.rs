@@ -18,6 +18,7 @@
 
 mod error;
 pub mod ingress;
+pub mod ingress_local;
 mod input;
 pub mod listing;
 mod plan;
@@ -27,6 +28,7 @@ mod subnet;
 
 pub use error::PlanError;
 pub use ingress::{IngressPort, LB_INGRESS_MARK, LB_INGRESS_PRIORITY, LB_INGRESS_TABLE, Protocol};
+pub use ingress_local::LocalIngress;
 pub use input::{GatewayInput, LocalPod, NodeFacts};
 pub use plan::{GatewayPlan, LastGood, Planned, plan};
 pub use routing::PolicyRouting;

@@ -15,8 +15,9 @@
 //! 1. Service → pod traffic kube-proxy marked (0x4000): SNAT to the node's InternalIP;
 //! 2. anything else kube-proxy marked: masquerade;
 //! 3. pod → pod through the node (hairpin Service traffic): masquerade;
-//! 4. NodePort traffic with `externalTrafficPolicy: Local` (0x80000) to a distributed subnet:
-//!    keep the client's address;
+//! 4. NodePort traffic with `externalTrafficPolicy: Local` (0x80000; ours also marks ingress to
+//!    a `Local` LoadBalancer IP with it, DNATed in `OVN-LB-LOCAL` to a local endpoint,
+//!    [`crate::ingress_local`]) to a distributed subnet: keep the client's address;
 //! 5. other such traffic: masquerade;
 //! 6. TCP that is NEW but not a SYN (replies in direct routing): leave alone;
 //! 7. from outside the cluster (not a pod, not another node) to a NATed subnet: routed ingress,
@@ -43,8 +44,9 @@ use crate::subnet::{Gateway, PolicyAction, SubnetView, concerns_gateway, is_vali
 
 /// kube-proxy's masquerade mark, which Kube-OVN also sets for pod → Service traffic.
 const SERVICE_MARK: u32 = 0x4000;
-/// Kube-OVN's mark for NodePort traffic with `externalTrafficPolicy: Local`.
-const NODE_PORT_LOCAL_MARK: u32 = 0x80000;
+/// Kube-OVN's mark for NodePort traffic with `externalTrafficPolicy: Local` (ours sets it on
+/// LoadBalancer ingress to a `Local` Service, [`crate::ingress_local`]).
+const NODE_PORT_LOCAL_MARK: u32 = crate::ingress_local::LOCAL_MARK;
 /// `natOutgoingPolicyRules` verdicts.
 const POLICY_NAT_MARK: u32 = 0x90001;
 const POLICY_FORWARD_MARK: u32 = 0x90002;
@@ -129,6 +131,10 @@ fn family_in_use(family: Family, views: &[SubnetView], input: &GatewayInput<'_>)
         || input.join_cidrs.iter().any(|c| Family::of_net(c) == family)
         || input.service_cidrs.iter().any(|c| Family::of_net(c) == family)
         || input.lb_ingress.iter().any(|p| Family::of(&p.address) == family)
+        || input
+            .lb_local
+            .iter()
+            .any(|l| Family::of(&l.port.address) == family)
 }
 
 /// `(cidr, address)` for each centralized subnet this node SNATs to a `node:ip` address: while
@@ -296,7 +302,17 @@ fn table(family: Family, views: &[SubnetView], input: &GatewayInput<'_>) -> Tabl
         format!("{ip} saddr @{p}subnets-nat {ip} daddr != @{p}subnets jump OVN-MASQUERADE"),
     ]);
     let base = |kind, hook, priority| Some(BaseChain { kind, hook, priority });
-    let ingress_rules = crate::ingress::marking_rules(family, input.lb_ingress);
+    // Forwarded traffic to a `Local` port is DNATed here to this node's endpoints instead
+    // (marked 0x80000 for rules 4 and 5, or dropped); the node's own takes the `Cluster` path.
+    let cluster_ports: Vec<_> = input
+        .lb_ingress
+        .iter()
+        .filter(|p| !input.lb_local.iter().any(|l| l.port == **p))
+        .copied()
+        .collect();
+    let mut ingress_rules = crate::ingress::marking_rules(family, &cluster_ports);
+    ingress_rules.extend(crate::ingress_local::filter_rules(family, input.lb_local));
+    let output_rules = crate::ingress::marking_rules(family, input.lb_ingress);
     let accepts = vec![
         format!("{ip} saddr @{p}subnets accept"),
         format!("{ip} daddr @{p}subnets accept"),
@@ -316,13 +332,19 @@ fn table(family: Family, views: &[SubnetView], input: &GatewayInput<'_>) -> Tabl
             name: "OVN-LB-INGRESS".into(),
             // Before routing and before anyone's DNAT: the destination is still the address.
             base: base("filter", "prerouting", "mangle - 1"),
-            rules: ingress_rules.clone(),
+            rules: ingress_rules,
+        },
+        Chain {
+            name: "OVN-LB-LOCAL".into(),
+            // Beside OVN-PREROUTING, before kube-proxy's DNAT: to this node's own endpoints.
+            base: base("nat", "prerouting", "dstnat - 1"),
+            rules: crate::ingress_local::dnat_rules(family, input.lb_local),
         },
         Chain {
             name: "OVN-LB-INGRESS-OUTPUT".into(),
             // The node's own connections: a route chain re-routes a packet whose mark it set.
             base: base("route", "output", "mangle - 1"),
-            rules: ingress_rules,
+            rules: output_rules,
         },
         Chain {
             name: "OVN-POSTROUTING".into(),

@@ -12,7 +12,7 @@ use kube_ovn_api::crd::Subnet;
 use kube_ovn_dataplane::{PolicyRule, TableRoute};
 use kube_ovn_gateway::{
     Family, GatewayInput, IngressPort, LB_INGRESS_MARK, LB_INGRESS_PRIORITY, LB_INGRESS_TABLE, LastGood,
-    LocalPod, NodeFacts, PlanError, Planned, Protocol, plan,
+    LocalIngress, LocalPod, NodeFacts, PlanError, Planned, Protocol, plan,
 };
 use serde_json::{Value, json};
 
@@ -139,7 +139,23 @@ impl Cluster {
                         protocol: Protocol::Udp,
                         port: 53,
                     },
+                    IngressPort {
+                        address: "203.0.113.11".parse().unwrap(),
+                        protocol: Protocol::Tcp,
+                        port: 80,
+                    },
                 ],
+                lb_local: &[LocalIngress {
+                    port: IngressPort {
+                        address: "203.0.113.11".parse().unwrap(),
+                        protocol: Protocol::Tcp,
+                        port: 80,
+                    },
+                    endpoints: vec![
+                        "10.16.0.5:8080".parse().unwrap(),
+                        "10.16.0.6:8080".parse().unwrap(),
+                    ],
+                }],
                 join_gateways: &ips(&["100.64.0.1", "fd00:100:64::1"]),
             },
             last_good,
@@ -429,6 +445,7 @@ fn an_ipv4_only_cluster_deletes_any_ipv6_table() {
             other_node_ips: &[],
             local_pods: &[],
             lb_ingress: &[],
+            lb_local: &[],
             join_gateways: &[],
         },
         &LastGood::default(),
@@ -451,8 +468,18 @@ fn ingress_marks_only_the_services_ports_and_routes_marked_packets_into_ovn0() {
     assert!(script.contains(
         "\tchain OVN-LB-INGRESS {\n\t\ttype filter hook prerouting priority mangle - 1; policy accept;\n\
          \t\tiifname != \"ovn0\" ip daddr 203.0.113.10 tcp dport { 80 } meta mark set meta mark | 0x00400000\n\
-         \t\tiifname != \"ovn0\" ip daddr 203.0.113.10 udp dport { 53 } meta mark set meta mark | 0x00400000\n\t}\n"
+         \t\tiifname != \"ovn0\" ip daddr 203.0.113.10 udp dport { 53 } meta mark set meta mark | 0x00400000\n\
+         \t\tiifname != \"ovn0\" ip daddr 203.0.113.11 tcp dport { 80 } meta mark set meta mark | 0x00080000\n\t}\n"
     ), "{script}");
+    // The `Local` port: forwarded traffic DNATed to this node's endpoints (marked 0x80000 above,
+    // for OVN-POSTROUTING's keep-the-source rule), the node's own routed as for `Cluster`.
+    assert!(script.contains(
+        "iifname != \"ovn0\" ip daddr 203.0.113.11 tcp dport 80 dnat ip to numgen random mod 2 map { 0 : 10.16.0.5 . 8080, 1 : 10.16.0.6 . 8080 }"
+    ), "{script}");
+    assert!(
+        script.contains("meta mark & 0x00080000 == 0x00080000 ip daddr @ovn40subnets-distributed-gw return"),
+        "{script}"
+    );
     assert!(
         script.contains("type route hook output priority mangle - 1;"),
         "{script}"

@@ -89,6 +89,7 @@ async fn golden_rulesets_apply_and_element_updates_equal_a_rebuild() -> Result<(
                 other_node_ips: &[],
                 local_pods: &[],
                 lb_ingress: &[],
+                lb_local: &[],
                 join_gateways: &[],
             },
             &LastGood::default(),

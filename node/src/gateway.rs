@@ -13,7 +13,8 @@
 //!
 //! The task also plans ingress to the Services' ports on LoadBalancer IPs (`crate::lb_ingress`):
 //! an address the guard refuses is a Warning event on the Service, once per Service, field and
-//! reason. A distributed `externalEgressGateway` routes this node's pods by the addresses the
+//! reason. A Service with `externalTrafficPolicy: Local` is DNATed to this node's own ready
+//! endpoints, keeping the client's address (`kube_ovn_gateway::ingress_local`). A distributed `externalEgressGateway` routes this node's pods by the addresses the
 //! controller recorded in their IP CRs, never a node's (`pods`); a forged address is a Warning
 //! event on the pod, once per pod and message.
 
@@ -41,7 +42,9 @@ use kube_ovn_support::Watched;
 use crate::config::Config;
 use crate::error::DaemonError;
 use crate::join::{OVN0, join_address};
-use crate::lb_ingress::{Protected, ProtectedInputs, api_server_endpoints, lb_ingress, node_addresses};
+use crate::lb_ingress::{
+    Endpoints, Protected, ProtectedInputs, api_server_endpoints, lb_ingress, node_addresses,
+};
 use crate::nft_tables::{Applied, NftTables};
 
 /// How long the task waits for the caches' first list before saying so in the log.
@@ -125,7 +128,9 @@ struct Egress {
 struct Caches {
     ips: Watched<Ip>,
     peers: Watched<BgpPeer>,
-    api_slices: Watched<EndpointSlice>,
+    /// Every EndpointSlice: the API server's (the `kubernetes` Service's, in `default`) and
+    /// the endpoints of `externalTrafficPolicy: Local` Services.
+    slices: Watched<EndpointSlice>,
 }
 
 impl Caches {
@@ -133,8 +138,7 @@ impl Caches {
         Self {
             ips: Watched::start(Api::all(kube.clone()), None, None),
             peers: Watched::start(Api::all(kube.clone()), None, None),
-            // Only `default`'s slices: the `kubernetes` Service's are there.
-            api_slices: Watched::start(Api::namespaced(kube.clone(), "default"), None, None),
+            slices: Watched::start(Api::all(kube.clone()), None, None),
         }
     }
 }
@@ -188,7 +192,7 @@ async fn gateway_task(gw: Gateway) {
         && gw.services.synced(SYNC_WAIT).await
         && caches.ips.synced(SYNC_WAIT).await
         && caches.peers.synced(SYNC_WAIT).await
-        && caches.api_slices.synced(SYNC_WAIT).await)
+        && caches.slices.synced(SYNC_WAIT).await)
     {
         tracing::info!(
             "egress NAT waits for the Subnet, Node, Pod, Service, IP, BgpPeer and EndpointSlice caches to list once"
@@ -215,7 +219,7 @@ async fn gateway_task(gw: Gateway) {
     let mut services = gw.services.changes();
     let mut ips = state.caches.ips.changes();
     let mut peers = state.caches.peers.changes();
-    let mut api_slices = state.caches.api_slices.changes();
+    let mut slices = state.caches.slices.changes();
     let mut tick = tokio::time::interval(gw.settings.gateway_check_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -229,7 +233,7 @@ async fn gateway_task(gw: Gateway) {
             _ = services.changed() => {}
             _ = ips.changed() => {}
             _ = peers.changed() => {}
-            _ = api_slices.changed() => {}
+            _ = slices.changed() => {}
             _ = tick.tick() => {}
         }
     }
@@ -269,7 +273,8 @@ async fn reconcile(gw: &Gateway, state: &mut Egress) -> Result<(), DaemonError> 
         .flatten()
         .map(|j| j.gateways)
         .unwrap_or_default();
-    let mut api_server = api_server_endpoints(&state.caches.api_slices.all());
+    let all_slices = state.caches.slices.all();
+    let mut api_server = api_server_endpoints(&all_slices);
     api_server.extend(&state.kubeconfig_api);
     let protected = Protected::new(&ProtectedInputs {
         nodes: &all_nodes,
@@ -287,6 +292,10 @@ async fn reconcile(gw: &Gateway, state: &mut Egress) -> Result<(), DaemonError> 
         &gw.settings.cluster_router,
         &gw.settings.service_external_ip_cidrs,
         &protected,
+        Endpoints {
+            slices: &all_slices,
+            local_pod_ips: &pods.iter().flat_map(|p| p.ips.iter().copied()).collect(),
+        },
     );
     report_refusals(gw, state, &ingress.refused, &forged).await;
     let planned = plan(
@@ -303,6 +312,7 @@ async fn reconcile(gw: &Gateway, state: &mut Egress) -> Result<(), DaemonError> 
             other_node_ips: &other_node_ips,
             local_pods: &pods,
             lb_ingress: &ingress.ports,
+            lb_local: &ingress.local,
             join_gateways: &join_gateways,
         },
         &state.last_good,

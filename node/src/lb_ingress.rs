@@ -15,10 +15,16 @@
 //! - and of both only addresses that pass [`guard`]: no node's, BGP peer's, pod's, subnet's,
 //!   Service's, join or API server address, nothing but unicast.
 //!
+//! A Service with `spec.externalTrafficPolicy: Local` keeps the client's address instead: traffic
+//! from outside to its ports is DNATed by this node to its own ready endpoints (or dropped when
+//! it has none), not masqueraded ([`local`], `kube_ovn_gateway::ingress_local`); the node's own
+//! connections to it take the path above.
+//!
 //! Only the Service's ports reach `ovn0`; the rest of the address keeps the node's routing.
 //! Everything refused is a [`Refusal`] naming the Service, the field and why. Pure: no I/O.
 
 mod guard;
+pub mod local;
 
 pub use guard::{Owner, Protected, ProtectedInputs, Refused, api_server_endpoints, node_addresses};
 
@@ -28,9 +34,10 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube_ovn_api::annotations::keys;
 use kube_ovn_api::external_ips::ExternalIpCidrs;
-use kube_ovn_gateway::{IngressPort, Protocol};
+use kube_ovn_gateway::{IngressPort, LocalIngress, Protocol};
 
 /// An ingress address the node will not route, and why.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -61,7 +68,18 @@ impl fmt::Display for Refusal {
 pub struct Ingress {
     /// Sorted, each once.
     pub ports: Vec<IngressPort>,
+    /// Of those, the ports of `externalTrafficPolicy: Local` Services, with this node's ready
+    /// endpoints ([`local`]). Sorted.
+    pub local: Vec<LocalIngress>,
     pub refused: Vec<Refusal>,
+}
+
+/// Where a `Local` Service's endpoints are: its EndpointSlices, and the addresses the
+/// controller recorded for this node's pods.
+#[derive(Debug, Clone, Copy)]
+pub struct Endpoints<'a> {
+    pub slices: &'a [Arc<EndpointSlice>],
+    pub local_pod_ips: &'a BTreeSet<IpAddr>,
 }
 
 /// The ingress of the Services whose VIPs live in the default VPC's load balancers: the
@@ -72,8 +90,10 @@ pub fn lb_ingress(
     cluster_router: &str,
     allowed_external: &ExternalIpCidrs,
     protected: &Protected,
+    endpoints: Endpoints<'_>,
 ) -> Ingress {
     let mut ports = BTreeSet::new();
+    let mut local_ports = BTreeSet::new();
     let mut refused = Vec::new();
     for service in services
         .iter()
@@ -115,7 +135,7 @@ pub fn lb_ingress(
             .flatten()
             .enumerate()
             .map(|(i, ip)| (format!("spec.externalIPs[{i}]"), ip.as_str(), true));
-        let service_ports: Vec<(Protocol, u16)> = service
+        let service_ports: Vec<(Protocol, u16, &str)> = service
             .spec
             .as_ref()
             .and_then(|sp| sp.ports.as_ref())
@@ -123,9 +143,14 @@ pub fn lb_ingress(
             .flatten()
             .filter_map(|p| {
                 let protocol = Protocol::from_service(p.protocol.as_deref())?;
-                Some((protocol, u16::try_from(p.port).ok()?))
+                Some((
+                    protocol,
+                    u16::try_from(p.port).ok()?,
+                    p.name.as_deref().unwrap_or_default(),
+                ))
             })
             .collect();
+        let is_local = local::is_local(service);
         for (field, text, is_external) in ingress.chain(external) {
             let Ok(address) = text.trim().parse::<IpAddr>() else {
                 refused.push(refuse(field, text, "is not an IP address".into()));
@@ -145,17 +170,34 @@ pub fn lb_ingress(
                 refused.push(refuse(field, text, why.to_string()));
                 continue;
             }
-            ports.extend(service_ports.iter().map(|(protocol, port)| IngressPort {
-                address,
-                protocol: *protocol,
-                port: *port,
-            }));
+            for &(protocol, port, name) in &service_ports {
+                let ingress = IngressPort {
+                    address,
+                    protocol,
+                    port,
+                };
+                ports.insert(ingress);
+                if is_local {
+                    let here = local::local_endpoints(
+                        service,
+                        endpoints.slices,
+                        local::ServicePortRef { name, protocol },
+                        address,
+                        endpoints.local_pod_ips,
+                    );
+                    local_ports.insert(LocalIngress {
+                        port: ingress,
+                        endpoints: here,
+                    });
+                }
+            }
         }
     }
     refused.sort();
     refused.dedup();
     Ingress {
         ports: ports.into_iter().collect(),
+        local: local_ports.into_iter().collect(),
         refused,
     }
 }
@@ -179,6 +221,15 @@ mod tests {
             )
             .unwrap(),
         )
+    }
+
+    static NO_PODS: BTreeSet<IpAddr> = BTreeSet::new();
+
+    fn no_endpoints() -> Endpoints<'static> {
+        Endpoints {
+            slices: &[],
+            local_pod_ips: &NO_PODS,
+        }
     }
 
     fn addresses(ingress: &Ingress) -> Vec<String> {
@@ -221,6 +272,7 @@ mod tests {
             "ovn-cluster",
             &ExternalIpCidrs::default(),
             &Protected::default(),
+            no_endpoints(),
         );
         assert_eq!(
             addresses(&ingress),
@@ -242,7 +294,13 @@ mod tests {
             &["198.51.100.7", "192.0.2.7", "172.30.0.1"],
         )];
         let allowed: ExternalIpCidrs = "198.51.100.0/24,172.30.0.0/24".parse().unwrap();
-        let ingress = lb_ingress(&services, "ovn-cluster", &allowed, &protected_node("172.30.0.1"));
+        let ingress = lb_ingress(
+            &services,
+            "ovn-cluster",
+            &allowed,
+            &protected_node("172.30.0.1"),
+            no_endpoints(),
+        );
         assert_eq!(
             addresses(&ingress),
             ["198.51.100.7 tcp/80", "198.51.100.7 udp/53"]
@@ -263,7 +321,61 @@ mod tests {
             "ovn-cluster",
             &ExternalIpCidrs::default(),
             &Protected::default(),
+            no_endpoints(),
         );
         assert!(none.ports.is_empty() && none.refused.len() == 1, "{none:?}");
+    }
+
+    #[test]
+    fn a_local_services_ports_carry_this_nodes_endpoints() {
+        let local: Arc<Service> = Arc::new(
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "s", "namespace": "n",
+                "annotations": {keys::VPC: "ovn-cluster"}},
+                "spec": {"type": "LoadBalancer", "externalTrafficPolicy": "Local",
+                    "ports": [{"name": "http", "port": 80}, {"name": "dns", "port": 53, "protocol": "UDP"}]},
+                "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.10"}]}}}))
+            .unwrap(),
+        );
+        let slice: Arc<EndpointSlice> = Arc::new(
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "s-x", "namespace": "n",
+                "labels": {"kubernetes.io/service-name": "s"}}, "addressType": "IPv4",
+                "ports": [{"name": "http", "port": 8080}],
+                "endpoints": [{"addresses": ["10.16.0.5"]}, {"addresses": ["10.16.0.6"]}]}))
+            .unwrap(),
+        );
+        let here: BTreeSet<IpAddr> = ["10.16.0.5".parse().unwrap()].into();
+        let ingress = lb_ingress(
+            &[local],
+            "ovn-cluster",
+            &ExternalIpCidrs::default(),
+            &Protected::default(),
+            Endpoints {
+                slices: &[slice],
+                local_pod_ips: &here,
+            },
+        );
+        // Both ports are routed (the node's own connections take the Cluster path) ...
+        assert_eq!(
+            addresses(&ingress),
+            ["203.0.113.10 tcp/80", "203.0.113.10 udp/53"]
+        );
+        // ... and forwarded traffic goes to this node's endpoint, or nowhere (no slice port "dns").
+        let local: Vec<(String, Vec<String>)> = ingress
+            .local
+            .iter()
+            .map(|l| {
+                (
+                    format!("{}/{}", l.port.protocol, l.port.port),
+                    l.endpoints.iter().map(ToString::to_string).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            local,
+            [
+                ("tcp/80".to_owned(), vec!["10.16.0.5:8080".to_owned()]),
+                ("udp/53".to_owned(), vec![])
+            ]
+        );
     }
 }

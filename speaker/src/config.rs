@@ -20,7 +20,7 @@ pub struct Flags {
     #[arg(long, env = "NODE_NAME", default_value = "")]
     pub node_name: String,
     /// Kubeconfig file; in-cluster configuration when absent.
-    #[arg(long, env = "KUBECONFIG")]
+    #[arg(long, env = "KUBECONFIG", global = true)]
     pub kubeconfig: Option<PathBuf>,
     /// Local AS number (required).
     #[arg(long, env = "CLUSTER_AS", default_value_t = 0)]
@@ -138,6 +138,52 @@ pub struct Flags {
     /// Full recompute interval, the safety net behind the event-driven path.
     #[arg(long, env = "RESYNC_PERIOD", default_value = "300s", value_parser = kube_ovn_support::parse_duration)]
     pub resync_period: Duration,
+    /// A command instead of the daemon.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// What `kube-ovn-speaker <command>` does instead of running the speaker.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum Command {
+    /// Print the routes a speaker sends one peer, with their attributes (its `/bgp/routes`,
+    /// read through the API server's pod proxy, or directly with `--url`).
+    Routes(RoutesArgs),
+}
+
+/// `kube-ovn-speaker routes`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RoutesArgs {
+    /// The peer's address (as in `--neighbor-address` or a BgpPeer's `peerAddress`).
+    #[arg(long, env = "ROUTES_PEER")]
+    pub peer: IpAddr,
+    /// The node whose speaker to ask; may be left out when one speaker runs. Inside a speaker
+    /// pod, `NODE_NAME` names its own node.
+    #[arg(long, env = "NODE_NAME")]
+    pub node: Option<String>,
+    /// `json` (the endpoint's own rows) or `wide` (more columns); a table when absent.
+    #[arg(short = 'o', long, env = "ROUTES_OUTPUT", value_enum)]
+    pub output: Option<RoutesOutput>,
+    /// Read the speaker at this address (`http://host:port`, its `--pprof-port`) instead of
+    /// through the API server.
+    #[arg(long, env = "SPEAKER_URL")]
+    pub url: Option<String>,
+    /// The speakers' namespace.
+    #[arg(long, env = "SPEAKER_NAMESPACE", default_value = "kube-system")]
+    pub namespace: String,
+    /// The speaker pods' label selector (the DaemonSet's, `deploy/base/speaker.yaml`).
+    #[arg(long, env = "SPEAKER_SELECTOR", default_value = "app=kube-ovn-speaker")]
+    pub selector: String,
+    /// The speakers' metrics port (their `--pprof-port`).
+    #[arg(long, env = "PPROF_PORT", default_value_t = 10667)]
+    pub port: u16,
+}
+
+/// `-o` of `kube-ovn-speaker routes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RoutesOutput {
+    Json,
+    Wide,
 }
 
 pub use kube_ovn_support::FlagError;
@@ -416,6 +462,33 @@ mod tests {
             .validate()
             .unwrap_err();
         assert!(no_as.to_string().starts_with("--cluster-as"));
+    }
+
+    #[test]
+    fn the_routes_command_parses_without_the_daemon_s_flags() {
+        let flags = Flags::try_parse_from([
+            "kube-ovn-speaker",
+            "routes",
+            "--peer=2001:db8::1",
+            "-o",
+            "wide",
+            "--kubeconfig=/etc/k",
+        ])
+        .unwrap();
+        assert_eq!(flags.kubeconfig.as_deref(), Some(std::path::Path::new("/etc/k")));
+        let Some(Command::Routes(args)) = flags.command else {
+            panic!("no routes command: {flags:?}");
+        };
+        assert_eq!(args.peer, "2001:db8::1".parse::<IpAddr>().unwrap());
+        assert_eq!(args.output, Some(RoutesOutput::Wide));
+        assert_eq!(
+            (args.namespace.as_str(), args.selector.as_str(), args.port),
+            ("kube-system", "app=kube-ovn-speaker", 10667)
+        );
+        let err = Flags::try_parse_from(["kube-ovn-speaker", "routes", "--peer=nope"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--peer"), "{err}");
     }
 
     #[test]

@@ -21,7 +21,9 @@
 //!   (see [`gateway`]).
 //! - Services with `bgp: "true"` (the literal, as Kube-OVN): ClusterIPs when
 //!   `--announce-cluster-ip` is set; LoadBalancer ingress IPs always; `spec.externalIPs` only
-//!   inside `--service-external-ip-cidrs` (empty by default: none) ([`services`]).
+//!   inside `--service-external-ip-cidrs` (empty by default: none) ([`services`]). With
+//!   `spec.externalTrafficPolicy: Local`, the LoadBalancer and external IPs only from the
+//!   speakers on nodes with a ready endpoint of the Service ([`local`]).
 //! - IptablesEIPs with `bgp: "true"` that are ready: `spec.v4ip`/`spec.v6ip`, from the speaker
 //!   on the node where a Running pod of the EIP's NAT gateway (`spec.natGwDp`) is. This is ours:
 //!   released Kube-OVN announces an EIP only from a speaker inside the NAT gateway pod
@@ -50,6 +52,7 @@
 //! record inside a Ready subnet, and external IPs the operator's CIDRs.
 
 pub mod gateway;
+pub mod local;
 pub mod ovn_eips;
 pub mod pods;
 pub mod refusal;
@@ -62,6 +65,7 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Resource;
 use kube_ovn_api::annotations::{AnnotationError, BgpPolicy, BgpScope, get, keys};
 use kube_ovn_api::crd::{ConditionStatus, Ip, IptablesEIP, OvnEip, Subnet};
@@ -112,6 +116,8 @@ pub struct Objects<'a> {
     pub ips: &'a [Arc<Ip>],
     /// OvnEips.
     pub ovn_eips: &'a [Arc<OvnEip>],
+    /// EndpointSlices (all namespaces): where a `Local` Service's ready endpoints are.
+    pub endpoint_slices: &'a [Arc<EndpointSlice>],
 }
 
 /// A bad annotation found on the way; the object is skipped, the rest still announced.
@@ -145,7 +151,7 @@ fn host_route(ip: IpAddr) -> IpNet {
     IpNet::from(ip)
 }
 
-fn name_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+pub(crate) fn name_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
     match &meta.namespace {
         Some(ns) => format!("{ns}/{}", meta.name.as_deref().unwrap_or_default()),
         None => meta.name.clone().unwrap_or_default(),
@@ -167,7 +173,7 @@ pub fn pod_alive(pod: &Pod) -> bool {
     !((phase == "Succeeded" && restart != "Always") || (phase == "Failed" && restart == "Never"))
 }
 
-fn subnet_ready(subnet: &Subnet) -> bool {
+pub(crate) fn subnet_ready(subnet: &Subnet) -> bool {
     subnet
         .status
         .as_ref()
@@ -202,22 +208,32 @@ fn cidrs(subnet: &Subnet) -> impl Iterator<Item = (&str, Option<IpNet>)> {
 }
 
 impl Subnets<'_> {
-    fn policy(&self, name: &str) -> Option<BgpPolicy> {
+    pub(crate) fn policy(&self, name: &str) -> Option<BgpPolicy> {
         self.by_name.get(name).and_then(|s| s.policy)
     }
 
-    fn gateway_here(&self, name: &str) -> Option<bool> {
+    pub(crate) fn gateway_here(&self, name: &str) -> Option<bool> {
         self.by_name.get(name).and_then(|s| s.gateway_here)
     }
 
-    fn ready(&self, name: &str) -> bool {
+    pub(crate) fn ready(&self, name: &str) -> bool {
         self.by_name.get(name).is_some_and(|s| s.ready)
     }
 
-    fn contains(&self, name: &str, ip: IpAddr) -> bool {
+    pub(crate) fn contains(&self, name: &str, ip: IpAddr) -> bool {
         self.by_name
             .get(name)
             .is_some_and(|s| s.cidrs.iter().any(|c| c.contains(&ip)))
+    }
+
+    /// The CIDR of subnet `name` that holds `ip` (the allocation an aggregate must stay in).
+    pub(crate) fn cidr_of(&self, name: &str, ip: IpAddr) -> Option<IpNet> {
+        self.by_name
+            .get(name)?
+            .cidrs
+            .iter()
+            .find(|c| c.contains(&ip))
+            .copied()
     }
 }
 
@@ -244,7 +260,7 @@ fn underlay_warning(subnet: &Subnet) -> Option<Refusal> {
 }
 
 /// Reads the subnets, and adds the CIDRs this speaker announces (and their refusals) to `out`.
-fn subnets<'a>(subnets: &'a [Arc<Subnet>], scope: &Scope<'_>, out: &mut Desired) -> Subnets<'a> {
+pub(crate) fn subnets<'a>(subnets: &'a [Arc<Subnet>], scope: &Scope<'_>, out: &mut Desired) -> Subnets<'a> {
     let mut by_name = HashMap::new();
     for subnet in subnets {
         let name = subnet.metadata.name.as_deref().unwrap_or_default();
@@ -291,14 +307,23 @@ fn subnets<'a>(subnets: &'a [Arc<Subnet>], scope: &Scope<'_>, out: &mut Desired)
 
 /// Computes everything this speaker should announce, and what it refuses.
 pub fn desired(objects: &Objects<'_>, scope: &Scope<'_>) -> Desired {
+    desired_with_views(objects, scope).0
+}
+
+/// [`desired`], with the subnet and IP-record views it built, for the advertisement policy
+/// ([`crate::policy`]) to read the same facts without building them twice.
+pub(crate) fn desired_with_views<'a>(
+    objects: &Objects<'a>,
+    scope: &Scope<'_>,
+) -> (Desired, Subnets<'a>, pods::Records<'a>) {
     let mut out = Desired::default();
     let subnets = subnets(objects.subnets, scope, &mut out);
     let records = pods::Records::new(objects.ips);
     pods::add(objects.pods, &records, &subnets, scope, &mut out);
-    services::add_services(objects.services, scope, &mut out);
+    services::add_services(objects.services, objects.endpoint_slices, scope, &mut out);
     services::add_eips(objects.eips, objects.pods, scope, &mut out);
     ovn_eips::add(objects.ovn_eips, &subnets, scope, &mut out);
-    out
+    (out, subnets, records)
 }
 
 #[cfg(test)]

@@ -75,7 +75,7 @@ impl Location {
     }
 }
 
-fn label<'a>(eip: &'a OvnEip, key: &str) -> Option<&'a str> {
+pub(crate) fn label<'a>(eip: &'a OvnEip, key: &str) -> Option<&'a str> {
     eip.metadata
         .labels
         .as_ref()
@@ -98,7 +98,7 @@ fn is_lrp(eip: &OvnEip) -> bool {
 }
 
 /// Whether something uses the address: the router's own port, or a NAT rule (`status.nat`).
-fn in_use(eip: &OvnEip) -> bool {
+pub(crate) fn in_use(eip: &OvnEip) -> bool {
     let nat = eip
         .status
         .as_ref()

@@ -30,7 +30,7 @@ use super::{Desired, Origin, Scope, Skipped, Subnets, host_route, name_of, pod_a
 type Record<'a> = (&'a str, Vec<IpAddr>);
 
 /// The addresses each pod was given, from the IP records: `(namespace, pod)` → its records.
-pub(super) struct Records<'a> {
+pub(crate) struct Records<'a> {
     by_pod: HashMap<(&'a str, &'a str), Vec<Record<'a>>>,
 }
 
@@ -46,7 +46,7 @@ fn accepted(ip: &Ip) -> bool {
 }
 
 impl<'a> Records<'a> {
-    pub(super) fn new(ips: &'a [Arc<Ip>]) -> Self {
+    pub(crate) fn new(ips: &'a [Arc<Ip>]) -> Self {
         let mut by_pod: HashMap<_, Vec<_>> = HashMap::new();
         for ip in ips.iter().filter(|ip| accepted(ip)) {
             let spec = &ip.spec;
@@ -64,7 +64,7 @@ impl<'a> Records<'a> {
     }
 
     /// The subnet of the record that gives `ip` to pod `namespace/pod`.
-    fn find(&self, namespace: &str, pod: &str, ip: IpAddr) -> Option<&'a str> {
+    pub(crate) fn find(&self, namespace: &str, pod: &str, ip: IpAddr) -> Option<&'a str> {
         self.by_pod
             .get(&(namespace, pod))?
             .iter()

@@ -9,6 +9,9 @@
 //! - An IptablesEIP's `spec.v4ip`/`spec.v6ip` are the platform's (cluster-scoped objects the
 //!   controller allocates): trusted.
 //!
+//! With `spec.externalTrafficPolicy: Local`, LoadBalancer and external IPs only from a node with
+//! a ready endpoint of the Service ([`super::local`]); ClusterIPs as ever.
+//!
 //! Every one of them must still be a routable unicast address; one that is not is refused
 //! alone.
 //!
@@ -18,12 +21,13 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Resource;
 use kube_ovn_api::annotations::keys;
 use kube_ovn_api::crd::IptablesEIP;
 
 use super::refusal::{Reason, Refusal, host_problem};
-use super::{Desired, Origin, Scope, host_route, name_of};
+use super::{Desired, Origin, Scope, host_route, local, name_of};
 
 /// An address found in `field` of an object.
 struct Found<'a> {
@@ -72,7 +76,12 @@ fn offer(
 
 /// Adds the addresses of Services annotated `ovn.kubernetes.io/bgp: "true"` (the literal, as
 /// Kube-OVN), and the refusals.
-pub(super) fn add_services(services: &[Arc<Service>], scope: &Scope<'_>, out: &mut Desired) {
+pub(super) fn add_services(
+    services: &[Arc<Service>],
+    slices: &[Arc<EndpointSlice>],
+    scope: &Scope<'_>,
+    out: &mut Desired,
+) {
     for service in services {
         let annotated = service
             .metadata
@@ -104,7 +113,10 @@ pub(super) fn add_services(services: &[Arc<Service>], scope: &Scope<'_>, out: &m
                 })),
             }
         }
-        let external = spec.and_then(|s| s.external_ips.as_ref());
+        // `externalTrafficPolicy: Local`: the addresses from outside only from a node with a
+        // ready endpoint ([`local`]); nor are they refused elsewhere (not this speaker's to say).
+        let outside = local::announce_here(service, slices, scope.node_name);
+        let external = spec.and_then(|s| s.external_ips.as_ref()).filter(|_| outside);
         found.extend(external.into_iter().flatten().enumerate().map(|(i, v)| Found {
             field: format!("spec.externalIPs[{i}]"),
             value: v,
@@ -114,7 +126,8 @@ pub(super) fn add_services(services: &[Arc<Service>], scope: &Scope<'_>, out: &m
             .status
             .as_ref()
             .and_then(|s| s.load_balancer.as_ref())
-            .and_then(|l| l.ingress.as_ref());
+            .and_then(|l| l.ingress.as_ref())
+            .filter(|_| outside);
         found.extend(ingress.into_iter().flatten().enumerate().filter_map(|(i, g)| {
             g.ip.as_deref().map(|v| Found {
                 field: format!("status.loadBalancer.ingress[{i}].ip"),

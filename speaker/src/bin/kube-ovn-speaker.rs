@@ -1,14 +1,24 @@
-//! `kube-ovn-speaker`: flags with Kube-OVN's names, JSON logs, then the speaker.
+//! `kube-ovn-speaker`: flags with Kube-OVN's names, JSON logs, then the speaker; or
+//! `kube-ovn-speaker routes ...`, which prints what a running speaker sends one peer.
 
 use anyhow::Context as _;
 use clap::Parser;
 use kube_ovn_dataplane::Netns;
-use kube_ovn_speaker::config::Flags;
+use kube_ovn_speaker::config::{Command, Flags};
 use kube_ovn_speaker::run::{self, BgpPlace};
 
 fn main() -> anyhow::Result<()> {
+    let flags = Flags::parse();
+    if let Some(Command::Routes(args)) = &flags.command {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let text = runtime.block_on(run::routes_command::run(args, flags.kubeconfig.as_deref()))?;
+        print!("{text}");
+        return Ok(());
+    }
     kube_ovn_support::init_json_logs();
-    let config = Flags::parse().validate()?;
+    let config = flags.validate()?;
     // BGP's sockets must be made by threads inside the node's namespace: a runtime built on a
     // thread that entered it spawns its workers there (threads inherit the namespace).
     let netns = if config.flags.bgp_netns.is_empty() {

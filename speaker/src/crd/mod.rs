@@ -1,18 +1,20 @@
 //! The speaker's side of `BgpPeer` (the kind itself is [`kube_ovn_api::bgp_peer`], re-exported
 //! here): [`ValidateSpec::validate`], the checks that turn a spec into a [`ValidatedPeer`] with
 //! parsed addresses, communities and selector, and the merge patches each speaker writes to
-//! `status.nodes.<node>` ([`status_patch`], [`remove_node_patch`]). No I/O here: reading the
-//! password Secret and running the session is the caller's.
+//! `status.nodes.<node>` ([`status_patch`], [`advertised_entry`], [`remove_node_patch`]). No
+//! I/O here: reading the password Secret and running the session is the caller's.
 
 mod validate;
 
 #[cfg(test)]
 mod tests;
 
+use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
+use kube_ovn_api::bgp_advertisement::AdvertiseKind;
 use serde_json::{Value, json};
 
 use crate::driver::PeerStatus;
@@ -49,6 +51,35 @@ pub fn status_patch_with_summary(node: &str, peer: &PeerStatus, current: &BgpPee
         "metadata": { "resourceVersion": current.metadata.resource_version },
         "status": { "nodes": { node: entry }, "established": status.summary() },
     })
+}
+
+/// A community as people write it: its well-known name (RFC 1997, RFC 7999), else `A:B`; the
+/// inverse of [`parse_community`].
+pub fn format_community(value: u32) -> String {
+    validate::WELL_KNOWN
+        .iter()
+        .find(|(_, v)| *v == value)
+        .map_or_else(
+            || format!("{}:{}", value >> 16, value & 0xFFFF),
+            |(name, _)| (*name).to_owned(),
+        )
+}
+
+/// Prefixes sent to one peer, counted by kind (`status.nodes.<node>.advertised`).
+pub type AdvertisedCounts = BTreeMap<AdvertiseKind, u64>;
+
+/// The value of `status.nodes.<node>.advertised` in a merge patch: every kind, those with no
+/// prefix as `null`, so a kind that dropped to none disappears from the stored map (RFC 7386
+/// merges maps key by key).
+pub fn advertised_entry(counts: &AdvertisedCounts) -> Value {
+    let map: serde_json::Map<String, Value> = AdvertiseKind::ALL
+        .iter()
+        .map(|kind| {
+            let n = counts.get(kind).copied().filter(|n| *n > 0);
+            (kind.as_str().to_owned(), n.map_or(Value::Null, Value::from))
+        })
+        .collect();
+    Value::Object(map)
 }
 
 /// The body of a merge patch that removes `node`'s entry (the node no longer peers with this

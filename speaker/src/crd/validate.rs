@@ -13,7 +13,7 @@ use crate::bgp::wire::{Family, LargeCommunity};
 use crate::driver::BGP_PORT;
 
 /// RFC 1997 well-known communities, and BLACKHOLE (RFC 7999 §5).
-const WELL_KNOWN: [(&str, u32); 4] = [
+pub(crate) const WELL_KNOWN: [(&str, u32); 4] = [
     ("no-export", 0xFFFF_FF01),
     ("no-advertise", 0xFFFF_FF02),
     ("no-export-subconfed", 0xFFFF_FF03),

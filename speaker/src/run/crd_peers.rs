@@ -21,7 +21,7 @@ use super::peers::{PeerPlan, session};
 use super::{PeerSet, Runtime};
 use crate::bgp::fsm::GracefulRestartConfig;
 use crate::bgp::rib_out::RouteAttributes;
-use crate::crd::{BgpPeer, ValidateSpec, ValidatedPeer};
+use crate::crd::{AdvertisedCounts, BgpPeer, ValidateSpec, ValidatedPeer};
 use crate::driver::PeerConfig;
 
 /// The plan for a validated `BgpPeer`; the MD5 key already read from its Secret.
@@ -259,7 +259,8 @@ pub async fn task(rt: Arc<Runtime>, peers: Arc<PeerSet>, bgp_peers: Watched<BgpP
     }
 }
 
-/// Writes the session's state into `status.nodes.<node>` of its BgpPeer as it changes (at most
+/// Writes the session's state and its routes counted by kind (`advertised`) into
+/// `status.nodes.<node>` of its BgpPeer as they change (at most
 /// once a second, and whenever the state itself changes). A write that fails is tried again
 /// after a doubling delay even if the session does not change again; a newer state starts
 /// its own retries at the shortest delay.
@@ -268,22 +269,32 @@ pub async fn status_task(
     name: String,
     node: String,
     mut status: tokio::sync::watch::Receiver<crate::driver::PeerStatus>,
+    mut advertised: tokio::sync::watch::Receiver<AdvertisedCounts>,
 ) {
+    type Written = (crate::bgp::fsm::State, usize, Option<String>, AdvertisedCounts);
     let api: Api<BgpPeer> = Api::all(kube);
-    let mut last: Option<(crate::bgp::fsm::State, usize, Option<String>)> = None;
+    let mut last: Option<Written> = None;
     // The state being retried and how often it failed: a newer state starts again at 1 s.
     let mut failing = None;
     let mut failures = 0;
     loop {
         let current = status.borrow_and_update().clone();
-        let key = (current.state, current.prefixes_sent, current.last_error.clone());
+        let counts = advertised.borrow_and_update().clone();
+        let key = (
+            current.state,
+            current.prefixes_sent,
+            current.last_error.clone(),
+            counts.clone(),
+        );
         let mut retry = None;
         if last.as_ref() != Some(&key) {
             if failing.as_ref() != Some(&key) {
                 failing = Some(key.clone());
                 failures = 0;
             }
-            match write_status(&api, &name, &crate::crd::status_patch(&node, &current)).await {
+            let mut patch = crate::crd::status_patch(&node, &current);
+            patch["status"]["nodes"][&node]["advertised"] = crate::crd::advertised_entry(&counts);
+            match write_status(&api, &name, &patch).await {
                 Ok(()) => {
                     last = Some(key);
                     failing = None;
@@ -298,6 +309,9 @@ pub async fn status_task(
         tokio::time::sleep(Duration::from_secs(1)).await;
         tokio::select! {
             changed = status.changed() => if changed.is_err() {
+                return;
+            },
+            changed = advertised.changed() => if changed.is_err() {
                 return;
             },
             () = sleep_or_never(retry) => {}

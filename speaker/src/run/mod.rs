@@ -1,11 +1,15 @@
 //! The speaker as a daemon: Kubernetes watches in, BGP out, event-driven.
 //!
 //! ```text
-//!  Pods, Subnets, Services, IptablesEIPs, IPs, OvnEips ──watch──▶ Watched<_> ──tick──┐
+//!  Pods, Subnets, Services, IptablesEIPs, IPs, OvnEips,
+//!  EndpointSlices (externalTrafficPolicy Local)       ──watch──▶ Watched<_> ──tick──┐
+//!  BgpAdvertisements, Namespaces, BgpPeers (labels) ──watch──▶ Watched<_> ──tick──────┤
 //!                                                                                      ▼
-//!                                      routes task: announce::desired ─▶ PeerHandle::replace_all
+//!              routes task: policy::evaluate (per peer) ─▶ PeerHandle::replace_all (each its own)
 //!                                      (first pass after every cache synced ─▶ set_ready: GR EoR)
 //!                                      refusals ─▶ Warning events (once each) and the log
+//!                                      the evaluation ─▶ /bgp/routes, BgpPeer status `advertised`
+//!                                      verdicts, conflicts ─▶ BgpAdvertisement status task
 //!  kernel (route get toward each peer) ─▶ next-hop task (2 s) ─▶ PeerHandle::set_local_addresses
 //!  BFD session per peer ─watch─▶ bfd task ─▶ PeerHandle::bfd_down / bfd_up
 //!  state file heartbeat (graceful restart: "did we restart within the restart time?")
@@ -20,9 +24,14 @@
 //! cluster both are the host's (hostNetwork DaemonSet); in tests and the lab a node is a network
 //! namespace and the API server is on the host's loopback.
 
+mod advertisements;
 mod crd_peers;
+mod exports;
+mod http;
 pub mod nexthop;
 pub mod peers;
+pub mod routes_command;
+pub mod routes_view;
 mod state;
 mod tasks;
 
@@ -30,8 +39,10 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, PoisonError, RwLock};
 
-use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
+use kube_ovn_api::bgp_advertisement::BgpAdvertisement;
 use kube_ovn_api::crd::{Ip, IptablesEIP, OvnEip, Subnet};
 use kube_ovn_dataplane::{Netlink, Netns};
 use kube_ovn_support::{AbortOnDrop, Watched};
@@ -40,7 +51,7 @@ use tokio::sync::watch;
 
 use crate::bfd::{Bfd, BfdHandle};
 use crate::config::Config;
-use crate::crd::BgpPeer;
+use crate::crd::{AdvertisedCounts, BgpPeer};
 use crate::driver::{PeerHandle, Speaker, SpeakerConfig};
 use crate::metrics::Metrics;
 use peers::PeerPlan;
@@ -122,6 +133,10 @@ pub struct RunningPeer {
     pub plan: PeerPlan,
     /// Its BFD session, when BFD is on for it (dropping it tells the peer AdminDown).
     pub bfd: Option<BfdHandle>,
+    /// The BgpPeer it comes from; `None` for a flag peer.
+    pub name: Option<String>,
+    /// Its routes counted by kind, set by the routes task, written to the BgpPeer's status.
+    pub advertised: watch::Sender<AdvertisedCounts>,
     /// Its helpers (BFD follower, status writer), aborted with it, so a removed peer takes them
     /// along.
     _tasks: Vec<AbortOnDrop<()>>,
@@ -167,6 +182,7 @@ impl PeerSet {
         let handle = on_bgp(&rt.place, move || speaker.add_peer(peer_config)).await?;
         let mut tasks = Vec::new();
         let mut bfd = None;
+        let (advertised, counts) = watch::channel(AdvertisedCounts::new());
         if let Some(timers) = plan.bfd {
             let local = match plan.config.local_address {
                 Some(l) => Some(l),
@@ -187,12 +203,12 @@ impl PeerSet {
             ));
             bfd = Some(session);
         }
-        if let Some(name) = crd_name {
+        if let Some(name) = &crd_name {
             let status = handle.watch_status();
             let (kube, node) = (rt.kube.clone(), rt.config.flags.node_name.clone());
             tasks.push(rt.supervisor.spawn_owned(
                 format!("bgppeer-status {name}"),
-                crd_peers::status_task(kube, name.clone(), node, status),
+                crd_peers::status_task(kube, name.clone(), node, status, counts),
             ));
         }
         tracing::info!(peer = %address, source = %plan.source, "peer added");
@@ -200,6 +216,8 @@ impl PeerSet {
             handle,
             plan,
             bfd,
+            name: crd_name,
+            advertised,
             _tasks: tasks,
         });
         self.peers
@@ -300,8 +318,14 @@ pub async fn run(
         eips: Watched::<IptablesEIP>::start(Api::all(kube.clone()), None, None),
         ips: Watched::<Ip>::start(Api::all(kube.clone()), None, None),
         ovn_eips: Watched::<OvnEip>::start(Api::all(kube.clone()), None, None),
+        endpoint_slices: Watched::<EndpointSlice>::start(Api::all(kube.clone()), None, None),
     };
     let bgp_peers: Watched<BgpPeer> = Watched::start(Api::all(kube.clone()), None, None);
+    let policy = exports::PolicyObjects {
+        advertisements: Watched::<BgpAdvertisement>::start(Api::all(kube.clone()), None, None),
+        namespaces: Watched::<Namespace>::start(Api::all(kube.clone()), None, None),
+        bgp_peers: bgp_peers.clone(),
+    };
     let nodes: Watched<Node> = Watched::start(
         Api::all(kube.clone()),
         Some(format!("metadata.name={}", flags.node_name)),
@@ -331,10 +355,27 @@ pub async fn run(
     tasks.also_check("ips-watch", move || w.stopped());
     let w = watched.ovn_eips.clone();
     tasks.also_check("ovn-eips-watch", move || w.stopped());
+    let w = watched.endpoint_slices.clone();
+    tasks.also_check("endpointslices-watch", move || w.stopped());
     let w = bgp_peers.clone();
     tasks.also_check("bgppeers-watch", move || w.stopped());
     let w = nodes.clone();
     tasks.also_check("node-watch", move || w.stopped());
+    let w = policy.advertisements.clone();
+    tasks.also_check("bgpadvertisements-watch", move || w.stopped());
+    let w = policy.namespaces.clone();
+    tasks.also_check("namespaces-watch", move || w.stopped());
+    let (published, evaluations) = watch::channel(Arc::default());
+    let (reports, report_changes) = watch::channel(Arc::default());
+    tasks.spawn(
+        "bgpadvertisements-status",
+        advertisements::status_task(
+            kube.clone(),
+            flags.node_name.clone(),
+            policy.advertisements.clone(),
+            report_changes,
+        ),
+    );
     let tables_handed = Arc::new(std::sync::atomic::AtomicBool::new(false));
     tasks.spawn(
         "routes",
@@ -343,6 +384,8 @@ pub async fn run(
             kube.clone(),
             peers.clone(),
             watched,
+            policy,
+            exports::Exports::new(published, reports),
             tables_handed.clone(),
         ),
     );
@@ -362,8 +405,9 @@ pub async fn run(
         std::future::pending::<()>().await;
     });
     let endpoints = tasks::metrics_endpoints(rt.clone(), peers.clone(), tables_handed).supervised(&tasks);
+    let bgp_routes = http::router(peers.clone(), evaluations);
     tasks.spawn("metrics-server", async move {
-        if let Err(e) = endpoints.serve(metrics_listener).await {
+        if let Err(e) = endpoints.serve_with(metrics_listener, bgp_routes).await {
             tracing::error!(error = %e, "metrics server stopped");
         }
     });

@@ -1,24 +1,26 @@
 //! The run loop's long-lived tasks: routes (watches → every peer's Adj-RIB-Out, refusals →
 //! Warning events), BFD → BGP, and the metrics endpoint.
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube_ovn_api::crd::{Ip, IptablesEIP, OvnEip, Subnet};
 use kube_ovn_support::Watched;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::exports::{self, Exports, PolicyObjects};
 use super::{PeerSet, Runtime};
 use crate::announce::refusal::RefusalKey;
 use crate::announce::report::ReportOnce;
 use crate::announce::{self, Refusal, Scope};
 use crate::bfd::BfdHandle;
-use crate::bgp::wire::Family;
 use crate::config::Config;
 use crate::driver::PeerHandle;
 use crate::metrics::Snapshot;
@@ -33,18 +35,13 @@ pub struct Objects {
     pub ips: Watched<Ip>,
     /// OvnEips: where each lives (`status.activateGateway`, the controller's).
     pub ovn_eips: Watched<OvnEip>,
+    /// EndpointSlices: where a `Local` Service's ready endpoints are.
+    pub endpoint_slices: Watched<EndpointSlice>,
 }
 
-fn family(prefix: &ipnet::IpNet) -> Family {
-    if prefix.addr().is_ipv4() {
-        Family::Ipv4Unicast
-    } else {
-        Family::Ipv6Unicast
-    }
-}
-
-/// Recomputes the desired prefixes on every change of a watched kind (or of the peer set) and
-/// hands each peer the whole set; the Adj-RIB-Out sends only the difference. A burst of events
+/// Recomputes every peer's table on every change of a watched kind (or of the peer set, the
+/// advertisements, Namespaces or BgpPeers: [`exports`]) and hands each peer its whole table;
+/// the Adj-RIB-Out sends only the difference. A burst of events
 /// is one pass: the tick receivers only say "changed since you last looked". Nothing is
 /// marked ready (so no End-of-RIB goes out) before every cache has its first list.
 /// `tables_handed` turns true after that first pass (`/readyz`). Each refusal that lasts is
@@ -54,6 +51,8 @@ pub async fn routes(
     kube: kube::Client,
     peers: Arc<PeerSet>,
     objects: Objects,
+    policy: PolicyObjects,
+    mut exports: Exports,
     tables_handed: Arc<AtomicBool>,
 ) {
     let Objects {
@@ -63,6 +62,7 @@ pub async fn routes(
         eips,
         ips,
         ovn_eips,
+        endpoint_slices,
     } = objects;
     let mut pod_changes = pods.changes();
     let mut subnet_changes = subnets.changes();
@@ -70,8 +70,10 @@ pub async fn routes(
     let mut eip_changes = eips.changes();
     let mut ip_changes = ips.changes();
     let mut ovn_eip_changes = ovn_eips.changes();
+    let mut slice_changes = endpoint_slices.changes();
     let mut reported = Reported::new(kube, &config.flags.node_name);
     let mut peer_changes = peers.changes();
+    let mut policy_changes = policy.changes();
     let wait = Duration::from_hours(1);
     for (synced, what) in [
         (pods.synced(wait).await, "pods"),
@@ -80,10 +82,14 @@ pub async fn routes(
         (eips.synced(wait).await, "iptables-eips"),
         (ips.synced(wait).await, "ips"),
         (ovn_eips.synced(wait).await, "ovn-eips"),
+        (endpoint_slices.synced(wait).await, "endpointslices"),
     ] {
         if !synced {
             tracing::warn!(what, "cache not filled within an hour; announcing what is there");
         }
+    }
+    for what in policy.synced(wait).await {
+        tracing::warn!(what, "cache not filled within an hour; announcing what is there");
     }
     let mut first = true;
     loop {
@@ -95,6 +101,7 @@ pub async fn routes(
             ips.all(),
             ovn_eips.all(),
         );
+        let slices_now = endpoint_slices.all();
         let objects = announce::Objects {
             pods: &pods_now,
             subnets: &subnets_now,
@@ -102,6 +109,7 @@ pub async fn routes(
             eips: &eips_now,
             ips: &ips_now,
             ovn_eips: &ovn_eips_now,
+            endpoint_slices: &slices_now,
         };
         let scope = Scope {
             node_name: &config.flags.node_name,
@@ -109,30 +117,18 @@ pub async fn routes(
             cluster_router: &config.flags.cluster_router,
             external_ip_cidrs: &config.flags.service_external_ip_cidrs,
         };
-        let desired = announce::desired(&objects, &scope);
+        let running = peers.all();
+        let evaluation = exports.evaluate(&objects, &scope, &running, &policy);
+        let desired = &evaluation.desired;
         for skipped in &desired.skipped {
             tracing::warn!(object = %skipped.object, error = %skipped.error, "not announced");
         }
-        for peer in peers.all() {
-            let families = &peer.plan.config.session.families;
-            let routes = desired
-                .prefixes
-                .keys()
-                .filter(|p| families.contains(&family(p)))
-                .map(|p| (*p, peer.plan.attributes.clone()));
-            if let Err(e) = peer.handle.replace_all(routes) {
-                tracing::warn!(peer = %peer.plan.config.address, error = %e, "routes not handed to the peer");
-            }
-            if !peer.handle.status().ready
-                && let Err(e) = peer.handle.set_ready()
-            {
-                tracing::warn!(peer = %peer.plan.config.address, error = %e, "set_ready failed");
-            }
-        }
+        exports::hand_over(&running, &evaluation);
         let report_due = reported.report(&desired.refusals).await;
         if first {
             tracing::info!(
-                prefixes = desired.prefixes.len(),
+                annotated = desired.prefixes.len(),
+                routes = evaluation.peers.values().map(BTreeMap::len).sum::<usize>(),
                 "caches synced; initial table handed to every peer"
             );
             tables_handed.store(true, Ordering::Relaxed);
@@ -145,7 +141,9 @@ pub async fn routes(
             _ = eip_changes.changed() => {}
             _ = ip_changes.changed() => {}
             _ = ovn_eip_changes.changed() => {}
+            _ = slice_changes.changed() => {}
             _ = peer_changes.changed() => {}
+            () = policy.changed(&mut policy_changes) => {}
             () = tokio::time::sleep(config.flags.resync_period) => {}
             () = tokio::time::sleep_until(report_due.unwrap_or_else(Instant::now)), if report_due.is_some() => {}
         }

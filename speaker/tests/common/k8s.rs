@@ -225,8 +225,11 @@ pub fn speaker_on(
         format!("--bgp-netns={}", netns.path().display()),
         format!("--state-dir={}", dir.join("state").display()),
         format!("--pprof-port={port}"),
-        "--metrics-address=127.0.0.1".into(),
     ];
+    // Loopback unless the test says otherwise (a flag may be given once).
+    if !extra.iter().any(|a| a.starts_with("--metrics-address")) {
+        args.push("--metrics-address=127.0.0.1".into());
+    }
     args.extend(extra.iter().map(|s| (*s).to_owned()));
     let daemon = Daemon::spawn(
         "speaker",

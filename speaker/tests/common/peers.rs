@@ -31,6 +31,10 @@ pub struct PeerSpec {
     /// BIRD only: install the IPv4 routes it learns into the ToR's kernel table, so traffic
     /// through the ToR follows them.
     pub kernel_export: bool,
+    /// FRR only: the ToR's AS (`NODE_AS` makes the session internal); default `TOR_AS`.
+    pub local_as: u32,
+    /// FRR only: the port bgpd listens on (beside another daemon on 179); default 179.
+    pub listen_port: Option<u16>,
 }
 
 impl PeerSpec {
@@ -45,6 +49,8 @@ impl PeerSpec {
             bfd: false,
             ttl_security: false,
             kernel_export: false,
+            local_as: TOR_AS,
+            listen_port: None,
         }
     }
 }
@@ -224,10 +230,11 @@ impl Frr {
         let n = spec.neighbor;
         let mut text = format!(
             "frr defaults datacenter\nhostname tor\nlog file {}/bgpd.log informational\n!\n\
-             router bgp {TOR_AS}\n bgp router-id {}\n no bgp ebgp-requires-policy\n \
+             router bgp {}\n bgp router-id {}\n no bgp ebgp-requires-policy\n \
              bgp graceful-restart\n neighbor {n} remote-as {NODE_AS}\n \
              neighbor {n} timers {} {}\n neighbor {n} timers connect 1\n",
             dir.path().display(),
+            spec.local_as,
             spec.router_id,
             (spec.hold_time / 3).max(1),
             spec.hold_time,
@@ -249,7 +256,10 @@ impl Frr {
         }
         std::fs::write(&conf, text)?;
         let d = dir.path().to_string_lossy().into_owned();
+        let port = spec.listen_port.unwrap_or(179).to_string();
         let args: Vec<String> = [
+            "-p",
+            &port,
             "-Z",
             "-S",
             "-f",
