@@ -14,6 +14,8 @@
 //! - `ExternalIPs`: `spec.externalIPs` inside `--service-external-ip-cidrs` only (a tenant
 //!   writes them).
 //! - `LoadBalancerIPs`: `status.loadBalancer.ingress[].ip` (the platform's allocator).
+//!   These and `ExternalIPs` of an `externalTrafficPolicy: Local` Service only from a node with
+//!   a ready endpoint ([`crate::announce::local`]).
 //! - `EIPs`: a ready IptablesEIP whose NAT gateway pod runs Running on this node; a ready, in-use
 //!   OvnEip inside its Ready external subnet, from the node the controller says it lives on
 //!   ([`crate::announce::ovn_eips::location`]). The `bgp` annotation is not needed.
@@ -97,7 +99,7 @@ pub(crate) fn collect(
     let mut out = Candidates::default();
     ctx.subnets(objects, &mut out);
     ctx.pods(objects.pods, records, &mut out);
-    ctx.services(objects.services, &mut out);
+    ctx.services(objects.services, objects.endpoint_slices, &mut out);
     ctx.iptables_eips(objects.eips, objects.pods, &mut out);
     ctx.ovn_eips(objects.ovn_eips, &mut out);
     out
@@ -204,8 +206,16 @@ impl Context<'_, '_> {
         }
     }
 
-    fn services(&self, services: &[Arc<Service>], out: &mut Candidates) {
+    fn services(
+        &self,
+        services: &[Arc<Service>],
+        slices: &[Arc<k8s_openapi::api::discovery::v1::EndpointSlice>],
+        out: &mut Candidates,
+    ) {
         for (i, service) in services.iter().enumerate() {
+            // `externalTrafficPolicy: Local`: the outside addresses only from a node with a
+            // ready endpoint, on the advertisement path as on the annotation path (plan §3.6).
+            let outside = crate::announce::local::announce_here(service, slices, self.scope.node_name);
             let origin = Arc::new(Origin::Service(name_of(&service.metadata)));
             let namespace = self.namespace(service.metadata.namespace.as_deref());
             let spec = service.spec.as_ref();
@@ -235,6 +245,9 @@ impl Context<'_, '_> {
                     continue;
                 };
                 if host_problem(ip).is_some() {
+                    continue;
+                }
+                if kind != AdvertiseKind::ClusterIps && !outside {
                     continue;
                 }
                 let allocation = if kind == AdvertiseKind::ExternalIps {

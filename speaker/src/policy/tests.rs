@@ -124,6 +124,7 @@ pub(super) struct World {
     pub eips: Vec<Arc<IptablesEIP>>,
     pub ovn_eips: Vec<Arc<OvnEip>>,
     pub namespaces: Vec<Arc<Namespace>>,
+    pub endpoint_slices: Vec<Arc<k8s_openapi::api::discovery::v1::EndpointSlice>>,
     pub ads: Vec<ValidatedAdvertisement>,
     pub peers: Vec<PeerView>,
     pub external: ExternalIpCidrs,
@@ -139,7 +140,7 @@ impl World {
             eips: &self.eips,
             ips: &self.ips,
             ovn_eips: &self.ovn_eips,
-            endpoint_slices: &[],
+            endpoint_slices: &self.endpoint_slices,
         }
     }
 

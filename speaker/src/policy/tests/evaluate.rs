@@ -307,3 +307,54 @@ fn attributes_merge_by_the_documented_rule_and_losers_are_named() {
         &e.peers[&TOR1.parse::<IpAddr>().unwrap()][&"10.5.0.1/32".parse::<IpNet>().unwrap()].attributes
     ));
 }
+
+/// `externalTrafficPolicy: Local` on the advertisement path: a LoadBalancer Service an
+/// advertisement selects (no `bgp` annotation) is sent by the speaker on its endpoint's node only
+/// (its ClusterIP, not concerned, from both); `Cluster` from both.
+#[test]
+fn a_local_service_is_advertised_only_from_its_endpoints_node() {
+    let mut w = World::default();
+    let local = service(
+        "demo",
+        "local",
+        &json!({"tagged": "yes"}),
+        "10.96.0.20",
+        &[],
+        &["203.0.113.10"],
+        None,
+    );
+    let mut local = (*local).clone();
+    local.spec.as_mut().unwrap().external_traffic_policy = Some("Local".into());
+    w.services = vec![
+        Arc::new(local),
+        service(
+            "demo",
+            "cluster",
+            &json!({"tagged": "yes"}),
+            "10.96.0.21",
+            &[],
+            &["203.0.113.11"],
+            None,
+        ),
+    ];
+    w.endpoint_slices = vec![obj(json!({"addressType": "IPv4",
+        "metadata": {"name": "local-x", "namespace": "demo", "labels": {"kubernetes.io/service-name": "local"}},
+        "endpoints": [{"addresses": ["10.16.0.6"], "nodeName": "n1", "conditions": {"ready": true}}]}))];
+    w.ads = vec![ad(
+        "tagged",
+        json!({"advertise": ["LoadBalancerIPs", "ClusterIPs"],
+        "serviceSelector": {"matchLabels": {"tagged": "yes"}}, "communities": ["65000:100"]}),
+    )];
+    w.peers = vec![peer("172.30.0.1", &[], false)];
+    let on = |node: &str| prefixes(&w.eval_on(node), "172.30.0.1");
+    assert_eq!(
+        on("n1"),
+        [
+            "10.96.0.20/32",
+            "10.96.0.21/32",
+            "203.0.113.10/32",
+            "203.0.113.11/32"
+        ]
+    );
+    assert_eq!(on("n2"), ["10.96.0.20/32", "10.96.0.21/32", "203.0.113.11/32"]);
+}
