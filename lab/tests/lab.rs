@@ -22,6 +22,8 @@ use kube_ovn_lab::cluster::process;
 use kube_ovn_lab::cluster::state::LabState;
 use kube_ovn_testkit::wait_until;
 
+#[path = "lab/bgp_policy.rs"]
+mod bgp_policy;
 #[path = "lab/dual_stack.rs"]
 mod dual_stack;
 #[path = "lab/external.rs"]
@@ -97,6 +99,14 @@ fn the_lab_comes_up_green_is_usable_and_goes_down_clean() -> Result<()> {
     dual_stack::the_fabric_is_dual_stack(&lab, &out, &["node1", "node2"])?;
     println!(
         "the dual-stack checks (node2's IPv4 session down and up again) took {:?}",
+        started.elapsed()
+    );
+    // BGP advertisement policy: the community-tagged Local Service, its route following its
+    // endpoint.
+    let started = std::time::Instant::now();
+    bgp_policy::the_tagged_local_service_works(&lab, &out, &["node1", "node2"])?;
+    println!(
+        "the Local Service's checks (its endpoint moved once) took {:?}",
         started.elapsed()
     );
     // Kube-OVN's underlay guide, which `up` applied with the other examples; then the
