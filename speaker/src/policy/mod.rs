@@ -278,41 +278,40 @@ fn peer_rib(
         if e.annotation {
             key.push(ANNOTATION);
         }
-        let (attributes, sources) = match cache.get(key.as_slice()) {
-            Some(shared) => shared.clone(),
-            None => {
-                let selecting: Vec<usize> = key
-                    .iter()
-                    .filter(|r| **r != ANNOTATION)
-                    .map(|r| by_name[*r as usize])
-                    .collect();
-                let (attributes, losses) = merge::merge(&peer.defaults, &selecting, ads);
-                for loss in losses {
-                    let message = format!(
-                        "{} {} lost to BgpAdvertisement {}'s {} for {prefix} to peer {} ({})",
-                        loss.field, loss.value, loss.winner, loss.winning, peer.address, loss.rule
-                    );
-                    let example = (*prefix, peer.address, message);
-                    let slot = conflicts
-                        .entry(ads[loss.loser].name.clone())
-                        .or_insert(example.clone());
-                    if (example.0, example.1) < (slot.0, slot.1) {
-                        *slot = example;
-                    }
-                }
-                let mut sources = Vec::with_capacity(selecting.len() + 1);
-                if e.annotation {
-                    sources.push(Source::Annotation);
-                }
-                sources.extend(
-                    selecting
-                        .iter()
-                        .map(|a| Source::Advertisement(ads[*a].name.clone())),
+        let (attributes, sources) = if let Some(shared) = cache.get(key.as_slice()) {
+            shared.clone()
+        } else {
+            let selecting: Vec<usize> = key
+                .iter()
+                .filter(|r| **r != ANNOTATION)
+                .map(|r| by_name[*r as usize])
+                .collect();
+            let (attributes, losses) = merge::merge(&peer.defaults, &selecting, ads);
+            for loss in losses {
+                let message = format!(
+                    "{} {} lost to BgpAdvertisement {}'s {} for {prefix} to peer {} ({})",
+                    loss.field, loss.value, loss.winner, loss.winning, peer.address, loss.rule
                 );
-                let shared: Shared = (Arc::new(attributes), sources.into());
-                cache.insert(key.clone(), shared.clone());
-                shared
+                let example = (*prefix, peer.address, message);
+                let slot = conflicts
+                    .entry(ads[loss.loser].name.clone())
+                    .or_insert(example.clone());
+                if (example.0, example.1) < (slot.0, slot.1) {
+                    *slot = example;
+                }
             }
+            let mut sources = Vec::with_capacity(selecting.len() + 1);
+            if e.annotation {
+                sources.push(Source::Annotation);
+            }
+            sources.extend(
+                selecting
+                    .iter()
+                    .map(|a| Source::Advertisement(ads[*a].name.clone())),
+            );
+            let shared: Shared = (Arc::new(attributes), sources.into());
+            cache.insert(key.clone(), shared.clone());
+            shared
         };
         let route = AdvertisedRoute {
             attributes,
