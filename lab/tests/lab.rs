@@ -22,6 +22,10 @@ use kube_ovn_lab::cluster::process;
 use kube_ovn_lab::cluster::state::LabState;
 use kube_ovn_testkit::wait_until;
 
+#[path = "lab/bgp_policy.rs"]
+mod bgp_policy;
+#[path = "lab/dual_stack.rs"]
+mod dual_stack;
 #[path = "lab/external.rs"]
 mod external;
 #[path = "lab/underlay.rs"]
@@ -88,6 +92,22 @@ fn the_lab_comes_up_green_is_usable_and_goes_down_clean() -> Result<()> {
     ensure!(
         in_service_range(hello),
         "demo/hello's ClusterIP {hello} is not from 10.96.0.0/12"
+    );
+    // The dual-stack fabric: IPv6 sessions, routes and matrix rows, and node2's extended next
+    // hop (its IPv4 routes over its IPv6 session).
+    let started = std::time::Instant::now();
+    dual_stack::the_fabric_is_dual_stack(&lab, &out, &["node1", "node2"])?;
+    println!(
+        "the dual-stack checks (node2's IPv4 session down and up again) took {:?}",
+        started.elapsed()
+    );
+    // BGP advertisement policy: the community-tagged Local Service, its route following its
+    // endpoint.
+    let started = std::time::Instant::now();
+    bgp_policy::the_tagged_local_service_works(&lab, &out, &["node1", "node2"])?;
+    println!(
+        "the Local Service's checks (its endpoint moved once) took {:?}",
+        started.elapsed()
     );
     // Kube-OVN's underlay guide, which `up` applied with the other examples; then the
     // ProviderNetwork deleted (each node's eth1 back, the fabric under it checked with a port of
@@ -385,6 +405,38 @@ fn an_frr_tor_learns_the_routes() -> Result<()> {
     );
     let routes = lab.ok(&["tor", "--", "vtysh", "-c", "show ip route bgp"])?;
     ensure!(routes.contains("10.17.0.100/32"), "{routes}");
+    // The dual-stack fabric on FRR: IPv6 routes from the IPv6 session, the matrix's IPv6 rows.
+    let routes6 = lab.ok(&["tor", "--", "vtysh", "-c", "show ipv6 route bgp"])?;
+    ensure!(
+        routes6.contains("fd00:10:66::/64") && routes6.contains("via fd00:172:30::11"),
+        "{routes6}"
+    );
+    ensure!(
+        out.lines()
+            .filter(|l| l.contains("outside → pod (IPv6): ok ") && l.contains("pod → outside (IPv6): ok "))
+            .count()
+            == 2,
+        "the matrix's IPv6 rows:\n{out}"
+    );
+    // RFC 8950 against FRR: node1 (the only node, so the last, with `--extended-nexthop`) sends
+    // its IPv4 routes over its IPv6 session too, with its IPv6 address as next hop; FRR keeps
+    // them at LOCAL_PREF 50 behind the IPv4 session's.
+    let paths: serde_json::Value = serde_json::from_str(&lab.ok(&[
+        "tor",
+        "--",
+        "vtysh",
+        "-c",
+        "show bgp ipv4 unicast 10.66.0.0/16 json",
+    ])?)?;
+    let over_ipv6 = paths["paths"].as_array().into_iter().flatten().find(|p| {
+        p["peer"]["peerId"] == "fd00:172:30::11"
+            && p["nexthops"][0]["ip"] == "fd00:172:30::11"
+            && p["nexthops"][0]["afi"] == "ipv6"
+    });
+    ensure!(
+        over_ipv6.is_some_and(|p| p["locPrf"] == 50 && p["valid"] == true),
+        "10.66.0.0/16 over node1's IPv6 session, IPv6 next hop, LOCAL_PREF 50: {paths:#}"
+    );
     underlay::the_underlay_works(&lab, &out, &["node1"])?;
     let state = lab.state()?;
     lab.down_and_check_clean(&state)

@@ -242,6 +242,15 @@ fn installed_from_deploy_on_real_kubelets_it_is_green_and_keeps_serving_through_
         out.contains("no request of any component was refused"),
         "RBAC refusals:\n{out}"
     );
+    // The dual-stack fabric from deploy/overlays/lab (its dual-stack join-cidr and its
+    // bgp-neighbor-ipv6-address): the dual-stack pods reached over IPv6 and reaching out.
+    ensure!(
+        out.lines()
+            .filter(|l| l.contains("outside → pod (IPv6): ok ") && l.contains("pod → outside (IPv6): ok "))
+            .count()
+            == 2,
+        "the matrix's IPv6 rows:\n{out}"
+    );
     // vpc1 out through its EIPs and in at its FIP and DNAT port, the EIPs announced from the
     // node that holds its gateway port, which then moves away and back.
     external::the_vpc_reaches_out_through_its_eips(&lab, &out)?;

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use super::process::{Enter, Launch};
 use super::topology::{
-    CLUSTER_AS, CONTROLLER_METRICS_PORT, DAEMON_METRICS_PORT, EXTERNAL_IP_CIDR, NB_PORT, NodePlan,
+    CLUSTER_AS, CONTROLLER_METRICS_PORT, DAEMON_METRICS_PORT, EXTERNAL_IP_CIDR, JOIN_CIDR, NB_PORT, NodePlan,
     OUTSIDE_PORT, SB_PORT, SERVICE_CIDR, SPEAKER_METRICS_PORT, TOR_AS, Topology,
 };
 
@@ -162,6 +162,8 @@ pub fn controller(t: &Topology, bins: &Binaries) -> Launch {
             "--lease-namespace=kube-system".into(),
             format!("--service-cluster-ip-range={SERVICE_CIDR}"),
             format!("--service-external-ip-cidrs={EXTERNAL_IP_CIDR}"),
+            // Dual stack, so the nodes route IPv6 pod subnets (the dual-stack example's).
+            format!("--node-switch-cidr={JOIN_CIDR}"),
             format!("--pprof-port={CONTROLLER_METRICS_PORT}"),
         ],
         env: vec![],
@@ -271,25 +273,33 @@ pub fn node_daemon(t: &Topology, bins: &Binaries, node: &NodePlan) -> Launch {
     }
 }
 
+/// A node's speaker: an IPv4 and an IPv6 session with the ToR; the node with
+/// [`NodePlan::extended_nexthop`] also offers RFC 8950 on both (Kube-OVN's `--extended-nexthop`),
+/// so its IPv4 routes go over its IPv6 session too.
 pub fn node_speaker(t: &Topology, bins: &Binaries, node: &NodePlan) -> Launch {
     let dir = t.node_dir(&node.name);
+    let mut args = vec![
+        format!("--kubeconfig={}", t.kubeconfig("speaker").display()),
+        format!("--node-name={}", node.name),
+        format!("--cluster-as={CLUSTER_AS}"),
+        format!("--neighbor-as={TOR_AS}"),
+        format!("--neighbor-address={}", Topology::tor_ip()),
+        format!("--neighbor-ipv6-address={}", Topology::tor_ip6()),
+        format!("--router-id={}", node.ip),
+        format!("--node-ips={},{}", node.ip, node.ip6),
+        "--graceful-restart=true".into(),
+        format!("--state-dir={}", dir.join("speaker").display()),
+        format!("--service-external-ip-cidrs={EXTERNAL_IP_CIDR}"),
+        format!("--pprof-port={SPEAKER_METRICS_PORT}"),
+    ];
+    if node.extended_nexthop {
+        args.push("--extended-nexthop=true".into());
+    }
     Launch {
         component: format!("{}-speaker", node.name),
         enter: Enter::Netns(node.netns.clone()),
         program: bins.path("kube-ovn-speaker"),
-        args: vec![
-            format!("--kubeconfig={}", t.kubeconfig("speaker").display()),
-            format!("--node-name={}", node.name),
-            format!("--cluster-as={CLUSTER_AS}"),
-            format!("--neighbor-as={TOR_AS}"),
-            format!("--neighbor-address={}", Topology::tor_ip()),
-            format!("--router-id={}", node.ip),
-            format!("--node-ips={}", node.ip),
-            "--graceful-restart=true".into(),
-            format!("--state-dir={}", dir.join("speaker").display()),
-            format!("--service-external-ip-cidrs={EXTERNAL_IP_CIDR}"),
-            format!("--pprof-port={SPEAKER_METRICS_PORT}"),
-        ],
+        args,
         env: vec![],
         log: t.log(&format!("{}-speaker", node.name)),
     }
@@ -367,5 +377,18 @@ mod tests {
         );
         let speaker = node_speaker(&t, &bins, &t.nodes[0]);
         assert!(speaker.args.contains(&"--neighbor-address=172.30.0.1".to_owned()));
+        assert!(
+            speaker
+                .args
+                .contains(&"--neighbor-ipv6-address=fd00:172:30::1".to_owned())
+        );
+        assert!(!speaker.args.iter().any(|a| a.starts_with("--extended-nexthop")));
+        let last = node_speaker(&t, &bins, t.nodes.last().unwrap());
+        assert!(last.args.contains(&"--extended-nexthop=true".to_owned()));
+        assert!(
+            controller(&t, &bins)
+                .args
+                .contains(&"--node-switch-cidr=100.64.0.0/16,fd00:100:64::/112".to_owned())
+        );
     }
 }

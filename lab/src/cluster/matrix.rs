@@ -36,6 +36,14 @@
 //!   unreachable from outside. Out that way they also reach what the external network's
 //!   gateway (the ToR) routes to: underlay pods and default-VPC pods announced over BGP, which
 //!   see the EIP.
+//! - BGP advertisement policy ([`bgp_policy`]): an announced Service with
+//!   `externalTrafficPolicy: Local` answers the outside host from a backend that sees the outside
+//!   host's own address, and the ToR routes it only through the nodes with a ready endpoint; a
+//!   Service a `BgpAdvertisement` with communities selects carries them at the ToR.
+//! - IPv6 ([`ipv6`]): a pod with an IPv6 address too (a dual-stack subnet) gets the outside
+//!   host's rows again over IPv6: outside → pod when its address is announced (the ToR's IPv6
+//!   routes, learnt over the IPv6 sessions) in the default VPC, seeing the outside host's own
+//!   IPv6 address; pod → outside with its own IPv6 address when announced and not NATed.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -44,7 +52,9 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 
 use super::policy::{self, Endpoint, PodView};
 
+pub mod bgp_policy;
 pub mod external;
+pub mod ipv6;
 mod report;
 
 pub use external::{EipTarget, NatRules};
@@ -60,6 +70,8 @@ pub struct Target {
     pub name: String,
     pub node: String,
     pub ip: IpAddr,
+    /// Its IPv6 address, when it has one beside `ip` (a dual-stack subnet's pod).
+    pub ip6: Option<IpAddr>,
     pub port: u16,
     pub subnet: String,
     pub vpc: String,
@@ -122,8 +134,13 @@ impl Target {
     }
 
     fn endpoint(&self) -> Endpoint<'_> {
+        self.endpoint_at(self.ip)
+    }
+
+    /// The pod as policies see it at one of its addresses.
+    fn endpoint_at(&self, ip: IpAddr) -> Endpoint<'_> {
         Endpoint {
-            ip: self.ip,
+            ip,
             pod: Some(PodView {
                 namespace: &self.namespace,
                 labels: &self.labels,
@@ -157,8 +174,18 @@ pub struct ServiceTarget {
     /// Where the outside host reaches it: its first LoadBalancer ingress or external IP, when
     /// it is announced (`ovn.kubernetes.io/bgp: "true"`).
     pub outside_ip: Option<IpAddr>,
-    /// The sources its backends see for traffic from outside: the nodes' join addresses.
+    /// The sources its backends see for traffic from outside: the nodes' join addresses, or the
+    /// outside host's own address for a `Local` one.
     pub ingress_sources: Vec<IpAddr>,
+    /// `externalTrafficPolicy: Local`: announced only from the nodes with a ready endpoint, the
+    /// client's address preserved.
+    pub local: bool,
+    /// The fabric addresses of the nodes with a ready endpoint, sorted: the ToR's next hops for
+    /// a `Local` one.
+    pub local_next_hops: Vec<IpAddr>,
+    /// The communities the ToR should see on its outside address (canonical `high:low`, from the
+    /// `BgpAdvertisement`s selecting it).
+    pub communities: Vec<String>,
 }
 
 impl ServiceTarget {
@@ -180,6 +207,10 @@ pub enum Expect {
     ClientIpIn(Vec<IpAddr>),
     /// No answer.
     Blocked,
+    /// The ToR's kernel routes the address through exactly these next hops (sorted).
+    NextHops(Vec<IpAddr>),
+    /// Every path the ToR learnt for the address carries these communities (canonical).
+    Communities(Vec<String>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -193,6 +224,14 @@ pub enum Kind {
     OutsideToService,
     /// From the outside host to a FIP or a DNAT rule's address; `to` indexes the EIP targets.
     OutsideToEip,
+    /// [`Kind::OutsideToPod`] and [`Kind::PodToOutside`] over IPv6: to the pod's `ip6`, to the
+    /// outside host's IPv6 address.
+    OutsideToPod6,
+    PodToOutside6,
+    /// At the ToR, about a Service's outside address (`to` indexes the services): the
+    /// communities of its BGP paths, and its kernel route's next hops.
+    TorCommunities,
+    TorNextHops,
 }
 
 /// One probe to make: from `from` (a pod label, or `outside`) to `to`.
@@ -331,15 +370,25 @@ pub fn plan(
         } else {
             Expect::Blocked
         };
+        // `Local`: whichever backend answers, it sees the outside host's own address.
+        let (path, expect) = match expect {
+            Expect::AnswerIn(_) if svc.local => (
+                "/clientip",
+                Expect::ClientIp(super::topology::Topology::outside_ip().into()),
+            ),
+            other => ("/hostname", other),
+        };
         checks.push(Check {
             kind: Kind::OutsideToService,
             from: None,
             to: Some(k),
-            path: "/hostname",
+            path,
             expect,
         });
     }
+    checks.extend(bgp_policy::plan(services));
     checks.extend(external::plan(targets, eips, &allows));
+    checks.extend(ipv6::plan(targets, &allows));
     checks
 }
 

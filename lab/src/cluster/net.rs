@@ -17,12 +17,36 @@ pub use kube_ovn_testkit::netns::{add_netns, del_netns, exec, ip, netns_exists};
 pub use kube_ovn_testkit::{CommandError, run};
 
 use super::topology::{
-    EXTERNAL_NIC, EXTERNAL_PREFIX, FABRIC_PREFIX, MGMT_PREFIX, NodePlan, OUTSIDE_PREFIX, PROVIDER_NIC,
-    TOR_EXTERNAL_PORT, TOR_MGMT_PORT, TOR_VLAN_PORT, Topology, UNDERLAY_PREFIX,
+    EXTERNAL_NIC, EXTERNAL_PREFIX, FABRIC_PREFIX, FABRIC6_PREFIX, MGMT_PREFIX, NodePlan, OUTSIDE_PREFIX,
+    OUTSIDE6_PREFIX, PROVIDER_NIC, TOR_EXTERNAL_PORT, TOR_MGMT_PORT, TOR_VLAN_PORT, Topology,
+    UNDERLAY_PREFIX,
 };
 
 fn sysctl(ns: &str, setting: &str) -> Result<(), CommandError> {
     exec(ns, "sysctl", &["-q", "-w", setting]).map(drop)
+}
+
+/// An IPv6 address on `dev`, usable at once: `nodad` skips duplicate address detection (the
+/// lab's addresses are its own), which would otherwise keep it tentative, unusable as a source
+/// or for a BGP listener, for a second or more.
+fn addr6(ns: &str, address: std::net::Ipv6Addr, prefix: u8, dev: &str) -> Result<(), CommandError> {
+    ip(
+        ns,
+        &[
+            "-6",
+            "addr",
+            "add",
+            &format!("{address}/{prefix}"),
+            "dev",
+            dev,
+            "nodad",
+        ],
+    )
+    .map(drop)
+}
+
+fn default6(ns: &str, via: std::net::Ipv6Addr) -> Result<(), CommandError> {
+    ip(ns, &["-6", "route", "add", "default", "via", &via.to_string()]).map(drop)
 }
 
 fn tx_off(ns: &str, dev: &str) -> Result<(), CommandError> {
@@ -46,8 +70,10 @@ pub fn wire_fabric(t: &Topology) -> Result<(), CommandError> {
     let fabric = format!("{}/{FABRIC_PREFIX}", Topology::tor_ip());
     ip(&tor, &["link", "add", "fabric", "type", "bridge"])?;
     ip(&tor, &["addr", "add", &fabric, "dev", "fabric"])?;
+    addr6(&tor, Topology::tor_ip6(), FABRIC6_PREFIX, "fabric")?;
     ip(&tor, &["link", "set", "fabric", "up"])?;
     sysctl(&tor, "net.ipv4.ip_forward=1")?;
+    sysctl(&tor, "net.ipv6.conf.all.forwarding=1")?;
 
     let cp = t.cp_netns();
     veth(&cp, "eth0", &tor, "cp")?;
@@ -66,6 +92,8 @@ pub fn wire_fabric(t: &Topology) -> Result<(), CommandError> {
         &cp,
         &["route", "add", "default", "via", &Topology::tor_ip().to_string()],
     )?;
+    addr6(&cp, Topology::cp_ip6(), FABRIC6_PREFIX, "eth0")?;
+    default6(&cp, Topology::tor_ip6())?;
 
     let outside = t.outside_netns();
     veth(&outside, "eth0", &tor, "out0")?;
@@ -99,6 +127,9 @@ pub fn wire_fabric(t: &Topology) -> Result<(), CommandError> {
             &Topology::tor_outside_ip().to_string(),
         ],
     )?;
+    addr6(&tor, Topology::tor_outside_ip6(), OUTSIDE6_PREFIX, "out0")?;
+    addr6(&outside, Topology::outside_ip6(), OUTSIDE6_PREFIX, "eth0")?;
+    default6(&outside, Topology::tor_outside_ip6())?;
     Ok(())
 }
 
@@ -140,6 +171,7 @@ pub fn wire_node(t: &Topology, node: &NodePlan) -> Result<(), CommandError> {
     // and, later, for egress NAT; reverse-path filtering would drop the asymmetric halves of
     // ECMP'd flows.
     sysctl(&node.netns, "net.ipv4.ip_forward=1")?;
+    sysctl(&node.netns, "net.ipv6.conf.all.forwarding=1")?;
     sysctl(&node.netns, "net.ipv4.conf.all.rp_filter=0")?;
     sysctl(&node.netns, "net.ipv4.conf.default.rp_filter=0")?;
     Ok(())
@@ -151,21 +183,22 @@ pub fn address_node(node: &NodePlan) -> Result<(), CommandError> {
     address_node_on(node, "br-ul")
 }
 
-/// The node's address and default route on `dev`: `eth0` for a node whose `ovs-ovn` pod moves
-/// them onto its OVS bridge itself (`up --install manifests`, `deploy/image/start-ovs.sh`), as
-/// a real machine boots with its address on its NIC.
+/// The node's addresses (IPv4 and IPv6) and default routes on `dev`: `eth0` for a node whose
+/// `ovs-ovn` pod moves them onto its OVS bridge itself (`up --install manifests`,
+/// `deploy/image/start-ovs.sh`), as a real machine boots with its addresses on its NIC.
 pub fn address_node_on(node: &NodePlan, dev: &str) -> Result<(), CommandError> {
     let ns = &node.netns;
     ip(
         ns,
         &["addr", "add", &format!("{}/{FABRIC_PREFIX}", node.ip), "dev", dev],
     )?;
+    addr6(ns, node.ip6, FABRIC6_PREFIX, dev)?;
     ip(ns, &["link", "set", dev, "up"])?;
     ip(
         ns,
         &["route", "add", "default", "via", &Topology::tor_ip().to_string()],
-    )
-    .map(drop)
+    )?;
+    default6(ns, Topology::tor_ip6())
 }
 
 /// The ToR's addresses on the VLAN fabric, once its ovs-vswitchd made the internal ports

@@ -3,16 +3,19 @@
 //! on names without asking each other.
 //!
 //! ```text
-//!                     outside (198.51.100.10)
+//!                     outside (198.51.100.10, fd00:198:51:100::10)
 //!                        │ out0
-//!                        │ 198.51.100.0/24
+//!                        │ 198.51.100.0/24, fd00:198:51:100::/64
 //!                     ┌──┴──────────────────────────────┐
 //!                     │ tor: bridge `fabric` 172.30.0.1 │  BIRD or FRR, AS 65001
+//!                     │           fd00:172:30::1        │  (IPv4 and IPv6 sessions per node)
 //!                     │      OVS bridge `tor-vlan`      │  (the VLAN fabric, below)
 //!                     └──┬──────────┬──────────┬────────┘
 //!        172.30.0.0/24   │          │          │
+//!    fd00:172:30::/64    │          │          │
 //!                  cp 172.30.0.2  node1 .11  node2 .12 …  (each node: eth0 in OVS bridge br-ul,
-//!     API :6443, NB :6641, SB :6642 │          │           its address on br-ul; speakers AS 65000)
+//!                     ::2          ::11       ::12        its addresses on br-ul; speakers AS 65000)
+//!     API :6443, NB :6641, SB :6642 │          │
 //!                                 eth1       eth1 …       (each node: 172.31.0.1x/24 on eth1)
 //!                                   │          │
 //!                     tor-vlan:  n1-trunk   n2-trunk …    trunks: every VLAN, tagged on the wire
@@ -38,12 +41,20 @@
 //! what makes the announcement of EIPs observable. Each node has an address of its own there
 //! (what the ProviderNetwork `external` moves onto `br-external`), the next hop's way in.
 //!
+//! The fabric and the outside network are dual stack (ULA prefixes, RFC 4193, whose last group
+//! reads as the IPv4 address's last byte: node1 is 172.30.0.11 and fd00:172:30::11): each node
+//! peers with the ToR over IPv4 and over IPv6, the ToR installs both families' routes with ECMP,
+//! and pods of a dual-stack subnet are reached from the outside host over IPv6. One speaker (see
+//! [`NodePlan::extended_nexthop`]) also sends its IPv4 routes over its IPv6 session with an IPv6
+//! next hop (RFC 8950); the ToR keeps them as the backup of the same routes learnt over IPv4.
+//! The VLAN fabric and the external network stay IPv4 only.
+//!
 //! Address spaces are per lab (every lab has its own namespaces), so two labs use the same
 //! addresses without meeting; only namespace names and the state directory must be unique, and
 //! both carry the lab's name. Namespaces are `kl_<lab>_<role>`: lab names have no `_`, so the
 //! prefix `kl_<lab>_` belongs to one lab only (`kl_a_` is not a prefix of `kl_a-b_…`).
 
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4};
 use std::path::PathBuf;
 
 /// The ToR's routing daemon.
@@ -70,6 +81,14 @@ pub const CLUSTER_AS: u32 = 65000;
 pub const TOR_AS: u32 = 65001;
 pub const FABRIC_PREFIX: u8 = 24;
 pub const OUTSIDE_PREFIX: u8 = 24;
+/// The IPv6 prefixes of the fabric (`fd00:172:30::/64`) and of the outside host's network
+/// (`fd00:198:51:100::/64`).
+pub const FABRIC6_PREFIX: u8 = 64;
+pub const OUTSIDE6_PREFIX: u8 = 64;
+/// The join subnet (the controller's `--node-switch-cidr`, Kube-OVN's dual-stack default): each
+/// node's `ovn0` gets an address of both families, so the nodes route IPv6 pod subnets into OVN
+/// and OVN sends their IPv6 egress to the pod's node, as it does for IPv4.
+pub const JOIN_CIDR: &str = "100.64.0.0/16,fd00:100:64::/112";
 pub const API_PORT: u16 = 6443;
 pub const NB_PORT: u16 = 6641;
 pub const SB_PORT: u16 = 6642;
@@ -121,6 +140,13 @@ pub const TOR_EXTERNAL_PORT: &str = "vlan200";
 /// The lab agent's user (its client certificate's CN).
 pub const AGENT_USER: &str = "kube-ovn-lab:agent";
 
+/// `fd00:<a>:<b>:<c>::<host>` with `host` written in decimal digits (node1's `.11` is `::11`),
+/// so an IPv6 address of the lab reads like its IPv4 twin.
+fn v6_like(a: u16, b: u16, c: u16, host: u8) -> Ipv6Addr {
+    let last = u16::from_str_radix(&host.to_string(), 16).unwrap_or(u16::from(host));
+    Ipv6Addr::new(0xfd00, a, b, c, 0, 0, 0, last)
+}
+
 /// A lab's name must be usable in namespace names and paths.
 pub fn validate_name(name: &str) -> Result<(), String> {
     if name.is_empty() || name.len() > 20 {
@@ -148,6 +174,15 @@ pub struct NodePlan {
     pub netns: String,
     /// Its address on the fabric: the Node's InternalIP, the tunnel endpoint, the BGP next hop.
     pub ip: Ipv4Addr,
+    /// Its IPv6 address on the fabric: its IPv6 session's end and its IPv6 routes' next hop.
+    pub ip6: Ipv6Addr,
+    /// Whether its speaker runs with `--extended-nexthop` (RFC 8950) when the lab starts the
+    /// speakers itself (`--install processes`): the last node's. Its IPv4 routes then go over
+    /// both of its sessions; the ToR prefers the IPv4 session's copy (ECMP stays among IPv4 next
+    /// hops, and whatever reads "via 172.30.0.x" still does) and keeps the IPv6 session's, with
+    /// its IPv6 next hop, as the backup (`birdc show route all`, `show bgp ipv4 unicast`).
+    /// `deploy/` has no per-node flags, so with `--install manifests` no speaker has it.
+    pub extended_nexthop: bool,
     /// The ToR's end of the node's link.
     pub tor_port: String,
     /// The ToR's end of the node's [`PROVIDER_NIC`]: a trunk port of [`TOR_VLAN_BRIDGE`].
@@ -194,6 +229,7 @@ impl Topology {
         if nodes == 0 || nodes > MAX_NODES {
             return Err(format!("--nodes {nodes}: between 1 and {MAX_NODES}"));
         }
+        let count = nodes;
         let nodes = (1..=nodes)
             .map(|i| {
                 let host = u8::try_from(10 + i).unwrap_or(u8::MAX);
@@ -201,6 +237,8 @@ impl Topology {
                     name: format!("node{i}"),
                     netns: format!("kl_{name}_node{i}"),
                     ip: Ipv4Addr::new(172, 30, 0, host),
+                    ip6: v6_like(0x172, 0x30, 0, host),
+                    extended_nexthop: i == count,
                     tor_port: format!("n{i}"),
                     trunk_port: format!("n{i}-trunk"),
                     mgmt_ip: Ipv4Addr::new(172, 31, 0, host),
@@ -241,6 +279,23 @@ impl Topology {
 
     pub fn tor_ip() -> Ipv4Addr {
         Ipv4Addr::new(172, 30, 0, 1)
+    }
+
+    /// The ToR's IPv6 address on the fabric (every node's IPv6 peer and default gateway).
+    pub fn tor_ip6() -> Ipv6Addr {
+        v6_like(0x172, 0x30, 0, 1)
+    }
+
+    pub fn cp_ip6() -> Ipv6Addr {
+        v6_like(0x172, 0x30, 0, 2)
+    }
+
+    pub fn tor_outside_ip6() -> Ipv6Addr {
+        v6_like(0x198, 0x51, 0x100, 1)
+    }
+
+    pub fn outside_ip6() -> Ipv6Addr {
+        v6_like(0x198, 0x51, 0x100, 10)
     }
 
     pub fn cp_ip() -> Ipv4Addr {
@@ -459,6 +514,39 @@ mod tests {
         }
         assert_ne!(EXTERNAL_VLAN, VLAN_ID);
         assert_ne!(EXTERNAL_NIC, PROVIDER_NIC);
+    }
+
+    #[test]
+    fn the_fabric_and_the_outside_network_are_dual_stack() {
+        let t = Topology::new("demo", 3, TorKind::Bird, std::path::Path::new("/var/lib/x")).unwrap();
+        assert_eq!(t.nodes[0].ip6, "fd00:172:30::11".parse::<Ipv6Addr>().unwrap());
+        assert_eq!(t.nodes[2].ip6, "fd00:172:30::13".parse::<Ipv6Addr>().unwrap());
+        assert_eq!(Topology::tor_ip6().to_string(), "fd00:172:30::1");
+        assert_eq!(Topology::cp_ip6().to_string(), "fd00:172:30::2");
+        assert_eq!(Topology::tor_outside_ip6().to_string(), "fd00:198:51:100::1");
+        assert_eq!(Topology::outside_ip6().to_string(), "fd00:198:51:100::10");
+        // Only the last node's speaker sends IPv4 routes over IPv6.
+        let ext: Vec<bool> = t.nodes.iter().map(|n| n.extended_nexthop).collect();
+        assert_eq!(ext, [false, false, true]);
+        let fabric = ipnet::Ipv6Net::new(Topology::tor_ip6(), FABRIC6_PREFIX)
+            .unwrap()
+            .trunc();
+        let outside = ipnet::Ipv6Net::new(Topology::outside_ip6(), OUTSIDE6_PREFIX)
+            .unwrap()
+            .trunc();
+        assert!(outside.contains(&Topology::tor_outside_ip6()) && !fabric.contains(&Topology::outside_ip6()));
+        let big = Topology::new(
+            "big",
+            MAX_NODES,
+            TorKind::Bird,
+            std::path::Path::new("/var/lib/x"),
+        )
+        .unwrap();
+        let mut seen = std::collections::BTreeSet::new();
+        for n in &big.nodes {
+            assert!(fabric.contains(&n.ip6) && n.ip6 != Topology::tor_ip6() && n.ip6 != Topology::cp_ip6());
+            assert!(seen.insert(n.ip6), "{} twice", n.ip6);
+        }
     }
 
     #[test]

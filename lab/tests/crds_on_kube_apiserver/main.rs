@@ -181,6 +181,7 @@ fn round_trip(kind: &str, stored: &Value) -> Result<Value, String> {
         "Vpc" => through::<Vpc>(stored),
         "VpcNatGateway" => through::<VpcNatGateway>(stored),
         "BgpPeer" => through::<kube_ovn_api::bgp_peer::BgpPeer>(stored),
+        "BgpAdvertisement" => through::<kube_ovn_api::bgp_advertisement::BgpAdvertisement>(stored),
         other => Err(format!("no type for kind {other}")),
     }
 }

@@ -9,6 +9,8 @@ mod failover;
 mod install;
 mod matrix;
 mod matrix_nat;
+mod matrix_services;
+mod matrix_tor;
 mod prepare;
 mod probe;
 mod processes;

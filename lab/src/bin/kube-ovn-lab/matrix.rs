@@ -7,8 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::Api;
 use kube::api::ListParams;
@@ -79,13 +78,21 @@ pub async fn targets(t: &Topology, client: &kube::Client) -> anyhow::Result<(Vec
             continue;
         };
         let ann = pod.metadata.annotations.clone().unwrap_or_default();
-        let Some(ip) = ann
+        // Kube-OVN's `ip_address`: one address, or a dual-stack pod's IPv4 and IPv6 ones.
+        let addresses: Vec<IpAddr> = ann
             .get(keys::IP_ADDRESS)
-            .and_then(|v| v.split(',').next())
-            .and_then(|v| v.parse::<IpAddr>().ok())
-        else {
+            .into_iter()
+            .flat_map(|v| v.split(','))
+            .filter_map(|v| v.trim().parse().ok())
+            .collect();
+        let Some(&ip) = addresses.first() else {
             continue;
         };
+        let ip6 = addresses
+            .iter()
+            .copied()
+            .find(IpAddr::is_ipv6)
+            .filter(|_| ip.is_ipv4());
         let subnet_name = ann.get(keys::LOGICAL_SWITCH).cloned().unwrap_or_default();
         let subnet = subnets.get(&subnet_name);
         let announced = |a: &Option<BTreeMap<String, String>>| {
@@ -112,6 +119,7 @@ pub async fn targets(t: &Topology, client: &kube::Client) -> anyhow::Result<(Vec
             name: name.clone(),
             node,
             ip,
+            ip6,
             port,
             vpc: subnet
                 .and_then(|s| s.spec.vpc.clone())
@@ -146,163 +154,6 @@ async fn join_addresses(client: &kube::Client) -> anyhow::Result<Vec<IpAddr>> {
         .flat_map(|ips| ips.split(','))
         .filter_map(|ip| ip.trim().parse().ok())
         .collect())
-}
-
-/// The Services with a selector and a ClusterIP (TCP, the first such port), with the pods behind
-/// their ready endpoints and, for announced ones, where the outside host reaches them (the
-/// backends then see `ingress_sources`). Selectorless ones (the API server's `kubernetes`) are
-/// left out: their endpoints are not netexec servers.
-pub async fn services(
-    client: &kube::Client,
-    ingress_sources: &[IpAddr],
-) -> anyhow::Result<Vec<ServiceTarget>> {
-    let slices = Api::<EndpointSlice>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .context("listing EndpointSlices")?;
-    let services = Api::<Service>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .context("listing Services")?;
-    let mut out = Vec::new();
-    for svc in services.items {
-        let (Some(namespace), Some(name), Some(spec)) = (
-            svc.metadata.namespace.clone(),
-            svc.metadata.name.clone(),
-            svc.spec.as_ref(),
-        ) else {
-            continue;
-        };
-        if spec.selector.as_ref().is_none_or(BTreeMap::is_empty) {
-            continue;
-        }
-        let Some(ip) = spec
-            .cluster_ip
-            .as_deref()
-            .and_then(|ip| ip.parse::<IpAddr>().ok())
-        else {
-            continue; // headless
-        };
-        let Some(port) = spec
-            .ports
-            .iter()
-            .flatten()
-            .find(|p| p.protocol.as_deref().unwrap_or("TCP") == "TCP")
-            .and_then(|p| u16::try_from(p.port).ok())
-        else {
-            continue;
-        };
-        let mut backends: Vec<String> = slices
-            .items
-            .iter()
-            .filter(|s| s.metadata.namespace.as_deref() == Some(namespace.as_str()))
-            .filter(|s| {
-                s.metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get("kubernetes.io/service-name"))
-                    == Some(&name)
-            })
-            .flat_map(|s| s.endpoints.iter())
-            // An unset `ready` means ready (discovery.k8s.io/v1).
-            .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
-            .filter_map(|e| e.target_ref.as_ref())
-            .filter(|r| r.kind.as_deref() == Some("Pod"))
-            .filter_map(|r| r.name.clone())
-            .collect();
-        backends.sort();
-        backends.dedup();
-        let vpc = svc
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(keys::VPC))
-            .cloned()
-            .unwrap_or_else(|| matrix::DEFAULT_VPC.to_owned());
-        let announced = svc
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(keys::BGP))
-            .is_some_and(|v| v == "true");
-        let outside_ip = svc
-            .status
-            .as_ref()
-            .and_then(|s| s.load_balancer.as_ref()?.ingress.as_ref())
-            .into_iter()
-            .flatten()
-            .filter_map(|i| i.ip.as_deref())
-            .chain(spec.external_ips.iter().flatten().map(String::as_str))
-            .find_map(|ip| ip.parse::<IpAddr>().ok())
-            .filter(|_| announced);
-        out.push(ServiceTarget {
-            namespace,
-            name,
-            ip,
-            port,
-            vpc,
-            backends,
-            outside_ip,
-            ingress_sources: ingress_sources.to_vec(),
-        });
-    }
-    Ok(out)
-}
-
-/// Whether every Service's ready endpoints are the Running pods its selector matches, and one
-/// with endpoints carries the VPC annotation the controller writes after its VIPs.
-async fn services_settled(client: &kube::Client) -> anyhow::Result<bool> {
-    let pods = Api::<Pod>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .context("listing Pods")?;
-    let listed = Api::<Service>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .context("listing Services")?;
-    for svc in services(client, &[]).await? {
-        let selector = listed
-            .items
-            .iter()
-            .find(|s| {
-                s.metadata.namespace.as_deref() == Some(svc.namespace.as_str())
-                    && s.metadata.name.as_deref() == Some(svc.name.as_str())
-            })
-            .and_then(|s| s.spec.as_ref()?.selector.clone())
-            .unwrap_or_default();
-        let mut running: Vec<String> = pods
-            .items
-            .iter()
-            .filter(|p| p.metadata.namespace.as_deref() == Some(svc.namespace.as_str()))
-            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-            .filter(|p| {
-                let labels = p.metadata.labels.clone().unwrap_or_default();
-                selector.iter().all(|(k, v)| labels.get(k) == Some(v))
-            })
-            .filter_map(|p| p.metadata.name.clone())
-            .collect();
-        running.sort();
-        anyhow::ensure!(
-            running == svc.backends,
-            "{}: endpoints {:?}, Running pods {running:?}",
-            svc.label(),
-            svc.backends
-        );
-        let annotated = listed.items.iter().any(|s| {
-            s.metadata.name.as_deref() == Some(svc.name.as_str())
-                && s.metadata.namespace.as_deref() == Some(svc.namespace.as_str())
-                && s.metadata
-                    .annotations
-                    .as_ref()
-                    .is_some_and(|a| a.contains_key(keys::VPC))
-        });
-        anyhow::ensure!(
-            svc.backends.is_empty() || annotated,
-            "{}: no VIPs written yet",
-            svc.label()
-        );
-    }
-    Ok(true)
 }
 
 /// The addresses a NATed pod of `subnet` on `node` may leave with: with a centralized gateway,
@@ -344,7 +195,7 @@ pub async fn measure(t: &Topology, client: &kube::Client, timeout: Duration) -> 
         "every Service's endpoints to be its Running pods, and its VIPs written (the controller's ovn.kubernetes.io/vpc annotation)",
         timeout,
         Duration::from_millis(100),
-        || services_settled(client),
+        || super::matrix_services::services_settled(t, client),
     )
     .await?;
     let (mut targets, pod_netns) = targets(t, client).await?;
@@ -355,7 +206,7 @@ pub async fn measure(t: &Topology, client: &kube::Client, timeout: Duration) -> 
     let eips = nat.eip_targets(&targets);
     // Services of netexec servers only: the probes speak netexec's HTTP (kube-system's
     // ovn-nb/ovn-sb, with `up --install manifests`, front OVSDB).
-    let mut services = services(client, &join_addresses(client).await?).await?;
+    let mut services = super::matrix_services::services(t, client, &join_addresses(client).await?).await?;
     services.retain(|s| {
         s.backends
             .iter()
@@ -364,7 +215,7 @@ pub async fn measure(t: &Topology, client: &kube::Client, timeout: Duration) -> 
     let announced: Vec<IpAddr> = targets
         .iter()
         .filter(|x| x.announced && x.vpc == matrix::DEFAULT_VPC)
-        .map(|x| x.ip)
+        .flat_map(|x| std::iter::once(x.ip).chain(x.ip6))
         .chain(
             services
                 .iter()
@@ -375,10 +226,16 @@ pub async fn measure(t: &Topology, client: &kube::Client, timeout: Duration) -> 
         .collect();
     let tor = t.tor_netns();
     wait_for_routes(
-        "the ToR to route every announced pod, Service and EIP address to a node",
+        "the ToR to route every announced pod, Service and EIP address to a node (IPv6 ones over the IPv6 sessions)",
         timeout,
         announced.iter().map(|ip| (tor.clone(), *ip)).collect(),
-        " via 172.30.0.",
+        |ip| {
+            if ip.is_ipv4() {
+                " via 172.30.0."
+            } else {
+                " via fd00:172:30::"
+            }
+        },
     )
     .await?;
     // A Service's outside address enters OVN through each node's ovn0 on the Service's ports:
@@ -391,6 +248,8 @@ pub async fn measure(t: &Topology, client: &kube::Client, timeout: Duration) -> 
             services
                 .iter()
                 .filter(|s| s.vpc == matrix::DEFAULT_VPC && !s.backends.is_empty())
+                // A `Local` Service comes in only where it has endpoints.
+                .filter(|s| !s.local || s.local_next_hops.contains(&IpAddr::V4(n.ip)))
                 .filter_map(|s| Some((n.netns.clone(), s.outside_ip?)))
         })
         .collect();
@@ -419,6 +278,16 @@ pub async fn measure(t: &Topology, client: &kube::Client, timeout: Duration) -> 
         .context("listing NetworkPolicies")?
         .items;
     for check in matrix::plan(&targets, &services, &eips, &policies) {
+        if super::matrix_tor::is_tor_check(&check) {
+            let (t, svc) = (t.clone(), check.to.map(|k| services[k].clone()));
+            tasks.push(tokio::task::spawn_blocking(move || {
+                let answer = svc
+                    .ok_or_else(|| "no Service".to_owned())
+                    .and_then(|svc| super::matrix_tor::probe(&t, &check, &svc));
+                Outcome { check, answer }
+            }));
+            continue;
+        }
         let (from, to) = endpoints(&check, &targets, &services, &eips, &pod_netns, &outside_ns);
         tasks.push(tokio::task::spawn_blocking(move || {
             let answer = probe_once(&check, &from, to);
@@ -454,12 +323,13 @@ fn ingress_ready(ns: &str, ip: IpAddr) -> bool {
             .is_ok_and(|r| r.contains(" dev ovn0"))
 }
 
-/// Waits until `ip route get <address>` in each (namespace, address) pair answers with `shows`.
+/// Waits until `ip route get <address>` in each (namespace, address) pair answers with
+/// `shows(address)`.
 async fn wait_for_routes(
     what: &str,
     timeout: Duration,
     routes: Vec<(String, IpAddr)>,
-    shows: &'static str,
+    shows: fn(IpAddr) -> &'static str,
 ) -> anyhow::Result<()> {
     wait_for(what, timeout, Duration::from_millis(100), || {
         let routes = routes.clone();
@@ -468,7 +338,7 @@ async fn wait_for_routes(
                 .iter()
                 .filter(|(ns, ip)| {
                     !kube_ovn_lab::cluster::net::ip(ns, &["route", "get", &ip.to_string()])
-                        .is_ok_and(|r| r.contains(shows))
+                        .is_ok_and(|r| r.contains(shows(*ip)))
                 })
                 .map(|(ns, ip)| format!("a route to {ip} in {ns}"))
                 .collect();
@@ -491,7 +361,11 @@ fn endpoints(
         .from
         .map_or_else(|| outside_ns.to_owned(), |i| pod_netns[i].clone());
     let to = match (check.kind, check.to) {
+        (Kind::PodToOutside6, _) => SocketAddr::new(Topology::outside_ip6().into(), OUTSIDE_PORT),
         (_, None) => SocketAddr::new(Topology::outside_ip().into(), OUTSIDE_PORT),
+        (Kind::OutsideToPod6, Some(j)) => {
+            SocketAddr::new(targets[j].ip6.unwrap_or(targets[j].ip), targets[j].port)
+        }
         (Kind::PodToService, Some(k)) => SocketAddr::new(services[k].ip, services[k].port),
         (Kind::OutsideToService, Some(k)) => {
             SocketAddr::new(services[k].outside_ip.unwrap_or(services[k].ip), services[k].port)

@@ -14,6 +14,9 @@ pub fn judge(expect: &Expect, answer: Option<&str>) -> bool {
         (Expect::ClientIp(ip), Some(got)) => client_ip(got) == Some(*ip),
         (Expect::ClientIpIn(ips), Some(got)) => client_ip(got).is_some_and(|ip| ips.contains(&ip)),
         (Expect::Blocked, None) => true,
+        (Expect::NextHops(_) | Expect::Communities(_), Some(got)) => {
+            super::bgp_policy::judge(expect, got).unwrap_or(false)
+        }
         _ => false,
     }
 }
@@ -74,11 +77,12 @@ impl Report {
         }
     }
 
-    /// The source address the outside host saw from pod `i`, when it answered.
-    fn seen_by_outside(&self, i: usize) -> Option<IpAddr> {
+    /// The source address the outside host saw from pod `i` (`kind`: over IPv4 or IPv6), when it
+    /// answered.
+    fn seen_by_outside(&self, i: usize, kind: Kind) -> Option<IpAddr> {
         self.outcomes
             .iter()
-            .find(|o| o.check.kind == Kind::PodToOutside && o.check.from == Some(i))
+            .find(|o| o.check.kind == kind && o.check.from == Some(i))
             .and_then(|o| o.answer.as_ref().ok())
             .and_then(|a| client_ip(a))
     }
@@ -86,8 +90,19 @@ impl Report {
     /// The label of a check's end: `to` of a Service check names a Service.
     fn label(&self, kind: Kind, i: Option<usize>, is_to: bool) -> String {
         match i {
+            None if matches!(kind, Kind::OutsideToPod6 | Kind::PodToOutside6) => "outside (IPv6)".to_owned(),
+            None if matches!(kind, Kind::TorCommunities | Kind::TorNextHops) => "the ToR".to_owned(),
             None => "outside".to_owned(),
-            Some(i) if is_to && matches!(kind, Kind::PodToService | Kind::OutsideToService) => {
+            Some(i)
+                if is_to
+                    && matches!(
+                        kind,
+                        Kind::PodToService
+                            | Kind::OutsideToService
+                            | Kind::TorCommunities
+                            | Kind::TorNextHops
+                    ) =>
+            {
                 self.services[i].label()
             }
             Some(k) if is_to && kind == Kind::OutsideToEip => {
@@ -117,7 +132,7 @@ impl Report {
         for (i, t) in self.targets.iter().enumerate() {
             let _ = writeln!(
                 out,
-                "    [{i}] {:width$} {:15} {:6} subnet {} (vpc {}){}{}{}",
+                "    [{i}] {:width$} {:15} {:6} subnet {} (vpc {}){}{}{}{}",
                 t.label(),
                 t.ip,
                 t.node,
@@ -130,6 +145,7 @@ impl Report {
                     Attachment::Underlay { u2o: false } => ", underlay",
                     Attachment::Underlay { u2o: true } => ", underlay (u2o)",
                 },
+                t.ip6.map(|ip| format!(", IPv6 {ip}")).unwrap_or_default(),
             );
         }
         let _ = write!(out, "  pod → pod (row → column):\n    {:>5}", "");
@@ -160,10 +176,36 @@ impl Report {
                 self.targets[i].label(),
                 self.cell(Kind::OutsideToPod, None, Some(i)),
                 self.cell(Kind::PodToOutside, Some(i), None),
-                self.seen_by_outside(i)
+                self.seen_by_outside(i, Kind::PodToOutside)
                     .map(|ip| format!(" (the outside saw {ip})"))
                     .unwrap_or_default(),
             );
+        }
+        let dual: Vec<usize> = (0..n)
+            .filter(|&i| {
+                self.outcomes
+                    .iter()
+                    .any(|o| o.check.kind == Kind::OutsideToPod6 && o.check.to == Some(i))
+            })
+            .collect();
+        if !dual.is_empty() {
+            let _ = writeln!(
+                out,
+                "  outside host ↔ pods over IPv6 ({} ↔ the pods' IPv6 addresses, BGP routes over the IPv6 sessions):",
+                super::super::topology::Topology::outside_ip6()
+            );
+            for i in dual {
+                let _ = writeln!(
+                    out,
+                    "    {:width$}  outside → pod (IPv6): {:8}  pod → outside (IPv6): {:8}{}",
+                    self.targets[i].label(),
+                    self.cell(Kind::OutsideToPod6, None, Some(i)),
+                    self.cell(Kind::PodToOutside6, Some(i), None),
+                    self.seen_by_outside(i, Kind::PodToOutside6)
+                        .map(|ip| format!(" (the outside saw {ip})"))
+                        .unwrap_or_default(),
+                );
+            }
         }
         if !self.services.is_empty() {
             let _ = writeln!(
@@ -217,6 +259,37 @@ impl Report {
                         self.cell(Kind::OutsideToService, None, Some(k)),
                     );
                 }
+            }
+        }
+        let tor: Vec<&Outcome> = self
+            .outcomes
+            .iter()
+            .filter(|o| matches!(o.check.kind, Kind::TorCommunities | Kind::TorNextHops))
+            .collect();
+        if !tor.is_empty() {
+            let _ = writeln!(
+                out,
+                "  the ToR's BGP routes for Services (BgpAdvertisement communities, externalTrafficPolicy Local):"
+            );
+            for o in tor {
+                let Some(svc) = o.check.to.and_then(|k| self.services.get(k)) else {
+                    continue;
+                };
+                let what = match &o.check.expect {
+                    Expect::Communities(c) => format!("communities {}", c.join(" ")),
+                    Expect::NextHops(h) => format!(
+                        "next hops only the endpoints' nodes {}",
+                        super::bgp_policy::next_hops_answer(h)
+                    ),
+                    _ => String::new(),
+                };
+                let _ = writeln!(
+                    out,
+                    "    {} at {}: {what}: {}",
+                    svc.label(),
+                    svc.outside_ip.map(|ip| ip.to_string()).unwrap_or_default(),
+                    if o.passed() { "ok" } else { "FAIL" },
+                );
             }
         }
         if !self.eips.is_empty() {

@@ -7,6 +7,7 @@ fn target(name: &str, vpc: &str, announced: bool, nat: bool) -> Target {
         name: name.into(),
         node: "node1".into(),
         ip: "10.16.0.5".parse().unwrap(),
+        ip6: None,
         port: 8080,
         subnet: "s".into(),
         vpc: vpc.into(),
@@ -32,6 +33,9 @@ fn service(name: &str, backends: &[&str]) -> ServiceTarget {
         backends: backends.iter().map(|b| (*b).to_owned()).collect(),
         outside_ip: None,
         ingress_sources: vec![],
+        local: false,
+        local_next_hops: vec![],
+        communities: vec![],
     }
 }
 
@@ -494,4 +498,96 @@ fn a_custom_vpc_reaches_out_through_its_eips_and_is_reached_at_them() {
     let text = report.render();
     assert!(text.contains("fip t1 at 10.200.0.101:8080 → vpc1/t1"), "{text}");
     assert!(text.contains("(nothing listens on its internal port)"), "{text}");
+}
+
+/// Dual-stack pods get the outside host's rows again over IPv6 (announced: answered, each side
+/// seeing the other's own IPv6 address; not announced: no answer); IPv4-only pods get none, and
+/// a policy keeping the outside host's IPv6 address out silences the way in.
+#[test]
+fn dual_stack_pods_get_ipv6_rows_to_and_from_the_outside_host() {
+    let dual = |name: &str, announced: bool, ip6: &str| Target {
+        ip6: Some(ip6.parse().unwrap()),
+        ..target(name, DEFAULT_VPC, announced, false)
+    };
+    let targets = [
+        dual("d1", true, "fd00:10:66::b"),
+        dual("d2", false, "fd00:10:66::c"),
+        target("v4", DEFAULT_VPC, true, false),
+    ];
+    let checks = plan(&targets, &[], &[], &[]);
+    let find = |kind: Kind, from: Option<usize>, to: Option<usize>| {
+        checks
+            .iter()
+            .find(|c| c.kind == kind && c.from == from && c.to == to)
+            .map(|c| c.expect.clone())
+    };
+    let outside: IpAddr = "fd00:198:51:100::10".parse().unwrap();
+    assert_eq!(
+        find(Kind::OutsideToPod6, None, Some(0)),
+        Some(Expect::ClientIp(outside))
+    );
+    assert_eq!(
+        find(Kind::PodToOutside6, Some(0), None),
+        Some(Expect::ClientIp("fd00:10:66::b".parse().unwrap()))
+    );
+    assert_eq!(find(Kind::OutsideToPod6, None, Some(1)), Some(Expect::Blocked));
+    assert_eq!(find(Kind::PodToOutside6, Some(1), None), Some(Expect::Blocked));
+    assert_eq!(find(Kind::OutsideToPod6, None, Some(2)), None);
+    assert_eq!(find(Kind::PodToOutside6, Some(2), None), None);
+    // The IPv4 rows are still there for the dual-stack pods.
+    assert!(find(Kind::OutsideToPod, None, Some(0)).is_some());
+
+    // Ingress only from 198.51.100.0/24: the outside host's IPv6 address is not in it.
+    let policy: NetworkPolicy = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "v4-only", "namespace": "demo"},
+        "spec": {"podSelector": {}, "policyTypes": ["Ingress"],
+                 "ingress": [{"from": [{"ipBlock": {"cidr": "198.51.100.0/24"}}]}]}
+    }))
+    .unwrap();
+    let checks = plan(&targets, &[], &[], &[policy]);
+    let expect = |kind: Kind, to: Option<usize>| {
+        checks
+            .iter()
+            .find(|c| c.kind == kind && c.to == to && c.from.is_none())
+            .map(|c| c.expect.clone())
+    };
+    assert_eq!(expect(Kind::OutsideToPod6, Some(0)), Some(Expect::Blocked));
+    assert_eq!(
+        expect(Kind::OutsideToPod, Some(0)),
+        Some(Expect::ClientIp("198.51.100.10".parse().unwrap()))
+    );
+
+    let outcomes = plan(&targets, &[], &[], &[])
+        .into_iter()
+        .filter(|c| matches!(c.kind, Kind::OutsideToPod6 | Kind::PodToOutside6))
+        .map(|check| {
+            let answer = match &check.expect {
+                Expect::ClientIp(ip) => Ok(format!("[{ip}]:40000")),
+                _ => Err("timed out".to_owned()),
+            };
+            Outcome { check, answer }
+        })
+        .collect();
+    let report = Report {
+        eips: vec![],
+        targets: targets.to_vec(),
+        services: vec![],
+        policies: 0,
+        outcomes,
+    };
+    let text = report.render();
+    assert!(report.healthy(), "{text}");
+    let d1 = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("demo/d1 ") && l.contains("(IPv6)"))
+        .unwrap_or_default();
+    assert!(
+        d1.contains("outside → pod (IPv6): ok ")
+            && d1.contains("pod → outside (IPv6): ok ")
+            && d1.ends_with("(the outside saw fd00:10:66::b)"),
+        "{text}"
+    );
+    assert!(text.contains("outside → pod (IPv6): blocked"), "{text}");
+    assert!(text.contains(", IPv6 fd00:10:66::b"), "{text}");
+    assert!(!text.contains("demo/v4  outside → pod (IPv6)"), "{text}");
 }
