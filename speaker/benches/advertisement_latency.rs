@@ -43,26 +43,6 @@ fn wait_community(ctl: &mut BirdCtl, community: &str) -> Result<()> {
     bail!("{PREFIX} never carried {community}")
 }
 
-fn summary(name: &str, samples: &mut [Duration]) {
-    samples.sort();
-    let at = |p: f64| {
-        #[allow(
-            clippy::cast_possible_truncation,
-            clippy::cast_sign_loss,
-            clippy::cast_precision_loss
-        )]
-        let i = ((samples.len() as f64 - 1.0) * p).round() as usize;
-        samples[i].as_secs_f64() * 1000.0
-    };
-    println!(
-        "{name:<34} median {:>7.2} ms   p90 {:>7.2} ms   p99 {:>7.2} ms   max {:>7.2} ms",
-        at(0.5),
-        at(0.9),
-        at(0.99),
-        at(1.0)
-    );
-}
-
 async fn advertisement(cluster: &Cluster, name: &str, tier: &str, community: &str) -> Result<()> {
     let gvk = kube::api::GroupVersionKind::gvk("bgp.kube-ovn-rs.io", "v1alpha1", "BgpAdvertisement");
     let (ar, _) = kube::discovery::pinned_kind(&cluster.kube, &gvk).await?;
@@ -128,7 +108,7 @@ async fn main() -> Result<()> {
         samples.push(started.elapsed());
     }
     println!("label change in the API to the community at the ToR, {changes} changes:");
-    summary("subnet relabelled (tier a <-> b)", &mut samples);
+    common::print_latency("subnet relabelled (tier a <-> b)", &mut samples);
     drop(speaker);
     Ok(())
 }

@@ -34,26 +34,6 @@ fn wait_route(ctl: &mut BirdCtl, prefix: &str, present: bool) -> Result<()> {
     )
 }
 
-fn summary(name: &str, samples: &mut [Duration]) {
-    samples.sort();
-    let at = |p: f64| {
-        #[allow(
-            clippy::cast_possible_truncation,
-            clippy::cast_sign_loss,
-            clippy::cast_precision_loss
-        )]
-        let i = ((samples.len() as f64 - 1.0) * p).round() as usize;
-        samples[i].as_secs_f64() * 1000.0
-    };
-    println!(
-        "{name:<28} median {:>7.2} ms   p90 {:>7.2} ms   p99 {:>7.2} ms   max {:>7.2} ms",
-        at(0.5),
-        at(0.9),
-        at(0.99),
-        at(1.0)
-    );
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<()> {
     let pods: usize = std::env::args()
@@ -88,8 +68,8 @@ async fn main() -> Result<()> {
         withdraw.push(started.elapsed());
     }
     println!("annotation in the API to the ToR's table, {pods} pods, one at a time:");
-    summary("announce (pod created)", &mut announce);
-    summary("withdraw (pod deleted)", &mut withdraw);
+    common::print_latency("announce (pod created)", &mut announce);
+    common::print_latency("withdraw (pod deleted)", &mut withdraw);
     drop(speaker);
     Ok(())
 }

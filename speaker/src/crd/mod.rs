@@ -22,7 +22,8 @@ use crate::driver::PeerStatus;
 pub use kube_ovn_api::bgp_peer::*;
 pub use kube_ovn_api::selector::{Operator, Requirement, Selector};
 pub use validate::{
-    CrdError, PasswordRef, PeerTarget, ValidateSpec, ValidatedPeer, parse_community, parse_large_community,
+    CrdError, PasswordRef, PeerTarget, ValidateSpec, ValidatedPeer, parse_communities, parse_community,
+    parse_large_communities, parse_large_community,
 };
 
 /// The body of a JSON merge patch (RFC 7386) to `bgppeers/<name>/status` that sets `node`'s

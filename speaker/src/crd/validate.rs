@@ -20,6 +20,42 @@ pub(crate) const WELL_KNOWN: [(&str, u32); 4] = [
     ("blackhole", 0xFFFF_029A),
 ];
 
+/// `spec.communities`, each parsed, or the first bad one named by its index (BgpPeer and
+/// BgpAdvertisement spell the field alike).
+pub fn parse_communities(texts: &[String]) -> Result<Vec<u32>, CrdError> {
+    texts
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            parse_community(c).ok_or_else(|| {
+                CrdError::new(
+                    format!("spec.communities[{i}]"),
+                    format!(
+                        "{c:?} is not a valid community (A:B with A and B in 0-65535, or \
+                         no-export, no-advertise, no-export-subconfed, blackhole)"
+                    ),
+                )
+            })
+        })
+        .collect()
+}
+
+/// `spec.largeCommunities`, each parsed, or the first bad one named by its index.
+pub fn parse_large_communities(texts: &[String]) -> Result<Vec<LargeCommunity>, CrdError> {
+    texts
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            parse_large_community(c).ok_or_else(|| {
+                CrdError::new(
+                    format!("spec.largeCommunities[{i}]"),
+                    format!("{c:?} is not a valid large community (A:B:C, each in 0-4294967295)"),
+                )
+            })
+        })
+        .collect()
+}
+
 /// A spec field that cannot be used, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {message}")]
@@ -206,35 +242,8 @@ impl Checked<'_> {
                 "only sent to internal peers (localASN = peerASN, RFC 4271 §5.1.5)",
             ));
         }
-        let communities = self
-            .communities
-            .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                parse_community(c).ok_or_else(|| {
-                    CrdError::new(
-                        format!("spec.communities[{i}]"),
-                        format!(
-                            "{c:?} is not a valid community (A:B with A and B in 0-65535, or \
-                             no-export, no-advertise, no-export-subconfed, blackhole)"
-                        ),
-                    )
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let large_communities = self
-            .large_communities
-            .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                parse_large_community(c).ok_or_else(|| {
-                    CrdError::new(
-                        format!("spec.largeCommunities[{i}]"),
-                        format!("{c:?} is not a valid large community (A:B:C, each in 0-4294967295)"),
-                    )
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let communities = parse_communities(&self.communities)?;
+        let large_communities = parse_large_communities(&self.large_communities)?;
         let extended_nexthop = match (&target, self.extended_nexthop) {
             (PeerTarget::Interface(_), Some(false)) => {
                 return Err(CrdError::new(

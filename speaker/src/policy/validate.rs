@@ -9,7 +9,7 @@ use kube_ovn_api::bgp_advertisement::{AdvertiseKind, BgpAdvertisement, MAX_AS_PA
 use kube_ovn_api::selector::Selector;
 
 use super::ValidatedAdvertisement;
-use crate::crd::{CrdError, parse_community, parse_large_community};
+use crate::crd::{CrdError, parse_communities, parse_large_communities};
 
 /// The spec checked and parsed, or the first field that cannot be used.
 pub fn validate(ad: &BgpAdvertisement) -> Result<ValidatedAdvertisement, CrdError> {
@@ -39,35 +39,8 @@ pub fn validate(ad: &BgpAdvertisement) -> Result<ValidatedAdvertisement, CrdErro
     let namespace_selector = selector(spec.namespace_selector.as_ref(), "spec.namespaceSelector")?;
     let service_selector = selector(spec.service_selector.as_ref(), "spec.serviceSelector")?;
     let peer_selector = selector(spec.peer_selector.as_ref(), "spec.peerSelector")?;
-    let communities = spec
-        .communities
-        .iter()
-        .enumerate()
-        .map(|(i, c)| {
-            parse_community(c).ok_or_else(|| {
-                CrdError::new(
-                    format!("spec.communities[{i}]"),
-                    format!(
-                        "{c:?} is not a valid community (A:B with A and B in 0-65535, or \
-                         no-export, no-advertise, no-export-subconfed, blackhole)"
-                    ),
-                )
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let large_communities = spec
-        .large_communities
-        .iter()
-        .enumerate()
-        .map(|(i, c)| {
-            parse_large_community(c).ok_or_else(|| {
-                CrdError::new(
-                    format!("spec.largeCommunities[{i}]"),
-                    format!("{c:?} is not a valid large community (A:B:C, each in 0-4294967295)"),
-                )
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let communities = parse_communities(&spec.communities)?;
+    let large_communities = parse_large_communities(&spec.large_communities)?;
     if let Some(n) = spec.as_path_prepend.filter(|n| *n > MAX_AS_PATH_PREPEND) {
         return Err(CrdError::new(
             "spec.asPathPrepend",

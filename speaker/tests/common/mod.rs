@@ -279,3 +279,25 @@ pub fn init_tracing() {
         .with_test_writer()
         .try_init();
 }
+
+/// Prints a latency line for a bench: median, p90, p99 and max of `samples` (sorted in place), in
+/// milliseconds.
+pub fn print_latency(name: &str, samples: &mut [Duration]) {
+    samples.sort();
+    let at = |p: f64| {
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss
+        )]
+        let i = ((samples.len() as f64 - 1.0) * p).round() as usize;
+        samples[i].as_secs_f64() * 1000.0
+    };
+    println!(
+        "{name:<34} median {:>7.2} ms   p90 {:>7.2} ms   p99 {:>7.2} ms   max {:>7.2} ms",
+        at(0.5),
+        at(0.9),
+        at(0.99),
+        at(1.0)
+    );
+}
