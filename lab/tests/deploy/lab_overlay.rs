@@ -6,7 +6,7 @@ use std::path::Path;
 
 use clap::Parser as _;
 use kube_ovn_lab::cluster::topology::{
-    CLUSTER_AS, EXTERNAL_IP_CIDR, SERVICE_CIDR, TOR_AS, Topology, TorKind,
+    CLUSTER_AS, EXTERNAL_IP_CIDR, JOIN_CIDR, SERVICE_CIDR, TOR_AS, Topology, TorKind,
 };
 
 use kube_ovn_controller::config::comma_joined;
@@ -37,7 +37,7 @@ fn the_lab_overlay_configures_the_components_as_the_lab_s_process_mode_does() {
     assert_eq!(comma_joined(&ctl.nb_remotes), format!("tcp:{node1}:6641"));
     assert_eq!(comma_joined(&ctl.sb_remotes), format!("tcp:{node1}:6642"));
     assert_eq!(ctl.default_subnet.cidr_block(), "10.16.0.0/16");
-    assert_eq!(ctl.node_subnet.cidr_block(), "100.64.0.0/16");
+    assert_eq!(ctl.node_subnet.cidr_block(), JOIN_CIDR);
     let external: std::net::IpAddr = EXTERNAL_IP_CIDR.replace(".0/24", ".7").parse().unwrap();
     assert!(ctl.service_external_ip_cidrs.allows(external));
 
@@ -51,7 +51,12 @@ fn the_lab_overlay_configures_the_components_as_the_lab_s_process_mode_does() {
     assert_eq!(daemon.flags.network_type, "geneve");
     assert_eq!(daemon.flags.service_cluster_ip_range, SERVICE_CIDR);
     assert!(daemon.flags.service_external_ip_cidrs.allows(external));
-    assert_eq!(daemon.bgp_neighbors, [std::net::IpAddr::from(Topology::tor_ip())]);
+    // The dual-stack fabric: the ToR over IPv4 and over IPv6.
+    let tor = [
+        std::net::IpAddr::from(Topology::tor_ip()),
+        std::net::IpAddr::from(Topology::tor_ip6()),
+    ];
+    assert_eq!(daemon.bgp_neighbors, tor);
 
     let speaker = kube_ovn_speaker::config::Flags::try_parse_from(argv("kube-ovn-speaker"))
         .unwrap()
@@ -59,7 +64,7 @@ fn the_lab_overlay_configures_the_components_as_the_lab_s_process_mode_does() {
         .unwrap();
     assert_eq!(speaker.flags.cluster_as, CLUSTER_AS);
     assert_eq!(speaker.flags.neighbor_as, TOR_AS);
-    assert_eq!(speaker.neighbors, [std::net::IpAddr::from(Topology::tor_ip())]);
+    assert_eq!(speaker.neighbors, tor);
     assert!(speaker.flags.graceful_restart);
     // The process mode's --router-id and --node-ips are the node's address; with host
     // networking the pod's address (POD_IPS, the downward API's placeholder here) is that.
