@@ -60,11 +60,14 @@ impl Unnumbered {
         .map_err(|e| format!("spec.peerInterface: {interface}: {e}"))?;
         let mut watch = neighbour.watch();
         let changed = self.changed.clone();
-        let forward = AbortOnDrop::spawn(async move {
-            while watch.changed().await.is_ok() {
-                changed.notify_one();
-            }
-        });
+        // Supervised like every helper of the run loop: a panic fails /livez.
+        let forward = rt
+            .supervisor
+            .spawn_owned(format!("unnumbered {interface}"), async move {
+                while watch.changed().await.is_ok() {
+                    changed.notify_one();
+                }
+            });
         let address = neighbour.address().map(IpAddr::V6);
         self.interfaces.insert(interface.to_owned(), (neighbour, forward));
         Ok(address)
