@@ -55,25 +55,6 @@ fn wait_moved(ctl: &mut BirdCtl, from: &str, to: &str, n: u32, since: Instant) -
     bail!("the subnet's {n} routes did not move from {from} to {to}")
 }
 
-fn summary(name: &str, samples: &mut [Duration]) {
-    samples.sort();
-    let at = |p: f64| {
-        #[allow(
-            clippy::cast_possible_truncation,
-            clippy::cast_sign_loss,
-            clippy::cast_precision_loss
-        )]
-        let i = ((samples.len() as f64 - 1.0) * p).round() as usize;
-        samples[i].as_secs_f64() * 1000.0
-    };
-    println!(
-        "{name:<40} median {:>7.2} ms   p90 {:>7.2} ms   max {:>7.2} ms",
-        at(0.5),
-        at(0.9),
-        at(1.0)
-    );
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
@@ -116,9 +97,9 @@ async fn main() -> Result<()> {
         moved.push(all);
     }
     println!("status.activateGateway written to the ToR, {failovers} failovers, {pods} pods:");
-    summary("CIDR best path via the new gateway", &mut best);
-    summary("CIDR route of the old gateway gone", &mut withdrawn);
-    summary(&format!("all {routes} routes moved"), &mut moved);
+    common::print_latency("CIDR best path via the new gateway", &mut best);
+    common::print_latency("CIDR route of the old gateway gone", &mut withdrawn);
+    common::print_latency(&format!("all {routes} routes moved"), &mut moved);
 
     // OvnEips: the subnet withdrawn first, so the sessions' counts are the EIPs' alone.
     lab.set_active("central", "").await?;
@@ -157,8 +138,8 @@ async fn main() -> Result<()> {
     println!(
         "OvnEip vpc1-external status.activateGateway written to the ToR, {failovers} failovers, {eips} SNAT EIPs:"
     );
-    summary("router EIP best path via the new node", &mut best);
-    summary("router EIP route of the old node gone", &mut withdrawn);
-    summary(&format!("all {routes} EIP routes moved"), &mut moved);
+    common::print_latency("router EIP best path via the new node", &mut best);
+    common::print_latency("router EIP route of the old node gone", &mut withdrawn);
+    common::print_latency(&format!("all {routes} EIP routes moved"), &mut moved);
     Ok(())
 }
