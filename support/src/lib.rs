@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 mod duration;
 pub mod endpoints;
+pub mod klog;
 mod supervisor;
 mod tasks;
 pub mod watch;

@@ -21,6 +21,7 @@ pub mod netns;
 mod ovn;
 mod ovs_node;
 mod ovsdb;
+mod ports;
 pub mod process;
 mod spawns;
 pub mod wait;
@@ -31,7 +32,8 @@ pub use fabric::{Capture, FABRIC_BRIDGE, Frame, VlanRouter};
 pub use netns::{Netns, ping_from, tcp_transfer, wait_ping_from};
 pub use ovn::{OvnCentral, Trace};
 pub use ovs_node::{OvsNode, UNDERLAY_BRIDGE, add_underlay_bridge};
-pub use ovsdb::{NB_SCHEMA, OvsdbServer, RaftCluster, SB_SCHEMA, VSWITCH_SCHEMA, free_port};
+pub use ovsdb::{NB_SCHEMA, OvsdbServer, RaftCluster, SB_SCHEMA, VSWITCH_SCHEMA};
+pub use ports::free_port;
 pub use spawns::{SpawnAudit, audit_spawns};
 pub use wait::{Timeout, wait_for, wait_until, wait_until_async};
 

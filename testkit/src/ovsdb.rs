@@ -1,6 +1,6 @@
 //! `ovsdb-server` fixtures: one server, or a 3-member RAFT cluster, in a temporary directory.
 
-use std::net::TcpListener;
+use crate::free_port;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -496,9 +496,4 @@ impl RaftCluster {
         full.extend_from_slice(args);
         Ok(run("ovn-nbctl", &full)?)
     }
-}
-
-/// A TCP port on 127.0.0.1 that nobody listens on right now.
-pub fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }

@@ -58,11 +58,7 @@ pub fn children_cpu_seconds(comm: &str) -> f64 {
 }
 
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    kube_ovn_testkit::free_port().expect("a free TCP port on 127.0.0.1")
 }
 
 /// Polls `check` every 20 ms until it holds; panics naming `what` after [`STEP`].

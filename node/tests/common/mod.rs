@@ -102,11 +102,7 @@ impl Drop for Cluster {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    kube_ovn_testkit::free_port().expect("a free TCP port on 127.0.0.1")
 }
 
 /// Where a node's underlay address is (10.x is taken by pods, 100.64 by join).

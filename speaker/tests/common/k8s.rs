@@ -168,11 +168,7 @@ impl Cluster {
 }
 
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    kube_ovn_testkit::free_port().expect("a free TCP port on 127.0.0.1")
 }
 
 /// The speaker with the ToR as its flag peer (Kube-OVN's way); `extra` flags follow.

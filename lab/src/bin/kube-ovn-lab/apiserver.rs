@@ -47,8 +47,8 @@ pub async fn run(args: ApiserverArgs) -> anyhow::Result<std::process::ExitCode> 
     let cp = ControlPlane {
         dir: dir.path().to_owned(),
         api: SocketAddr::new(args.listen.ip(), port),
-        etcd_client_port: free_port([127, 0, 0, 1].into())?,
-        etcd_peer_port: free_port([127, 0, 0, 1].into())?,
+        etcd_client_port: kube_ovn_testkit::free_port()?,
+        etcd_peer_port: kube_ovn_testkit::free_port()?,
         service_cidrs: SERVICE_CIDRS.iter().map(|c| (*c).to_owned()).collect(),
         audit_log: dir.path().join("audit.log"),
         extra_clients: vec![],

@@ -1,0 +1,186 @@
+//! How `kubectl ko` reaches the cluster: through the `kubectl` on the PATH (a plugin's own
+//! kubectl, as Kube-OVN's plugin does), so the user's kubeconfig, `--context` and credentials
+//! apply unchanged. Pods are found by the labels of `deploy/` (the same as Kube-OVN's
+//! manifests): `app=ovn-central`, `app=ovs`, `app=kube-ovn-cni`, `app=kube-ovn-speaker`,
+//! `app=kube-ovn-pinger`, `app=kube-ovn-monitor`, in the namespace `KUBE_OVN_NS` (kube-system).
+
+use std::process::{Command, ExitStatus, Stdio};
+
+use anyhow::{Context, bail};
+use serde_json::Value;
+
+/// The namespace kube-ovn-rs runs in (Kube-OVN's plugin reads `KUBE_OVN_NS` too).
+pub fn namespace() -> String {
+    std::env::var("KUBE_OVN_NS").unwrap_or_else(|_| "kube-system".into())
+}
+
+/// The kubectl program: `KUBECTL` when set (tests, a kubectl not on the PATH), else `kubectl`.
+fn program() -> String {
+    std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into())
+}
+
+/// Runs kubectl with `args` and returns its standard output; a failure carries its stderr.
+pub fn output(args: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new(program())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {} {}", program(), args.join(" ")))?;
+    if !out.status.success() {
+        bail!(
+            "{} {} failed ({}): {}",
+            program(),
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Runs kubectl with `args` attached to this terminal (stdin, stdout, stderr), as an
+/// interactive verb does (`nbctl`, `vsctl`, `tcpdump`), and returns its exit status.
+pub fn attached(args: &[&str]) -> anyhow::Result<ExitStatus> {
+    Command::new(program())
+        .args(args)
+        .status()
+        .with_context(|| format!("running {} {}", program(), args.join(" ")))
+}
+
+/// kubectl's JSON for `args` (`-o json` is added).
+pub fn json(args: &[&str]) -> anyhow::Result<Value> {
+    let mut all = args.to_vec();
+    all.extend(["-o", "json"]);
+    let text = output(&all)?;
+    serde_json::from_str(&text).with_context(|| format!("kubectl {}: not JSON", args.join(" ")))
+}
+
+/// A pod of one of our components.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ComponentPod {
+    pub name: String,
+    pub node: String,
+    /// Running with every container ready.
+    pub ready: bool,
+}
+
+/// The pods labelled `app=<app>` in our namespace, from `kubectl get pods -o json`'s items.
+pub fn component_pods(app: &str) -> anyhow::Result<Vec<ComponentPod>> {
+    let list = json(&["get", "pods", "-n", &namespace(), "-l", &format!("app={app}")])?;
+    Ok(parse_pods(&list))
+}
+
+/// The pods of a pod list (pure, for tests).
+pub fn parse_pods(list: &Value) -> Vec<ComponentPod> {
+    let items = list["items"].as_array().cloned().unwrap_or_default();
+    items
+        .iter()
+        .map(|pod| {
+            let statuses = pod["status"]["containerStatuses"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            ComponentPod {
+                name: pod["metadata"]["name"].as_str().unwrap_or_default().to_owned(),
+                node: pod["spec"]["nodeName"].as_str().unwrap_or_default().to_owned(),
+                ready: pod["status"]["phase"] == "Running"
+                    && !statuses.is_empty()
+                    && statuses.iter().all(|s| s["ready"] == true),
+            }
+        })
+        .collect()
+}
+
+/// A running, ready pod labelled `app=<app>`; with `node`, the one on that node.
+pub fn ready_pod(app: &str, node: Option<&str>) -> anyhow::Result<ComponentPod> {
+    let pods = component_pods(app)?;
+    let found = pods
+        .iter()
+        .filter(|p| node.is_none_or(|n| p.node == n))
+        .find(|p| p.ready)
+        .cloned();
+    match (found, node) {
+        (Some(pod), _) => Ok(pod),
+        (None, Some(node)) => bail!(
+            "no ready pod with app={app} on node {node} in namespace {} (pods: {})",
+            namespace(),
+            describe(&pods)
+        ),
+        (None, None) => bail!(
+            "no ready pod with app={app} in namespace {} (pods: {})",
+            namespace(),
+            describe(&pods)
+        ),
+    }
+}
+
+fn describe(pods: &[ComponentPod]) -> String {
+    if pods.is_empty() {
+        return "none".into();
+    }
+    pods.iter()
+        .map(|p| {
+            format!(
+                "{} on {}{}",
+                p.name,
+                p.node,
+                if p.ready { "" } else { " (not ready)" }
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `kubectl exec -n <ns> <pod> -c <container> -- <command…>`'s arguments.
+pub fn exec_args<'a>(
+    namespace: &'a str,
+    pod: &'a str,
+    container: &'a str,
+    command: &[&'a str],
+) -> Vec<&'a str> {
+    let mut args = vec!["exec", "-n", namespace, pod, "-c", container, "--"];
+    args.extend_from_slice(command);
+    args
+}
+
+/// Runs `command` in a container of a pod and returns its output.
+pub fn exec(pod: &str, container: &str, command: &[&str]) -> anyhow::Result<String> {
+    let ns = namespace();
+    output(&exec_args(&ns, pod, container, command))
+}
+
+/// Runs `command` in a container of a pod, attached to this terminal.
+pub fn exec_attached(pod: &str, container: &str, command: &[&str]) -> anyhow::Result<ExitStatus> {
+    let ns = namespace();
+    let mut args = vec!["exec"];
+    if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+        args.push("-it");
+    }
+    let rest = exec_args(&ns, pod, container, command);
+    args.extend_from_slice(&rest[1..]);
+    attached(&args)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn pods_are_ready_only_when_running_with_every_container_ready() {
+        let list = json!({"items": [
+            {"metadata": {"name": "a"}, "spec": {"nodeName": "n1"},
+             "status": {"phase": "Running", "containerStatuses": [{"ready": true}, {"ready": true}]}},
+            {"metadata": {"name": "b"}, "spec": {"nodeName": "n2"},
+             "status": {"phase": "Running", "containerStatuses": [{"ready": true}, {"ready": false}]}},
+            {"metadata": {"name": "c"}, "spec": {"nodeName": "n3"}, "status": {"phase": "Pending"}}
+        ]});
+        let pods = parse_pods(&list);
+        assert_eq!(
+            pods.iter()
+                .map(|p| (p.name.as_str(), p.node.as_str(), p.ready))
+                .collect::<Vec<_>>(),
+            vec![("a", "n1", true), ("b", "n2", false), ("c", "n3", false)]
+        );
+    }
+}
