@@ -161,6 +161,59 @@ pub fn exec_attached(pod: &str, container: &str, command: &[&str]) -> anyhow::Re
     attached(&args)
 }
 
+/// The exit code of a kubectl run, for a verb that passes it on (`nbctl`, `vsctl`, `tcpdump`):
+/// a signal or a code beyond 255 is a plain failure.
+pub fn exit_code(status: ExitStatus) -> std::process::ExitCode {
+    status
+        .code()
+        .and_then(|c| u8::try_from(c).ok())
+        .map_or(std::process::ExitCode::FAILURE, std::process::ExitCode::from)
+}
+
+/// Runs kubectl with `args`, its standard output written to `path` (a log collected by
+/// `kubectl ko log`); a failure carries its stderr.
+pub fn output_to_file(args: &[&str], path: &std::path::Path) -> anyhow::Result<()> {
+    let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let out = Command::new(program())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(file)
+        .stderr(Stdio::piped())
+        .output()
+        .with_context(|| format!("running {} {}", program(), args.join(" ")))?;
+    if !out.status.success() {
+        bail!(
+            "{} {} failed ({}): {}",
+            program(),
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// The pod labelled `app=<app>` on `node` to exec into: a ready one, else any that is there (a
+/// verb such as `vsctl` is most wanted when the pod is not ready).
+pub fn pod_on_node(app: &str, node: &str) -> anyhow::Result<ComponentPod> {
+    let pods = component_pods(app)?;
+    pick_on_node(&pods, node).cloned().ok_or_else(|| {
+        anyhow::anyhow!(
+            "no pod with app={app} on node {node} in namespace {} (pods: {})",
+            namespace(),
+            describe(&pods)
+        )
+    })
+}
+
+/// A ready pod on `node`, else any pod there (pure, for tests).
+pub fn pick_on_node<'a>(pods: &'a [ComponentPod], node: &str) -> Option<&'a ComponentPod> {
+    let mut on_node = pods.iter().filter(|p| p.node == node);
+    pods.iter()
+        .find(|p| p.node == node && p.ready)
+        .or_else(|| on_node.next())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -181,6 +234,41 @@ mod tests {
                 .map(|p| (p.name.as_str(), p.node.as_str(), p.ready))
                 .collect::<Vec<_>>(),
             vec![("a", "n1", true), ("b", "n2", false), ("c", "n3", false)]
+        );
+    }
+
+    #[test]
+    fn a_node_pod_is_the_ready_one_else_any_there() {
+        let pod = |name: &str, node: &str, ready| ComponentPod {
+            name: name.into(),
+            node: node.into(),
+            ready,
+        };
+        let pods = [
+            pod("old", "n1", false),
+            pod("new", "n1", true),
+            pod("x", "n2", false),
+        ];
+        assert_eq!(pick_on_node(&pods, "n1").map(|p| p.name.as_str()), Some("new"));
+        assert_eq!(pick_on_node(&pods, "n2").map(|p| p.name.as_str()), Some("x"));
+        assert_eq!(pick_on_node(&pods, "n3"), None);
+    }
+
+    #[test]
+    fn exec_runs_the_command_after_a_double_dash_in_the_container() {
+        assert_eq!(
+            exec_args("kube-system", "ovs-ovn-x", "openvswitch", &["ovs-vsctl", "show"]),
+            [
+                "exec",
+                "-n",
+                "kube-system",
+                "ovs-ovn-x",
+                "-c",
+                "openvswitch",
+                "--",
+                "ovs-vsctl",
+                "show"
+            ]
         );
     }
 }

@@ -7,6 +7,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bgp;
+mod cluster_status;
+mod complete;
 mod completion;
 mod db;
 mod diagnose;
@@ -33,11 +35,11 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Verb {
-    /// ovn-nbctl in the OVN northbound database's leader (ovn-central pod).
+    /// ovn-nbctl in the ovn-central pod of the northbound database's RAFT leader.
     Nbctl(db::CtlArgs),
-    /// ovn-sbctl in the OVN southbound database's leader (ovn-central pod).
+    /// ovn-sbctl in the ovn-central pod of the southbound database's RAFT leader.
     Sbctl(db::CtlArgs),
-    /// Northbound database: status, kick, backup, dbstatus.
+    /// Northbound database: status, kick, backup, dbstatus (restore: see its --help).
     Nb(db::DbArgs),
     /// Southbound database: status, kick, backup, dbstatus.
     Sb(db::DbArgs),
@@ -49,22 +51,25 @@ enum Verb {
     Dpctl(node_tools::NodeToolArgs),
     /// ovs-appctl in the ovs-ovn pod of a node.
     Appctl(node_tools::NodeToolArgs),
-    /// tcpdump on a pod's interface, from its node.
+    /// tcpdump in a pod's network namespace (namespace/pod), from its node.
     Tcpdump(tcpdump::TcpdumpArgs),
     /// Trace a packet from a pod through OVN (ovn-trace) and OVS (ofproto/trace).
     Trace(trace::TraceArgs),
     /// Check the cluster's network: all, a node, or a subnet.
     Diagnose(diagnose::DiagnoseArgs),
-    /// Check the nodes' environment (kernel, modules, sysctls) as Kube-OVN's plugin does.
+    /// Check each node's environment (CNI files, sysctls, checksum errors, DNS, firewalls).
     EnvCheck(env_check::EnvCheckArgs),
-    /// Collect the logs of a component (or all) into a folder.
+    /// Collect logs (kube-ovn, ovn, ovs, linux or all) into ./kubectl-ko-log/<node>/.
     Log(log::LogArgs),
-    /// Restart the components (ovn-central, ovs-ovn, controller, cni, speaker) one by one.
+    /// Restart every component in order, each awaited (ovs-ovn node by node).
     Reload(reload::ReloadArgs),
     /// kube-ovn-rs: every speaker's BGP sessions and, per peer, the prefixes it advertises.
     Bgp(bgp::BgpArgs),
-    /// Shell completion script (bash, zsh, fish).
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completion(completion::CompletionArgs),
+    /// The words of `kubectl ko <TAB>` for kubectl's plugin completion (`kubectl_complete-ko`).
+    #[command(name = "__complete", hide = true)]
+    Complete(complete::CompleteArgs),
 }
 
 fn main() -> ExitCode {
@@ -86,6 +91,7 @@ fn main() -> ExitCode {
         Verb::Reload(args) => reload::run(&args),
         Verb::Bgp(args) => bgp::run(&args),
         Verb::Completion(args) => completion::run(&args),
+        Verb::Complete(args) => Ok(complete::run(&args)),
     };
     match result {
         Ok(code) => code,
