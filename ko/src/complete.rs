@@ -70,14 +70,11 @@ pub fn candidates(
             return Vec::new();
         };
         let values = arg.get_possible_values();
-        if !values.is_empty() {
-            values.iter().map(|v| v.get_name().to_owned()).collect()
-        } else {
-            match arg.get_id().as_str() {
-                "node" => lookup(Source::Nodes),
-                "pod" => lookup(Source::Pods),
-                _ => Vec::new(),
-            }
+        match arg.get_id().as_str() {
+            _ if !values.is_empty() => values.iter().map(|v| v.get_name().to_owned()).collect(),
+            "node" => lookup(Source::Nodes),
+            "pod" => lookup(Source::Pods),
+            _ => Vec::new(),
         }
     };
     all.into_iter().filter(|c| c.starts_with(partial)).collect()

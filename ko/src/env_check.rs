@@ -98,7 +98,7 @@ pub fn judge(output: &str) -> Vec<String> {
     for line in section(output, "resolv").lines() {
         let mut words = line.split_whitespace();
         if words.next() == Some("search") {
-            for domain in words.filter(|d| d.trim_end_matches('.').ends_with(".com")) {
+            for domain in words.filter(|d| d.trim_end_matches('.').to_ascii_lowercase().ends_with(".com")) {
                 warnings.push(format!(
                     "DNS: search domain {domain} in /etc/resolv.conf: a wildcard record there answers for cluster names; make sure it is meant"
                 ));
