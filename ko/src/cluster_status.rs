@@ -175,4 +175,105 @@ Servers:
         ));
         assert!(!is_standalone_error("connection refused"));
     }
+
+    /// Against real ovsdb-servers: a 3-member RAFT cluster's every member's status names the
+    /// same leader and its address; a standalone server's error is recognised; the backup
+    /// commands `nb backup` runs give standalone copies of both kinds of file.
+    #[test]
+    fn real_servers_statuses_errors_and_backups() {
+        use crate::db::{Database, backup_command};
+        use kube_ovn_testkit::{NB_SCHEMA, OvsdbServer, RaftCluster};
+        use std::time::Duration;
+
+        let cluster = RaftCluster::start(NB_SCHEMA).expect("a RAFT cluster of ovsdb-servers");
+        let leader = cluster
+            .wait_for_leader(Duration::from_secs(30))
+            .expect("a leader");
+        let ctl = |name: &str| cluster.dir().join(format!("{name}.ctl")).display().to_string();
+        let raft = |name: &str| format!("unix:{}", cluster.dir().join(format!("{name}.raft")).display());
+        let appctl = |name: &str| {
+            let out = std::process::Command::new("ovn-appctl")
+                .args(["-t", &ctl(name), "cluster/status", "OVN_Northbound"])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+            String::from_utf8(out.stdout).unwrap()
+        };
+        let leader_name = cluster.members[leader].name.clone();
+        for member in &cluster.members {
+            // A follower names the leader from the leader's first heartbeat on.
+            kube_ovn_testkit::wait_until(
+                &format!("{} to know the leader", member.name),
+                Duration::from_secs(30),
+                || Ok(parse(&appctl(&member.name)).is_some_and(|s| s.leader != "unknown")),
+            )
+            .unwrap();
+            let status = parse(&appctl(&member.name)).expect("a cluster status");
+            assert_eq!(status.servers.len(), 3, "{status:?}");
+            if member.name == leader_name {
+                assert!(status.is_leader(), "{status:?}");
+            } else {
+                assert!(!status.is_leader());
+                let named = status.servers.iter().find(|(id, _)| *id == status.leader);
+                assert_eq!(
+                    named.map(|(_, a)| a.clone()),
+                    Some(raft(&leader_name)),
+                    "{status:?}"
+                );
+            }
+        }
+
+        let target = cluster.dir().join("clustered.backup");
+        let file = cluster.dir().join(format!("{leader_name}.db"));
+        run_backup(
+            &backup_command(Database::Northbound, true, &target.display().to_string()),
+            &file,
+        );
+        assert_standalone(&target);
+
+        let standalone = OvsdbServer::nb().expect("a standalone ovsdb-server");
+        let err = standalone
+            .appctl(&["cluster/status", "OVN_Northbound"])
+            .expect_err("no cluster/status on a standalone server");
+        assert!(is_standalone_error(&format!("{err:#}")), "{err:#}");
+        let target = standalone.dir().join("standalone.backup");
+        run_backup(
+            &backup_command(Database::Northbound, false, &target.display().to_string()),
+            &standalone.dir().join("db"),
+        );
+        assert_standalone(&target);
+        // The live file is still served.
+        standalone.nbctl(&["ls-list"]).expect("the server still answers");
+    }
+
+    /// Runs a backup command with the pod's database path replaced by `file`.
+    fn run_backup(argv: &[String], file: &std::path::Path) {
+        let argv: Vec<String> = argv
+            .iter()
+            .map(|a| {
+                if a == "/etc/ovn/ovnnb_db.db" {
+                    file.display().to_string()
+                } else {
+                    a.clone()
+                }
+            })
+            .collect();
+        let out = std::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{argv:?}: {out:?}");
+    }
+
+    fn assert_standalone(file: &std::path::Path) {
+        let out = std::process::Command::new("ovsdb-tool")
+            .args(["db-is-standalone", &file.display().to_string()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{} is not a standalone database",
+            file.display()
+        );
+    }
 }

@@ -200,6 +200,39 @@ mod tests {
         assert!(warnings[4].contains("example.com"));
     }
 
+    /// The script itself, run by this machine's `sh` (what the node's `cni-server` runs): every
+    /// section is there, the one-value ones hold a value, and the judge reads them.
+    #[test]
+    fn the_script_gathers_every_section_on_a_real_host() {
+        let out = std::process::Command::new("sh")
+            .args(["-c", SCRIPT])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        for name in [
+            "cni",
+            "tcp_mtu_probing",
+            "tcp_tw_recycle",
+            "ip_forward",
+            "snmp",
+            "resolv",
+            "processes",
+        ] {
+            assert!(
+                text.contains(&format!("### {name}\n")),
+                "no section {name}: {text}"
+            );
+        }
+        for name in ["tcp_mtu_probing", "ip_forward"] {
+            let value = section(&text, name).trim();
+            assert!(value.parse::<u8>().is_ok(), "{name} is {value:?}");
+        }
+        assert!(section(&text, "snmp").contains("InCsumErrors"));
+        assert!(!section(&text, "processes").trim().is_empty());
+        judge(&text);
+    }
+
     #[test]
     fn checksum_errors_sum_the_columns_by_name() {
         assert_eq!(checksum_errors(SNMP), 7);
