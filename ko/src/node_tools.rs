@@ -44,9 +44,20 @@ impl Tool {
     }
 }
 
-/// The command run in the node's ovs-ovn pod.
+/// ovs-vswitchd's control socket as deploy/image/start-ovs.sh names it (`--unixctl`): not the
+/// `ovs-vswitchd.<pid>.ctl` that `ovs-appctl` without `-t` looks for.
+const VSWITCHD_CTL: &str = "/var/run/openvswitch/ovs-vswitchd.ctl";
+
+/// The command run in the node's ovs-ovn pod. `appctl` without a target of its own goes to
+/// ovs-vswitchd's socket (what `ovs-appctl` means without `-t`).
 pub fn command(tool: Tool, args: &[String]) -> Vec<String> {
     let mut argv = vec![tool.program().to_owned()];
+    let targeted = args
+        .iter()
+        .any(|a| a == "-t" || a.starts_with("--target") || (a.starts_with("-t") && !a.starts_with("--")));
+    if matches!(tool, Tool::Appctl) && !targeted {
+        argv.extend(["-t".to_owned(), VSWITCHD_CTL.to_owned()]);
+    }
     argv.extend(args.iter().cloned());
     argv
 }
@@ -91,7 +102,23 @@ mod tests {
             command(Tool::Ofctl, &cli.args.args),
             ["ovs-ofctl", "dump-flows", "br-int", "--names", "-O", "OpenFlow13"]
         );
-        assert_eq!(command(Tool::Appctl, &[]), ["ovs-appctl"]);
+        assert_eq!(
+            command(Tool::Appctl, &["dpif/show".into()]),
+            [
+                "ovs-appctl",
+                "-t",
+                "/var/run/openvswitch/ovs-vswitchd.ctl",
+                "dpif/show"
+            ]
+        );
+        let own = [
+            "-t".to_owned(),
+            "/run/ovn/ovnnb_db.ctl".to_owned(),
+            "cluster/status".to_owned(),
+        ];
+        assert_eq!(command(Tool::Appctl, &own)[1..], own);
+        let own = ["--target=ovsdb-server".to_owned(), "version".to_owned()];
+        assert_eq!(command(Tool::Appctl, &own)[1..], own);
         assert_eq!(command(Tool::Dpctl, &["show".into()]), ["ovs-dpctl", "show"]);
         assert_eq!(command(Tool::Vsctl, &["show".into()]), ["ovs-vsctl", "show"]);
     }
