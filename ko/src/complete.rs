@@ -122,6 +122,25 @@ mod tests {
         })
     }
 
+    /// The charter's rule, for every verb's flags: each has an environment variable too.
+    #[test]
+    fn every_flag_has_an_environment_variable() {
+        fn walk(command: &clap::Command, missing: &mut Vec<String>) {
+            for arg in command.get_arguments() {
+                let builtin = matches!(arg.get_id().as_str(), "help" | "version");
+                if !arg.is_positional() && !builtin && arg.get_env().is_none() {
+                    missing.push(format!("{} --{}", command.get_name(), arg.get_id()));
+                }
+            }
+            for sub in command.get_subcommands() {
+                walk(sub, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&crate::Cli::command(), &mut missing);
+        assert!(missing.is_empty(), "flags without env: {missing:?}");
+    }
+
     #[test]
     fn verbs_then_their_arguments() {
         assert_eq!(complete(&["nb"]), ["nbctl", "nb"]);
