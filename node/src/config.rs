@@ -114,6 +114,14 @@ pub struct Flags {
     /// plugs after the annotations); `false` restores that order.
     #[arg(long, env = "EARLY_PLUG", default_value_t = true, action = clap::ArgAction::Set)]
     pub early_plug: bool,
+    /// Mirror every packet on `br-int` onto `--mirror-iface` (Kube-OVN's flag); when off, only
+    /// pods annotated `ovn.kubernetes.io/mirror: "true"` are mirrored.
+    #[arg(long, env = "ENABLE_MIRROR", default_value_t = false, action = clap::ArgAction::Set)]
+    pub enable_mirror: bool,
+    /// The internal port on `br-int` mirrored packets go out of, made while anything is
+    /// mirrored (Kube-OVN's flag).
+    #[arg(long, env = "MIRROR_IFACE", default_value = "mirror0")]
+    pub mirror_iface: String,
     /// Install the CNI binary and conflist at start.
     #[arg(long, env = "INSTALL_CNI_CONFIG", default_value_t = false, action = clap::ArgAction::Set)]
     pub install_cni_config: bool,
@@ -279,6 +287,7 @@ impl Flags {
         if self.ovs_bridge.is_empty() {
             return Err(bad("ovs-bridge", "must not be empty"));
         }
+        crate::mirror::check_iface_name(&self.mirror_iface).map_err(|e| bad("mirror-iface", e))?;
         if self.bind_socket.as_os_str().is_empty() {
             return Err(bad("bind-socket", "must not be empty"));
         }

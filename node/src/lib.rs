@@ -14,6 +14,7 @@
 //! - the ovn0 check (`health`): the Node's `NetworkUnavailable` condition;
 //! - the provider-network task (`provider_network`): a ProviderNetwork's NIC into `br-<pn>`
 //!   and back, `ovn-bridge-mappings`, the Node's provider-network labels;
+//! - the mirror task (`mirror`, `ovs::mirror`): `mirror0` and the OVS mirror onto it;
 //! - the metrics listener (`server`): `/metrics /healthz /livez /readyz`.
 //!
 //! Start-up (`chassis`) configures `br-int` and the chassis before any task runs.
@@ -34,6 +35,7 @@ pub mod install;
 pub mod join;
 pub mod lb_ingress;
 pub mod metrics;
+pub mod mirror;
 pub mod nft_tables;
 pub mod nic;
 pub mod node;
@@ -116,6 +118,10 @@ pub enum StartError {
 ///     owns: per-PN backoff, failures reported
 ///     ──▶ br-<pn> with the NIC (snapshot in its external_ids), the NIC's addresses and routes
 ///         onto br-<pn>, ovn-bridge-mappings, Node labels, own pod err_mesg, Warning events
+///   Watched<Pod>, OVS replica changes, every 30 s
+///     ──▶ mirror task (mirror.rs; ovs/mirror.rs) ──▶ mirror0 and the Mirror row on br-int
+///         (--enable-mirror: every packet; else the pods annotated ovn.kubernetes.io/mirror)
+///     owns: refusals reported ──▶ Warning events on pods
 ///   Metrics, Ovs ──▶ metrics listener (server.rs): /metrics /healthz /livez /readyz
 ///
 ///   Open_vSwitch DB ◀──▶ Ovs (ovs.rs: replica + transactions)
@@ -247,9 +253,18 @@ pub async fn run(
         ovs_ns: ovs_ns.clone(),
         ovs_nl: ovs_nl.clone(),
         nodes: nodes.clone(),
-        kube,
+        kube: kube.clone(),
     };
     tasks.spawn("ovn0-check", ovn0_check.run());
+
+    let mirror = mirror::MirrorTask {
+        settings: mirror::Settings::new(&config),
+        kube,
+        ovs: ovs.clone(),
+        ovs_nl: ovs_nl.clone(),
+        pods: pods.clone(),
+    };
+    tasks.spawn("mirror", mirror.run());
 
     let (announcer, repeats) = announce::channel();
     tasks.spawn("announce", announce::repeat_task(ovs.clone(), repeats));

@@ -13,13 +13,22 @@ use kube_ovn_ovsdb::{
 use crate::error::DaemonError;
 use crate::plan::QosPlan;
 
+pub mod mirror;
 pub mod provider;
 
 /// How often a QoS write that lost a race to another writer is tried again.
 const QOS_RACE_RETRIES: u32 = 3;
 
 /// Tables the daemon reads; a smaller replica than the whole Open_vSwitch schema.
-pub const MONITORED: [&str; 6] = ["Open_vSwitch", "Bridge", "Port", "Interface", "QoS", "Queue"];
+pub const MONITORED: [&str; 7] = [
+    "Open_vSwitch",
+    "Bridge",
+    "Port",
+    "Interface",
+    "QoS",
+    "Queue",
+    "Mirror",
+];
 
 /// The local Open_vSwitch database.
 #[derive(Clone)]
