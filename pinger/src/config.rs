@@ -53,7 +53,11 @@ pub struct Flags {
     #[arg(long, env = "KUBE_OVN_PINGER_EXIT_CODE", default_value_t = 0)]
     pub exit_code: u8,
     /// Name resolved through the pod's resolver each round.
-    #[arg(long, env = "KUBE_OVN_PINGER_INTERNAL_DNS", default_value = "kubernetes.default")]
+    #[arg(
+        long,
+        env = "KUBE_OVN_PINGER_INTERNAL_DNS",
+        default_value = "kubernetes.default"
+    )]
     pub internal_dns: String,
     /// External name resolved each round; empty: none.
     #[arg(long, env = "KUBE_OVN_PINGER_EXTERNAL_DNS", default_value = "")]
@@ -71,37 +75,89 @@ pub struct Flags {
     pub enable_metrics: bool,
 
     /// Timeout in seconds of each request to OVS and ovn-controller.
-    #[arg(long = "ovs.timeout", env = "KUBE_OVN_PINGER_OVS_TIMEOUT", default_value_t = 2)]
+    #[arg(
+        long = "ovs.timeout",
+        env = "KUBE_OVN_PINGER_OVS_TIMEOUT",
+        default_value_t = 2
+    )]
     pub ovs_timeout: u64,
     /// Accepted for Kube-OVN's OVS exporter (not implemented here).
-    #[arg(long = "ovs.poll-interval", env = "KUBE_OVN_PINGER_OVS_POLL_INTERVAL", default_value_t = 15)]
+    #[arg(
+        long = "ovs.poll-interval",
+        env = "KUBE_OVN_PINGER_OVS_POLL_INTERVAL",
+        default_value_t = 15
+    )]
     pub ovs_poll_interval: u64,
     /// Where ovsdb-server and ovs-vswitchd keep their pidfiles and control sockets.
-    #[arg(long = "system.run.dir", env = "KUBE_OVN_PINGER_SYSTEM_RUN_DIR", default_value = "/var/run/openvswitch")]
+    #[arg(
+        long = "system.run.dir",
+        env = "KUBE_OVN_PINGER_SYSTEM_RUN_DIR",
+        default_value = "/var/run/openvswitch"
+    )]
     pub system_run_dir: PathBuf,
-    #[arg(long = "database.vswitch.name", env = "KUBE_OVN_PINGER_DATABASE_VSWITCH_NAME", default_value = "Open_vSwitch")]
+    #[arg(
+        long = "database.vswitch.name",
+        env = "KUBE_OVN_PINGER_DATABASE_VSWITCH_NAME",
+        default_value = "Open_vSwitch"
+    )]
     pub database_vswitch_name: String,
     /// The Open_vSwitch database (the port-binding check reads its Interface table).
-    #[arg(long = "database.vswitch.socket.remote", env = "KUBE_OVN_PINGER_DATABASE_VSWITCH_SOCKET_REMOTE", default_value = "unix:/var/run/openvswitch/db.sock")]
+    #[arg(
+        long = "database.vswitch.socket.remote",
+        env = "KUBE_OVN_PINGER_DATABASE_VSWITCH_SOCKET_REMOTE",
+        default_value = "unix:/var/run/openvswitch/db.sock"
+    )]
     pub database_vswitch_socket_remote: String,
-    #[arg(long = "database.vswitch.file.data.path", env = "KUBE_OVN_PINGER_DATABASE_VSWITCH_FILE_DATA_PATH", default_value = "/etc/openvswitch/conf.db")]
+    #[arg(
+        long = "database.vswitch.file.data.path",
+        env = "KUBE_OVN_PINGER_DATABASE_VSWITCH_FILE_DATA_PATH",
+        default_value = "/etc/openvswitch/conf.db"
+    )]
     pub database_vswitch_file_data_path: PathBuf,
-    #[arg(long = "database.vswitch.file.log.path", env = "KUBE_OVN_PINGER_DATABASE_VSWITCH_FILE_LOG_PATH", default_value = "/var/log/openvswitch/ovsdb-server.log")]
+    #[arg(
+        long = "database.vswitch.file.log.path",
+        env = "KUBE_OVN_PINGER_DATABASE_VSWITCH_FILE_LOG_PATH",
+        default_value = "/var/log/openvswitch/ovsdb-server.log"
+    )]
     pub database_vswitch_file_log_path: PathBuf,
     /// ovsdb-server's pidfile: its control socket is `ovsdb-server.<pid>.ctl` beside it.
-    #[arg(long = "database.vswitch.file.pid.path", env = "KUBE_OVN_PINGER_DATABASE_VSWITCH_FILE_PID_PATH", default_value = "/var/run/openvswitch/ovsdb-server.pid")]
+    #[arg(
+        long = "database.vswitch.file.pid.path",
+        env = "KUBE_OVN_PINGER_DATABASE_VSWITCH_FILE_PID_PATH",
+        default_value = "/var/run/openvswitch/ovsdb-server.pid"
+    )]
     pub database_vswitch_file_pid_path: PathBuf,
-    #[arg(long = "database.vswitch.file.system.id.path", env = "KUBE_OVN_PINGER_DATABASE_VSWITCH_FILE_SYSTEM_ID_PATH", default_value = "/etc/openvswitch/system-id.conf")]
+    #[arg(
+        long = "database.vswitch.file.system.id.path",
+        env = "KUBE_OVN_PINGER_DATABASE_VSWITCH_FILE_SYSTEM_ID_PATH",
+        default_value = "/etc/openvswitch/system-id.conf"
+    )]
     pub database_vswitch_file_system_id_path: PathBuf,
-    #[arg(long = "service.vswitchd.file.log.path", env = "KUBE_OVN_PINGER_SERVICE_VSWITCHD_FILE_LOG_PATH", default_value = "/var/log/openvswitch/ovs-vswitchd.log")]
+    #[arg(
+        long = "service.vswitchd.file.log.path",
+        env = "KUBE_OVN_PINGER_SERVICE_VSWITCHD_FILE_LOG_PATH",
+        default_value = "/var/log/openvswitch/ovs-vswitchd.log"
+    )]
     pub service_vswitchd_file_log_path: PathBuf,
     /// ovs-vswitchd's pidfile: its control socket is `ovs-vswitchd.<pid>.ctl` beside it.
-    #[arg(long = "service.vswitchd.file.pid.path", env = "KUBE_OVN_PINGER_SERVICE_VSWITCHD_FILE_PID_PATH", default_value = "/var/run/openvswitch/ovs-vswitchd.pid")]
+    #[arg(
+        long = "service.vswitchd.file.pid.path",
+        env = "KUBE_OVN_PINGER_SERVICE_VSWITCHD_FILE_PID_PATH",
+        default_value = "/var/run/openvswitch/ovs-vswitchd.pid"
+    )]
     pub service_vswitchd_file_pid_path: PathBuf,
-    #[arg(long = "service.ovncontroller.file.log.path", env = "KUBE_OVN_PINGER_SERVICE_OVNCONTROLLER_FILE_LOG_PATH", default_value = "/var/log/ovn/ovn-controller.log")]
+    #[arg(
+        long = "service.ovncontroller.file.log.path",
+        env = "KUBE_OVN_PINGER_SERVICE_OVNCONTROLLER_FILE_LOG_PATH",
+        default_value = "/var/log/ovn/ovn-controller.log"
+    )]
     pub service_ovncontroller_file_log_path: PathBuf,
     /// ovn-controller's pidfile: its control socket is `ovn-controller.<pid>.ctl` beside it.
-    #[arg(long = "service.ovncontroller.file.pid.path", env = "KUBE_OVN_PINGER_SERVICE_OVNCONTROLLER_FILE_PID_PATH", default_value = "/var/run/ovn/ovn-controller.pid")]
+    #[arg(
+        long = "service.ovncontroller.file.pid.path",
+        env = "KUBE_OVN_PINGER_SERVICE_OVNCONTROLLER_FILE_PID_PATH",
+        default_value = "/var/run/ovn/ovn-controller.pid"
+    )]
     pub service_ovncontroller_file_pid_path: PathBuf,
     /// Accepted (Kube-OVN's log file mode); the log file is the klog helper's.
     #[arg(long = "log-perm", env = "KUBE_OVN_PINGER_LOG_PERM", default_value = "640")]
@@ -170,8 +226,8 @@ impl Config {
         if flags.ovs_timeout == 0 {
             return Err(flag_error("ovs.timeout", "must be at least 1 second"));
         }
-        let external_addresses = parse_addresses(&flags.external_address)
-            .map_err(|p| flag_error("external-address", p))?;
+        let external_addresses =
+            parse_addresses(&flags.external_address).map_err(|p| flag_error("external-address", p))?;
         let targets = parse_targets(&flags.target_ip_ports).map_err(|p| flag_error("target-ip-ports", p))?;
         let sb_remote = if flags.ovn_sb_address.trim().is_empty() {
             sb_remote(&flags.ovn_sb_service_host, flags.ovn_sb_service_port)
@@ -228,8 +284,12 @@ pub fn parse_targets(list: &str) -> Result<Vec<Target>, String> {
             "udp" => TargetProto::Udp,
             other => return Err(bad(&format!("protocol {other:?} is neither tcp nor udp"))),
         };
-        let ip: IpAddr = ip.parse().map_err(|_| bad(&format!("{ip:?} is not an IP address")))?;
-        let port: u16 = port.parse().map_err(|_| bad(&format!("{port:?} is not a port")))?;
+        let ip: IpAddr = ip
+            .parse()
+            .map_err(|_| bad(&format!("{ip:?} is not an IP address")))?;
+        let port: u16 = port
+            .parse()
+            .map_err(|_| bad(&format!("{port:?} is not a port")))?;
         out.push(Target {
             proto,
             addr: SocketAddr::new(ip, port),

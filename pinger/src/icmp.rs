@@ -210,7 +210,10 @@ mod tests {
         let mut reply = packet.clone();
         reply[0] = 0;
         let parsed = parse_echo_reply(false, false, &reply).unwrap();
-        assert_eq!((parsed.id, parsed.seq, parsed.payload), (0x1234, 7, &b"tokentok"[..]));
+        assert_eq!(
+            (parsed.id, parsed.seq, parsed.payload),
+            (0x1234, 7, &b"tokentok"[..])
+        );
         // The request itself is not a reply.
         assert_eq!(parse_echo_reply(false, false, &packet), None);
     }

@@ -70,7 +70,9 @@ impl State {
 async fn run(config: Config) -> anyhow::Result<u8> {
     tracing::info!(version = env!("CARGO_PKG_VERSION"), mode = ?config.flags.mode, "kube-ovn-pinger");
     let kube = kube_ovn_support::kube_client(config.flags.kubeconfig.as_deref()).await?;
-    let peers = Peers::discover(&kube, &config).await.map_err(anyhow::Error::msg)?;
+    let peers = Peers::discover(&kube, &config)
+        .await
+        .map_err(anyhow::Error::msg)?;
     tracing::info!(selector = %peers.selector, namespace = %peers.namespace, "peers");
     let databases = if config.kube_ovn_mode() {
         let flags = &config.flags;

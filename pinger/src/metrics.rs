@@ -144,35 +144,111 @@ impl Metrics {
         let r = &mut m.registry;
         // Kube-OVN's help texts, so `# HELP` reads the same.
         r.register("pinger_ovs_up", "If the ovs on the node is up", m.ovs.up.clone());
-        r.register("pinger_ovs_down", "If the ovs on the node is down", m.ovs.down.clone());
-        r.register("pinger_ovn_controller_up", "If the ovn_controller on the node is up", m.ovn_controller.up.clone());
-        r.register("pinger_ovn_controller_down", "If the ovn_controller on the node is down", m.ovn_controller.down.clone());
+        r.register(
+            "pinger_ovs_down",
+            "If the ovs on the node is down",
+            m.ovs.down.clone(),
+        );
+        r.register(
+            "pinger_ovn_controller_up",
+            "If the ovn_controller on the node is up",
+            m.ovn_controller.up.clone(),
+        );
+        r.register(
+            "pinger_ovn_controller_down",
+            "If the ovn_controller on the node is down",
+            m.ovn_controller.down.clone(),
+        );
         r.register(
             "pinger_inconsistent_port_binding",
             "The number of mismatch port bindings between ovs and ovn-sb",
             m.inconsistent_port_binding.clone(),
         );
-        r.register("pinger_apiserver_healthy", "If the apiserver request is healthy on this node", m.apiserver.up.clone());
-        r.register("pinger_apiserver_unhealthy", "If the apiserver request is unhealthy on this node", m.apiserver.down.clone());
-        r.register("pinger_apiserver_latency_ms", "The latency ms histogram the node request apiserver", m.apiserver_latency.clone());
-        r.register("pinger_internal_dns_healthy", "If the internal dns request is healthy on this node", m.internal_dns.up.clone());
-        r.register("pinger_internal_dns_unhealthy", "If the internal dns request is unhealthy on this node", m.internal_dns.down.clone());
-        r.register("pinger_internal_dns_latency_ms", "The latency ms histogram the node request internal dns", m.internal_dns_latency.clone());
-        r.register("pinger_external_dns_healthy", "If the external dns request is healthy on this node", m.external_dns.up.clone());
-        r.register("pinger_external_dns_unhealthy", "If the external dns request is unhealthy on this node", m.external_dns.down.clone());
-        r.register("pinger_external_dns_latency_ms", "The latency ms histogram the node request external dns", m.external_dns_latency.clone());
-        r.register("pinger_pod_ping_latency_ms", "The latency ms histogram for pod peer ping", m.pod_ping_latency.clone());
-        r.register("pinger_pod_ping_lost", "The lost count for pod peer ping", m.pod_ping_lost.clone());
-        r.register("pinger_pod_ping_count", "The total count for pod peer ping", m.pod_ping_count.clone());
-        r.register("pinger_node_ping_latency_ms", "The latency ms histogram for pod ping node", m.node_ping_latency.clone());
-        r.register("pinger_node_ping_lost", "The lost count for pod ping node", m.node_ping_lost.clone());
-        r.register("pinger_node_ping_count", "The total count for pod ping node", m.node_ping_count.clone());
+        r.register(
+            "pinger_apiserver_healthy",
+            "If the apiserver request is healthy on this node",
+            m.apiserver.up.clone(),
+        );
+        r.register(
+            "pinger_apiserver_unhealthy",
+            "If the apiserver request is unhealthy on this node",
+            m.apiserver.down.clone(),
+        );
+        r.register(
+            "pinger_apiserver_latency_ms",
+            "The latency ms histogram the node request apiserver",
+            m.apiserver_latency.clone(),
+        );
+        r.register(
+            "pinger_internal_dns_healthy",
+            "If the internal dns request is healthy on this node",
+            m.internal_dns.up.clone(),
+        );
+        r.register(
+            "pinger_internal_dns_unhealthy",
+            "If the internal dns request is unhealthy on this node",
+            m.internal_dns.down.clone(),
+        );
+        r.register(
+            "pinger_internal_dns_latency_ms",
+            "The latency ms histogram the node request internal dns",
+            m.internal_dns_latency.clone(),
+        );
+        r.register(
+            "pinger_external_dns_healthy",
+            "If the external dns request is healthy on this node",
+            m.external_dns.up.clone(),
+        );
+        r.register(
+            "pinger_external_dns_unhealthy",
+            "If the external dns request is unhealthy on this node",
+            m.external_dns.down.clone(),
+        );
+        r.register(
+            "pinger_external_dns_latency_ms",
+            "The latency ms histogram the node request external dns",
+            m.external_dns_latency.clone(),
+        );
+        r.register(
+            "pinger_pod_ping_latency_ms",
+            "The latency ms histogram for pod peer ping",
+            m.pod_ping_latency.clone(),
+        );
+        r.register(
+            "pinger_pod_ping_lost",
+            "The lost count for pod peer ping",
+            m.pod_ping_lost.clone(),
+        );
+        r.register(
+            "pinger_pod_ping_count",
+            "The total count for pod peer ping",
+            m.pod_ping_count.clone(),
+        );
+        r.register(
+            "pinger_node_ping_latency_ms",
+            "The latency ms histogram for pod ping node",
+            m.node_ping_latency.clone(),
+        );
+        r.register(
+            "pinger_node_ping_lost",
+            "The lost count for pod ping node",
+            m.node_ping_lost.clone(),
+        );
+        r.register(
+            "pinger_node_ping_count",
+            "The total count for pod ping node",
+            m.node_ping_count.clone(),
+        );
         r.register(
             "pinger_external_ping_latency_ms",
             "The latency ms histogram for pod ping external address",
             m.external_ping_latency.clone(),
         );
-        r.register("pinger_external_ping_lost", "The lost count for pod ping external address", m.external_ping_lost.clone());
+        r.register(
+            "pinger_external_ping_lost",
+            "The lost count for pod ping external address",
+            m.external_ping_lost.clone(),
+        );
         m
     }
 
@@ -190,7 +266,9 @@ impl Metrics {
 
     pub fn set_inconsistent_port_bindings(&self, node: &str, count: usize) {
         let count = i64::try_from(count).unwrap_or(i64::MAX);
-        self.inconsistent_port_binding.get_or_create(&node_labels(node)).set(count);
+        self.inconsistent_port_binding
+            .get_or_create(&node_labels(node))
+            .set(count);
     }
 
     /// The API server answered in `latency_ms`, or failed (`None`): Kube-OVN observes the
@@ -198,21 +276,27 @@ impl Metrics {
     pub fn apiserver(&self, node: &str, latency_ms: Option<f64>) {
         self.apiserver.set(node, latency_ms.is_some());
         if let Some(ms) = latency_ms {
-            self.apiserver_latency.get_or_create(&node_labels(node)).observe(ms);
+            self.apiserver_latency
+                .get_or_create(&node_labels(node))
+                .observe(ms);
         }
     }
 
     pub fn internal_dns(&self, node: &str, latency_ms: Option<f64>) {
         self.internal_dns.set(node, latency_ms.is_some());
         if let Some(ms) = latency_ms {
-            self.internal_dns_latency.get_or_create(&node_labels(node)).observe(ms);
+            self.internal_dns_latency
+                .get_or_create(&node_labels(node))
+                .observe(ms);
         }
     }
 
     pub fn external_dns(&self, node: &str, latency_ms: Option<f64>) {
         self.external_dns.set(node, latency_ms.is_some());
         if let Some(ms) = latency_ms {
-            self.external_dns_latency.get_or_create(&node_labels(node)).observe(ms);
+            self.external_dns_latency
+                .get_or_create(&node_labels(node))
+                .observe(ms);
         }
     }
 
@@ -227,14 +311,18 @@ impl Metrics {
         let labels = labels.node();
         self.node_ping_latency.get_or_create(&labels).observe(avg_ms);
         self.node_ping_lost.get_or_create(&labels).inc_by(u64::from(lost));
-        self.node_ping_count.get_or_create(&labels).inc_by(u64::from(sent));
+        self.node_ping_count
+            .get_or_create(&labels)
+            .inc_by(u64::from(sent));
     }
 
     /// Kube-OVN labels the external series with the pod IP as `src_pod_ip`.
     pub fn external_ping(&self, labels: &PingLabels, target: &str, avg_ms: f64, lost: u32) {
         let labels = labels.external(target);
         self.external_ping_latency.get_or_create(&labels).observe(avg_ms);
-        self.external_ping_lost.get_or_create(&labels).inc_by(u64::from(lost));
+        self.external_ping_lost
+            .get_or_create(&labels)
+            .inc_by(u64::from(lost));
     }
 }
 

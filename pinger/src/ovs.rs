@@ -36,7 +36,12 @@ pub enum UnixctlError {
 
 /// The control sockets to try for `component`, best first. `pid` is the pidfile's content;
 /// `listing` the file names in the pidfile's directory.
-pub fn control_sockets(pidfile: &Path, component: &str, pid: Option<u32>, listing: &[String]) -> Vec<PathBuf> {
+pub fn control_sockets(
+    pidfile: &Path,
+    component: &str,
+    pid: Option<u32>,
+    listing: &[String],
+) -> Vec<PathBuf> {
     let dir = pidfile.parent().unwrap_or_else(|| Path::new("."));
     let mut out = Vec::new();
     if let Some(pid) = pid {
@@ -68,7 +73,9 @@ pub fn control_sockets(pidfile: &Path, component: &str, pid: Option<u32>, listin
 /// The `result` of a unixctl reply, or its `error`.
 pub fn parse_unixctl_reply(reply: &Json) -> Result<String, String> {
     match (reply.get("error"), reply.get("result")) {
-        (Some(error), _) if !error.is_null() => Err(error.as_str().map_or_else(|| error.to_string(), str::to_owned)),
+        (Some(error), _) if !error.is_null() => {
+            Err(error.as_str().map_or_else(|| error.to_string(), str::to_owned))
+        }
         (_, Some(Json::String(result))) => Ok(result.clone()),
         _ => Err(format!("unexpected reply {reply}")),
     }
@@ -82,7 +89,10 @@ async fn unixctl_call(socket: &Path, method: &str, timeout: Duration) -> Result<
     let call = async {
         let mut stream = UnixStream::connect(socket).await.map_err(io)?;
         let request = json!({"id": 0, "method": method, "params": []});
-        stream.write_all(request.to_string().as_bytes()).await.map_err(io)?;
+        stream
+            .write_all(request.to_string().as_bytes())
+            .await
+            .map_err(io)?;
         let mut buf = Vec::new();
         loop {
             if stream.read_buf(&mut buf).await.map_err(io)? == 0 {
@@ -97,20 +107,24 @@ async fn unixctl_call(socket: &Path, method: &str, timeout: Duration) -> Result<
             }
         }
     };
-    tokio::time::timeout(timeout, call)
-        .await
-        .unwrap_or_else(|_| {
-            Err(UnixctlError::Timeout {
-                socket: socket.to_owned(),
-                timeout,
-            })
+    tokio::time::timeout(timeout, call).await.unwrap_or_else(|_| {
+        Err(UnixctlError::Timeout {
+            socket: socket.to_owned(),
+            timeout,
         })
+    })
 }
 
 /// `version` from `component`, whose pidfile is `pidfile`: its version line when it answers.
-pub async fn daemon_version(pidfile: &Path, component: &str, timeout: Duration) -> Result<String, UnixctlError> {
+pub async fn daemon_version(
+    pidfile: &Path,
+    component: &str,
+    timeout: Duration,
+) -> Result<String, UnixctlError> {
     // Two small local reads; blocking them is cheaper than a trip to the blocking pool.
-    let pid = std::fs::read_to_string(pidfile).ok().and_then(|s| s.trim().parse().ok());
+    let pid = std::fs::read_to_string(pidfile)
+        .ok()
+        .and_then(|s| s.trim().parse().ok());
     let dir = pidfile.parent().unwrap_or_else(|| Path::new("."));
     let listing: Vec<String> = std::fs::read_dir(dir)
         .map(|entries| {
@@ -169,7 +183,10 @@ pub enum BindingError {
         source: kube_ovn_ovsdb::Error,
     },
     #[error("{database}: no answer within {timeout:?}")]
-    Timeout { database: &'static str, timeout: Duration },
+    Timeout {
+        database: &'static str,
+        timeout: Duration,
+    },
     #[error("no Southbound address (neither --ovn-sb-address nor OVN_SB_SERVICE_HOST is set)")]
     NoSouthbound,
     #[error("no Southbound Chassis has hostname {0:?}")]
@@ -187,7 +204,12 @@ pub struct Databases {
 }
 
 impl Databases {
-    pub fn start(vswitch: &str, vswitch_name: &str, sb: Option<&str>, timeout: Duration) -> Result<Self, kube_ovn_ovsdb::Error> {
+    pub fn start(
+        vswitch: &str,
+        vswitch_name: &str,
+        sb: Option<&str>,
+        timeout: Duration,
+    ) -> Result<Self, kube_ovn_ovsdb::Error> {
         let client = |remote: &str, db: &str| -> Result<Client, kube_ovn_ovsdb::Error> {
             let mut config = ClientConfig::new(Remote::parse_list(remote)?, db).monitor(MonitorTables::None);
             config.leader_only = false;
@@ -202,7 +224,12 @@ impl Databases {
         })
     }
 
-    async fn select(&self, client: &Client, database: &'static str, op: Operation) -> Result<Vec<Row>, BindingError> {
+    async fn select(
+        &self,
+        client: &Client,
+        database: &'static str,
+        op: Operation,
+    ) -> Result<Vec<Row>, BindingError> {
         let reply = tokio::time::timeout(self.timeout * 2, client.transact(vec![op]))
             .await
             .map_err(|_| BindingError::Timeout {
@@ -210,7 +237,11 @@ impl Databases {
                 timeout: self.timeout * 2,
             })?
             .map_err(|source| BindingError::Ovsdb { database, source })?;
-        Ok(reply.first().and_then(|r| r.rows()).map(<[Row]>::to_vec).unwrap_or_default())
+        Ok(reply
+            .first()
+            .and_then(|r| r.rows())
+            .map(<[Row]>::to_vec)
+            .unwrap_or_default())
     }
 
     /// The interfaces on this node without a Southbound binding on `node`'s chassis.
@@ -254,9 +285,15 @@ mod tests {
     #[test]
     fn sockets_beside_the_pidfile() {
         let pidfile = Path::new("/run/openvswitch/ovs-vswitchd.pid");
-        let listing: Vec<String> = ["ovs-vswitchd.77.ctl", "ovs-vswitchd.ctl", "ovsdb-server.9.ctl", "ovs-vswitchd.x.ctl", "ovs-vswitchd.12.ctl"]
-            .map(String::from)
-            .to_vec();
+        let listing: Vec<String> = [
+            "ovs-vswitchd.77.ctl",
+            "ovs-vswitchd.ctl",
+            "ovsdb-server.9.ctl",
+            "ovs-vswitchd.x.ctl",
+            "ovs-vswitchd.12.ctl",
+        ]
+        .map(String::from)
+        .to_vec();
         assert_eq!(
             control_sockets(pidfile, "ovs-vswitchd", Some(77), &listing),
             ["ovs-vswitchd.77.ctl", "ovs-vswitchd.ctl", "ovs-vswitchd.12.ctl"]
@@ -270,17 +307,29 @@ mod tests {
     #[test]
     fn unixctl_replies() {
         let ok = json!({"id": 0, "result": "ovs-vswitchd (Open vSwitch) 3.1.0\n", "error": null});
-        assert_eq!(parse_unixctl_reply(&ok).unwrap(), "ovs-vswitchd (Open vSwitch) 3.1.0\n");
+        assert_eq!(
+            parse_unixctl_reply(&ok).unwrap(),
+            "ovs-vswitchd (Open vSwitch) 3.1.0\n"
+        );
         let err = json!({"id": 0, "result": null, "error": "\"nope\" is not a valid command"});
-        assert!(parse_unixctl_reply(&err).unwrap_err().contains("not a valid command"));
+        assert!(
+            parse_unixctl_reply(&err)
+                .unwrap_err()
+                .contains("not a valid command")
+        );
         assert!(parse_unixctl_reply(&json!({"id": 0})).is_err());
     }
 
     #[test]
     fn bindings_compare_iface_ids_with_logical_ports() {
         let iface = |ids: &[(&str, &str)]| -> Row {
-            let map = ids.iter().map(|(k, v)| (Atom::from(*k), Atom::from(*v))).collect();
-            [("external_ids".to_owned(), Value::Map(map))].into_iter().collect()
+            let map = ids
+                .iter()
+                .map(|(k, v)| (Atom::from(*k), Atom::from(*v)))
+                .collect();
+            [("external_ids".to_owned(), Value::Map(map))]
+                .into_iter()
+                .collect()
         };
         let ovs = iface_ids(&[
             iface(&[("iface-id", "pinger-a.kube-system"), ("vendor", "kube-ovn")]),
@@ -288,7 +337,11 @@ mod tests {
             iface(&[("iface-id", "")]),
             iface(&[]),
         ]);
-        let port = |name: &str| -> Row { [("logical_port".to_owned(), Value::from(name))].into_iter().collect() };
+        let port = |name: &str| -> Row {
+            [("logical_port".to_owned(), Value::from(name))]
+                .into_iter()
+                .collect()
+        };
         let sb = logical_ports(&[port("pinger-a.kube-system"), port("node-n1")]);
         assert_eq!(unbound(&ovs, &sb), vec!["web.default".to_owned()]);
     }

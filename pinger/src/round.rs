@@ -59,7 +59,11 @@ pub struct PingTarget {
 /// `k=v,k=v` in key order: the DaemonSet's `matchLabels` as a label selector (Kube-OVN's
 /// `labels.Set(...).String()`).
 pub fn selector(match_labels: &BTreeMap<String, String>) -> String {
-    match_labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+    match_labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn family_ok(families: &[bool], ip: IpAddr) -> bool {
@@ -72,7 +76,11 @@ pub fn pod_targets(pods: &[Pod], families: &[bool]) -> Vec<PingTarget> {
     let mut out = Vec::new();
     for pod in pods {
         let Some(status) = &pod.status else { continue };
-        let node_name = pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+        let node_name = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .unwrap_or_default();
         let node_ip = status.host_ip.clone().unwrap_or_default();
         let ips = status.pod_ips.iter().flatten().map(|p| p.ip.as_str());
         for ip in ips.filter_map(|ip| ip.parse::<IpAddr>().ok()) {
@@ -95,7 +103,11 @@ pub fn node_targets(nodes: &[Node], families: &[bool]) -> Vec<PingTarget> {
     for node in nodes {
         let name = node.metadata.name.clone().unwrap_or_default();
         let addresses = node.status.as_ref().and_then(|s| s.addresses.as_ref());
-        for addr in addresses.into_iter().flatten().filter(|a| a.type_ == "InternalIP") {
+        for addr in addresses
+            .into_iter()
+            .flatten()
+            .filter(|a| a.type_ == "InternalIP")
+        {
             if let Ok(ip) = addr.address.parse::<IpAddr>()
                 && family_ok(families, ip)
             {
@@ -128,7 +140,11 @@ impl Peers {
         let flags = &config.flags;
         let namespace = flags.pod_namespace.clone();
         let fallback_families = || -> Vec<bool> {
-            flags.pod_ip.parse::<IpAddr>().map(|ip| vec![ip.is_ipv6()]).unwrap_or_default()
+            flags
+                .pod_ip
+                .parse::<IpAddr>()
+                .map(|ip| vec![ip.is_ipv6()])
+                .unwrap_or_default()
         };
         if flags.pod_name.is_empty() {
             return Ok(Self {
@@ -168,7 +184,11 @@ impl Peers {
         Ok(Self {
             namespace,
             selector,
-            families: if families.is_empty() { fallback_families() } else { families },
+            families: if families.is_empty() {
+                fallback_families()
+            } else {
+                families
+            },
         })
     }
 }
@@ -234,7 +254,11 @@ impl Prober<'_> {
         let (db, vswitchd, controller) = tokio::join!(
             ovs::daemon_version(&flags.database_vswitch_file_pid_path, "ovsdb-server", timeout),
             ovs::daemon_version(&flags.service_vswitchd_file_pid_path, "ovs-vswitchd", timeout),
-            ovs::daemon_version(&flags.service_ovncontroller_file_pid_path, "ovn-controller", timeout),
+            ovs::daemon_version(
+                &flags.service_ovncontroller_file_pid_path,
+                "ovn-controller",
+                timeout
+            ),
         );
         let mut ovs_up = true;
         for result in [db, vswitchd] {
@@ -247,14 +271,16 @@ impl Prober<'_> {
         if let Err(e) = &controller {
             report.fail(format!("ovn-controller is down: {e}"));
         }
-        self.metrics.set_ovn_controller_up(self.node(), controller.is_ok());
+        self.metrics
+            .set_ovn_controller_up(self.node(), controller.is_ok());
     }
 
     async fn check_port_bindings(&self, report: &mut Report) {
         let Some(databases) = self.databases else { return };
         match databases.unbound_ports(self.node()).await {
             Ok(unbound) => {
-                self.metrics.set_inconsistent_port_bindings(self.node(), unbound.len());
+                self.metrics
+                    .set_inconsistent_port_bindings(self.node(), unbound.len());
                 if !unbound.is_empty() {
                     report.fail(format!(
                         "{} ports not exist in ovn-sb-bindings: {}",
@@ -272,7 +298,9 @@ impl Prober<'_> {
         let pods = Api::<Pod>::namespaced(self.kube.clone(), &self.peers.namespace)
             .list(&ListParams::default().labels(&self.peers.selector))
             .await;
-        let nodes = Api::<Node>::all(self.kube.clone()).list(&ListParams::default()).await;
+        let nodes = Api::<Node>::all(self.kube.clone())
+            .list(&ListParams::default())
+            .await;
         let pods = match pods {
             Ok(list) => pod_targets(&list.items, &self.peers.families),
             Err(e) => {
@@ -355,9 +383,14 @@ impl Prober<'_> {
             match icmp::ping(addr, PING_COUNT, PING_INTERVAL, EXTERNAL_PING_TIMEOUT).await {
                 Ok(stats) => {
                     let target = addr.to_string();
-                    self.metrics.external_ping(&self.labels(), &target, stats.avg_rtt_ms(), stats.lost());
+                    self.metrics
+                        .external_ping(&self.labels(), &target, stats.avg_rtt_ms(), stats.lost());
                     if stats.lost() > 0 {
-                        report.fail(format!("ping external {addr}: {} of {} lost", stats.lost(), stats.sent));
+                        report.fail(format!(
+                            "ping external {addr}: {} of {} lost",
+                            stats.lost(),
+                            stats.sent
+                        ));
                     }
                 }
                 Err(e) => report.fail(format!("ping external {addr}: {e}")),

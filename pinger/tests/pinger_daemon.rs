@@ -49,7 +49,10 @@ fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
     let mut out = String::new();
     s.read_to_string(&mut out)?;
     let status = out.split_whitespace().nth(1).context("no status line")?.parse()?;
-    let body = out.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
     Ok((status, body))
 }
 
@@ -71,7 +74,9 @@ async fn kubernetes_objects(kube: &kube::Client) -> Result<()> {
         "spec": {"selector": {"matchLabels": {"app": "kube-ovn-pinger"}},
                  "template": {"metadata": {"labels": labels}, "spec": {"containers": container}}},
     }))?;
-    let ds = Api::<DaemonSet>::namespaced(kube.clone(), NS).create(&pp, &ds).await?;
+    let ds = Api::<DaemonSet>::namespaced(kube.clone(), NS)
+        .create(&pp, &ds)
+        .await?;
     let pods = Api::<Pod>::namespaced(kube.clone(), NS);
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": POD, "namespace": NS, "labels": labels, "ownerReferences": [{
@@ -86,16 +91,20 @@ async fn kubernetes_objects(kube: &kube::Client) -> Result<()> {
         "spec": {"nodeName": "node-t1", "containers": container},
     }))?;
     pods.create(&pp, &other).await?;
-    let status = json!({"status": {"hostIP": "127.0.0.1", "podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}]}});
+    let status =
+        json!({"status": {"hostIP": "127.0.0.1", "podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}]}});
     for name in [POD, "not-a-pinger"] {
-        pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await?;
+        pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+            .await?;
     }
     let nodes = Api::<Node>::all(kube.clone());
     let node: Node = serde_json::from_value(json!({"metadata": {"name": "node-t1"}}))?;
     nodes.create(&pp, &node).await?;
     let status = json!({"status": {"addresses": [
         {"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": "node-t1"}]}});
-    nodes.patch_status("node-t1", &PatchParams::default(), &Patch::Merge(&status)).await?;
+    nodes
+        .patch_status("node-t1", &PatchParams::default(), &Patch::Merge(&status))
+        .await?;
     Ok(())
 }
 
@@ -106,7 +115,9 @@ fn ovs_node(central: &OvnCentral) -> Result<OvsNode> {
     node.start_ovn_controller()?;
     let name = node.name().to_owned();
     wait_until("the chassis in the Southbound database", WAIT, || {
-        Ok(central.sbctl(&["--bare", "--columns=hostname", "list", "Chassis"])?.contains(&name))
+        Ok(central
+            .sbctl(&["--bare", "--columns=hostname", "list", "Chassis"])?
+            .contains(&name))
     })?;
     // An OVS interface claiming a logical port no chassis binds: one inconsistent binding.
     node.vsctl(&[
@@ -160,12 +171,17 @@ async fn pinger_probes_real_daemons_and_reports_kube_ovn_metrics() -> Result<()>
     kubernetes_objects(&kube).await?;
     let kubeconfig = server.admin_kubeconfig();
     let central = OvnCentral::start()?;
-    let mut node = ovs_node(&central)?;
+    let node = ovs_node(&central)?;
     let node_name = node.name().to_owned();
 
     let port = free_port()?;
     let dir = tempfile::tempdir()?;
-    let args = pinger_args(&node, &central, &kubeconfig, &[format!("--port={port}"), format!("--pod-name={POD}")]);
+    let args = pinger_args(
+        &node,
+        &central,
+        &kubeconfig,
+        &[format!("--port={port}"), format!("--pod-name={POD}")],
+    );
     let mut pinger = Daemon::spawn("kube-ovn-pinger", BIN, &args, &dir.path().join("pinger.log"), &[])?;
 
     let nn = format!("{{nodeName=\"{node_name}\"}}");
@@ -190,7 +206,9 @@ async fn pinger_probes_real_daemons_and_reports_kube_ovn_metrics() -> Result<()>
     wait_until("the first round's metrics", WAIT, || {
         pinger.check_alive()?;
         let (_, metrics) = http_get(port, "/metrics")?;
-        let ok = expected.iter().all(|(series, min)| sample(&metrics, series).is_some_and(|v| v >= *min));
+        let ok = expected
+            .iter()
+            .all(|(series, min)| sample(&metrics, series).is_some_and(|v| v >= *min));
         last = metrics;
         Ok(ok)
     })
@@ -200,7 +218,10 @@ async fn pinger_probes_real_daemons_and_reports_kube_ovn_metrics() -> Result<()>
     }
     // Only the DaemonSet's pods are pinged, and nothing is lost on loopback.
     assert_eq!(last.matches("pinger_pod_ping_count_total{").count(), 1, "{last}");
-    assert_eq!(sample(&last, &pod_series.replace("count_total", "lost_total")), Some(0.0));
+    assert_eq!(
+        sample(&last, &pod_series.replace("count_total", "lost_total")),
+        Some(0.0)
+    );
     assert_eq!(http_get(port, "/readyz")?.0, 200);
     assert_eq!(http_get(port, "/livez")?.0, 200);
 
@@ -219,7 +240,10 @@ async fn pinger_probes_real_daemons_and_reports_kube_ovn_metrics() -> Result<()>
     let (_, metrics) = http_get(port, "/metrics")?;
     assert_eq!(sample(&metrics, &format!("pinger_ovs_down{nn}")), Some(1.0));
     // ovn-controller still answers.
-    assert_eq!(sample(&metrics, &format!("pinger_ovn_controller_up{nn}")), Some(1.0));
+    assert_eq!(
+        sample(&metrics, &format!("pinger_ovn_controller_up{nn}")),
+        Some(1.0)
+    );
     pinger.terminate(Duration::from_secs(5))?;
 
     // --mode=job: one round; --exit-code when a target is unreachable, 0 when all pass.
@@ -242,13 +266,27 @@ async fn pinger_probes_real_daemons_and_reports_kube_ovn_metrics() -> Result<()>
         args.retain(|a| !a.starts_with("--interval"));
         let out = Command::new(BIN).args(&args).output()?;
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert_eq!(out.status.code(), Some(code), "target {target}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "target {target}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         if code == 1 {
             assert!(stdout.contains(&format!("tcp 127.0.0.1:{target}")), "{stdout}");
         }
     }
     // Kube-OVN's default --exit-code=0: the failure is printed, the exit code is 0.
-    let args = pinger_args(&node, &central, &kubeconfig, &["--mode=job".into(), "--network-mode=calico".into(), format!("--target-ip-ports=tcp-127.0.0.1-{closed}")]);
+    let args = pinger_args(
+        &node,
+        &central,
+        &kubeconfig,
+        &[
+            "--mode=job".into(),
+            "--network-mode=calico".into(),
+            format!("--target-ip-ports=tcp-127.0.0.1-{closed}"),
+        ],
+    );
     let out = Command::new(BIN).args(&args).output()?;
     assert_eq!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stdout).contains("failed: tcp 127.0.0.1"));
@@ -277,7 +315,13 @@ fn starts_with_kube_ovn_release_argv() -> Result<()> {
         ("NODE_NAME", Path::new("argv-node")),
         ("POD_IP", Path::new("127.0.0.1")),
     ];
-    let mut pinger = Daemon::spawn("kube-ovn-pinger (release argv)", "ip", &args, &dir.path().join("pinger.log"), &envs)?;
+    let mut pinger = Daemon::spawn(
+        "kube-ovn-pinger (release argv)",
+        "ip",
+        &args,
+        &dir.path().join("pinger.log"),
+        &envs,
+    )?;
     let mut metrics = String::new();
     wait_until("the release-argv pinger's first round", WAIT, || {
         pinger.check_alive()?;

@@ -38,7 +38,9 @@ fn pair() -> Result<Pair> {
 /// Runs `f` on a current-thread runtime inside `ns` (its sockets are opened there).
 fn in_netns<T: Send>(ns: &Netns, f: impl AsyncFnOnce() -> T + Send) -> Result<T> {
     ns.run(|| {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
         Ok::<T, std::io::Error>(rt.block_on(f()))
     })?
     .context("tokio runtime in the netns")
@@ -62,7 +64,10 @@ fn icmp_tcp_and_udp_probes_between_namespaces() -> Result<()> {
     })??;
     let port = tcp.local_addr()?.port();
     let answerer = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         rt.block_on(async move {
             let tcp = tokio::net::TcpListener::from_std(tcp).unwrap();
             let udp = tokio::net::UdpSocket::from_std(udp).unwrap();
@@ -91,8 +96,12 @@ fn icmp_tcp_and_udp_probes_between_namespaces() -> Result<()> {
     let stats = lost.context("ping to an absent host")?;
     assert_eq!((stats.sent, stats.received, stats.lost()), (3, 0, 3), "{stats:?}");
     assert!(stats.avg_rtt_ms().abs() < f64::EPSILON);
-    tcp_ok.map_err(anyhow::Error::msg).context("TCP check to B's listener")?;
-    udp_ok.map_err(anyhow::Error::msg).context("UDP check to B's answerer")?;
+    tcp_ok
+        .map_err(anyhow::Error::msg)
+        .context("TCP check to B's listener")?;
+    udp_ok
+        .map_err(anyhow::Error::msg)
+        .context("UDP check to B's answerer")?;
     let refused = tcp_closed.expect_err("TCP check to a closed port passed");
     assert!(refused.contains("refused"), "{refused}");
     drop(answerer);

@@ -35,7 +35,10 @@ fn release_argv_parses_with_kube_ovn_defaults() {
     assert_eq!(flags.tcp_conn_check_port, 8100);
     assert_eq!(flags.udp_conn_check_port, 8101);
     assert_eq!(flags.ovs_timeout, 2);
-    assert_eq!(flags.database_vswitch_socket_remote, "unix:/var/run/openvswitch/db.sock");
+    assert_eq!(
+        flags.database_vswitch_socket_remote,
+        "unix:/var/run/openvswitch/db.sock"
+    );
     assert_eq!(
         flags.service_vswitchd_file_pid_path,
         PathBuf::from("/var/run/openvswitch/ovs-vswitchd.pid")
@@ -45,7 +48,10 @@ fn release_argv_parses_with_kube_ovn_defaults() {
         PathBuf::from("/var/run/ovn/ovn-controller.pid")
     );
     let config = Config::from_flags(flags).unwrap();
-    assert_eq!(config.external_addresses, vec!["1.1.1.1".parse::<IpAddr>().unwrap()]);
+    assert_eq!(
+        config.external_addresses,
+        vec!["1.1.1.1".parse::<IpAddr>().unwrap()]
+    );
     assert_eq!(config.interval, Duration::from_secs(5));
 }
 
@@ -70,7 +76,10 @@ fn kubectl_ko_diagnose_and_conn_check_argv_parse() {
         "--system.run.dir=/run/openvswitch",
     ]);
     assert!(flags.enable_verbose_conn_check);
-    assert_eq!((flags.tcp_conn_check_port, flags.udp_conn_check_port), (8200, 8201));
+    assert_eq!(
+        (flags.tcp_conn_check_port, flags.udp_conn_check_port),
+        (8200, 8201)
+    );
     assert_eq!(flags.ovs_timeout, 3);
     assert_eq!(flags.system_run_dir, PathBuf::from("/run/openvswitch"));
     assert!(parse(&["--enable-metrics=false"]).enable_metrics.eq(&false));
@@ -95,7 +104,8 @@ fn targets_parse_both_families_and_name_bad_entries() {
     assert!(parse_targets("").unwrap().is_empty());
     for (bad, says) in [
         ("sctp-10.0.0.1-80", "neither tcp nor udp"),
-        ("tcp-10.0.0.1", "not an IP address"),
+        ("tcp-10.0.0.1", "no port"),
+        ("tcp-10.0.0.x-80", "not an IP address"),
         ("tcp-10.0.0.1-http", "not a port"),
         ("tcp", "no protocol"),
     ] {
@@ -116,6 +126,9 @@ fn bad_flags_name_the_flag() {
 #[test]
 fn sb_remote_from_the_injected_service_variables() {
     assert_eq!(sb_remote("", 6642), None);
-    assert_eq!(sb_remote("10.96.0.7", 6642).as_deref(), Some("tcp:10.96.0.7:6642"));
+    assert_eq!(
+        sb_remote("10.96.0.7", 6642).as_deref(),
+        Some("tcp:10.96.0.7:6642")
+    );
     assert_eq!(sb_remote("fd00::7", 6642).as_deref(), Some("tcp:[fd00::7]:6642"));
 }

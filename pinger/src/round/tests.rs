@@ -19,8 +19,9 @@ fn node(name: &str, addresses: &[(&str, &str)]) -> Node {
 
 #[test]
 fn selector_is_sorted_key_value_pairs() {
-    let labels: BTreeMap<String, String> =
-        [("component", "network"), ("app", "kube-ovn-pinger")].map(|(k, v)| (k.to_owned(), v.to_owned())).into();
+    let labels: BTreeMap<String, String> = [("component", "network"), ("app", "kube-ovn-pinger")]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .into();
     assert_eq!(selector(&labels), "app=kube-ovn-pinger,component=network");
 }
 
@@ -46,11 +47,19 @@ fn pods_and_nodes_in_the_pinger_families() {
 
     let nodes = [node(
         "n1",
-        &[("Hostname", "n1"), ("InternalIP", "172.18.0.2"), ("InternalIP", "fc00::2"), ("ExternalIP", "1.2.3.4")],
+        &[
+            ("Hostname", "n1"),
+            ("InternalIP", "172.18.0.2"),
+            ("InternalIP", "fc00::2"),
+            ("ExternalIP", "1.2.3.4"),
+        ],
     )];
     let targets = node_targets(&nodes, &[true]);
     assert_eq!(targets.len(), 1);
-    assert_eq!((targets[0].name.as_str(), targets[0].node_ip.as_str()), ("n1", "fc00::2"));
+    assert_eq!(
+        (targets[0].name.as_str(), targets[0].node_ip.as_str()),
+        ("n1", "fc00::2")
+    );
 }
 
 #[test]
