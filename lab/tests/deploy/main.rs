@@ -173,7 +173,12 @@ async fn base_and_overlays_render_and_apply_to_a_real_api_server() {
 
 /// The ServiceAccounts of the components, in kube-system: each is bound to the ClusterRole
 /// `system:<name>` and, where rendered, the Role `<name>` in kube-system.
-const IDENTITIES: &[&str] = &["kube-ovn-controller", "kube-ovn-cni", "kube-ovn-speaker", "kube-ovn-pinger"];
+const IDENTITIES: &[&str] = &[
+    "kube-ovn-controller",
+    "kube-ovn-cni",
+    "kube-ovn-speaker",
+    "kube-ovn-pinger",
+];
 
 /// What `client`'s user may do in `namespace`, by the server's authorizer.
 async fn rules_review(client: kube::Client, namespace: &str) -> BTreeSet<Grant> {
