@@ -5,7 +5,6 @@
 
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context;
 use clap::Parser;
@@ -105,21 +104,15 @@ async fn run(config: Config) -> anyhow::Result<u8> {
     }
 
     let supervisor = Supervisor::new();
-    let first_round = Arc::new(AtomicBool::new(false));
     let metrics = state.metrics.clone();
-    let done = first_round.clone();
+    // Ready as soon as it serves, as Kube-OVN's readiness probe (GET /metrics) has it: a pinger
+    // whose probes fail is doing its job, and must stay behind the Service to be scraped.
     let mut endpoints = Endpoints::new(
         move || {
             let text = encode(metrics.registry());
             async move { text }
         },
-        move || {
-            if done.load(Ordering::Relaxed) {
-                Ok(())
-            } else {
-                Err("the first round of probes has not finished".into())
-            }
-        },
+        || Ok(()),
     )
     .supervised(&supervisor);
     if !flags.enable_metrics {
@@ -151,7 +144,6 @@ async fn run(config: Config) -> anyhow::Result<u8> {
     supervisor.spawn("probes", async move {
         loop {
             probing.round().await;
-            first_round.store(true, Ordering::Relaxed);
             tokio::time::sleep(probing.config.interval).await;
         }
     });
