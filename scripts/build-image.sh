@@ -56,7 +56,7 @@ fi
 
 build=(podman build --network=host --build-arg "RUNTIME_IMAGE=$base")
 if [ -n "${BINARIES:-}" ]; then
-  for b in kube-ovn-controller kube-ovn-daemon kube-ovn kube-ovn-speaker; do
+  for b in kube-ovn-controller kube-ovn-daemon kube-ovn kube-ovn-speaker kube-ovn-pinger; do
     [ -x "$BINARIES/$b" ] || { echo "build-image: $BINARIES/$b is missing" >&2; exit 1; }
   done
   build+=(--build-context "binaries=$(realpath "$BINARIES")")

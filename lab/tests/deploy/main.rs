@@ -63,6 +63,10 @@ const COMPONENTS: &[(&str, &str)] = &[
     ("Deployment", "kube-ovn-controller"),
     ("DaemonSet", "kube-ovn-cni"),
     ("DaemonSet", "kube-ovn-speaker"),
+    ("ServiceAccount", "kube-ovn-pinger"),
+    ("ClusterRole", "system:kube-ovn-pinger"),
+    ("DaemonSet", "kube-ovn-pinger"),
+    ("Service", "kube-ovn-pinger"),
 ];
 
 /// kubectl as the admin of `server`, its discovery cache in `dir`.
@@ -145,7 +149,7 @@ async fn base_and_overlays_render_and_apply_to_a_real_api_server() {
             .collect();
         assert_eq!(
             names,
-            BTreeSet::from(["kube-ovn-cni", "kube-ovn-speaker", "ovs-ovn"]),
+            BTreeSet::from(["kube-ovn-cni", "kube-ovn-pinger", "kube-ovn-speaker", "ovs-ovn"]),
             "deploy/{overlay}"
         );
         let ctl = admin.get_json(&["-n", "kube-system", "deployment", "kube-ovn-controller"]);
@@ -169,7 +173,12 @@ async fn base_and_overlays_render_and_apply_to_a_real_api_server() {
 
 /// The ServiceAccounts of the components, in kube-system: each is bound to the ClusterRole
 /// `system:<name>` and, where rendered, the Role `<name>` in kube-system.
-const IDENTITIES: &[&str] = &["kube-ovn-controller", "kube-ovn-cni", "kube-ovn-speaker"];
+const IDENTITIES: &[&str] = &[
+    "kube-ovn-controller",
+    "kube-ovn-cni",
+    "kube-ovn-speaker",
+    "kube-ovn-pinger",
+];
 
 /// What `client`'s user may do in `namespace`, by the server's authorizer.
 async fn rules_review(client: kube::Client, namespace: &str) -> BTreeSet<Grant> {
