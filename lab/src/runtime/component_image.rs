@@ -29,11 +29,12 @@ pub const COMPONENT_IMAGE: &str = "docker.io/library/kube-ovn-rs:dev";
 /// The image's name in `deploy/base`'s manifests.
 pub const COMPONENT_IMAGE_SHORT: &str = "kube-ovn-rs:dev";
 /// The binaries the image carries, all in the directory given to [`component_image_archive`].
-pub const COMPONENT_BINARIES: [&str; 4] = [
+pub const COMPONENT_BINARIES: [&str; 5] = [
     "kube-ovn-controller",
     "kube-ovn-daemon",
     "kube-ovn",
     "kube-ovn-speaker",
+    "kube-ovn-monitor",
 ];
 /// The debootstrapped Debian 12 the Dockerfile's packages are installed on.
 pub const BASE_IMAGE: &str = "localhost/kube-ovn-rs/debian:bookworm";
