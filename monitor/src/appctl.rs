@@ -34,7 +34,12 @@ pub enum AppctlError {
 }
 
 /// Runs `ovn-appctl --timeout=<secs> -t <target> <command> <args>` and returns its output.
-pub async fn appctl(target: &Path, command: &str, args: &[&str], timeout: Duration) -> Result<String, AppctlError> {
+pub async fn appctl(
+    target: &Path,
+    command: &str,
+    args: &[&str],
+    timeout: Duration,
+) -> Result<String, AppctlError> {
     let target_s = target.display().to_string();
     let mut cmd = Command::new("ovn-appctl");
     cmd.arg(format!("--timeout={}", timeout.as_secs().max(1)))
@@ -184,8 +189,16 @@ mod tests {
         std::fs::write(&pid, "42\n").unwrap();
         assert_eq!(northd_control(&pid).unwrap(), dir.path().join("ovn-northd.ctl"));
         std::fs::write(dir.path().join("ovn-northd.42.ctl"), "").unwrap();
-        assert_eq!(northd_control(&pid).unwrap(), dir.path().join("ovn-northd.42.ctl"));
+        assert_eq!(
+            northd_control(&pid).unwrap(),
+            dir.path().join("ovn-northd.42.ctl")
+        );
         std::fs::write(&pid, "x\n").unwrap();
-        assert!(northd_control(&pid).unwrap_err().to_string().contains("not a process ID"));
+        assert!(
+            northd_control(&pid)
+                .unwrap_err()
+                .to_string()
+                .contains("not a process ID")
+        );
     }
 }

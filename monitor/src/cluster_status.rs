@@ -126,11 +126,11 @@ pub fn parse(text: &str) -> Result<ClusterStatus, ParseError> {
         let value = value.trim();
         match key {
             "Cluster ID" => {
-                s.cluster_id = long_id(value).to_owned();
+                long_id(value).clone_into(&mut s.cluster_id);
                 have_cid = true;
             }
             "Server ID" => {
-                s.server_id = long_id(value).to_owned();
+                long_id(value).clone_into(&mut s.server_id);
                 have_sid = true;
             }
             "Status" => value.clone_into(&mut s.status),

@@ -17,7 +17,9 @@ use kube_ovn_ovsdb::{Client, ClientConfig, MonitorTables, Remote};
 use crate::appctl::{self, appctl};
 use crate::cluster_status;
 use crate::flags::{Config, Database};
-use crate::inventory::{self, Inventory, NB_TABLES, Rows, SB_TABLES, SbChassis, SbDatapathBinding, SbEncap, SbPortBinding};
+use crate::inventory::{
+    self, Inventory, NB_TABLES, Rows, SB_TABLES, SbChassis, SbDatapathBinding, SbEncap, SbPortBinding,
+};
 use crate::metrics::Snapshot;
 
 /// Why the collector could not start.
@@ -25,7 +27,8 @@ use crate::metrics::Snapshot;
 #[error("--{flag}: {source}")]
 pub struct StartError {
     flag: &'static str,
-    source: kube_ovn_ovsdb::Error,
+    // Boxed: the client's error is large and this one is returned once, at start.
+    source: Box<kube_ovn_ovsdb::Error>,
 }
 
 pub struct Collector {
@@ -36,10 +39,19 @@ pub struct Collector {
     failures: AtomicU64,
 }
 
-fn replica(db: &Database, flag: &'static str, tables: &[&str], timeout: Duration) -> Result<Client, StartError> {
-    let remotes = Remote::parse_list(&db.remote).map_err(|source| StartError { flag, source })?;
-    let mut config = ClientConfig::new(remotes, db.name.clone())
-        .monitor(MonitorTables::Only(tables.iter().map(|t| (*t).to_owned()).collect()));
+fn replica(
+    db: &Database,
+    flag: &'static str,
+    tables: &[&str],
+    timeout: Duration,
+) -> Result<Client, StartError> {
+    let remotes = Remote::parse_list(&db.remote).map_err(|source| StartError {
+        flag,
+        source: Box::new(source),
+    })?;
+    let mut config = ClientConfig::new(remotes, db.name.clone()).monitor(MonitorTables::Only(
+        tables.iter().map(|t| (*t).to_owned()).collect(),
+    ));
     // The sidecar reads its own member's replica, leader or not, as Kube-OVN's does.
     config.leader_only = false;
     config.connect_timeout = timeout;
@@ -50,8 +62,18 @@ fn replica(db: &Database, flag: &'static str, tables: &[&str], timeout: Duration
 impl Collector {
     /// Starts the NB and SB clients; they connect (and reconnect) in the background.
     pub fn start(config: Config) -> Result<Self, StartError> {
-        let nb = replica(&config.nb, "database.northbound.socket.remote", NB_TABLES, config.timeout)?;
-        let sb = replica(&config.sb, "database.southbound.socket.remote", SB_TABLES, config.timeout)?;
+        let nb = replica(
+            &config.nb,
+            "database.northbound.socket.remote",
+            NB_TABLES,
+            config.timeout,
+        )?;
+        let sb = replica(
+            &config.sb,
+            "database.southbound.socket.remote",
+            SB_TABLES,
+            config.timeout,
+        )?;
         Ok(Self {
             config,
             nb,
@@ -105,7 +127,14 @@ impl Collector {
             };
             s.ovn_status.push((db.component.to_owned(), health));
             s.status_content.push((db.component.to_owned(), servers));
-            match appctl(&db.control, "ovsdb-server/get-db-storage-status", &[db.name.as_str()], c.timeout).await {
+            match appctl(
+                &db.control,
+                "ovsdb-server/get-db-storage-status",
+                &[db.name.as_str()],
+                c.timeout,
+            )
+            .await
+            {
                 Ok(text) => s.db_status.push((db.name.clone(), appctl::storage_ok(&text))),
                 Err(error) => {
                     tracing::warn!(%error, database = %db.name, "storage status");
@@ -124,7 +153,9 @@ impl Collector {
             ("ovn-northd", &c.northd_log_file),
         ] {
             match appctl::file_size(path) {
-                Ok(size) => s.log_files.push((component.to_owned(), path.display().to_string(), size)),
+                Ok(size) => s
+                    .log_files
+                    .push((component.to_owned(), path.display().to_string(), size)),
                 Err(error) => self.failed("log file size", &error),
             }
         }
@@ -187,7 +218,8 @@ impl Collector {
         }
         match sb {
             Ok((chassis, encaps, datapaths, bindings)) => {
-                (rows.chassis, rows.encaps, rows.datapaths, rows.bindings) = (chassis, encaps, datapaths, bindings);
+                (rows.chassis, rows.encaps, rows.datapaths, rows.bindings) =
+                    (chassis, encaps, datapaths, bindings);
                 any = true;
             }
             Err(error) => self.failed("chassis and bindings", &error),

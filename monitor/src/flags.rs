@@ -13,7 +13,11 @@ use kube_ovn_support::klog::KlogFlags;
 use kube_ovn_support::{FlagError, flag_error};
 
 #[derive(Debug, Parser)]
-#[command(name = "kube-ovn-monitor", version, about = "OVN NB/SB/northd status and RAFT metrics")]
+#[command(
+    name = "kube-ovn-monitor",
+    version,
+    about = "OVN NB/SB/northd status and RAFT metrics"
+)]
 #[allow(clippy::struct_field_names)]
 pub struct Flags {
     /// Timeout in seconds of each request to OVN (an `ovn-appctl` call).
@@ -33,79 +37,171 @@ pub struct Flags {
     pub metrics_port: u16,
 
     /// OVS run directory (unused).
-    #[arg(long = "system.run.dir", env = "SYSTEM_RUN_DIR", default_value = "/var/run/openvswitch")]
+    #[arg(
+        long = "system.run.dir",
+        env = "SYSTEM_RUN_DIR",
+        default_value = "/var/run/openvswitch"
+    )]
     pub system_run_dir: PathBuf,
     #[command(flatten)]
     pub vswitch: VswitchFlags,
 
     /// Name of the northbound database.
-    #[arg(long = "database.northbound.name", env = "DATABASE_NORTHBOUND_NAME", default_value = "OVN_Northbound")]
+    #[arg(
+        long = "database.northbound.name",
+        env = "DATABASE_NORTHBOUND_NAME",
+        default_value = "OVN_Northbound"
+    )]
     pub nb_name: String,
     /// OVSDB remote of the northbound database (for its logical switches and ports).
-    #[arg(long = "database.northbound.socket.remote", env = "DATABASE_NORTHBOUND_SOCKET_REMOTE", default_value = "unix:/run/ovn/ovnnb_db.sock")]
+    #[arg(
+        long = "database.northbound.socket.remote",
+        env = "DATABASE_NORTHBOUND_SOCKET_REMOTE",
+        default_value = "unix:/run/ovn/ovnnb_db.sock"
+    )]
     pub nb_socket_remote: String,
     /// Control socket of the northbound ovsdb-server (`cluster/status`, storage status).
-    #[arg(long = "database.northbound.socket.control", env = "DATABASE_NORTHBOUND_SOCKET_CONTROL", default_value = "unix:/run/ovn/ovnnb_db.ctl")]
+    #[arg(
+        long = "database.northbound.socket.control",
+        env = "DATABASE_NORTHBOUND_SOCKET_CONTROL",
+        default_value = "unix:/run/ovn/ovnnb_db.ctl"
+    )]
     pub nb_socket_control: String,
     /// The northbound database file (its size, whether it is clustered).
-    #[arg(long = "database.northbound.file.data.path", env = "DATABASE_NORTHBOUND_FILE_DATA_PATH", default_value = "/etc/ovn/ovnnb_db.db")]
+    #[arg(
+        long = "database.northbound.file.data.path",
+        env = "DATABASE_NORTHBOUND_FILE_DATA_PATH",
+        default_value = "/etc/ovn/ovnnb_db.db"
+    )]
     pub nb_file_data_path: PathBuf,
     /// The northbound ovsdb-server's log file (its size).
-    #[arg(long = "database.northbound.file.log.path", env = "DATABASE_NORTHBOUND_FILE_LOG_PATH", default_value = "/var/log/ovn/ovsdb-server-nb.log")]
+    #[arg(
+        long = "database.northbound.file.log.path",
+        env = "DATABASE_NORTHBOUND_FILE_LOG_PATH",
+        default_value = "/var/log/ovn/ovsdb-server-nb.log"
+    )]
     pub nb_file_log_path: PathBuf,
     /// Unused.
-    #[arg(long = "database.northbound.file.pid.path", env = "DATABASE_NORTHBOUND_FILE_PID_PATH", default_value = "/run/ovn/ovnnb_db.pid")]
+    #[arg(
+        long = "database.northbound.file.pid.path",
+        env = "DATABASE_NORTHBOUND_FILE_PID_PATH",
+        default_value = "/run/ovn/ovnnb_db.pid"
+    )]
     pub nb_file_pid_path: PathBuf,
     /// Unused.
-    #[arg(long = "database.northbound.port.default", env = "DATABASE_NORTHBOUND_PORT_DEFAULT", default_value_t = 6641)]
+    #[arg(
+        long = "database.northbound.port.default",
+        env = "DATABASE_NORTHBOUND_PORT_DEFAULT",
+        default_value_t = 6641
+    )]
     pub nb_port_default: u16,
     /// Unused.
-    #[arg(long = "database.northbound.port.ssl", env = "DATABASE_NORTHBOUND_PORT_SSL", default_value_t = 6631)]
+    #[arg(
+        long = "database.northbound.port.ssl",
+        env = "DATABASE_NORTHBOUND_PORT_SSL",
+        default_value_t = 6631
+    )]
     pub nb_port_ssl: u16,
     /// Unused.
-    #[arg(long = "database.northbound.port.raft", env = "DATABASE_NORTHBOUND_PORT_RAFT", default_value_t = 6643)]
+    #[arg(
+        long = "database.northbound.port.raft",
+        env = "DATABASE_NORTHBOUND_PORT_RAFT",
+        default_value_t = 6643
+    )]
     pub nb_port_raft: u16,
 
     /// Name of the southbound database.
-    #[arg(long = "database.southbound.name", env = "DATABASE_SOUTHBOUND_NAME", default_value = "OVN_Southbound")]
+    #[arg(
+        long = "database.southbound.name",
+        env = "DATABASE_SOUTHBOUND_NAME",
+        default_value = "OVN_Southbound"
+    )]
     pub sb_name: String,
     /// OVSDB remote of the southbound database (chassis, datapath and port bindings).
-    #[arg(long = "database.southbound.socket.remote", env = "DATABASE_SOUTHBOUND_SOCKET_REMOTE", default_value = "unix:/run/ovn/ovnsb_db.sock")]
+    #[arg(
+        long = "database.southbound.socket.remote",
+        env = "DATABASE_SOUTHBOUND_SOCKET_REMOTE",
+        default_value = "unix:/run/ovn/ovnsb_db.sock"
+    )]
     pub sb_socket_remote: String,
     /// Control socket of the southbound ovsdb-server.
-    #[arg(long = "database.southbound.socket.control", env = "DATABASE_SOUTHBOUND_SOCKET_CONTROL", default_value = "unix:/run/ovn/ovnsb_db.ctl")]
+    #[arg(
+        long = "database.southbound.socket.control",
+        env = "DATABASE_SOUTHBOUND_SOCKET_CONTROL",
+        default_value = "unix:/run/ovn/ovnsb_db.ctl"
+    )]
     pub sb_socket_control: String,
     /// The southbound database file.
-    #[arg(long = "database.southbound.file.data.path", env = "DATABASE_SOUTHBOUND_FILE_DATA_PATH", default_value = "/etc/ovn/ovnsb_db.db")]
+    #[arg(
+        long = "database.southbound.file.data.path",
+        env = "DATABASE_SOUTHBOUND_FILE_DATA_PATH",
+        default_value = "/etc/ovn/ovnsb_db.db"
+    )]
     pub sb_file_data_path: PathBuf,
     /// The southbound ovsdb-server's log file.
-    #[arg(long = "database.southbound.file.log.path", env = "DATABASE_SOUTHBOUND_FILE_LOG_PATH", default_value = "/var/log/ovn/ovsdb-server-sb.log")]
+    #[arg(
+        long = "database.southbound.file.log.path",
+        env = "DATABASE_SOUTHBOUND_FILE_LOG_PATH",
+        default_value = "/var/log/ovn/ovsdb-server-sb.log"
+    )]
     pub sb_file_log_path: PathBuf,
     /// Unused.
-    #[arg(long = "database.southbound.file.pid.path", env = "DATABASE_SOUTHBOUND_FILE_PID_PATH", default_value = "/run/ovn/ovnsb_db.pid")]
+    #[arg(
+        long = "database.southbound.file.pid.path",
+        env = "DATABASE_SOUTHBOUND_FILE_PID_PATH",
+        default_value = "/run/ovn/ovnsb_db.pid"
+    )]
     pub sb_file_pid_path: PathBuf,
     /// Unused.
-    #[arg(long = "database.southbound.port.default", env = "DATABASE_SOUTHBOUND_PORT_DEFAULT", default_value_t = 6642)]
+    #[arg(
+        long = "database.southbound.port.default",
+        env = "DATABASE_SOUTHBOUND_PORT_DEFAULT",
+        default_value_t = 6642
+    )]
     pub sb_port_default: u16,
     /// Unused.
-    #[arg(long = "database.southbound.port.ssl", env = "DATABASE_SOUTHBOUND_PORT_SSL", default_value_t = 6632)]
+    #[arg(
+        long = "database.southbound.port.ssl",
+        env = "DATABASE_SOUTHBOUND_PORT_SSL",
+        default_value_t = 6632
+    )]
     pub sb_port_ssl: u16,
     /// Unused.
-    #[arg(long = "database.southbound.port.raft", env = "DATABASE_SOUTHBOUND_PORT_RAFT", default_value_t = 6644)]
+    #[arg(
+        long = "database.southbound.port.raft",
+        env = "DATABASE_SOUTHBOUND_PORT_RAFT",
+        default_value_t = 6644
+    )]
     pub sb_port_raft: u16,
 
     /// Unused.
-    #[arg(long = "service.vswitchd.file.log.path", env = "SERVICE_VSWITCHD_FILE_LOG_PATH", default_value = "/var/log/openvswitch/ovs-vswitchd.log")]
+    #[arg(
+        long = "service.vswitchd.file.log.path",
+        env = "SERVICE_VSWITCHD_FILE_LOG_PATH",
+        default_value = "/var/log/openvswitch/ovs-vswitchd.log"
+    )]
     pub vswitchd_file_log_path: PathBuf,
     /// Unused.
-    #[arg(long = "service.vswitchd.file.pid.path", env = "SERVICE_VSWITCHD_FILE_PID_PATH", default_value = "/var/run/openvswitch/ovs-vswitchd.pid")]
+    #[arg(
+        long = "service.vswitchd.file.pid.path",
+        env = "SERVICE_VSWITCHD_FILE_PID_PATH",
+        default_value = "/var/run/openvswitch/ovs-vswitchd.pid"
+    )]
     pub vswitchd_file_pid_path: PathBuf,
     /// ovn-northd's log file (its size).
-    #[arg(long = "service.ovn.northd.file.log.path", env = "SERVICE_OVN_NORTHD_FILE_LOG_PATH", default_value = "/var/log/ovn/ovn-northd.log")]
+    #[arg(
+        long = "service.ovn.northd.file.log.path",
+        env = "SERVICE_OVN_NORTHD_FILE_LOG_PATH",
+        default_value = "/var/log/ovn/ovn-northd.log"
+    )]
     pub northd_file_log_path: PathBuf,
     /// ovn-northd's pidfile: its control socket is `ovn-northd.<pid>.ctl` beside it, as
     /// `ovn-appctl -t ovn-northd` finds it.
-    #[arg(long = "service.ovn.northd.file.pid.path", env = "SERVICE_OVN_NORTHD_FILE_PID_PATH", default_value = "/var/run/ovn/ovn-northd.pid")]
+    #[arg(
+        long = "service.ovn.northd.file.pid.path",
+        env = "SERVICE_OVN_NORTHD_FILE_PID_PATH",
+        default_value = "/var/run/ovn/ovn-northd.pid"
+    )]
     pub northd_file_pid_path: PathBuf,
 
     /// Permission of the log file (octal; klog's file).
@@ -139,17 +235,41 @@ pub struct Flags {
 /// The Open_vSwitch flags Kube-OVN's monitor accepts; nothing it exports comes from them.
 #[derive(Debug, clap::Args)]
 pub struct VswitchFlags {
-    #[arg(long = "database.vswitch.name", env = "DATABASE_VSWITCH_NAME", default_value = "Open_vSwitch")]
+    #[arg(
+        long = "database.vswitch.name",
+        env = "DATABASE_VSWITCH_NAME",
+        default_value = "Open_vSwitch"
+    )]
     pub name: String,
-    #[arg(long = "database.vswitch.socket.remote", env = "DATABASE_VSWITCH_SOCKET_REMOTE", default_value = "unix:/var/run/openvswitch/db.sock")]
+    #[arg(
+        long = "database.vswitch.socket.remote",
+        env = "DATABASE_VSWITCH_SOCKET_REMOTE",
+        default_value = "unix:/var/run/openvswitch/db.sock"
+    )]
     pub socket_remote: String,
-    #[arg(long = "database.vswitch.file.data.path", env = "DATABASE_VSWITCH_FILE_DATA_PATH", default_value = "/etc/openvswitch/conf.db")]
+    #[arg(
+        long = "database.vswitch.file.data.path",
+        env = "DATABASE_VSWITCH_FILE_DATA_PATH",
+        default_value = "/etc/openvswitch/conf.db"
+    )]
     pub file_data_path: PathBuf,
-    #[arg(long = "database.vswitch.file.log.path", env = "DATABASE_VSWITCH_FILE_LOG_PATH", default_value = "/var/log/openvswitch/ovsdb-server.log")]
+    #[arg(
+        long = "database.vswitch.file.log.path",
+        env = "DATABASE_VSWITCH_FILE_LOG_PATH",
+        default_value = "/var/log/openvswitch/ovsdb-server.log"
+    )]
     pub file_log_path: PathBuf,
-    #[arg(long = "database.vswitch.file.pid.path", env = "DATABASE_VSWITCH_FILE_PID_PATH", default_value = "/var/run/openvswitch/ovsdb-server.pid")]
+    #[arg(
+        long = "database.vswitch.file.pid.path",
+        env = "DATABASE_VSWITCH_FILE_PID_PATH",
+        default_value = "/var/run/openvswitch/ovsdb-server.pid"
+    )]
     pub file_pid_path: PathBuf,
-    #[arg(long = "database.vswitch.file.system.id.path", env = "DATABASE_VSWITCH_FILE_SYSTEM_ID_PATH", default_value = "/etc/openvswitch/system-id.conf")]
+    #[arg(
+        long = "database.vswitch.file.system.id.path",
+        env = "DATABASE_VSWITCH_FILE_SYSTEM_ID_PATH",
+        default_value = "/etc/openvswitch/system-id.conf"
+    )]
     pub file_system_id_path: PathBuf,
 }
 
@@ -302,6 +422,10 @@ mod tests {
         assert!(e.starts_with("--database.southbound.socket.control:"), "{e}");
         let e = parse(&["--log-perm=9"]).unwrap_err();
         assert!(e.starts_with("--log-perm:"), "{e}");
-        assert!(parse(&["--ovs.poll-interval=0"]).unwrap_err().contains("ovs.poll-interval"));
+        assert!(
+            parse(&["--ovs.poll-interval=0"])
+                .unwrap_err()
+                .contains("ovs.poll-interval")
+        );
     }
 }

@@ -150,8 +150,11 @@ pub fn build(rows: &Rows) -> Inventory {
         .iter()
         .flat_map(|ls| ls.ports.iter().map(|p| (*p, ls.name.as_str())))
         .collect();
-    let binding_of: HashMap<&str, &SbPortBinding> =
-        rows.bindings.iter().map(|b| (b.logical_port.as_str(), b)).collect();
+    let binding_of: HashMap<&str, &SbPortBinding> = rows
+        .bindings
+        .iter()
+        .map(|b| (b.logical_port.as_str(), b))
+        .collect();
     let uuid = |u: Option<Uuid>| u.map(|u| u.to_string()).unwrap_or_default();
     let mut ports: Vec<PortInfo> = rows
         .ports
@@ -163,7 +166,10 @@ pub fn build(rows: &Rows) -> Inventory {
                 uuid: p.uuid.to_string(),
                 name: p.name.clone(),
                 chassis: uuid(binding.and_then(|b| b.chassis)),
-                switch: switch_of.get(&p.uuid).map(|s| (*s).to_owned()).unwrap_or_default(),
+                switch: switch_of
+                    .get(&p.uuid)
+                    .map(|s| (*s).to_owned())
+                    .unwrap_or_default(),
                 datapath: uuid(binding.and_then(|b| b.datapath)),
                 port_binding: uuid(binding.map(|b| b.uuid)),
                 mac,

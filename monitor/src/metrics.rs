@@ -123,35 +123,65 @@ fn f(n: u64) -> f64 {
 impl Metrics {
     /// The OpenMetrics text of every gauge.
     pub fn encode(&self) -> String {
-        let _guard = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _guard = self
+            .lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         kube_ovn_support::endpoints::encode(&self.registry)
     }
 
     /// Replaces every gauge with what `s` found.
     pub fn apply(&self, s: &Snapshot) {
-        let _guard = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _guard = self
+            .lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         self.clear();
         let host = || ("hostname", s.hostname.clone());
         for (component, status) in &s.ovn_status {
-            set(&self.ovn_status, vec![host(), ("component", component.clone())], f64::from(*status));
+            set(
+                &self.ovn_status,
+                vec![host(), ("component", component.clone())],
+                f64::from(*status),
+            );
         }
         for (component, content) in &s.status_content {
-            let labels = vec![host(), ("component", component.clone()), ("status", content.clone())];
+            let labels = vec![
+                host(),
+                ("component", component.clone()),
+                ("status", content.clone()),
+            ];
             set(&self.ovn_status_content, labels, 1.0);
         }
         set(&self.failed_req_count, vec![host()], f(s.failed_requests));
         for (component, path, size) in &s.log_files {
-            let labels = vec![host(), ("component", component.clone()), ("filename", path.clone())];
+            let labels = vec![
+                host(),
+                ("component", component.clone()),
+                ("filename", path.clone()),
+            ];
             set(&self.log_file_size, labels, f(*size));
         }
         for (db, size) in &s.db_files {
-            set(&self.db_file_size, vec![host(), ("db_name", db.clone())], f(*size));
+            set(
+                &self.db_file_size,
+                vec![host(), ("db_name", db.clone())],
+                f(*size),
+            );
         }
         for (db, ok) in &s.db_status {
-            set(&self.db_status, vec![host(), ("db_name", db.clone())], f(u64::from(*ok)));
+            set(
+                &self.db_status,
+                vec![host(), ("db_name", db.clone())],
+                f(u64::from(*ok)),
+            );
         }
         if let Some((path, clustered)) = &s.cluster_enabled {
-            set(&self.cluster_enabled, vec![host(), ("db_name", path.clone())], f(u64::from(*clustered)));
+            set(
+                &self.cluster_enabled,
+                vec![host(), ("db_name", path.clone())],
+                f(u64::from(*clustered)),
+            );
         }
         for (db, c) in &s.clusters {
             self.apply_cluster(&host(), db, c);
@@ -188,7 +218,11 @@ impl Metrics {
         set(&self.cluster_in_conn, ids(), f(c.connections.inbound));
         set(&self.cluster_out_conn, ids(), f(c.connections.outbound));
         set(&self.cluster_in_conn_err, ids(), f(c.connections.inbound_failed));
-        set(&self.cluster_out_conn_err, ids(), f(c.connections.outbound_failed));
+        set(
+            &self.cluster_out_conn_err,
+            ids(),
+            f(c.connections.outbound_failed),
+        );
         // Kube-OVN registers this one but never sets it; `Servers:` lists every member.
         set(&self.cluster_peer_count, ids(), f(c.servers.len() as u64));
     }
@@ -311,7 +345,10 @@ mod tests {
         let m = Metrics::new();
         let mut s = Snapshot {
             hostname: "h".into(),
-            clusters: vec![("OVN_Northbound".into(), parse(include_str!("testdata/leader.txt")).unwrap())],
+            clusters: vec![(
+                "OVN_Northbound".into(),
+                parse(include_str!("testdata/leader.txt")).unwrap(),
+            )],
             ..Snapshot::default()
         };
         m.apply(&s);

@@ -38,10 +38,15 @@ fn member_monitor(socket: &Path, scratch: &Path, name: &str) -> Result<Monitor> 
         format!("--service.ovn.northd.file.pid.path={}", none("ovn-northd.pid")),
     ]
     .into();
-    Monitor::start(&format!("kube-ovn-monitor {name}"), &args, &[], &scratch.join(format!("monitor-{name}.log")))
+    Monitor::start(
+        &format!("kube-ovn-monitor {name}"),
+        &args,
+        &[],
+        &scratch.join(format!("monitor-{name}.log")),
+    )
 }
 
-fn nb<'a>(name: &'a str) -> [(&'static str, &'a str); 2] {
+fn nb(name: &str) -> [(&'static str, &str); 2] {
     [("hostname", name), ("db_name", "OVN_Northbound")]
 }
 
@@ -70,29 +75,55 @@ fn raft_metrics_follow_a_leader_change() -> Result<()> {
         let text = monitor.wait_metrics(&format!("{}'s term {term} as a follower", m.name), |t| {
             gauge(t, "kube_ovn_cluster_term", &nb(&m.name)) == Some(term)
         })?;
-        let ids = [("server_id", server_id.as_str()), ("cluster_id", cluster_id.as_str())];
-        assert_eq!(gauge(&text, "kube_ovn_cluster_leader_self", &ids), Some(0.0), "{text}");
+        let ids = [
+            ("server_id", server_id.as_str()),
+            ("cluster_id", cluster_id.as_str()),
+        ];
         assert_eq!(
-            gauge(&text, "kube_ovn_cluster_role", &[ids[0], ids[1], ("server_role", "follower")]),
+            gauge(&text, "kube_ovn_cluster_leader_self", &ids),
+            Some(0.0),
+            "{text}"
+        );
+        assert_eq!(
+            gauge(
+                &text,
+                "kube_ovn_cluster_role",
+                &[ids[0], ids[1], ("server_role", "follower")]
+            ),
             Some(1.0),
             "{text}"
         );
         let status = [("component", "ovsdb-server-northbound")];
         assert_eq!(gauge(&text, "kube_ovn_ovn_status", &status), Some(2.0), "{text}");
         assert_eq!(gauge(&text, "kube_ovn_cluster_enabled", &[]), Some(1.0), "{text}");
-        assert_eq!(gauge(&text, "kube_ovn_cluster_peer_count", &ids), Some(3.0), "{text}");
-        assert_eq!(gauge(&text, "kube_ovn_db_status", &nb(&m.name)), Some(1.0), "{text}");
+        assert_eq!(
+            gauge(&text, "kube_ovn_cluster_peer_count", &ids),
+            Some(3.0),
+            "{text}"
+        );
+        assert_eq!(
+            gauge(&text, "kube_ovn_db_status", &nb(&m.name)),
+            Some(1.0),
+            "{text}"
+        );
         assert!(gauge(&text, "kube_ovn_db_file_size_bytes", &nb(&m.name)).is_some_and(|s| s > 0.0));
         // Neither the southbound database nor ovn-northd is there.
         let sb = [("component", "ovsdb-server-southbound")];
         assert_eq!(gauge(&text, "kube_ovn_ovn_status", &sb), Some(0.0), "{text}");
-        assert_eq!(gauge(&text, "kube_ovn_ovn_status", &[("component", "ovn-northd")]), Some(0.0));
+        assert_eq!(
+            gauge(&text, "kube_ovn_ovn_status", &[("component", "ovn-northd")]),
+            Some(0.0)
+        );
         old_term = term;
     }
 
     cluster.members[old_leader].kill();
     let new_leader = cluster.wait_for_leader(WAIT)?;
-    let new_term: f64 = status_field(&cluster.members[new_leader].socket().with_extension("ctl"), "Term")?.parse()?;
+    let new_term: f64 = status_field(
+        &cluster.members[new_leader].socket().with_extension("ctl"),
+        "Term",
+    )?
+    .parse()?;
     assert!(new_term > old_term, "the term went from {old_term} to {new_term}");
 
     // After: the new leader's monitor says it leads in the new term, the other's that it follows.
@@ -107,11 +138,22 @@ fn raft_metrics_follow_a_leader_change() -> Result<()> {
             },
         )?;
         let role = label(&text, "kube_ovn_cluster_role", &nb(name), "server_role");
-        assert_eq!(role.as_deref(), Some(if leads { "leader" } else { "follower" }), "{text}");
+        assert_eq!(
+            role.as_deref(),
+            Some(if leads { "leader" } else { "follower" }),
+            "{text}"
+        );
         let status = [("component", "ovsdb-server-northbound")];
-        assert_eq!(gauge(&text, "kube_ovn_ovn_status", &status), Some(if leads { 1.0 } else { 2.0 }));
+        assert_eq!(
+            gauge(&text, "kube_ovn_ovn_status", &status),
+            Some(if leads { 1.0 } else { 2.0 })
+        );
         // The dead member's connection is down.
-        let failed = gauge(&text, "kube_ovn_cluster_outbound_connections_error_total", &nb(name));
+        let failed = gauge(
+            &text,
+            "kube_ovn_cluster_outbound_connections_error_total",
+            &nb(name),
+        );
         assert!(failed.is_some_and(|n| n >= 1.0) || !leads, "{text}");
     }
     Ok(())
@@ -140,7 +182,13 @@ fn standby_northd(central: &OvnCentral, dir: &Path) -> Result<(Daemon, PathBuf)>
         "-vconsole:info".to_owned(),
     ];
     let envs = [("OVN_RUNDIR", dir), ("OVS_RUNDIR", dir)];
-    let mut northd = Daemon::spawn("ovn-northd standby", "ovn-northd", &args, &dir.join("ovn-northd.log"), &envs)?;
+    let mut northd = Daemon::spawn(
+        "ovn-northd standby",
+        "ovn-northd",
+        &args,
+        &dir.join("ovn-northd.log"),
+        &envs,
+    )?;
     wait_until("the second ovn-northd's pidfile and control socket", WAIT, || {
         northd.check_alive()?;
         let Ok(pid) = std::fs::read_to_string(&pid_file) else {
@@ -167,16 +215,33 @@ fn release_argv_serves_central_and_its_inventory() -> Result<()> {
         ("ENABLE_SSL", "false".to_owned()),
         ("OVS_POLL_INTERVAL", "1".to_owned()),
         ("DATABASE_NORTHBOUND_SOCKET_REMOTE", central.nb_remote()),
-        ("DATABASE_NORTHBOUND_SOCKET_CONTROL", format!("unix:{}", path(&nb_dir, "ctl"))),
+        (
+            "DATABASE_NORTHBOUND_SOCKET_CONTROL",
+            format!("unix:{}", path(&nb_dir, "ctl")),
+        ),
         ("DATABASE_NORTHBOUND_FILE_DATA_PATH", path(&nb_dir, "db")),
-        ("DATABASE_NORTHBOUND_FILE_LOG_PATH", path(&nb_dir, "ovsdb-server.log")),
+        (
+            "DATABASE_NORTHBOUND_FILE_LOG_PATH",
+            path(&nb_dir, "ovsdb-server.log"),
+        ),
         ("DATABASE_SOUTHBOUND_SOCKET_REMOTE", central.sb_remote()),
-        ("DATABASE_SOUTHBOUND_SOCKET_CONTROL", format!("unix:{}", path(&sb_dir, "ctl"))),
+        (
+            "DATABASE_SOUTHBOUND_SOCKET_CONTROL",
+            format!("unix:{}", path(&sb_dir, "ctl")),
+        ),
         ("DATABASE_SOUTHBOUND_FILE_DATA_PATH", path(&sb_dir, "db")),
         ("SERVICE_OVN_NORTHD_FILE_PID_PATH", pid_file.display().to_string()),
-        ("SERVICE_OVN_NORTHD_FILE_LOG_PATH", path(scratch.path(), "ovn-northd.log")),
+        (
+            "SERVICE_OVN_NORTHD_FILE_LOG_PATH",
+            path(scratch.path(), "ovn-northd.log"),
+        ),
     ];
-    let mut monitor = Monitor::start("kube-ovn-monitor v1.16.2 argv", &release_args()?, &env, &scratch.path().join("monitor.log"))?;
+    let mut monitor = Monitor::start(
+        "kube-ovn-monitor v1.16.2 argv",
+        &release_args()?,
+        &env,
+        &scratch.path().join("monitor.log"),
+    )?;
     monitor.wait_ready()?;
     assert_eq!(monitor.get("/livez")?.0, 200);
     assert_eq!(monitor.get("/healthz")?.0, 200);
@@ -187,12 +252,29 @@ fn release_argv_serves_central_and_its_inventory() -> Result<()> {
         gauge(t, "kube_ovn_ovn_status", &northd) == Some(2.0)
     })?;
     for db in ["OVN_Northbound", "OVN_Southbound"] {
-        assert_eq!(gauge(&text, "kube_ovn_db_status", &[host, ("db_name", db)]), Some(1.0), "{text}");
-        assert!(gauge(&text, "kube_ovn_db_file_size_bytes", &[host, ("db_name", db)]).is_some_and(|s| s > 0.0));
+        assert_eq!(
+            gauge(&text, "kube_ovn_db_status", &[host, ("db_name", db)]),
+            Some(1.0),
+            "{text}"
+        );
+        assert!(
+            gauge(&text, "kube_ovn_db_file_size_bytes", &[host, ("db_name", db)]).is_some_and(|s| s > 0.0)
+        );
     }
     // Standalone databases: not clustered, no RAFT role (Kube-OVN reports 0, "unhealthy").
-    assert_eq!(gauge(&text, "kube_ovn_cluster_enabled", &[host]), Some(0.0), "{text}");
-    assert_eq!(gauge(&text, "kube_ovn_ovn_status", &[host, ("component", "ovsdb-server-northbound")]), Some(0.0));
+    assert_eq!(
+        gauge(&text, "kube_ovn_cluster_enabled", &[host]),
+        Some(0.0),
+        "{text}"
+    );
+    assert_eq!(
+        gauge(
+            &text,
+            "kube_ovn_ovn_status",
+            &[host, ("component", "ovsdb-server-northbound")]
+        ),
+        Some(0.0)
+    );
     assert_eq!(samples(&text, "kube_ovn_cluster_term"), 0, "{text}");
 
     // A switch with a port, and a chassis, appear in the next collections.
@@ -205,11 +287,21 @@ fn release_argv_serves_central_and_its_inventory() -> Result<()> {
     let text = monitor.wait_metrics("mon-sw with one port, its tunnel key and mon-ch", |t| {
         gauge(t, "kube_ovn_logical_switch_ports_num", &sw) == Some(1.0)
             && gauge(t, "kube_ovn_logical_switch_tunnel_key", &sw).is_some_and(|k| k > 0.0)
-            && gauge(t, "kube_ovn_chassis_info", &[("name", "mon-ch"), ("ip", "192.0.2.7")]) == Some(1.0)
+            && gauge(
+                t,
+                "kube_ovn_chassis_info",
+                &[("name", "mon-ch"), ("ip", "192.0.2.7")],
+            ) == Some(1.0)
     })?;
     let port = [("name", "mon-p1"), ("logical_switch_name", "mon-sw")];
-    assert_eq!(label(&text, "kube_ovn_logical_switch_port_info", &port, "ip_address").as_deref(), Some("10.7.0.5"));
-    assert_eq!(label(&text, "kube_ovn_logical_switch_port_info", &port, "mac_address").as_deref(), Some("0a:00:00:00:00:07"));
+    assert_eq!(
+        label(&text, "kube_ovn_logical_switch_port_info", &port, "ip_address").as_deref(),
+        Some("10.7.0.5")
+    );
+    assert_eq!(
+        label(&text, "kube_ovn_logical_switch_port_info", &port, "mac_address").as_deref(),
+        Some("0a:00:00:00:00:07")
+    );
     let switches = central.nbctl(&["--bare", "--columns=_uuid", "list", "Logical_Switch"])?;
     let count = switches.split_whitespace().count();
     assert_eq!(samples(&text, "kube_ovn_logical_switch_info"), count, "{text}");
@@ -221,6 +313,8 @@ fn release_argv_serves_central_and_its_inventory() -> Result<()> {
     })?;
     // Deleted switches leave the scrape.
     central.nbctl(&["ls-del", "mon-sw"])?;
-    monitor.wait_metrics("mon-sw to disappear", |t| gauge(t, "kube_ovn_logical_switch_info", &[("name", "mon-sw")]).is_none())?;
+    monitor.wait_metrics("mon-sw to disappear", |t| {
+        gauge(t, "kube_ovn_logical_switch_info", &[("name", "mon-sw")]).is_none()
+    })?;
     Ok(())
 }

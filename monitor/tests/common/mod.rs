@@ -39,7 +39,10 @@ impl Monitor {
             .nth(1)
             .and_then(|c| c.parse().ok())
             .with_context(|| format!("no HTTP status in {out:?}"))?;
-        let body = out.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+        let body = out
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default();
         Ok((code, body))
     }
 
@@ -54,11 +57,15 @@ impl Monitor {
     pub fn wait_ready(&mut self) -> Result<()> {
         let port = self.port;
         let daemon = &mut self.daemon;
-        wait_until(&format!("kube-ovn-monitor on port {port} to be ready"), WAIT, || {
-            daemon.check_alive()?;
-            let probe = Monitor::probe(port, "/readyz");
-            Ok(probe.is_ok_and(|code| code == 200))
-        })
+        wait_until(
+            &format!("kube-ovn-monitor on port {port} to be ready"),
+            WAIT,
+            || {
+                daemon.check_alive()?;
+                let probe = Monitor::probe(port, "/readyz");
+                Ok(probe.is_ok_and(|code| code == 200))
+            },
+        )
         .with_context(|| self.daemon.log_tail(30))
     }
 
@@ -80,7 +87,8 @@ impl Monitor {
             last = self.scrape()?;
             Ok(check(&last))
         });
-        result.with_context(|| format!("last scrape:\n{last}\nmonitor log:\n{}", self.daemon.log_tail(20)))?;
+        result
+            .with_context(|| format!("last scrape:\n{last}\nmonitor log:\n{}", self.daemon.log_tail(20)))?;
         Ok(last)
     }
 }
@@ -99,7 +107,9 @@ pub fn gauge(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
 
 /// How many samples of `name` there are.
 pub fn samples(text: &str, name: &str) -> usize {
-    text.lines().filter(|l| l.strip_prefix(name).is_some_and(|r| r.starts_with('{'))).count()
+    text.lines()
+        .filter(|l| l.strip_prefix(name).is_some_and(|r| r.starts_with('{')))
+        .count()
 }
 
 /// A label's value in the first sample of `name` matching `labels`.
