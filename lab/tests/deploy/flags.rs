@@ -285,6 +285,7 @@ fn flag_variables(binary: &str) -> Vec<(String, String)> {
         "kube-ovn-controller" => kube_ovn_controller::config::Flags::command(),
         "kube-ovn-daemon" => kube_ovn_node::config::Flags::command(),
         "kube-ovn-speaker" => kube_ovn_speaker::config::Flags::command(),
+        "kube-ovn-monitor" => kube_ovn_monitor::flags::Flags::command(),
         other => unreachable!("{other} is not one of BINARIES"),
     };
     cmd.get_arguments()
