@@ -17,8 +17,8 @@ use kube_ovn_lab::cluster::net;
 use kube_ovn_lab::cluster::process;
 use kube_ovn_lab::cluster::state::LabState;
 use kube_ovn_lab::cluster::topology::{
-    CONTROLLER_METRICS_PORT, DAEMON_METRICS_PORT, EXTERNAL_VLAN, MONITOR_METRICS_PORT, SPEAKER_METRICS_PORT, TOR_EXTERNAL_PORT,
-    Topology,
+    CONTROLLER_METRICS_PORT, DAEMON_METRICS_PORT, EXTERNAL_VLAN, MONITOR_METRICS_PORT, SPEAKER_METRICS_PORT,
+    TOR_EXTERNAL_PORT, Topology,
 };
 use kube_ovn_lab::cluster::{tor, tor_vlan};
 
