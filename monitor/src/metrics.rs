@@ -1,5 +1,6 @@
-//! The gauges, under Kube-OVN's names, labels and help (pkg/ovnmonitor/metric.go, v1.16.2),
-//! and [`Metrics::apply`], which replaces them all with one [`Snapshot`]. Pure: no I/O.
+//! The gauges, under Kube-OVN's names and labels (pkg/ovnmonitor/metric.go, v1.16.2; the help
+//! texts are ours), and [`Metrics::apply`], which replaces them all with one [`Snapshot`]. Pure:
+//! no I/O.
 //!
 //! Kube-OVN resets a family before it sets it again, so a switch that was deleted, or a member
 //! that is no longer leader, disappears from the next scrape instead of lingering; so do we.
@@ -57,8 +58,8 @@ macro_rules! gauges {
                 let mut registry = Registry::with_prefix("kube_ovn");
                 $(
                     let $field = GaugeFamily::default();
-                    // prometheus-client ends each help with a full stop; Kube-OVN's have one.
-                    registry.register($name, $help.trim_end_matches('.'), $field.clone());
+                    // prometheus-client ends each help with a full stop.
+                    registry.register($name, $help, $field.clone());
                 )*
                 Self { $( $field, )* lock: Mutex::new(()), registry }
             }
@@ -71,36 +72,36 @@ macro_rules! gauges {
 }
 
 gauges! {
-    ovn_status = "ovn_status", "OVN Health Status. The values are:(2) for standby or follower, (1) for active or leader, (0) for unhealthy.";
-    ovn_status_content = "ovn_status_content", "OVN Health Status. The values are always 1. While the value of status label is the actual status report.";
-    failed_req_count = "failed_req_count", "The number of failed requests to OVN stack.";
-    log_file_size = "log_file_size_bytes", "The size of a log file associated with an OVN component. The unit is Bytes.";
-    db_file_size = "db_file_size_bytes", "The size of a database file associated with an OVN component. The unit is Bytes.";
-    db_status = "db_status", "The status of OVN NB/SB DB, (1) for healthy, (0) for unhealthy.";
-    chassis_info = "chassis_info", "The information about the chassis. This metric is always up (1).";
-    ls_info = "logical_switch_info", "The information about OVN logical switch. This metric is always up (1).";
-    ls_external_id = "logical_switch_external_id", "Provides the external IDs and values associated with OVN logical switches. This metric is always up (1).";
-    ls_port_binding = "logical_switch_port_binding", "Provides the association between a logical switch and a logical switch port. This metric is always up (1).";
-    ls_tunnel_key = "logical_switch_tunnel_key", "The value of the tunnel key associated with the logical switch.";
-    ls_ports_num = "logical_switch_ports_num", "The number of logical switch ports connected to the OVN logical switch.";
-    lsp_info = "logical_switch_port_info", "The information about OVN logical switch port. This metric is always up (1).";
-    lsp_tunnel_key = "logical_switch_port_tunnel_key", "The value of the tunnel key associated with the logical switch port.";
-    cluster_enabled = "cluster_enabled", "Is OVN clustering enabled (1) or not (0).";
-    cluster_role = "cluster_role", "A metric with a constant '1' value labeled by server role.";
-    cluster_status = "cluster_status", "A metric with a constant '1' value labeled by server status.";
-    cluster_term = "cluster_term", "The current raft term known by this server.";
-    cluster_leader_self = "cluster_leader_self", "Is this server consider itself a leader (1) or not (0).";
-    cluster_vote_self = "cluster_vote_self", "Is this server voted itself as a leader (1) or not (0).";
-    cluster_election_timer = "cluster_election_timer", "The current election timer value.";
-    cluster_log_not_committed = "cluster_log_not_committed", "The number of log entries not yet committed by this server.";
-    cluster_log_not_applied = "cluster_log_not_applied", "The number of log entries not yet applied by this server.";
-    cluster_log_index_start = "cluster_log_index_start", "The log entry index start value associated with this server.";
-    cluster_log_index_next = "cluster_log_index_next", "The log entry index next value associated with this server.";
-    cluster_in_conn = "cluster_inbound_connections_total", "The total number of inbound connections to the server.";
-    cluster_out_conn = "cluster_outbound_connections_total", "The total number of outbound connections from the server.";
-    cluster_in_conn_err = "cluster_inbound_connections_error_total", "The total number of failed inbound connections to the server.";
-    cluster_out_conn_err = "cluster_outbound_connections_error_total", "The total number of failed outbound connections from the server.";
-    cluster_peer_count = "cluster_peer_count", "The total number of peers in this server's cluster.";
+    ovn_status = "ovn_status", "Health of an OVN component: 1 leader or active, 2 follower or standby, 0 unhealthy";
+    ovn_status_content = "ovn_status_content", "Always 1; the status label carries the member list of the database's cluster/status";
+    failed_req_count = "failed_req_count", "Requests to OVN that failed since the monitor started";
+    log_file_size = "log_file_size_bytes", "Size in bytes of an OVN component's log file";
+    db_file_size = "db_file_size_bytes", "Size in bytes of an OVN database file";
+    db_status = "db_status", "Storage status of the NB or SB database: 1 ok, 0 in error";
+    chassis_info = "chassis_info", "Always 1, one sample per chassis in the southbound database";
+    ls_info = "logical_switch_info", "Always 1, one sample per logical switch";
+    ls_external_id = "logical_switch_external_id", "Always 1, one sample per external_ids key of a logical switch";
+    ls_port_binding = "logical_switch_port_binding", "Always 1, one sample per port of a logical switch";
+    ls_tunnel_key = "logical_switch_tunnel_key", "Tunnel key of a logical switch's datapath (0 before ovn-northd made it)";
+    ls_ports_num = "logical_switch_ports_num", "Number of ports on a logical switch";
+    lsp_info = "logical_switch_port_info", "Always 1, one sample per logical switch port, with its binding";
+    lsp_tunnel_key = "logical_switch_port_tunnel_key", "Tunnel key of a logical switch port's binding";
+    cluster_enabled = "cluster_enabled", "Whether the northbound database file is clustered (RAFT): 1 or 0";
+    cluster_role = "cluster_role", "Always 1; the server_role label is the member's RAFT role";
+    cluster_status = "cluster_status", "Always 1; the server_status label is the member's cluster status";
+    cluster_term = "cluster_term", "RAFT term as this member knows it";
+    cluster_leader_self = "cluster_leader_self", "Whether this member is the leader: 1 or 0";
+    cluster_vote_self = "cluster_vote_self", "Whether this member voted for itself: 1 or 0";
+    cluster_election_timer = "cluster_election_timer", "RAFT election timer in milliseconds";
+    cluster_log_not_committed = "cluster_log_not_committed", "Log entries this member has not committed yet";
+    cluster_log_not_applied = "cluster_log_not_applied", "Log entries this member has not applied yet";
+    cluster_log_index_start = "cluster_log_index_start", "First index of this member's RAFT log";
+    cluster_log_index_next = "cluster_log_index_next", "Next index of this member's RAFT log";
+    cluster_in_conn = "cluster_inbound_connections_total", "Inbound RAFT connections of this member";
+    cluster_out_conn = "cluster_outbound_connections_total", "Outbound RAFT connections of this member";
+    cluster_in_conn_err = "cluster_inbound_connections_error_total", "Inbound RAFT connections of this member that are not up";
+    cluster_out_conn_err = "cluster_outbound_connections_error_total", "Outbound RAFT connections of this member that are not up";
+    cluster_peer_count = "cluster_peer_count", "Members of this member's cluster, itself included";
 }
 
 impl Default for Metrics {
