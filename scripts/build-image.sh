@@ -14,7 +14,7 @@
 #     selects; rustup cannot download one here), localhost/kube-ovn-rs/builder:<rust version>.
 # The cargo registry cache of this machine is mounted into the build (crates need not be fetched
 # again) and so is a target directory kept in /var/cache/kube-ovn-rs (a second build is quick).
-# With BINARIES=DIR (kube-ovn-controller, kube-ovn-daemon, kube-ovn, kube-ovn-speaker in DIR),
+# With BINARIES=DIR (kube-ovn-controller, kube-ovn-daemon, kube-ovn, kube-ovn-speaker, kube-ovn-pinger, kube-ovn-monitor in DIR),
 # `--build-context binaries=DIR` replaces the Dockerfile's builder: seconds once the base and the
 # packages' layer exist. The lab builds the same way (lab/src/runtime/component_image.rs).
 set -euo pipefail
@@ -56,7 +56,7 @@ fi
 
 build=(podman build --network=host --build-arg "RUNTIME_IMAGE=$base")
 if [ -n "${BINARIES:-}" ]; then
-  for b in kube-ovn-controller kube-ovn-daemon kube-ovn kube-ovn-speaker kube-ovn-pinger; do
+  for b in kube-ovn-controller kube-ovn-daemon kube-ovn kube-ovn-speaker kube-ovn-pinger kube-ovn-monitor; do
     [ -x "$BINARIES/$b" ] || { echo "build-image: $BINARIES/$b is missing" >&2; exit 1; }
   done
   build+=(--build-context "binaries=$(realpath "$BINARIES")")

@@ -5,8 +5,9 @@ use std::path::{Path, PathBuf};
 
 use super::process::{Enter, Launch};
 use super::topology::{
-    CLUSTER_AS, CONTROLLER_METRICS_PORT, DAEMON_METRICS_PORT, EXTERNAL_IP_CIDR, JOIN_CIDR, NB_PORT, NodePlan,
-    OUTSIDE_PORT, SB_PORT, SERVICE_CIDR, SPEAKER_METRICS_PORT, TOR_AS, Topology,
+    CLUSTER_AS, CONTROLLER_METRICS_PORT, DAEMON_METRICS_PORT, EXTERNAL_IP_CIDR, JOIN_CIDR,
+    MONITOR_METRICS_PORT, NB_PORT, NodePlan, OUTSIDE_PORT, SB_PORT, SERVICE_CIDR, SPEAKER_METRICS_PORT,
+    TOR_AS, Topology,
 };
 
 pub const NB_SCHEMA: &str = "/usr/share/ovn/ovn-nb.ovsschema";
@@ -20,12 +21,13 @@ pub struct Binaries {
 }
 
 impl Binaries {
-    pub const NAMES: [&str; 5] = [
+    pub const NAMES: [&str; 6] = [
         "kube-ovn-lab",
         "kube-ovn-controller",
         "kube-ovn-daemon",
         "kube-ovn",
         "kube-ovn-speaker",
+        "kube-ovn-monitor",
     ];
 
     pub fn path(&self, name: &str) -> PathBuf {
@@ -124,6 +126,45 @@ pub fn northd(t: &Topology) -> Launch {
             format!("--pidfile={}", dir.join("ovn-northd.pid").display()),
         ],
     )
+}
+
+/// kube-ovn-monitor beside OVN central, as `deploy/`'s ovn-central sidecar: the control sockets,
+/// database files and pidfile of the control plane's directory, the logs the lab keeps.
+pub fn monitor(t: &Topology, bins: &Binaries) -> Launch {
+    let dir = t.cp_dir();
+    let d = |file: &str| dir.join(file).to_string_lossy().into_owned();
+    let log = |component: &str| t.log(component).to_string_lossy().into_owned();
+    let mut args = vec![
+        format!("--metrics-port={MONITOR_METRICS_PORT}"),
+        "--node-name=cp".into(),
+    ];
+    for (db, file, component) in [("northbound", "ovnnb_db", "nb"), ("southbound", "ovnsb_db", "sb")] {
+        args.extend([
+            format!(
+                "--database.{db}.socket.remote=unix:{}",
+                d(&format!("{file}.sock"))
+            ),
+            format!(
+                "--database.{db}.socket.control=unix:{}",
+                d(&format!("{file}.ctl"))
+            ),
+            format!("--database.{db}.file.data.path={}", d(&format!("{file}.db"))),
+            format!("--database.{db}.file.log.path={}", log(component)),
+        ]);
+    }
+    args.push(format!(
+        "--service.ovn.northd.file.pid.path={}",
+        d("ovn-northd.pid")
+    ));
+    args.push(format!("--service.ovn.northd.file.log.path={}", log("northd")));
+    Launch {
+        component: "monitor".into(),
+        enter: Enter::Netns(t.cp_netns()),
+        program: bins.path("kube-ovn-monitor"),
+        args,
+        env: vec![],
+        log: t.log("monitor"),
+    }
 }
 
 /// The Kubernetes control plane, in start order: etcd, kube-apiserver, kube-controller-manager,
@@ -335,6 +376,7 @@ mod tests {
         launches.extend(kubernetes(&t, &[]));
         launches.extend([
             northd(&t),
+            monitor(&t, &bins),
             controller(&t, &bins),
             agent(&t, &bins, Path::new("/var/lib/kube-ovn-lab")),
             outside_server(&t, &bins),

@@ -96,6 +96,8 @@ pub const SB_PORT: u16 = 6642;
 pub const CONTROLLER_METRICS_PORT: u16 = 10660;
 pub const DAEMON_METRICS_PORT: u16 = 10665;
 pub const SPEAKER_METRICS_PORT: u16 = 10667;
+/// kube-ovn-monitor's (Kube-OVN's `--metrics-port` default).
+pub const MONITOR_METRICS_PORT: u16 = 10661;
 /// Services' ClusterIPs come from here (kube-apiserver's `--service-cluster-ip-range`, and the
 /// same flag of the controller and daemons): kube-apiserver's default IPv4 range and an IPv6
 /// one (dual stack: a Service asking for both families gets both; the first is the default).

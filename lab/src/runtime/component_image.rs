@@ -35,6 +35,7 @@ pub const COMPONENT_BINARIES: [&str; 5] = [
     "kube-ovn",
     "kube-ovn-speaker",
     "kube-ovn-pinger",
+    "kube-ovn-monitor",
 ];
 /// The debootstrapped Debian 12 the Dockerfile's packages are installed on.
 pub const BASE_IMAGE: &str = "localhost/kube-ovn-rs/debian:bookworm";

@@ -15,7 +15,12 @@ use clap::{CommandFactory, Parser};
 use serde_json::Value;
 
 /// The binaries whose flags are checked, by the command's file name.
-const BINARIES: &[&str] = &["kube-ovn-controller", "kube-ovn-daemon", "kube-ovn-speaker"];
+const BINARIES: &[&str] = &[
+    "kube-ovn-controller",
+    "kube-ovn-daemon",
+    "kube-ovn-speaker",
+    "kube-ovn-monitor",
+];
 
 pub fn args(container: &Value) -> Vec<String> {
     container["args"]
@@ -280,6 +285,7 @@ fn flag_variables(binary: &str) -> Vec<(String, String)> {
         "kube-ovn-controller" => kube_ovn_controller::config::Flags::command(),
         "kube-ovn-daemon" => kube_ovn_node::config::Flags::command(),
         "kube-ovn-speaker" => kube_ovn_speaker::config::Flags::command(),
+        "kube-ovn-monitor" => kube_ovn_monitor::flags::Flags::command(),
         other => unreachable!("{other} is not one of BINARIES"),
     };
     cmd.get_arguments()
@@ -302,6 +308,10 @@ pub fn parse(binary: &str, argv: &[String]) -> Result<(), String> {
         "kube-ovn-speaker" => {
             let flags = kube_ovn_speaker::config::Flags::try_parse_from(argv).map_err(|e| e.to_string())?;
             flags.validate().map(drop).map_err(|e| e.to_string())
+        }
+        "kube-ovn-monitor" => {
+            let flags = kube_ovn_monitor::flags::Flags::try_parse_from(argv).map_err(|e| e.to_string())?;
+            flags.config().map(drop).map_err(|e| e.to_string())
         }
         other => Err(format!("{other} is not one of {BINARIES:?}")),
     }

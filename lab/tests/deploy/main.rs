@@ -413,7 +413,13 @@ fn forbidden(kubectl: &Kubectl, args: &[&str], mentions: &str) {
     );
 }
 
-const OUR_WORKLOADS: [&str; 3] = ["kube-ovn-cni", "kube-ovn-controller", "kube-ovn-speaker"];
+// ovn-central: its kube-ovn-monitor sidecar.
+const OUR_WORKLOADS: [&str; 4] = [
+    "kube-ovn-cni",
+    "kube-ovn-controller",
+    "kube-ovn-speaker",
+    "ovn-central",
+];
 
 #[test]
 fn every_flag_in_the_manifests_parses_with_its_binary() {

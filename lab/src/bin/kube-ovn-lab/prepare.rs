@@ -62,6 +62,8 @@ pub fn binaries(bin_dir: Option<&Path>) -> anyhow::Result<Binaries> {
         "kube-ovn-node",
         "-p",
         "kube-ovn-speaker",
+        "-p",
+        "kube-ovn-monitor",
     ]);
     if !cfg!(debug_assertions) {
         cmd.arg("--release");

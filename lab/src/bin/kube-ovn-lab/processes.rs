@@ -63,6 +63,7 @@ pub async fn start(
         .context("creating the ServiceAccounts and roles of deploy/base/rbac.yaml")?;
     super::verbs::write_component_kubeconfigs(t, client).await?;
     step("CRDs served, deploy/base/rbac.yaml applied, a ServiceAccount token per component");
+    rec.start(&components::monitor(t, bins))?;
     rec.start(&components::controller(t, bins))?;
     rec.start(&args.runtime.agent(components::agent(
         t,

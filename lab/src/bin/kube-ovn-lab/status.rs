@@ -17,8 +17,8 @@ use kube_ovn_lab::cluster::net;
 use kube_ovn_lab::cluster::process;
 use kube_ovn_lab::cluster::state::LabState;
 use kube_ovn_lab::cluster::topology::{
-    CONTROLLER_METRICS_PORT, DAEMON_METRICS_PORT, EXTERNAL_VLAN, SPEAKER_METRICS_PORT, TOR_EXTERNAL_PORT,
-    Topology,
+    CONTROLLER_METRICS_PORT, DAEMON_METRICS_PORT, EXTERNAL_VLAN, MONITOR_METRICS_PORT, SPEAKER_METRICS_PORT,
+    TOR_EXTERNAL_PORT, Topology,
 };
 use kube_ovn_lab::cluster::{tor, tor_vlan};
 
@@ -56,6 +56,9 @@ fn readyz(t: &Topology, component: &str) -> Option<SocketAddr> {
     let at = |ip: IpAddr, port| Some(SocketAddr::new(ip, port));
     if component == "controller" {
         return at(Topology::cp_ip().into(), CONTROLLER_METRICS_PORT);
+    }
+    if component == "monitor" {
+        return at(Topology::cp_ip().into(), MONITOR_METRICS_PORT);
     }
     // The API server speaks HTTPS; whether it answers is the cluster view's first request.
     let (node, role) = component.split_once('-')?;
