@@ -21,12 +21,13 @@ pub struct Binaries {
 }
 
 impl Binaries {
-    pub const NAMES: [&str; 6] = [
+    pub const NAMES: [&str; 7] = [
         "kube-ovn-lab",
         "kube-ovn-controller",
         "kube-ovn-daemon",
         "kube-ovn",
         "kube-ovn-speaker",
+        "kube-ovn-pinger",
         "kube-ovn-monitor",
     ];
 

@@ -29,7 +29,7 @@ pub const COMPONENT_IMAGE: &str = "docker.io/library/kube-ovn-rs:dev";
 /// The image's name in `deploy/base`'s manifests.
 pub const COMPONENT_IMAGE_SHORT: &str = "kube-ovn-rs:dev";
 /// The binaries the image carries, all in the directory given to [`component_image_archive`].
-pub const COMPONENT_BINARIES: [&str; 5] = [
+pub const COMPONENT_BINARIES: [&str; 6] = [
     "kube-ovn-controller",
     "kube-ovn-daemon",
     "kube-ovn",

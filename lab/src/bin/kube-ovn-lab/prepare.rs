@@ -63,6 +63,8 @@ pub fn binaries(bin_dir: Option<&Path>) -> anyhow::Result<Binaries> {
         "-p",
         "kube-ovn-speaker",
         "-p",
+        "kube-ovn-pinger",
+        "-p",
         "kube-ovn-monitor",
     ]);
     if !cfg!(debug_assertions) {
