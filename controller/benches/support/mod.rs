@@ -4,7 +4,6 @@
 
 #![allow(dead_code, reason = "each bench uses a part")]
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
