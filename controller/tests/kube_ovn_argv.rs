@@ -18,7 +18,7 @@ use kube_ovn_testkit::{Daemon, free_port};
 async fn kube_ovns_install_sh_arguments_start_the_controller() {
     let env = Env::start_idle(&[]).await;
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = free_port().unwrap();
     // start-controller.sh's own first arguments, with the fixtures' remotes.
     let mut args = vec![
         format!("--ovn-nb-addr={}", env.ovn.nb_remote()),
@@ -38,8 +38,10 @@ async fn kube_ovns_install_sh_arguments_start_the_controller() {
         ("NODE_NAME", "argv-node"),
         ("POD_IP", "127.0.0.1"),
     ];
-    let envs: Vec<(&str, &std::path::Path)> =
-        pod_envs.iter().map(|(k, v)| (*k, std::path::Path::new(*v))).collect();
+    let envs: Vec<(&str, &std::path::Path)> = pod_envs
+        .iter()
+        .map(|(k, v)| (*k, std::path::Path::new(*v)))
+        .collect();
     let mut daemon = Daemon::spawn(
         "controller-argv",
         env!("CARGO_BIN_EXE_kube-ovn-controller"),

@@ -99,9 +99,18 @@ impl Metrics {
         let kube_ovn_waits: [Family<NodeLabels, Counter<f64, AtomicU64>>; 3] = Default::default();
         for (family, (name, help)) in kube_ovn_waits.iter().zip([
             // Encoded with `_total`, as Kube-OVN names them.
-            ("cni_wait_address_seconds", "Seconds ADD waited for the controller to assign an address (Kube-OVN's name)"),
-            ("cni_wait_route_seconds", "Seconds ADD waited for the controller's routed annotation (Kube-OVN's name)"),
-            ("cni_wait_connectivity_seconds", "Seconds ADD waited for the pod's gateway to answer (Kube-OVN's name)"),
+            (
+                "cni_wait_address_seconds",
+                "Seconds ADD waited for the controller to assign an address (Kube-OVN's name)",
+            ),
+            (
+                "cni_wait_route_seconds",
+                "Seconds ADD waited for the controller's routed annotation (Kube-OVN's name)",
+            ),
+            (
+                "cni_wait_connectivity_seconds",
+                "Seconds ADD waited for the pod's gateway to answer (Kube-OVN's name)",
+            ),
         ]) {
             registry.register(name, help, family.clone());
         }

@@ -40,11 +40,14 @@ async fn kube_ovns_install_sh_arguments_start_the_daemon() {
         .unwrap();
 
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = free_port().unwrap();
     // start-cniserver.sh's own first arguments, with the fixture's socket and a private one.
     let mut args = vec![
         format!("--ovs-socket={}", ovs.db_socket().display()),
-        format!("--bind-socket={}", dir.path().join("kube-ovn-daemon.sock").display()),
+        format!(
+            "--bind-socket={}",
+            dir.path().join("kube-ovn-daemon.sock").display()
+        ),
     ];
     args.extend(argv::with_log_dir(argv::DAEMON, dir.path()));
     args.extend([
@@ -66,8 +69,10 @@ async fn kube_ovns_install_sh_arguments_start_the_daemon() {
         ("POD_IP", "192.0.2.10"),
         ("POD_IPS", "192.0.2.10"),
     ];
-    let envs: Vec<(&str, &std::path::Path)> =
-        pod_envs.iter().map(|(k, v)| (*k, std::path::Path::new(*v))).collect();
+    let envs: Vec<(&str, &std::path::Path)> = pod_envs
+        .iter()
+        .map(|(k, v)| (*k, std::path::Path::new(*v)))
+        .collect();
     let mut daemon = Daemon::spawn(
         "daemon-argv",
         env!("CARGO_BIN_EXE_kube-ovn-daemon"),

@@ -42,7 +42,7 @@ async fn kube_ovns_speaker_yaml_arguments_start_the_speaker() {
         .unwrap();
 
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = free_port().unwrap();
     let mut args = argv::with_log_dir(argv::SPEAKER, dir.path());
     args.extend([
         format!("--kubeconfig={}", api.admin_kubeconfig().display()),
@@ -57,8 +57,10 @@ async fn kube_ovns_speaker_yaml_arguments_start_the_speaker() {
         ("POD_IP", NODE_IP),
         ("POD_IPS", NODE_IP),
     ];
-    let envs: Vec<(&str, &std::path::Path)> =
-        pod_envs.iter().map(|(k, v)| (*k, std::path::Path::new(*v))).collect();
+    let envs: Vec<(&str, &std::path::Path)> = pod_envs
+        .iter()
+        .map(|(k, v)| (*k, std::path::Path::new(*v)))
+        .collect();
     let mut daemon = Daemon::spawn(
         "speaker-argv",
         env!("CARGO_BIN_EXE_kube-ovn-speaker"),
@@ -71,7 +73,10 @@ async fn kube_ovns_speaker_yaml_arguments_start_the_speaker() {
     tokio::task::block_in_place(|| argv::wait_readyz(&mut daemon, addr, WAIT)).unwrap();
 
     let expected = argv::expected_ignored(argv::SPEAKER, &known_long_names(&Flags::command()));
-    assert!(expected.is_empty(), "speaker.yaml's flags are all ours: {expected:?}");
+    assert!(
+        expected.is_empty(),
+        "speaker.yaml's flags are all ours: {expected:?}"
+    );
     let log_file = dir
         .path()
         .join(LOG_DIR.trim_start_matches('/'))

@@ -84,7 +84,6 @@ pub struct KlogFlags {
     pub one_output: Option<bool>,
 }
 
-
 /// Where the lines go and at which level, decided from the flags alone ([`KlogFlags::plan`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogPlan {
@@ -205,7 +204,7 @@ impl KlogFlags {
     pub fn init_logs(&self) {
         let program = std::env::args_os()
             .next()
-            .map(std::path::PathBuf::from)
+            .map(PathBuf::from)
             .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
             .unwrap_or_else(|| "kube-ovn".to_owned());
         self.init_logs_with(&program, &[]);
@@ -225,7 +224,11 @@ impl KlogFlags {
             None => (None, None),
         };
         // A file that cannot be opened leaves every line on stdout: never a start failure.
-        let stdout_from = if file.is_some() { plan.stdout_from } else { Level::TRACE };
+        let stdout_from = if file.is_some() {
+            plan.stdout_from
+        } else {
+            Level::TRACE
+        };
         output::install(plan.filter, stdout_from, file);
         if let Some(error) = open_error {
             tracing::error!(%error, "cannot open the log file (--log_file); logging to stdout only");

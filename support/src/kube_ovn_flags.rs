@@ -24,19 +24,13 @@ pub struct KubeOvnFlag {
 /// A boolean flag.
 #[must_use]
 pub const fn boolean(name: &'static str) -> KubeOvnFlag {
-    KubeOvnFlag {
-        name,
-        boolean: true,
-    }
+    KubeOvnFlag { name, boolean: true }
 }
 
 /// A flag with a value.
 #[must_use]
 pub const fn valued(name: &'static str) -> KubeOvnFlag {
-    KubeOvnFlag {
-        name,
-        boolean: false,
-    }
+    KubeOvnFlag { name, boolean: false }
 }
 
 /// Takes the flags of `table` that are not in `known` (the long names and aliases clap parses)

@@ -178,11 +178,7 @@ pub fn http_get(addr: SocketAddr, path: &str) -> anyhow::Result<(u16, String)> {
     write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
     let mut out = String::new();
     s.read_to_string(&mut out)?;
-    let code = out
-        .split_whitespace()
-        .nth(1)
-        .context("no status line")?
-        .parse()?;
+    let code = out.split_whitespace().nth(1).context("no status line")?.parse()?;
     let body = out
         .split_once("\r\n\r\n")
         .map(|(_, b)| b.to_owned())

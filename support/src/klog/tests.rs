@@ -72,7 +72,11 @@ fn verbosity_maps_to_levels_unless_rust_log_is_set() {
 
 #[test]
 fn file_flags_are_ignored_when_logging_to_stderr_as_klog_does() {
-    let plan = plan(&["--log_file=/tmp/x.log", "--log_file_max_size=10", "--alsologtostderr"]);
+    let plan = plan(&[
+        "--log_file=/tmp/x.log",
+        "--log_file_max_size=10",
+        "--alsologtostderr",
+    ]);
     assert_eq!(plan.file, None);
     assert_eq!(
         plan.ignored,
@@ -89,20 +93,35 @@ fn without_alsologtostderr_stdout_gets_what_reaches_the_threshold() {
         Some(Some(1800 * 1024 * 1024)),
         "klog's default size limit"
     );
-    let warnings = plan(&["--logtostderr=false", "--log_file=/tmp/x.log", "--stderrthreshold=WARNING"]);
+    let warnings = plan(&[
+        "--logtostderr=false",
+        "--log_file=/tmp/x.log",
+        "--stderrthreshold=WARNING",
+    ]);
     assert_eq!(warnings.stdout_from, Level::WARN);
     assert!(warnings.ignored.is_empty());
     assert_eq!(
         plan(&["--logtostderr=false", "--log_file=/tmp/x", "--stderrthreshold=0"]).stdout_from,
         Level::INFO
     );
-    let bad = plan(&["--logtostderr=false", "--log_file=/tmp/x", "--stderrthreshold=loud"]);
-    assert_eq!((bad.stdout_from, bad.ignored), (Level::ERROR, vec!["--stderrthreshold"]));
+    let bad = plan(&[
+        "--logtostderr=false",
+        "--log_file=/tmp/x",
+        "--stderrthreshold=loud",
+    ]);
+    assert_eq!(
+        (bad.stdout_from, bad.ignored),
+        (Level::ERROR, vec!["--stderrthreshold"])
+    );
 }
 
 #[test]
 fn log_dir_names_the_file_after_the_program_and_loses_to_log_file() {
-    let dir = plan(&["--logtostderr=false", "--log_dir=/var/log/kube-ovn", "--log_file_max_size=0"]);
+    let dir = plan(&[
+        "--logtostderr=false",
+        "--log_dir=/var/log/kube-ovn",
+        "--log_file_max_size=0",
+    ]);
     assert_eq!(
         dir.file,
         Some(FileSink {
@@ -154,9 +173,15 @@ fn read(path: &Path) -> String {
 fn the_file_and_its_directory_are_created_and_appended_to() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("kube-ovn/deeper/x.log");
-    RotatingFile::open(&path, None).unwrap().write_record(b"one\n").unwrap();
+    RotatingFile::open(&path, None)
+        .unwrap()
+        .write_record(b"one\n")
+        .unwrap();
     // A restart appends, as klog does on start.
-    RotatingFile::open(&path, None).unwrap().write_record(b"two\n").unwrap();
+    RotatingFile::open(&path, None)
+        .unwrap()
+        .write_record(b"two\n")
+        .unwrap();
     assert_eq!(read(&path), "one\ntwo\n");
 }
 
@@ -171,7 +196,10 @@ fn past_the_limit_the_file_becomes_dot_one_and_lines_stay_whole() {
     file.write_record(b"bbbb\n").unwrap();
     assert!(!rotated.exists(), "exactly at the limit: no rotation yet");
     file.write_record(b"cccc\n").unwrap();
-    assert_eq!((read(&rotated), read(&path)), ("aaaa\nbbbb\n".into(), "cccc\n".into()));
+    assert_eq!(
+        (read(&rotated), read(&path)),
+        ("aaaa\nbbbb\n".into(), "cccc\n".into())
+    );
     // The next rotation replaces the previous generation.
     file.write_record(b"a line longer than the limit\n").unwrap();
     assert_eq!(read(&rotated), "cccc\n");
