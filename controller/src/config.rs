@@ -17,6 +17,8 @@ pub mod underlay;
 #[command(
     name = "kube-ovn-controller",
     version,
+    // Go's pflag, which Kube-OVN's binaries use: a flag given twice takes the last value.
+    args_override_self = true,
     about = "kube-ovn-rs controller: IPAM, VPCs, subnets, pods and nodes on OVN"
 )]
 pub struct Flags {
@@ -139,6 +141,9 @@ pub struct Flags {
     /// traffic to the nodes (`reconcile/subnet/u2o_features.rs`); empty: nowhere.
     #[arg(long, env = "SERVICE_CLUSTER_IP_RANGE", default_value = "10.96.0.0/12")]
     pub service_cluster_ip_range: String,
+    /// klog's flags (`--logtostderr=false --log_file=…`, `-v`), which Kube-OVN's manifests pass.
+    #[command(flatten)]
+    pub klog: kube_ovn_support::klog::KlogFlags,
 }
 
 /// Validated settings.

@@ -15,11 +15,14 @@ use kube_ovn_cni::version::CniVersion;
 #[command(
     name = "kube-ovn-daemon",
     version,
+    // Go's pflag, which Kube-OVN's binaries use: a flag given twice takes the last value.
+    args_override_self = true,
     about = "kube-ovn-rs node daemon: CNI server, br-int, ovn0, pod NICs on OVS"
 )]
 pub struct Flags {
     /// This node's name (the Node object and the OVN chassis hostname).
-    #[arg(long, env = "KUBE_NODE_NAME")]
+    /// Empty: `NODE_NAME` (as Kube-OVN's DaemonSet sets it), else the host name.
+    #[arg(long, env = "KUBE_NODE_NAME", default_value = "")]
     pub node_name: String,
     /// Kubeconfig file; in-cluster configuration when absent.
     #[arg(long, env = "KUBECONFIG")]
@@ -30,6 +33,13 @@ pub struct Flags {
     /// The local Open_vSwitch database (`unix:PATH` or `tcp:HOST:PORT`).
     #[arg(long, env = "OVS_DB", default_value = "unix:/run/openvswitch/db.sock")]
     pub ovs_db: String,
+    /// Kube-OVN's name for the same database, a socket path (its start-cniserver.sh passes
+    /// `--ovs-socket=/run/openvswitch/db.sock`): when given, `--ovs-db` is `unix:` and it.
+    #[arg(long, env = "OVS_SOCKET")]
+    pub ovs_socket: Option<PathBuf>,
+    /// klog's flags (`--logtostderr=false --log_file=…`, `-v`), which Kube-OVN's manifests pass.
+    #[command(flatten)]
+    pub klog: kube_ovn_support::klog::KlogFlags,
     /// OVN southbound remotes for ovn-controller (`external_ids:ovn-remote`); left as found
     /// when empty (Kube-OVN's start-ovs.sh sets it).
     #[arg(long, env = "OVN_SB_ADDR", default_value = "")]
@@ -236,7 +246,10 @@ const VXLAN_OVERHEAD: u32 = 50;
 
 impl Flags {
     /// Checks every flag.
-    pub fn validate(self) -> Result<Config, FlagError> {
+    pub fn validate(mut self) -> Result<Config, FlagError> {
+        if let Some(socket) = &self.ovs_socket {
+            self.ovs_db = format!("unix:{}", socket.display());
+        }
         if self.node_name.is_empty() {
             return Err(bad("node-name", "must not be empty"));
         }

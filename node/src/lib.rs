@@ -162,7 +162,7 @@ pub async fn run(
     let services: Watched<Service> = Watched::start(Api::all(kube.clone()), None, None);
     let pns: Watched<ProviderNetwork> = Watched::start(Api::all(kube.clone()), None, None);
     let vlans: Watched<Vlan> = Watched::start(Api::all(kube.clone()), None, None);
-    let metrics = Metrics::new();
+    let metrics = Metrics::for_node(&flags.node_name);
 
     let system_id = chassis::init_ovs(&config, &ovs, &ovs_nl, &kube).await?;
     tracing::info!(node = %flags.node_name, %system_id, datapath = config.datapath.as_str(), "chassis configured");

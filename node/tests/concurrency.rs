@@ -98,13 +98,15 @@ async fn a_hundred_concurrent_adds_then_dels() -> Result<()> {
     let metrics = node.metrics()?;
     assert!(
         metrics.contains(&format!(
-            "cni_op_latency_seconds_count{{method=\"add\",status_code=\"200\"}} {PODS}"
+            "cni_op_latency_seconds_count{{node_name=\"{}\",method=\"add\",status_code=\"200\"}} {PODS}",
+            node.name
         )),
         "{metrics}"
     );
     assert!(
         metrics.contains(&format!(
-            "cni_op_latency_seconds_count{{method=\"del\",status_code=\"204\"}} {PODS}"
+            "cni_op_latency_seconds_count{{node_name=\"{}\",method=\"del\",status_code=\"204\"}} {PODS}",
+            node.name
         )),
         "{metrics}"
     );

@@ -104,11 +104,17 @@ async fn add_gives_a_pod_that_pings_then_del_leaves_nothing() -> Result<()> {
 
     let metrics = node.metrics()?;
     assert!(
-        metrics.contains("cni_op_latency_seconds_count{method=\"add\",status_code=\"200\"} 2"),
+        metrics.contains(&format!(
+            "cni_op_latency_seconds_count{{node_name=\"{}\",method=\"add\",status_code=\"200\"}} 2",
+            node.name
+        )),
         "{metrics}"
     );
     assert!(
-        metrics.contains("cni_op_latency_seconds_count{method=\"del\",status_code=\"204\"} 3"),
+        metrics.contains(&format!(
+            "cni_op_latency_seconds_count{{node_name=\"{}\",method=\"del\",status_code=\"204\"}} 3",
+            node.name
+        )),
         "{metrics}"
     );
     assert!(

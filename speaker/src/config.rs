@@ -13,6 +13,8 @@ use kube_ovn_api::external_ips::ExternalIpCidrs;
 #[command(
     name = "kube-ovn-speaker",
     version,
+    // Go's pflag, which Kube-OVN's binaries use: a flag given twice takes the last value.
+    args_override_self = true,
     about = "kube-ovn-rs BGP speaker: announce pods, subnets, Services and EIPs to the ToR"
 )]
 pub struct Flags {
@@ -144,6 +146,9 @@ pub struct Flags {
     /// Full recompute interval, the safety net behind the event-driven path.
     #[arg(long, env = "RESYNC_PERIOD", default_value = "300s", value_parser = kube_ovn_support::parse_duration)]
     pub resync_period: Duration,
+    /// klog's flags (`--logtostderr=false --log_file=…`, `-v`), which Kube-OVN's manifests pass.
+    #[command(flatten)]
+    pub klog: kube_ovn_support::klog::KlogFlags,
     /// A command instead of the daemon.
     #[command(subcommand)]
     pub command: Option<Command>,

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 mod duration;
 pub mod endpoints;
 pub mod klog;
+pub mod kube_ovn_flags;
 mod supervisor;
 mod tasks;
 pub mod watch;

@@ -16,6 +16,7 @@ mod command;
 mod daemon;
 pub mod drill;
 pub mod fabric;
+pub mod kube_ovn_argv;
 pub mod module_graph;
 pub mod netns;
 mod ovn;

@@ -2,13 +2,15 @@
 //! `kube-ovn-speaker routes ...`, which prints what a running speaker sends one peer.
 
 use anyhow::Context as _;
-use clap::Parser;
 use kube_ovn_dataplane::Netns;
 use kube_ovn_speaker::config::{Command, Flags};
 use kube_ovn_speaker::run::{self, BgpPlace};
+use kube_ovn_support::kube_ovn_flags;
 
 fn main() -> anyhow::Result<()> {
-    let flags = Flags::parse();
+    // Kube-OVN's speaker flags we do not implement, and klog's, are accepted (speaker.yaml passes
+    // `--logtostderr=false --log_file=…`) and named once as ignored where they have no effect.
+    let (flags, ignored) = kube_ovn_flags::parse::<Flags>(kube_ovn_flags::tables::SPEAKER);
     if let Some(Command::Routes(args)) = &flags.command {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -17,7 +19,7 @@ fn main() -> anyhow::Result<()> {
         print!("{text}");
         return Ok(());
     }
-    kube_ovn_support::init_json_logs();
+    flags.klog.init_logs_with("kube-ovn-speaker", &ignored);
     let config = flags.validate()?;
     // BGP's sockets must be made by threads inside the node's namespace: a runtime built on a
     // thread that entered it spawns its workers there (threads inherit the namespace).
