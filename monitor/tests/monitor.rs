@@ -255,15 +255,27 @@ fn release_argv_serves_central_and_its_inventory() -> Result<()> {
             path(scratch.path(), "ovn-northd.log"),
         ),
     ];
+    // The manifest's log file moves from the host's /var/log/kube-ovn into the test's directory.
+    let logs = scratch.path().join("kube-ovn-logs");
+    let args: Vec<String> = release_args()?
+        .into_iter()
+        .map(|a| a.replace("/var/log/kube-ovn/", &format!("{}/", logs.display())))
+        .collect();
     let mut monitor = Monitor::start(
         "kube-ovn-monitor v1.16.2 argv",
-        &release_args()?,
+        &args,
         &env,
         &scratch.path().join("monitor.log"),
     )?;
     monitor.wait_ready()?;
     assert_eq!(monitor.get("/livez")?.0, 200);
     assert_eq!(monitor.get("/healthz")?.0, 200);
+    // `--logtostderr=false --log_file=…`: the JSON lines go to the manifest's file.
+    let log = std::fs::read_to_string(logs.join("kube-ovn-monitor.log")).context("--log_file")?;
+    assert!(
+        log.lines().any(|l| l.starts_with('{')),
+        "no JSON line in --log_file: {log}"
+    );
 
     let host = ("hostname", "master-1");
     let northd = [host, ("component", "ovn-northd")];

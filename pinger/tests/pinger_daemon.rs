@@ -309,7 +309,13 @@ fn starts_with_kube_ovn_release_argv() -> Result<()> {
          users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n",
     )?;
     let mut args: Vec<String> = vec!["netns".into(), "exec".into(), netns.name().into(), BIN.into()];
-    args.extend(KUBE_OVN_V1_16_2_ARGS.iter().map(|a| (*a).to_owned()));
+    // The manifest's log file moves from the host's /var/log/kube-ovn into the test's directory.
+    let logs = dir.path().join("kube-ovn-logs");
+    args.extend(
+        KUBE_OVN_V1_16_2_ARGS
+            .iter()
+            .map(|a| a.replace("/var/log/kube-ovn/", &format!("{}/", logs.display()))),
+    );
     let envs = [
         ("KUBECONFIG", kubeconfig.as_path()),
         ("NODE_NAME", Path::new("argv-node")),
@@ -345,6 +351,12 @@ fn starts_with_kube_ovn_release_argv() -> Result<()> {
         let (status, body) = netns.run(|| http_get(8080, path))??;
         assert_eq!(status, 200, "{path}: {body}");
     }
+    // `--logtostderr=false --log_file=…`: the JSON lines go to the manifest's file.
+    let log = std::fs::read_to_string(logs.join("kube-ovn-pinger.log")).context("--log_file")?;
+    assert!(
+        log.lines().any(|l| l.starts_with('{')),
+        "no JSON line in --log_file: {log}"
+    );
     let status = pinger.terminate(Duration::from_secs(5))?;
     if !status.success() {
         bail!("stopped with {status}:\n{}", pinger.log_tail(20));
