@@ -300,7 +300,8 @@ impl Flags {
         if self.ovs_bridge.is_empty() {
             return Err(bad("ovs-bridge", "must not be empty"));
         }
-        crate::mirror::check_iface_name(&self.mirror_iface).map_err(|e| bad("mirror-iface", e))?;
+        crate::veth_name::check_ifname(&self.mirror_iface)
+            .map_err(|e| bad("mirror-iface", format!("{:?} {}", e.name, e.problem)))?;
         if self.bind_socket.as_os_str().is_empty() {
             return Err(bad("bind-socket", "must not be empty"));
         }

@@ -51,24 +51,6 @@ const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
 /// The safety-net pass against outside changes the replica does not show (the link set down).
 const RESYNC: Duration = Duration::from_secs(30);
 
-/// `--mirror-iface` must be a name the kernel takes for a link.
-pub fn check_iface_name(name: &str) -> Result<(), String> {
-    if name.is_empty() {
-        return Err("must not be empty".into());
-    }
-    if name.len() > 15 {
-        return Err(format!(
-            "{name:?} is longer than 15 bytes, the kernel's limit for a link name"
-        ));
-    }
-    if name == "." || name == ".." || name.contains(['/', ':']) || name.contains(char::is_whitespace) {
-        return Err(format!(
-            "{name:?} is not a valid link name (no `/`, `:` or whitespace)"
-        ));
-    }
-    Ok(())
-}
-
 /// Whether the pod's annotations ask for its port on `provider`'s network to be mirrored.
 /// Absent or `"false"`: no; `"true"`: yes; anything else is an error naming the key and value
 /// (the caller treats it as no).

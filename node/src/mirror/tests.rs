@@ -118,12 +118,3 @@ fn steps_converge_from_whatever_is_there() {
     };
     assert_eq!(step(None, &port_only, "mirror0"), Step::Remove);
 }
-
-#[test]
-fn the_mirror_iface_must_be_a_link_name() {
-    assert!(check_iface_name("mirror0").is_ok());
-    assert!(check_iface_name("").is_err());
-    assert!(check_iface_name("a-very-long-name0").unwrap_err().contains("15"));
-    assert!(check_iface_name("mir/ror").is_err());
-    assert!(check_iface_name("mir ror").is_err());
-}
