@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use common::{Monitor, WAIT, gauge, label, samples};
+use kube_ovn_testkit::kube_ovn_argv::{self, with_log_dir};
 use kube_ovn_testkit::{Daemon, NB_SCHEMA, OvnCentral, RaftCluster, run, wait_until};
 
 /// A `cluster/status` field, straight from ovsdb-server: what the metrics must match.
@@ -178,17 +179,6 @@ fn raft_metrics_follow_a_leader_change() -> Result<()> {
     Ok(())
 }
 
-/// The args of Kube-OVN v1.16.2's release manifest, recorded in tests/data.
-fn release_args() -> Result<Vec<String>> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/kube-ovn-v1.16.2-monitor-args.txt");
-    let text = std::fs::read_to_string(&path).with_context(|| path.display().to_string())?;
-    Ok(text
-        .lines()
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(str::to_owned)
-        .collect())
-}
-
 /// A second ovn-northd on central's databases, with a pidfile and its control socket where
 /// Kube-OVN's image has them (`ovn-northd.<pid>.ctl` in the run directory): standby while
 /// central's holds the southbound lock.
@@ -255,12 +245,12 @@ fn release_argv_serves_central_and_its_inventory() -> Result<()> {
             path(scratch.path(), "ovn-northd.log"),
         ),
     ];
-    // The manifest's log file moves from the host's /var/log/kube-ovn into the test's directory.
-    let logs = scratch.path().join("kube-ovn-logs");
-    let args: Vec<String> = release_args()?
-        .into_iter()
-        .map(|a| a.replace("/var/log/kube-ovn/", &format!("{}/", logs.display())))
-        .collect();
+    // Kube-OVN's release argv (recorded in testkit, release named); its log file moves from the
+    // host's /var/log/kube-ovn into the test's directory.
+    let args = with_log_dir(kube_ovn_argv::MONITOR, scratch.path());
+    let logs = scratch
+        .path()
+        .join(kube_ovn_argv::LOG_DIR.trim_start_matches('/'));
     let mut monitor = Monitor::start(
         "kube-ovn-monitor v1.16.2 argv",
         &args,

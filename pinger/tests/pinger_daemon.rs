@@ -9,7 +9,6 @@
 //! with `--exit-code` when a target is unreachable and 0 when all pass. A second test starts it
 //! with the exact argv of Kube-OVN v1.16.2's release manifest. Needs root; fails without.
 
-use std::io::{Read, Write};
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::process::Command;
@@ -29,31 +28,13 @@ const NS: &str = "kube-system";
 const POD: &str = "kube-ovn-pinger-t1";
 const WAIT: Duration = Duration::from_secs(20);
 
-/// The container args of Kube-OVN v1.16.2's release manifest (`dist/images/install.sh`, IPv4
-/// stack, `ENABLE_METRICS=true`) after the command `/kube-ovn/kube-ovn-pinger`.
-const KUBE_OVN_V1_16_2_ARGS: &[&str] = &[
-    "--external-address=1.1.1.1",
-    "--external-dns=kube-ovn.io.",
-    "--logtostderr=false",
-    "--alsologtostderr=true",
-    "--log_file=/var/log/kube-ovn/kube-ovn-pinger.log",
-    "--log_file_max_size=200",
-    "--enable-metrics=true",
-];
+/// The container args of Kube-OVN's release manifest (`dist/images/install.sh`), recorded once
+/// for every test in testkit with the release named.
+use kube_ovn_testkit::kube_ovn_argv::{PINGER as KUBE_OVN_V1_16_2_ARGS, with_log_dir};
 
 /// GET `path` on 127.0.0.1:`port`: status code and body.
 fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)?;
-    let status = out.split_whitespace().nth(1).context("no status line")?.parse()?;
-    let body = out
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Ok((status, body))
+    kube_ovn_testkit::kube_ovn_argv::http_get(([127, 0, 0, 1], port).into(), path)
 }
 
 /// The value of the sample that starts with `series` (name and labels, or a prefix of them).
@@ -310,12 +291,10 @@ fn starts_with_kube_ovn_release_argv() -> Result<()> {
     )?;
     let mut args: Vec<String> = vec!["netns".into(), "exec".into(), netns.name().into(), BIN.into()];
     // The manifest's log file moves from the host's /var/log/kube-ovn into the test's directory.
-    let logs = dir.path().join("kube-ovn-logs");
-    args.extend(
-        KUBE_OVN_V1_16_2_ARGS
-            .iter()
-            .map(|a| a.replace("/var/log/kube-ovn/", &format!("{}/", logs.display()))),
-    );
+    args.extend(with_log_dir(KUBE_OVN_V1_16_2_ARGS, dir.path()));
+    let logs = dir
+        .path()
+        .join(kube_ovn_testkit::kube_ovn_argv::LOG_DIR.trim_start_matches('/'));
     let envs = [
         ("KUBECONFIG", kubeconfig.as_path()),
         ("NODE_NAME", Path::new("argv-node")),

@@ -1,16 +1,7 @@
 use super::*;
 
-/// The container args of Kube-OVN v1.16.2's release manifest (`dist/images/install.sh`,
-/// IPv4 stack, `ENABLE_METRICS=true`), after the command `/kube-ovn/kube-ovn-pinger`.
-pub const KUBE_OVN_V1_16_2_ARGS: &[&str] = &[
-    "--external-address=1.1.1.1",
-    "--external-dns=kube-ovn.io.",
-    "--logtostderr=false",
-    "--alsologtostderr=true",
-    "--log_file=/var/log/kube-ovn/kube-ovn-pinger.log",
-    "--log_file_max_size=200",
-    "--enable-metrics=true",
-];
+/// The container args of Kube-OVN's release manifest, recorded once for every test.
+use kube_ovn_testkit::kube_ovn_argv::PINGER as KUBE_OVN_V1_16_2_ARGS;
 
 fn parse(args: &[&str]) -> Flags {
     let mut argv = vec!["kube-ovn-pinger"];
