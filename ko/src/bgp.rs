@@ -12,6 +12,8 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use kube_ovn_speaker::run::routes_view::{self, RouteView, SessionView};
+
 use crate::kubectl;
 
 const SPEAKER_APP: &str = "kube-ovn-speaker";
@@ -35,50 +37,15 @@ pub enum Output {
     Json,
 }
 
-/// One session, as `/bgp/peers` answers (speaker/src/run/routes_view.rs `SessionView`).
+/// One session, as `/bgp/peers` answers (the speaker's own `SessionView`), with the routes
+/// `/bgp/routes?peer=` gives it (the speaker's `RouteView`): one definition of the wire format.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
 pub struct Session {
-    pub peer: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bgp_peer: Option<String>,
-    pub peer_as: u32,
-    pub local_as: u32,
-    pub state: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub local_address: Option<String>,
-    #[serde(default)]
-    pub prefixes_sent: u64,
-    #[serde(default)]
-    pub prefixes_desired: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_error: Option<String>,
+    #[serde(flatten)]
+    pub session: SessionView,
     /// Filled from `/bgp/routes?peer=` (not part of `/bgp/peers`).
     #[serde(default)]
-    pub routes: Vec<Route>,
-}
-
-/// One route to one peer, as `/bgp/routes` answers (`RouteView`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Route {
-    pub prefix: String,
-    pub kind: String,
-    pub origin: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub next_hop: Option<String>,
-    #[serde(default)]
-    pub communities: Vec<String>,
-    #[serde(default)]
-    pub large_communities: Vec<String>,
-    #[serde(default)]
-    pub local_pref: Option<u32>,
-    #[serde(default)]
-    pub med: Option<u32>,
-    #[serde(default)]
-    pub as_path_prepend: u8,
-    #[serde(default)]
-    pub sources: Vec<String>,
+    pub routes: Vec<RouteView>,
 }
 
 /// One speaker's answer.
@@ -145,13 +112,10 @@ fn read_speaker(namespace: &str, pod: &SpeakerPod) -> anyhow::Result<Vec<Session
     let mut sessions: Vec<Session> =
         serde_json::from_str(&body).context("the speaker's /bgp/peers is not the sessions' JSON")?;
     for session in &mut sessions {
-        let body = raw(proxy_path(namespace, pod, "/bgp/routes", Some(&session.peer)))?;
-        session.routes = serde_json::from_str(&body).with_context(|| {
-            format!(
-                "the speaker's /bgp/routes for {} is not the routes' JSON",
-                session.peer
-            )
-        })?;
+        let peer = &session.session.peer;
+        let body = raw(proxy_path(namespace, pod, "/bgp/routes", Some(peer)))?;
+        session.routes = serde_json::from_str(&body)
+            .with_context(|| format!("the speaker's /bgp/routes for {peer} is not the routes' JSON"))?;
     }
     Ok(sessions)
 }
@@ -223,14 +187,6 @@ fn dash(value: Option<&str>) -> String {
     value.filter(|v| !v.is_empty()).unwrap_or("-").to_owned()
 }
 
-fn list(items: &[String]) -> String {
-    if items.is_empty() {
-        "-".to_owned()
-    } else {
-        items.join(",")
-    }
-}
-
 /// The human form: per speaker its sessions, then per peer its routes.
 pub fn render(speakers: &[Speaker]) -> String {
     let mut out = String::new();
@@ -262,7 +218,7 @@ pub fn render(speakers: &[Speaker]) -> String {
             .map(str::to_owned)
             .to_vec(),
         ];
-        for s in &speaker.sessions {
+        for Session { session: s, .. } in &speaker.sessions {
             rows.push(vec![
                 s.peer.clone(),
                 dash(s.bgp_peer.as_deref()),
@@ -277,41 +233,14 @@ pub fn render(speakers: &[Speaker]) -> String {
         }
         columns(&mut out, "  ", &rows);
         for s in &speaker.sessions {
-            let _ = writeln!(out, "  Routes to {} ({}):", s.peer, s.routes.len());
+            let _ = writeln!(out, "  Routes to {} ({}):", s.session.peer, s.routes.len());
             if s.routes.is_empty() {
                 continue;
             }
-            let mut rows = vec![
-                [
-                    "PREFIX",
-                    "KIND",
-                    "NEXT-HOP",
-                    "COMMUNITIES",
-                    "LARGE-COMMUNITIES",
-                    "LOCAL-PREF",
-                    "MED",
-                    "PREPEND",
-                    "ORIGIN",
-                    "SOURCES",
-                ]
-                .map(str::to_owned)
-                .to_vec(),
-            ];
-            for r in &s.routes {
-                rows.push(vec![
-                    r.prefix.clone(),
-                    r.kind.clone(),
-                    dash(r.next_hop.as_deref()),
-                    list(&r.communities),
-                    list(&r.large_communities),
-                    r.local_pref.map_or_else(|| "-".to_owned(), |v| v.to_string()),
-                    r.med.map_or_else(|| "-".to_owned(), |v| v.to_string()),
-                    r.as_path_prepend.to_string(),
-                    r.origin.clone(),
-                    list(&r.sources),
-                ]);
+            // The speaker's own table (`kube-ovn-speaker routes -o wide`), indented.
+            for line in routes_view::table(&s.routes, true).lines() {
+                let _ = writeln!(out, "    {line}");
             }
-            columns(&mut out, "    ", &rows);
         }
     }
     out
@@ -409,8 +338,8 @@ Speaker sp-a (node n1)
   10.0.0.1  tor      65000     65001    Established  10.0.0.10      1     1        -
   10.0.0.2  -        65000     65002    Active       -              0     1        connection refused
   Routes to 10.0.0.1 (1):
-    PREFIX        KIND         NEXT-HOP   COMMUNITIES          LARGE-COMMUNITIES  LOCAL-PREF  MED  PREPEND  ORIGIN              SOURCES
-    10.16.0.0/16  SubnetCIDRs  10.0.0.10  65000:100,no-export  -                  -           10   2        Subnet ovn-default  annotation
+    PREFIX         KIND          COMMUNITIES           LOCALPREF   MED   PREPEND   SOURCES      LARGECOMMUNITIES   NEXTHOP     ORIGIN
+    10.16.0.0/16   SubnetCIDRs   65000:100,no-export   -           10    2         annotation   -                  10.0.0.10   Subnet ovn-default
   Routes to 10.0.0.2 (0):
 
 Speaker sp-b (node n2)
