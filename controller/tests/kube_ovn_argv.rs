@@ -11,8 +11,8 @@ use clap::CommandFactory as _;
 use common::{Env, WAIT};
 use kube_ovn_controller::config::Flags;
 use kube_ovn_support::kube_ovn_flags::known_long_names;
-use kube_ovn_testkit::kube_ovn_argv::{self as argv, LOG_DIR};
-use kube_ovn_testkit::{Daemon, free_port};
+use kube_ovn_testkit::free_port;
+use kube_ovn_testkit::kube_ovn_argv as argv;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_ovns_install_sh_arguments_start_the_controller() {
@@ -38,29 +38,24 @@ async fn kube_ovns_install_sh_arguments_start_the_controller() {
         ("NODE_NAME", "argv-node"),
         ("POD_IP", "127.0.0.1"),
     ];
-    let envs: Vec<(&str, &std::path::Path)> = pod_envs
-        .iter()
-        .map(|(k, v)| (*k, std::path::Path::new(*v)))
-        .collect();
-    let mut daemon = Daemon::spawn(
-        "controller-argv",
-        env!("CARGO_BIN_EXE_kube-ovn-controller"),
-        &args,
-        &dir.path().join("stdout.log"),
-        &envs,
-    )
+    let daemon = tokio::task::block_in_place(|| {
+        argv::start_as_released(
+            "controller-argv",
+            env!("CARGO_BIN_EXE_kube-ovn-controller"),
+            &args,
+            &pod_envs,
+            dir.path(),
+            port,
+            WAIT,
+        )
+    })
     .unwrap();
-    let addr = ([127, 0, 0, 1], port).into();
-    tokio::task::block_in_place(|| argv::wait_readyz(&mut daemon, addr, WAIT)).unwrap();
 
     let expected = argv::expected_ignored(argv::CONTROLLER, &known_long_names(&Flags::command()));
     assert!(
         expected.contains("--secure-serving") && !expected.contains("--log_file"),
         "the flags we ignore are Kube-OVN's own, never klog's: {expected:?}"
     );
-    let log_file = dir
-        .path()
-        .join(LOG_DIR.trim_start_matches('/'))
-        .join("kube-ovn-controller.log");
+    let log_file = argv::moved_log_file(dir.path(), "kube-ovn-controller.log");
     argv::check_logs(&daemon.log(), &log_file, &expected).unwrap();
 }

@@ -16,8 +16,8 @@ use kube::api::PostParams;
 use kube_ovn_lab::kubernetes::fixture::ApiServer;
 use kube_ovn_node::config::Flags;
 use kube_ovn_support::kube_ovn_flags::known_long_names;
-use kube_ovn_testkit::kube_ovn_argv::{self as argv, LOG_DIR};
-use kube_ovn_testkit::{Daemon, OvsNode, free_port};
+use kube_ovn_testkit::kube_ovn_argv as argv;
+use kube_ovn_testkit::{OvsNode, free_port};
 
 const WAIT: Duration = Duration::from_mins(1);
 
@@ -69,30 +69,25 @@ async fn kube_ovns_install_sh_arguments_start_the_daemon() {
         ("POD_IP", "192.0.2.10"),
         ("POD_IPS", "192.0.2.10"),
     ];
-    let envs: Vec<(&str, &std::path::Path)> = pod_envs
-        .iter()
-        .map(|(k, v)| (*k, std::path::Path::new(*v)))
-        .collect();
-    let mut daemon = Daemon::spawn(
-        "daemon-argv",
-        env!("CARGO_BIN_EXE_kube-ovn-daemon"),
-        &args,
-        &dir.path().join("stdout.log"),
-        &envs,
-    )
+    let daemon = tokio::task::block_in_place(|| {
+        argv::start_as_released(
+            "daemon-argv",
+            env!("CARGO_BIN_EXE_kube-ovn-daemon"),
+            &args,
+            &pod_envs,
+            dir.path(),
+            port,
+            WAIT,
+        )
+    })
     .unwrap();
-    let addr = ([127, 0, 0, 1], port).into();
-    tokio::task::block_in_place(|| argv::wait_readyz(&mut daemon, addr, WAIT)).unwrap();
 
     let expected = argv::expected_ignored(argv::DAEMON, &known_long_names(&Flags::command()));
     assert!(
         expected.contains("--secure-serving") && !expected.contains("--log_file"),
         "the flags we ignore are Kube-OVN's own, never klog's: {expected:?}"
     );
-    let log_file = dir
-        .path()
-        .join(LOG_DIR.trim_start_matches('/'))
-        .join("kube-ovn-cni.log");
+    let log_file = argv::moved_log_file(dir.path(), "kube-ovn-cni.log");
     argv::check_logs(&daemon.log(), &log_file, &expected).unwrap();
     // The node's name came from NODE_NAME, as Kube-OVN's daemon reads it.
     assert!(

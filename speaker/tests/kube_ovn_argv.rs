@@ -17,8 +17,8 @@ use kube::api::PostParams;
 use kube_ovn_lab::kubernetes::fixture::ApiServer;
 use kube_ovn_speaker::config::Flags;
 use kube_ovn_support::kube_ovn_flags::known_long_names;
-use kube_ovn_testkit::kube_ovn_argv::{self as argv, LOG_DIR};
-use kube_ovn_testkit::{Daemon, Netns, free_port};
+use kube_ovn_testkit::kube_ovn_argv as argv;
+use kube_ovn_testkit::{Netns, free_port};
 
 const WAIT: Duration = Duration::from_mins(1);
 /// The node's address (TEST-NET-2), on the namespace's loopback.
@@ -57,29 +57,24 @@ async fn kube_ovns_speaker_yaml_arguments_start_the_speaker() {
         ("POD_IP", NODE_IP),
         ("POD_IPS", NODE_IP),
     ];
-    let envs: Vec<(&str, &std::path::Path)> = pod_envs
-        .iter()
-        .map(|(k, v)| (*k, std::path::Path::new(*v)))
-        .collect();
-    let mut daemon = Daemon::spawn(
-        "speaker-argv",
-        env!("CARGO_BIN_EXE_kube-ovn-speaker"),
-        &args,
-        &dir.path().join("stdout.log"),
-        &envs,
-    )
+    let daemon = tokio::task::block_in_place(|| {
+        argv::start_as_released(
+            "speaker-argv",
+            env!("CARGO_BIN_EXE_kube-ovn-speaker"),
+            &args,
+            &pod_envs,
+            dir.path(),
+            port,
+            WAIT,
+        )
+    })
     .unwrap();
-    let addr = ([127, 0, 0, 1], port).into();
-    tokio::task::block_in_place(|| argv::wait_readyz(&mut daemon, addr, WAIT)).unwrap();
 
     let expected = argv::expected_ignored(argv::SPEAKER, &known_long_names(&Flags::command()));
     assert!(
         expected.is_empty(),
         "speaker.yaml's flags are all ours: {expected:?}"
     );
-    let log_file = dir
-        .path()
-        .join(LOG_DIR.trim_start_matches('/'))
-        .join("kube-ovn-speaker.log");
+    let log_file = argv::moved_log_file(dir.path(), "kube-ovn-speaker.log");
     argv::check_logs(&daemon.log(), &log_file, &expected).unwrap();
 }

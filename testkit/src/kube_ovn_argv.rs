@@ -12,7 +12,7 @@
 use std::collections::BTreeSet;
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -253,4 +253,32 @@ pub fn check_logs(stdout_log: &str, log_file: &Path, expected: &BTreeSet<String>
         }
     }
     Ok(())
+}
+
+/// Starts `program` as a release manifest would (`args`, the pod's environment `pod_envs`), its
+/// stdout in `dir/stdout.log`, and waits (`timeout` at most) until `/readyz` on
+/// 127.0.0.1:`port` answers 200.
+///
+/// # Errors
+/// When it cannot be spawned, exits, or is not ready in time (with its log's tail).
+pub fn start_as_released(
+    name: &str,
+    program: &str,
+    args: &[String],
+    pod_envs: &[(&str, &str)],
+    dir: &Path,
+    port: u16,
+    timeout: Duration,
+) -> anyhow::Result<Daemon> {
+    let envs: Vec<(&str, &Path)> = pod_envs.iter().map(|(k, v)| (*k, Path::new(*v))).collect();
+    let mut daemon = Daemon::spawn(name, program, args, &dir.join("stdout.log"), &envs)?;
+    wait_readyz(&mut daemon, ([127, 0, 0, 1], port).into(), timeout)?;
+    Ok(daemon)
+}
+
+/// Where a release argv's `--log_file=/var/log/kube-ovn/<file>` writes once moved under `dir`
+/// by [`with_log_dir`].
+#[must_use]
+pub fn moved_log_file(dir: &Path, file: &str) -> PathBuf {
+    dir.join(LOG_DIR.trim_start_matches('/')).join(file)
 }
