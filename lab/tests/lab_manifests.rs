@@ -28,6 +28,7 @@ mod external;
 #[allow(dead_code, reason = "the VLAN fabric checks run on lab.rs' labs")]
 #[path = "lab/underlay.rs"]
 mod underlay;
+mod operations;
 
 const WAIT: Duration = Duration::from_mins(2);
 
@@ -277,6 +278,9 @@ fn installed_from_deploy_on_real_kubelets_it_is_green_and_keeps_serving_through_
             .count();
         ensure!(ready == count, "{app}: {ready} ready pods, want {count}:\n{pods}");
     }
+
+    // `kubectl ko trace` and `kubectl ko diagnose` as an operator runs them (issue 28).
+    operations::kubectl_ko_works(&lab)?;
 
     // Traffic targets: an announced pod (its /32 at the ToR) and the LoadBalancer IP.
     let fixed: SocketAddr = "10.17.0.100:8080".parse()?;
