@@ -56,8 +56,13 @@ fn scope(args: &[String]) -> anyhow::Result<Scope> {
         ["subnet", s] => Scope::Subnet((*s).to_owned()),
         ["node"] => bail!("diagnose node: which node? (kubectl ko diagnose node <node>)"),
         ["subnet"] => bail!("diagnose subnet: which subnet? (kubectl ko diagnose subnet <subnet>)"),
-        ["IPPorts", ..] => bail!("diagnose IPPorts is not supported by kube-ovn-rs's plugin (use the pinger's metrics)"),
-        _ => bail!("diagnose {}: expected all, node <node> or subnet <subnet>", words.join(" ")),
+        ["IPPorts", ..] => {
+            bail!("diagnose IPPorts is not supported by kube-ovn-rs's plugin (use the pinger's metrics)")
+        }
+        _ => bail!(
+            "diagnose {}: expected all, node <node> or subnet <subnet>",
+            words.join(" ")
+        ),
     })
 }
 
@@ -112,8 +117,9 @@ pub fn run(args: &DiagnoseArgs) -> anyhow::Result<ExitCode> {
             probes::pingers(&mut report, None);
         }
         Scope::Node(node) => {
-            let Some(object) = report.read(&format!("node {node}"), kubectl::json(&["get", "node", node])) else {
-                return finish(&report);
+            let Some(object) = report.read(&format!("node {node}"), kubectl::json(&["get", "node", node]))
+            else {
+                return Ok(finish(&report));
             };
             let ready = checks::nodes(&serde_json::json!({"items": [object]}))
                 .first()
@@ -127,21 +133,21 @@ pub fn run(args: &DiagnoseArgs) -> anyhow::Result<ExitCode> {
             probes::pingers(&mut report, None);
         }
     }
-    finish(&report)
+    Ok(finish(&report))
 }
 
-fn finish(report: &Report) -> anyhow::Result<ExitCode> {
+fn finish(report: &Report) -> ExitCode {
     let failed: Vec<&Finding> = report.0.iter().filter(|f| f.level == Level::Fail).collect();
     if failed.is_empty() {
         let passed = report.0.iter().filter(|f| f.level == Level::Pass).count();
         println!("\ndiagnose: OK, {passed} checks passed");
-        return Ok(ExitCode::SUCCESS);
+        return ExitCode::SUCCESS;
     }
     println!("\ndiagnose: {} problem(s):", failed.len());
     for f in &failed {
         println!("  - {}: {}", f.subject, f.message);
     }
-    Ok(ExitCode::FAILURE)
+    ExitCode::FAILURE
 }
 
 /// The remote IPs of a node's tunnel interfaces, from `ovs-vsctl --format=json
@@ -209,8 +215,18 @@ mod tests {
         assert_eq!(scope(&words("all")).unwrap(), Scope::All);
         assert_eq!(scope(&words("node n1")).unwrap(), Scope::Node("n1".into()));
         assert_eq!(scope(&words("subnet s1")).unwrap(), Scope::Subnet("s1".into()));
-        assert!(scope(&words("node")).unwrap_err().to_string().contains("which node"));
-        assert!(scope(&words("everything")).unwrap_err().to_string().contains("expected all"));
+        assert!(
+            scope(&words("node"))
+                .unwrap_err()
+                .to_string()
+                .contains("which node")
+        );
+        assert!(
+            scope(&words("everything"))
+                .unwrap_err()
+                .to_string()
+                .contains("expected all")
+        );
     }
 
     #[test]

@@ -94,7 +94,9 @@ fn endpoint(source: &Source, object: &Value, dst: IpAddr) -> anyhow::Result<Endp
             keys::IP_ADDRESS
         );
     };
-    let router = Some(ann(keys::LOGICAL_ROUTER)).filter(|r| !r.is_empty()).map(str::to_owned);
+    let router = Some(ann(keys::LOGICAL_ROUTER))
+        .filter(|r| !r.is_empty())
+        .map(str::to_owned);
     Ok(Endpoint {
         switch: need(keys::LOGICAL_SWITCH)?,
         mac: need(keys::MAC_ADDRESS)?,
@@ -117,25 +119,34 @@ fn destination_mac(req: &Request, ep: &Endpoint) -> anyhow::Result<String> {
     }
     if request::in_cidrs(&ep.cidr, req.dst) {
         let text = access::nbctl_json(&["--columns=addresses", "list", "Logical_Switch_Port"])?;
-        if let Some(mac) = request::mac_of_address(nb::port_addresses(&text)?.iter().map(String::as_str), req.dst) {
+        if let Some(mac) =
+            request::mac_of_address(nb::port_addresses(&text)?.iter().map(String::as_str), req.dst)
+        {
             return Ok(mac);
         }
     }
-    let router = match &ep.router {
-        Some(r) => r.clone(),
-        None => {
-            let subnet = kubectl::json(&["get", "subnet", &ep.switch])
-                .with_context(|| format!("subnet {} (the switch of {})", ep.switch, ep.what))?;
-            subnet["spec"]["vpc"]
-                .as_str()
-                .filter(|v| !v.is_empty())
-                .unwrap_or("ovn-cluster")
-                .to_owned()
-        }
+    let router = if let Some(r) = &ep.router {
+        r.clone()
+    } else {
+        let subnet = kubectl::json(&["get", "subnet", &ep.switch])
+            .with_context(|| format!("subnet {} (the switch of {})", ep.switch, ep.what))?;
+        subnet["spec"]["vpc"]
+            .as_str()
+            .filter(|v| !v.is_empty())
+            .unwrap_or("ovn-cluster")
+            .to_owned()
     };
     let lrp = format!("{router}-{}", ep.switch);
-    println!("Using the MAC of router port {lrp} as the destination MAC ({} is not a port of {})", req.dst, ep.switch);
-    let text = access::nbctl_json(&["--columns=mac", "find", "Logical_Router_Port", &format!("name={lrp}")])?;
+    println!(
+        "Using the MAC of router port {lrp} as the destination MAC ({} is not a port of {})",
+        req.dst, ep.switch
+    );
+    let text = access::nbctl_json(&[
+        "--columns=mac",
+        "find",
+        "Logical_Router_Port",
+        &format!("name={lrp}"),
+    ])?;
     nb::router_port_mac(&text)?.with_context(|| {
         format!("no logical router port {lrp}: give the destination MAC address (kubectl ko trace … <dst ip> <dst mac> …)")
     })
@@ -153,7 +164,11 @@ fn explain(v: &OvnVerdict) -> anyhow::Result<String> {
             flow.stage, flow.r#match
         ),
         OvnVerdict::DroppedByAcl { flow, name, action } => {
-            let acls = nb::acls(&access::nbctl_json(&["--columns=name,direction,priority,match,action", "list", "ACL"])?)?;
+            let acls = nb::acls(&access::nbctl_json(&[
+                "--columns=name,direction,priority,match,action",
+                "list",
+                "ACL",
+            ])?)?;
             let groups = nb::policies_by_group(&access::nbctl_json(&[
                 "--columns=name,external_ids",
                 "list",
@@ -190,7 +205,8 @@ fn explain(v: &OvnVerdict) -> anyhow::Result<String> {
         }
         OvnVerdict::Unknown(last) => format!(
             "OVN's trace ends without delivering or dropping the packet (last flow: {})",
-            last.as_ref().map_or("none".into(), |f| format!("{} {}", f.stage, f.r#match))
+            last.as_ref()
+                .map_or("none".into(), |f| format!("{} {}", f.stage, f.r#match))
         ),
     })
 }
@@ -250,7 +266,14 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<ExitCode> {
         )
     })?;
     let flow = request::ofproto_flow(&packet, ofport);
-    let cmd = ["ovs-appctl", "-t", access::VSWITCHD_CTL, "ofproto/trace", "br-int", flow.as_str()];
+    let cmd = [
+        "ovs-appctl",
+        "-t",
+        access::VSWITCHD_CTL,
+        "ofproto/trace",
+        "br-int",
+        flow.as_str(),
+    ];
     println!("\n+ {}", cmd.join(" "));
     let ovs_trace = access::ovs(&ep.node, &cmd)?;
     println!("{ovs_trace}");
@@ -304,17 +327,29 @@ mod tests {
             .unwrap()
             .remove("ovn.kubernetes.io/mac_address");
         let e = endpoint(&source(), &p, "10.17.0.5".parse().unwrap()).unwrap_err();
-        assert!(e.to_string().contains("pod demo/a: annotation ovn.kubernetes.io/mac_address is missing"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("pod demo/a: annotation ovn.kubernetes.io/mac_address is missing"),
+            "{e}"
+        );
         let mut p = pod();
         p["spec"]["hostNetwork"] = json!(true);
         let e = endpoint(&source(), &p, "10.17.0.5".parse().unwrap()).unwrap_err();
         assert!(e.to_string().contains("host's network"), "{e}");
         let node = json!({"metadata": {"annotations": {"ovn.kubernetes.io/ip_address": "100.64.0.2"}}});
         let e = endpoint(&Source::Node("n1".into()), &node, "10.16.0.5".parse().unwrap()).unwrap_err();
-        assert!(e.to_string().contains("node n1 has no annotation ovn.kubernetes.io/port_name"), "{e}");
-        let e = endpoint(&source(), &json!({"metadata": {"annotations": {
+        assert!(
+            e.to_string()
+                .contains("node n1 has no annotation ovn.kubernetes.io/port_name"),
+            "{e}"
+        );
+        let e = endpoint(
+            &source(),
+            &json!({"metadata": {"annotations": {
             "ovn.kubernetes.io/ip_address": "10.16.0.10"}}, "spec": {"nodeName": "n"}}),
-            "fd00::1".parse().unwrap()).unwrap_err();
+            "fd00::1".parse().unwrap(),
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("has no IPv6 address"), "{e}");
     }
 }

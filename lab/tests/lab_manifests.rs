@@ -28,6 +28,7 @@ mod external;
 #[allow(dead_code, reason = "the VLAN fabric checks run on lab.rs' labs")]
 #[path = "lab/underlay.rs"]
 mod underlay;
+#[path = "lab_manifests/operations.rs"]
 mod operations;
 
 const WAIT: Duration = Duration::from_mins(2);

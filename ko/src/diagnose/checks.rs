@@ -136,7 +136,10 @@ pub fn nodes(list: &Value) -> Vec<(String, bool)> {
             let ready = n["status"]["conditions"]
                 .as_array()
                 .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
-            (n["metadata"]["name"].as_str().unwrap_or_default().to_owned(), ready)
+            (
+                n["metadata"]["name"].as_str().unwrap_or_default().to_owned(),
+                ready,
+            )
         })
         .collect()
 }
@@ -181,7 +184,9 @@ pub fn raft(db: &str, pod: &str, status: Result<&str, &str>, standalone: Option<
         .collect();
     let unconnected: Vec<&str> = servers
         .iter()
-        .filter(|(sid, me)| !me && !connections.contains(&format!("->{sid}")) && !connections.contains(&format!("<-{sid}")))
+        .filter(|(sid, me)| {
+            !me && !connections.contains(&format!("->{sid}")) && !connections.contains(&format!("<-{sid}"))
+        })
         .map(|(sid, _)| sid.as_str())
         .collect();
     if !unconnected.is_empty() {
@@ -211,7 +216,11 @@ pub fn northd(statuses: &[(String, Result<String, String>)]) -> Finding {
                 "none active: {}",
                 statuses
                     .iter()
-                    .map(|(p, s)| format!("{p}: {}", s.as_ref().map_or_else(|e| e.trim().to_owned(), |s| s.trim().to_owned())))
+                    .map(|(p, s)| format!(
+                        "{p}: {}",
+                        s.as_ref()
+                            .map_or_else(|e| e.trim().to_owned(), |s| s.trim().to_owned())
+                    ))
                     .collect::<Vec<_>>()
                     .join("; ")
             ),
@@ -235,7 +244,9 @@ pub fn tunnels(node: &str, system_id: &str, chassis: &[Chassis], remote_ips: &BT
     if !chassis.iter().any(|c| c.name == system_id) {
         return Finding::fail(
             subject,
-            format!("its chassis {system_id} is not in the southbound database (ovn-controller has not registered it)"),
+            format!(
+                "its chassis {system_id} is not in the southbound database (ovn-controller has not registered it)"
+            ),
         );
     }
     let others: Vec<&Chassis> = chassis.iter().filter(|c| c.name != system_id).collect();
@@ -292,21 +303,38 @@ pub fn pinger(node: &str, samples: &[Sample]) -> Vec<Finding> {
     let mut out = Vec::new();
     for (up, down, what) in [
         ("pinger_ovs_up", "pinger_ovs_down", "OVS"),
-        ("pinger_ovn_controller_up", "pinger_ovn_controller_down", "ovn-controller"),
-        ("pinger_apiserver_healthy", "pinger_apiserver_unhealthy", "the API server"),
+        (
+            "pinger_ovn_controller_up",
+            "pinger_ovn_controller_down",
+            "ovn-controller",
+        ),
+        (
+            "pinger_apiserver_healthy",
+            "pinger_apiserver_unhealthy",
+            "the API server",
+        ),
     ] {
         match (sum(up), sum(down)) {
-            (_, Some(d)) if d > 0.0 => out.push(Finding::fail(&subject, format!("{what} is down ({down} {d})"))),
+            (_, Some(d)) if d > 0.0 => {
+                out.push(Finding::fail(&subject, format!("{what} is down ({down} {d})")));
+            }
             (Some(u), _) if u > 0.0 => out.push(Finding::pass(&subject, format!("{what} up"))),
             _ => {}
         }
     }
     if let Some(n) = sum("pinger_inconsistent_port_binding").filter(|n| *n > 0.0) {
-        out.push(Finding::fail(&subject, format!("{n} port bindings inconsistent between OVS and OVN")));
+        out.push(Finding::fail(
+            &subject,
+            format!("{n} port bindings inconsistent between OVS and OVN"),
+        ));
     }
     for (lost, count, what) in [
         ("pinger_pod_ping_lost_total", "pinger_pod_ping_count_total", "pod"),
-        ("pinger_node_ping_lost_total", "pinger_node_ping_count_total", "node"),
+        (
+            "pinger_node_ping_lost_total",
+            "pinger_node_ping_count_total",
+            "node",
+        ),
     ] {
         if let (Some(l), Some(c)) = (sum(lost), sum(count)) {
             out.push(Finding::new(
@@ -328,7 +356,10 @@ mod tests;
 /// A subnet's `status.conditions` as Kube-OVN writes them (`Ready`, `Validated`, `Error`): a
 /// `Ready`/`Validated` that is not True, or an `Error` that is, fails with its reason.
 pub fn subnet_conditions(subject: &str, subnet: &Value) -> Vec<Finding> {
-    let conditions = subnet["status"]["conditions"].as_array().cloned().unwrap_or_default();
+    let conditions = subnet["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     let mut out: Vec<Finding> = conditions
         .iter()
         .filter_map(|c| {
@@ -346,7 +377,17 @@ pub fn subnet_conditions(subject: &str, subnet: &Value) -> Vec<Finding> {
                 _ => return None,
             };
             Some(if bad {
-                Finding::fail(subject, format!("condition {kind}={status}{}", if why.is_empty() { String::new() } else { format!(" ({why})") }))
+                Finding::fail(
+                    subject,
+                    format!(
+                        "condition {kind}={status}{}",
+                        if why.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" ({why})")
+                        }
+                    ),
+                )
             } else {
                 Finding::pass(subject, format!("condition {kind}={status}"))
             })
@@ -364,11 +405,15 @@ pub fn gateway_answer(subnet: &str, gateway: &str, node: &str, result: Result<()
     let subject = format!("subnet {subnet}");
     match result {
         Ok(()) => Finding::pass(subject, format!("gateway {gateway} answers from node {node}")),
-        Err(e) if e.contains("Connection refused") => {
-            Finding::pass(subject, format!("gateway {gateway} answers from node {node} (TCP reset)"))
-        }
+        Err(e) if e.contains("Connection refused") => Finding::pass(
+            subject,
+            format!("gateway {gateway} answers from node {node} (TCP reset)"),
+        ),
         Err(e) if e.contains("exit code 124") || e.contains("status 124") || e.contains("timed out") => {
-            Finding::fail(subject, format!("gateway {gateway} does not answer from node {node} within 3 s"))
+            Finding::fail(
+                subject,
+                format!("gateway {gateway} does not answer from node {node} within 3 s"),
+            )
         }
         Err(e) => Finding::fail(
             subject,

@@ -45,7 +45,13 @@ pub fn ovn_central(report: &mut Report) {
         }
         northd.push((
             pod.name.clone(),
-            exec(&["ovn-appctl", TIMEOUT, "-t", "/var/run/ovn/ovn-northd.ctl", "status"]),
+            exec(&[
+                "ovn-appctl",
+                TIMEOUT,
+                "-t",
+                "/var/run/ovn/ovn-northd.ctl",
+                "status",
+            ]),
         ));
     }
     report.add(checks::northd(&northd));
@@ -67,7 +73,11 @@ pub fn chassis() -> anyhow::Result<Vec<checks::Chassis>> {
 /// One node: Ready, its pods, OVS and ovn-controller answering, tunnels to the other chassis.
 pub fn node(report: &mut Report, node: &str, ready: bool, chassis: Option<&[checks::Chassis]>) {
     let subject = format!("node {node}");
-    report.add(Finding::either(ready, &subject, if ready { "Ready" } else { "not Ready" }));
+    report.add(Finding::either(
+        ready,
+        &subject,
+        if ready { "Ready" } else { "not Ready" },
+    ));
     for (app, what) in [("kube-ovn-cni", "kube-ovn-cni"), ("ovs", "ovs-ovn")] {
         let Some(pods) = report.read(&subject, kubectl::component_pods(app)) else {
             continue;
@@ -77,7 +87,11 @@ pub fn node(report: &mut Report, node: &str, ready: bool, chassis: Option<&[chec
             Some(p) => report.add(Finding::either(
                 p.ready,
                 &subject,
-                format!("{what} pod {} {}", p.name, if p.ready { "ready" } else { "not ready" }),
+                format!(
+                    "{what} pod {} {}",
+                    p.name,
+                    if p.ready { "ready" } else { "not ready" }
+                ),
             )),
         }
     }
@@ -88,29 +102,79 @@ pub fn node(report: &mut Report, node: &str, ready: bool, chassis: Option<&[chec
         return;
     };
     let exec = |cmd: &[&str]| text(kubectl::exec(&pod.name, access::OVS_CONTAINER, cmd));
-    for (daemon, ctl) in [("ovs-vswitchd", access::VSWITCHD_CTL), ("ovsdb-server", access::OVSDB_CTL)] {
+    for (daemon, ctl) in [
+        ("ovs-vswitchd", access::VSWITCHD_CTL),
+        ("ovsdb-server", access::OVSDB_CTL),
+    ] {
         report.add(match exec(&["ovs-appctl", TIMEOUT, "-t", ctl, "version"]) {
-            Ok(v) => Finding::pass(&subject, format!("{daemon} answers ({})", v.lines().next().unwrap_or_default().trim())),
-            Err(e) => Finding::fail(&subject, format!("{daemon} does not answer on {ctl}: {}", last_line(&e))),
+            Ok(v) => Finding::pass(
+                &subject,
+                format!(
+                    "{daemon} answers ({})",
+                    v.lines().next().unwrap_or_default().trim()
+                ),
+            ),
+            Err(e) => Finding::fail(
+                &subject,
+                format!("{daemon} does not answer on {ctl}: {}", last_line(&e)),
+            ),
         });
     }
-    report.add(match exec(&["ovn-appctl", TIMEOUT, "-t", "ovn-controller", "connection-status"]) {
-        Ok(s) if s.trim() == "connected" => Finding::pass(&subject, "ovn-controller connected to the southbound database"),
-        Ok(s) => Finding::fail(&subject, format!("ovn-controller is {} from the southbound database", s.trim())),
-        Err(e) => Finding::fail(&subject, format!("ovn-controller does not answer: {}", last_line(&e))),
-    });
+    report.add(
+        match exec(&["ovn-appctl", TIMEOUT, "-t", "ovn-controller", "connection-status"]) {
+            Ok(s) if s.trim() == "connected" => {
+                Finding::pass(&subject, "ovn-controller connected to the southbound database")
+            }
+            Ok(s) => Finding::fail(
+                &subject,
+                format!("ovn-controller is {} from the southbound database", s.trim()),
+            ),
+            Err(e) => Finding::fail(
+                &subject,
+                format!("ovn-controller does not answer: {}", last_line(&e)),
+            ),
+        },
+    );
     let Some(chassis) = chassis else { return };
-    let system_id = exec(&["ovs-vsctl", TIMEOUT, "get", "Open_vSwitch", ".", "external_ids:system-id"]);
-    let ifaces = exec(&["ovs-vsctl", TIMEOUT, "--format=json", "--columns=type,options", "list", "Interface"]);
-    report.add(match (system_id, ifaces.map(|t| tunnel_remotes(&t).map_err(|e| format!("{e:#}")))) {
-        (Ok(id), Ok(Ok(remotes))) => checks::tunnels(node, id.trim().trim_matches('"'), chassis, &remotes),
-        (Err(e), _) | (_, Err(e) | Ok(Err(e))) => Finding::fail(&subject, format!("reading its tunnels: {}", last_line(&e))),
-    });
+    let system_id = exec(&[
+        "ovs-vsctl",
+        TIMEOUT,
+        "get",
+        "Open_vSwitch",
+        ".",
+        "external_ids:system-id",
+    ]);
+    let ifaces = exec(&[
+        "ovs-vsctl",
+        TIMEOUT,
+        "--format=json",
+        "--columns=type,options",
+        "list",
+        "Interface",
+    ]);
+    report.add(
+        match (
+            system_id,
+            ifaces.map(|t| tunnel_remotes(&t).map_err(|e| format!("{e:#}"))),
+        ) {
+            (Ok(id), Ok(Ok(remotes))) => {
+                checks::tunnels(node, id.trim().trim_matches('"'), chassis, &remotes)
+            }
+            (Err(e), _) | (_, Err(e) | Ok(Err(e))) => {
+                Finding::fail(&subject, format!("reading its tunnels: {}", last_line(&e)))
+            }
+        },
+    );
 }
 
 /// The last non-empty line of an error (kubectl's stderr ends with the tool's message).
 fn last_line(e: &str) -> String {
-    e.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or(e).trim().to_owned()
+    e.lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or(e)
+        .trim()
+        .to_owned()
 }
 
 /// A subnet: its conditions, its switch and router port in OVN, its gateway from every node.
@@ -126,23 +190,48 @@ pub fn subnet(report: &mut Report, name: &str) {
             .map(|rows| !rows.is_empty())
     };
     if let Some(found) = report.read(&subject, find("Logical_Switch", name)) {
-        report.add(Finding::either(found, &subject, format!("logical switch {name} {}", if found { "exists" } else { "is missing" })));
+        report.add(Finding::either(
+            found,
+            &subject,
+            format!(
+                "logical switch {name} {}",
+                if found { "exists" } else { "is missing" }
+            ),
+        ));
     }
     let spec = &subnet["spec"];
-    let vpc = spec["vpc"].as_str().filter(|v| !v.is_empty()).unwrap_or("ovn-cluster");
+    let vpc = spec["vpc"]
+        .as_str()
+        .filter(|v| !v.is_empty())
+        .unwrap_or("ovn-cluster");
     let underlay = spec["vlan"].as_str().is_some_and(|v| !v.is_empty()) && spec["logicalGateway"] != true;
     if !underlay {
         let lrp = format!("{vpc}-{name}");
         if let Some(found) = report.read(&subject, find("Logical_Router_Port", &lrp)) {
-            report.add(Finding::either(found, &subject, format!("router port {lrp} {}", if found { "exists" } else { "is missing" })));
+            report.add(Finding::either(
+                found,
+                &subject,
+                format!(
+                    "router port {lrp} {}",
+                    if found { "exists" } else { "is missing" }
+                ),
+            ));
         }
     }
-    let gateways: Vec<&str> = spec["gateway"].as_str().unwrap_or_default().split(',').filter(|g| !g.is_empty()).collect();
+    let gateways: Vec<&str> = spec["gateway"]
+        .as_str()
+        .unwrap_or_default()
+        .split(',')
+        .filter(|g| !g.is_empty())
+        .collect();
     if vpc != "ovn-cluster" || underlay {
         report.add(Finding::new(
             Level::Info,
             &subject,
-            format!("gateway {} not probed from the nodes (nodes reach only the default VPC's overlay subnets)", gateways.join(",")),
+            format!(
+                "gateway {} not probed from the nodes (nodes reach only the default VPC's overlay subnets)",
+                gateways.join(",")
+            ),
         ));
         return;
     }
@@ -154,8 +243,17 @@ pub fn subnet(report: &mut Report, name: &str) {
             // bash's /dev/tcp: a connection to port 9 (discard); the OVN router answers a SYN to
             // its own address with a reset ("Connection refused"): it is reachable.
             let script = format!("exec 3<>/dev/tcp/{gw}/9");
-            let r = text(kubectl::exec(&pod.name, access::OVS_CONTAINER, &["timeout", "3", "bash", "-c", &script]));
-            report.add(checks::gateway_answer(name, gw, &pod.node, r.as_ref().map(|_| ()).map_err(String::as_str)));
+            let r = text(kubectl::exec(
+                &pod.name,
+                access::OVS_CONTAINER,
+                &["timeout", "3", "bash", "-c", &script],
+            ));
+            report.add(checks::gateway_answer(
+                name,
+                gw,
+                &pod.node,
+                r.as_ref().map(|_| ()).map_err(String::as_str),
+            ));
         }
     }
 }
@@ -163,7 +261,10 @@ pub fn subnet(report: &mut Report, name: &str) {
 /// Every pinger's (or `node`'s) metrics, through the API server's pod proxy.
 pub fn pingers(report: &mut Report, node: Option<&str>) {
     let ns = kubectl::namespace();
-    let Some(list) = report.read("pinger", kubectl::json(&["get", "pods", "-n", &ns, "-l", "app=kube-ovn-pinger"])) else {
+    let Some(list) = report.read(
+        "pinger",
+        kubectl::json(&["get", "pods", "-n", &ns, "-l", "app=kube-ovn-pinger"]),
+    ) else {
         return;
     };
     let pods: Vec<Value> = list["items"]
@@ -175,16 +276,26 @@ pub fn pingers(report: &mut Report, node: Option<&str>) {
         .collect();
     if pods.is_empty() {
         let whose = node.map_or_else(String::new, |n| format!(" on node {n}"));
-        report.add(Finding::new(Level::Info, "pinger", format!("no pinger{whose} (no pod with app=kube-ovn-pinger)")));
+        report.add(Finding::new(
+            Level::Info,
+            "pinger",
+            format!("no pinger{whose} (no pod with app=kube-ovn-pinger)"),
+        ));
         return;
     }
     for pod in &pods {
         let name = pod["metadata"]["name"].as_str().unwrap_or_default();
         let on = pod["spec"]["nodeName"].as_str().unwrap_or_default();
-        let path = format!("/api/v1/namespaces/{ns}/pods/{name}:{}/proxy/metrics", metrics_port(pod));
+        let path = format!(
+            "/api/v1/namespaces/{ns}/pods/{name}:{}/proxy/metrics",
+            metrics_port(pod)
+        );
         match kubectl::output(&["get", "--raw", &path]) {
             Ok(body) => report.extend(checks::pinger(on, &checks::parse_metrics(&body))),
-            Err(e) => report.add(Finding::fail(format!("pinger on {on}"), format!("its metrics ({path}): {}", last_line(&format!("{e:#}"))))),
+            Err(e) => report.add(Finding::fail(
+                format!("pinger on {on}"),
+                format!("its metrics ({path}): {}", last_line(&format!("{e:#}"))),
+            )),
         }
     }
 }

@@ -128,10 +128,18 @@ mod tests {
         let lsp = r#"{"data":[["router"],["00:00:00:00:00:0a 10.16.0.10"],[["set",["00:00:00:00:00:0b 10.16.0.11","unknown"]]]],"headings":["addresses"]}"#;
         assert_eq!(
             port_addresses(lsp).unwrap(),
-            vec!["router", "00:00:00:00:00:0a 10.16.0.10", "00:00:00:00:00:0b 10.16.0.11", "unknown"]
+            vec![
+                "router",
+                "00:00:00:00:00:0a 10.16.0.10",
+                "00:00:00:00:00:0b 10.16.0.11",
+                "unknown"
+            ]
         );
         let lrp = r#"{"data":[["00:00:00:00:00:01"]],"headings":["mac"]}"#;
-        assert_eq!(router_port_mac(lrp).unwrap().as_deref(), Some("00:00:00:00:00:01"));
+        assert_eq!(
+            router_port_mac(lrp).unwrap().as_deref(),
+            Some("00:00:00:00:00:01")
+        );
         assert!(acls("not json").is_err());
     }
 }

@@ -63,12 +63,10 @@ pub fn parse(args: &[String]) -> anyhow::Result<Request> {
         Source::Node(node.to_owned())
     } else {
         match who.split_once('/') {
-            Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
-                Source::Pod {
-                    namespace: ns.to_owned(),
-                    name: name.to_owned(),
-                }
-            }
+            Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => Source::Pod {
+                namespace: ns.to_owned(),
+                name: name.to_owned(),
+            },
             Some(_) => bail!("source {who:?}: expected namespace/pod or node//node"),
             None => Source::Pod {
                 namespace: "default".into(),
@@ -107,10 +105,7 @@ pub fn parse(args: &[String]) -> anyhow::Result<Request> {
         "tcp" => Protocol::Tcp(port("tcp")?),
         "udp" => Protocol::Udp(port("udp")?),
         "arp" => {
-            ensure!(
-                dst.is_ipv4(),
-                "arp: {dst} is an IPv6 address (ARP is IPv4 only)"
-            );
+            ensure!(dst.is_ipv4(), "arp: {dst} is an IPv6 address (ARP is IPv4 only)");
             match arg {
                 None | Some("request") => Protocol::ArpRequest,
                 Some("reply") => {
@@ -368,7 +363,10 @@ mod tests {
              ipv6_dst=fd00::5,nw_ttl=255,tcp_src=30000,tcp_dst=443,tcp_flags=0x002"
         );
         assert!(ofproto_flow(&packet("fd00::5", Protocol::Icmp), 3).contains("icmp6,ipv6_src"));
-        assert!(ofproto_flow(&packet("10.1.1.1", Protocol::Udp(53)), 3).ends_with("udp,nw_src=10.16.0.10,nw_dst=10.1.1.1,nw_ttl=255,udp_src=30000,udp_dst=53"));
+        assert!(
+            ofproto_flow(&packet("10.1.1.1", Protocol::Udp(53)), 3)
+                .ends_with("udp,nw_src=10.16.0.10,nw_dst=10.1.1.1,nw_ttl=255,udp_src=30000,udp_dst=53")
+        );
     }
 
     #[test]
@@ -387,10 +385,7 @@ mod tests {
             "00:00:00:00:00:0a 10.16.0.10",
             "00:00:00:00:00:0b 10.16.0.11 fd00::11",
         ];
-        assert_eq!(
-            mac_of_address(ports, v6).as_deref(),
-            Some("00:00:00:00:00:0b")
-        );
+        assert_eq!(mac_of_address(ports, v6).as_deref(), Some("00:00:00:00:00:0b"));
         // 10.16.0.1 is not 10.16.0.11's prefix: whole addresses only.
         assert_eq!(mac_of_address(ports, "10.16.0.1".parse().unwrap()), None);
     }

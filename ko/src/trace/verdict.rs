@@ -88,7 +88,7 @@ fn parse_log(line: &str) -> Option<(Option<String>, String)> {
                 name = Some(n.to_owned());
             }
         } else if let Some(v) = part.strip_prefix("verdict=") {
-            verdict = v.to_owned();
+            v.clone_into(&mut verdict);
         }
     }
     Some((name, verdict))
@@ -150,7 +150,12 @@ pub fn ovn_verdict(trace: &str) -> OvnVerdict {
                 OvnVerdict::DroppedByAcl {
                     flow: last_acl.clone().unwrap_or(flow),
                     name: logged.clone().flatten(),
-                    action: action.trim_end_matches(';').split_whitespace().next().unwrap_or("drop").to_owned(),
+                    action: action
+                        .trim_end_matches(';')
+                        .split_whitespace()
+                        .next()
+                        .unwrap_or("drop")
+                        .to_owned(),
                 }
             } else {
                 OvnVerdict::Dropped {
@@ -230,7 +235,11 @@ pub fn attribute(
     let acl = candidates
         .clone()
         .find(|a| logged_name.is_some() && a.name.as_deref() == logged_name)
-        .or_else(|| candidates.clone().find(|a| a.action == "drop" || a.action == "reject"))
+        .or_else(|| {
+            candidates
+                .clone()
+                .find(|a| a.action == "drop" || a.action == "reject")
+        })
         .or_else(|| candidates.clone().next())
         .cloned();
     let in_match = acl.as_ref().map_or(&flow.r#match, |a| &a.r#match);

@@ -39,10 +39,7 @@ fn ko(lab: &Lab, args: &[&str]) -> Result<Output> {
             "KUBECONFIG",
             lab.dir.path().join(&lab.name).join("admin.kubeconfig"),
         )
-        .env(
-            "KUBECTL",
-            kube_ovn_lab::kubernetes::bin_dir().join("kubectl"),
-        );
+        .env("KUBECTL", kube_ovn_lab::kubernetes::bin_dir().join("kubectl"));
     cmd.output()
         .with_context(|| format!("running kubectl ko {}", args.join(" ")))
 }
@@ -117,7 +114,9 @@ pub fn kubectl_ko_works(lab: &Lab) -> Result<()> {
     let t = text(&out);
     ensure!(out.status.success(), "kubectl ko trace failed:\n{t}");
     ensure!(
-        t.contains("OVN delivers the packet to server.ko-trace") && t.contains("OVS on ") && t.contains("ofproto/trace"),
+        t.contains("OVN delivers the packet to server.ko-trace")
+            && t.contains("OVS on ")
+            && t.contains("ofproto/trace"),
         "the trace does not show the packet delivered:\n{t}"
     );
     println!("kubectl ko trace, pod to pod:\n{t}");
@@ -130,7 +129,9 @@ pub fn kubectl_ko_works(lab: &Lab) -> Result<()> {
         let out = ko(lab, &trace_args)?;
         *last.borrow_mut() = text(&out);
         Ok(out.status.success()
-            && last.borrow().contains("OVN drops the packet: ACL on port group deny.ingress.ko.trace")
+            && last
+                .borrow()
+                .contains("OVN drops the packet: ACL on port group deny.ingress.ko.trace")
             && last.borrow().contains("of NetworkPolicy ko-trace/deny-ingress"))
     })
     .with_context(|| last.borrow().clone())?;

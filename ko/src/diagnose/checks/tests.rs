@@ -51,14 +51,25 @@ fn raft_health() {
     assert!(f.message.contains("no connection to member(s) c3d4"), "{f}");
     let f = raft("SB", "p", Ok(&three_members("", "unknown")), None);
     assert!(f.message.contains("no leader known"), "{f}");
-    let joining = LEADER.replace("Status: cluster member", "Status: disconnected from the cluster (election timeout)");
-    assert!(raft("NB", "p", Ok(&joining), None).message.contains("not a cluster member: disconnected"));
+    let joining = LEADER.replace(
+        "Status: cluster member",
+        "Status: disconnected from the cluster (election timeout)",
+    );
+    assert!(
+        raft("NB", "p", Ok(&joining), None)
+            .message
+            .contains("not a cluster member: disconnected")
+    );
 
     // A standalone database (one ovn-central) has no cluster/status.
-    let e = "\"cluster/status\" is not a valid command (use \"list-commands\" to see a list of valid commands)";
+    let e =
+        "\"cluster/status\" is not a valid command (use \"list-commands\" to see a list of valid commands)";
     assert_eq!(raft("NB", "p", Err(e), Some(true)).level, Level::Pass);
     assert_eq!(raft("NB", "p", Err(e), Some(false)).level, Level::Fail);
-    assert_eq!(raft("NB", "p", Err("connection refused"), None).level, Level::Fail);
+    assert_eq!(
+        raft("NB", "p", Err("connection refused"), None).level,
+        Level::Fail
+    );
 }
 
 #[test]
@@ -68,11 +79,21 @@ fn northd_needs_exactly_one_active() {
             .map(|(p, r)| ((*p).to_owned(), r.map(str::to_owned).map_err(str::to_owned)))
             .collect::<Vec<_>>()
     };
-    assert_eq!(northd(&s(&[("a", Ok("Status: active")), ("b", Ok("Status: standby"))])).level, Level::Pass);
+    assert_eq!(
+        northd(&s(&[("a", Ok("Status: active")), ("b", Ok("Status: standby"))])).level,
+        Level::Pass
+    );
     let f = northd(&s(&[("a", Ok("Status: standby")), ("b", Err("no socket"))]));
     assert_eq!(f.level, Level::Fail);
-    assert!(f.message.contains("none active: a: Status: standby; b: no socket"), "{f}");
-    assert_eq!(northd(&s(&[("a", Ok("Status: active")), ("b", Ok("Status: active"))])).level, Level::Fail);
+    assert!(
+        f.message
+            .contains("none active: a: Status: standby; b: no socket"),
+        "{f}"
+    );
+    assert_eq!(
+        northd(&s(&[("a", Ok("Status: active")), ("b", Ok("Status: active"))])).level,
+        Level::Fail
+    );
 }
 
 #[test]
@@ -112,16 +133,37 @@ fn crds_and_nodes() {
 #[test]
 fn tunnels_to_every_other_chassis() {
     let chassis = vec![
-        Chassis { name: "c1".into(), hostname: "node1".into(), encap_ips: vec!["172.30.0.11".into()] },
-        Chassis { name: "c2".into(), hostname: "node2".into(), encap_ips: vec!["172.30.0.12".into()] },
-        Chassis { name: "c3".into(), hostname: "node3".into(), encap_ips: vec!["172.30.0.13".into()] },
+        Chassis {
+            name: "c1".into(),
+            hostname: "node1".into(),
+            encap_ips: vec!["172.30.0.11".into()],
+        },
+        Chassis {
+            name: "c2".into(),
+            hostname: "node2".into(),
+            encap_ips: vec!["172.30.0.12".into()],
+        },
+        Chassis {
+            name: "c3".into(),
+            hostname: "node3".into(),
+            encap_ips: vec!["172.30.0.13".into()],
+        },
     ];
     let remotes = |ips: &[&str]| ips.iter().map(|s| (*s).to_owned()).collect::<BTreeSet<_>>();
-    assert_eq!(tunnels("node1", "c1", &chassis, &remotes(&["172.30.0.12", "172.30.0.13"])).level, Level::Pass);
+    assert_eq!(
+        tunnels("node1", "c1", &chassis, &remotes(&["172.30.0.12", "172.30.0.13"])).level,
+        Level::Pass
+    );
     let f = tunnels("node1", "c1", &chassis, &remotes(&["172.30.0.12"]));
-    assert_eq!(f.to_string(), "FAIL  node node1: no tunnel to chassis node3 (172.30.0.13)");
+    assert_eq!(
+        f.to_string(),
+        "FAIL  node node1: no tunnel to chassis node3 (172.30.0.13)"
+    );
     let f = tunnels("node4", "c4", &chassis, &remotes(&[]));
-    assert!(f.message.contains("chassis c4 is not in the southbound database"), "{f}");
+    assert!(
+        f.message.contains("chassis c4 is not in the southbound database"),
+        "{f}"
+    );
 }
 
 #[test]
@@ -137,7 +179,10 @@ fn pinger_metrics() {
     assert_eq!(samples[0].0, "pinger_ovs_up");
     assert_eq!(samples[0].1["nodeName"], "node1");
     assert_eq!(samples[4].1["target_pod_ip"], "10.16.0.5");
-    let got: Vec<String> = pinger("node1", &samples).iter().map(ToString::to_string).collect();
+    let got: Vec<String> = pinger("node1", &samples)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     assert_eq!(
         got,
         vec![
@@ -165,15 +210,32 @@ fn subnet_conditions_and_gateway_answers() {
         {"type": "Validated", "status": "True"},
         {"type": "Ready", "status": "False", "reason": "GatewayUnreachable", "message": "no route"}
     ]}});
-    let got: Vec<String> = subnet_conditions("subnet s", &s).iter().map(ToString::to_string).collect();
+    let got: Vec<String> = subnet_conditions("subnet s", &s)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     assert_eq!(
         got,
-        vec!["PASS  subnet s: condition Validated=True", "FAIL  subnet s: condition Ready=False (GatewayUnreachable: no route)"]
+        vec![
+            "PASS  subnet s: condition Validated=True",
+            "FAIL  subnet s: condition Ready=False (GatewayUnreachable: no route)"
+        ]
     );
     assert_eq!(subnet_conditions("subnet s", &json!({}))[0].level, Level::Info);
     assert_eq!(gateway_answer("s", "10.16.0.1", "n1", Ok(())).level, Level::Pass);
     let refused = "kubectl exec … failed (exit status: 1): bash: connect: Connection refused\nbash: line 1: /dev/tcp/10.16.0.1/9: Connection refused\ncommand terminated with exit code 1";
-    assert_eq!(gateway_answer("s", "10.16.0.1", "n1", Err(refused)).level, Level::Pass);
-    let f = gateway_answer("s", "10.16.0.1", "n1", Err("failed: command terminated with exit code 124"));
-    assert_eq!(f.to_string(), "FAIL  subnet s: gateway 10.16.0.1 does not answer from node n1 within 3 s");
+    assert_eq!(
+        gateway_answer("s", "10.16.0.1", "n1", Err(refused)).level,
+        Level::Pass
+    );
+    let f = gateway_answer(
+        "s",
+        "10.16.0.1",
+        "n1",
+        Err("failed: command terminated with exit code 124"),
+    );
+    assert_eq!(
+        f.to_string(),
+        "FAIL  subnet s: gateway 10.16.0.1 does not answer from node n1 within 3 s"
+    );
 }

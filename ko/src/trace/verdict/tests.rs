@@ -20,7 +20,10 @@ fn groups() -> BTreeMap<String, String> {
 
 #[test]
 fn a_packet_through_the_router_is_delivered_to_the_pod() {
-    assert_eq!(ovn_verdict(DELIVERED), OvnVerdict::Delivered(vec!["c.demo".into()]));
+    assert_eq!(
+        ovn_verdict(DELIVERED),
+        OvnVerdict::Delivered(vec!["c.demo".into()])
+    );
 }
 
 #[test]
@@ -87,7 +90,10 @@ fn no_matching_flow_is_an_implicit_drop_and_other_ports_leave_ovn() {
     let t = " 9. ls_out_apply_port_sec (northd.c:1): 1, priority 0, uuid 1\n    output;\n    /* output to \"ln-underlay\", type \"localnet\" */\n";
     assert_eq!(
         ovn_verdict(t),
-        OvnVerdict::LeftThrough { port: "ln-underlay".into(), kind: "localnet".into() }
+        OvnVerdict::LeftThrough {
+            port: "ln-underlay".into(),
+            kind: "localnet".into()
+        }
     );
     assert!(matches!(ovn_verdict(""), OvnVerdict::Unknown(None)));
 }
@@ -95,10 +101,14 @@ fn no_matching_flow_is_an_implicit_drop_and_other_ports_leave_ovn() {
 #[test]
 fn ovs_verdicts() {
     let drop = "Flow: icmp,in_port=7\n\nbridge(\"br-int\")\n 0. priority 0\n    drop\n\nFinal flow: unchanged\nMegaflow: recirc_id=0,in_port=7\nDatapath actions: drop\n";
-    assert_eq!(ovs_verdict(drop, "node1"), "OVS on node1 drops the packet (Datapath actions: drop)");
+    assert_eq!(
+        ovs_verdict(drop, "node1"),
+        "OVS on node1 drops the packet (Datapath actions: drop)"
+    );
     let out = "Final flow: unchanged\nDatapath actions: ct(zone=5),recirc(0x2)\n\nrecirc(0x2)\nDatapath actions: 4\n";
     assert_eq!(datapath_actions(out).as_deref(), Some("4"));
-    let tunnel = "Datapath actions: set(tunnel(tun_id=0x1,dst=172.30.0.12,ttl=64,tp_dst=6081,flags(df|csum|key))),2\n";
+    let tunnel =
+        "Datapath actions: set(tunnel(tun_id=0x1,dst=172.30.0.12,ttl=64,tp_dst=6081,flags(df|csum|key))),2\n";
     assert!(ovs_verdict(tunnel, "node1").contains("through a tunnel"));
     assert!(ovs_verdict("", "node1").contains("no datapath actions"));
 }
