@@ -350,9 +350,6 @@ pub fn pinger(node: &str, samples: &[Sample]) -> Vec<Finding> {
     out
 }
 
-#[cfg(test)]
-mod tests;
-
 /// A subnet's `status.conditions` as Kube-OVN writes them (`Ready`, `Validated`, `Error`): a
 /// `Ready`/`Validated` that is not True, or an `Error` that is, fails with its reason.
 pub fn subnet_conditions(subject: &str, subnet: &Value) -> Vec<Finding> {
@@ -417,10 +414,26 @@ pub fn gateway_answer(subnet: &str, gateway: &str, node: &str, result: Result<()
         }
         Err(e) => Finding::fail(
             subject,
-            format!(
-                "gateway {gateway} from node {node}: {}",
-                e.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or(e).trim()
-            ),
+            format!("gateway {gateway} from node {node}: {}", last_line(e)),
         ),
     }
 }
+
+/// The last line of an error that says something (kubectl's stderr carries the tool's message,
+/// then kubectl's own "command terminated with exit code N").
+pub fn last_line(e: &str) -> String {
+    e.lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with("command terminated with exit code"))
+        .map_or(e, |l| {
+            // `kubectl … failed (exit status: N): <stderr>` when stderr was one line.
+            l.split_once(" failed (exit status: ")
+                .and_then(|(_, rest)| rest.split_once("): "))
+                .map_or(l, |(_, msg)| msg)
+        })
+        .to_owned()
+}
+
+#[cfg(test)]
+mod tests;

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::checks::{self, Finding, Level};
+use super::checks::{self, Finding, Level, last_line};
 use super::{Report, chassis_of, metrics_port, tunnel_remotes};
 use crate::kubectl;
 use crate::trace::{access, nb};
@@ -165,16 +165,6 @@ pub fn node(report: &mut Report, node: &str, ready: bool, chassis: Option<&[chec
             }
         },
     );
-}
-
-/// The last non-empty line of an error (kubectl's stderr ends with the tool's message).
-fn last_line(e: &str) -> String {
-    e.lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or(e)
-        .trim()
-        .to_owned()
 }
 
 /// A subnet: its conditions, its switch and router port in OVN, its gateway from every node.

@@ -239,3 +239,14 @@ fn subnet_conditions_and_gateway_answers() {
         "FAIL  subnet s: gateway 10.16.0.1 does not answer from node n1 within 3 s"
     );
 }
+
+#[test]
+fn the_tools_message_not_kubectls() {
+    let e = "kubectl exec -n kube-system ovs-ovn-x -c openvswitch -- ovs-appctl failed (exit status: 2): \
+             ovs-appctl: /run/openvswitch/ovs-vswitchd.ctl: transaction error (Connection timed out)\n\
+             command terminated with exit code 2\n";
+    assert_eq!(
+        last_line(e),
+        "ovs-appctl: /run/openvswitch/ovs-vswitchd.ctl: transaction error (Connection timed out)"
+    );
+}
