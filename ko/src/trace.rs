@@ -155,7 +155,18 @@ fn destination_mac(req: &Request, ep: &Endpoint) -> anyhow::Result<String> {
 /// The verdict of ovn-trace in words; for an ACL, the NB ACL and NetworkPolicy behind it.
 fn explain(v: &OvnVerdict) -> anyhow::Result<String> {
     Ok(match v {
-        OvnVerdict::Delivered(ports) => format!("OVN delivers the packet to {}", ports.join(", ")),
+        OvnVerdict::Delivered(ports) => {
+            // `node-<node>` is a node's port (its ovn0): traffic leaving the cluster's overlay
+            // through that node's network (Kube-OVN's distributed egress), or to the node itself.
+            let named: Vec<String> = ports
+                .iter()
+                .map(|p| match p.strip_prefix("node-") {
+                    Some(n) => format!("{p} (node {n}'s ovn0: out through its network)"),
+                    None => p.clone(),
+                })
+                .collect();
+            format!("OVN delivers the packet to {}", named.join(", "))
+        }
         OvnVerdict::LeftThrough { port, kind } => {
             format!("OVN sends the packet out of port {port} (type {kind})")
         }
@@ -277,7 +288,11 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<ExitCode> {
     println!("\n+ {}", cmd.join(" "));
     let ovs_trace = access::ovs(&ep.node, &cmd)?;
     println!("{ovs_trace}");
-    let ovs = verdict::ovs_verdict(&ovs_trace, &ep.node);
+    let mut ovs = verdict::ovs_verdict(&ovs_trace, &ep.node);
+    if ovn.contains("in stage ls_out_") && ovs.contains("through a tunnel") {
+        // OVN runs a switch's egress pipeline (to-lport ACLs) on the destination's chassis.
+        ovs.push_str("; the egress stages, and so the drop, run on the destination's node");
+    }
     println!("--------\n{ovs}\n--------");
     println!("\nVerdict:\n  {ovn}\n  {ovs}");
     Ok(ExitCode::SUCCESS)

@@ -1,6 +1,8 @@
 //! The reads behind `diagnose`: commands in the ovn-central and ovs-ovn pods, the API server's
 //! pod proxy for the pingers. Each turns its outputs into findings with [`super::checks`].
 
+use std::time::Duration;
+
 use serde_json::Value;
 
 use super::checks::{self, Finding, Level, last_line};
@@ -10,6 +12,9 @@ use crate::trace::{access, nb};
 
 /// Bounds every control-socket call, so a hung (e.g. stopped) daemon is a FAIL, not a hang.
 const TIMEOUT: &str = "--timeout=3";
+/// How long a command in a node's pod may take, its node's kubelet reached through the API
+/// server included.
+const NODE_LIMIT: Duration = Duration::from_secs(8);
 
 fn text(r: anyhow::Result<String>) -> Result<String, String> {
     r.map_err(|e| format!("{e:#}"))
@@ -101,24 +106,43 @@ pub fn node(report: &mut Report, node: &str, ready: bool, chassis: Option<&[chec
     else {
         return;
     };
-    let exec = |cmd: &[&str]| text(kubectl::exec(&pod.name, access::OVS_CONTAINER, cmd));
+    let exec = |cmd: &[&str]| {
+        text(access::exec_within(
+            &pod.name,
+            access::OVS_CONTAINER,
+            cmd,
+            NODE_LIMIT,
+        ))
+    };
     for (daemon, ctl) in [
         ("ovs-vswitchd", access::VSWITCHD_CTL),
         ("ovsdb-server", access::OVSDB_CTL),
     ] {
-        report.add(match exec(&["ovs-appctl", TIMEOUT, "-t", ctl, "version"]) {
-            Ok(v) => Finding::pass(
+        match exec(&["ovs-appctl", TIMEOUT, "-t", ctl, "version"]) {
+            Ok(v) => report.add(Finding::pass(
                 &subject,
                 format!(
                     "{daemon} answers ({})",
                     v.lines().next().unwrap_or_default().trim()
                 ),
-            ),
-            Err(e) => Finding::fail(
-                &subject,
-                format!("{daemon} does not answer on {ctl}: {}", last_line(&e)),
-            ),
-        });
+            )),
+            Err(e) => {
+                report.add(Finding::fail(
+                    &subject,
+                    format!("{daemon} does not answer on {ctl}: {}", last_line(&e)),
+                ));
+                // A node that does not answer at all (where the uplink is a port of OVS, its
+                // network is down with ovs-vswitchd): its other checks would only wait too.
+                if e.contains(access::NO_ANSWER) {
+                    report.add(Finding::new(
+                        Level::Info,
+                        &subject,
+                        "its other checks skipped: the node does not answer",
+                    ));
+                    return;
+                }
+            }
+        }
     }
     report.add(
         match exec(&["ovn-appctl", TIMEOUT, "-t", "ovn-controller", "connection-status"]) {

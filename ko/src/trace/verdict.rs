@@ -264,7 +264,14 @@ pub fn ovs_verdict(trace: &str, node: &str) -> String {
     match datapath_actions(trace) {
         Some(a) if a == "drop" => format!("OVS on {node} drops the packet (Datapath actions: drop)"),
         Some(a) if a.contains("tnl_push") || a.contains("set(tunnel(") => {
-            format!("OVS on {node} sends the packet through a tunnel to another node ({a})")
+            // ofproto/trace says where: "-> tunneling to 172.30.0.12 via br-ul".
+            let to = trace
+                .lines()
+                .rev()
+                .find_map(|l| l.trim().strip_prefix("-> tunneling to "))
+                .and_then(|r| r.split_whitespace().next())
+                .map_or_else(String::new, |ip| format!(" at {ip}"));
+            format!("OVS on {node} sends the packet through a tunnel to the node{to} (Datapath actions: {a})")
         }
         Some(a) => format!("OVS on {node} forwards the packet (Datapath actions: {a})"),
         None => format!("OVS on {node}: ofproto/trace printed no datapath actions"),
