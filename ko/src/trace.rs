@@ -253,7 +253,12 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<ExitCode> {
     println!("\n+ {}", cmd.join(" "));
     let ovn_trace = access::central(&cmd)?;
     println!("{ovn_trace}");
-    let ovn = explain(&verdict::ovn_verdict(&ovn_trace))?;
+    let ovn_verdict = verdict::ovn_verdict(&ovn_trace);
+    let mut ovn = explain(&ovn_verdict)?;
+    if ovn_verdict == OvnVerdict::Delivered(vec![ep.port.clone()]) {
+        // Back to where it came from: OVN answered it (ARP, ICMP echo to a router port, …).
+        ovn.push_str(" (OVN answered it: the reply goes back to the source)");
+    }
     println!("--------\n{ovn}\n--------");
 
     let ofport = access::ovs(

@@ -198,7 +198,8 @@ pub fn ofproto_flow(p: &Packet, ofport: u32) -> String {
     };
     match p.protocol {
         Protocol::Icmp if p.dst.is_ipv4() => format!("{},icmp_type=8,icmp_code=0", ip("icmp")),
-        Protocol::Icmp => format!("{},icmp_type=128,icmp_code=0", ip("icmp")),
+        // ICMPv6's fields are icmpv6_type/code (icmp_type is ICMPv4's).
+        Protocol::Icmp => format!("{},icmpv6_type=128,icmpv6_code=0", ip("icmp")),
         Protocol::Tcp(port) => format!(
             "{},tcp_src={SOURCE_PORT},tcp_dst={port},tcp_flags=0x002",
             ip("tcp")
@@ -362,7 +363,11 @@ mod tests {
             "in_port=3,dl_src=00:00:00:00:00:0a,dl_dst=00:00:00:00:00:01,tcp6,ipv6_src=fd00::a,\
              ipv6_dst=fd00::5,nw_ttl=255,tcp_src=30000,tcp_dst=443,tcp_flags=0x002"
         );
-        assert!(ofproto_flow(&packet("fd00::5", Protocol::Icmp), 3).contains("icmp6,ipv6_src"));
+        assert!(
+            ofproto_flow(&packet("fd00::5", Protocol::Icmp), 3).ends_with(
+                "icmp6,ipv6_src=fd00::a,ipv6_dst=fd00::5,nw_ttl=255,icmpv6_type=128,icmpv6_code=0"
+            )
+        );
         assert!(
             ofproto_flow(&packet("10.1.1.1", Protocol::Udp(53)), 3)
                 .ends_with("udp,nw_src=10.16.0.10,nw_dst=10.1.1.1,nw_ttl=255,udp_src=30000,udp_dst=53")
