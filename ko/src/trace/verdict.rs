@@ -264,14 +264,22 @@ pub fn ovs_verdict(trace: &str, node: &str) -> String {
     match datapath_actions(trace) {
         Some(a) if a == "drop" => format!("OVS on {node} drops the packet (Datapath actions: drop)"),
         Some(a) if a.contains("tnl_push") || a.contains("set(tunnel(") => {
-            // ofproto/trace says where: "-> tunneling to 172.30.0.12 via br-ul".
+            // The userspace datapath's ofproto/trace says where: "-> tunneling to 172.30.0.12 via
+            // br-ul".
             let to = trace
                 .lines()
                 .rev()
                 .find_map(|l| l.trim().strip_prefix("-> tunneling to "))
                 .and_then(|r| r.split_whitespace().next())
+                // The kernel datapath's: set(tunnel(tun_id=…,dst=172.30.0.12,…)).
+                .or_else(|| {
+                    a.split_once("tunnel(")
+                        .and_then(|(_, t)| t.split_once("dst="))
+                        .and_then(|(_, d)| d.split([',', ')']).next())
+                })
                 .map_or_else(String::new, |ip| format!(" at {ip}"));
-            format!("OVS on {node} sends the packet through a tunnel to the node{to} (Datapath actions: {a})")
+            // The actions (conntrack, the whole encapsulation header) are in the raw trace above.
+            format!("OVS on {node} sends the packet through a tunnel to the node{to}")
         }
         Some(a) => format!("OVS on {node} forwards the packet (Datapath actions: {a})"),
         None => format!("OVS on {node}: ofproto/trace printed no datapath actions"),
