@@ -25,11 +25,11 @@ use kube_ovn_testkit::wait_until;
 #[allow(dead_code, reason = "the external network's checks run on lab.rs' labs")]
 #[path = "lab/external.rs"]
 mod external;
+#[path = "lab_manifests/operations.rs"]
+mod operations;
 #[allow(dead_code, reason = "the VLAN fabric checks run on lab.rs' labs")]
 #[path = "lab/underlay.rs"]
 mod underlay;
-#[path = "lab_manifests/operations.rs"]
-mod operations;
 
 const WAIT: Duration = Duration::from_mins(2);
 
