@@ -25,6 +25,8 @@ use kube_ovn_testkit::wait_until;
 #[allow(dead_code, reason = "the external network's checks run on lab.rs' labs")]
 #[path = "lab/external.rs"]
 mod external;
+#[path = "lab_manifests/operations.rs"]
+mod operations;
 #[allow(dead_code, reason = "the VLAN fabric checks run on lab.rs' labs")]
 #[path = "lab/underlay.rs"]
 mod underlay;
@@ -277,6 +279,9 @@ fn installed_from_deploy_on_real_kubelets_it_is_green_and_keeps_serving_through_
             .count();
         ensure!(ready == count, "{app}: {ready} ready pods, want {count}:\n{pods}");
     }
+
+    // `kubectl ko trace` and `kubectl ko diagnose` as an operator runs them (issue 28).
+    operations::kubectl_ko_works(&lab)?;
 
     // Traffic targets: an announced pod (its /32 at the ToR) and the LoadBalancer IP.
     let fixed: SocketAddr = "10.17.0.100:8080".parse()?;

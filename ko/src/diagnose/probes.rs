@@ -1,0 +1,315 @@
+//! The reads behind `diagnose`: commands in the ovn-central and ovs-ovn pods, the API server's
+//! pod proxy for the pingers. Each turns its outputs into findings with [`super::checks`].
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::checks::{self, Finding, Level, last_line};
+use super::{Report, chassis_of, metrics_port, tunnel_remotes};
+use crate::kubectl;
+use crate::trace::{access, nb};
+
+/// Bounds every control-socket call, so a hung (e.g. stopped) daemon is a FAIL, not a hang.
+const TIMEOUT: &str = "--timeout=3";
+/// How long a command in a node's pod may take, its node's kubelet reached through the API
+/// server included.
+const NODE_LIMIT: Duration = Duration::from_secs(8);
+
+fn text(r: anyhow::Result<String>) -> Result<String, String> {
+    r.map_err(|e| format!("{e:#}"))
+}
+
+/// Each ovn-central member's view of the NB and SB RAFT clusters, and ovn-northd.
+pub fn ovn_central(report: &mut Report) {
+    let Some(pods) = report.read("ovn-central", kubectl::component_pods("ovn-central")) else {
+        return;
+    };
+    if pods.is_empty() {
+        report.add(Finding::fail("ovn-central", "no pod with app=ovn-central"));
+        return;
+    }
+    let mut northd = Vec::new();
+    for pod in &pods {
+        let exec = |cmd: &[&str]| text(kubectl::exec(&pod.name, access::CENTRAL_CONTAINER, cmd));
+        for (db, ctl, schema) in [
+            ("NB", "/var/run/ovn/ovnnb_db.ctl", "OVN_Northbound"),
+            ("SB", "/var/run/ovn/ovnsb_db.ctl", "OVN_Southbound"),
+        ] {
+            let status = exec(&["ovn-appctl", TIMEOUT, "-t", ctl, "cluster/status", schema]);
+            let standalone = status.is_err().then(|| {
+                exec(&["ovn-appctl", TIMEOUT, "-t", ctl, "ovsdb-server/list-dbs"])
+                    .is_ok_and(|dbs| dbs.lines().any(|l| l.trim() == schema))
+            });
+            report.add(checks::raft(
+                db,
+                &pod.name,
+                status.as_deref().map_err(String::as_str),
+                standalone,
+            ));
+        }
+        northd.push((
+            pod.name.clone(),
+            exec(&[
+                "ovn-appctl",
+                TIMEOUT,
+                "-t",
+                "/var/run/ovn/ovn-northd.ctl",
+                "status",
+            ]),
+        ));
+    }
+    report.add(checks::northd(&northd));
+}
+
+/// The southbound database's chassis with their tunnel endpoints.
+pub fn chassis() -> anyhow::Result<Vec<checks::Chassis>> {
+    let sbctl = |args: &[&str]| {
+        let mut all = vec!["ovn-sbctl", "--no-leader-only", "--format=json"];
+        all.extend_from_slice(args);
+        access::central(&all)
+    };
+    chassis_of(
+        &sbctl(&["--columns=name,hostname", "list", "Chassis"])?,
+        &sbctl(&["--columns=chassis_name,ip", "list", "Encap"])?,
+    )
+}
+
+/// One node: Ready, its pods, OVS and ovn-controller answering, tunnels to the other chassis.
+pub fn node(report: &mut Report, node: &str, ready: bool, chassis: Option<&[checks::Chassis]>) {
+    let subject = format!("node {node}");
+    report.add(Finding::either(
+        ready,
+        &subject,
+        if ready { "Ready" } else { "not Ready" },
+    ));
+    for (app, what) in [("kube-ovn-cni", "kube-ovn-cni"), ("ovs", "ovs-ovn")] {
+        let Some(pods) = report.read(&subject, kubectl::component_pods(app)) else {
+            continue;
+        };
+        match pods.iter().find(|p| p.node == node) {
+            None => report.add(Finding::fail(&subject, format!("no {what} pod"))),
+            Some(p) => report.add(Finding::either(
+                p.ready,
+                &subject,
+                format!(
+                    "{what} pod {} {}",
+                    p.name,
+                    if p.ready { "ready" } else { "not ready" }
+                ),
+            )),
+        }
+    }
+    let Some(pod) = kubectl::component_pods("ovs")
+        .ok()
+        .and_then(|pods| pods.into_iter().find(|p| p.node == node))
+    else {
+        return;
+    };
+    let exec = |cmd: &[&str]| {
+        text(access::exec_within(
+            &pod.name,
+            access::OVS_CONTAINER,
+            cmd,
+            NODE_LIMIT,
+        ))
+    };
+    for (daemon, ctl) in [
+        ("ovs-vswitchd", access::VSWITCHD_CTL),
+        ("ovsdb-server", access::OVSDB_CTL),
+    ] {
+        match exec(&["ovs-appctl", TIMEOUT, "-t", ctl, "version"]) {
+            Ok(v) => report.add(Finding::pass(
+                &subject,
+                format!(
+                    "{daemon} answers ({})",
+                    v.lines().next().unwrap_or_default().trim()
+                ),
+            )),
+            Err(e) => {
+                report.add(Finding::fail(
+                    &subject,
+                    format!("{daemon} does not answer on {ctl}: {}", last_line(&e)),
+                ));
+                // A node that does not answer at all (where the uplink is a port of OVS, its
+                // network is down with ovs-vswitchd): its other checks would only wait too.
+                if e.contains(access::NO_ANSWER) {
+                    report.add(Finding::new(
+                        Level::Info,
+                        &subject,
+                        "its other checks skipped: the node does not answer",
+                    ));
+                    return;
+                }
+            }
+        }
+    }
+    report.add(
+        match exec(&["ovn-appctl", TIMEOUT, "-t", "ovn-controller", "connection-status"]) {
+            Ok(s) if s.trim() == "connected" => {
+                Finding::pass(&subject, "ovn-controller connected to the southbound database")
+            }
+            Ok(s) => Finding::fail(
+                &subject,
+                format!("ovn-controller is {} from the southbound database", s.trim()),
+            ),
+            Err(e) => Finding::fail(
+                &subject,
+                format!("ovn-controller does not answer: {}", last_line(&e)),
+            ),
+        },
+    );
+    let Some(chassis) = chassis else { return };
+    let system_id = exec(&[
+        "ovs-vsctl",
+        TIMEOUT,
+        "get",
+        "Open_vSwitch",
+        ".",
+        "external_ids:system-id",
+    ]);
+    let ifaces = exec(&[
+        "ovs-vsctl",
+        TIMEOUT,
+        "--format=json",
+        "--columns=type,options",
+        "list",
+        "Interface",
+    ]);
+    report.add(
+        match (
+            system_id,
+            ifaces.map(|t| tunnel_remotes(&t).map_err(|e| format!("{e:#}"))),
+        ) {
+            (Ok(id), Ok(Ok(remotes))) => {
+                checks::tunnels(node, id.trim().trim_matches('"'), chassis, &remotes)
+            }
+            (Err(e), _) | (_, Err(e) | Ok(Err(e))) => {
+                Finding::fail(&subject, format!("reading its tunnels: {}", last_line(&e)))
+            }
+        },
+    );
+}
+
+/// A subnet: its conditions, its switch and router port in OVN, its gateway from every node.
+pub fn subnet(report: &mut Report, name: &str) {
+    let subject = format!("subnet {name}");
+    let Some(subnet) = report.read(&subject, kubectl::json(&["get", "subnet", name])) else {
+        return;
+    };
+    report.extend(checks::subnet_conditions(&subject, &subnet));
+    let find = |table: &str, row: &str| {
+        access::nbctl_json(&["--columns=name", "find", table, &format!("name={row}")])
+            .and_then(|t| nb::rows(&t))
+            .map(|rows| !rows.is_empty())
+    };
+    if let Some(found) = report.read(&subject, find("Logical_Switch", name)) {
+        report.add(Finding::either(
+            found,
+            &subject,
+            format!(
+                "logical switch {name} {}",
+                if found { "exists" } else { "is missing" }
+            ),
+        ));
+    }
+    let spec = &subnet["spec"];
+    let vpc = spec["vpc"]
+        .as_str()
+        .filter(|v| !v.is_empty())
+        .unwrap_or("ovn-cluster");
+    let underlay = spec["vlan"].as_str().is_some_and(|v| !v.is_empty()) && spec["logicalGateway"] != true;
+    if !underlay {
+        let lrp = format!("{vpc}-{name}");
+        if let Some(found) = report.read(&subject, find("Logical_Router_Port", &lrp)) {
+            report.add(Finding::either(
+                found,
+                &subject,
+                format!(
+                    "router port {lrp} {}",
+                    if found { "exists" } else { "is missing" }
+                ),
+            ));
+        }
+    }
+    let gateways: Vec<&str> = spec["gateway"]
+        .as_str()
+        .unwrap_or_default()
+        .split(',')
+        .filter(|g| !g.is_empty())
+        .collect();
+    if vpc != "ovn-cluster" || underlay {
+        report.add(Finding::new(
+            Level::Info,
+            &subject,
+            format!(
+                "gateway {} not probed from the nodes (nodes reach only the default VPC's overlay subnets)",
+                gateways.join(",")
+            ),
+        ));
+        return;
+    }
+    let Some(pods) = report.read(&subject, kubectl::component_pods("ovs")) else {
+        return;
+    };
+    for pod in pods.iter().filter(|p| p.ready) {
+        for gw in &gateways {
+            // bash's /dev/tcp: a connection to port 9 (discard); the OVN router answers a SYN to
+            // its own address with a reset ("Connection refused"): it is reachable.
+            let script = format!("exec 3<>/dev/tcp/{gw}/9");
+            let r = text(kubectl::exec(
+                &pod.name,
+                access::OVS_CONTAINER,
+                &["timeout", "3", "bash", "-c", &script],
+            ));
+            report.add(checks::gateway_answer(
+                name,
+                gw,
+                &pod.node,
+                r.as_ref().map(|_| ()).map_err(String::as_str),
+            ));
+        }
+    }
+}
+
+/// Every pinger's (or `node`'s) metrics, through the API server's pod proxy.
+pub fn pingers(report: &mut Report, node: Option<&str>) {
+    let ns = kubectl::namespace();
+    let Some(list) = report.read(
+        "pinger",
+        kubectl::json(&["get", "pods", "-n", &ns, "-l", "app=kube-ovn-pinger"]),
+    ) else {
+        return;
+    };
+    let pods: Vec<Value> = list["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| node.is_none_or(|n| p["spec"]["nodeName"] == n))
+        .collect();
+    if pods.is_empty() {
+        let whose = node.map_or_else(String::new, |n| format!(" on node {n}"));
+        report.add(Finding::new(
+            Level::Info,
+            "pinger",
+            format!("no pinger{whose} (no pod with app=kube-ovn-pinger)"),
+        ));
+        return;
+    }
+    for pod in &pods {
+        let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+        let on = pod["spec"]["nodeName"].as_str().unwrap_or_default();
+        let path = format!(
+            "/api/v1/namespaces/{ns}/pods/{name}:{}/proxy/metrics",
+            metrics_port(pod)
+        );
+        match kubectl::output(&["get", "--raw", &path]) {
+            Ok(body) => report.extend(checks::pinger(on, &checks::parse_metrics(&body))),
+            Err(e) => report.add(Finding::fail(
+                format!("pinger on {on}"),
+                format!("its metrics ({path}): {}", last_line(&format!("{e:#}"))),
+            )),
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! `kubectl ko` on the lab installed from `deploy/`, as an operator runs it: the real
+//! `kubectl-ko` binary (built beside `kube-ovn-lab`) with the lab's kubectl and administrator
+//! kubeconfig, in the control plane's network namespace (where the API server is reachable).
+//! - `trace`: a pod-to-pod TCP SYN is delivered to the destination pod's port; with a
+//!   NetworkPolicy denying ingress, the same trace names the ACL and the policy;
+//! - `diagnose all`: green; red, naming the node and ovs-vswitchd, while one node's ovs-vswitchd
+//!   is stopped (SIGSTOP: alive but not answering, as a hung daemon); green again once it runs.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use anyhow::{Context, Result, ensure};
+use kube_ovn_testkit::wait_until;
+
+use super::{Lab, WAIT, jsonpath};
+
+const NS: &str = "ko-trace";
+
+fn ko_binary() -> Result<PathBuf> {
+    let bin = Path::new(Lab::bin())
+        .parent()
+        .context("the binary's directory")?
+        .join("kubectl-ko");
+    ensure!(
+        bin.is_file(),
+        "{} is missing (run the tests with `cargo test --workspace`, or `cargo build --workspace --bins` first)",
+        bin.display()
+    );
+    Ok(bin)
+}
+
+/// `kubectl ko <args>` against the lab.
+fn ko(lab: &Lab, args: &[&str]) -> Result<Output> {
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", &format!("kl_{}_cp", lab.name)])
+        .arg(ko_binary()?)
+        .args(args)
+        .env(
+            "KUBECONFIG",
+            lab.dir.path().join(&lab.name).join("admin.kubeconfig"),
+        )
+        .env("KUBECTL", kube_ovn_lab::kubernetes::bin_dir().join("kubectl"));
+    cmd.output()
+        .with_context(|| format!("running kubectl ko {}", args.join(" ")))
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn apply(lab: &Lab, name: &str, yaml: &str) -> Result<()> {
+    let file = lab.dir.path().join(format!("{name}.yaml"));
+    std::fs::write(&file, yaml)?;
+    lab.apply(&file)?;
+    Ok(())
+}
+
+const PODS: &str = r"
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: ko-trace
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: client, namespace: ko-trace, labels: {app: client}}
+spec:
+  containers:
+    - {name: netexec, image: kube-ovn-lab/netexec, imagePullPolicy: IfNotPresent}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: server, namespace: ko-trace, labels: {app: server}}
+spec:
+  containers:
+    - name: netexec
+      image: kube-ovn-lab/netexec
+      imagePullPolicy: IfNotPresent
+      ports: [{containerPort: 8080, protocol: TCP}]
+";
+
+const DENY: &str = r"
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: deny-ingress, namespace: ko-trace}
+spec:
+  podSelector: {matchLabels: {app: server}}
+  policyTypes: [Ingress]
+";
+
+/// The "Done when" of issue 28 for `trace` and `diagnose`.
+pub fn kubectl_ko_works(lab: &Lab) -> Result<()> {
+    apply(lab, "ko-trace-pods", PODS)?;
+    for pod in ["client", "server"] {
+        lab.ok(&[
+            "kubectl",
+            "-n",
+            NS,
+            "wait",
+            "--for=condition=Ready",
+            &format!("pod/{pod}"),
+            "--timeout=120s",
+        ])?;
+    }
+    let server_ip = jsonpath(lab, &["get", "pod", "-n", NS, "server"], "{.status.podIP}")?;
+    let trace_args = ["trace", "ko-trace/client", server_ip.as_str(), "tcp", "8080"];
+
+    // Pod to pod: delivered to the server's port; OVS on the client's node forwards it.
+    let out = ko(lab, &trace_args)?;
+    let t = text(&out);
+    ensure!(out.status.success(), "kubectl ko trace failed:\n{t}");
+    ensure!(
+        t.contains("OVN delivers the packet to server.ko-trace")
+            && t.contains("OVS on ")
+            && t.contains("ofproto/trace"),
+        "the trace does not show the packet delivered:\n{t}"
+    );
+    println!("kubectl ko trace, pod to pod:\n{t}");
+
+    // A NetworkPolicy denies the server's ingress: the trace names its ACL and the policy (once
+    // the controller has written them).
+    apply(lab, "ko-trace-deny", DENY)?;
+    let last = std::cell::RefCell::new(String::new());
+    wait_until("kubectl ko trace to name the NetworkPolicy's ACL", WAIT, || {
+        let out = ko(lab, &trace_args)?;
+        *last.borrow_mut() = text(&out);
+        Ok(out.status.success()
+            && last
+                .borrow()
+                .contains("OVN drops the packet: ACL on port group deny.ingress.ko.trace")
+            && last.borrow().contains("of NetworkPolicy ko-trace/deny-ingress"))
+    })
+    .with_context(|| last.borrow().clone())?;
+    println!("kubectl ko trace, denied:\n{}", last.borrow());
+    lab.ok(&["kubectl", "delete", "namespace", NS, "--wait=false"])?;
+
+    // diagnose all: green.
+    let out = ko(lab, &["diagnose", "all"])?;
+    let t = text(&out);
+    ensure!(
+        out.status.success() && t.contains("diagnose: OK") && !t.contains("FAIL"),
+        "kubectl ko diagnose all is not green:\n{t}"
+    );
+    println!("kubectl ko diagnose all:\n{t}");
+
+    // One node's ovs-vswitchd stopped (not the node of bgp/fixed, whose ovs-vswitchd the caller
+    // kills later and counts the restart of): red, saying which node and daemon.
+    let fixed_node = jsonpath(lab, &["get", "pod", "-n", "bgp", "fixed"], "{.spec.nodeName}")?;
+    let node = if fixed_node == "node1" { "node2" } else { "node1" };
+    let pidfile = lab
+        .dir
+        .path()
+        .join(&lab.name)
+        .join("nodes")
+        .join(node)
+        .join("root/run/openvswitch/ovs-vswitchd.pid");
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .with_context(|| format!("{}", pidfile.display()))?
+        .trim()
+        .parse()?;
+    let pid = nix::unistd::Pid::from_raw(pid);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP)?;
+    let red = ko(lab, &["diagnose", "all"]);
+    // Resumed before anything is asserted, so a failure leaves the node running.
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT)?;
+    let red = red?;
+    let t = text(&red);
+    ensure!(
+        !red.status.success()
+            && t.contains(&format!("FAIL  node {node}: ovs-vswitchd does not answer"))
+            && t.contains("problem(s):"),
+        "kubectl ko diagnose all is not red about {node}'s ovs-vswitchd:\n{t}"
+    );
+    println!("kubectl ko diagnose all, {node}'s ovs-vswitchd stopped:\n{t}");
+
+    // Running again: green again.
+    let last = std::cell::RefCell::new(String::new());
+    wait_until("kubectl ko diagnose all to be green again", WAIT, || {
+        let out = ko(lab, &["diagnose", "all"])?;
+        *last.borrow_mut() = text(&out);
+        Ok(out.status.success())
+    })
+    .with_context(|| last.borrow().clone())?;
+    Ok(())
+}
