@@ -13,7 +13,6 @@ mod completion;
 mod db;
 mod diagnose;
 mod env_check;
-#[allow(dead_code)] // until the verbs use all of it (issue 28 in progress)
 mod kubectl;
 mod log;
 mod node_tools;
