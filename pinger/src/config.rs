@@ -31,7 +31,10 @@ pub enum Mode {
 )]
 pub struct Flags {
     /// Metrics port (`/metrics`, `/healthz`, `/livez`, `/readyz`).
-    #[arg(long, env = "KUBE_OVN_PINGER_PORT", default_value_t = 8080)]
+    // Not `KUBE_OVN_PINGER_PORT`: Kubernetes puts `<SERVICE>_PORT=tcp://<ip>:<port>` into every
+    // pod of a namespace holding a Service of that name, and ours is `kube-ovn-pinger` (the
+    // manifests lab's pingers crashed on it).
+    #[arg(long, env = "KUBE_OVN_PINGER_LISTEN_PORT", default_value_t = 8080)]
     pub port: u16,
     /// Also check TCP and UDP reachability of the peers on the two ports below, and answer on
     /// them (Kube-OVN's `kubectl ko` connectivity check runs pingers with this).

@@ -306,9 +306,16 @@ pub fn pingers(report: &mut Report, node: Option<&str>) {
         );
         match kubectl::output(&["get", "--raw", &path]) {
             Ok(body) => report.extend(checks::pinger(on, &checks::parse_metrics(&body))),
-            Err(e) => report.add(Finding::fail(
+            // Unread is not unhealthy: the API server reaches pod addresses only where the
+            // control plane routes to the pod network (the lab's does not); the nodes' own
+            // checks above judge the network, the pinger's verdicts are shown when readable.
+            Err(e) => report.add(Finding::new(
+                Level::Warn,
                 format!("pinger on {on}"),
-                format!("its metrics ({path}): {}", last_line(&format!("{e:#}"))),
+                format!(
+                    "its metrics could not be read through the API server ({path}): {}",
+                    last_line(&format!("{e:#}"))
+                ),
             )),
         }
     }
