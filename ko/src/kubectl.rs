@@ -21,9 +21,18 @@ fn program() -> String {
 
 /// Runs kubectl with `args` and returns its standard output; a failure carries its stderr.
 pub fn output(args: &[&str]) -> anyhow::Result<String> {
+    let out = checked(args, Stdio::piped())?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Runs kubectl with `args`, standard output to `stdout`, stderr captured; fails with that
+/// stderr when kubectl does.
+fn checked(args: &[&str], stdout: Stdio) -> anyhow::Result<std::process::Output> {
     let out = Command::new(program())
         .args(args)
         .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(Stdio::piped())
         .output()
         .with_context(|| format!("running {} {}", program(), args.join(" ")))?;
     if !out.status.success() {
@@ -35,7 +44,7 @@ pub fn output(args: &[&str]) -> anyhow::Result<String> {
             String::from_utf8_lossy(&out.stderr).trim()
         );
     }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    Ok(out)
 }
 
 /// Runs kubectl with `args` attached to this terminal (stdin, stdout, stderr), as an
@@ -174,23 +183,7 @@ pub fn exit_code(status: ExitStatus) -> std::process::ExitCode {
 /// `kubectl ko log`); a failure carries its stderr.
 pub fn output_to_file(args: &[&str], path: &std::path::Path) -> anyhow::Result<()> {
     let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-    let out = Command::new(program())
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(file)
-        .stderr(Stdio::piped())
-        .output()
-        .with_context(|| format!("running {} {}", program(), args.join(" ")))?;
-    if !out.status.success() {
-        bail!(
-            "{} {} failed ({}): {}",
-            program(),
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
+    checked(args, file.into()).map(drop)
 }
 
 /// The pod labelled `app=<app>` on `node` to exec into: a ready one, else any that is there (a
