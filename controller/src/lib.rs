@@ -181,7 +181,14 @@ async fn run_inner(
     ready: Arc<AtomicBool>,
     ipam_view: debug_ipam::IpamView,
 ) -> Result<()> {
-    reconcile::startup::init(&config, &kube, &nb).await?;
+    // Start-up is idempotent and converges (each step looks before it writes), so an error (the
+    // API server's 500 under load, a role not yet in the authorizer's cache) is retried here
+    // rather than ending the process: a restart would only add the kubelet's back-off.
+    while let Err(e) = reconcile::startup::init(&config, &kube, &nb).await {
+        let delay = reconcile::retry_after(&e);
+        tracing::warn!(error = %e, retry_in = ?delay, "start-up failed");
+        tokio::time::sleep(delay).await;
+    }
 
     let informers = Informers::new(&kube, &config);
     let stores = informers.stores();

@@ -192,30 +192,23 @@ pub async fn init(config: &Config, kube: &kube::Client, nb: &Nb) -> Result<()> {
 
 /// The default ProviderNetwork's spec: the flags, and the nodes' annotations (`exclude=true`
 /// into `excludeNodes`, `interface=<nic>` into `customInterfaces`, one entry per NIC in node
-/// order). Returns the nodes whose annotations it took.
-pub fn default_provider_network(
-    underlay: &DefaultUnderlay,
-    nodes: &[Node],
-) -> (serde_json::Value, Vec<String>) {
+/// order).
+pub fn default_provider_network(underlay: &DefaultUnderlay, nodes: &[Node]) -> serde_json::Value {
     let exclude = provider_network_label(&underlay.provider, "exclude");
     let interface = provider_network_label(&underlay.provider, "interface");
     let mut excluded: Vec<String> = Vec::new();
     let mut custom: Vec<(String, Vec<String>)> = Vec::new();
-    let mut taken = Vec::new();
     for node in nodes {
         let ann = node.annotations();
         let name = node.name_any();
         if ann.get(&exclude).map(String::as_str) == Some("true") {
-            excluded.push(name.clone());
+            excluded.push(name);
         } else if let Some(nic) = ann.get(&interface).filter(|n| !n.is_empty()) {
             match custom.iter_mut().find(|(i, _)| i == nic) {
-                Some((_, nodes)) => nodes.push(name.clone()),
-                None => custom.push((nic.clone(), vec![name.clone()])),
+                Some((_, nodes)) => nodes.push(name),
+                None => custom.push((nic.clone(), vec![name])),
             }
-        } else {
-            continue;
         }
-        taken.push(name);
     }
     let mut spec = json!({
         "defaultInterface": underlay.interface,
@@ -230,39 +223,76 @@ pub fn default_provider_network(
             .map(|(interface, nodes)| json!({"interface": interface, "nodes": nodes}))
             .collect();
     }
-    let pn = json!({"apiVersion": "kubeovn.io/v1", "kind": "ProviderNetwork",
-        "metadata": {"name": underlay.provider}, "spec": spec});
-    (pn, taken)
+    json!({"apiVersion": "kubeovn.io/v1", "kind": "ProviderNetwork",
+        "metadata": {"name": underlay.provider}, "spec": spec})
+}
+
+/// The nodes whose provider-network annotations the network `pn` already records (an
+/// `exclude=true` node in `excludeNodes`, an `interface=<nic>` node in that NIC's
+/// `customInterfaces` entry): the annotations said all they had to say and are removed, as
+/// Kube-OVN removes them once the network exists. Computed from the network rather than
+/// remembered from its creation, so a start that failed between creating the network and
+/// removing an annotation finishes the removal on the next start; an annotation the network does
+/// not record (set after the network was made) is left to its author.
+pub fn annotations_recorded(pn: &ProviderNetwork, nodes: &[Node]) -> Vec<String> {
+    let provider = pn.name_any();
+    let exclude = provider_network_label(&provider, "exclude");
+    let interface = provider_network_label(&provider, "interface");
+    nodes
+        .iter()
+        .filter(|node| {
+            let (name, ann) = (node.name_any(), node.annotations());
+            let excluded = ann.get(&exclude).map(String::as_str) == Some("true")
+                && pn.spec.exclude_nodes.iter().flatten().any(|n| *n == name);
+            let custom = ann.get(&interface).is_some_and(|nic| {
+                pn.spec.custom_interfaces.iter().flatten().any(|c| {
+                    c.interface.as_ref() == Some(nic) && c.nodes.iter().flatten().any(|n| *n == name)
+                })
+            });
+            excluded || custom
+        })
+        .map(ResourceExt::name_any)
+        .collect()
 }
 
 /// `--network-type=vlan`: the default ProviderNetwork and Vlan, each only when absent.
 async fn init_underlay(kube: &kube::Client, underlay: &DefaultUnderlay) -> Result<()> {
     let pns: Api<ProviderNetwork> = Api::all(kube.clone());
-    let exists = pns
-        .list(&ListParams::default().fields(&format!("metadata.name={}", underlay.provider)))
-        .await
-        .doing(format_args!("look for provider network {}", underlay.provider))?
-        .items
-        .into_iter()
-        .next()
-        .is_some();
-    if !exists {
-        let nodes: Api<Node> = Api::all(kube.clone());
-        let listed = nodes.list(&ListParams::default()).await.doing("list the nodes")?;
-        let (pn, taken) = default_provider_network(underlay, &listed.items);
-        if create_if_absent(&pns, pn).await? {
+    let nodes: Api<Node> = Api::all(kube.clone());
+    let listed = nodes.list(&ListParams::default()).await.doing("list the nodes")?;
+    // Listed by name rather than got: the controller's role lists provider networks, it has no
+    // reason to be granted `get` as well.
+    let by_name = ListParams::default().fields(&format!("metadata.name={}", underlay.provider));
+    let find = || async {
+        let found = pns.list(&by_name).await;
+        found
+            .doing(format_args!("look for provider network {}", underlay.provider))
+            .map(|l| l.items.into_iter().next())
+    };
+    let pn = if let Some(pn) = find().await? {
+        pn
+    } else {
+        if create_if_absent(&pns, default_provider_network(underlay, &listed.items)).await? {
             tracing::info!(provider_network = %underlay.provider, interface = %underlay.interface, "created");
-            // Only once the network exists, as Kube-OVN: the annotations said what it holds now.
-            let patch = Patch::Merge(json!({"metadata": {"annotations": {
-                provider_network_label(&underlay.provider, "exclude"): null,
-                provider_network_label(&underlay.provider, "interface"): null,
-            }}}));
-            for node in taken {
-                if let Err(e) = nodes.patch(&node, &PatchParams::default(), &patch).await {
-                    tracing::warn!(node, error = %e, "cannot remove the provider network annotations");
-                }
-            }
         }
+        find().await?.ok_or_else(|| {
+            Error::Invalid(format!(
+                "provider network {} vanished after its creation",
+                underlay.provider
+            ))
+        })?
+    };
+    let patch = Patch::Merge(json!({"metadata": {"annotations": {
+        provider_network_label(&underlay.provider, "exclude"): null,
+        provider_network_label(&underlay.provider, "interface"): null,
+    }}}));
+    for node in annotations_recorded(&pn, &listed.items) {
+        // A failure fails the start (the controller is restarted): the next start finds the
+        // annotation still recorded by the network and removes it then.
+        nodes
+            .patch(&node, &PatchParams::default(), &patch)
+            .await
+            .doing(format_args!("remove node {node}'s provider network annotations"))?;
     }
     let vlan = json!({"apiVersion": "kubeovn.io/v1", "kind": "Vlan", "metadata": {"name": underlay.vlan},
         "spec": {"id": underlay.vlan_id, "provider": underlay.provider}});
@@ -309,14 +339,19 @@ mod tests {
             logical_gateway: false,
             u2o_interconnection: false,
         };
-        let (pn, taken) = default_provider_network(&underlay, &nodes);
+        let pn = default_provider_network(&underlay, &nodes);
         assert_eq!(
             pn["spec"],
             json!({"defaultInterface": "eth1", "exchangeLinkName": true, "excludeNodes": ["n1"],
                 "customInterfaces": [{"interface": "eth2", "nodes": ["n2", "n4"]},
                                      {"interface": "bond0", "nodes": ["n5"]}]})
         );
-        assert_eq!(taken, ["n1", "n2", "n4", "n5"]);
-        serde_json::from_value::<ProviderNetwork>(pn).expect("a ProviderNetwork");
+        let mut pn: ProviderNetwork = serde_json::from_value(pn).expect("a ProviderNetwork");
+        assert_eq!(annotations_recorded(&pn, &nodes), ["n1", "n2", "n4", "n5"]);
+        // A later start with a network that no longer records n4 (edited by its owner) leaves
+        // n4's annotation alone; the others are still removed (a start that failed half-way
+        // finishes the removal).
+        pn.spec.custom_interfaces.as_mut().unwrap()[0].nodes = Some(vec!["n2".into()]);
+        assert_eq!(annotations_recorded(&pn, &nodes), ["n1", "n2", "n5"]);
     }
 }
