@@ -7,7 +7,8 @@
 //! the southbound database, then `ofproto/trace` on br-int in the node's ovs-ovn pod from the
 //! pod's OpenFlow port (`external_ids:iface-id=<port>`). Both traces are printed raw, each
 //! followed by its verdict: delivered to which port, or dropped where, by which ACL of which
-//! NetworkPolicy.
+//! NetworkPolicy. The annotations are checked against the port OVN has (`trace/recorded.rs`): where
+//! they differ, OVN's record is traced and the difference printed.
 
 use std::net::IpAddr;
 use std::process::ExitCode;
@@ -19,6 +20,7 @@ use crate::kubectl;
 
 pub mod access;
 pub mod nb;
+mod recorded;
 mod request;
 mod verdict;
 
@@ -107,6 +109,32 @@ fn endpoint(source: &Source, object: &Value, dst: IpAddr) -> anyhow::Result<Endp
         src,
         router,
     })
+}
+
+/// The northbound database's record of the source's port and the switch holding it.
+fn recorded_port(ep: &Endpoint) -> anyhow::Result<recorded::RecordedPort> {
+    let text = access::nbctl_json(&[
+        "--columns=_uuid,addresses",
+        "find",
+        "Logical_Switch_Port",
+        &format!("name={}", ep.port),
+    ])?;
+    let Some((uuid, addresses)) = nb::port_record(&text)? else {
+        bail!(
+            "{}: no logical switch port {} in OVN's northbound database: the controller has not set it up (yet)",
+            ep.what,
+            ep.port
+        );
+    };
+    let text = access::nbctl_json(&[
+        "--columns=name",
+        "find",
+        "Logical_Switch",
+        &format!("ports{{>=}}{uuid}"),
+    ])?;
+    let switch = nb::switch_name(&text)?
+        .with_context(|| format!("{}: no logical switch holds OVN's port {}", ep.what, ep.port))?;
+    Ok(recorded::RecordedPort { switch, addresses })
 }
 
 /// The destination MAC: given, the switch port holding `dst`, or the switch's router port.
@@ -229,6 +257,10 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<ExitCode> {
         Source::Node(name) => kubectl::json(&["get", "node", name])?,
     };
     let ep = endpoint(&req.source, &object, req.dst)?;
+    let (ep, notes) = recorded::corrected(ep.clone(), &recorded_port(&ep)?, req.dst)?;
+    for note in notes {
+        println!("Note: {note}");
+    }
     let packet = Packet {
         inport: ep.port.clone(),
         src_mac: ep.mac.clone(),

@@ -102,6 +102,27 @@ pub fn port_addresses(text: &str) -> anyhow::Result<Vec<String>> {
         .collect())
 }
 
+/// `ovn-nbctl --format=json --columns=_uuid,addresses find Logical_Switch_Port name=…`: the
+/// port's UUID and its `addresses` entries; `None` when there is no such port.
+pub fn port_record(text: &str) -> anyhow::Result<Option<(String, Vec<String>)>> {
+    let Some(row) = rows(text)?.into_iter().next() else {
+        return Ok(None);
+    };
+    let uuid = match row.get("_uuid") {
+        Some(Value::Array(pair)) if pair.first().and_then(Value::as_str) == Some("uuid") => {
+            string(pair.get(1)).context("ovn-nbctl's _uuid")?
+        }
+        other => bail!("ovn-nbctl's _uuid is not a UUID: {other:?}"),
+    };
+    Ok(Some((uuid, port_addresses(text)?)))
+}
+
+/// `ovn-nbctl --format=json --columns=name find Logical_Switch ports{>=}<uuid>`: the switch's
+/// name.
+pub fn switch_name(text: &str) -> anyhow::Result<Option<String>> {
+    Ok(rows(text)?.iter().find_map(|r| string(r.get("name"))))
+}
+
 /// `ovn-nbctl --format=json --columns=mac find Logical_Router_Port name=…`: the router port's MAC.
 pub fn router_port_mac(text: &str) -> anyhow::Result<Option<String>> {
     Ok(rows(text)?.iter().find_map(|r| string(r.get("mac"))))
@@ -110,6 +131,21 @@ pub fn router_port_mac(text: &str) -> anyhow::Result<Option<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_ports_record_and_its_switch() {
+        // As ovn-nbctl 23.03 prints them.
+        let lsp = r#"{"data":[[["uuid","6c1f6f0e-6d2b-4f5c-9d7e-1a2b3c4d5e6f"],"00:00:00:aa:bb:cc 10.16.0.10"]],"headings":["_uuid","addresses"]}"#;
+        let (uuid, addresses) = port_record(lsp).unwrap().unwrap();
+        assert_eq!(uuid, "6c1f6f0e-6d2b-4f5c-9d7e-1a2b3c4d5e6f");
+        assert_eq!(addresses, ["00:00:00:aa:bb:cc 10.16.0.10"]);
+        assert_eq!(
+            port_record(r#"{"data":[],"headings":["_uuid","addresses"]}"#).unwrap(),
+            None
+        );
+        let ls = r#"{"data":[["ovn-default"]],"headings":["name"]}"#;
+        assert_eq!(switch_name(ls).unwrap().as_deref(), Some("ovn-default"));
+    }
 
     #[test]
     fn rows_in_ovsdb_json_notation() {
