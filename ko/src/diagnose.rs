@@ -15,6 +15,11 @@
 //!   VPC, which nodes reach through the join network: a TCP connection to the gateway, which the
 //!   OVN router answers with a reset); the pingers' metrics.
 //!
+//! - `IPPorts <proto-ip-port,…>` (Kube-OVN's spelling, e.g. `tcp-10.96.0.10-53,udp-10.96.0.10-53`):
+//!   every ready pinger runs one round in job mode with those targets (`kube-ovn-pinger
+//!   --mode=job --exit-code=1 --target-ip-ports=…`, as Kube-OVN's plugin runs it), its output
+//!   shown; a pinger whose round failed is a FAIL naming its node.
+//!
 //! Pingers (DaemonSet `kube-ovn-pinger`, Kube-OVN's `pinger_*` metrics) are read through the API
 //! server's pod proxy; without pingers the report says "no pinger".
 
@@ -34,9 +39,9 @@ use checks::{Finding, Level};
 
 /// Arguments of `kubectl ko diagnose`.
 #[derive(Debug, clap::Args)]
-#[command(override_usage = "kubectl ko diagnose all|node <node>|subnet <subnet>")]
+#[command(override_usage = "kubectl ko diagnose all|node <node>|subnet <subnet>|IPPorts <proto-ip-port,...>")]
 pub struct DiagnoseArgs {
-    /// `all` (the default), `node <node>` or `subnet <subnet>`.
+    /// `all` (the default), `node <node>`, `subnet <subnet>` or `IPPorts <proto-ip-port,...>`.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     pub args: Vec<String>,
 }
@@ -46,6 +51,8 @@ enum Scope {
     All,
     Node(String),
     Subnet(String),
+    /// The `--target-ip-ports` list, checked.
+    IpPorts(String),
 }
 
 fn scope(args: &[String]) -> anyhow::Result<Scope> {
@@ -56,11 +63,23 @@ fn scope(args: &[String]) -> anyhow::Result<Scope> {
         ["subnet", s] => Scope::Subnet((*s).to_owned()),
         ["node"] => bail!("diagnose node: which node? (kubectl ko diagnose node <node>)"),
         ["subnet"] => bail!("diagnose subnet: which subnet? (kubectl ko diagnose subnet <subnet>)"),
-        ["IPPorts", ..] => {
-            bail!("diagnose IPPorts is not supported by kube-ovn-rs's plugin (use the pinger's metrics)")
+        ["IPPorts", list] => {
+            let targets = kube_ovn_pinger::config::parse_targets(list)
+                .map_err(|e| anyhow::anyhow!("diagnose IPPorts: {e}"))?;
+            if targets.is_empty() {
+                bail!(
+                    "diagnose IPPorts: no target in {list:?} (kubectl ko diagnose IPPorts tcp-10.96.0.10-53,udp-10.96.0.10-53)"
+                );
+            }
+            Scope::IpPorts((*list).to_owned())
+        }
+        ["IPPorts"] => {
+            bail!(
+                "diagnose IPPorts: which targets? (kubectl ko diagnose IPPorts tcp-10.96.0.10-53,udp-10.96.0.10-53)"
+            )
         }
         _ => bail!(
-            "diagnose {}: expected all, node <node> or subnet <subnet>",
+            "diagnose {}: expected all, node <node>, subnet <subnet> or IPPorts <proto-ip-port,...>",
             words.join(" ")
         ),
     })
@@ -132,6 +151,7 @@ pub fn run(args: &DiagnoseArgs) -> anyhow::Result<ExitCode> {
             probes::subnet(&mut report, subnet);
             probes::pingers(&mut report, None);
         }
+        Scope::IpPorts(targets) => probes::ip_ports(&mut report, targets),
     }
     Ok(finish(&report))
 }
@@ -226,6 +246,19 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("expected all")
+        );
+        // Kube-OVN's spelling of the targets; a bad entry is named before any pinger runs.
+        assert_eq!(
+            scope(&words("IPPorts tcp-10.96.0.10-53,udp-fd00::10-53")).unwrap(),
+            Scope::IpPorts("tcp-10.96.0.10-53,udp-fd00::10-53".into())
+        );
+        let e = scope(&words("IPPorts tcp-10.96.0.10-53,icmp-1.1.1.1-0")).unwrap_err();
+        assert!(e.to_string().contains("\"icmp-1.1.1.1-0\""), "{e}");
+        assert!(
+            scope(&words("IPPorts"))
+                .unwrap_err()
+                .to_string()
+                .contains("which targets")
         );
     }
 

@@ -273,6 +273,53 @@ pub fn subnet(report: &mut Report, name: &str) {
 }
 
 /// Every pinger's (or `node`'s) metrics, through the API server's pod proxy.
+/// The pinger's container in the DaemonSet (deploy/base/pinger.yaml, Kube-OVN's name too).
+const PINGER_CONTAINER: &str = "pinger";
+
+/// `diagnose IPPorts`: one job-mode round of every ready pinger with `targets`.
+pub fn ip_ports(report: &mut Report, targets: &str) {
+    let Some(pods) = report.read("pinger", kubectl::component_pods("kube-ovn-pinger")) else {
+        return;
+    };
+    if pods.is_empty() {
+        report.add(Finding::fail(
+            "pinger",
+            "no pinger (no pod with app=kube-ovn-pinger): IPPorts is checked from the pingers",
+        ));
+    }
+    let target_flag = format!("--target-ip-ports={targets}");
+    for pod in pods {
+        let subject = format!("IPPorts from node {}", pod.node);
+        if !pod.ready {
+            report.add(Finding::fail(
+                &subject,
+                format!("pinger {} is not ready", pod.name),
+            ));
+            continue;
+        }
+        println!("Diagnosing node {} (pinger {})", pod.node, pod.name);
+        let command = [
+            "/kube-ovn/kube-ovn-pinger",
+            "--mode=job",
+            "--exit-code=1",
+            target_flag.as_str(),
+        ];
+        match kubectl::exec_attached(&pod.name, PINGER_CONTAINER, &command) {
+            Ok(status) if status.success() => {
+                report.add(Finding::pass(
+                    &subject,
+                    format!("every probe answered, {targets} included"),
+                ));
+            }
+            Ok(status) => report.add(Finding::fail(
+                &subject,
+                format!("the pinger's round failed ({status}; its failures are printed above)"),
+            )),
+            Err(e) => report.add(Finding::fail(&subject, format!("{e:#}"))),
+        }
+    }
+}
+
 pub fn pingers(report: &mut Report, node: Option<&str>) {
     let ns = kubectl::namespace();
     let Some(list) = report.read(
