@@ -55,7 +55,7 @@ pub struct Flags {
     /// Exit code of `--mode=job` when a probe failed; 0 (Kube-OVN's default) exits 0 anyway.
     #[arg(long, env = "KUBE_OVN_PINGER_EXIT_CODE", default_value_t = 0)]
     pub exit_code: u8,
-    /// Name resolved through the pod's resolver each round.
+    /// Name resolved through the pod's resolver each round; empty: none (a cluster without DNS).
     #[arg(
         long,
         env = "KUBE_OVN_PINGER_INTERNAL_DNS",

@@ -435,5 +435,32 @@ pub fn last_line(e: &str) -> String {
         .to_owned()
 }
 
+/// The command `diagnose IPPorts` runs in a pinger's container: the pinger with the args its
+/// DaemonSet gives it (where its OVS sockets are, which names it resolves: a job with the
+/// binary's defaults would probe other paths than the pinger itself does), minus the serving and
+/// log-file ones, in job mode with `targets`.
+pub fn ip_ports_job(daemonset_args: &[String], targets: &str) -> Vec<String> {
+    const REPLACED: [&str; 8] = [
+        "--mode",
+        "--exit-code",
+        "--target-ip-ports",
+        "--enable-metrics",
+        "--logtostderr",
+        "--alsologtostderr",
+        "--log_file",
+        "--log_file_max_size",
+    ];
+    let kept = daemonset_args.iter().filter(|a| {
+        let name = a.split_once('=').map_or(a.as_str(), |(n, _)| n);
+        !REPLACED.contains(&name)
+    });
+    ["/kube-ovn/kube-ovn-pinger", "--mode=job", "--exit-code=1"]
+        .into_iter()
+        .map(str::to_owned)
+        .chain(kept.cloned())
+        .chain([format!("--target-ip-ports={targets}")])
+        .collect()
+}
+
 #[cfg(test)]
 mod tests;

@@ -287,7 +287,25 @@ pub fn ip_ports(report: &mut Report, targets: &str) {
             "no pinger (no pod with app=kube-ovn-pinger): IPPorts is checked from the pingers",
         ));
     }
-    let target_flag = format!("--target-ip-ports={targets}");
+    let ns = kubectl::namespace();
+    let Some(daemonset) = report.read(
+        "pinger",
+        kubectl::json(&["get", "daemonset", "-n", &ns, "kube-ovn-pinger"]),
+    ) else {
+        return;
+    };
+    let args: Vec<String> = daemonset["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["name"] == PINGER_CONTAINER)
+        .and_then(|c| c["args"].as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a.as_str().map(str::to_owned))
+        .collect();
+    let job = checks::ip_ports_job(&args, targets);
+    let command: Vec<&str> = job.iter().map(String::as_str).collect();
     for pod in pods {
         let subject = format!("IPPorts from node {}", pod.node);
         if !pod.ready {
@@ -298,12 +316,6 @@ pub fn ip_ports(report: &mut Report, targets: &str) {
             continue;
         }
         println!("Diagnosing node {} (pinger {})", pod.node, pod.name);
-        let command = [
-            "/kube-ovn/kube-ovn-pinger",
-            "--mode=job",
-            "--exit-code=1",
-            target_flag.as_str(),
-        ];
         match kubectl::exec_attached(&pod.name, PINGER_CONTAINER, &command) {
             Ok(status) if status.success() => {
                 report.add(Finding::pass(

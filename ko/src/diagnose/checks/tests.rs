@@ -250,3 +250,30 @@ fn the_tools_message_not_kubectls() {
         "ovs-appctl: /run/openvswitch/ovs-vswitchd.ctl: transaction error (Connection timed out)"
     );
 }
+
+#[test]
+fn the_ip_ports_job_keeps_the_daemonsets_probe_settings() {
+    let args: Vec<String> = [
+        "--external-address=",
+        "--internal-dns=",
+        "--logtostderr=false",
+        "--log_file=/var/log/kube-ovn/kube-ovn-pinger.log",
+        "--enable-metrics=true",
+        "--system.run.dir=/run/openvswitch",
+        "--target-ip-ports=tcp-10.0.0.1-80",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    assert_eq!(
+        ip_ports_job(&args, "tcp-10.16.0.5-8080"),
+        [
+            "/kube-ovn/kube-ovn-pinger",
+            "--mode=job",
+            "--exit-code=1",
+            "--external-address=",
+            "--internal-dns=",
+            "--system.run.dir=/run/openvswitch",
+            "--target-ip-ports=tcp-10.16.0.5-8080"
+        ]
+    );
+}
