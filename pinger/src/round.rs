@@ -239,8 +239,9 @@ impl Prober<'_> {
                 TargetProto::Tcp => probes::tcp_check(target.addr).await,
                 TargetProto::Udp => probes::udp_check(target.addr).await,
             };
-            if let Err(e) = result {
-                report.fail(e);
+            match result {
+                Ok(()) => tracing::info!(target = %target.addr, proto = ?target.proto, "reachable"),
+                Err(e) => report.fail(e),
             }
         }
         self.ping_external(&mut report).await;

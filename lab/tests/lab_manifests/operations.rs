@@ -3,6 +3,7 @@
 //! kubeconfig, in the control plane's network namespace (where the API server is reachable).
 //! - `trace`: a pod-to-pod TCP SYN is delivered to the destination pod's port; with a
 //!   NetworkPolicy denying ingress, the same trace names the ACL and the policy;
+//! - `diagnose IPPorts`: each node's pinger reaches an open port, and fails on a closed one;
 //! - `diagnose all`: green; red, naming the node and ovs-vswitchd, while one node's ovs-vswitchd
 //!   is stopped (SIGSTOP: alive but not answering, as a hung daemon); green again once it runs.
 
@@ -120,6 +121,31 @@ pub fn kubectl_ko_works(lab: &Lab) -> Result<()> {
         "the trace does not show the packet delivered:\n{t}"
     );
     println!("kubectl ko trace, pod to pod:\n{t}");
+
+    // diagnose IPPorts as Kube-OVN spells it: every node's pinger reaches the server's port; a
+    // port nothing listens on fails, naming each node.
+    let open = format!("tcp-{server_ip}-8080");
+    let out = ko(lab, &["diagnose", "IPPorts", &open])?;
+    let t = text(&out);
+    ensure!(
+        out.status.success()
+            && ["node1", "node2"]
+                .iter()
+                .all(|n| t.contains(&format!("PASS  IPPorts from node {n}"))),
+        "kubectl ko diagnose IPPorts {open} is not green on both nodes:\n{t}"
+    );
+    let closed = format!("tcp-{server_ip}-8081");
+    let out = ko(lab, &["diagnose", "IPPorts", &closed])?;
+    let t = text(&out);
+    ensure!(
+        !out.status.success()
+            && ["node1", "node2"]
+                .iter()
+                .all(|n| t.contains(&format!("FAIL  IPPorts from node {n}")))
+            && t.contains(&format!("{server_ip}:8081")),
+        "kubectl ko diagnose IPPorts {closed} does not fail on both nodes naming the target:\n{t}"
+    );
+    println!("kubectl ko diagnose IPPorts {closed}:\n{t}");
 
     // A NetworkPolicy denies the server's ingress: the trace names its ACL and the policy (once
     // the controller has written them).
