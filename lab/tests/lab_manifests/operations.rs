@@ -97,14 +97,15 @@ spec:
 /// The "Done when" of issue 28 for `trace` and `diagnose`, and (observe.rs) for the pinger's
 /// metrics and mirroring.
 pub fn kubectl_ko_works(lab: &Lab) -> Result<()> {
-    // The pingers' metrics are read, a round or two of theirs, while the traces run.
+    // The pingers' metrics are read, a round or two of theirs, while the traces and the first
+    // diagnose run.
     let pingers = std::thread::scope(|s| {
         let pingers = s.spawn(|| super::observe::pingers_are_scraped(lab));
-        let traced = trace_works(lab);
+        let done = trace_works(lab).and_then(|()| diagnose_is_green(lab));
         let pingers = pingers
             .join()
             .map_err(|_| anyhow::anyhow!("the pinger scrape panicked"))?;
-        traced.and(pingers)
+        done.and(pingers)
     })?;
     diagnose_works(lab, &pingers)
 }
@@ -157,10 +158,8 @@ fn trace_works(lab: &Lab) -> Result<()> {
     Ok(())
 }
 
-/// `kubectl ko diagnose all`: green, red while one node's ovs-vswitchd is stopped (as the
-/// other node's pinger shows), green again.
-fn diagnose_works(lab: &Lab, pingers: &super::observe::Pingers) -> Result<()> {
-    // diagnose all: green.
+/// `kubectl ko diagnose all`: green.
+fn diagnose_is_green(lab: &Lab) -> Result<()> {
     let out = ko(lab, &["diagnose", "all"])?;
     let t = text(&out);
     ensure!(
@@ -168,7 +167,12 @@ fn diagnose_works(lab: &Lab, pingers: &super::observe::Pingers) -> Result<()> {
         "kubectl ko diagnose all is not green:\n{t}"
     );
     println!("kubectl ko diagnose all:\n{t}");
+    Ok(())
+}
 
+/// `kubectl ko diagnose all`: red while one node's ovs-vswitchd is stopped (as the other
+/// node's pinger shows), green again.
+fn diagnose_works(lab: &Lab, pingers: &super::observe::Pingers) -> Result<()> {
     // One node's ovs-vswitchd stopped (not the node of bgp/fixed, whose ovs-vswitchd the caller
     // kills later and counts the restart of): red, saying which node and daemon.
     let fixed_node = jsonpath(lab, &["get", "pod", "-n", "bgp", "fixed"], "{.spec.nodeName}")?;
