@@ -3,7 +3,7 @@
 //!   pod network, here from the pinger's own node's network namespace, which reaches pod IPs
 //!   through `ovn0`): Kube-OVN's series with sane values, and no ping lost over a round;
 //! - one node's ovs-vswitchd stopped (the window of `operations.rs`): the other node's pinger
-//!   counts lost pings to the stopped node's pinger within two rounds, and none once it runs
+//!   counts lost pings to the stopped node's pinger with its next round, and none once it runs
 //!   again;
 //! - traffic mirroring onto `mirror0` (`mirror.rs`).
 
