@@ -25,6 +25,8 @@ use kube_ovn_testkit::wait_until;
 #[allow(dead_code, reason = "the external network's checks run on lab.rs' labs")]
 #[path = "lab/external.rs"]
 mod external;
+#[path = "lab_manifests/observe.rs"]
+mod observe;
 #[path = "lab_manifests/operations.rs"]
 mod operations;
 #[allow(dead_code, reason = "the VLAN fabric checks run on lab.rs' labs")]
@@ -281,6 +283,7 @@ fn installed_from_deploy_on_real_kubelets_it_is_green_and_keeps_serving_through_
     }
 
     // `kubectl ko trace` and `kubectl ko diagnose` as an operator runs them (issue 28).
+    // And the pinger's metrics and mirror0 (observe.rs), in the same steps.
     operations::kubectl_ko_works(&lab)?;
 
     // Traffic targets: an announced pod (its /32 at the ToR) and the LoadBalancer IP.

@@ -6,9 +6,11 @@
 //! - `diagnose IPPorts`: each node's pinger reaches an open port, and fails on a closed one;
 //! - `diagnose all`: green; red, naming the node and ovs-vswitchd, while one node's ovs-vswitchd
 //!   is stopped (SIGSTOP: alive but not answering, as a hung daemon); green again once it runs.
+//!   The pingers' metrics show the same stop (observe.rs).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::Instant;
 
 use anyhow::{Context, Result, ensure};
 use kube_ovn_testkit::wait_until;
@@ -93,8 +95,24 @@ spec:
   policyTypes: [Ingress]
 ";
 
-/// The "Done when" of issue 28 for `trace` and `diagnose`.
+/// The "Done when" of issue 28 for `trace` and `diagnose`, and (observe.rs) for the pinger's
+/// metrics and mirroring.
 pub fn kubectl_ko_works(lab: &Lab) -> Result<()> {
+    // The pingers' metrics are read, a round or two of theirs, while the traces and the first
+    // diagnose run.
+    let pingers = std::thread::scope(|s| {
+        let pingers = s.spawn(|| super::observe::pingers_are_scraped(lab));
+        let done = trace_works(lab).and_then(|()| diagnose_is_green(lab));
+        let pingers = pingers
+            .join()
+            .map_err(|_| anyhow::anyhow!("the pinger scrape panicked"))?;
+        done.and(pingers)
+    })?;
+    diagnose_works(lab, &pingers)
+}
+
+/// `kubectl ko trace` pod to pod, then denied by a NetworkPolicy.
+fn trace_works(lab: &Lab) -> Result<()> {
     apply(lab, "ko-trace-pods", PODS)?;
     for pod in ["client", "server"] {
         lab.ok(&[
@@ -163,8 +181,11 @@ pub fn kubectl_ko_works(lab: &Lab) -> Result<()> {
     .with_context(|| last.borrow().clone())?;
     println!("kubectl ko trace, denied:\n{}", last.borrow());
     lab.ok(&["kubectl", "delete", "namespace", NS, "--wait=false"])?;
+    Ok(())
+}
 
-    // diagnose all: green.
+/// `kubectl ko diagnose all`: green.
+fn diagnose_is_green(lab: &Lab) -> Result<()> {
     let out = ko(lab, &["diagnose", "all"])?;
     let t = text(&out);
     ensure!(
@@ -172,7 +193,12 @@ pub fn kubectl_ko_works(lab: &Lab) -> Result<()> {
         "kubectl ko diagnose all is not green:\n{t}"
     );
     println!("kubectl ko diagnose all:\n{t}");
+    Ok(())
+}
 
+/// `kubectl ko diagnose all`: red while one node's ovs-vswitchd is stopped (as the other
+/// node's pinger shows), green again.
+fn diagnose_works(lab: &Lab, pingers: &super::observe::Pingers) -> Result<()> {
     // One node's ovs-vswitchd stopped (not the node of bgp/fixed, whose ovs-vswitchd the caller
     // kills later and counts the restart of): red, saying which node and daemon.
     let fixed_node = jsonpath(lab, &["get", "pod", "-n", "bgp", "fixed"], "{.spec.nodeName}")?;
@@ -189,10 +215,25 @@ pub fn kubectl_ko_works(lab: &Lab) -> Result<()> {
         .trim()
         .parse()?;
     let pid = nix::unistd::Pid::from_raw(pid);
+    // The other node's pinger's pings to this node's pinger, counted before the stop.
+    let losses = super::observe::LossWatch::new(lab, pingers, node)?;
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP)?;
-    let red = ko(lab, &["diagnose", "all"]);
+    let stopped = Instant::now();
+    // In the same window, side by side: diagnose, and the other node's pinger counting lost
+    // pings (the window stays short: ovs-ovn's liveness probe restarts OVS after 3 failures
+    // 10 s apart).
+    let (red, seen) = std::thread::scope(|s| {
+        let seen = s.spawn(|| losses.seen(lab, stopped));
+        let red = ko(lab, &["diagnose", "all"]);
+        (red, seen.join())
+    });
     // Resumed before anything is asserted, so a failure leaves the node running.
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT)?;
+    println!(
+        "{node}'s ovs-vswitchd was stopped for {:.1} s",
+        stopped.elapsed().as_secs_f64()
+    );
+    seen.map_err(|_| anyhow::anyhow!("the pinger watch panicked"))??;
     let red = red?;
     let t = text(&red);
     ensure!(
@@ -203,13 +244,26 @@ pub fn kubectl_ko_works(lab: &Lab) -> Result<()> {
     );
     println!("kubectl ko diagnose all, {node}'s ovs-vswitchd stopped:\n{t}");
 
-    // Running again: green again.
-    let last = std::cell::RefCell::new(String::new());
-    wait_until("kubectl ko diagnose all to be green again", WAIT, || {
-        let out = ko(lab, &["diagnose", "all"])?;
-        *last.borrow_mut() = text(&out);
-        Ok(out.status.success())
+    // Running again: green again. Meanwhile the other node's pinger is awaited until a round
+    // of it loses nothing (the round in flight during the stop may wait out its 30 s node
+    // ping timeout), and mirroring is checked on the node that kept running rather than wait
+    // idle (observe.rs).
+    let running = if node == "node1" { "node2" } else { "node1" };
+    std::thread::scope(|s| {
+        let recovered = s.spawn(|| losses.losses_stop(lab));
+        let mirrored = s.spawn(|| super::observe::mirror_in_the_lab(lab, running));
+        let last = std::cell::RefCell::new(String::new());
+        let green = wait_until("kubectl ko diagnose all to be green again", WAIT, || {
+            let out = ko(lab, &["diagnose", "all"])?;
+            *last.borrow_mut() = text(&out);
+            Ok(out.status.success())
+        })
+        .with_context(|| last.borrow().clone());
+        let joined = |r: std::thread::Result<Result<()>>, what: &str| {
+            r.map_err(|_| anyhow::anyhow!("{what} panicked"))?
+        };
+        let recovered = joined(recovered.join(), "the pinger watch");
+        let mirrored = joined(mirrored.join(), "the mirror check");
+        green.and(recovered).and(mirrored)
     })
-    .with_context(|| last.borrow().clone())?;
-    Ok(())
 }
