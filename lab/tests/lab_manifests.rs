@@ -29,6 +29,12 @@ mod external;
 mod observe;
 #[path = "lab_manifests/operations.rs"]
 mod operations;
+#[allow(
+    dead_code,
+    reason = "wired into the test by the next commit (3 nodes, --ovn-central-replicas 3)"
+)]
+#[path = "lab_manifests/raft.rs"]
+mod raft;
 #[allow(dead_code, reason = "the VLAN fabric checks run on lab.rs' labs")]
 #[path = "lab/underlay.rs"]
 mod underlay;

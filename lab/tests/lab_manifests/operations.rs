@@ -33,7 +33,7 @@ fn ko_binary() -> Result<PathBuf> {
 }
 
 /// `kubectl ko <args>` against the lab.
-fn ko(lab: &Lab, args: &[&str]) -> Result<Output> {
+pub(super) fn ko(lab: &Lab, args: &[&str]) -> Result<Output> {
     let mut cmd = Command::new("ip");
     cmd.args(["netns", "exec", &format!("kl_{}_cp", lab.name)])
         .arg(ko_binary()?)
@@ -47,7 +47,7 @@ fn ko(lab: &Lab, args: &[&str]) -> Result<Output> {
         .with_context(|| format!("running kubectl ko {}", args.join(" ")))
 }
 
-fn text(out: &Output) -> String {
+pub(super) fn text(out: &Output) -> String {
     format!(
         "{}\n{}",
         String::from_utf8_lossy(&out.stdout),

@@ -77,16 +77,23 @@ async fn start_node(
     Ok((kubelet, started))
 }
 
+/// What `install` applies: the kustomization, and how many `ovn-central` members it gets.
+pub struct Manifests<'a> {
+    pub dir: &'a Path,
+    pub ovn_central_replicas: usize,
+}
+
 /// Everything from the running control plane to kube-ovn-rs installed and every node Ready.
 pub async fn install(
     t: &Topology,
     rec: &Recorder,
     client: &kube::Client,
     archives: &[PathBuf],
-    manifests: &Path,
+    what: &Manifests<'_>,
     timeout: Duration,
     step: &dyn Fn(&str),
 ) -> anyhow::Result<()> {
+    let (manifests, replicas) = (what.dir, what.ovn_central_replicas);
     kube_ovn_lab::manifests::create_all(
         client,
         kube_ovn_lab::kubernetes::kubelet::APISERVER_KUBELET_BINDING,
@@ -106,7 +113,7 @@ pub async fn install(
     }
     wait_registered(t, client, &kubelets, timeout).await?;
     step("every node a machine with containerd and a kubelet, registered");
-    label_nodes(t)?;
+    label_nodes(t, replicas)?;
     let root = manifests
         .ancestors()
         .find(|d| d.join("crds").is_dir())
@@ -123,28 +130,33 @@ pub async fn install(
             &format!("--timeout={}s", timeout.as_secs()),
         ],
     )?;
-    let out = super::verbs::kubectl_output(t, &["apply", "-k", &manifests.to_string_lossy()])?;
+    // A RAFT cluster: the lab's own kustomization over `manifests` (super::raft).
+    let applied = if replicas > 1 {
+        super::raft::write_overlay(t, manifests, replicas)?
+    } else {
+        manifests.to_owned()
+    };
+    let out = super::verbs::kubectl_output(t, &["apply", "-k", &applied.to_string_lossy()])?;
     print!("{out}");
-    step(&format!("applied {} and {}", root.display(), manifests.display()));
+    step(&format!("applied {} and {}", root.display(), applied.display()));
     wait_workloads(client, timeout).await?;
     step("ovn-central, ovs-ovn, kube-ovn-cni, kube-ovn-controller and kube-ovn-speaker ready");
+    if replicas > 1 {
+        let leaders = super::raft::wait_leaders(t, replicas, timeout).await?;
+        step(&format!("OVN RAFT clusters of {replicas} members: {leaders}"));
+    }
     Ok(())
 }
 
-/// What an administrator does before installing: the master runs `ovn-central`, every node a
-/// speaker (as the process mode's nodes all have one).
-fn label_nodes(t: &Topology) -> anyhow::Result<()> {
+/// What an administrator does before installing: the masters (the first `replicas` nodes)
+/// run `ovn-central`, every node a speaker (as the process mode's nodes all have one).
+fn label_nodes(t: &Topology, replicas: usize) -> anyhow::Result<()> {
     let (key, value) = kubelet::MASTER_LABEL;
-    super::verbs::kubectl_output(
-        t,
-        &[
-            "label",
-            "node",
-            &kubelet::master(t).name,
-            &format!("{key}={value}"),
-            "--overwrite",
-        ],
-    )?;
+    let mut args = vec!["label".to_owned(), "node".into()];
+    args.extend(super::raft::members(t, replicas).iter().map(|n| n.name.clone()));
+    args.extend([format!("{key}={value}"), "--overwrite".into()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    super::verbs::kubectl_output(t, &args)?;
     let (key, value) = kubelet::BGP_LABEL;
     let mut args = vec!["label".to_owned(), "node".into()];
     args.extend(t.nodes.iter().map(|n| n.name.clone()));

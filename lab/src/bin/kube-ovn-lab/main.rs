@@ -14,6 +14,7 @@ mod matrix_tor;
 mod prepare;
 mod probe;
 mod processes;
+mod raft;
 mod record;
 mod status;
 mod up;

@@ -50,6 +50,12 @@ pub fn up(name: &str, run_dir: &Path, args: &UpArgs) -> anyhow::Result<std::proc
         "up must run as root (network namespaces, OVS)"
     );
     let topology = Topology::new(name, args.nodes, args.tor.into(), run_dir).map_err(anyhow::Error::msg)?;
+    super::raft::check(
+        args.nodes,
+        args.ovn_central_replicas,
+        args.install == InstallArg::Manifests,
+    )
+    .map_err(anyhow::Error::msg)?;
     if LabState::load(&topology.state_file())?.is_some() {
         bail!(
             "lab {name} is already up, or an earlier `up` of it did not finish: run `kube-ovn-lab --name {name} down` first"
@@ -225,7 +231,19 @@ async fn bring_up(
                 .clone()
                 .or_else(|| prepare::workspace().map(|w| w.join("deploy/overlays/lab")))
                 .context("--install manifests: no --manifests given and no repository beside this binary")?;
-            super::install::install(t, rec, &client, images, &manifests, timeout, &|s| clock.step(s)).await?;
+            super::install::install(
+                t,
+                rec,
+                &client,
+                images,
+                &super::install::Manifests {
+                    dir: &manifests,
+                    ovn_central_replicas: args.ovn_central_replicas,
+                },
+                timeout,
+                &|s| clock.step(s),
+            )
+            .await?;
             // The LoadBalancer IP allocator only: the nodes have real kubelets.
             let mut agent = components::agent(t, bins, t.dir.parent().unwrap_or(Path::new("/")));
             agent.args.push("--no-kubelets".into());

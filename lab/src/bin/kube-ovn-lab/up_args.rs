@@ -45,6 +45,16 @@ pub struct UpArgs {
     /// above it); default: the repository's `deploy/overlays/lab`.
     #[arg(long, env = "KUBE_OVN_LAB_MANIFESTS")]
     pub manifests: Option<PathBuf>,
+    /// How many `ovn-central` members (`--install manifests`): 1, or 3 or 5 for an OVN RAFT
+    /// cluster on the first nodes (`node1` …), each labelled kube-ovn/role=master, with
+    /// kube-ovn-config's ovn-central-ips listing them all (`raft.rs`).
+    #[arg(
+        long,
+        env = "KUBE_OVN_LAB_OVN_CENTRAL_REPLICAS",
+        default_value = "1",
+        value_parser = super::raft::parse_replicas
+    )]
+    pub ovn_central_replicas: usize,
     /// How long each wait of `up` may take (Go duration).
     #[arg(long, env = "KUBE_OVN_LAB_TIMEOUT", default_value = "120s", value_parser = parse_timeout)]
     pub timeout: Duration,

@@ -252,22 +252,36 @@ pub fn cp(name: &str, run_dir: &Path, command: &[String]) -> anyhow::Result<Exit
 }
 
 /// Where `ovn-nbctl`/`ovn-sbctl` find the databases: the control plane's directory (process
-/// mode), or the sockets of the `ovn-central` pod in the master's machine (its `/run/ovn`).
+/// mode), or the sockets of the `ovn-central` pods in the masters' machines (their `/run/ovn`):
+/// every node with a database socket, so that with a RAFT cluster (`up
+/// --ovn-central-replicas 3`) the tools find the leader among them; the first node otherwise.
 pub fn ovn_central_env(t: &Topology, install: Install) -> Vec<(String, String)> {
     if install == Install::Processes {
         return ovs_env(&t.cp_dir());
     }
-    let master = kube_ovn_lab::cluster::kubelet::master(t);
-    let run_ovn = kube_ovn_lab::cluster::machine::host_path(t, master, "/run/ovn");
+    let run_dirs: Vec<PathBuf> = t
+        .nodes
+        .iter()
+        .map(|n| kube_ovn_lab::cluster::machine::host_path(t, n, "/run/ovn"))
+        .collect();
+    let remotes = |socket: &str| {
+        let found: Vec<String> = run_dirs
+            .iter()
+            .map(|d| d.join(socket))
+            .filter(|p| p.exists())
+            .map(|p| format!("unix:{}", p.display()))
+            .collect();
+        if found.is_empty() {
+            let master = kube_ovn_lab::cluster::kubelet::master(t);
+            let run_ovn = kube_ovn_lab::cluster::machine::host_path(t, master, "/run/ovn");
+            format!("unix:{}", run_ovn.join(socket).display())
+        } else {
+            found.join(",")
+        }
+    };
     vec![
-        (
-            "OVN_NB_DB".into(),
-            format!("unix:{}", run_ovn.join("ovnnb_db.sock").display()),
-        ),
-        (
-            "OVN_SB_DB".into(),
-            format!("unix:{}", run_ovn.join("ovnsb_db.sock").display()),
-        ),
+        ("OVN_NB_DB".into(), remotes("ovnnb_db.sock")),
+        ("OVN_SB_DB".into(), remotes("ovnsb_db.sock")),
     ]
 }
 
