@@ -2,7 +2,8 @@
 //! containerd per node, the images built here, `kubectl apply -k deploy/overlays/lab`. Then the
 //! operations users do, each with real traffic from the outside host to an announced pod and to
 //! a LoadBalancer IP flowing throughout: rolling restarts of the speaker, the CNI daemon and the
-//! controller, and a gateway node's BGP label taken away and given back. Needs root, the
+//! controller, and a gateway node's BGP label taken away and given back. Then, in a second lab,
+//! the OVN databases as a 3-member RAFT cluster whose leader goes (`lab_manifests/raft.rs`). Needs root, the
 //! packages of `scripts/install-deps.sh`, podman and debootstrap (the images), and the other
 //! binaries beside `kube-ovn-lab` (as `lab.rs`).
 
@@ -29,10 +30,6 @@ mod external;
 mod observe;
 #[path = "lab_manifests/operations.rs"]
 mod operations;
-#[allow(
-    dead_code,
-    reason = "wired into the test by the next commit (3 nodes, --ovn-central-replicas 3)"
-)]
 #[path = "lab_manifests/raft.rs"]
 mod raft;
 #[allow(dead_code, reason = "the VLAN fabric checks run on lab.rs' labs")]
@@ -149,12 +146,12 @@ fn jsonpath(lab: &Lab, args: &[&str], path: &str) -> Result<String> {
     lab.ok(&all)
 }
 
-/// `kubectl run` of a netexec pod in `demo`, then `kubectl wait` until it is Ready.
-fn new_pod_ready(lab: &Lab, name: &str) -> Result<()> {
+/// `kubectl run` of a netexec pod in `namespace`, then `kubectl wait` until it is Ready.
+fn new_pod_ready(lab: &Lab, namespace: &str, name: &str) -> Result<()> {
     lab.ok(&[
         "kubectl",
         "-n",
-        "demo",
+        namespace,
         "run",
         name,
         "--image=kube-ovn-lab/netexec",
@@ -164,7 +161,7 @@ fn new_pod_ready(lab: &Lab, name: &str) -> Result<()> {
     lab.ok(&[
         "kubectl",
         "-n",
-        "demo",
+        namespace,
         "wait",
         "--for=condition=Ready",
         &format!("pod/{name}"),
@@ -359,7 +356,7 @@ fn installed_from_deploy_on_real_kubelets_it_is_green_and_keeps_serving_through_
         Requests::AllAnswered,
         || rollout_restart(&lab, "ds/kube-ovn-cni"),
     )?;
-    new_pod_ready(&lab, "after-cni")?;
+    new_pod_ready(&lab, "demo", "after-cni")?;
 
     // The controller restarts: the lease moves to a new pod, which gives new pods addresses.
     let holder = |lab: &Lab| {
@@ -382,7 +379,7 @@ fn installed_from_deploy_on_real_kubelets_it_is_green_and_keeps_serving_through_
         let now = holder(&lab)?;
         Ok(!now.is_empty() && now != before)
     })?;
-    new_pod_ready(&lab, "after-controller")?;
+    new_pod_ready(&lab, "demo", "after-controller")?;
 
     // ovs-vswitchd dies on the node of bgp/fixed (as Debian 12's OVS 3.1 userspace conntrack
     // aborts under connection churn): start-ovs.sh exits, the kubelet starts ovs-ovn again, the
@@ -566,5 +563,13 @@ fn installed_from_deploy_on_real_kubelets_it_is_green_and_keeps_serving_through_
     );
     let cgroups = Path::new("/sys/fs/cgroup/memory/kube-ovn-lab").join(&lab.name);
     ensure!(!cgroups.exists(), "{} is left", cgroups.display());
-    Ok(())
+    drop(lab);
+
+    // Then the OVN databases as a 3-member RAFT cluster (`--ovn-central-replicas 3`, one member
+    // per node, so three nodes), in a lab of its own after the one above is down (two labs at
+    // once would share two cores), without the examples: kube-ovn-monitor shows a leader change.
+    let raft_lab = Lab::new("mr");
+    let out = raft_lab.up(&[&raft::UP_ARGS[..], &["--no-examples"]].concat())?;
+    println!("{out}");
+    raft::the_nb_leader_moves_when_its_pod_goes(&raft_lab)
 }

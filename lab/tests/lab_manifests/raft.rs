@@ -13,7 +13,7 @@ use kube_ovn_testkit::wait_until;
 
 use super::{Lab, WAIT, jsonpath, new_pod_ready, operations};
 
-/// The manifests test's `up`: three nodes, each a member of the databases' RAFT clusters.
+/// The RAFT lab's `up`: three nodes, each a member of the databases' RAFT clusters.
 pub const UP_ARGS: [&str; 6] = [
     "--install",
     "manifests",
@@ -234,7 +234,8 @@ pub fn the_nb_leader_moves_when_its_pod_goes(lab: &Lab) -> Result<()> {
     println!("RAFT: kube-ovn-monitor on each member after:");
     print(&after);
     ko_lists_three_members(lab)?;
-    new_pod_ready(lab, "after-raft")?;
+    lab.ok(&["kubectl", "create", "namespace", "raft"])?;
+    new_pod_ready(lab, "raft", "after-raft")?;
     println!(
         "RAFT: leader change checked in {:.1} s",
         began.elapsed().as_secs_f64()
