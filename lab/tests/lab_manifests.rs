@@ -3,9 +3,9 @@
 //! operations users do, each with real traffic from the outside host to an announced pod and to
 //! a LoadBalancer IP flowing throughout: rolling restarts of the speaker, the CNI daemon and the
 //! controller, and a gateway node's BGP label taken away and given back. Then, in a second lab,
-//! the OVN databases as a 3-member RAFT cluster whose leader goes (`lab_manifests/raft.rs`). Needs root, the
-//! packages of `scripts/install-deps.sh`, podman and debootstrap (the images), and the other
-//! binaries beside `kube-ovn-lab` (as `lab.rs`).
+//! the OVN databases as a 3-member RAFT cluster whose leader goes (`lab_manifests/raft.rs`).
+//! Needs root, the packages of `scripts/install-deps.sh`, podman and debootstrap (the images),
+//! and the other binaries beside `kube-ovn-lab` (as `lab.rs`).
 
 #[allow(
     dead_code,
