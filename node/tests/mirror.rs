@@ -7,7 +7,6 @@
 mod common;
 
 use std::net::{IpAddr, Ipv4Addr};
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -16,7 +15,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
-use kube_ovn_testkit::{Daemon, Frame, tcp_transfer, wait_until, wait_until_async};
+use kube_ovn_testkit::{Frame, tcp_transfer, wait_until, wait_until_async};
 use serde_json::{Value, json};
 
 const MIRROR: &str = "ovn.kubernetes.io/mirror";
@@ -25,49 +24,27 @@ const MIRROR0: &str = "mirror0";
 const FRAME_WAIT: Duration = Duration::from_secs(15);
 const PING_WAIT: Duration = Duration::from_secs(20);
 
-/// `tcpdump -e -nn -l -U -i mirror0` in the node's namespace; stopped by PID on drop.
-struct Capture {
-    daemon: Daemon,
-    log: PathBuf,
-}
+/// `tcpdump -e -nn -l -U -i mirror0` in the node's namespace (testkit's capture); stopped by
+/// PID on drop.
+struct Capture(kube_ovn_testkit::Capture);
 
 impl Capture {
     /// Starts tcpdump and returns once it listens (frames from then on are captured).
     fn start(node: &TestNode, tag: &str) -> Result<Self> {
         let log = node.dir.path().join(format!("tcpdump-{tag}.log"));
-        let args: Vec<String> = [
-            "netns",
-            "exec",
+        Ok(Self(kube_ovn_testkit::Capture::start(
             node.ovs.netns().name(),
-            "tcpdump",
-            "-i",
             MIRROR0,
-            "-e",
-            "-nn",
-            "-l",
-            "-U",
-        ]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .collect();
-        let mut daemon = Daemon::spawn(&format!("tcpdump {tag}"), "ip", &args, &log, &[])?;
-        wait_until(&format!("tcpdump on {MIRROR0} ({tag}) to listen"), WAIT, || {
-            daemon.check_alive()?;
-            Ok(std::fs::read_to_string(&log).is_ok_and(|l| l.contains("listening on")))
-        })?;
-        Ok(Self { daemon, log })
+            log,
+        )?))
     }
 
     fn frames(&self) -> Vec<Frame> {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .filter_map(Frame::parse)
-            .collect()
+        self.0.frames()
     }
 
     fn raw(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.0.raw()
     }
 
     /// Waits until a frame between `src` and `dst` whose line contains `what` was captured.
@@ -96,12 +73,6 @@ impl Capture {
             })
             .map(|f| f.line)
             .collect()
-    }
-}
-
-impl Drop for Capture {
-    fn drop(&mut self) {
-        self.daemon.stop();
     }
 }
 

@@ -170,29 +170,7 @@ impl VlanRouter {
     /// Starts `tcpdump -e -nn -l` on `port` in the router's namespace; returns once it listens.
     pub fn capture(&self, port: &str) -> anyhow::Result<Capture> {
         let log = self.ovs.dir().join(format!("tcpdump-{}.log", self.unique("c")));
-        let args: Vec<String> = [
-            "netns",
-            "exec",
-            self.netns().name(),
-            "tcpdump",
-            "-i",
-            port,
-            "-e",
-            "-nn",
-            "-l",
-            "-U",
-        ]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .collect();
-        let mut daemon = Daemon::spawn(&format!("tcpdump on {port}"), "ip", &args, &log, &[])?;
-        // tcpdump says "listening on <port>" on stderr (into the same log) once the socket is
-        // bound: frames from then on are captured.
-        wait_until(&format!("tcpdump on {port} to listen"), CAPTURE_START, || {
-            daemon.check_alive()?;
-            Ok(std::fs::read_to_string(&log).is_ok_and(|l| l.contains("listening on")))
-        })?;
-        Ok(Capture { daemon, log })
+        Capture::start(self.netns().name(), port, log)
     }
 }
 
@@ -203,6 +181,34 @@ pub struct Capture {
 }
 
 impl Capture {
+    /// Starts `tcpdump -e -nn -l -U -i <port>` in the network namespace named `netns`, printing
+    /// into `log`; returns once it listens (frames from then on are captured).
+    pub fn start(netns: &str, port: &str, log: PathBuf) -> anyhow::Result<Self> {
+        let args: Vec<String> = [
+            "netns", "exec", netns, "tcpdump", "-i", port, "-e", "-nn", "-l", "-U",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        let mut daemon = Daemon::spawn(&format!("tcpdump on {port} in {netns}"), "ip", &args, &log, &[])?;
+        // tcpdump says "listening on <port>" on stderr (into the same log) once the socket is
+        // bound: frames from then on are captured.
+        wait_until(
+            &format!("tcpdump on {port} in {netns} to listen"),
+            CAPTURE_START,
+            || {
+                daemon.check_alive()?;
+                Ok(std::fs::read_to_string(&log).is_ok_and(|l| l.contains("listening on")))
+            },
+        )?;
+        Ok(Capture { daemon, log })
+    }
+
+    /// Everything tcpdump printed so far.
+    pub fn raw(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
     /// Every frame printed so far, parsed.
     pub fn frames(&self) -> Vec<Frame> {
         std::fs::read_to_string(&self.log)

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use kube_ovn_testkit::{Daemon, Frame, wait_until};
+use kube_ovn_testkit::{Capture, Frame, wait_until};
 
 use super::node_netns;
 use crate::{Lab, WAIT, jsonpath};
@@ -117,37 +117,16 @@ pub fn mirror_in_the_lab(lab: &Lab, node: &str) -> Result<()> {
     })?;
 
     let log = lab.dir.path().join("tcpdump-mirror0.log");
-    let args: Vec<String> = [
-        "netns",
-        "exec",
-        &format!("kl_{}_{node}", lab.name),
-        "tcpdump",
-        "-i",
-        "mirror0",
-        "-e",
-        "-nn",
-        "-l",
-        "-U",
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect();
-    let mut tcpdump = Daemon::spawn("tcpdump -i mirror0", "ip", &args, &log, &[])?;
-    let captured = || std::fs::read_to_string(&log).unwrap_or_default();
-    wait_until("tcpdump on mirror0 to listen", WAIT, || {
-        tcpdump.check_alive()?;
-        Ok(captured().contains("listening on"))
-    })?;
+    let mut tcpdump = Capture::start(&format!("kl_{}_{node}", lab.name), "mirror0", log)?;
     // The unannotated pod's traffic first: once the mirrored pod's (sent after) is captured,
     // the other's would have been too.
     traffic_to(lab, node, &plain)?;
     traffic_to(lab, node, &mirrored)?;
-    let frames = || -> Vec<Frame> { captured().lines().filter_map(Frame::parse).collect() };
     let waited = wait_until(
         "the mirrored pod's ICMP and TCP SYN on mirror0",
         Duration::from_secs(15),
         || {
-            let f = frames();
+            let f = tcpdump.frames();
             let to_pod = |what| {
                 f.iter()
                     .any(|x| x.dst_ip.as_deref() == Some(mirrored.as_str()) && x.line.contains(what))
@@ -159,11 +138,11 @@ pub fn mirror_in_the_lab(lab: &Lab, node: &str) -> Result<()> {
                 }))
         },
     );
+    let (captured, frames) = (tcpdump.raw(), tcpdump.frames());
     tcpdump.stop();
     if let Err(e) = waited {
-        bail!("{e}; captured:\n{}", captured());
+        bail!("{e}; captured:\n{captured}");
     }
-    let frames = frames();
     let of_plain: Vec<&Frame> = frames
         .iter()
         .filter(|f| {
