@@ -71,6 +71,8 @@ pub struct ComponentPod {
     pub node: String,
     /// Running with every container ready.
     pub ready: bool,
+    /// Its containers' restarts, summed.
+    pub restarts: u64,
 }
 
 /// The pods labelled `app=<app>` in our namespace, from `kubectl get pods -o json`'s items.
@@ -95,6 +97,7 @@ pub fn parse_pods(list: &Value) -> Vec<ComponentPod> {
                 ready: pod["status"]["phase"] == "Running"
                     && !statuses.is_empty()
                     && statuses.iter().all(|s| s["ready"] == true),
+                restarts: statuses.iter().filter_map(|s| s["restartCount"].as_u64()).sum(),
             }
         })
         .collect()
@@ -236,6 +239,7 @@ mod tests {
             name: name.into(),
             node: node.into(),
             ready,
+            restarts: 0,
         };
         let pods = [
             pod("old", "n1", false),

@@ -54,7 +54,7 @@ enum Verb {
     Tcpdump(tcpdump::TcpdumpArgs),
     /// Trace a packet from a pod through OVN (ovn-trace) and OVS (ofproto/trace).
     Trace(trace::TraceArgs),
-    /// Check the cluster's network: all, a node, or a subnet.
+    /// Check the cluster's network: all, a node, a subnet, or targets from every pinger (IPPorts).
     Diagnose(diagnose::DiagnoseArgs),
     /// Check each node's environment (CNI files, sysctls, checksum errors, DNS, firewalls).
     EnvCheck(env_check::EnvCheckArgs),

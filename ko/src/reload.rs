@@ -7,7 +7,14 @@
 //! for restart (`rollout restart` on its `OnDelete` DaemonSet replaces no pod). Here each
 //! workload is restarted by `kubectl rollout restart` and waited for with `rollout status`;
 //! an `OnDelete` DaemonSet (our ovs-ovn: restarting OVS cuts the node's pods off briefly) is
-//! restarted node by node, its pod deleted and the node's new pod awaited ready before the next.
+//! restarted node by node, in place: ovs-vswitchd is asked to exit (`ovs-appctl exit`), on
+//! which the container's entry point (deploy/image/start-ovs.sh: a daemon gone takes the
+//! container with it) stops the other daemons and ends, and the kubelet starts the container
+//! again, awaited ready with one more restart before the next node. (Not a signal to the
+//! entry point: the pod shares the host's PID namespace, PID 1 there is the node's init.) Not by deleting the pod: a node whose own address is
+//! on an OVS bridge (an uplink moved into OVS, as the lab's nodes and `exchangeLinkName`
+//! underlays have it) loses the API server with OVS, so its kubelet could neither confirm the
+//! deletion nor learn of the replacement, and the node stayed cut off (seen on the lab).
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -72,12 +79,18 @@ pub fn rollout_commands(kind: Kind, name: &str, namespace: &str, timeout: u64) -
     [base("restart"), status]
 }
 
-/// Deleting one pod (waited for: the node's new pod must not meet the old one).
-pub fn delete_command(namespace: &str, pod: &str, timeout: u64) -> Vec<String> {
-    ["delete", "pod", "-n", namespace, pod, "--wait=true"]
-        .map(str::to_owned)
+/// The container of an `OnDelete` DaemonSet's pods that `reload` restarts in place, by app.
+fn container_of(app: &str) -> Option<&'static str> {
+    (app == crate::node_tools::OVS_APP).then_some(crate::node_tools::OVS_CONTAINER)
+}
+
+/// Asks ovs-vswitchd in a pod's container to exit: its container ends and the kubelet starts it
+/// again.
+pub fn stop_command(namespace: &str, pod: &str, container: &str) -> Vec<String> {
+    let command = ["ovs-appctl", "-t", crate::trace::access::VSWITCHD_CTL, "exit"];
+    kubectl::exec_args(namespace, pod, container, &command)
         .into_iter()
-        .chain([format!("--timeout={timeout}s")])
+        .map(str::to_owned)
         .collect()
 }
 
@@ -98,26 +111,37 @@ fn run_step(argv: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Restarts an `OnDelete` DaemonSet node by node.
+/// Restarts an `OnDelete` DaemonSet's containers node by node, in place.
 fn node_by_node(app: &str, namespace: &str, timeout: u64) -> anyhow::Result<()> {
+    let Some(container) = container_of(app) else {
+        bail!("no container of app={app} to restart in place");
+    };
     for old in kubectl::component_pods(app)? {
-        println!("restarting {} on node {}", old.name, old.node);
-        run_step(&delete_command(namespace, &old.name, timeout))?;
+        println!(
+            "restarting {} on node {} (container {container})",
+            old.name, old.node
+        );
+        // The exec may end with the container it stopped, with an error: what counts is the
+        // restart observed below.
+        let _ = kubectl::attached(&strs(&stop_command(namespace, &old.name, container)));
         let deadline = Instant::now() + Duration::from_secs(timeout);
         loop {
             let pods = kubectl::component_pods(app)?;
-            if let Some(new) = pods
+            if let Some(again) = pods
                 .iter()
-                .find(|p| p.node == old.node && p.ready && p.name != old.name)
+                .find(|p| p.name == old.name && p.ready && p.restarts > old.restarts)
             {
-                println!("{} ready on node {}", new.name, new.node);
+                println!(
+                    "{} ready again on node {} ({} restarts)",
+                    again.name, again.node, again.restarts
+                );
                 break;
             }
             if Instant::now() > deadline {
                 bail!(
-                    "no ready pod with app={app} on node {} {timeout} s after {} was deleted",
-                    old.node,
-                    old.name
+                    "{} on node {} is not ready again {timeout} s after its ovs-vswitchd was asked to exit",
+                    old.name,
+                    old.node
                 );
             }
             std::thread::sleep(Duration::from_secs(2));
@@ -197,23 +221,28 @@ mod tests {
     }
 
     #[test]
-    fn an_on_delete_daemonset_goes_pod_by_pod() {
+    fn an_on_delete_daemonset_restarts_in_place_node_by_node() {
         assert!(is_on_delete(
             &json!({"spec": {"updateStrategy": {"type": "OnDelete"}}})
         ));
         assert!(!is_on_delete(
             &json!({"spec": {"updateStrategy": {"type": "RollingUpdate"}}})
         ));
+        assert_eq!(container_of("ovs"), Some("openvswitch"));
         assert_eq!(
-            strs(&delete_command("kube-system", "ovs-ovn-x", 60)),
+            strs(&stop_command("kube-system", "ovs-ovn-x", "openvswitch")),
             [
-                "delete",
-                "pod",
+                "exec",
                 "-n",
                 "kube-system",
                 "ovs-ovn-x",
-                "--wait=true",
-                "--timeout=60s"
+                "-c",
+                "openvswitch",
+                "--",
+                "ovs-appctl",
+                "-t",
+                "/run/openvswitch/ovs-vswitchd.ctl",
+                "exit"
             ]
         );
     }

@@ -457,5 +457,6 @@ fn installed_from_deploy_on_real_kubelets_it_is_green_and_keeps_serving_through_
     let raft_lab = Lab::new("mr");
     let out = raft_lab.up(&[&raft::UP_ARGS[..], &["--no-examples"]].concat())?;
     println!("{out}");
-    raft::the_nb_leader_moves_when_its_pod_goes(&raft_lab)
+    raft::the_nb_leader_moves_when_its_pod_goes(&raft_lab)?;
+    raft::reload_restarts_everything_and_it_comes_back(&raft_lab)
 }
