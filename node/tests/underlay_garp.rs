@@ -201,8 +201,10 @@ async fn a_recreated_pod_announces_its_addresses_and_the_vlan_replaces_the_stale
     })?;
     let both = nas("fd00:100::10", &new_mac);
     let gap = seconds(&both[1].line) - seconds(&both[0].line);
+    // Not before the interval (a repeat right after the first would tell the switch nothing
+    // new); no upper bound: a busy machine delays the timer, which is not what is checked.
     assert!(
-        (1.5..3.0).contains(&gap),
+        gap >= 1.5,
         "{gap} s apart:\n{}\n{}",
         both[0].line,
         both[1].line
