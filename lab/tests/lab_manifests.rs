@@ -172,7 +172,7 @@ fn installed_from_deploy_on_real_kubelets_it_is_green_and_keeps_serving_through_
         &["get", "service", "-n", "demo", "hello"],
         "{.spec.clusterIP}",
     )?;
-    let outside = Path::new("/run/netns").join(format!("kl_{}_outside", lab.name));
+    let outside = lab.netns_path("outside");
     let from_outside = kube_ovn_dataplane::Netns::open(&outside)?;
     for node_ip in ["172.30.0.11", "172.30.0.12"] {
         let addr: SocketAddr = format!("{node_ip}:{node_port}").parse()?;
@@ -245,13 +245,7 @@ fn installed_from_deploy_on_real_kubelets_it_is_green_and_keeps_serving_through_
     // aborts under connection churn): start-ovs.sh exits, the kubelet starts ovs-ovn again, the
     // node's pods answer again; `status` reports the restart.
     let node = jsonpath(&lab, &["get", "pod", "-n", "bgp", "fixed"], "{.spec.nodeName}")?;
-    let pidfile = lab
-        .dir
-        .path()
-        .join(&lab.name)
-        .join("nodes")
-        .join(&node)
-        .join("root/run/openvswitch/ovs-vswitchd.pid");
+    let pidfile = lab.node_root(&node, "run/openvswitch/ovs-vswitchd.pid");
     let pid: u32 = std::fs::read_to_string(&pidfile)
         .with_context(|| format!("{}", pidfile.display()))?
         .trim()

@@ -117,6 +117,27 @@ impl Lab {
         format!("kl_{}_", self.name)
     }
 
+    /// The network namespace of one of the lab's hosts (`cp`, `node1`, `outside`, …).
+    pub fn netns(&self, host: &str) -> String {
+        format!("{}{host}", self.netns_prefix())
+    }
+
+    /// The path of one of the lab's hosts' namespace files (`/run/netns/<name>`).
+    pub fn netns_path(&self, host: &str) -> PathBuf {
+        Path::new("/run/netns").join(self.netns(host))
+    }
+
+    /// A path in a node's root, as its pods see `/` (`run/openvswitch/db.sock`, …).
+    pub fn node_root(&self, node: &str, path: &str) -> PathBuf {
+        self.dir
+            .path()
+            .join(&self.name)
+            .join("nodes")
+            .join(node)
+            .join("root")
+            .join(path)
+    }
+
     pub fn namespaces(&self) -> Result<Vec<String>> {
         let out = String::from_utf8(Command::new("ip").args(["netns", "list"]).output()?.stdout)?;
         Ok(out

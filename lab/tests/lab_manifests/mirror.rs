@@ -43,7 +43,7 @@ spec:
 fn mirror0(lab: &Lab, node: &str) -> Result<Option<bool>> {
     let out = std::process::Command::new("ip")
         .arg("-n")
-        .arg(format!("kl_{}_{node}", lab.name))
+        .arg(lab.netns(node))
         .args(["-o", "link", "show", "mirror0"])
         .output()?;
     if !out.status.success() {
@@ -60,13 +60,7 @@ fn mirror0(lab: &Lab, node: &str) -> Result<Option<bool>> {
 
 /// The `Mirror` rows of the node's Open_vSwitch database.
 fn mirror_rows(lab: &Lab, node: &str) -> Result<String> {
-    let db = lab
-        .dir
-        .path()
-        .join(&lab.name)
-        .join("nodes")
-        .join(node)
-        .join("root/run/openvswitch/db.sock");
+    let db = lab.node_root(node, "run/openvswitch/db.sock");
     let out = std::process::Command::new("ovs-vsctl")
         .arg(format!("--db=unix:{}", db.display()))
         .args(["--bare", "--columns=name", "list", "Mirror"])
@@ -78,7 +72,7 @@ fn mirror_rows(lab: &Lab, node: &str) -> Result<String> {
 /// ICMP and a TCP connection from the node's namespace to `ip`.
 fn traffic_to(lab: &Lab, node: &str, ip: &str) -> Result<()> {
     let ping = std::process::Command::new("ip")
-        .args(["netns", "exec", &format!("kl_{}_{node}", lab.name)])
+        .args(["netns", "exec", &lab.netns(node)])
         .args(["ping", "-c", "2", "-i", "0.2", "-W", "2", ip])
         .output()?;
     ensure!(ping.status.success(), "ping {ip} from {node}: {ping:?}");
@@ -117,7 +111,7 @@ pub fn mirror_in_the_lab(lab: &Lab, node: &str) -> Result<()> {
     })?;
 
     let log = lab.dir.path().join("tcpdump-mirror0.log");
-    let mut tcpdump = Capture::start(&format!("kl_{}_{node}", lab.name), "mirror0", log)?;
+    let mut tcpdump = Capture::start(&lab.netns(node), "mirror0", log)?;
     // The unannotated pod's traffic first: once the mirrored pod's (sent after) is captured,
     // the other's would have been too.
     traffic_to(lab, node, &plain)?;

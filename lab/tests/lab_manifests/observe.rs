@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
@@ -33,15 +33,15 @@ const POD_PING_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// One sample of the text exposition: `name{labels} value`.
 #[derive(Debug, Clone, PartialEq)]
-struct Sample {
-    name: String,
-    labels: BTreeMap<String, String>,
-    value: f64,
-    line: String,
+pub(super) struct Sample {
+    pub(super) name: String,
+    pub(super) labels: BTreeMap<String, String>,
+    pub(super) value: f64,
+    pub(super) line: String,
 }
 
 /// The samples of a `/metrics` answer (comments and unparsable lines skipped).
-fn parse_metrics(text: &str) -> Vec<Sample> {
+pub(super) fn parse_metrics(text: &str) -> Vec<Sample> {
     text.lines().filter_map(parse_sample).collect()
 }
 
@@ -92,7 +92,7 @@ fn parse_labels(text: &str) -> Option<BTreeMap<String, String>> {
 }
 
 /// The first sample named `name` with (at least) these labels.
-fn find<'a>(samples: &'a [Sample], name: &str, labels: &[(&str, &str)]) -> Option<&'a Sample> {
+pub(super) fn find<'a>(samples: &'a [Sample], name: &str, labels: &[(&str, &str)]) -> Option<&'a Sample> {
     samples.iter().find(|s| {
         s.name == name
             && labels
@@ -153,7 +153,7 @@ fn scrape(lab: &Lab, from_node: &str, pinger: &Pinger) -> Result<Vec<Sample>> {
 }
 
 fn node_netns(lab: &Lab, node: &str) -> PathBuf {
-    Path::new("/run/netns").join(format!("kl_{}_{node}", lab.name))
+    lab.netns_path(node)
 }
 
 /// `pinger_pod_ping_count_total` and `pinger_pod_ping_lost_total` from `src`'s pinger to the

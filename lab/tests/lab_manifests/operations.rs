@@ -35,7 +35,7 @@ fn ko_binary() -> Result<PathBuf> {
 /// `kubectl ko <args>` against the lab.
 pub(super) fn ko(lab: &Lab, args: &[&str]) -> Result<Output> {
     let mut cmd = Command::new("ip");
-    cmd.args(["netns", "exec", &format!("kl_{}_cp", lab.name)])
+    cmd.args(["netns", "exec", &lab.netns("cp")])
         .arg(ko_binary()?)
         .args(args)
         .env(
@@ -203,13 +203,7 @@ fn diagnose_works(lab: &Lab, pingers: &super::observe::Pingers) -> Result<()> {
     // kills later and counts the restart of): red, saying which node and daemon.
     let fixed_node = jsonpath(lab, &["get", "pod", "-n", "bgp", "fixed"], "{.spec.nodeName}")?;
     let node = if fixed_node == "node1" { "node2" } else { "node1" };
-    let pidfile = lab
-        .dir
-        .path()
-        .join(&lab.name)
-        .join("nodes")
-        .join(node)
-        .join("root/run/openvswitch/ovs-vswitchd.pid");
+    let pidfile = lab.node_root(node, "run/openvswitch/ovs-vswitchd.pid");
     let pid: i32 = std::fs::read_to_string(&pidfile)
         .with_context(|| format!("{}", pidfile.display()))?
         .trim()

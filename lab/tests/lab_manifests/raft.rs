@@ -6,12 +6,12 @@
 //! Then `kubectl ko reload` restarts every component and `diagnose all` is green again.
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use kube_ovn_testkit::wait_until;
 
+use super::observe::{find, parse_metrics};
 use super::{Lab, WAIT, jsonpath, new_pod_ready, operations};
 
 /// The RAFT lab's `up`: three nodes, each a member of the databases' RAFT clusters.
@@ -43,51 +43,37 @@ struct Member {
     lines: Vec<String>,
 }
 
-fn value(line: &str) -> Option<f64> {
-    line.rsplit_once(' ')?.1.parse().ok()
-}
-
 /// The northbound database's role, term and status in one monitor's `/metrics`.
 fn parse(node: &'static str, text: &str) -> Result<Member> {
-    let nb = |l: &&str| l.contains("db_name=\"OVN_Northbound\"");
-    let role_line = text
-        .lines()
-        .filter(|l| l.starts_with("kube_ovn_cluster_role{"))
-        .find(nb)
+    let samples = parse_metrics(text);
+    let nb = [("db_name", "OVN_Northbound")];
+    let role = find(&samples, "kube_ovn_cluster_role", &nb)
         .with_context(|| format!("{node}: no kube_ovn_cluster_role of OVN_Northbound yet"))?;
-    let role = role_line
-        .split_once("server_role=\"")
-        .and_then(|(_, r)| r.split_once('"'))
-        .map(|(r, _)| r.to_owned())
-        .with_context(|| format!("{node}: no server_role in {role_line}"))?;
-    let term_line = text
-        .lines()
-        .filter(|l| l.starts_with("kube_ovn_cluster_term{"))
-        .find(nb)
+    let server_role = role
+        .labels
+        .get("server_role")
+        .with_context(|| format!("{node}: no server_role in {}", role.line))?;
+    let term = find(&samples, "kube_ovn_cluster_term", &nb)
         .with_context(|| format!("{node}: no kube_ovn_cluster_term of OVN_Northbound yet"))?;
-    let status_line = text
-        .lines()
-        .find(|l| {
-            l.starts_with("kube_ovn_ovn_status{") && l.contains("component=\"ovsdb-server-northbound\"")
-        })
-        .with_context(|| format!("{node}: no kube_ovn_ovn_status of ovsdb-server-northbound yet"))?;
+    let status = find(
+        &samples,
+        "kube_ovn_ovn_status",
+        &[("component", "ovsdb-server-northbound")],
+    )
+    .with_context(|| format!("{node}: no kube_ovn_ovn_status of ovsdb-server-northbound yet"))?;
     Ok(Member {
         node,
-        role,
-        term: value(term_line).with_context(|| format!("{node}: {term_line}"))?,
-        status: value(status_line).with_context(|| format!("{node}: {status_line}"))?,
-        lines: [role_line, term_line, status_line]
-            .iter()
-            .map(|l| (*l).to_owned())
-            .collect(),
+        role: server_role.clone(),
+        term: term.value,
+        status: status.value,
+        lines: [role, term, status].iter().map(|s| s.line.clone()).collect(),
     })
 }
 
 /// One member's metrics, scraped from its node's network namespace (the monitor listens on the
 /// node's address only: ENABLE_BIND_LOCAL_IP).
 fn scrape(lab: &Lab, node: &'static str, ip: &str) -> Result<Member> {
-    let netns =
-        kube_ovn_dataplane::Netns::open(Path::new("/run/netns").join(format!("kl_{}_{node}", lab.name)))?;
+    let netns = kube_ovn_dataplane::Netns::open(lab.netns_path(node))?;
     let addr: SocketAddr = format!("{ip}:10661").parse()?;
     let answer =
         netns.run(|| kube_ovn_lab::netexec::http_get(addr, "/metrics", Duration::from_secs(2)))??;

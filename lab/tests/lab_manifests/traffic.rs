@@ -132,7 +132,7 @@ pub fn without_loss(
     requests: Requests,
     operation: impl FnOnce() -> Result<()>,
 ) -> Result<()> {
-    let outside = Path::new("/run/netns").join(format!("kl_{}_outside", lab.name));
+    let outside = lab.netns_path("outside");
     let traffic = Traffic::start(&outside, targets.to_vec())?;
     let routes = RouteWatch::start(lab, prefixes.to_vec());
     let result = operation();
