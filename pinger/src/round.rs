@@ -16,6 +16,9 @@ use kube::api::ListParams;
 use crate::config::{Config, TargetProto};
 use crate::icmp;
 use crate::metrics::{Metrics, PingLabels};
+
+/// Where a name's resolution is recorded ([`Metrics::internal_dns`], [`Metrics::external_dns`]).
+type RecordDns = fn(&Metrics, &str, Option<f64>);
 use crate::ovs::{self, Databases};
 use crate::probes;
 
@@ -359,20 +362,15 @@ impl Prober<'_> {
     async fn check_dns(&self, report: &mut Report) {
         let flags = &self.config.flags;
         // Empty: a cluster without cluster DNS (the lab) is not failed on it every round.
-        if !flags.internal_dns.is_empty() {
-            match probes::resolve(&flags.internal_dns).await {
-                Ok((_, ms)) => self.metrics.internal_dns(self.node(), Some(ms)),
+        let names: [(&str, RecordDns); 2] = [
+            (&flags.internal_dns, Metrics::internal_dns),
+            (&flags.external_dns, Metrics::external_dns),
+        ];
+        for (name, record) in names.into_iter().filter(|(name, _)| !name.is_empty()) {
+            match probes::resolve(name).await {
+                Ok((_, ms)) => record(self.metrics, self.node(), Some(ms)),
                 Err(e) => {
-                    self.metrics.internal_dns(self.node(), None);
-                    report.fail(e);
-                }
-            }
-        }
-        if !flags.external_dns.is_empty() {
-            match probes::resolve(&flags.external_dns).await {
-                Ok((_, ms)) => self.metrics.external_dns(self.node(), Some(ms)),
-                Err(e) => {
-                    self.metrics.external_dns(self.node(), None);
+                    record(self.metrics, self.node(), None);
                     report.fail(e);
                 }
             }
