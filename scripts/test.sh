@@ -6,4 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ./scripts/install-deps.sh
+# A failing test's error names what failed; anyhow's backtrace of where the error was made (20-odd
+# frames of the test harness) would push that message out of a CI log that keeps only its head
+# and tail. Panics still print theirs when RUST_BACKTRACE asks.
+export RUST_LIB_BACKTRACE="${RUST_LIB_BACKTRACE:-0}"
 cargo test --workspace --locked "$@"

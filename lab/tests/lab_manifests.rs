@@ -98,16 +98,17 @@ fn restarts_in_status(line: &str) -> u32 {
 
 #[test]
 fn installed_from_deploy_on_real_kubelets_it_is_green_and_keeps_serving_through_operations() -> Result<()> {
+    // Each phase's start, in seconds since the test began: a failure's place in time.
+    let began = Instant::now();
+    let phase = |what: &str| println!("[test {:6.1}s] {what}", began.elapsed().as_secs_f64());
     let lab = Lab::new("m");
     let out = lab.up(&["--install", "manifests", "--nodes", "2"])?;
     println!("{out}");
-    ensure!(
-        out.contains("checks as expected") && !out.contains("FAIL"),
-        "the matrix is not green:\n{out}"
-    );
+    common::lab::matrix_is_green(&out)?;
     ensure!(
         out.contains("no request of any component was refused"),
-        "RBAC refusals:\n{out}"
+        "RBAC refusals (up's report is printed above): {:?}",
+        out.lines().filter(|l| l.contains("RBAC")).collect::<Vec<_>>()
     );
     // The dual-stack fabric from deploy/overlays/lab (its dual-stack join-cidr and its
     // bgp-neighbor-ipv6-address): the dual-stack pods reached over IPv6 and reaching out.
@@ -116,10 +117,12 @@ fn installed_from_deploy_on_real_kubelets_it_is_green_and_keeps_serving_through_
             .filter(|l| l.contains("outside → pod (IPv6): ok ") && l.contains("pod → outside (IPv6): ok "))
             .count()
             == 2,
-        "the matrix's IPv6 rows:\n{out}"
+        "the matrix's IPv6 rows (up's report is printed above): {:?}",
+        out.lines().filter(|l| l.contains("IPv6")).collect::<Vec<_>>()
     );
     // vpc1 out through its EIPs and in at its FIP and DNAT port, the EIPs announced from the
     // node that holds its gateway port, which then moves away and back.
+    phase("vpc1's EIPs and a failover");
     external::the_vpc_reaches_out_through_its_eips(&lab, &out)?;
 
     // Our components are pods the kubelets made through containerd: as many as deploy/ asks.
@@ -147,6 +150,7 @@ fn installed_from_deploy_on_real_kubelets_it_is_green_and_keeps_serving_through_
 
     // `kubectl ko trace` and `kubectl ko diagnose` as an operator runs them (issue 28).
     // And the pinger's metrics and mirror0 (observe.rs), in the same steps.
+    phase("kubectl ko, the pingers, mirror0");
     operations::kubectl_ko_works(&lab)?;
 
     // Traffic targets: an announced pod (its /32 at the ToR) and the LoadBalancer IP.
@@ -198,6 +202,7 @@ fn installed_from_deploy_on_real_kubelets_it_is_green_and_keeps_serving_through_
         "ClusterIP {cluster_ip} from node2's namespace: {via_cluster_ip:?}"
     );
 
+    phase("the speakers restart");
     // The speakers restart one node at a time: graceful restart keeps the ToR's routes.
     without_loss(
         &lab,
@@ -207,6 +212,7 @@ fn installed_from_deploy_on_real_kubelets_it_is_green_and_keeps_serving_through_
         Requests::AllAnswered,
         || rollout_restart(&lab, "ds/kube-ovn-speaker"),
     )?;
+    phase("the CNI daemons restart");
     // The CNI daemons restart: the pods keep their network; a new pod starts afterwards.
     without_loss(
         &lab,
@@ -218,6 +224,7 @@ fn installed_from_deploy_on_real_kubelets_it_is_green_and_keeps_serving_through_
     )?;
     new_pod_ready(&lab, "demo", "after-cni")?;
 
+    phase("the controller restarts");
     // The controller restarts: the lease moves to a new pod, which gives new pods addresses.
     let holder = |lab: &Lab| {
         jsonpath(
@@ -241,6 +248,7 @@ fn installed_from_deploy_on_real_kubelets_it_is_green_and_keeps_serving_through_
     })?;
     new_pod_ready(&lab, "demo", "after-controller")?;
 
+    phase("ovs-vswitchd killed on bgp/fixed's node");
     // ovs-vswitchd dies on the node of bgp/fixed (as Debian 12's OVS 3.1 userspace conntrack
     // aborts under connection churn): start-ovs.sh exits, the kubelet starts ovs-ovn again, the
     // node's pods answer again; `status` reports the restart.
@@ -308,6 +316,7 @@ fn installed_from_deploy_on_real_kubelets_it_is_green_and_keeps_serving_through_
             .any(|l| restarts_in_status(l) > restarts_before))
     })?;
 
+    phase("node2's gateway label removed and given back");
     // A gateway node's label: removed, its speaker goes and its session with the ToR closes;
     // given back, a speaker starts there and the session comes up.
     let session = |lab: &Lab| -> Result<bool> {
@@ -347,6 +356,7 @@ fn installed_from_deploy_on_real_kubelets_it_is_green_and_keeps_serving_through_
     lab.ok(&["kubectl", "label", "node", "node2", "ovn.kubernetes.io/bgp=true"])?;
     wait_until("node2's session to come up again", WAIT, || session(&lab))?;
 
+    phase("node2 drained");
     // node2 drained (node1 holds the single ovn-central member, which may run on a master only)
     // and uncordoned: its Deployment pods move to node1, the LoadBalancer IP still answers from
     // outside, and OVN keeps a port for exactly the pods that exist.
@@ -420,6 +430,7 @@ fn installed_from_deploy_on_real_kubelets_it_is_green_and_keeps_serving_through_
     })
     .with_context(|| last.borrow().clone())?;
 
+    phase("the underlay after all that");
     // Kube-OVN's underlay guide, which `up` applied with the other examples, after all of the
     // above (the daemons, OVS and the nodes restarted under it; the drain deleted the bare
     // underlay pod on node2, so the example is applied again first, as its user would); then
@@ -432,6 +443,7 @@ fn installed_from_deploy_on_real_kubelets_it_is_green_and_keeps_serving_through_
     let (took, _) = underlay::the_underlay_comes_back(&lab, &nodes)?;
     println!("the underlay came back green {took:?} after the ProviderNetwork was applied again");
 
+    phase("down");
     let state = lab.state()?;
     let lab_dir = lab.dir.path().join(&lab.name);
     lab.down_and_check_clean(&state)?;
@@ -445,6 +457,7 @@ fn installed_from_deploy_on_real_kubelets_it_is_green_and_keeps_serving_through_
     ensure!(!cgroups.exists(), "{} is left", cgroups.display());
     drop(lab);
 
+    phase("the RAFT lab");
     // Then the OVN databases as a 3-member RAFT cluster (`--ovn-central-replicas 3`, one member
     // per node, so three nodes), in a lab of its own after the one above is down (two labs at
     // once would share two cores), without the examples: kube-ovn-monitor shows a leader change.

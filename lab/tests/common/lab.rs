@@ -4,9 +4,34 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Context, Result, bail, ensure};
 use kube_ovn_lab::cluster::process;
 use kube_ovn_lab::cluster::state::LabState;
+
+/// Fails unless `up`'s report says its traffic matrix is green. The error names the failed
+/// rows and checks only: the whole report is long, the caller prints it, and a CI log keeps
+/// just its head and tail, where a repeated report would hide the failure.
+pub fn matrix_is_green(report: &str) -> Result<()> {
+    if report.contains("checks as expected") && !report.contains("FAIL") {
+        return Ok(());
+    }
+    let mut failed = Vec::new();
+    let mut in_summary = false;
+    for line in report.lines() {
+        if line.contains("checks FAILED:") {
+            in_summary = true;
+        } else if in_summary && !line.starts_with("    ") {
+            in_summary = false;
+        }
+        if in_summary || line.contains("FAIL") {
+            failed.push(line);
+        }
+    }
+    if failed.is_empty() {
+        bail!("up's report has no matrix summary (its report is printed above)");
+    }
+    bail!("the matrix is not green:\n{}", failed.join("\n"))
+}
 
 /// A lab of a test's own: its own name and labs directory, taken down when dropped.
 pub struct Lab {
