@@ -114,6 +114,7 @@ impl Report {
 pub fn run(args: &DiagnoseArgs) -> anyhow::Result<ExitCode> {
     let scope = scope(&args.args)?;
     let mut report = Report::default();
+    let silent = probes::Silent::default();
     let ns = kubectl::namespace();
     match &scope {
         Scope::All => {
@@ -126,11 +127,11 @@ pub fn run(args: &DiagnoseArgs) -> anyhow::Result<ExitCode> {
             ) {
                 report.extend(checks::workloads(&list));
             }
-            probes::ovn_central(&mut report);
+            probes::ovn_central(&mut report, &silent);
             if let Some(list) = report.read("nodes", kubectl::json(&["get", "nodes"])) {
-                let chassis = report.read("OVN chassis", probes::chassis());
+                let chassis = report.read("OVN chassis", probes::chassis(&silent));
                 for (node, ready) in checks::nodes(&list) {
-                    probes::node(&mut report, &node, ready, chassis.as_deref());
+                    probes::node(&mut report, &silent, &node, ready, chassis.as_deref());
                 }
             }
             probes::pingers(&mut report, None);
@@ -143,12 +144,12 @@ pub fn run(args: &DiagnoseArgs) -> anyhow::Result<ExitCode> {
             let ready = checks::nodes(&serde_json::json!({"items": [object]}))
                 .first()
                 .is_some_and(|(_, r)| *r);
-            let chassis = report.read("OVN chassis", probes::chassis());
-            probes::node(&mut report, node, ready, chassis.as_deref());
+            let chassis = report.read("OVN chassis", probes::chassis(&silent));
+            probes::node(&mut report, &silent, node, ready, chassis.as_deref());
             probes::pingers(&mut report, Some(node));
         }
         Scope::Subnet(subnet) => {
-            probes::subnet(&mut report, subnet);
+            probes::subnet(&mut report, &silent, subnet);
             probes::pingers(&mut report, None);
         }
         Scope::IpPorts(targets) => probes::ip_ports(&mut report, targets),

@@ -12,16 +12,54 @@ use crate::trace::{access, nb};
 
 /// Bounds every control-socket call, so a hung (e.g. stopped) daemon is a FAIL, not a hang.
 const TIMEOUT: &str = "--timeout=3";
-/// How long a command in a node's pod may take, its node's kubelet reached through the API
-/// server included.
+/// How long a command in a pod may take, its node's kubelet reached through the API server
+/// included (~30 s of the API server's dial when that node's network is down).
 const NODE_LIMIT: Duration = Duration::from_secs(8);
 
 fn text(r: anyhow::Result<String>) -> Result<String, String> {
     r.map_err(|e| format!("{e:#}"))
 }
 
+/// The nodes that gave no answer within [`NODE_LIMIT`] in this run. A node's network is down
+/// as a whole (its uplink on an OVS bridge whose ovs-vswitchd is stopped), so a command in any
+/// other pod on it fails at once, naming the earlier silence, instead of waiting out the limit
+/// again: `diagnose` stays prompt when the node of ovn-central is the one cut off.
+#[derive(Default)]
+pub struct Silent(std::cell::RefCell<std::collections::HashMap<String, String>>);
+
+impl Silent {
+    /// How `node` gave no answer, when it did.
+    fn earlier(&self, node: &str) -> Option<String> {
+        self.0.borrow().get(node).cloned()
+    }
+
+    /// `command` in `container` of `pod`, bounded by [`NODE_LIMIT`].
+    fn exec(&self, pod: &kubectl::ComponentPod, container: &str, command: &[&str]) -> Result<String, String> {
+        if let Some(earlier) = self.earlier(&pod.node) {
+            return Err(format!(
+                "{} (not asked: node {} gave {earlier} earlier in this run)",
+                access::NO_ANSWER,
+                pod.node
+            ));
+        }
+        let r = text(access::exec_within(&pod.name, container, command, NODE_LIMIT));
+        if let Err(e) = &r
+            && e.contains(access::NO_ANSWER)
+        {
+            let from = format!(
+                "{} within {} s (pod {})",
+                access::NO_ANSWER,
+                NODE_LIMIT.as_secs(),
+                pod.name
+            );
+            self.0.borrow_mut().insert(pod.node.clone(), from);
+        }
+        r
+    }
+}
+
 /// Each ovn-central member's view of the NB and SB RAFT clusters, and ovn-northd.
-pub fn ovn_central(report: &mut Report) {
+pub fn ovn_central(report: &mut Report, silent: &Silent) {
     let Some(pods) = report.read("ovn-central", kubectl::component_pods("ovn-central")) else {
         return;
     };
@@ -31,7 +69,7 @@ pub fn ovn_central(report: &mut Report) {
     }
     let mut northd = Vec::new();
     for pod in &pods {
-        let exec = |cmd: &[&str]| text(kubectl::exec(&pod.name, access::CENTRAL_CONTAINER, cmd));
+        let exec = |cmd: &[&str]| silent.exec(pod, access::CENTRAL_CONTAINER, cmd);
         for (db, ctl, schema) in [
             ("NB", "/var/run/ovn/ovnnb_db.ctl", "OVN_Northbound"),
             ("SB", "/var/run/ovn/ovnsb_db.ctl", "OVN_Southbound"),
@@ -63,11 +101,14 @@ pub fn ovn_central(report: &mut Report) {
 }
 
 /// The southbound database's chassis with their tunnel endpoints.
-pub fn chassis() -> anyhow::Result<Vec<checks::Chassis>> {
+pub fn chassis(silent: &Silent) -> anyhow::Result<Vec<checks::Chassis>> {
+    let pod = kubectl::ready_pod("ovn-central", None)?;
     let sbctl = |args: &[&str]| {
         let mut all = vec!["ovn-sbctl", "--no-leader-only", "--format=json"];
         all.extend_from_slice(args);
-        access::central(&all)
+        silent
+            .exec(&pod, access::CENTRAL_CONTAINER, &all)
+            .map_err(anyhow::Error::msg)
     };
     chassis_of(
         &sbctl(&["--columns=name,hostname", "list", "Chassis"])?,
@@ -76,7 +117,13 @@ pub fn chassis() -> anyhow::Result<Vec<checks::Chassis>> {
 }
 
 /// One node: Ready, its pods, OVS and ovn-controller answering, tunnels to the other chassis.
-pub fn node(report: &mut Report, node: &str, ready: bool, chassis: Option<&[checks::Chassis]>) {
+pub fn node(
+    report: &mut Report,
+    silent: &Silent,
+    node: &str,
+    ready: bool,
+    chassis: Option<&[checks::Chassis]>,
+) {
     let subject = format!("node {node}");
     report.add(Finding::either(
         ready,
@@ -106,14 +153,16 @@ pub fn node(report: &mut Report, node: &str, ready: bool, chassis: Option<&[chec
     else {
         return;
     };
-    let exec = |cmd: &[&str]| {
-        text(access::exec_within(
-            &pod.name,
-            access::OVS_CONTAINER,
-            cmd,
-            NODE_LIMIT,
-        ))
-    };
+    if let Some(earlier) = silent.earlier(node) {
+        report.add(Finding::fail(
+            &subject,
+            format!(
+                "its pods are not reached: it gave {earlier} earlier in this run; its other checks skipped"
+            ),
+        ));
+        return;
+    }
+    let exec = |cmd: &[&str]| silent.exec(&pod, access::OVS_CONTAINER, cmd);
     for (daemon, ctl) in [
         ("ovs-vswitchd", access::VSWITCHD_CTL),
         ("ovsdb-server", access::OVSDB_CTL),
@@ -192,7 +241,7 @@ pub fn node(report: &mut Report, node: &str, ready: bool, chassis: Option<&[chec
 }
 
 /// A subnet: its conditions, its switch and router port in OVN, its gateway from every node.
-pub fn subnet(report: &mut Report, name: &str) {
+pub fn subnet(report: &mut Report, silent: &Silent, name: &str) {
     let subject = format!("subnet {name}");
     let Some(subnet) = report.read(&subject, kubectl::json(&["get", "subnet", name])) else {
         return;
@@ -257,11 +306,11 @@ pub fn subnet(report: &mut Report, name: &str) {
             // bash's /dev/tcp: a connection to port 9 (discard); the OVN router answers a SYN to
             // its own address with a reset ("Connection refused"): it is reachable.
             let script = format!("exec 3<>/dev/tcp/{gw}/9");
-            let r = text(kubectl::exec(
-                &pod.name,
+            let r = silent.exec(
+                pod,
                 access::OVS_CONTAINER,
                 &["timeout", "3", "bash", "-c", &script],
-            ));
+            );
             report.add(checks::gateway_answer(
                 name,
                 gw,
