@@ -10,7 +10,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use kube_ovn_testkit::wait_until;
@@ -18,6 +18,12 @@ use kube_ovn_testkit::wait_until;
 use super::{Lab, WAIT, jsonpath};
 
 const NS: &str = "ko-trace";
+
+/// How long one node's ovs-vswitchd stays stopped at most. deploy/base/ovs-ovn.yaml's liveness
+/// probe (every 10 s, 6 s timeout, 3 failures) has the kubelet kill a daemon that does not
+/// answer for about 26 s; the test resumes it before that, whatever is still running, so the
+/// kubelet never restarts OVS on the test's account.
+const MAX_STOP: Duration = Duration::from_secs(20);
 
 fn ko_binary() -> Result<PathBuf> {
     let bin = Path::new(Lab::bin())
@@ -214,21 +220,32 @@ fn diagnose_works(lab: &Lab, pingers: &super::observe::Pingers) -> Result<()> {
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP)?;
     let stopped = Instant::now();
     // In the same window, side by side: diagnose, and the other node's pinger counting lost
-    // pings (the window stays short: ovs-ovn's liveness probe restarts OVS after 3 failures
-    // 10 s apart).
-    let (red, seen) = std::thread::scope(|s| {
+    // pings; the window lasts MAX_STOP at most.
+    let (red, seen, resumed) = std::thread::scope(|s| {
         let seen = s.spawn(|| losses.seen(lab, stopped));
-        let red = ko(lab, &["diagnose", "all"]);
-        (red, seen.join())
+        let red = s.spawn(|| ko(lab, &["diagnose", "all"]));
+        // Resumed once both are done or at MAX_STOP, and before anything is asserted, so a
+        // failure leaves the node running.
+        while !(seen.is_finished() && red.is_finished()) && stopped.elapsed() < MAX_STOP {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let resumed = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT);
+        (red.join(), seen.join(), resumed)
     });
-    // Resumed before anything is asserted, so a failure leaves the node running.
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT)?;
+    let stop = stopped.elapsed();
+    resumed.with_context(|| {
+        format!("resuming {node}'s ovs-vswitchd (pid {pid}) after {stop:.1?}: it went while stopped")
+    })?;
     println!(
         "{node}'s ovs-vswitchd was stopped for {:.1} s",
-        stopped.elapsed().as_secs_f64()
+        stop.as_secs_f64()
     );
     seen.map_err(|_| anyhow::anyhow!("the pinger watch panicked"))??;
-    let red = red?;
+    let red = red.map_err(|_| anyhow::anyhow!("kubectl ko diagnose all panicked"))??;
+    ensure!(
+        stop < MAX_STOP,
+        "kubectl ko diagnose all (or the pinger watch) took {MAX_STOP:?} or more with {node}'s ovs-vswitchd stopped, so it was resumed before they were done"
+    );
     let t = text(&red);
     ensure!(
         !red.status.success()
