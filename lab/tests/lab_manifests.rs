@@ -289,8 +289,15 @@ fn installed_from_deploy_on_real_kubelets_it_is_green_and_keeps_serving_through_
     .map(str::parse::<u32>)
     .sum::<Result<u32, _>>()?;
     if restarts_before > 0 {
+        // When and how the last one ended: at start-up, or under the test's load.
+        let last = jsonpath(
+            &lab,
+            &ovs_pod_args,
+            "{range .items[0].status.containerStatuses[*].lastState.terminated}{.reason} exit {.exitCode} signal {.signal}, started {.startedAt}, finished {.finishedAt}{end}",
+        )?;
         println!(
-            "{ovs_pod} on {node} had restarted {restarts_before} time(s) before ovs-vswitchd was killed"
+            "{ovs_pod} on {node} had restarted {restarts_before} time(s) before ovs-vswitchd was killed (the test began {:.0} s ago); the last: {last}",
+            began.elapsed().as_secs_f64()
         );
     }
     let killed = Instant::now();
