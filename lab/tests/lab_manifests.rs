@@ -219,7 +219,7 @@ fn installed_from_deploy_on_real_kubelets_it_is_green_and_keeps_serving_through_
         "rollout restart ds/kube-ovn-cni",
         &targets,
         &prefixes,
-        Requests::AllAnswered,
+        Requests::Reported,
         || rollout_restart(&lab, "ds/kube-ovn-cni"),
     )?;
     new_pod_ready(&lab, "demo", "after-cni")?;
