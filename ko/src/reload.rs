@@ -11,10 +11,11 @@
 //! which the container's entry point (deploy/image/start-ovs.sh: a daemon gone takes the
 //! container with it) stops the other daemons and ends, and the kubelet starts the container
 //! again, awaited ready with one more restart before the next node. (Not a signal to the
-//! entry point: the pod shares the host's PID namespace, PID 1 there is the node's init.) Not by deleting the pod: a node whose own address is
-//! on an OVS bridge (an uplink moved into OVS, as the lab's nodes and `exchangeLinkName`
-//! underlays have it) loses the API server with OVS, so its kubelet could neither confirm the
-//! deletion nor learn of the replacement, and the node stayed cut off (seen on the lab).
+//! entry point: the pod shares the host's PID namespace, PID 1 there is the node's init.) Not
+//! by deleting the pod: a node whose own address is on an OVS bridge (an uplink moved into OVS,
+//! as the lab's nodes and `exchangeLinkName` underlays have it) loses the API server with OVS,
+//! so its kubelet could neither confirm the deletion nor learn of the replacement, and the node
+//! stayed cut off (seen on the lab).
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};

@@ -66,10 +66,7 @@ fn with_containerd_pods_are_real_sandboxes_and_down_leaves_nothing() -> Result<(
     let lab = Lab::new("c");
     let out = lab.up(&["--runtime", "containerd", "--nodes", "2"])?;
     println!("{out}");
-    ensure!(
-        out.contains("checks as expected") && !out.contains("FAIL"),
-        "the matrix is not green:\n{out}"
-    );
+    common::lab::matrix_is_green(&out)?;
     let status = lab.ok(&["status"])?;
     for node in ["node1", "node2"] {
         ensure!(

@@ -350,17 +350,16 @@ pub fn the_underlay_comes_back(lab: &Lab, nodes: &[&str]) -> Result<(std::time::
         let phases = jsonpath(lab, &["-n", "underlay", "pods"], "{.items[*].status.phase}")?;
         Ok(phases.split_whitespace().filter(|p| *p == "Running").count() == 2)
     })?;
-    let mut last = String::new();
+    let (mut last, mut failed) = (String::new(), String::new());
     wait_until("the matrix to be green with the underlay back", WAIT, || {
         last = lab.ok(&["matrix"])?;
-        Ok(crate::common::lab::matrix_is_green(&last).is_ok())
-    })
-    .with_context(|| {
-        crate::common::lab::matrix_is_green(&last)
+        failed = crate::common::lab::matrix_is_green(&last)
             .err()
             .map(|e| e.to_string())
-            .unwrap_or_default()
-    })?;
+            .unwrap_or_default();
+        Ok(failed.is_empty())
+    })
+    .with_context(|| failed.clone())?;
     let took = start.elapsed();
     for node in nodes {
         nic_address_on_the_bridge(lab, node)?;
