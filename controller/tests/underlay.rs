@@ -280,10 +280,31 @@ async fn u2o_joins_the_underlay_to_the_default_vpc_and_leaves_no_trace_when_off(
     )
     .await;
 
-    // Underlay ↔ overlay through the router.
+    // A restart leaves the router's row alone: start-up used to write the options of a VPC
+    // without U2O and the VPC's reconcile to take ARP learning back, a flip of the router's flows
+    // in northd and every chassis at each controller start. Any write changes `_version`.
+    let version = |env: &Env| {
+        let select = r#"["OVN_Northbound",{"op":"select","table":"Logical_Router","where":[["name","==","ovn-cluster"]],"columns":["_version"]}]"#;
+        let out = std::process::Command::new("ovsdb-client")
+            .args(["transact", &env.ovn.nb_remote(), select])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "ovsdb-client: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let before = version(&env);
+    env.kill_controller().await;
+    env.start_controller();
+
+    // Underlay ↔ overlay through the router (pods the restarted controller wires).
     env.pod("nsu", "u1", "node1", &[]).await;
     env.pod("nso", "o1", "node1", &[]).await;
     let (u1, o1) = (env.routed("nsu", "u1").await, env.routed("nso", "o1").await);
+    assert_eq!(
+        version(&env),
+        before,
+        "the restarted controller rewrote the cluster router"
+    );
     assert_eq!(ann(&u1, "logical_router"), "ovn-cluster");
     assert_eq!(ann(&u1, "vlan_id"), "100");
     let to_overlay = icmp_to(&u1, &u2o_mac, ann(&o1, "ip_address"));

@@ -32,10 +32,19 @@ pub fn ensure_switch(
     plan.ensure(cache, name, &ls, &["other_config", "external_ids"])
 }
 
-/// A router with Kube-OVN's options (`mac_binding_age_threshold=300`, `dynamic_neigh_routers=true`,
-/// and `always_learn_from_arp_request=false`), as for a VPC without peerings.
-pub fn ensure_router(plan: &mut Plan, cache: &DbCache, name: &str, owner: &[(&str, &str)]) -> RowRef {
-    ensure_vpc_router(plan, cache, name, owner, false)
+/// The cluster router as the controller starts: created when missing, with Kube-OVN's options for
+/// a VPC without peerings (`mac_binding_age_threshold=300`, `dynamic_neigh_routers=true`,
+/// `always_learn_from_arp_request=false`), and otherwise left as it is. Its options belong to the
+/// default VPC's reconcile, which turns ARP learning on for a U2O underlay subnet; writing them
+/// here as well turned it off and on again at every controller start, each flip a recompute of
+/// the router's flows by northd and by every ovn-controller.
+pub fn create_router_if_missing(
+    plan: &mut Plan,
+    cache: &DbCache,
+    name: &str,
+    owner: &[(&str, &str)],
+) -> RowRef {
+    plan.ensure(cache, name, &vpc_router(name, owner, false), &[])
 }
 
 /// A VPC's router. Kube-OVN stops the router learning MAC bindings from every ARP request it sees
@@ -48,6 +57,11 @@ pub fn ensure_vpc_router(
     owner: &[(&str, &str)],
     learn_from_arp_request: bool,
 ) -> RowRef {
+    let lr = vpc_router(name, owner, learn_from_arp_request);
+    plan.ensure(cache, name, &lr, &["options", "external_ids"])
+}
+
+fn vpc_router(name: &str, owner: &[(&str, &str)], learn_from_arp_request: bool) -> LogicalRouter {
     let mut options: BTreeMap<String, String> = [
         ("mac_binding_age_threshold", "300"),
         ("dynamic_neigh_routers", "true"),
@@ -58,13 +72,12 @@ pub fn ensure_vpc_router(
     if !learn_from_arp_request {
         options.insert("always_learn_from_arp_request".into(), "false".into());
     }
-    let lr = LogicalRouter {
+    LogicalRouter {
         name: name.into(),
         options,
         external_ids: owned_ids(owner),
         ..Default::default()
-    };
-    plan.ensure(cache, name, &lr, &["options", "external_ids"])
+    }
 }
 
 /// One end of a VPC peering: router port `<router>-<remote>` with the local connect address(es),

@@ -24,7 +24,7 @@ use crate::config::{Config, DefaultSubnet};
 use crate::error::{Doing, Error, Result};
 use crate::ovn::Nb;
 use crate::ovn::plan::Plan;
-use crate::ovn::topology::ensure_router;
+use crate::ovn::topology::create_router_if_missing;
 
 /// NB_Global options Kube-OVN sets (those OVN 23.03 knows; unknown keys are ignored by northd).
 const NB_GLOBAL_OPTIONS: &[(&str, &str)] = &[("use_ct_inv_match", "false"), ("ls_dnat_mod_dl_dst", "true")];
@@ -127,7 +127,7 @@ pub async fn init(config: &Config, kube: &kube::Client, nb: &Nb) -> Result<()> {
     let router = &config.cluster_router;
     let plan = nb.read(|cache| {
         let mut plan = Plan::new();
-        ensure_router(&mut plan, cache, router, &[("vpc", router.as_str())]);
+        create_router_if_missing(&mut plan, cache, router, &[("vpc", router.as_str())]);
         // The default VPC's load balancers exist before any subnet is reconciled (Kube-OVN
         // creates them at start too), so ovn-default does not wait for them.
         crate::ovn::lb::ensure_lbs(&mut plan, cache, &config.cluster_lbs, router);
