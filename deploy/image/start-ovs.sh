@@ -94,7 +94,11 @@ on_exit() {
 trap on_exit EXIT
 trap 'stop; exit 0' TERM INT
 
-ovsdb-server "$DB" --detach --no-chdir --remote="punix:$OVS_RUN/db.sock" \
+# Both OVS daemons at nice -10, as OVS's own ovs-ctl starts them (its --ovsdb-server-priority and
+# --ovs-vswitchd-priority default): ovn-controller, in this container too, recomputes its flows
+# at full speed after a large Northbound change, and must not take the CPU from ovs-vswitchd,
+# whose main thread forwards every packet when the datapath is the userspace one (netdev).
+nice -n -10 ovsdb-server "$DB" --detach --no-chdir --remote="punix:$OVS_RUN/db.sock" \
   --remote=db:Open_vSwitch,Open_vSwitch,manager_options \
   --unixctl="$OVS_RUN/ovsdb-server.ctl" --pidfile="$OVS_RUN/ovsdb-server.pid" \
   --log-file=/var/log/openvswitch/ovsdb-server.log
@@ -110,7 +114,7 @@ ovs-vsctl --no-wait init -- set Open_vSwitch . \
   external_ids:ovn-bridge-datapath-type="$DATAPATH"
 
 # shellcheck disable=SC2086 # $datapath is one flag or none
-ovs-vswitchd "unix:$OVS_RUN/db.sock" --detach --no-chdir $datapath \
+nice -n -10 ovs-vswitchd "unix:$OVS_RUN/db.sock" --detach --no-chdir $datapath \
   --unixctl="$OVS_RUN/ovs-vswitchd.ctl" --pidfile="$OVS_RUN/ovs-vswitchd.pid" \
   --log-file=/var/log/openvswitch/ovs-vswitchd.log
 

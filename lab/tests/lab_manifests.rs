@@ -86,6 +86,33 @@ fn rollout_restart(lab: &Lab, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// What keeps a node's datapath forwarding while the host is busy (the restarts below hold it):
+/// every node's ovs-vswitchd at nice -10, as start-ovs.sh starts it, and the cgroup of all the
+/// lab's pods at the CPU weight the lab gives it (`machine::PODS_CPU_SHARES`).
+fn datapath_gets_the_cpu(lab: &Lab) -> Result<()> {
+    for node in ["node1", "node2"] {
+        let pidfile = lab.node_root(node, "run/openvswitch/ovs-vswitchd.pid");
+        let pid = std::fs::read_to_string(&pidfile).with_context(|| format!("{}", pidfile.display()))?;
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim()))?;
+        // The fields after the command (which is in parentheses): nice is the 19th of the line.
+        let after_comm = stat.rsplit_once(") ").map(|(_, rest)| rest).unwrap_or_default();
+        let nice = after_comm.split_whitespace().nth(16).unwrap_or_default();
+        ensure!(
+            nice == "-10",
+            "{node}'s ovs-vswitchd (pid {}) runs at nice {nice:?}, want -10",
+            pid.trim()
+        );
+    }
+    let shares = std::fs::read_to_string("/sys/fs/cgroup/cpu/kube-ovn-lab/cpu.shares")?;
+    ensure!(
+        shares.trim() == kube_ovn_lab::cluster::machine::PODS_CPU_SHARES.to_string(),
+        "/kube-ovn-lab's cpu.shares is {}, want {}",
+        shares.trim(),
+        kube_ovn_lab::cluster::machine::PODS_CPU_SHARES
+    );
+    Ok(())
+}
+
 /// The restarts a `kube-ovn-lab status` pod line reports (`…, 1 restart`, `…, 3 restarts`).
 fn restarts_in_status(line: &str) -> u32 {
     let words: Vec<&str> = line.split_whitespace().collect();
@@ -147,6 +174,7 @@ fn installed_from_deploy_on_real_kubelets_it_is_green_and_keeps_serving_through_
             .count();
         ensure!(ready == count, "{app}: {ready} ready pods, want {count}:\n{pods}");
     }
+    datapath_gets_the_cpu(&lab)?;
 
     // `kubectl ko trace` and `kubectl ko diagnose` as an operator runs them (issue 28).
     // And the pinger's metrics and mirror0 (observe.rs), in the same steps.

@@ -201,12 +201,30 @@ fn hierarchies() -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
+/// The CPU weight (`cpu.shares`, 1024 by default) of `/kube-ovn-lab`, the cgroup that holds
+/// every lab node's pods. The lab's own processes (API server, kubelets, containerd, `ctr`
+/// importing images, the tests) run in the host's root cgroup, where every session is an
+/// autogroup of weight 1024; at the default weight all the nodes' pods together weigh as much
+/// as one busy session. In a lab the pods include ovs-vswitchd, whose userspace datapath
+/// forwards every packet of a node from its main thread — what a real node does in the
+/// kernel, ahead of any process. Measured on 2 CPUs while a second lab came up beside one
+/// with traffic: at 1024 that thread waited up to 2.5 s for a CPU (OVS logged "Unreasonably
+/// long 2474ms poll interval"; TCP SYNs answered a second late, twice in a row a connect
+/// timeout), at 10240 no wait over 50 ms and no slow connect (docs/testing.md).
+pub const PODS_CPU_SHARES: u32 = 10240;
+
 /// Makes the kubelet's cgroup root in every hierarchy (the kubelet refuses to start without
 /// it). cgroup v1's cpuset starts a new cgroup with no CPUs and no memory nodes: each level
-/// made gets its parent's.
+/// made gets its parent's. `/kube-ovn-lab` gets [`PODS_CPU_SHARES`] in the cpu hierarchy.
 pub fn create_cgroups(t: &Topology, node: &str) -> Result<(), CommandError> {
     let root = cgroup_root(t, node);
     for hierarchy in hierarchies() {
+        let shares = hierarchy.join("kube-ovn-lab").join("cpu.shares");
+        if hierarchy.join("cpu.shares").is_file() {
+            std::fs::create_dir_all(hierarchy.join("kube-ovn-lab"))
+                .map_err(|e| io_error(&hierarchy.join("kube-ovn-lab"), &e))?;
+            std::fs::write(&shares, PODS_CPU_SHARES.to_string()).map_err(|e| io_error(&shares, &e))?;
+        }
         let mut dir = hierarchy.clone();
         for part in root.trim_start_matches('/').split('/') {
             let parent = dir.clone();
