@@ -6,7 +6,8 @@
 //!    SIGKILL to those still there after 5 s); a PID whose start time differs belongs to someone else and is left alone;
 //! 2. any other process still inside one of the lab's namespaces (started by `exec`/`node`/… or
 //!    by a component), found by comparing `/proc/<pid>/ns/net` with the namespaces' inodes;
-//! 3. the namespaces: pods' (the prefix `kl_<lab>_p`, owned by this lab alone), then the lab's;
+//! 3. the TCP sockets left in them destroyed (`close_sockets_in`), then the namespaces: pods'
+//!    (the prefix `kl_<lab>_p`, owned by this lab alone), then the lab's;
 //!    their veths go with them;
 //! 4. everything mounted under the lab's directory (containerd's sandboxes' namespaces, the
 //!    kubelets' volumes, the shared bind mount), the nodes' machines' namespace files, the
@@ -86,6 +87,7 @@ pub fn down(name: &str, run_dir: &Path) -> anyhow::Result<ExitCode> {
         .collect();
     netns_files.extend(super::containerd::sandbox_namespaces(&t));
     let strays = stop_processes_in(&netns_files)?;
+    close_sockets_in(&netns_files);
     for ns in &namespaces {
         net::del_netns(ns).with_context(|| format!("deleting namespace {ns}"))?;
     }
@@ -112,6 +114,24 @@ pub fn down(name: &str, run_dir: &Path) -> anyhow::Result<ExitCode> {
         t.dir.display()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Destroys the TCP sockets left in the lab's namespaces (`ss -K`: SOCK_DESTROY). Their processes
+/// are gone, but a connection they closed toward a peer that was killed too stays in FIN-WAIT,
+/// retransmitting into links about to go, for `tcp_orphan_retries` (about 100 s), and holds its
+/// namespace until then: the namespace, its veths and its conntrack were destroyed a minute and
+/// a half after `down`, in the middle of whatever ran next (34 such sockets after a manifests
+/// lab's `down`; in a CI run, an earlier test's lab went while `lab_manifests` measured its
+/// traffic). Best effort: without the kernel's INET_DIAG_DESTROY they expire as before.
+fn close_sockets_in(namespaces: &[PathBuf]) {
+    for ns in namespaces {
+        let _ = std::process::Command::new("nsenter")
+            .arg(format!("--net={}", ns.display()))
+            .args(["ss", "-K", "-t", "-a"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
 }
 
 /// Namespaces under `/run/netns` whose name starts with `prefix`.
