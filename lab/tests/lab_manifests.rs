@@ -92,15 +92,14 @@ fn rollout_restart(lab: &Lab, what: &str) -> Result<()> {
 fn datapath_gets_the_cpu(lab: &Lab) -> Result<()> {
     for node in ["node1", "node2"] {
         let pidfile = lab.node_root(node, "run/openvswitch/ovs-vswitchd.pid");
-        let pid = std::fs::read_to_string(&pidfile).with_context(|| format!("{}", pidfile.display()))?;
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim()))?;
-        // The fields after the command (which is in parentheses): nice is the 19th of the line.
-        let after_comm = stat.rsplit_once(") ").map(|(_, rest)| rest).unwrap_or_default();
-        let nice = after_comm.split_whitespace().nth(16).unwrap_or_default();
+        let pid: u32 = std::fs::read_to_string(&pidfile)
+            .with_context(|| format!("{}", pidfile.display()))?
+            .trim()
+            .parse()?;
+        let nice = kube_ovn_lab::cluster::process::nice(pid).map_err(anyhow::Error::msg)?;
         ensure!(
-            nice == "-10",
-            "{node}'s ovs-vswitchd (pid {}) runs at nice {nice:?}, want -10",
-            pid.trim()
+            nice == -10,
+            "{node}'s ovs-vswitchd (pid {pid}) runs at nice {nice}, want -10"
         );
     }
     let shares = std::fs::read_to_string("/sys/fs/cgroup/cpu/kube-ovn-lab/cpu.shares")?;

@@ -132,19 +132,32 @@ fn program_of(cmd: &Command) -> String {
     cmd.get_program().to_string_lossy().into_owned()
 }
 
+/// The fields of `/proc/<pid>/stat` from field 3 (the state) on. The command name (field 2) is
+/// in parentheses and may hold spaces: the split is after the last ')'.
+fn stat_fields(pid: u32) -> Result<Vec<String>, String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).map_err(|e| e.to_string())?;
+    let rest = text.rsplit_once(')').map(|(_, r)| r).ok_or("no ')' in stat")?;
+    Ok(rest.split_whitespace().map(str::to_owned).collect())
+}
+
 /// Field 22 of `/proc/<pid>/stat` (start time in clock ticks since boot) and the state letter.
 fn stat(pid: u32) -> Result<(char, u64), String> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).map_err(|e| e.to_string())?;
-    // The command name (field 2) is in parentheses and may hold spaces: split after the last ')'.
-    let rest = text.rsplit_once(')').map(|(_, r)| r).ok_or("no ')' in stat")?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let fields = stat_fields(pid)?;
     let state = fields.first().and_then(|s| s.chars().next()).ok_or("no state")?;
-    // After ')' the fields start at number 3, so field 22 is index 19.
+    // The fields start at number 3, so field 22 is index 19.
     let start = fields
         .get(19)
         .and_then(|s| s.parse().ok())
         .ok_or("no start time")?;
     Ok((state, start))
+}
+
+/// The nice value of process `pid` (field 19 of `/proc/<pid>/stat`).
+pub fn nice(pid: u32) -> Result<i32, String> {
+    stat_fields(pid)?
+        .get(16)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| "no nice value in stat".to_owned())
 }
 
 /// The start time of process `pid`, which with the PID names it for good: a later process

@@ -219,12 +219,6 @@ pub const PODS_CPU_SHARES: u32 = 10240;
 pub fn create_cgroups(t: &Topology, node: &str) -> Result<(), CommandError> {
     let root = cgroup_root(t, node);
     for hierarchy in hierarchies() {
-        let shares = hierarchy.join("kube-ovn-lab").join("cpu.shares");
-        if hierarchy.join("cpu.shares").is_file() {
-            std::fs::create_dir_all(hierarchy.join("kube-ovn-lab"))
-                .map_err(|e| io_error(&hierarchy.join("kube-ovn-lab"), &e))?;
-            std::fs::write(&shares, PODS_CPU_SHARES.to_string()).map_err(|e| io_error(&shares, &e))?;
-        }
         let mut dir = hierarchy.clone();
         for part in root.trim_start_matches('/').split('/') {
             let parent = dir.clone();
@@ -239,6 +233,11 @@ pub fn create_cgroups(t: &Topology, node: &str) -> Result<(), CommandError> {
                         .map_err(|e| io_error(&dir.join(file), &e))?;
                 }
             }
+        }
+        // The first level of the root, made above; only the cpu hierarchy has the file.
+        let shares = hierarchy.join("kube-ovn-lab").join("cpu.shares");
+        if shares.is_file() {
+            std::fs::write(&shares, PODS_CPU_SHARES.to_string()).map_err(|e| io_error(&shares, &e))?;
         }
     }
     Ok(())

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use kube_ovn_testkit::process::Lifetime;
-pub use kube_ovn_testkit::process::{ProcessError, alive, log_tail, start_time, stop};
+pub use kube_ovn_testkit::process::{ProcessError, alive, log_tail, nice, start_time, stop};
 
 /// How a process gets into its namespace (see the module doc).
 #[derive(Debug, Clone)]

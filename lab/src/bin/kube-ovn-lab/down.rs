@@ -125,12 +125,10 @@ pub fn down(name: &str, run_dir: &Path) -> anyhow::Result<ExitCode> {
 /// traffic). Best effort: without the kernel's INET_DIAG_DESTROY they expire as before.
 fn close_sockets_in(namespaces: &[PathBuf]) {
     for ns in namespaces {
-        let _ = std::process::Command::new("nsenter")
-            .arg(format!("--net={}", ns.display()))
-            .args(["ss", "-K", "-t", "-a"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status();
+        let _ = net::run(
+            "nsenter",
+            &[&format!("--net={}", ns.display()), "ss", "-K", "-t", "-a"],
+        );
     }
 }
 
