@@ -157,10 +157,13 @@ async fn a_pod_costs_one_patch_and_no_reconcile_for_its_own_write() {
     let reconciles = pod_reconciles(&netkit::metrics(port).await.unwrap()) - before;
     let patches = env.requests_where(|r| r.starts_with("PATCH /api/v1/namespaces/once/pods/p"));
     // The address and `routed` go in one patch when the port is in its groups at once (the
-    // node's groups exist here); the watch event that patch comes back as reconciles nothing.
-    // Before: two patches and about two reconciles per pod.
+    // node's groups exist here); the watch event that patch comes back as reconciles nothing,
+    // even when it comes before the patch's response (under load it often did: 27 to 31 pod
+    // reconciles here with two CPU spinners beside the test, when the echo was told only by the
+    // version in the response; 20 or 21 since). Before: two patches and about two reconciles
+    // per pod.
     assert_eq!(patches.len(), PODS, "{patches:#?}");
     #[expect(clippy::cast_precision_loss, reason = "small counts")]
-    let limit = (PODS + PODS / 2) as f64;
+    let limit = (PODS + PODS / 4) as f64;
     assert!(reconciles < limit, "{reconciles} pod reconciles for {PODS} pods");
 }

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, PostParams};
+use tracing::instrument::WithSubscriber;
 
 use super::flags::{self, ApiServerSpec, AuditFiles, EtcdSpec};
 use super::pki::{ClientIdentity, Pki, PkiError};
@@ -210,7 +211,13 @@ pub async fn wait_ready(
         let request = http::Request::get("/readyz")
             .body(Vec::new())
             .map_err(|e| e.to_string())?;
-        let last = match client.request_text(request).await {
+        // Until it is ready the server answers 500, which the client's trace layer would log
+        // as an error on every poll: those answers are expected here, so they are not logged.
+        let answer = client
+            .request_text(request)
+            .with_subscriber(tracing::subscriber::NoSubscriber::default())
+            .await;
+        let last = match answer {
             Ok(text) if text.trim() == "ok" => return Ok(()),
             Ok(text) => text,
             Err(e) => e.to_string(),

@@ -195,6 +195,7 @@ where
         own: Arc<OwnWrites<K>>,
     ) -> impl Stream<Item = Arc<K>> + Send + 'static
     where
+        K: PartialEq,
         K::DynamicType: Default,
     {
         let store = self.store.clone();

@@ -395,13 +395,35 @@ async fn annotate(
         .map(|(k, v)| (k.clone(), json!(v)))
         .chain(removed.iter().map(|k| (k.clone(), serde_json::Value::Null)))
         .collect();
+    // What the pod will be once the patch is in, so that its echo is told even when the watch
+    // brings it before the response does.
+    let mut expected = pod.clone();
+    let annotations = expected.metadata.annotations.get_or_insert_default();
+    for (k, v) in &patch {
+        match v.as_str() {
+            Some(v) => annotations.insert(k.clone(), v.to_owned()),
+            None => annotations.remove(k),
+        };
+    }
+    if annotations.is_empty() {
+        // The API server leaves out an emptied map.
+        expected.metadata.annotations = None;
+    }
+    ctx.pod_writes.expect(expected);
     let api: Api<Pod> = Api::namespaced(ctx.kube.clone(), &pod.namespace().unwrap_or_default());
-    match merge(&api, pod, json!({"metadata": {"annotations": patch}})).await? {
-        Some(written) => {
+    match merge(&api, pod, json!({"metadata": {"annotations": patch}})).await {
+        Ok(Some(written)) => {
             ctx.pod_writes.wrote(&written);
             Ok(true)
         }
-        None => Ok(false),
+        Ok(None) => {
+            ctx.pod_writes.forget(pod);
+            Ok(false)
+        }
+        Err(e) => {
+            ctx.pod_writes.forget(pod);
+            Err(e)
+        }
     }
 }
 
