@@ -411,20 +411,13 @@ async fn annotate(
     }
     ctx.pod_writes.expect(expected);
     let api: Api<Pod> = Api::namespaced(ctx.kube.clone(), &pod.namespace().unwrap_or_default());
-    match merge(&api, pod, json!({"metadata": {"annotations": patch}})).await {
-        Ok(Some(written)) => {
-            ctx.pod_writes.wrote(&written);
-            Ok(true)
-        }
-        Ok(None) => {
-            ctx.pod_writes.forget(pod);
-            Ok(false)
-        }
-        Err(e) => {
-            ctx.pod_writes.forget(pod);
-            Err(e)
-        }
+    let written = merge(&api, pod, json!({"metadata": {"annotations": patch}})).await;
+    match &written {
+        Ok(Some(written)) => ctx.pod_writes.wrote(written),
+        // Gone, or the patch failed: nothing of it will come back.
+        Ok(None) | Err(_) => ctx.pod_writes.forget(pod),
     }
+    written.map(|w| w.is_some())
 }
 
 /// A merge patch of the pod's annotations: the pod it made, or `None` when the pod is gone.
